@@ -1,0 +1,158 @@
+"""Rank layout: global rank <-> (dp, pp, cp, tp) coordinates <-> (node, local GPU), and the groups.
+
+One function family serves the engine's process groups, the trace analyzers and the rank-grid page.
+An *order* names the axes from fastest-varying to slowest, Megatron-LM style:
+
+    "tp-cp-ep-dp-pp"   Megatron-LM's default (RankGenerator order); TP innermost, PP outermost
+    "tp-cp-pp-dp"      Megatron's --use-tp-pp-dp-mapping, and picotron's
+                       torch.arange(world).view(dp, pp, cp, tp)
+
+`ep` (expert parallelism) may appear in an order and always has size 1 here. Rank r sits on node
+r // gpus_per_node as local GPU r % gpus_per_node, so the fastest axis stays inside a node.
+
+Pure: numpy only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+DIMS = ("dp", "pp", "cp", "tp")  # the coordinate order of every (dp, pp, cp, tp) tuple
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+ORDERS = {
+    "tp-cp-ep-dp-pp": "Megatron-LM default",
+    "tp-cp-ep-pp-dp": "Megatron-LM --use-tp-pp-dp-mapping (with ep)",
+    "tp-cp-pp-dp": "picotron / Megatron-LM --use-tp-pp-dp-mapping",
+    "tp-cp-dp-pp": "Megatron-LM default without ep",
+    "tp-dp-cp-pp": "CP outside DP",
+    "tp-pp-dp-cp": "TP, then PP (cp outermost)",
+}
+
+
+class TopologyError(ValueError):
+    pass
+
+
+def parse_order(order: str) -> tuple[str, ...]:
+    """The axes of an order string, fastest first, with `ep` dropped; a clear error if malformed."""
+    names = tuple(order.strip().lower().split("-"))
+    bad = [n for n in names if n not in (*DIMS, "ep")]
+    if bad or len(set(names)) != len(names) or set(DIMS) - set(names):
+        raise TopologyError(
+            f"rank order {order!r} must name each of tp, cp, dp, pp once (ep optional), "
+            f"fastest first, joined by '-', e.g. {DEFAULT_ORDER!r}"
+        )
+    return tuple(n for n in names if n != "ep")
+
+
+@dataclass(frozen=True)
+class Group:
+    dim: str
+    ranks: tuple[int, ...]
+    nodes: tuple[int, ...]
+
+    @property
+    def link(self) -> str:
+        """'intra' when the group stays inside one node, else 'inter' (bound by the slow link)."""
+        return "intra" if len(self.nodes) == 1 else "inter"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The layout of dp x pp x cp x tp ranks in `order` on nodes of `gpus_per_node` GPUs."""
+
+    dp: int
+    pp: int
+    cp: int
+    tp: int
+    gpus_per_node: int
+    order: str = DEFAULT_ORDER
+
+    def __post_init__(self):
+        for name in (*DIMS, "gpus_per_node"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise TopologyError(f"{name} must be a positive integer, got {value!r}")
+        parse_order(self.order)
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.pp * self.cp * self.tp
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return {"dp": self.dp, "pp": self.pp, "cp": self.cp, "tp": self.tp}
+
+    @cached_property
+    def grid(self) -> np.ndarray:
+        """grid[dp, pp, cp, tp] = global rank."""
+        axes = parse_order(self.order)  # fastest first
+        slow_first = axes[::-1]
+        shape = [self.sizes[a] for a in slow_first]
+        ranks = np.arange(self.world_size, dtype=np.int64).reshape(shape)  # C order: last axis fastest
+        return ranks.transpose([slow_first.index(d) for d in DIMS])
+
+    @cached_property
+    def coords(self) -> np.ndarray:
+        """coords[rank] = (dp, pp, cp, tp), an int array of shape (world, 4)."""
+        out = np.empty((self.world_size, 4), dtype=np.int64)
+        idx = np.indices(self.grid.shape).reshape(4, -1).T
+        out[self.grid.reshape(-1)] = idx
+        return out
+
+    def rank_of(self, *, dp: int = 0, pp: int = 0, cp: int = 0, tp: int = 0) -> int:
+        return int(self.grid[dp, pp, cp, tp])
+
+    def coords_of(self, rank: int) -> dict[str, int]:
+        if not 0 <= rank < self.world_size:
+            raise TopologyError(f"rank {rank} is outside 0..{self.world_size - 1}")
+        return dict(zip(DIMS, (int(c) for c in self.coords[rank])))
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.gpus_per_node
+
+    def local_rank_of(self, rank: int) -> int:
+        return rank % self.gpus_per_node
+
+    def group_ranks(self, dim: str) -> np.ndarray:
+        """All groups of `dim` as an int array (n_groups, size): ranks that differ only in `dim`.
+        Groups are ordered by their first rank; ranks inside a group by their `dim` coordinate."""
+        if dim not in DIMS:
+            raise TopologyError(f"dimension must be one of {DIMS}, got {dim!r}")
+        axis = DIMS.index(dim)
+        g = np.moveaxis(self.grid, axis, -1).reshape(-1, self.sizes[dim])
+        return g[np.argsort(g[:, 0], kind="stable")]
+
+    def groups(self, dim: str) -> list[Group]:
+        out = []
+        for row in self.group_ranks(dim):
+            nodes = tuple(sorted({int(r) // self.gpus_per_node for r in row}))
+            out.append(Group(dim, tuple(int(r) for r in row), nodes))
+        return out
+
+    def group_of(self, dim: str, rank: int) -> tuple[int, ...]:
+        """The ranks of `dim`'s group that holds `rank`."""
+        c = self.coords_of(rank)
+        index = [c[d] if d != dim else slice(None) for d in DIMS]
+        return tuple(int(r) for r in self.grid[tuple(index)])
+
+    def rank_table(self) -> list[dict]:
+        """One row per rank: rank, node, local_rank, dp, pp, cp, tp."""
+        rows = []
+        for r in range(self.world_size):
+            dp, pp, cp, tp = (int(c) for c in self.coords[r])
+            rows.append({"rank": r, "node": self.node_of(r), "local_rank": self.local_rank_of(r),
+                         "dp": dp, "pp": pp, "cp": cp, "tp": tp})
+        return rows
+
+    def crossing(self, dim: str) -> int:
+        """How many groups of `dim` span more than one node."""
+        g = self.group_ranks(dim) // self.gpus_per_node
+        return int((g.min(axis=1) != g.max(axis=1)).sum())
+
+    def link(self, dim: str) -> str:
+        """The slowest link any group of `dim` uses: 'inter' if one crosses nodes, else 'intra'."""
+        return "inter" if self.crossing(dim) else "intra"
