@@ -1,0 +1,30 @@
+"""Shared test options and fixtures."""
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_TRACES = ROOT.parent / "shared" / "traces"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full-matrix", action="store_true", default=False,
+                     help="run the full DPxTPxPPxCP correctness matrix of the engine (slow)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--full-matrix"):
+        return
+    skip = pytest.mark.skip(reason="full matrix: pass --full-matrix")
+    for item in items:
+        if "full" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def shared_traces() -> Path:
+    """../shared/traces beside the project, or skip when this checkout has none."""
+    if not SHARED_TRACES.is_dir():
+        pytest.skip("../shared/traces is not present")
+    return SHARED_TRACES
