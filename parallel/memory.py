@@ -85,7 +85,8 @@ def activation_components_bytes(model: Model, plan: Plan, opts: ActivationOption
 
         layernorm                 2 * A b s_q h r          inputs of the two LayerNorms
         attention.qkv_input       A b s_q h r              QKV GEMM input (SP: stored sharded, re-gathered)
-        attention.qk              A b (s_q h + s_kv k)/t   Q and K for QK^T
+        attention.qk              A b (s_q h + s_kv k)/t   Q and K for QK^T (K: k/t is k/min(t, kv_heads),
+                                                            one replicated head when tp > kv_heads)
         attention.scores          A a b s_q s_kv / t       softmax output      (0 with flash attention)
         attention.dropout_mask    M a b s_q s_kv / t       (0 without dropout or with flash attention)
         attention.dropout_output  A a b s_q s_kv / t       input of scores @ V (0 without dropout: it is
@@ -104,7 +105,8 @@ def activation_components_bytes(model: Model, plan: Plan, opts: ActivationOption
     the checkpointed input is the sequence shard, as in Megatron-LM).
     """
     act, s_q, s_kv = _sizes(model, plan, opts)
-    b, h, k, f, a, t = plan.micro_batch, model.hidden, model.kv_hidden, model.ffn_hidden, model.heads, plan.tp
+    b, h, f, a, t = plan.micro_batch, model.hidden, model.ffn_hidden, model.heads, plan.tp
+    k_local = model.kv_hidden_per_tp_rank(t)  # = k/t unless GQA replicates K/V heads (tp > kv_heads)
     r = 1 / t if plan.sp else 1.0
     mask = opts.mask_bytes if opts.dropout else 0
     if plan.recompute == "full":
@@ -116,12 +118,12 @@ def activation_components_bytes(model: Model, plan: Plan, opts: ActivationOption
     return {
         "layernorm": 2 * act * b * s_q * h * r,
         "attention.qkv_input": act * b * s_q * h * r,
-        "attention.qk": act * b * (s_q * h + s_kv * k) / t,
+        "attention.qk": act * b * (s_q * h / t + s_kv * k_local),
         "attention.scores": scores if keep_scores else 0.0,
         "attention.dropout_mask": mask * a * b * s_q * s_kv / t if keep_scores else 0.0,
         "attention.dropout_output": scores if keep_scores and opts.dropout else 0.0,
         "attention.softmax_stats": 4 * a * b * s_q / t if flash else 0.0,
-        "attention.v": act * b * s_kv * k / t,
+        "attention.v": act * b * s_kv * k_local,
         "attention.proj_input": act * b * s_q * h / t,
         "mlp.fc1_input": act * b * s_q * h * r,
         "mlp.act_input": gate * act * b * s_q * f / t,

@@ -83,6 +83,11 @@ class Model:
         """Width of K (and of V): kv_heads * head_dim."""
         return self.kv_heads * self.head_dim
 
+    def kv_hidden_per_tp_rank(self, tp: int) -> float:
+        """Width of K (or V) on one TP rank: split when tp divides kv_heads, one replicated head when
+        tp is a multiple of kv_heads (GQA with tp > kv_heads)."""
+        return self.kv_hidden / min(tp, self.kv_heads)
+
     @property
     def gated_mlp(self) -> bool:
         return self.arch == "llama"
