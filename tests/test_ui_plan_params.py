@@ -1,0 +1,45 @@
+"""ui.plan_params: plan <-> URL query parameters, round trip and clear errors."""
+
+import pytest
+
+from parallel.plan import Plan
+from parallel.specs import SpecError
+from ui.plan_params import DEFAULT_PARAMS, KEYS, plan_from_params, plan_to_params
+
+
+@pytest.mark.parametrize("model, cluster, nodes, plan", [
+    ("gpt3-175b", "dgx-h100", 64, Plan(dp=8, tp=8, pp=8, sp=True, global_batch=1536)),
+    ("llama3-70b", "dgx-a100", 16, Plan(dp=4, tp=8, pp=2, cp=2, micro_batch=2, global_batch=64, vpp=2,
+                                          zero=1, recompute="selective", order="tp-cp-pp-dp")),
+    ("tiny", "local-cpu", 1, Plan(dp=2, tp=2, pp=2, global_batch=8, recompute="full")),
+])
+def test_round_trip(model, cluster, nodes, plan):
+    params = plan_to_params(model, cluster, nodes, plan)
+    assert tuple(params) == KEYS and all(isinstance(v, str) for v in params.values())
+    m, c, p = plan_from_params(params)
+    assert (m.name, c.name, c.nodes, p) == (model, cluster, nodes, plan)
+
+
+def test_defaults_and_fitted_nodes():
+    m, c, p = plan_from_params({})
+    assert plan_to_params(m.name, c.name, c.nodes, p) == DEFAULT_PARAMS
+    _, c, p = plan_from_params({"dp": "2", "tp": "8", "pp": "1", "unrelated": "x"})
+    assert c.nodes == 2 and p.world_size == 16  # no `nodes`: just enough for the plan
+    _, c, _ = plan_from_params({"dp": ["1", "2"], "nodes": ["3"]})  # parse_qs lists: last wins
+    assert c.nodes == 3
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"tp": "eight"}, "tp='eight' must be an integer"),
+    ({"sp": "yes"}, "sp='yes' must be 0 or 1"),
+    ({"model": "gpt5"}, "unknown model preset 'gpt5'"),
+    ({"cluster": "tpu"}, "unknown cluster preset 'tpu'"),
+    ({"zero": "4"}, "ZeRO stage"),
+    ({"recompute": "some"}, "recompute must be one of"),
+    ({"order": "tp-dp"}, "must name each of tp, cp, dp, pp"),
+    ({"dp": "0"}, "dp must be a positive integer"),
+    ({"nodes": "0"}, "nodes=0 must be at least 1"),
+])
+def test_bad_values_raise_spec_error(params, message):
+    with pytest.raises(SpecError, match=message.replace("(", r"\(")):
+        plan_from_params(params)
