@@ -1,0 +1,30 @@
+"""ParaScope's profiler package: trace loading and analysis (pure) and, in their own modules, the
+profiling jobs (runtime). `python -m profiler <command>` dispatches in profiler/__main__.py.
+
+    from profiler import load_traces
+    traces = load_traces("runs/demo")
+
+The trace API is imported lazily (PEP 562), so `import profiler.run_cli` pays for neither pandas
+nor pyarrow, and nothing here ever imports torch.
+"""
+
+from __future__ import annotations
+
+_LAZY = {
+    "load_traces": "profiler.loader",
+    "Traces": "profiler.traces",
+    "Limits": "profiler.sources",
+    "TraceError": "profiler.errors",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'profiler' has no attribute {name!r}")

@@ -1,0 +1,314 @@
+"""The collectives table: one row per collective instance per rank, every field traceable to events.
+
+    from profiler.analyzers import collectives
+    table = collectives(traces, plan)          # plan: Plan, dict or None (run.json's when known)
+
+How rows are made, per rank:
+- CPU-side comm events (``ps.comm`` annotations, c10d::*, record_param_comms, nccl:*, gloo:*,
+  symm_mem::*) nest on their thread; the outermost one is the *root* of a collective call and the
+  nested ones lend it metadata (our annotation, ``Collective name``, message sizes, group).
+- GPU ranks: one row per communication kernel (source 'kernel'), tied to its CPU root through the
+  launch: kernel.correlation -> cuda_runtime event -> the root holding it on that thread (else the
+  kernel's External id -> a CPU comm event). The kernel's own args win, then the root's. Roots that
+  launched no kernel (a sampled trace, a gloo group) become rows with source 'cpu'.
+- CPU-only ranks: one row per root (source 'cpu'). gloo runs a collective on a worker thread
+  (``gloo:all_reduce`` on pt_gloo_runloop) that is not nested in the caller's root; each such
+  worker event is paired with the earliest unpaired compatible root that started before it (a root
+  whose span holds it first), extending the row's end and never counted twice.
+
+Columns: rank, source, op, dim, dim_source, name, start_ns, end_ns, dur_ns, issue_ns, bytes,
+bytes_source, group ('0,1,2,3'), group_size, group_desc, pg_name, seq, seq_source, instance,
+algbw_gbps, busbw_gbps (nccl-tests: bytes / dur, x bus factor), stream, step, event (row of
+traces.events), cpu_event (the root's row, -1 if none).
+
+Pure: numpy, pandas.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..annotations import parse_comm
+from ..patterns import RECORD_PARAM_COMMS, dtype_bytes, normalize_op
+from .labels import DimLabeler, bus_factor, plan_of
+from .steps import assign_steps, step_windows
+
+META_FIELDS = ("coll_name", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "pg_desc", "pg_ranks",
+               "seq", "input_bytes")
+INPUT_IS_SIZE = frozenset({"all_reduce", "broadcast", "reduce", "all_to_all", "send"})
+COLUMNS = ["rank", "source", "op", "dim", "dim_source", "name", "start_ns", "end_ns", "dur_ns", "issue_ns", "bytes",
+           "bytes_source", "group", "group_size", "group_desc", "pg_name", "seq", "seq_source", "instance",
+           "algbw_gbps", "busbw_gbps", "stream", "step", "event", "cpu_event"]
+
+
+@dataclass
+class _Root:
+    row: int
+    tid: tuple
+    start: int
+    end: int
+    name: str
+    members: list = field(default_factory=list)  # event rows, root first
+    worker: bool = False  # only gloo:* events: the work of a call made elsewhere
+    paired: int = -1  # worker row merged into this root
+    kernels: int = 0
+
+
+def collectives(traces, plan=None) -> pd.DataFrame:
+    """The collectives table (see the module docstring); empty with the same columns if none."""
+    labeler = DimLabeler(plan_of(plan, traces))
+    ev = traces.events
+    ca = traces.comm_args
+    meta = {int(e): rec for e, rec in zip(ca["event"], ca[list(META_FIELDS)].to_dict("records"))}
+    rows: list[dict] = []
+    not_collectives: Counter = Counter()
+    for rank in traces.rank_ids:
+        sub = ev[ev["rank"] == rank]
+        rows += _rank_rows(sub, meta, gpu=traces.device_of(rank) == "gpu", not_collectives=not_collectives)
+    if not rows:
+        table = pd.DataFrame({c: pd.Series(dtype=_DTYPES.get(c, "object")) for c in COLUMNS})
+    else:
+        table = pd.DataFrame(rows)
+        table["step"] = assign_steps(table["rank"], table["issue_ns"], step_windows(traces))
+        _label(table, traces, labeler)
+        table = table[COLUMNS].astype(_DTYPES)
+    table.attrs["not_collectives"] = dict(not_collectives)  # CPU comm events that are no collective
+    return table
+
+
+_DTYPES = {"rank": "int64", "start_ns": "int64", "end_ns": "int64", "dur_ns": "int64", "issue_ns": "int64",
+           "bytes": "Int64", "group_size": "Int64", "seq": "int64", "algbw_gbps": "float64",
+           "busbw_gbps": "float64", "stream": "int64", "step": "int64", "event": "int64", "cpu_event": "int64",
+           "source": "category", "op": "category", "dim": "category", "dim_source": "category",
+           "bytes_source": "category", "seq_source": "category", "name": "str", "group": "str",
+           "group_desc": "str", "pg_name": "str", "instance": "str"}
+
+
+def _roots(cpu: pd.DataFrame) -> dict[int, _Root]:
+    """Outermost CPU comm event of each nest, per thread, with its members."""
+    roots: dict[int, _Root] = {}
+    for (pid, tid), g in cpu.groupby(["pid", "tid"], sort=False):
+        g = g.assign(end=g["ts_ns"] + g["dur_ns"]).sort_values(["ts_ns", "end"], ascending=[True, False])
+        stack: list[tuple[int, int]] = []  # (end, root row) of open events
+        for row, ts, end, name in zip(g.index, g["ts_ns"], g["end"], g["name"].astype(str)):
+            while stack and ts >= stack[-1][0]:
+                stack.pop()
+            if stack:
+                roots[stack[0][1]].members.append(row)
+                roots[stack[0][1]].worker &= name.startswith("gloo:")
+            else:
+                roots[row] = _Root(row, (pid, tid), int(ts), int(end), name, [row], name.startswith("gloo:"))
+            stack.append((end, row if not stack else stack[0][1]))
+    return roots
+
+
+def _value(x):
+    """None for missing (None, NaN, NA), else a plain Python value."""
+    if x is None or (not isinstance(x, str) and pd.isna(x)):
+        return None
+    return x.item() if hasattr(x, "item") else x
+
+
+def _merge_meta(meta: dict, rows) -> dict:
+    """First recorded value of each metadata field over `rows`, in order."""
+    out = dict.fromkeys(META_FIELDS)
+    for row in rows:
+        rec = meta.get(row)
+        if rec is None:
+            continue
+        for f in META_FIELDS:
+            if out[f] is None:
+                out[f] = _value(rec[f])
+    return out
+
+
+def _root_op(info: dict, rows) -> tuple[str, object]:
+    """(op, annotation label) of a root's members: our annotation first, then c10d/nccl/gloo names."""
+    label, op = None, "other"
+    for row in rows:
+        kind, member_op, name = info[row]
+        if kind == "ps_comm" and label is None:
+            label = parse_comm(name)
+        if op == "other" and isinstance(member_op, str) and member_op != "other":
+            op = member_op
+    return (label.op if label else op), label
+
+
+def _pair_workers(roots: dict[int, _Root]) -> None:
+    workers = sorted((r for r in roots.values() if r.worker), key=lambda r: r.start)
+    callers = sorted((r for r in roots.values() if not r.worker and not r.kernels), key=lambda r: r.start)
+    pending: list[_Root] = []  # unpaired callers that started before the current worker event
+    i = 0
+    for w in workers:
+        while i < len(callers) and callers[i].start <= w.start:
+            pending.append(callers[i])
+            i += 1
+        cands = [c for c in pending if c.tid != w.tid and _compatible(w.op, c.op)]
+        if not cands:
+            continue
+        holding = [c for c in cands if w.start <= c.end]
+        chosen = (holding or cands)[0]
+        chosen.paired, w.paired = w.row, chosen.row
+        pending.remove(chosen)
+
+
+def _compatible(worker_op: str, caller_op: str) -> bool:
+    # gloo runs reduce_scatter as an all_reduce (the annotation says which it was)
+    return "other" in (worker_op, caller_op) or worker_op == caller_op or (
+        worker_op == "all_reduce" and caller_op == "reduce_scatter")
+
+
+def _rank_rows(sub: pd.DataFrame, meta: dict, *, gpu: bool, not_collectives: Counter) -> list[dict]:
+    cpu = sub[sub["kind"].isin(["ps_comm", "cpu_comm"])]
+    roots = _roots(cpu)
+    info = dict(zip(cpu.index, zip(cpu["kind"], cpu["op"], cpu["name"].astype(str))))
+    per_thread: dict[tuple, list[_Root]] = {}
+    for r in roots.values():
+        r.op, r.label = _root_op(info, r.members)
+        per_thread.setdefault(r.tid, []).append(r)
+    thread_roots = {}
+    for tid, rs in per_thread.items():
+        rs.sort(key=lambda r: r.start)
+        thread_roots[tid] = (np.array([r.start for r in rs], dtype=np.int64), rs)
+    by_ext = {int(x): row for row, x in zip(cpu.index, cpu["external_id"]) if x >= 0}
+    member_root = {m: r for r in roots.values() for m in r.members}
+    out = []
+    if gpu:
+        runtime = sub[(sub["kind"] == "runtime") & (sub["correlation"] >= 0)]
+        launch = dict(zip(runtime["correlation"], zip(runtime["pid"], runtime["tid"], runtime["ts_ns"])))
+        kernels = sub[sub["kind"] == "comm"]
+        for row, corr, ext, ts, dur, tid, name, kop in zip(
+                kernels.index, kernels["correlation"], kernels["external_id"], kernels["ts_ns"], kernels["dur_ns"],
+                kernels["tid"], kernels["name"].astype(str), kernels["op"]):
+            root, issue = None, int(ts)
+            if corr >= 0 and corr in launch:
+                lpid, ltid, lts = launch[corr]
+                issue = int(lts)
+                starts, rs = thread_roots.get((lpid, ltid), (None, None))
+                if starts is not None:
+                    i = int(np.searchsorted(starts, lts, side="right")) - 1
+                    if i >= 0 and lts <= rs[i].end:
+                        root = rs[i]
+            if root is None and ext >= 0 and int(ext) in by_ext:
+                root = member_root.get(by_ext[int(ext)])
+            if root is not None:
+                root.kernels += 1
+                if corr < 0 or corr not in launch:
+                    issue = root.start
+            md = _merge_meta(meta, [row] + (root.members if root else []))
+            op = _pick_op(root, md, kop)
+            out.append(_row(sub, row, "kernel", name, int(ts), int(ts + dur), issue, int(tid), root, md, op))
+    _pair_workers(roots)
+    for r in roots.values():
+        if r.kernels or (r.worker and r.paired >= 0):
+            continue
+        if _is_wait_marker(r, info, meta):
+            not_collectives["record_param_comms of a work.wait(), not a collective"] += 1
+            continue
+        members = r.members + ([r.paired] if r.paired >= 0 else [])
+        paired = roots.get(r.paired)
+        end = max(r.end, paired.end) if paired else r.end
+        md = _merge_meta(meta, members + (paired.members if paired else []))
+        out.append(_row(sub, r.row, "cpu", r.name, r.start, end, r.start, -1, r, md, _pick_op(r, md, None)))
+    return out
+
+
+def _is_wait_marker(root: _Root, info: dict, meta: dict) -> bool:
+    """A lone record_param_comms that torch logs for work.wait(): Collective name 'wait', or (older
+    traces) no name at all and no c10d/nccl/gloo op around it."""
+    if any(info[m][2] != RECORD_PARAM_COMMS for m in root.members):
+        return False
+    names = {(meta.get(m) or {}).get("coll_name") for m in root.members}
+    names = {n for n in names if isinstance(n, str)}
+    return not names or names == {"wait"}
+
+
+def _pick_op(root: _Root | None, md: dict, kernel_op) -> str:
+    if root is not None and root.label is not None:
+        return root.label.op
+    if md["coll_name"]:
+        op = normalize_op(md["coll_name"])
+        if op != "other":
+            return op
+    if root is not None and root.op != "other":
+        return root.op
+    return kernel_op if isinstance(kernel_op, str) else "other"
+
+
+def _row(sub, row, source, name, start, end, issue, stream, root: _Root | None, md: dict, op: str) -> dict:
+    label = root.label if root is not None else None
+    return {"rank": int(sub.at[row, "rank"]), "source": source, "op": op, "name": name, "start_ns": start,
+            "end_ns": end, "dur_ns": end - start, "issue_ns": issue, "stream": stream, "event": int(row),
+            "cpu_event": root.row if root is not None else -1, "unit": root.row if root is not None else -1 - row,
+            "label": label, **md}
+
+
+def _label(table: pd.DataFrame, traces, labeler: DimLabeler) -> None:
+    """Fill group, bytes, dim, seq, instance and bandwidths in place (table is ours, not the input)."""
+    pg = {(int(r), str(n)): (ranks, desc, size) for r, n, ranks, desc, size in zip(
+        traces.pg_config["rank"], traces.pg_config["pg_name"], traces.pg_config["ranks"],
+        traces.pg_config["pg_desc"], traces.pg_config["pg_size"])}
+    cols = {c: [] for c in ("group", "group_size", "group_desc", "bytes", "bytes_source", "dim", "dim_source",
+                            "seq", "seq_source")}
+    for rec in table.to_dict("records"):
+        rec = {k: (v if k == "label" else _value(v)) for k, v in rec.items()}
+        label = rec["label"]
+        conf = pg.get((rec["rank"], str(rec["pg_name"])), (None,) * 3) if rec["pg_name"] else (None,) * 3
+        conf = tuple(_value(c) for c in conf)
+        if label is not None:
+            group = ",".join(str(r) for r in label.ranks)
+        else:
+            group = rec["pg_ranks"] or conf[0]
+        ranks = tuple(int(x) for x in group.split(",")) if group else None
+        size = len(ranks) if ranks else (rec["group_size"] or conf[2])
+        desc = rec["pg_desc"] or conf[1]
+        nbytes, source = _bytes(rec, label)
+        dim, dim_source = labeler.label(ann_dim=label.dim if label else None, ranks=ranks, op=rec["op"], desc=desc)
+        seq = label.seq if label else rec["seq"]
+        for key, value in (("group", group or ""), ("group_size", size), ("group_desc", desc or ""),
+                           ("bytes", nbytes), ("bytes_source", source), ("dim", dim), ("dim_source", dim_source),
+                           ("seq", -1 if seq is None else int(seq)),
+                           ("seq_source", "none" if seq is None else ("annotation" if label else "trace"))):
+            cols[key].append(value)
+    for key, values in cols.items():
+        table[key] = values
+    _ordinal_seq(table)
+    nbytes = table["bytes"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
+    dur = table["dur_ns"].to_numpy(dtype=float)
+    table["algbw_gbps"] = np.where(dur > 0, nbytes / np.where(dur > 0, dur, 1), np.nan)  # bytes/ns = GB/s
+    factors = [bus_factor(op, n if pd.notna(n) else None) for op, n in zip(table["op"], table["group_size"])]
+    table["busbw_gbps"] = table["algbw_gbps"] * np.array(factors, dtype=float)
+
+
+def _bytes(rec: dict, label) -> tuple[int | None, str]:
+    if label is not None:
+        return label.bytes, "annotation"
+    size = dtype_bytes(rec["dtype"])
+    counts = [n for n in (rec["in_nelems"], rec["out_nelems"]) if n is not None]
+    if size and counts:
+        return max(counts) * size, "msg_nelems"
+    if rec["input_bytes"] is not None and rec["op"] in INPUT_IS_SIZE:
+        return int(rec["input_bytes"]), "input_dims"
+    return None, "unknown"
+
+
+def _ordinal_seq(table: pd.DataFrame) -> None:
+    """Where no seq was recorded: the order of issue within (rank, group), counting each call once."""
+    key = np.where(table["group"] != "", table["group"],
+                   np.where(table["pg_name"].notna() & (table["pg_name"] != ""), "pg:" + table["pg_name"].astype(str),
+                            "?" + table["op"].astype(str)))
+    table["_key"] = key
+    missing = table["seq"] < 0
+    if missing.any():
+        calls = table[missing].groupby(["rank", "_key", "unit"], sort=False)["issue_ns"].min().reset_index()
+        calls["ord"] = calls.groupby(["rank", "_key"])["issue_ns"].rank(method="first").astype(np.int64) - 1
+        ords = table[missing].merge(calls[["rank", "_key", "unit", "ord"]], on=["rank", "_key", "unit"],
+                                    how="left")["ord"].to_numpy()
+        table.loc[missing, "seq"] = ords
+        table.loc[missing, "seq_source"] = "order"
+    # The same call on every rank of its group: group (or pg name; else the op) and seq.
+    table["instance"] = [f"{k}#{s}" for k, s in zip(table["_key"], table["seq"])]

@@ -1,0 +1,77 @@
+"""Interval arithmetic on numpy arrays of [start, end) in integer ns: union, length, overlap.
+
+A "set" here is a pair of sorted, disjoint arrays (starts, ends) as `union` returns them.
+
+Pure: numpy only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+EMPTY = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+
+
+def union(starts, ends) -> tuple[np.ndarray, np.ndarray]:
+    """The disjoint, sorted union of intervals [starts[i], ends[i]); empty ones dropped."""
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.asarray(ends, dtype=np.int64)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if len(s) == 0:
+        return EMPTY
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    first = np.flatnonzero(new)
+    return s[first], np.maximum.reduceat(e, first)
+
+
+def length(iv) -> int:
+    s, e = iv
+    return int((e - s).sum())
+
+
+def clip(iv, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    s, e = iv
+    s2, e2 = np.clip(s, lo, hi), np.clip(e, lo, hi)
+    keep = e2 > s2
+    return s2[keep], e2[keep]
+
+
+def merge(*sets) -> tuple[np.ndarray, np.ndarray]:
+    """Union of several interval sets."""
+    if not sets:
+        return EMPTY
+    return union(np.concatenate([s for s, _ in sets]), np.concatenate([e for _, e in sets]))
+
+
+def overlap(a, b) -> int:
+    """Length of the intersection of two disjoint-sorted sets: |a| + |b| - |a ∪ b|."""
+    return length(a) + length(b) - length(merge(a, b))
+
+
+def minus(a, b) -> tuple[np.ndarray, np.ndarray]:
+    """a \\ b for disjoint-sorted sets: a's pieces not covered by b."""
+    if len(a[0]) == 0 or len(b[0]) == 0:
+        return a
+    # Boundaries of both sets; keep elementary pieces inside a and outside b.
+    points = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
+    lo, hi = points[:-1], points[1:]
+    mid = lo + (hi - lo) // 2
+    in_a = _covers(a, mid)
+    in_b = _covers(b, mid)
+    keep = in_a & ~in_b & (hi > lo)
+    return union(lo[keep], hi[keep])
+
+
+def _covers(iv, points) -> np.ndarray:
+    s, e = iv
+    i = np.searchsorted(s, points, side="right") - 1
+    ok = i >= 0
+    out = np.zeros(len(points), dtype=bool)
+    out[ok] = points[ok] < e[i[ok]]
+    return out

@@ -1,0 +1,99 @@
+"""The `Traces` data model: one events table for every rank, plus per-rank metadata.
+
+`events` (one row per complete 'X' event, sorted by rank then start):
+
+    rank          int32   the global rank that wrote the event
+    ts_ns         int64   start, integer ns since the epoch (both Kineto time styles normalised)
+    dur_ns        int64   duration, ns
+    cat           category  Kineto category (kernel, cpu_op, user_annotation, cuda_runtime, ...)
+    name          category  event name
+    kind          category  our class of the event (see profiler.patterns.KINDS)
+    op            category  collective op of comm / cpu_comm / ps_comm events (patterns.OPS), else missing
+    pid, tid      int64   process and thread (GPU events: device and stream); -1 when not a number
+    correlation   int64   CUDA correlation id linking a kernel to its launch, -1 when absent
+    external_id   int64   Kineto External id, -1 when absent
+
+`comm_args` (one row per comm, cpu_comm or ps_comm event that carried collective metadata):
+    event (row of `events`), coll_name, in_nelems, out_nelems, dtype, group_size, pg_name, pg_desc,
+    pg_ranks ('0,1,2,3'), seq, input_bytes (from Input Dims x Input type, when shown)
+
+`ranks` (one row per rank): rank, world_size, backend, device ('gpu' | 'cpu'), device_name, host,
+    source (file or archive member), rank_from ('distributedInfo' | 'file name' | 'given'),
+    time_base ('epoch_us' | 'relative_us+baseTimeNanoseconds'), events, skipped, nccl_version
+`pg_config`: rank, pg_name, pg_desc, pg_size, ranks ('0,1'), backend_config  (distributedInfo)
+`threads`: rank, pid, tid, name  (thread_name metadata events)
+`skipped`: rank, reason, count -- every event not in `events`, and why
+
+Pure: pandas only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .patterns import profiler_step
+
+
+@dataclass(frozen=True, eq=False)
+class Traces:
+    events: pd.DataFrame
+    comm_args: pd.DataFrame
+    ranks: pd.DataFrame
+    pg_config: pd.DataFrame
+    threads: pd.DataFrame
+    skipped: pd.DataFrame
+    source: str = ""
+    run: dict | None = None  # run.json of a run directory, when loaded from one
+    key: str = ""  # content hash of the input (the cache key)
+    from_cache: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def rank_ids(self) -> list[int]:
+        return sorted(int(r) for r in self.ranks["rank"])
+
+    @property
+    def world_size(self) -> int:
+        """distributedInfo.world_size (all files agree, the loader checked), else highest rank + 1."""
+        sizes = self.ranks["world_size"].dropna()
+        if len(sizes):
+            return int(sizes.max())
+        return int(self.ranks["rank"].max()) + 1 if len(self.ranks) else 0
+
+    @property
+    def steps(self) -> list[int]:
+        """ProfilerStep numbers seen on any rank, ascending."""
+        names = self.events.loc[self.events["kind"] == "step", "name"].unique()
+        return sorted({s for s in (profiler_step(str(n)) for n in names) if s is not None})
+
+    def device_of(self, rank: int) -> str:
+        row = self.ranks.loc[self.ranks["rank"] == rank]
+        return str(row["device"].iloc[0]) if len(row) else "cpu"
+
+    def hosts(self) -> dict[int, str | None]:
+        """rank -> host name, from run.json's hosts when loaded from a run directory, else the trace."""
+        out = {int(r): (h if isinstance(h, str) and h else None)
+               for r, h in zip(self.ranks["rank"], self.ranks["host"])}
+        hosts = (self.run or {}).get("hosts")
+        if isinstance(hosts, dict):
+            for r, info in hosts.items():
+                if isinstance(info, dict) and str(r).isdigit() and isinstance(info.get("hostname"), str):
+                    out[int(r)] = info["hostname"]
+        return out
+
+    def rank_events(self, rank: int) -> pd.DataFrame:
+        return self.events[self.events["rank"] == rank]
+
+    def summary(self) -> str:
+        """A few lines for a terminal: ranks, events, devices, what was skipped."""
+        lines = [f"{self.source}: {len(self.ranks)} rank(s) of world size {self.world_size}, "
+                 f"{len(self.events):,} events" + (" (from cache)" if self.from_cache else "")]
+        for row in self.ranks.itertuples():
+            lines.append(f"  rank {row.rank}: {row.device} {row.device_name or ''} {row.backend or ''}, "
+                         f"{row.events:,} events, {row.skipped:,} skipped, from {row.source}".replace("  ,", ","))
+        if len(self.skipped):
+            agg = self.skipped.groupby("reason", sort=False)["count"].sum().sort_values(ascending=False)
+            lines.append("  skipped: " + "; ".join(f"{n:,} {reason}" for reason, n in agg.items()))
+        return "\n".join(lines)
