@@ -107,26 +107,49 @@ def _fail(message: str, as_json: bool) -> int:
     return 2
 
 
+def _from_import(args: argparse.Namespace, argv: list[str]):
+    """Issue #7: model and plan from a Megatron-LM script, torchtitan TOML or plan JSON; the world size
+    from --nodes when given, else from the file (torchrun --nnodes x --nproc_per_node, ...)."""
+    from .importers import import_plan, place
+
+    imported = import_plan(args.import_file)
+    model = imported.model or model_from_args(args)  # a bare plan JSON names no model
+    if imported.gpus_per_node and args.gpus_per_node is None and imported.cluster is None:
+        args.gpus_per_node = imported.gpus_per_node
+    if imported.cluster is not None and not any(a.split("=")[0] == "--cluster" for a in argv):
+        base = imported.cluster
+    else:
+        nodes, args.nodes = args.nodes, 1
+        base = cluster_from_args(args, 1)
+        args.nodes = nodes
+    imported, cluster = place(imported, base, args.nodes)
+    args.flash_attention = args.flash_attention or imported.options.get("flash_attention", False)
+    args.no_dropout = args.no_dropout or imported.options.get("dropout") is False
+    return model, imported.plan, cluster, imported
+
+
+def _import_text(summary: dict) -> str:
+    out = ["", f"imported from {summary['source']} ({summary['kind']}): world size from {summary['world_from']}"]
+    out += [f"  unknown: {', '.join(summary['unknown'])}"] if summary["unknown"] else []
+    out += [f"  note: {n}" for n in summary["notes"]]
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     try:
         if args.import_file:
-            from .importers import import_plan  # issue #7
-
-            imported = import_plan(args.import_file)
-            model, plan = imported.model, imported.plan
-            world = imported.world_size or plan.world_size
-            if imported.nodes and args.nodes is None:
-                args.nodes, args.gpus_per_node = imported.nodes, args.gpus_per_node or imported.gpus_per_node
+            model, plan, cluster, imported = _from_import(args, argv)
         else:
             model, plan = model_from_args(args), plan_from_args(args)
-            world = plan.world_size
-        cluster = cluster_from_args(args, world)
+            cluster = cluster_from_args(args, plan.world_size)
         options = options_from_args(args)
     except (SpecError, ValueError, OSError) as err:
         return _fail(str(err), args.json)
     rep = plan_report(plan, model, cluster, options)
     if args.import_file:
         rep["imported"] = imported.summary()
-    print(json.dumps(rep, ensure_ascii=False) if args.json else render_text(rep))
+    text = None if args.json else render_text(rep) + (_import_text(rep["imported"]) if args.import_file else "")
+    print(json.dumps(rep, ensure_ascii=False) if args.json else text)
     return 0 if rep["valid"] else 2

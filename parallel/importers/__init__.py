@@ -1,0 +1,84 @@
+"""Import a plan from what teams already have: a Megatron-LM launch script or command line, a
+torchtitan TOML, or ParaScope's plan / report / review JSON.
+
+    from parallel.importers import import_plan
+    imported = import_plan("train_gpt3_175b_distributed.sh")      # or import_text(text, kind=...)
+    imported.model, imported.plan, imported.world_size, imported.summary()
+
+`python -m parallel plan --import FILE [cluster flags] [--json]` prints the plan report of the import.
+Unknown flags are listed in `summary()["unknown"]`, never fatal; malformed input raises ImportFailed
+naming the file and line. Pure: stdlib only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..specs import Cluster
+from .base import ImportFailed, Imported
+from .megatron import import_megatron
+from .plan_json import import_plan_json
+from .torchtitan import import_torchtitan
+
+KINDS = ("megatron", "torchtitan", "plan-json")
+__all__ = ["KINDS", "ImportFailed", "Imported", "detect", "import_plan", "import_text", "place"]
+
+
+def detect(text: str, name: str = "") -> str:
+    """megatron | torchtitan | plan-json, from the file name's suffix or else the text."""
+    suffix = Path(name).suffix.lower()
+    if suffix == ".toml":
+        return "torchtitan"
+    if suffix == ".json":
+        return "plan-json"
+    if suffix in (".sh", ".bash", ".slurm", ".sbatch"):
+        return "megatron"
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        return "plan-json"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    if lines and all(ln.startswith("[") or "=" in ln and " --" not in ln for ln in lines) and \
+            any(ln.startswith("[") for ln in lines):
+        return "torchtitan"
+    return "megatron"
+
+
+def import_text(text: str, name: str = "pasted text", kind: str | None = None) -> Imported:
+    kind = kind or detect(text, name)
+    if kind not in KINDS:
+        raise ImportFailed(f"unknown import kind {kind!r}; known: {', '.join(KINDS)}")
+    if not text.strip():
+        raise ImportFailed(f"{name}: empty")
+    return {"megatron": import_megatron, "torchtitan": import_torchtitan, "plan-json": import_plan_json}[kind](text, name)
+
+
+def import_plan(path: str | Path, kind: str | None = None) -> Imported:
+    """Import the file at `path` (its kind from the suffix, else sniffed)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ImportFailed(f"{path}: cannot read it ({err.strerror or err})") from None
+    except UnicodeDecodeError:
+        raise ImportFailed(f"{path}: not a text file") from None
+    return import_text(text, path.name, kind)
+
+
+
+def place(imported: Imported, cluster: Cluster, nodes: int | None = None) -> tuple[Imported, Cluster]:
+    """The import laid out on `cluster`: the world size from `nodes` when given (it overrides the
+    file's), else the file's own; the cluster gets just enough nodes. ImportFailed if neither says."""
+    gpn = cluster.gpus_per_node
+    if nodes is not None:
+        if nodes < 1:
+            raise ImportFailed(f"--nodes must be at least 1, got {nodes}")
+        why = f"--nodes {nodes} × {gpn} GPUs per node"
+        if imported.world_size and imported.world_size != nodes * gpn:
+            why += f" (overrides the file's {imported.world_size} GPUs)"
+        return imported.with_world_size(nodes * gpn, why), cluster.with_nodes(nodes)
+    if imported.world_size is None:
+        raise ImportFailed(f"{imported.source}: {imported.world_from}; give --nodes N (nodes of "
+                           f"{gpn} GPUs) to say how many GPUs the job runs on")
+    world = imported.world_size
+    sized = cluster.with_nodes(imported.nodes) if imported.nodes and imported.nodes * gpn == world else cluster.sized_for(world)
+    return imported, sized

@@ -1,0 +1,387 @@
+"""Megatron-LM: a launch script or a pasted command line -> model, plan and world size.
+
+The script is walked by `shell_eval` (variables, arrays, if-blocks, eval); the command with the most
+Megatron-LM flags is the launch. Its launcher (`torchrun`, `python -m torch.distributed.run|launch`,
+`deepspeed`, `srun`, and `#SBATCH` directives) gives the world size; its flags give the model and
+the plan, read as Megatron-LM's `arguments.py` reads them:
+
+* dp = world / (tp·pp·cp); `--global-batch-size` defaults to micro batch × dp.
+* `--num-layers-per-virtual-pipeline-stage N` -> vpp = layers / (pp·N).
+* `--sequence-parallel` is switched off when tp = 1 (Megatron-LM does the same).
+* `--use-distributed-optimizer` -> ZeRO-1; `--use-torch-fsdp2` -> ZeRO-3;
+  `--data-parallel-sharding-strategy optim|optim_grads|optim_grads_params` -> ZeRO 1|2|3.
+* vocab: `--vocab-size`, or GPT-2 BPE (50257) with `--vocab-file/--merge-file`, padded to a multiple
+  of `--make-vocab-size-divisible-by` (128) × tp as Megatron-LM pads it.
+* `--swiglu` -> the llama architecture (gated MLP; ffn default int(8h/3/64)·64), else gpt.
+* `--attention-backend flash|fused|auto` or `--use-flash-attn` -> no s² scores kept; both dropouts
+  0 -> no dropout masks (modelling hints, `Imported.options`).
+
+Flags that change nothing in the plan model (optimizer, data, logging, ...) are recognised and
+dropped; any other flag is listed in `unknown`. Pure: stdlib only.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..plan import Plan
+from ..specs import MODELS, Model, SpecError
+from .base import Imported, failure
+from .shell_eval import UNRESOLVED, ShellError, Word, run
+
+USED = {  # flag -> (type, key)
+    "--tensor-model-parallel-size": ("int", "tp"), "--model-parallel-size": ("int", "tp"),
+    "--pipeline-model-parallel-size": ("int", "pp"), "--context-parallel-size": ("int", "cp"),
+    "--sequence-parallel": ("true", "sp"), "--micro-batch-size": ("int", "micro_batch"),
+    "--global-batch-size": ("int", "global_batch"),
+    "--num-layers-per-virtual-pipeline-stage": ("int", "layers_per_virtual_stage"),
+    "--virtual-pipeline-model-parallel-size": ("int", "vpp"), "--num-virtual-stages-per-pipeline-rank": ("int", "vpp"),
+    "--num-layers": ("int", "layers"), "--hidden-size": ("int", "hidden"), "--num-attention-heads": ("int", "heads"),
+    "--group-query-attention": ("true", "gqa"), "--num-query-groups": ("int", "kv_heads"),
+    "--ffn-hidden-size": ("int", "ffn_hidden"), "--seq-length": ("int", "seq_len"),
+    "--encoder-seq-length": ("int", "seq_len"), "--max-position-embeddings": ("int", "max_pos"),
+    "--vocab-size": ("int", "vocab"), "--make-vocab-size-divisible-by": ("int", "vocab_divisor"),
+    "--kv-channels": ("int", "kv_channels"), "--swiglu": ("true", "swiglu"),
+    "--untie-embeddings-and-output-weights": ("true", "untied"), "--disable-bias-linear": ("true", "no_bias"),
+    "--normalization": ("str", "norm"), "--bf16": ("true", "bf16"), "--fp16": ("true", "fp16"),
+    "--recompute-granularity": ("str", "recompute"), "--recompute-activations": ("true", "recompute_activations"),
+    "--checkpoint-activations": ("true", "checkpoint_activations"),
+    "--activations-checkpoint-method": ("str", "checkpoint_method"), "--recompute-method": ("str", "recompute_method"),
+    "--recompute-num-layers": ("int", "recompute_layers"),
+    "--use-distributed-optimizer": ("true", "distributed_optimizer"), "--use-torch-fsdp2": ("true", "fsdp2"),
+    "--data-parallel-sharding-strategy": ("str", "sharding"), "--use-tp-pp-dp-mapping": ("true", "tp_pp_dp"),
+    "--attention-backend": ("str", "attention_backend"), "--use-flash-attn": ("true", "flash"),
+    "--attention-dropout": ("float", "attention_dropout"), "--hidden-dropout": ("float", "hidden_dropout"),
+    "--tokenizer-type": ("str", "tokenizer"), "--vocab-file": ("path", "vocab_file"), "--merge-file": ("path", "merge_file"),
+    "--num-experts": ("int", "experts"), "--expert-model-parallel-size": ("int", "ep"),
+    "--overlap-grad-reduce": ("true", "overlap_grad_reduce"), "--tp-comm-overlap": ("true", "tp_comm_overlap"),
+    "--rampup-batch-size": ("list", "rampup"), "--cp-comm-type": ("str", "cp_comm_type"),
+    "--fp8-format": ("str", "fp8"), "--decoder-first-pipeline-num-layers": ("int", "first_stage_layers"),
+    "--decoder-last-pipeline-num-layers": ("int", "last_stage_layers"),
+}
+# Recognised, and without effect on memory, communication or time in the plan model.
+IGNORED = re.compile(
+    r"--(lr|min-lr|adam-|weight-decay|start-weight|end-weight|clip-grad|init-method|data-|split|tokenizer-|save|load|"
+    r"log-|eval-|tensorboard|wandb|train-|seed|exit-|ckpt-|profile|use-pytorch-profiler|num-workers|dataloader|mock-data|"
+    r"use-mcore|use-legacy|distributed-|loss-scale|initial-loss-scale|hysteresis|no-|fp8-|rotary-|apply-|manual-gc|"
+    r"empty-unused|transformer-impl|optimizer|sgd-|decoupled-|cross-entropy|calculate-per-token|grad-reduce-in|bias-|"
+    r"masked-softmax|attention-softmax|accumulate-allreduce|DDP-impl|rerun-|tiktoken|use-checkpoint-args|finetune|"
+    r"vocab-extra|moe-|overlap-param-gather|position-embedding-type|add-bias|add-qkv-bias|qk-layernorm|"
+    r"use-rotary|timing-log|override-opt|use-cpu-init|use-contiguous|log_|micro-batch-size-|"
+    r"keep-fp8|use-precision-aware|main-grads|main-params|exp-avg|ddp-|fp16-lm|fp32-residual|"
+    r"squared-relu|openai-gelu|onnx|recompute-modules|align-|delay-|defer-|check-for|result-rejected|"
+    r"eod-mask|reset-|kv-lora|q-lora|multi-latent|cuda-graph|enable-|disable-|te-|nccl-|high-priority|"
+    r"deterministic|num-dataset|object-storage|full-validation|timing|barrier|use-dist-ckpt|auto-detect|"
+    r"dist-ckpt|async-save|non-persistent|pretrained-checkpoint|tensorboard-dir|use-fused|"
+    r"gradient-accumulation-fusion)")
+LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed", "srun", "mpirun")
+WORLD_FLAGS = {"--nnodes": "nodes", "--num_nodes": "nodes", "--nodes": "nodes", "-N": "nodes",
+               "--nproc_per_node": "gpus", "--nproc-per-node": "gpus", "--num_gpus": "gpus",
+               "--ntasks-per-node": "gpus", "--gpus-per-node": "gpus"}
+
+
+def _is_flag(text: str) -> bool:
+    return (text.startswith("--") and len(text) > 2) or bool(re.fullmatch(r"-[A-Za-z]", text))
+
+
+def _sbatch(text: str) -> dict[str, str]:
+    """Nodes and tasks per node from `#SBATCH` lines, as the SLURM_* variables a job sees."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.startswith("#SBATCH"):
+            continue
+        for key, value in re.findall(r"(--nodes|-N|--ntasks-per-node|--gpus-per-node)[= ]\s*(\d+)", line):
+            if key in ("--nodes", "-N"):
+                out["SLURM_NNODES"] = out["SLURM_JOB_NUM_NODES"] = value
+            else:
+                out["SLURM_NTASKS_PER_NODE"] = out["SLURM_GPUS_PER_NODE"] = value
+    return out
+
+
+class _Reader:
+    def __init__(self, text: str, source: str):
+        self.text, self.source, self.lines = text, source, text.splitlines()
+        self.notes: list[str] = []
+        self.unknown: list[str] = []
+        self.unset: dict[str, int] = {}
+        self.seen: dict[str, object] = {}  # flag as written -> value
+
+    def fail(self, line: int | None, message: str):
+        return failure(self.source, line, message, self.text)
+
+    def where(self, flag: str, line: int) -> int:
+        """The source line that spells `flag` (the word's own line, else the first line naming it)."""
+        pat = re.compile(rf"(?<![\w-]){re.escape(flag)}(?![\w-])")
+        if 0 < line <= len(self.lines) and pat.search(self.lines[line - 1]):
+            return line
+        return next((i + 1 for i, ln in enumerate(self.lines) if pat.search(ln) and not ln.lstrip().startswith("#")),
+                    line)
+
+    def value(self, flag: str, kind: str, words: list[Word], line: int):
+        ln = self.where(flag, line)
+        if kind == "path":  # only its presence matters (e.g. a GPT-2 BPE vocabulary file)
+            return words[0].text.replace(UNRESOLVED, "") if words else ""
+        if not words:
+            unset = [n for n, _ in self.unset.items() if re.search(rf"\$\{{?{n}\b", self.lines[ln - 1] if ln else "")]
+            why = f" ({', '.join(unset)} {'is' if len(unset) == 1 else 'are'} not set in the script)" if unset else ""
+            raise self.fail(ln, f"{flag} needs a value{why}")
+        text = words[0].text
+        if UNRESOLVED in text:
+            raise self.fail(ln, f"{flag} takes its value from `{text.replace(UNRESOLVED, '')}`, a command this "
+                                f"importer does not run; write the number in the script")
+        if kind == "int":
+            try:
+                value = int(text)
+            except ValueError:
+                raise self.fail(ln, f"{flag} expects an integer, got {text!r}") from None
+            if value < 1:
+                raise self.fail(ln, f"{flag} must be at least 1, got {value}")
+            return value
+        if kind == "float":
+            try:
+                return float(text)
+            except ValueError:
+                raise self.fail(ln, f"{flag} expects a number, got {text!r}") from None
+        return [w.text for w in words] if kind == "list" else text
+
+    def flags(self, words: list[Word]) -> dict:
+        """Megatron flags -> {key: (value, line)}; unknown flags collected, values of ignored flags skipped."""
+        out: dict = {}
+        i = 0
+        while i < len(words):
+            w = words[i]
+            i += 1
+            if not _is_flag(w.text):
+                continue
+            flag, _, inline = w.text.partition("=")
+            vals = [Word(inline, w.line)] if inline else []
+            while not inline and i < len(words) and not _is_flag(words[i].text):
+                vals.append(words[i])
+                i += 1
+            kind, key = USED.get(flag, (None, None))
+            if key is None:
+                if not IGNORED.match(flag) and flag not in self.unknown:
+                    self.unknown.append(flag)
+                continue
+            self.seen[flag] = True if kind == "true" else None
+            if kind == "true":
+                out[key] = (True, self.where(flag, w.line))
+                if vals:
+                    self.notes.append(f"line {self.where(flag, w.line)}: {flag} takes no value; "
+                                      f"{' '.join(v.text for v in vals)!r} after it is ignored")
+                continue
+            out[key] = (self.value(flag, kind, vals if kind == "list" else vals[:1], w.line), self.where(flag, w.line))
+            self.seen[flag] = out[key][0]
+        return out
+
+
+def _launch(commands: list[list[Word]]) -> tuple[list[Word], list[Word]]:
+    """(launcher words, Megatron words) of the command carrying the most Megatron flags."""
+    def score(cmd):
+        return sum(1 for w in cmd if w.text.partition("=")[0] in USED)
+
+    best = max(commands, key=score, default=None)
+    if best is None or score(best) == 0:
+        return [], []
+    script = next((i for i, w in enumerate(best) if w.text.endswith(".py")), None)
+    if script is None:
+        first = next(i for i, w in enumerate(best) if _is_flag(w.text))
+        return best[:first], best[first:]
+    return best[:script], best[script + 1:]
+
+
+def _world(r: _Reader, launcher: list[Word], sbatch: dict[str, str]) -> tuple[int | None, int | None, int | None, str]:
+    """(world, nodes, gpus per node, where from) from the launcher's flags, else #SBATCH."""
+    found: dict[str, tuple[str, int]] = {}
+    i = 0
+    while i < len(launcher):
+        flag, _, inline = launcher[i].text.partition("=")
+        if flag in WORLD_FLAGS and (inline or i + 1 < len(launcher)):
+            found.setdefault(WORLD_FLAGS[flag], (inline or launcher[i + 1].text, launcher[i].line))
+        if flag == "--standalone":
+            found.setdefault("nodes", ("1", launcher[i].line))
+        i += 1
+    names = {w.text.rsplit("/", 1)[-1] for w in launcher}
+    is_torchrun = bool(names & {"torchrun", "torch.distributed.run", "torch.distributed.launch"})
+    if is_torchrun and "nodes" not in found and "gpus" in found:
+        found["nodes"] = ("1", found["gpus"][1])  # torchrun's default --nnodes
+    if "nodes" not in found and "SLURM_NNODES" in sbatch:
+        found["nodes"] = (sbatch["SLURM_NNODES"], 0)
+    if "gpus" not in found and "SLURM_NTASKS_PER_NODE" in sbatch and not is_torchrun:
+        found["gpus"] = (sbatch["SLURM_NTASKS_PER_NODE"], 0)
+    values: dict[str, int] = {}
+    for key, (text, line) in found.items():
+        if ":" in text and key == "nodes":  # elastic MIN:MAX
+            r.notes.append(f"line {line}: elastic --nnodes {text}: the largest, {text.split(':')[-1]}, is used")
+            text = text.split(":")[-1]
+        try:
+            values[key] = int(text)
+        except ValueError:
+            shown = text.replace(UNRESOLVED, "")
+            r.notes.append(f"line {line}: the {'nodes' if key == 'nodes' else 'GPUs per node'} come from {shown!r}, "
+                           f"which this importer cannot evaluate")
+    nodes, gpus = values.get("nodes"), values.get("gpus")
+    if nodes and gpus:
+        line = found["gpus"][1] or found["nodes"][1]
+        where = f"line {line}: " if line else "#SBATCH: " if not (found["gpus"][1] and found["nodes"][1]) else ""
+        return nodes * gpus, nodes, gpus, f"{where}{nodes} nodes × {gpus} GPUs per node"
+    return None, nodes, gpus, "the launch command does not say how many GPUs it runs on"
+
+
+def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
+    get = {k: v for k, (v, _) in f.items()}
+    missing = [flag for flag, key in (("--num-layers", "layers"), ("--hidden-size", "hidden"),
+                                      ("--num-attention-heads", "heads")) if key not in get]
+    seq = get.get("seq_len") or get.get("max_pos")
+    if seq is None:
+        missing.append("--seq-length")
+    if missing:
+        raise r.fail(launch_line, f"the launch command gives no {', '.join(missing)}: the model's shape is unknown")
+    if "seq_len" not in get:
+        r.notes.append(f"no --seq-length: --max-position-embeddings {seq} used as the sequence length")
+    h, heads, layers = get["hidden"], get["heads"], get["layers"]
+    kv = heads
+    if "kv_heads" in get and get.get("gqa"):
+        kv = get["kv_heads"]
+    elif "kv_heads" in get:
+        r.notes.append(f"line {f['kv_heads'][1]}: --num-query-groups without --group-query-attention "
+                       f"is ignored by Megatron-LM: plain multi-head attention")
+    llama = bool(get.get("swiglu"))
+    ffn = get.get("ffn_hidden") or (int(4 * h * 2 / 3 / 64) * 64 if llama else 4 * h)
+    if llama and not get.get("untied"):
+        r.notes.append("--swiglu with tied embeddings: modelled as the llama architecture (untied output layer)")
+    if not llama and get.get("untied"):
+        r.notes.append("--untie-embeddings-and-output-weights with a GeLU MLP: modelled as the gpt architecture (tied)")
+    if "kv_channels" in get and get["kv_channels"] != h // heads:
+        r.notes.append(f"--kv-channels {get['kv_channels']} differs from hidden/heads = {h // heads}: "
+                       f"the plan model uses hidden/heads")
+    dtype = 2 if get.get("bf16") or get.get("fp16") else 4
+    if dtype == 4:
+        r.notes.append("neither --bf16 nor --fp16: fp32 training (Megatron-LM's default), 4-byte weights and activations")
+    if get.get("fp8"):
+        r.notes.append(f"--fp8-format {get['fp8']}: FP8 GEMMs are not modelled; bf16 activations assumed")
+    shape = dict(layers=layers, hidden=h, heads=heads, kv_heads=kv, ffn_hidden=ffn, seq_len=seq, dtype_bytes=dtype,
+                 arch="llama" if llama else "gpt")
+    like = next((m for m in MODELS.values() if all(getattr(m, k) == shape[k] for k in
+                                                   ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "arch"))), None)
+    vocab = get.get("vocab")
+    if vocab is None and (get.get("tokenizer") == "GPT2BPETokenizer" or "vocab_file" in get or "merge_file" in get):
+        vocab = 50257
+        r.notes.append("GPT-2 BPE tokenizer (--vocab-file/--merge-file): vocabulary 50257")
+    elif vocab is None and like is not None:
+        vocab = like.vocab
+        r.notes.append(f"no --vocab-size (tokenizer {get.get('tokenizer', 'unknown')}): {vocab}, the vocabulary of "
+                       f"the preset {like.name} with the same shape")
+    elif vocab is None:
+        vocab = 51200
+        r.notes.append("no --vocab-size and an unknown tokenizer: vocabulary 51200 assumed")
+    divisor = get.get("vocab_divisor", 128) * tp
+    padded = -(-vocab // divisor) * divisor
+    if padded != vocab:
+        r.notes.append(f"vocabulary {vocab} padded to {padded}, a multiple of make-vocab-size-divisible-by × tp = "
+                       f"{divisor}, as Megatron-LM pads it")
+    shape["vocab"] = padded
+    exact = next((m for m in MODELS.values() if m.to_dict() == {**shape, "name": m.name}), None)
+    if exact:
+        return exact
+    if like is not None:
+        diff = ",".join(f"{k}={shape[k]}" for k in ("seq_len", "vocab", "dtype_bytes") if getattr(like, k) != shape[k])
+        name = f"{like.name} ({diff})"
+    else:
+        name = f"megatron L{layers} h{h} a{heads}" + (f" kv{kv}" if kv != heads else "")
+    try:
+        return Model(name=name, **shape)
+    except SpecError as err:
+        raise r.fail(launch_line, f"the model's shape is not valid: {err}") from None
+
+
+def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
+    get = {k: v for k, (v, _) in f.items()}
+    line = {k: ln for k, (_, ln) in f.items()}
+    tp, pp, cp = get.get("tp", 1), get.get("pp", 1), get.get("cp", 1)
+    sp = bool(get.get("sp"))
+    if sp and tp == 1:
+        r.notes.append(f"line {line['sp']}: --sequence-parallel with tp = 1: Megatron-LM turns it off")
+        sp = False
+    vpp = get.get("vpp", 1)
+    if "layers_per_virtual_stage" in get:
+        per = get["layers_per_virtual_stage"]
+        if layers % (pp * per):
+            raise r.fail(line["layers_per_virtual_stage"], f"--num-layers-per-virtual-pipeline-stage {per}: layers "
+                                                           f"{layers} are not divisible by pp×{per} = {pp * per}")
+        vpp = layers // (pp * per)
+    zero = 1 if get.get("distributed_optimizer") else 0
+    if get.get("fsdp2"):
+        zero = 3
+    if "sharding" in get:
+        zero = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}.get(get["sharding"], zero)
+    recompute = "none"
+    if get.get("recompute_activations"):
+        recompute = "selective"
+    if get.get("checkpoint_activations") or get.get("checkpoint_method"):
+        recompute = "full"
+    if "recompute" in get:
+        if get["recompute"] not in ("full", "selective"):
+            raise r.fail(line["recompute"], f"--recompute-granularity must be full or selective, got {get['recompute']!r}")
+        recompute = get["recompute"]
+    if recompute == "full" and "recompute_layers" in get and get.get("recompute_method") == "block" \
+            and get["recompute_layers"] < layers // (pp * vpp):
+        r.notes.append(f"--recompute-method block --recompute-num-layers {get['recompute_layers']}: only some layers "
+                       f"recomputed; modelled as full recompute of every layer")
+    plan = dict(tp=tp, pp=pp, cp=cp, sp=sp, micro_batch=get.get("micro_batch", 1), vpp=vpp, zero=zero,
+                recompute=recompute, order="tp-cp-ep-pp-dp" if get.get("tp_pp_dp") else "tp-cp-ep-dp-pp")
+    for key, text in (("experts", "mixture of experts (--num-experts) is not modelled: the MLP is counted dense"),
+                      ("overlap_grad_reduce", "--overlap-grad-reduce: give the plan --dp-overlap to model the hidden "
+                                              "gradient reduction"),
+                      ("tp_comm_overlap", "--tp-comm-overlap: TP communication overlap is not modelled (it counts as exposed)"),
+                      ("rampup", "--rampup-batch-size: the plan uses the final global batch"),
+                      ("cp_comm_type", "--cp-comm-type: CP is modelled as all-gathered K/V"),
+                      ("first_stage_layers", "uneven pipeline stages are not modelled: layers split evenly"),
+                      ("last_stage_layers", "uneven pipeline stages are not modelled: layers split evenly")):
+        if key in get:
+            r.notes.append(f"line {line[key]}: {text}")
+    options = {}
+    backend = get.get("attention_backend")
+    if get.get("flash") or backend in ("flash", "fused", "auto"):
+        options["flash_attention"] = True
+    if get.get("attention_dropout") == 0 and get.get("hidden_dropout") == 0:
+        options["dropout"] = False
+    return plan, options
+
+
+def import_megatron(text: str, source: str = "pasted text") -> Imported:
+    r = _Reader(text, source)
+    sbatch = _sbatch(text)
+    try:
+        result = run(text, sbatch)
+    except ShellError as err:
+        raise r.fail(err.line, str(err)) from None
+    r.unset = result.unset
+    launcher, words = _launch(result.commands)
+    if not words:
+        raise r.fail(None, "no Megatron-LM launch found: expected a command such as `torchrun ... pretrain_gpt.py "
+                           "--tensor-model-parallel-size 8 ...` (a script or a pasted command line)")
+    flags = r.flags(words)
+    launch_line = (launcher or words)[0].line
+    world, nodes, gpus, world_from = _world(r, launcher, sbatch)
+    plan_fields, options = _plan(r, flags, flags.get("layers", (1, 0))[0])
+    model = _model(r, flags, plan_fields["tp"], launch_line)
+    gb = flags.get("global_batch", (None, 0))[0]
+    if gb is None:
+        r.notes.append("no --global-batch-size: micro batch × dp (Megatron-LM's default)")
+    try:
+        plan = Plan(dp=1, global_batch=gb or plan_fields["micro_batch"], **plan_fields)
+    except SpecError as err:
+        raise r.fail(launch_line, str(err)) from None
+    imported = Imported(kind="megatron", source=source, model=model, plan=plan, world_size=None, nodes=nodes,
+                        gpus_per_node=gpus, world_from=world_from,
+                        recognised=dict(r.seen), unknown=tuple(r.unknown),
+                        notes=tuple(result.notes + r.notes), options=options, global_batch=gb)
+    if world is None:
+        return imported
+    replica = plan.tp * plan.pp * plan.cp
+    if world % replica:  # e.g. an example published for one node, to be scaled up by its user
+        return Imported(**{**imported.__dict__, "world_from": f"{world_from} = {world} GPUs, which cannot hold "
+                                                               f"tp×pp×cp = {replica}: not used",
+                           "nodes": None, "gpus_per_node": gpus})
+    return imported.with_world_size(world, world_from)

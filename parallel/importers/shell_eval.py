@@ -1,0 +1,344 @@
+"""Walk a launch script the way bash would, without running anything: the commands it would run.
+
+`run(text)` keeps the script's variables and arrays as it goes, expands `$X`, `${X:-default}`,
+`${X:=v}`, `${X:+v}`, `${#X}`, `${A[@]}`, `$((arithmetic))`, splits unquoted expansions into words,
+takes the branch of `if` whose `[ ... ]` / `[[ ... ]]` test holds, follows `eval "..."` and
+`sh -c "..."`, and returns every simple command with each word's line. What it cannot know stays
+visible: a command substitution (`$(nvidia-smi ...)`, backticks) expands to a marked placeholder
+(`UNRESOLVED`), a test it cannot decide is taken as false, and each such place is noted with its line.
+Nothing is read from this machine's environment; `env=` seeds variables (e.g. from `#SBATCH`).
+
+Pure: stdlib only.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from dataclasses import dataclass, field
+
+from .shell import NAME, If, ShellError, Simple, Skip, lex, parse, plain
+
+UNRESOLVED = "\x00"  # prefix of text that came from a command this reader does not run
+__all__ = ["Result", "ShellError", "UNRESOLVED", "Word", "run"]
+
+
+@dataclass(frozen=True)
+class Word:
+    text: str
+    line: int
+
+
+@dataclass
+class Result:
+    commands: list[list[Word]] = field(default_factory=list)
+    env: dict[str, list[Word]] = field(default_factory=dict)  # arrays and scalars (one Word)
+    notes: list[str] = field(default_factory=list)
+    unset: dict[str, int] = field(default_factory=dict)  # variables used but never set -> first line
+    comments: list[tuple[int, str]] = field(default_factory=list)
+
+
+_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: lambda a, b: int(a / b),
+          ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+
+
+def _arith(node):
+    if isinstance(node, ast.Expression):
+        return _arith(node.body)
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
+        return _ARITH[type(node.op)](_arith(node.left), _arith(node.right))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return -_arith(node.operand) if isinstance(node.op, ast.USub) else _arith(node.operand)
+    raise ValueError("not integer arithmetic")
+
+
+class Shell:
+    def __init__(self, env: dict[str, str] | None = None):
+        self.r = Result(env={k: [Word(str(v), 0)] for k, v in (env or {}).items()})
+
+    def note(self, line: int, text: str) -> None:
+        msg = f"line {line}: {text}"
+        if msg not in self.r.notes:
+            self.r.notes.append(msg)
+
+    # ------------------------------------------------------------ statements
+    def run(self, nodes: list) -> None:
+        for node in nodes:
+            if isinstance(node, Simple):
+                self.simple(node)
+            elif isinstance(node, If):
+                self.branch(node)
+            elif isinstance(node, Skip):
+                self.note(node.line, f"{node.what} not followed (its body is not read)")
+
+    def branch(self, node: If) -> None:
+        for cond, body in node.branches:
+            verdict = self.condition(cond)
+            if verdict is None and _sets_something(body):
+                self.note(node.line, "a test this reader cannot decide was taken as false")
+            if verdict:
+                self.run(body)
+                return
+        self.run(node.orelse)
+
+    def condition(self, cond: list[Simple]) -> bool | None:
+        """`a && b || c` the way bash short-circuits it; None where a test cannot be decided."""
+        if not cond:
+            return True
+        value: bool | None = None
+        for i, cmd in enumerate(cond):
+            if i and ((cmd.connector == "&&" and value is False) or (cmd.connector == "||" and value is True)):
+                continue
+            self.assign(cmd)
+            result = self.test([w for parts, line in cmd.words for w in self.expand(parts, line)])
+            if i and cmd.connector == "&&":
+                value = False if False in (value, result) else None if None in (value, result) else True
+            elif i and cmd.connector == "||":
+                value = True if True in (value, result) else None if None in (value, result) else False
+            else:
+                value = result
+        return value
+
+    def simple(self, node: Simple) -> None:
+        self.assign(node)
+        argv = [w for parts, line in node.words for w in self.expand(parts, line)]
+        if not argv:
+            return
+        head = argv[0].text
+        shell_c = next((i for i in range(len(argv) - 2) if argv[i].text.rsplit("/", 1)[-1] in ("sh", "bash")
+                        and argv[i + 1].text == "-c"), None)
+        if head == "eval":
+            self.nested(" ".join(w.text for w in argv[1:]), node.line)
+        elif shell_c is not None:  # sh -c "...", also behind srun / docker exec
+            self.nested(argv[shell_c + 2].text, node.line)
+        elif head in (".", "source"):
+            self.note(node.line, f"`{head} {argv[1].text if len(argv) > 1 else ''}` not followed (other files are not read)")
+        elif head == "unset":
+            for w in argv[1:]:
+                self.r.env.pop(w.text, None)
+        else:
+            self.r.commands.append(argv)
+
+    def nested(self, text: str, line: int) -> None:
+        if UNRESOLVED in text:
+            self.note(line, "eval of text that holds an unresolved command substitution")
+        tokens, _ = lex(text.replace(UNRESOLVED, ""), line)
+        from .shell import Parser
+
+        self.run(Parser([(k, v, line) for k, v, _ in tokens]).parse_list())
+
+    def assign(self, node: Simple) -> None:
+        for name, append, value, line in node.assigns:
+            if isinstance(value, list) and value and isinstance(value[0], tuple) and len(value[0]) == 2 \
+                    and isinstance(value[0][0], list):
+                words = [w for parts, ln in value for w in self.expand(parts, ln)]
+            elif isinstance(value, list) and value == []:
+                words = []
+            else:
+                text = self.expand_joined(value, line)
+                words = [Word(text, line)]
+                if append and name in self.r.env:
+                    old = self.r.env[name]
+                    words = [Word((old[0].text if old else "") + text, line)] + old[1:] if len(old) <= 1 \
+                        else old + words
+                    append = False
+            self.r.env[name] = (self.r.env.get(name, []) + words) if append else words
+
+    # ------------------------------------------------------------ expansion
+    def expand(self, parts: list, line: int) -> list[Word]:
+        """Fields of one word after expansion and splitting of its unquoted expansions."""
+        fields: list[list[str]] = [[]]
+        alive = [False]
+        lines = [line]
+        for kind, text, quoted in parts:
+            if kind == "lit":
+                fields[-1].append(text)
+                alive[-1] = alive[-1] or quoted or bool(text)
+                continue
+            values = self.part(kind, text, line)
+            for k, value in enumerate(values):
+                if quoted:
+                    if k:
+                        fields.append([]), alive.append(False), lines.append(line)
+                    fields[-1].append(value.text)
+                    alive[-1] = True
+                    if value.line:
+                        lines[-1] = value.line
+                    continue
+                pieces = [value.text] if value.text.startswith(UNRESOLVED) else value.text.split()
+                if k and alive[-1]:
+                    fields.append([]), alive.append(False), lines.append(line)
+                if not pieces:
+                    continue
+                if value.text[:1].isspace() and alive[-1]:
+                    fields.append([]), alive.append(False), lines.append(line)
+                for j, piece in enumerate(pieces):
+                    if j:
+                        fields.append([]), alive.append(False), lines.append(line)
+                    fields[-1].append(piece)
+                    alive[-1] = True
+                    if value.line:
+                        lines[-1] = value.line
+                if value.text[-1:].isspace():
+                    fields.append([]), alive.append(False), lines.append(line)
+        return [Word("".join(f), ln) for f, a, ln in zip(fields, alive, lines) if a]
+
+    def expand_joined(self, parts: list, line: int) -> str:
+        """A word expanded without splitting (assignment values, defaults)."""
+        out = []
+        for kind, text, _ in parts:
+            out.append(text if kind == "lit" else " ".join(w.text for w in self.part(kind, text, line)))
+        return "".join(out)
+
+    def expand_text(self, text: str, line: int) -> str:
+        tokens, _ = lex(text, line)
+        return " ".join(self.expand_joined(tok[1], line) for tok in tokens if tok[0] == "word")
+
+    def part(self, kind: str, text: str, line: int) -> list[Word]:
+        if kind == "cmd":
+            if not any(f"`{text}` is a command" in n for n in self.r.notes):
+                self.note(line, f"`{text}` is a command substitution; it is not run")
+            return [Word(UNRESOLVED + text, 0)]
+        if kind == "arith":
+            return [Word(self.arith(text, line), 0)]
+        return self.var(text, line)
+
+    def arith(self, text: str, line: int) -> str:
+        expanded = self.expand_text('"' + text.replace('"', "") + '"', line)
+        if UNRESOLVED not in expanded:
+            expanded = NAME.sub(lambda m: self.scalar(m.group(0)) or "0", expanded)
+            try:
+                return str(_arith(ast.parse(expanded.strip(), mode="eval")))
+            except (SyntaxError, ValueError, ZeroDivisionError, TypeError):
+                pass
+        self.note(line, f"`$(({text}))` could not be evaluated")
+        return UNRESOLVED + f"$(({text}))"
+
+    def scalar(self, name: str) -> str | None:
+        words = self.r.env.get(name)
+        return words[0].text if words else None
+
+    def var(self, expr: str, line: int) -> list[Word]:
+        m = re.fullmatch(r"#([A-Za-z_]\w*)(\[[@*]\])?", expr)
+        if m:
+            words = self.r.env.get(m.group(1), [])
+            return [Word(str(len(words) if m.group(2) else len(words[0].text) if words else 0), 0)]
+        m = re.fullmatch(r"([A-Za-z_]\w*|[0-9@*#?$!-])(?:\[([^\]]+)\])?(.*)", expr, re.S)
+        if not m:
+            self.note(line, f"`${{{expr}}}` not understood")
+            return []
+        name, index, op = m.groups()
+        if name in ("@", "*"):
+            return []
+        if name in ("#", "?", "$", "!", "-"):
+            return [Word("0", 0)]
+        words = self.r.env.get(name)
+        if words is not None and index not in (None, "@", "*"):
+            try:
+                words = [words[int(index)]] if int(index) < len(words) else []
+            except ValueError:
+                words = words[:1]
+        elif words is not None and index is None:
+            words = words[:1]
+        is_set = words is not None
+        empty = not words or all(w.text == "" for w in words)
+        if op:
+            for sym in (":-", ":=", ":+", ":?", "-", "=", "+", "?"):
+                if op.startswith(sym):
+                    arg = op[len(sym):]
+                    missing = (not is_set or empty) if sym.startswith(":") else not is_set
+                    if sym.endswith("+"):
+                        return [Word(self.expand_text(arg, line), 0)] if not missing else [Word("", 0)]
+                    if not missing:
+                        return words
+                    if sym.endswith("?"):
+                        self.r.unset.setdefault(name, line)
+                        return [Word("", 0)]
+                    value = Word(self.expand_text(arg, line), line)
+                    if sym.endswith("="):
+                        self.r.env[name] = [value]
+                    return [value]
+            self.note(line, f"`${{{expr}}}`: this substitution is not evaluated; the plain value is used")
+        if not is_set:
+            if NAME.fullmatch(name):
+                self.r.unset.setdefault(name, line)
+            return [Word("", 0)] if index not in ("@", "*") else []
+        return words
+
+    # ------------------------------------------------------------ tests
+    def test(self, argv: list[Word]) -> bool | None:
+        words = [w.text for w in argv]
+        if not words:
+            return None
+        if words[0] in ("true", ":"):
+            return True
+        if words[0] == "false":
+            return False
+        if words[0] in ("[", "[["):
+            if words[-1] != {"[": "]", "[[": "]]"}[words[0]]:
+                return None
+            words = words[1:-1]
+        elif words[0] == "test":
+            words = words[1:]
+        else:
+            return None
+        return _test(words)
+
+
+QUIET = ("echo", "printf", "exit", "return", "mkdir", "rm", "cd", "touch", "sleep", "set", "unset", "export")
+
+
+def _sets_something(body: list) -> bool:
+    """Whether skipping `body` could change the launch: it assigns, or runs more than bookkeeping."""
+    for node in body:
+        if isinstance(node, If) and any(_sets_something(b) for _, b in node.branches + [([], node.orelse)]):
+            return True
+        if isinstance(node, Simple) and (node.assigns or (node.words and plain(node.words[0][0]) not in QUIET)):
+            return True
+    return False
+
+
+def _test(w: list[str]) -> bool | None:
+    for ors in ("||", "-o"), ("&&", "-a"):
+        for i in range(len(w) - 1, 0, -1):
+            if w[i] in ors:
+                left, right = _test(w[:i]), _test(w[i + 1:])
+                if ors[0] == "||":
+                    return True if True in (left, right) else None if None in (left, right) else False
+                return False if False in (left, right) else None if None in (left, right) else True
+    if w and w[0] == "!":
+        inner = _test(w[1:])
+        return None if inner is None else not inner
+    if any(UNRESOLVED in x for x in w):
+        return None
+    if len(w) == 1:
+        return w[0] != ""
+    if len(w) == 2:
+        op, x = w
+        return {"-z": x == "", "-n": x != ""}.get(op)
+    if len(w) == 3:
+        a, op, b = w
+        if op in ("==", "="):
+            return a == b
+        if op == "!=":
+            return a != b
+        ops = {"-eq": operator.eq, "-ne": operator.ne, "-gt": operator.gt, "-lt": operator.lt, "-ge": operator.ge,
+               "-le": operator.le}
+        if op in ops:
+            try:
+                return ops[op](int(a), int(b))
+            except ValueError:
+                return None
+    return None
+
+
+def run(text: str, env: dict[str, str] | None = None) -> Result:
+    """The commands a launch script would run, with its variables at the end; ShellError if malformed."""
+    nodes, comments = parse(text)
+    shell = Shell(env)
+    shell.r.comments = comments
+    shell.run(nodes)
+    return shell.r

@@ -1,0 +1,198 @@
+"""torchtitan: a training TOML -> model, plan and (when its degrees pin it) world size.
+
+Read as torchtitan's `JobConfig` reads it (torchtitan/config/job_config.py):
+
+* `[parallelism]` dp = data_parallel_replicate_degree × data_parallel_shard_degree, the shard degree
+  -1 meaning "the GPUs left over" (then the world size comes from the caller); tp, pp, cp degrees.
+  FSDP shards parameters, gradients and optimizer states over dp_shard × cp ranks -> ZeRO-3 when
+  that is more than 1 (HSDP's replicas are noted: the plan model shards over all dp × cp ranks).
+  TP always comes with sequence parallelism of the norms (torchtitan's `SequenceParallel` layers).
+* `[training]` local_batch_size (older configs: batch_size; default 8) sequences per DP rank;
+  global_batch_size (-1: local × dp); seq_len (default 2048); mixed_precision_param.
+  Without PP one microbatch is the local batch; with PP, pipeline_parallel_microbatch_size.
+* `pipeline_parallel_schedule`: 1F1B, GPipe, or a looped schedule (Interleaved1F1B, ...) whose
+  stages per rank come from pipeline_parallel_layers_per_stage (default 2).
+* `[activation_checkpoint] mode`: none | selective | full (torchtitan's default: selective).
+* `[model] name/flavor`: llama3 8B / 70B / 405B -> the presets; seq_len from [training].
+* Llama 3 in torchtitan has no dropout and uses SDPA (flash): hints flash_attention, no dropout.
+
+Keys it does not know, in the sections it reads, are listed; other torchtitan sections are skipped.
+Pure: stdlib only (tomllib).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+
+from ..plan import Plan
+from ..specs import MODELS, SpecError
+from .base import Imported, failure
+
+FLAVOURS = {"llama3": {"8B": "llama3-8b", "70B": "llama3-70b", "405B": "llama3-405b"}}
+KNOWN = {  # section -> keys read (True) or known and without effect on the plan model (False)
+    "model": {"name": True, "flavor": True, "tokenizer_path": False, "hf_assets_path": False, "converters": True,
+              "print_after_conversion": False},
+    "training": {"local_batch_size": True, "batch_size": True, "global_batch_size": True, "seq_len": True,
+                 "mixed_precision_param": True, "mixed_precision_reduce": False, "max_norm": False, "steps": False,
+                 "dataset": False, "dataset_path": False, "compile": False, "gc_freq": False, "gc_debug": False,
+                 "seed": False, "deterministic": False, "enable_cpu_offload": True, "warmup_steps": False,
+                 "data_parallel_degree": True, "tensor_parallel_degree": True, "pipeline_parallel_degree": True},
+    "parallelism": {"data_parallel_replicate_degree": True, "data_parallel_shard_degree": True,
+                    "tensor_parallel_degree": True, "pipeline_parallel_degree": True, "context_parallel_degree": True,
+                    "pipeline_parallel_microbatch_size": True, "pipeline_parallel_schedule": True,
+                    "pipeline_parallel_layers_per_stage": True, "enable_sequence_parallel": True,
+                    "expert_parallel_degree": True, "expert_tensor_parallel_degree": False,
+                    "enable_async_tensor_parallel": True, "disable_loss_parallel": False,
+                    "enable_compiled_autograd": False, "fsdp_reshard_after_forward": True,
+                    "pipeline_parallel_split_points": False, "module_fqns_per_model_part": False,
+                    "pipeline_parallel_first_stage_less_layers": False, "pipeline_parallel_last_stage_less_layers": False,
+                    "pipeline_parallel_schedule_csv": False, "context_parallel_rotate_method": True},
+    "activation_checkpoint": {"mode": True, "selective_ac_option": True,
+                              "per_op_sac_force_recompute_mm_shapes_by_fqns": False},
+}
+OTHER_SECTIONS = {"job", "profiling", "metrics", "optimizer", "lr_scheduler", "checkpoint", "compile", "float8", "mx",
+                  "comm", "memory_estimation", "fault_tolerance", "experimental", "validation", "quantize", "debug"}
+LOOPED = {"interleaved1f1b", "loopedbfs", "interleavedzerobubble", "zbvzerobubble", "dualpipev"}
+
+
+class _Toml:
+    def __init__(self, text: str, source: str):
+        self.text, self.source, self.lines = text, source, text.splitlines()
+
+    def line_of(self, section: str, key: str | None = None) -> int | None:
+        current = None
+        for i, raw in enumerate(self.lines, 1):
+            m = re.match(r"\s*\[([^\]]+)\]", raw)
+            if m:
+                current = m.group(1).strip()
+                if key is None and current == section:
+                    return i
+            elif key and current == section and re.match(rf"\s*{re.escape(key)}\s*=", raw):
+                return i
+        return None
+
+    def fail(self, section: str, key: str | None, message: str):
+        return failure(self.source, self.line_of(section, key), message, self.text)
+
+    def int(self, data: dict, section: str, key: str, default: int, allow_minus_one: bool = False) -> int:
+        value = data.get(section, {}).get(key, default)
+        ok = isinstance(value, int) and not isinstance(value, bool) and (value >= 1 or (allow_minus_one and value == -1))
+        if not ok:
+            want = "a positive integer" + (" or -1" if allow_minus_one else "")
+            raise self.fail(section, key, f"[{section}] {key} = {value!r} must be {want}")
+        return value
+
+
+def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
+    t = _Toml(text, source)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        m = re.search(r"line (\d+)", str(err))
+        raise failure(source, int(m.group(1)) if m else None, f"not valid TOML: {err}", text) from None
+    notes, unknown, seen = [], [], {}
+    for section, body in data.items():
+        if section in KNOWN:
+            for key in body if isinstance(body, dict) else []:
+                if key not in KNOWN[section]:
+                    unknown.append(f"[{section}] {key}")
+                elif KNOWN[section][key]:
+                    seen[f"{section}.{key}"] = body[key]
+        elif section not in OTHER_SECTIONS:
+            unknown.append(f"[{section}]")
+
+    # model
+    model_sec = data.get("model", {})
+    name, flavor = model_sec.get("name", "llama3"), str(model_sec.get("flavor", "debugmodel"))
+    preset = FLAVOURS.get(name, {}).get(flavor)
+    if preset is None:
+        known = "; ".join(f"{n}: {', '.join(f)}" for n, f in FLAVOURS.items())
+        raise t.fail("model", "flavor" if name in FLAVOURS else "name",
+                     f"no preset for torchtitan model {name!r} flavour {flavor!r} (known: {known})")
+    model = MODELS[preset]
+    train = data.get("training", {})
+    seq = t.int(data, "training", "seq_len", 2048)
+    if "seq_len" not in train:
+        notes.append("[training] seq_len not set: torchtitan's default 2048")
+    dtype = {"bfloat16": 2, "float32": 4}.get(train.get("mixed_precision_param", "bfloat16"))
+    if dtype is None:
+        raise t.fail("training", "mixed_precision_param", f"[training] mixed_precision_param = "
+                                                          f"{train['mixed_precision_param']!r} must be bfloat16 or float32")
+    if (seq, dtype) != (model.seq_len, model.dtype_bytes):
+        diff = ",".join(f"{k}={v}" for k, v, base in (("seq_len", seq, model.seq_len), ("dtype_bytes", dtype, model.dtype_bytes))
+                        if v != base)
+        model = dataclasses.replace(model, seq_len=seq, dtype_bytes=dtype, name=f"{model.name} ({diff})")
+    if model_sec.get("converters"):
+        notes.append(f"[model] converters = {model_sec['converters']!r}: float8/MX GEMMs are not modelled")
+
+    # degrees: old configs kept them under [training]
+    par_section = "parallelism"
+    if "parallelism" not in data and any(k.endswith("_degree") for k in train):
+        par_section = "training"
+        data = {**data, "parallelism": {"data_parallel_shard_degree": train.get("data_parallel_degree", -1),
+                                        **{k: v for k, v in train.items() if k.endswith("_parallel_degree")}}}
+        notes.append("parallel degrees read from [training] (torchtitan's older layout)")
+    par = data.get("parallelism", {})
+    replicate = t.int(data, "parallelism", "data_parallel_replicate_degree", 1)
+    shard = t.int(data, "parallelism", "data_parallel_shard_degree", -1, allow_minus_one=True)
+    tp = t.int(data, "parallelism", "tensor_parallel_degree", 1)
+    pp = t.int(data, "parallelism", "pipeline_parallel_degree", 1)
+    cp = t.int(data, "parallelism", "context_parallel_degree", 1)
+    local = t.int(data, "training", "local_batch_size" if "local_batch_size" in train else "batch_size", 8)
+    gb = train.get("global_batch_size", -1)
+    gb = gb if isinstance(gb, int) and gb > 0 else None
+    mb = t.int(data, "parallelism", "pipeline_parallel_microbatch_size", 1) if pp > 1 else local
+    if pp > 1 and local % mb:
+        raise t.fail("parallelism", "pipeline_parallel_microbatch_size",
+                     f"local batch {local} is not divisible by pipeline_parallel_microbatch_size {mb}")
+    schedule, vpp = "1f1b", 1
+    sched = str(par.get("pipeline_parallel_schedule", "1F1B"))
+    if pp > 1 and sched.lower() == "gpipe":
+        schedule = "gpipe"
+    elif pp > 1 and sched.lower() in LOOPED:
+        per = par.get("pipeline_parallel_layers_per_stage")
+        vpp = model.layers // (pp * per) if isinstance(per, int) and per > 0 else 2
+        notes.append(f"pipeline_parallel_schedule {sched}: interleaved 1F1B with {vpp} stages per rank"
+                     + ("" if isinstance(per, int) else " (torchtitan's default for looped schedules)")
+                     + ("; its zero-bubble split of backward is not modelled" if "zero" in sched.lower() or "dual" in sched.lower() else ""))
+    elif pp > 1 and sched.lower() != "1f1b":
+        notes.append(f"pipeline_parallel_schedule {sched}: modelled as 1F1B")
+    sp = tp > 1 and par.get("enable_sequence_parallel", True) is not False
+    ac = data.get("activation_checkpoint", {})
+    mode = ac.get("mode", "selective")
+    if mode not in ("none", "selective", "full"):
+        raise t.fail("activation_checkpoint", "mode", f"[activation_checkpoint] mode = {mode!r} must be none, selective or full")
+    if "mode" not in ac:
+        notes.append("[activation_checkpoint] mode not set: torchtitan's default 'selective'")
+    if mode == "selective":
+        option = str(ac.get("selective_ac_option", "2"))
+        notes.append(f"torchtitan selective AC ({'per-op policy' if option == 'op' else f'every {option}th layer'}) "
+                     f"modelled as Megatron-LM's selective recompute (the attention core recomputed)")
+    if replicate > 1 and shard != 1:
+        notes.append(f"HSDP: ZeRO-3 over data_parallel_shard_degree × cp ranks, replicated {replicate}×; the plan "
+                     f"model shards over all dp × cp ranks, so model-state memory is underestimated")
+    for key, why in (("enable_async_tensor_parallel", "async TP overlaps TP communication; it is counted as exposed"),
+                      ("fsdp_reshard_after_forward", "FSDP reshard policy not modelled (ZeRO-3 gathers twice)"),
+                      ("context_parallel_rotate_method", "CP is modelled as all-gathered K/V"),
+                      ("expert_parallel_degree", "expert parallelism is not modelled")):
+        if par.get(key) not in (None, False, 1, "default", "allgather"):
+            notes.append(f"line {t.line_of(par_section, key)}: {key} = {par[key]!r}: {why}")
+    try:
+        plan = Plan(dp=1, tp=tp, pp=pp, cp=cp, sp=sp, micro_batch=mb, global_batch=gb or mb, vpp=vpp,
+                    recompute=mode, schedule=schedule)
+    except SpecError as err:
+        raise t.fail("parallelism", None, str(err)) from None
+    hint = re.search(r"preset for (\d+) ([\w-]+ )?GPUs", text)
+    imported = Imported(kind="torchtitan", source=source, model=model, plan=plan, world_size=None,
+                        world_from="data_parallel_shard_degree = -1 (the GPUs left over) leaves the world size open"
+                                   + (f" (the file's comment: a preset for {hint.group(1)} {hint.group(2) or ''}GPUs)"
+                                      if hint else ""),
+                        recognised=seen, unknown=tuple(unknown), notes=tuple(notes),
+                        options={"flash_attention": True, "dropout": False}, global_batch=gb, local_batch=local,
+                        fsdp_replicate=replicate)
+    if shard == -1:
+        return imported
+    world = replicate * shard * tp * pp * cp
+    return imported.with_world_size(world, f"replicate {replicate} × shard {shard} × tp {tp} × pp {pp} × cp {cp}")
