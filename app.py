@@ -8,4 +8,9 @@ import streamlit as st
 st.set_page_config(page_title="ParaScope", layout="wide")
 
 home = st.Page("pages/home.py", title="Home", default=True)
-st.navigation([home]).run()
+plan_pages = [
+    st.Page("pages/topology.py", title="Topology"),
+    st.Page("pages/activation_memory.py", title="Activation memory"),
+    st.Page("pages/tp_scaling.py", title="TP scaling"),
+]
+st.navigation({"Runs": [home], "Plan": plan_pages}).run()

@@ -43,3 +43,10 @@ def test_defaults_and_fitted_nodes():
 def test_bad_values_raise_spec_error(params, message):
     with pytest.raises(SpecError, match=message.replace("(", r"\(")):
         plan_from_params(params)
+
+
+def test_usable_params_keeps_the_good_keys():
+    from ui.plan_params import usable_params
+    good, errors = usable_params({"model": "gpt3-22b", "tp": "x", "sp": "2", "dp": "4", "other": "y"})
+    assert good == {"model": "gpt3-22b", "dp": "4"}
+    assert len(errors) == 2 and "tp='x'" in errors[0] and "sp='2'" in errors[1]

@@ -76,3 +76,20 @@ def plan_from_params(params: Mapping) -> tuple[Model, Cluster, Plan]:
         nodes = max(1, -(-plan.world_size // cluster.gpus_per_node))
     cluster = cluster.with_nodes(nodes)
     return model, cluster, plan
+
+
+def usable_params(params: Mapping) -> tuple[dict[str, str], list[str]]:
+    """The plan keys of `params` that can be used on their own, and a message for each that cannot
+    (so a link with one bad value still opens with the rest of its plan)."""
+    good, errors = {}, []
+    for key in KEYS:
+        value = _value(params, key)
+        if value in (None, ""):
+            continue
+        try:
+            plan_from_params({key: value})
+        except SpecError as err:
+            errors.append(str(err))
+        else:
+            good[key] = value
+    return good, errors

@@ -1,0 +1,63 @@
+"""Activation memory: parallel.memory's components without and with sequence parallelism, per layer
+and per GPU, by recompute mode, against sequence length and against TP; model states by stage."""
+
+import streamlit as st
+
+from parallel.specs import GiB
+from ui import loaders, memory_charts
+from ui.memory_data import SCOPES, SP_LABEL
+from ui.plan_form import PlanChoice, plan_form
+
+MiB = 2**20
+
+
+def activation_memory_page(choice: PlanChoice) -> None:
+    model, plan = choice.model, choice.plan
+    c1, c2, c3, c4 = st.columns([3, 2, 2, 2])
+    scope = c1.segmented_control("Scope", list(SCOPES), default="layer", required=True, key="mem_scope",
+                                 format_func=SCOPES.get)
+    flash = c2.toggle("Flash attention", value=False, key="mem_flash", help="fused attention saves no s×s scores, "
+                      "only an fp32 log-sum-exp per query row")
+    dropout = c3.toggle("Dropout", value=True, key="mem_dropout", help="dropout masks after softmax and on both residuals")
+    act_bytes = c4.selectbox("Activation bytes", [0, 2, 4], key="mem_act",
+                             format_func=lambda b: f"model dtype ({model.dtype_bytes} B)" if b == 0 else f"{b} B")
+    view = loaders.memory_view(choice.params, flash, dropout, act_bytes, scope)
+
+    cols = st.columns(3)
+    off = view["per_layer"][SP_LABEL[False]]
+    cols[0].metric("Per layer, one microbatch, without SP", f"{off / MiB:,.0f} MiB", help=f"recompute: {plan.recompute}")
+    if SP_LABEL[True] in view["per_layer"]:
+        on = view["per_layer"][SP_LABEL[True]]
+        cols[1].metric("… with SP", f"{on / MiB:,.0f} MiB", delta=f"{(on - off) / off:+.0%}", delta_color="inverse")
+    else:
+        cols[1].metric("… with SP", "needs TP > 1", help="SP shards LayerNorm/dropout across the TP group; set TP ≥ 2")
+    cols[2].metric("GPU memory", f"{choice.cluster.gpu_memory_bytes / GiB:,.0f} GiB", help=choice.cluster.name)
+
+    unit_note = "per layer for one microbatch" if scope == "layer" else "on the first pipeline stage's GPU"
+    st.subheader("By recompute mode")
+    st.caption(f"Activations saved for backward {unit_note}, stacked by component (hover a segment); "
+               "Korthikanti et al. 2022, Table 2. Selective recompute drops the s×s attention tensors; "
+               "full recompute keeps only each layer's input.")
+    st.altair_chart(memory_charts.recompute_chart(view["recompute"], scope=scope))
+
+    st.subheader("Per GPU, by pipeline stage")
+    st.caption(f"Parameters, gradients, optimizer states (ZeRO-{plan.zero}) and activations "
+               f"(recompute: {plan.recompute}, {plan.schedule}, vpp {plan.vpp}) on one GPU of each stage; "
+               "the dashed line is the GPU's memory.")
+    st.altair_chart(memory_charts.stage_chart(view["stages"]))
+
+    st.subheader("Against sequence length")
+    st.caption(f"The plan's micro batch, TP and recompute mode ({plan.recompute}); the model's own length "
+               f"({model.seq_len}) is drawn solid. Lengths the plan cannot split are left out.")
+    st.altair_chart(memory_charts.sweep_chart(view["seq_len"], axis="seq_len", scope=scope))
+
+    st.subheader("Against TP")
+    st.caption(f"TP = 1 … 32 for this model (the plan's TP = {plan.tp} drawn solid); without SP the "
+               "LayerNorm/dropout/residual group stays whole on every rank, with SP it shrinks with TP.")
+    st.altair_chart(memory_charts.sweep_chart(view["tp"], axis="tp", scope=scope))
+
+
+st.title("Activation memory")
+memory_choice = plan_form()
+if memory_choice.computable:
+    activation_memory_page(memory_choice)

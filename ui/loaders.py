@@ -1,0 +1,85 @@
+"""Cached loaders for the plan pages: plain arguments in (the plan's query params, page options),
+frames out. Every plan-model call of a page goes through here, so a warm page costs only drawing.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from parallel.memory import ActivationOptions, activation_bytes_per_layer
+from parallel.perf import PerfOptions
+from parallel import scaling
+from parallel.specs import Cluster, Model
+from parallel.plan import Plan
+from parallel.validate import check
+
+from . import memory_data, topology_data
+from .plan_params import plan_from_params
+
+
+def inputs(params: dict[str, str]) -> tuple[Model, Cluster, Plan]:
+    return plan_from_params(params)
+
+
+@st.cache_data(show_spinner=False, max_entries=512)
+def verdict(params: dict[str, str]) -> dict:
+    """errors, warnings and computable of parallel.validate.check for the plan."""
+    model, cluster, plan = inputs(params)
+    v = check(plan, model, cluster)
+    return {"errors": list(v.errors), "warnings": list(v.warnings), "computable": v.computable}
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def topology_view(params: dict[str, str], color_dim: str, group_dim: str, compare_order: str, first_node: int) -> dict:
+    """Everything the Topology page draws. cells/paths cover a window of at most
+    topology_data.max_window_nodes(gpus_per_node) nodes from `first_node`; `overview` (one row per
+    node) only when the cluster is larger than that window."""
+    _, cluster, plan = inputs(params)
+    topo = plan.topology(cluster.gpus_per_node)
+    total = topology_data.node_count(plan.world_size, cluster.gpus_per_node)
+    window = min(total, topology_data.max_window_nodes(cluster.gpus_per_node))
+    first = max(0, min(first_node, total - window))
+    compare = None if topology_data.same_order(plan.order, compare_order) else compare_order
+    return {
+        "cells": topology_data.gpu_cells(topo, group_dim=group_dim, compare_order=compare or plan.order,
+                                         first_node=first, nodes=window),
+        "paths": topology_data.group_paths(topo, group_dim, first_node=first, nodes=window),
+        "overview": topology_data.node_overview(topo, color_dim) if window < total else None,
+        "summary": topology_data.dim_summary(topo, compare_order),
+        "crossing": {d: topo.crossing(d) if topo.sizes[d] > 1 else 0 for d in topology_data.DIMS},
+        "moved": topology_data.moved_count(topo, compare) if compare else 0,
+        "compare": compare,
+        "nodes": total,
+        "window": (first, first + window - 1),
+    }
+
+
+def _activation_options(flash: bool, dropout: bool, act_bytes: int) -> ActivationOptions:
+    return ActivationOptions(act_bytes=act_bytes or None, dropout=dropout, flash_attention=flash)
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def memory_view(params: dict[str, str], flash: bool, dropout: bool, act_bytes: int, scope: str) -> dict:
+    """Everything the Activation-memory page draws (act_bytes 0 = the model's dtype)."""
+    model, cluster, plan = inputs(params)
+    opts = _activation_options(flash, dropout, act_bytes)
+    per_layer = {memory_data.SP_LABEL[p.sp]: activation_bytes_per_layer(model, p, opts)
+                 for p in memory_data.sp_variants(plan)}
+    return {
+        "recompute": memory_data.layer_components(model, plan, opts, scope=scope),
+        "seq_len": memory_data.components_sweep(model, plan, opts, axis="seq_len", scope=scope),
+        "tp": memory_data.components_sweep(model, plan, opts, axis="tp", scope=scope),
+        "stages": memory_data.stage_memory(model, plan, opts, cluster.gpu_memory_bytes),
+        "per_layer": per_layer,
+    }
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def scaling_view(params: dict[str, str], mfu: float) -> dict:
+    """parallel.scaling.tp_scaling for the plan's model, cluster, micro batch and recompute mode:
+    frame (the prediction), table, highlights and notes (TP degrees left out, and why)."""
+    model, cluster, plan = inputs(params)
+    df = scaling.tp_scaling(model, cluster, micro_batch=plan.micro_batch, recompute=plan.recompute,
+                            perf=PerfOptions(mfu=mfu))
+    return {"frame": df, "table": scaling.summary_table(df), "notes": scaling.invalid_notes(df),
+            "highlights": scaling.highlights(df, cluster.gpus_per_node, plan.tp)}

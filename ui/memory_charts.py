@@ -1,0 +1,105 @@
+"""Altair chart builders for the Activation-memory page (frames of ui.memory_data in, charts out).
+
+Stacked bars: one segment per component of parallel.memory, coloured by the paper's group
+(attention / MLP / LayerNorm-dropout-residual), without SP beside with SP. Pure: altair, pandas.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from parallel.plan import RECOMPUTE
+
+from .memory_data import GROUPS, SP_LABEL, STATE_KINDS, with_units
+from .theme import GROUP_COLORS, MEMORY_COLORS, scale
+
+_SP_ORDER = [SP_LABEL[False], SP_LABEL[True]]
+
+
+def _sp_column() -> alt.Column:
+    return alt.Column("sp:N", sort=_SP_ORDER, title=None, header=alt.Header(labelFontSize=14, labelFontWeight="bold"))
+
+
+def _y_title(scope: str) -> tuple[str, str]:
+    unit = "GiB" if scope == "gpu" else "MiB"
+    return unit, (f"{unit} per layer per microbatch" if scope == "layer" else f"{unit} of activations per GPU")
+
+
+def _stack(df: pd.DataFrame, x: alt.X, scope: str, x_tooltip: alt.Tooltip, **size) -> alt.Chart:
+    unit, title = _y_title(scope)
+    data = with_units(df, unit, "bytes")
+    value = f"bytes_{unit}"
+    return alt.Chart(data, **size).mark_bar(stroke="white", strokeWidth=0.6).encode(
+        x=x,
+        y=alt.Y(f"sum({value}):Q", title=title, stack="zero"),
+        color=alt.Color("group:N", title="component group", scale=scale(GROUP_COLORS, data["group"]), sort=list(GROUPS)),
+        order=alt.Order("order:Q"),
+        detail=alt.Detail("component:N"),
+        tooltip=[alt.Tooltip("sp:N", title="SP"), x_tooltip, alt.Tooltip("component:N", title="component"),
+                 alt.Tooltip("group:N", title="group"), alt.Tooltip(f"{value}:Q", title=unit, format=",.1f")],
+    )
+
+
+def recompute_chart(df: pd.DataFrame, *, scope: str = "layer") -> alt.FacetChart:
+    """Bytes by component for each recompute mode (frame of memory_data.layer_components)."""
+    x = alt.X("recompute:N", sort=list(RECOMPUTE), title="activation recompute", axis=alt.Axis(labelAngle=0))
+    return _stack(df, x, scope, alt.Tooltip("recompute:N", title="recompute"), width=220, height=280).facet(
+        column=_sp_column())
+
+
+def sweep_chart(df: pd.DataFrame, *, axis: str, scope: str = "layer") -> alt.FacetChart:
+    """Bytes by component as sequence length or TP varies (frame of memory_data.components_sweep);
+    the plan's own value is drawn solid, the others lighter."""
+    name = {"seq_len": "sequence length (tokens)", "tp": "tensor-parallel size (TP)"}[axis]
+    x = alt.X("x:O", title=name, axis=alt.Axis(labelAngle=0))
+    bars = _stack(df, x, scope, alt.Tooltip("x:O", title=name.split(" (")[0]), width=260, height=260)
+    bars = bars.encode(opacity=alt.OpacityValue(0.5, condition={"test": "datum.current", "value": 1.0}))
+    return bars.facet(column=_sp_column())
+
+
+def stage_chart(df: pd.DataFrame) -> alt.FacetChart:
+    """Params, grads, optimizer states and activations per pipeline stage, against the GPU's memory
+    (frame of memory_data.stage_memory)."""
+    data = with_units(df, "GiB", "bytes", "total_bytes", "capacity_bytes")
+    data["kind_order"] = data["kind"].map({k: i for i, k in enumerate(STATE_KINDS)})
+    bars = alt.Chart().mark_bar().encode(
+        x=alt.X("stage:O", title="pipeline stage", axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("sum(bytes_GiB):Q", title="GiB per GPU"),
+        color=alt.Color("kind:N", title="memory", scale=scale(MEMORY_COLORS), sort=list(STATE_KINDS)),
+        order=alt.Order("kind_order:Q"),
+        tooltip=[alt.Tooltip("sp:N", title="SP"), alt.Tooltip("stage:O", title="stage"), alt.Tooltip("kind:N", title="kind"),
+                 alt.Tooltip("bytes_GiB:Q", title="GiB", format=",.2f"),
+                 alt.Tooltip("total_bytes_GiB:Q", title="stage total GiB", format=",.2f")],
+    )
+    capacity = alt.Chart().mark_rule(color="#c92a2a", strokeDash=[6, 3], strokeWidth=2).encode(
+        y=alt.Y("max(capacity_bytes_GiB):Q"),
+        tooltip=[alt.Tooltip("max(capacity_bytes_GiB):Q", title="GPU memory GiB", format=",.1f")])
+    width = max(160, min(420, 26 * int(df["stage"].nunique())))
+    return alt.layer(bars, capacity, data=data, width=width, height=280).facet(column=_sp_column())
+
+
+def measured_vs_predicted_chart(df: pd.DataFrame) -> alt.VConcatChart:
+    """Per rank, measured activation bytes beside predicted, and the error in % below
+    (frame of memory_data.measured_vs_predicted)."""
+    data = with_units(df, "MiB", "measured_bytes", "predicted_bytes", "error_bytes")
+    long = data.melt(id_vars=["rank", "error_pct"], value_vars=["measured_bytes_MiB", "predicted_bytes_MiB"],
+                     var_name="source", value_name="MiB")
+    long["source"] = long["source"].str.removesuffix("_bytes_MiB")
+    rank_x = alt.X("rank:O", title="rank", axis=alt.Axis(labelAngle=0))
+    bars = alt.Chart(long, height=240).mark_bar().encode(
+        x=rank_x,
+        xOffset=alt.XOffset("source:N", sort=["measured", "predicted"]),
+        y=alt.Y("MiB:Q", title="activation MiB (peak, one GPU)"),
+        color=alt.Color("source:N", title=None, scale=alt.Scale(domain=["measured", "predicted"], range=["#f59f00", "#adb5bd"])),
+        tooltip=[alt.Tooltip("rank:O", title="rank"), alt.Tooltip("source:N", title="source"),
+                 alt.Tooltip("MiB:Q", title="MiB", format=",.1f"), alt.Tooltip("error_pct:Q", title="error %", format="+.1f")],
+    )
+    error = alt.Chart(data, height=140).mark_bar().encode(
+        x=rank_x,
+        y=alt.Y("error_pct:Q", title="error vs predicted, %"),
+        color=alt.ColorValue("#4c6ef5", condition={"test": "datum.error_pct >= 0", "value": "#e8590c"}),
+        tooltip=[alt.Tooltip("rank:O", title="rank"), alt.Tooltip("error_pct:Q", title="error %", format="+.1f"),
+                 alt.Tooltip("error_bytes_MiB:Q", title="error MiB", format="+,.1f")],
+    )
+    return alt.vconcat(bars, error)

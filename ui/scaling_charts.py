@@ -1,0 +1,136 @@
+"""Altair chart builders for the TP-scaling page (frames of parallel.scaling.tp_scaling in).
+
+Every chart marks the NVLink/InfiniBand boundary: TP degrees whose group leaves the node sit on a
+shaded band. `layer_time_chart` and `busbw_chart` take an optional `measured` frame — columns tp,
+sp (bool), link ('intra'/'inter' or the legend's words), and `seconds` (TP communication per layer)
+and/or `busbw_bytes_per_s` — from commbench results, TP-group collectives of uploaded traces or the
+lab sweep, drawn as black diamonds over the prediction. Pure: altair, pandas.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from .theme import INFINIBAND, LINK_COLORS, link_label, scale
+
+SP_NAME = {False: "TP without SP", True: "TP + SP"}
+PARTS = {"compute": "#4c6ef5", "TP communication (exposed)": "#e8590c", "TP communication (overlapped)": "#ffc9a8"}
+_PART_OF = {"compute_s": "compute", "tp_comm_s": "TP communication (exposed)",
+            "overlapped_s": "TP communication (overlapped)"}
+
+
+def _tp_x(pred: pd.DataFrame, title: str = "tensor-parallel size (TP)") -> alt.X:
+    return alt.X("tp:O", title=title, axis=alt.Axis(labelAngle=0), scale=alt.Scale(domain=sorted(pred["tp"].unique())))
+
+
+def _boundary(gpus_per_node: int, x: alt.X, first_inter) -> list[alt.Chart]:
+    """Layers (on the parent's data, which has a `tp` column) that shade the TP degrees whose group
+    spans nodes and label the first of them."""
+    base = alt.Chart().transform_filter(f"datum.tp > {gpus_per_node}").transform_aggregate(n="count()", groupby=["tp"])
+    band = base.mark_rect(color=LINK_COLORS[INFINIBAND], opacity=0.08).encode(
+        x=x, tooltip=[alt.Tooltip("tp:O", title=f"TP group crosses nodes ({gpus_per_node} GPUs/node) at TP")])
+    text = base.transform_filter(f"datum.tp == {first_inter if pd.notna(first_inter) else -1}").mark_text(
+        align="left", baseline="top", dx=4, dy=4, color=LINK_COLORS[INFINIBAND], fontWeight="bold",
+        text=f"> {gpus_per_node} GPUs: {INFINIBAND}").encode(x=x, y=alt.YValue(0))
+    return [band, text]
+
+
+def _valid(pred: pd.DataFrame) -> pd.DataFrame:
+    return pred[pred["valid"]].assign(link=lambda d: d["link"].map(link_label))
+
+
+def _first_inter(pred: pd.DataFrame, gpus_per_node: int):
+    return pred.loc[pred["valid"] & (pred["tp"] > gpus_per_node), "tp"].min()
+
+
+def _sp_column() -> alt.Column:
+    return alt.Column("variant:N", sort=list(SP_NAME.values()), title=None,
+                      header=alt.Header(labelFontSize=14, labelFontWeight="bold"))
+
+
+def layer_time_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame | None = None) -> alt.FacetChart:
+    """Per-layer time on one GPU, split into compute and TP communication, for each TP degree:
+    without SP | with SP. Measured `seconds` (TP comm per layer) drawn as black diamonds."""
+    data = _valid(pred)
+    long = data.melt(id_vars=["tp", "sp", "link", "layer_s", "comm_fraction"], value_vars=list(_PART_OF),
+                     var_name="part", value_name="seconds")
+    long["part"] = long["part"].map(_PART_OF)
+    long = long[long["seconds"] > 0]
+    if measured is not None and "seconds" in measured and len(measured):
+        long = pd.concat([long, measured[["tp", "sp", "link", "seconds"]].assign(
+            part="measured", link=lambda d: d["link"].map(link_label))], ignore_index=True)
+    long = long.assign(ms=long["seconds"] * 1e3, layer_ms=long["layer_s"] * 1e3,
+                       order=long["part"].map({p: i for i, p in enumerate(PARTS)}), variant=long["sp"].map(SP_NAME))
+    x = _tp_x(pred)
+    y_title = "ms per layer per microbatch (one GPU)"
+    bars = alt.Chart().transform_filter("datum.part != 'measured'").mark_bar().encode(
+        x=x, y=alt.Y("sum(ms):Q", title=y_title),
+        color=alt.Color("part:N", title=None, scale=scale(PARTS), sort=list(PARTS)),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("tp:O", title="TP"), alt.Tooltip("link:N", title="link"), alt.Tooltip("part:N", title="part"),
+                 alt.Tooltip("ms:Q", title="ms", format=",.3f"),
+                 alt.Tooltip("layer_ms:Q", title="layer ms (compute + exposed)", format=",.3f"),
+                 alt.Tooltip("comm_fraction:Q", title="exposed comm share", format=".0%")])
+    points = alt.Chart().transform_filter("datum.part == 'measured'").mark_point(
+        shape="diamond", filled=True, size=90, color="#212529").encode(
+        x=x, y=alt.Y("ms:Q", title=y_title),
+        tooltip=[alt.Tooltip("tp:O", title="TP"), alt.Tooltip("link:N", title="link"),
+                 alt.Tooltip("ms:Q", title="measured TP comm ms", format=",.3f")])
+    layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node)), bars, points]
+    return alt.layer(*layers, data=long, width=300, height=280).facet(column=_sp_column())
+
+
+def speedup_chart(pred: pd.DataFrame, gpus_per_node: int) -> alt.FacetChart:
+    """Speedup of one layer over TP = 1 and efficiency = speedup / TP (dashed: ideal), SP off and
+    on; points coloured by the TP group's link."""
+    data = _valid(pred).assign(variant=lambda d: d["sp"].map(SP_NAME))
+    metrics = {"speedup": "speedup over TP = 1", "efficiency": "efficiency = speedup / TP"}
+    cols = ["tp", "variant", "link", "comm_fraction", "speedup", "efficiency"]
+    long = pd.concat([data[cols].assign(metric=label, value=data[field], ideal=data["tp"] if field == "speedup" else 1.0)
+                      for field, label in metrics.items()], ignore_index=True)
+    x = _tp_x(pred)
+    variants = list(SP_NAME.values())
+    y = alt.Y("value:Q", title=None)
+    ideal = alt.Chart().transform_filter(f"datum.variant == '{variants[0]}'").mark_line(
+        strokeDash=[4, 4], color="#adb5bd").encode(x=x, y=alt.Y("ideal:Q", title=None))
+    line = alt.Chart().mark_line(color="#495057").encode(
+        x=x, y=y, strokeDash=alt.StrokeDash("variant:N", title=None, sort=variants))
+    dots = alt.Chart().mark_point(filled=True, size=70).encode(
+        x=x, y=y, shape=alt.Shape("variant:N", title=None, sort=variants),
+        color=alt.Color("link:N", title="TP group link", scale=scale(LINK_COLORS)),
+        tooltip=[alt.Tooltip("tp:O", title="TP"), alt.Tooltip("variant:N", title="variant"),
+                 alt.Tooltip("link:N", title="link"), alt.Tooltip("speedup:Q", title="speedup", format=".2f"),
+                 alt.Tooltip("efficiency:Q", title="efficiency", format=".0%"),
+                 alt.Tooltip("comm_fraction:Q", title="exposed comm share", format=".0%")])
+    layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node)), ideal, line, dots]
+    return alt.layer(*layers, data=long, width=300, height=260).facet(
+        column=alt.Column("metric:N", sort=list(metrics.values()), title=None,
+                          header=alt.Header(labelFontSize=14, labelFontWeight="bold"))
+    ).resolve_scale(y="independent")
+
+
+def busbw_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame | None = None) -> alt.LayerChart:
+    """Predicted bus bandwidth of the layer's TP collective by TP size (ring model), coloured by link;
+    measured `busbw_bytes_per_s` drawn as black diamonds."""
+    data = _valid(pred)
+    data = data[(data["tp"] > 1) & ~data["sp"]].assign(source="predicted")
+    if measured is not None and "busbw_bytes_per_s" in measured and len(measured):
+        data = pd.concat([data, measured[["tp", "link", "busbw_bytes_per_s"]].assign(
+            source="measured", link=lambda d: d["link"].map(link_label))], ignore_index=True)
+    data = data.assign(busbw_gbs=data["busbw_bytes_per_s"] / 1e9, msg_mib=data["bytes_per_call"] / 2**20)
+    x = _tp_x(pred, "TP group size")
+    y = alt.Y("busbw_gbs:Q", title="bus bandwidth, GB/s (nccl-tests convention)")
+    predicted = alt.Chart().transform_filter("datum.source == 'predicted'")
+    line = predicted.mark_line(color="#adb5bd").encode(x=x, y=y)
+    dots = predicted.mark_point(filled=True, size=80).encode(
+        x=x, y=y, color=alt.Color("link:N", title="link", scale=scale(LINK_COLORS)),
+        tooltip=[alt.Tooltip("tp:O", title="TP"), alt.Tooltip("link:N", title="link"),
+                 alt.Tooltip("busbw_gbs:Q", title="predicted busbw GB/s", format=",.1f"),
+                 alt.Tooltip("msg_mib:Q", title="message MiB", format=",.1f")])
+    points = alt.Chart().transform_filter("datum.source == 'measured'").mark_point(
+        shape="diamond", filled=True, size=90, color="#212529").encode(
+        x=x, y=y, tooltip=[alt.Tooltip("tp:O", title="TP"), alt.Tooltip("link:N", title="link"),
+                           alt.Tooltip("busbw_gbs:Q", title="measured busbw GB/s", format=",.1f")])
+    layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node)), line, dots, points]
+    return alt.layer(*layers, data=data, title="TP collective bus bandwidth", width=420, height=260)

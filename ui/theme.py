@@ -1,0 +1,39 @@
+"""Colours, scales and conventions every chart shares, so NVLink, InfiniBand and the parallel
+dimensions look the same on every page.
+
+Chart-builder convention (speed): write every encoding as a channel object (`alt.X("tp:O")`,
+`alt.Tooltip(...)`, `alt.Detail(...)`), constants as mark properties, and conditions as
+`alt.<Channel>Value(value, condition={...})`. Shorthand strings, `alt.value` and `alt.when` inside
+`encode` go through Altair's `from_dict`, about 10 ms each, which adds up to seconds per page.
+One DataFrame per chart where possible: layers share it through `transform_filter`.
+Pure: altair only.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+
+NVLINK, INFINIBAND = "NVLink (intra-node)", "InfiniBand (inter-node)"
+LINK_COLORS = {NVLINK: "#2f9e44", INFINIBAND: "#e8590c"}
+MEMORY_COLORS = {"params": "#4c6ef5", "grads": "#15aabf", "optimizer": "#868e96", "activations": "#f59f00"}
+GROUP_COLORS = {"attention": "#e8590c", "mlp": "#4c6ef5", "layernorm/dropout/residual": "#2f9e44",
+                "layer input (checkpoint)": "#868e96", "embedding/output": "#ae3ec9", "other": "#ced4da"}
+TABLEAU20 = ["#4c78a8", "#9ecae9", "#f58518", "#ffbf79", "#54a24b", "#88d27a", "#b79a20", "#f2cf5b",
+             "#439894", "#83bcb6", "#e45756", "#ff9d98", "#79706e", "#bab0ac", "#d67195", "#fcbfd2",
+             "#b279a2", "#d6a5c9", "#9e765f", "#d8b5a5"]
+
+
+def scale(colors: dict[str, str], present=None) -> alt.Scale:
+    """A nominal colour scale over `colors` (only the keys in `present`, if given, keeping their order)."""
+    keys = [k for k in colors if present is None or k in set(present)]
+    return alt.Scale(domain=keys, range=[colors[k] for k in keys])
+
+
+def palette(n: int) -> list[str]:
+    """n categorical colours (Tableau 20, repeated beyond 20)."""
+    return [TABLEAU20[i % len(TABLEAU20)] for i in range(n)]
+
+
+def link_label(link: str) -> str:
+    """'intra'/'inter' (the plan model's words) as the legend says them."""
+    return {"intra": NVLINK, "inter": INFINIBAND}.get(link, link)

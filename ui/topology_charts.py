@@ -1,0 +1,107 @@
+"""Altair chart builders for the Topology page; each takes frames of ui.topology_data, returns a chart.
+
+Layout: nodes along x, local GPUs along y (GPU 0 at the top), one cell per GPU. Cell geometry is
+computed in the browser (Vega `calculate`), so the data sent is one short row per GPU.
+Pure: altair and pandas only.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from .theme import LINK_COLORS, palette, scale
+
+_HALF = 0.44  # half a cell: cells are 0.88 wide, leaving a gap between GPUs
+_TOOLTIP = (("rank", "rank"), ("node", "node"), ("local", "local GPU"), ("dp", "dp"), ("pp", "pp"), ("cp", "cp"),
+            ("tp", "tp"))
+
+
+def _cell_tooltip() -> list[alt.Tooltip]:
+    return [alt.Tooltip(f"{field}:Q", title=title) for field, title in _TOOLTIP]
+
+
+def _cells_base(cells: pd.DataFrame) -> alt.Chart:
+    first, last = int(cells["node"].min()), int(cells["node"].max())
+    gpn = int(cells["local"].max()) + 1
+    n = last - first + 1
+    cell = max(7, min(44, 1000 // n))
+    return alt.Chart(cells, width=max(240, n * cell), height=max(120, gpn * min(30, max(14, cell)))).transform_calculate(
+        x0=f"datum.node - {_HALF}", x1=f"datum.node + {_HALF}", y0=f"datum.local - {_HALF}", y1=f"datum.local + {_HALF}",
+    ).encode(
+        x=alt.X("x0:Q", title="node", scale=alt.Scale(domain=[first - 0.5, last + 0.5], nice=False, zero=False),
+                axis=alt.Axis(tickMinStep=1, format="d", grid=False)),
+        x2=alt.X2("x1"),
+        y=alt.Y("y0:Q", title="local GPU", scale=alt.Scale(domain=[gpn - 0.5, -0.5], nice=False, zero=False),
+                axis=alt.Axis(tickMinStep=1, format="d", grid=False)),
+        y2=alt.Y2("y1"),
+    )
+
+
+def _coordinate_color(cells: pd.DataFrame, dim: str) -> alt.Color:
+    n = int(cells[dim].max()) + 1
+    return alt.Color(f"{dim}:O", title=f"{dim.upper()} coordinate",
+                     scale=alt.Scale(scheme="turbo") if n > 20 else alt.Scale(range=palette(n)),
+                     legend=alt.Legend(columns=2 if n > 10 else 1, symbolLimit=40))
+
+
+def gpu_grid_chart(cells: pd.DataFrame, paths: pd.DataFrame, *, color_dim: str, group_dim: str,
+                   compare_order: str | None) -> alt.LayerChart:
+    """Every GPU of the window coloured by its `color_dim` coordinate, the `group_dim` groups drawn
+    as lines coloured by their link, ranks that move under `compare_order` outlined. Click a GPU to
+    highlight its group; double-click to clear."""
+    pick = alt.selection_point(fields=["group"], on="click", clear="dblclick", name="group_pick")
+    dim = group_dim.upper()
+    tooltip = [*_cell_tooltip(), alt.Tooltip("group_ranks:N", title=f"{dim} group"),
+               alt.Tooltip("group_link:N", title="its link")]
+    encode = {"color": _coordinate_color(cells, color_dim),
+              "opacity": alt.OpacityValue(0.25, condition={"param": "group_pick", "value": 1.0})}
+    base = _cells_base(cells)
+    if compare_order:
+        moves, stays = f"moves under {compare_order}", "same coordinates"
+        base = base.transform_calculate(
+            moved_label=f"datum.moved ? '{moves}' : '{stays}'",
+            compare="'dp ' + datum.c_dp + ' · pp ' + datum.c_pp + ' · cp ' + datum.c_cp + ' · tp ' + datum.c_tp")
+        encode["stroke"] = alt.Stroke("moved_label:N", title="vs another rank order",
+                                      scale=alt.Scale(domain=[moves, stays], range=["#212529", "#ffffff00"]))
+        tooltip.append(alt.Tooltip("compare:N", title=f"under {compare_order}"))
+    cell_layer = base.mark_rect(strokeWidth=2).encode(**encode, tooltip=tooltip).add_params(pick)
+    links = alt.Chart(paths).mark_line(strokeCap="round", strokeJoin="round",
+                                       point=alt.OverlayMarkDef(size=12, filled=True)).encode(
+        x=alt.X("x:Q"), y=alt.Y("y:Q"), detail=alt.Detail("group:N"), order=alt.Order("step:Q"),
+        color=alt.Color("link:N", title=f"{dim} group link", scale=scale(LINK_COLORS)),
+        strokeWidth=alt.StrokeWidthValue(1.6, condition={"param": "group_pick", "empty": False, "value": 3.5}),
+        opacity=alt.OpacityValue(0.15, condition={"param": "group_pick", "value": 0.95}),
+        tooltip=[alt.Tooltip("group:Q", title=f"{dim} group"), alt.Tooltip("link:N", title="link")],
+    )
+    return alt.layer(cell_layer, links).resolve_scale(color="independent")
+
+
+def rank_values_chart(cells: pd.DataFrame, column: str, *, title: str, fmt: str = ",.3g") -> alt.Chart:
+    """The GPU grid coloured by a measured per-rank value (ui.topology_data.with_rank_values);
+    ranks without a measurement are grey. The hook for runs: exposed communication, busbw, ..."""
+    return _cells_base(cells).mark_rect().encode(
+        color=alt.Color(f"{column}:Q", title=title, scale=alt.Scale(scheme="viridis")),
+        tooltip=[*_cell_tooltip(), alt.Tooltip(f"{column}:Q", title=title, format=fmt)],
+    )
+
+
+def node_overview_chart(nodes: pd.DataFrame, *, color_dim: str, window: tuple[int, int]) -> alt.Chart:
+    """One cell per node (rows of up to 64 nodes), coloured by the node's `color_dim` coordinate
+    ('mixed' when its GPUs differ); the nodes shown in the GPU grid are outlined."""
+    lo, hi = window
+    values = sorted((v for v in nodes["value"].unique() if v != "mixed"), key=int)
+    mixed = ["mixed"] if (nodes["value"] == "mixed").any() else []
+    per_row, rows = int(nodes["col"].max()) + 1, int(nodes["row"].max()) + 1
+    return alt.Chart(nodes, width=min(1000, per_row * 15), height=max(40, rows * 15)).transform_calculate(
+        shown=f"datum.node >= {lo} && datum.node <= {hi}",
+    ).mark_rect(strokeWidth=1.5).encode(
+        x=alt.X("col:O", title=f"node mod {per_row}", axis=alt.Axis(labelOverlap=True, labelAngle=0)),
+        y=alt.Y("row:O", title=f"node ÷ {per_row}"),
+        color=alt.Color("value:N", title=f"{color_dim.upper()} of the node",
+                        scale=alt.Scale(domain=values + mixed, range=palette(len(values)) + ["#dee2e6"] * len(mixed)),
+                        legend=alt.Legend(columns=2, symbolLimit=40)),
+        stroke=alt.StrokeValue("#ffffff00", condition={"test": "datum.shown", "value": "#212529"}),
+        tooltip=[alt.Tooltip("node:Q", title="node"), alt.Tooltip("ranks:N", title="ranks"),
+                 *[alt.Tooltip(f"{d}:N", title=d) for d in ("dp", "pp", "cp", "tp")]],
+    )

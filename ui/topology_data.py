@@ -1,0 +1,153 @@
+"""Tables behind the Topology page: GPU cells, group paths, node overview, per-dimension summary.
+
+Every GPU is a cell at (node, local GPU); the same rank <-> coordinate function as the engine and
+the analyzers (parallel.topology.Topology) places it. Nodes run along x and local GPUs along y, so
+TP groups are short vertical strokes inside a node and DP/PP groups run across nodes. Large
+clusters are shown through a window of at most MAX_WINDOW_NODES nodes plus a one-cell-per-node
+overview, so the browser never receives more than about a thousand GPU cells.
+
+Pure: numpy and pandas only (no streamlit; ui.theme for the link names).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from parallel.topology import DIMS, Topology, parse_order
+
+from .theme import INFINIBAND as INTER, NVLINK as INTRA
+
+MAX_GPU_CELLS = 1024  # per-GPU cells sent to the browser at most
+OVERVIEW_PER_ROW = 64  # nodes per row of the node overview
+
+
+def max_window_nodes(gpus_per_node: int) -> int:
+    return max(1, MAX_GPU_CELLS // gpus_per_node)
+
+
+def same_order(a: str, b: str) -> bool:
+    """Orders that lay ranks out identically (`ep` has size 1 here, so it does not count)."""
+    return parse_order(a) == parse_order(b)
+
+
+def _ranks_label(ranks: np.ndarray, limit: int = 8) -> str:
+    items = [str(int(r)) for r in ranks[:limit]]
+    more = f", … ({len(ranks)} ranks)" if len(ranks) > limit else ""
+    return "[" + ", ".join(items) + more + "]"
+
+
+def _group_index(topo: Topology, dim: str) -> tuple[np.ndarray, np.ndarray]:
+    """(group id of every rank, the groups' rank arrays) for `dim`."""
+    groups = topo.group_ranks(dim)
+    gid = np.empty(topo.world_size, dtype=np.int64)
+    gid[groups.reshape(-1)] = np.repeat(np.arange(len(groups)), groups.shape[1])
+    return gid, groups
+
+
+def node_count(world_size: int, gpus_per_node: int) -> int:
+    return -(-world_size // gpus_per_node)
+
+
+def gpu_cells(topo: Topology, *, group_dim: str, compare_order: str, first_node: int = 0,
+              nodes: int | None = None) -> pd.DataFrame:
+    """One row per GPU of nodes [first_node, first_node + nodes): rank, node, local, dp, pp, cp, tp,
+    group (its `group_dim` group), group_ranks, group_link, moved (its coordinates differ under
+    `compare_order`), c_dp, c_pp, c_cp, c_tp (its coordinates there)."""
+    gpn = topo.gpus_per_node
+    nodes = node_count(topo.world_size, gpn) if nodes is None else nodes
+    lo, hi = first_node * gpn, min(topo.world_size, (first_node + nodes) * gpn)
+    ranks = np.arange(lo, hi)
+    coords = topo.coords[ranks]
+    other = Topology(dp=topo.dp, pp=topo.pp, cp=topo.cp, tp=topo.tp, gpus_per_node=gpn, order=compare_order)
+    other_coords = other.coords[ranks]
+    gid, groups = _group_index(topo, group_dim)
+    node_of_group = groups // gpn
+    crosses = node_of_group.min(axis=1) != node_of_group.max(axis=1)
+    df = pd.DataFrame({"rank": ranks, "node": ranks // gpn, "local": ranks % gpn,
+                       **{d: coords[:, i] for i, d in enumerate(DIMS)}})
+    df["group"] = gid[ranks]
+    labels = {g: _ranks_label(groups[g]) for g in np.unique(df["group"])}
+    df["group_ranks"] = df["group"].map(labels).astype("category")  # categorical: sent once per group
+    df["group_link"] = pd.Categorical(np.where(crosses[df["group"]], INTER, INTRA), categories=[INTRA, INTER])
+    df["moved"] = (coords != other_coords).any(axis=1)
+    for i, d in enumerate(DIMS):
+        df[f"c_{d}"] = other_coords[:, i]
+    return df
+
+
+def group_paths(topo: Topology, dim: str, *, first_node: int = 0, nodes: int | None = None) -> pd.DataFrame:
+    """Polyline vertices of every `dim` group inside the window: group, step, rank, x, y, link.
+
+    Groups that would draw on top of each other (PP groups sharing a row of GPUs) get a small
+    lane offset, so each stays visible."""
+    gpn = topo.gpus_per_node
+    nodes = node_count(topo.world_size, gpn) if nodes is None else nodes
+    lo, hi = first_node * gpn, min(topo.world_size, (first_node + nodes) * gpn)
+    groups = topo.group_ranks(dim)
+    if groups.shape[1] < 2:  # a dimension of size 1 has nothing to connect
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in
+                             (("group", "int64"), ("step", "int64"), ("rank", "int64"), ("x", "float64"),
+                              ("y", "float64"), ("link", "object"))})
+    node_of = groups // gpn
+    link = np.where(node_of.min(axis=1) != node_of.max(axis=1), INTER, INTRA)
+    inside = (groups >= lo) & (groups < hi)
+    keep = inside.sum(axis=1) >= 2
+    gids = np.repeat(np.flatnonzero(keep)[:, None], groups.shape[1], axis=1)[inside[keep]]
+    ranks = groups[keep][inside[keep]]
+    steps = (np.cumsum(inside[keep], axis=1) - 1)[inside[keep]]
+    lanes = min(len(groups), 6)
+    offset = ((gids % lanes) - (lanes - 1) / 2) * (0.5 / lanes)
+    return pd.DataFrame({"group": gids, "step": steps, "rank": ranks, "x": ranks // gpn + offset,
+                         "y": ranks % gpn + offset,
+                         "link": pd.Categorical(link[gids], categories=[INTRA, INTER])})
+
+
+def node_overview(topo: Topology, color_dim: str, *, per_row: int = OVERVIEW_PER_ROW) -> pd.DataFrame:
+    """One row per node: node, col, row, value (the node's `color_dim` coordinate, or 'mixed'),
+    ranks, and each dimension's range on the node."""
+    gpn = topo.gpus_per_node
+    df = pd.DataFrame(topo.coords, columns=list(DIMS))
+    df["node"] = np.arange(topo.world_size) // gpn
+    df["rank"] = np.arange(topo.world_size)
+    agg = df.groupby("node").agg(**{f"{d}_min": (d, "min") for d in DIMS}, **{f"{d}_max": (d, "max") for d in DIMS},
+                                 rank_min=("rank", "min"), rank_max=("rank", "max")).reset_index()
+    out = pd.DataFrame({"node": agg["node"], "col": agg["node"] % per_row, "row": agg["node"] // per_row})
+    lo, hi = agg[f"{color_dim}_min"], agg[f"{color_dim}_max"]
+    out["value"] = np.where(lo == hi, lo.astype(str), "mixed")
+    out["ranks"] = agg["rank_min"].astype(str) + "–" + agg["rank_max"].astype(str)
+    for d in DIMS:
+        a, b = agg[f"{d}_min"].astype(str), agg[f"{d}_max"].astype(str)
+        out[d] = np.where(a == b, a, a + "–" + b)
+    return out
+
+
+def dim_summary(topo: Topology, compare_order: str) -> pd.DataFrame:
+    """Per dimension: size, groups, how many cross nodes (and so use the inter-node link), under the
+    plan's order and under `compare_order`."""
+    other = Topology(dp=topo.dp, pp=topo.pp, cp=topo.cp, tp=topo.tp, gpus_per_node=topo.gpus_per_node,
+                     order=compare_order)
+    rows = []
+    for d in ("tp", "cp", "pp", "dp"):
+        size, n = topo.sizes[d], len(topo.group_ranks(d))
+        crossing, crossing_other = topo.crossing(d), other.crossing(d)
+        rows.append({"dimension": d.upper(), "size": size, "groups": n,
+                     "crossing nodes": crossing if size > 1 else 0,
+                     "link": "—" if size == 1 else ("InfiniBand" if crossing else "NVLink"),
+                     f"crossing under {compare_order}": crossing_other if size > 1 else 0})
+    return pd.DataFrame(rows)
+
+
+def moved_count(topo: Topology, compare_order: str) -> int:
+    """Ranks whose (dp, pp, cp, tp) coordinates differ between the plan's order and `compare_order`."""
+    other = Topology(dp=topo.dp, pp=topo.pp, cp=topo.cp, tp=topo.tp, gpus_per_node=topo.gpus_per_node,
+                     order=compare_order)
+    return int((topo.coords != other.coords).any(axis=1).sum())
+
+
+def with_rank_values(cells: pd.DataFrame, values: pd.Series, name: str = "value") -> pd.DataFrame:
+    """`cells` with a measured per-rank column (a Series indexed by rank); ranks without a value get NaN.
+    The hook for colouring the grid by measured values (exposed communication, busbw, ...)."""
+    series = pd.Series(values, dtype="float64")
+    series.index = series.index.astype("int64")
+    return cells.assign(**{name: cells["rank"].map(series)})
