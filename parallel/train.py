@@ -1,0 +1,163 @@
+"""`python -m parallel train`: train the small GPT under a DP×TP×PP×CP(+SP) plan; write DIR/metrics.json.
+
+Run it (the plan and model flags are `python -m parallel plan`'s):
+
+    python -m parallel train --dp 2 --tp 2 --pp 2 --sp --steps 3 --global-batch 8 --out runs/a
+        # local launcher: imports torch once and forks the 8 ranks (gloo on 127.0.0.1)
+    python -m parallel train ... --launcher torchrun        # the same job through torchrun, one node
+    torchrun --nproc-per-node 4 -m parallel train --dp 2 --tp 2 ... --out runs/b
+    torchrun --nnodes 2 --node-rank 0 --nproc-per-node 4 --rdzv-backend c10d \\
+             --rdzv-endpoint HOST:29500 -m parallel train --dp 2 --tp 4 ... --out runs/c   # each node
+
+Under torchrun every rank validates the plan and runs `run_rank`. Exit codes: 0 trained; 2 the
+plan model (parallel.validate) or the engine rejects the plan, printed before any process starts;
+1 a rank failed, named with its error.
+
+For wrappers (the profiler): `run_rank(cfg, rank=..., world_size=..., init_method=..., on_step=...)`
+trains one rank and returns the job's metrics on rank 0; `on_step(step, info)` runs on every rank
+after each optimizer step (info: step, steps, loss (last stage) or None, step_time_s), the place for
+`prof.step()`. `launch.run_local(fn, world_size=...)` forks ranks that call `fn(rank=, world_size=,
+init_method=)`. Hidden test hook: PARASCOPE_FAIL_RANK=r [PARASCOPE_FAIL_STEP=k] makes rank r raise
+at step k.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import os
+import sys
+from dataclasses import dataclass
+
+from . import cli_args
+from .plan import Plan
+from .specs import Model, SpecError
+from .validate import check
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: Model
+    plan: Plan
+    steps: int = 3
+    seed: int = 0
+    lr: float = 1e-3  # AdamW, betas (0.9, 0.95) as GPT-3 (Brown et al. 2020, Sec. B)
+    weight_decay: float = 0.0
+    dropout: float = 0.0  # off: every plan then computes exactly the serial model
+    bucket_mb: float = 25.0  # gradient bucket size (PyTorch DDP's default)
+    timeout_s: float = 60.0  # process-group timeout: a dead peer ends a collective within this
+    out: str | None = None
+    save_params: bool = False  # DIR/params/rank{r}.pt: each rank's shards (see metrics.full_state_dict)
+    launcher: str = "local"
+
+
+def engine_errors(model: Model, plan: Plan) -> list[str]:
+    """What the plan model accepts but this engine does not implement."""
+    errors = []
+    if model.arch != "gpt":
+        errors.append(f"the engine trains arch 'gpt' (LayerNorm, GeLU, learned positions, tied embeddings); got {model.arch!r}")
+    if model.kv_heads % plan.tp:
+        errors.append(f"kv_heads {model.kv_heads} is not divisible by tp {plan.tp}: the engine shards K/V heads, it does not replicate them")
+    if model.vocab % plan.tp:
+        errors.append(f"vocab {model.vocab} is not divisible by tp {plan.tp}: the engine does not pad the vocabulary")
+    if plan.vpp > 1:
+        errors.append(f"vpp {plan.vpp}: the interleaved schedule is not implemented by the engine (use --vpp 1)")
+    if plan.zero >= 2:
+        errors.append(f"ZeRO-{plan.zero}: the engine implements ZeRO 0 and 1")
+    if model.dtype_bytes not in (2, 4):
+        errors.append(f"dtype_bytes {model.dtype_bytes}: the engine trains fp32 (4) or bf16 (2)")
+    return errors
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m parallel train", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli_args.add_model_args(p, default="tiny")
+    cli_args.add_plan_args(p)
+    cli_args.add_cluster_args(p, default="local-cpu")
+    g = p.add_argument_group("training")
+    g.add_argument("--steps", type=int, default=3)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--lr", type=float, default=1e-3)
+    g.add_argument("--weight-decay", type=float, default=0.0)
+    g.add_argument("--dropout", type=float, default=0.0)
+    g.add_argument("--bucket-mb", type=float, default=25.0, help="gradient all-reduce bucket size (MiB)")
+    g.add_argument("--timeout", type=float, default=60.0, help="process-group timeout in seconds")
+    g.add_argument("--out", default=None, help="run directory for metrics.json")
+    g.add_argument("--save-params", action="store_true", help="write each rank's parameter shards to OUT/params/")
+    g.add_argument("--launcher", choices=("local", "torchrun"), default="local",
+                   help="local: fork the ranks from one process (fast); torchrun: one-node torchrun")
+    return p
+
+
+def config_from_args(argv) -> tuple[TrainConfig | None, list[str], list[str]]:
+    """(config, errors, warnings) from the command line; errors mean exit 2."""
+    args = parser().parse_args(argv)
+    try:
+        model, plan = cli_args.model_from_args(args), cli_args.plan_from_args(args)
+        cluster = cli_args.cluster_from_args(args, plan.world_size)
+    except SpecError as err:
+        return None, [str(err)], []
+    verdict = check(plan, model, cluster)
+    errors = verdict.errors + engine_errors(model, plan)
+    if args.steps < 1:
+        errors.append(f"--steps {args.steps}: train at least one step")
+    if not 0 <= args.dropout < 1:
+        errors.append(f"--dropout {args.dropout} must be in [0, 1)")
+    cfg = TrainConfig(model=model, plan=plan, steps=args.steps, seed=args.seed, lr=args.lr,
+                      weight_decay=args.weight_decay, dropout=args.dropout, bucket_mb=args.bucket_mb,
+                      timeout_s=args.timeout, out=args.out, save_params=args.save_params, launcher=args.launcher)
+    return cfg, errors, verdict.warnings
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cfg, errors, warnings = config_from_args(argv)
+    from .dist import torchrun_env  # imports torch; after validation, so `--help` and bad plans stay fast
+
+    env = torchrun_env()
+    quiet = env is not None and env["rank"] != 0
+    if errors:
+        if not quiet:
+            print("invalid plan:\n" + "\n".join(f"  error: {e}" for e in errors), file=sys.stderr)
+        return 2
+    if not quiet:
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
+    if env is not None:  # we are one rank of a torchrun job
+        if env["world_size"] != cfg.plan.world_size:
+            print(f"dp×tp×pp×cp = {cfg.plan.world_size}, but torchrun started {env['world_size']} ranks", file=sys.stderr)
+            return 2
+        cfg = dataclasses.replace(cfg, launcher="torchrun")
+        run_rank(cfg, rank=env["rank"], world_size=env["world_size"], local_rank=env["local_rank"],
+                 node=env["node"], gpus_per_node=env["gpus_per_node"])
+        return 0
+    if cfg.launcher == "torchrun":
+        rest = [a for a in argv if not a.startswith("--launcher")]
+        rest = [a for i, a in enumerate(rest) if not (i > 0 and rest[i - 1] == "--launcher" and a in ("local", "torchrun"))]
+        from .launch import run_torchrun
+        return run_torchrun(rest, nproc=cfg.plan.world_size)
+    from .launch import RankFailure, run_local
+    try:
+        run_local(functools.partial(_local_rank, cfg), world_size=cfg.plan.world_size)
+    except RankFailure as err:
+        print(f"error: rank {err.rank} failed: {err.message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _local_rank(cfg: TrainConfig, *, rank: int, world_size: int, init_method: str) -> None:
+    run_rank(cfg, rank=rank, world_size=world_size, init_method=init_method)
+
+
+def run_rank(cfg: TrainConfig, *, rank: int, world_size: int, init_method: str = "env://",
+             local_rank: int | None = None, node: int = 0, gpus_per_node: int | None = None,
+             on_step=None) -> dict | None:
+    """Train `cfg` as rank `rank`; returns the job's metrics on rank 0 (written to cfg.out), else None."""
+    from .engine import train_rank
+
+    return train_rank(cfg, rank=rank, world_size=world_size, init_method=init_method,
+                      local_rank=rank if local_rank is None else local_rank, node=node,
+                      gpus_per_node=gpus_per_node or world_size, on_step=on_step)
+
