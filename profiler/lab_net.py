@@ -147,6 +147,8 @@ def create(names: Names, *, addresses: tuple[str, str], prefixlen: int, rate_byt
     sh(["ip", "link", "add", "name", dev[0], "netns", ns[0], "type", "veth", "peer", "name", dev[1], "netns", ns[1]])
     for n, d, addr in zip(ns, dev, addresses):
         sh(["ip", "-n", n, "link", "set", "lo", "up"])
+        # No IPv6 link-local either: the pair carries exactly one address per end, the one gloo binds.
+        sh(["ip", "-n", n, "link", "set", "dev", d, "addrgenmode", "none"])
         sh(["ip", "-n", n, "addr", "add", f"{addr}/{prefixlen}", "dev", d])
         sh(["ip", "-n", n, "link", "set", d, "up"])
     for n, d in zip(ns, dev):
@@ -193,6 +195,9 @@ def destroy(prefix: str, *, grace_s: float = 5.0) -> list[str]:
     for link in root_links_with(prefix):
         sh(["ip", "link", "del", link], check=False)
         done.append(f"deleted link {link}")
+    left = namespaces_with(prefix) + root_links_with(prefix)
+    if left:
+        raise LabError(f"could not remove {', '.join(left)}; see `ip netns pids <name>` and `ip link`")
     return done
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
 import socket
 import statistics
@@ -53,7 +54,8 @@ def _finish(procs: list[subprocess.Popen], timeout_s: float) -> list[str]:
 
 def _listening(lab: LabSettings, node: int, mode: str, extra: list[str]) -> tuple[subprocess.Popen, int]:
     p = _start(lab, node, [mode, "--bind", lab.nodes[node].address, *extra])
-    line = p.stdout.readline()  # "PORT n" once it listens
+    ready, _, _ = select.select([p.stdout], [], [], 15.0)
+    line = p.stdout.readline() if ready else ""  # "PORT n" once it listens
     if not line.startswith("PORT "):
         _finish([p], 5)
         raise LabError(f"lab probe {mode} on node {node} did not start")
@@ -80,7 +82,9 @@ def socket_rtt(lab: LabSettings, src: int, dst: int, iters: int = 500, timeout_s
 def gloo_allreduce(lab: LabSettings, sizes: list[int], *, nproc_per_node: int = 2, iters: int = 5,
                    timeout_s: float = 180) -> dict:
     """A 2-node torchrun job (nproc_per_node ranks per node) timing all_reduce on a group inside node
-    0, on a pair across the link, and on the whole world; returns rank 0's report."""
+    0, on a pair across the link, and on the whole world. Returns rank 0's report: per (kind, bytes)
+    the slowest member's median time, busbw, and `link_bytes`, the bytes the node's veth carried
+    during one op (≈ 0 inside a node proves that traffic took the loopback path)."""
     port = lab.free_port(0)
     with tempfile.TemporaryDirectory(prefix="parascope-lab-probe-") as tmp:
         out = Path(tmp) / "allreduce.json"
@@ -156,20 +160,27 @@ def _allreduce(args) -> None:
     on = {n: [r for r in range(world) if nodes[r] == n] for n in (0, 1)}
     groups = {"intra": on[0], "inter": [on[0][0], on[1][0]], "world": list(range(world))}
     handles = {k: dist.new_group(v) for k, v in groups.items()}  # every rank creates every group
+    stats = Path("/sys/class/net") / os.environ["GLOO_SOCKET_IFNAME"] / "statistics"  # this namespace's /sys
+
+    def link_bytes() -> int:  # both directions of this node's veth: what crossed the shaped link
+        return sum(int((stats / f).read_text()) for f in ("tx_bytes", "rx_bytes"))
+
     rows = []
     for size in args.sizes:
         x = torch.ones(size // 4)  # fp32
         for kind, ranks in groups.items():
-            times = []
+            times, crossed = [], []
             for _ in range(args.iters + 1):  # the first is a warm-up
                 dist.barrier()
                 if rank in ranks:
-                    t0 = time.perf_counter()
+                    b0, t0 = link_bytes(), time.perf_counter()
                     dist.all_reduce(x, group=handles[kind])
                     times.append(time.perf_counter() - t0)
+                    crossed.append(link_bytes() - b0)
             t = statistics.median(times[1:]) if times else None
             n = len(ranks)
             rows.append({"kind": kind, "ranks": ranks, "bytes": size, "time_s": t,
+                         "link_bytes": statistics.median(crossed[1:]) if crossed else None,
                          # nccl-tests conventions: algbw = bytes / time, busbw = algbw * 2(n-1)/n
                          "algbw_bytes_per_s": size / t if t else None,
                          "busbw_bytes_per_s": size / t * 2 * (n - 1) / n if t else None})
@@ -180,7 +191,8 @@ def _allreduce(args) -> None:
         for i, row in enumerate(rows):  # the slowest rank of each group is the collective's time
             times = [rep[i]["time_s"] for rep in reports if rep[i]["time_s"] is not None]
             n, t = len(row["ranks"]), max(times)
-            merged.append({**row, "time_s": t, "algbw_bytes_per_s": row["bytes"] / t,
+            crossed = [rep[i]["link_bytes"] for rep in reports if rep[i]["link_bytes"] is not None]
+            merged.append({**row, "time_s": t, "link_bytes": max(crossed), "algbw_bytes_per_s": row["bytes"] / t,
                            "busbw_bytes_per_s": row["bytes"] / t * 2 * (n - 1) / n})
         tmp = Path(args.out).with_suffix(".tmp")
         tmp.write_text(json.dumps({"nodes": nodes, "world_size": world, "rows": merged}, indent=2))
