@@ -267,7 +267,8 @@ def up(*, bandwidth_bytes_per_s: float, latency_s: float = 0.0, latency_required
                               created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
             _write_atomic(settings_path(prefix), lab.to_dict())
         except BaseException:
-            destroy(prefix)
+            with contextlib.suppress(LabError):  # the first error is the one to report
+                destroy(prefix)
             settings_path(prefix).unlink(missing_ok=True)
             raise
     return lab, notes
@@ -278,9 +279,10 @@ def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
     with _lock(prefix):
         done = destroy(prefix)
         path = settings_path(prefix)
-        if path.exists():
-            path.unlink()
-            done.append(f"removed {path}")
+        for stale in [path, *path.parent.glob(f".{path.name}.*.tmp")]:  # a write cut short leaves a .tmp
+            if stale.exists():
+                stale.unlink()
+                done.append(f"removed {stale}")
         with contextlib.suppress(OSError):
             STATE_DIR.rmdir()  # only when empty: another lab's settings keep it
     return done

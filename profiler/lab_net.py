@@ -37,7 +37,7 @@ class Names:
     prefix: str
 
     def __post_init__(self):
-        if not PREFIX_RE.match(self.prefix):
+        if not isinstance(self.prefix, str) or not PREFIX_RE.fullmatch(self.prefix):
             raise LabError(f"lab prefix {self.prefix!r} must match {PREFIX_RE.pattern} "
                            "(it guards clean-up: only names starting with it are ever deleted)")
 

@@ -220,6 +220,21 @@ def test_down_after_a_crash_half_built_lab_and_orphan_process(prefix):
 
 
 @needs_root
+def test_up_clears_what_a_crash_left(prefix):
+    ns1 = lab_net.Names(prefix).namespaces[1]
+    lab_net.sh(["ip", "netns", "add", ns1])
+    path = lab.settings_path(prefix)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_name(f".{path.name}.999.tmp").write_text("{")  # a settings write cut short
+    with pytest.raises(lab.LabError, match="not up|gone"):
+        lab.settings(prefix)
+    s, notes = lab.up(bandwidth_bytes_per_s=125e6, prefix=prefix)
+    assert f"deleted namespace {ns1}" in notes and lab.status(prefix)["state"] == "up"
+    assert lab.settings(prefix) == s
+    assert any(".tmp" in line for line in lab.down(prefix))
+
+
+@needs_root
 def test_up_is_all_or_nothing(prefix, monkeypatch):
     before = machine()
     real = lab.create
