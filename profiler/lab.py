@@ -100,8 +100,9 @@ class LabSettings:
                          launcher_args: Sequence[str] = (), env: Mapping[str, str] | None = None) -> list[str]:
         """One torchrun agent of a 2-node job, run inside `node`'s namespace. Node 0 hosts the c10d
         rendezvous store on its veth address (named explicitly: the hostname is the same in both
-        namespaces). c10d hands out node ranks in order of arrival, so a rank learns its lab node from
-        PARASCOPE_LAB_NODE, not from its rank; ranks of one node are contiguous."""
+        namespaces). The c10d rendezvous numbers agents by their --local-addr as text, which
+        lab_addresses keeps in node order, so lab node i runs ranks i*nproc_per_node ... ; a rank can
+        also read its node from PARASCOPE_LAB_NODE."""
         launcher = list(launcher or [sys.executable, "-m", "torch.distributed.run"])
         cmd = [*launcher, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", str(nproc_per_node),
                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{self.master_addr}:{port}", "--rdzv-id", rdzv_id,
@@ -188,6 +189,9 @@ def lab_addresses(subnet: str) -> tuple[tuple[str, str], int]:
     if net.version != 4 or not net.is_private or len(hosts) < 2:
         raise LabError(f"--subnet {subnet!r} must be a private IPv4 network with two host addresses "
                        "(e.g. 10.213.0.0/30)")
+    if hosts[0] > hosts[1]:  # as text, e.g. "10.0.0.9" > "10.0.0.10"
+        raise LabError(f"--subnet {subnet!r}: its first two addresses {hosts} do not sort as text, and "
+                       "torchrun numbers the nodes in that order; pick one like 10.213.0.0/30")
     return (hosts[0], hosts[1]), net.prefixlen
 
 
