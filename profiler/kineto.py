@@ -117,9 +117,7 @@ def _decode(data, name: str) -> tuple[list[_Event], dict, Counter]:
         top = {k: getattr(doc, k) for k in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds",
                                             "host_name", "hostname")}
         events = doc.traceEvents
-    except msgspec.DecodeError as exc:
-        raise _json_error(exc, name, data) from None
-    except msgspec.ValidationError:
+    except msgspec.ValidationError:  # valid JSON of the wrong shape (a subclass of DecodeError)
         try:
             raw = msgspec.json.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -132,6 +130,8 @@ def _decode(data, name: str) -> tuple[list[_Event], dict, Counter]:
         events = raw.get("traceEvents")
         if isinstance(events, list):
             events = _lenient_events(events, skipped)
+    except msgspec.DecodeError as exc:
+        raise _json_error(exc, name, data) from None
     if not isinstance(events, list):
         raise NotKinetoError(f"{name}: is JSON but not a Kineto trace: it has no 'traceEvents' list", path=name)
     return events, top, skipped
@@ -160,9 +160,8 @@ def _ints(values: list, default: int = -1) -> np.ndarray:
     try:
         return np.array(values, dtype=np.int64)
     except (OverflowError, ValueError, TypeError):
-        codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
-        ints = [u if type(u) is int and -(2**63) <= u < 2**63 else default for u in uniques]
-        return np.array(ints, dtype=np.int64)[codes]
+        return np.array([v if type(v) is int and -(2**63) <= v < 2**63 else default for v in values],
+                        dtype=np.int64)
 
 
 def _micros_to_ns(values: list) -> tuple[np.ndarray, np.ndarray]:
@@ -185,7 +184,7 @@ def parse(data, source: str) -> RankPart:
     n = len(events)
     if n == 0:
         raise EmptyTraceError(f"{source}: the trace has no events (traceEvents is empty)", path=source)
-    ph = np.array([e.ph for e in events], dtype=object)
+    ph = np.array([e.ph if type(e.ph) is str else "" for e in events], dtype=object)
     is_x = ph == "X"
     threads = _threads(events[i] for i in np.flatnonzero(ph == "M"))
     for p, c in Counter(ph[~is_x].tolist()).items():
@@ -196,9 +195,8 @@ def parse(data, source: str) -> RankPart:
     ts, ts_ok = _micros_to_ns([e.ts for e in xs])
     dur, dur_ok = _micros_to_ns([e.dur for e in xs])
     dur_ok &= (dur >= 0) & (dur < DUR_LIMIT_US * 1000)
-    name_codes, names = pd.factorize(np.array([e.name for e in xs], dtype=object), use_na_sentinel=False)
-    bad_names = [i for i, v in enumerate(names) if type(v) is not str]
-    name_ok = ~np.isin(name_codes, bad_names) if bad_names else np.ones(len(xs), dtype=bool)
+    name_codes, names = pd.factorize(np.array([e.name if type(e.name) is str else None for e in xs], dtype=object))
+    name_ok = name_codes >= 0  # -1: the name was not a string
     ok = ts_ok & dur_ok & name_ok
     for reason, bad in (("complete event without a numeric ts", ~ts_ok),
                         ("complete event without a valid dur (missing, negative or huge)", ts_ok & ~dur_ok),

@@ -34,7 +34,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 # JSON files a run directory or an upload folder holds next to traces; never traces themselves.
 NOT_TRACES = frozenset({"run.json", "metrics.json", "plan.json", "commbench.json", "manifest.json"})
-_CHUNK = 16 << 20
+_CHUNK = 4 << 20  # decompress in 4 MiB pieces: a bomb is caught within one piece of the cap
 
 
 def _env_int(name: str, default: int) -> int:
@@ -91,7 +91,8 @@ def decompress(raw: bytes, name: str, limits: Limits) -> bytes | bytearray:
             while True:
                 piece = d.decompress(data, _CHUNK)
                 out += piece
-                err = _too_large(name, len(out), len(raw), limits)
+                consumed = len(raw) - len(d.unconsumed_tail) - len(d.unused_data)  # input read so far
+                err = _too_large(name, len(out), consumed, limits)
                 if err:
                     raise err
                 data = d.unconsumed_tail
