@@ -12,5 +12,6 @@ plan_pages = [
     st.Page("pages/topology.py", title="Topology"),
     st.Page("pages/activation_memory.py", title="Activation memory"),
     st.Page("pages/tp_scaling.py", title="TP scaling"),
+    st.Page("pages/plan_review.py", title="Plan review"),
 ]
 st.navigation({"Runs": [home], "Plan": plan_pages}).run()

@@ -41,6 +41,10 @@ PLAN_KEYS = ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "recomp
 class SearchEmpty(SpecError):
     """No plan survives the constraints; the message names the one that removed the last candidates."""
 
+    def __init__(self, message: str, funnel: list[dict] | None = None):
+        super().__init__(message)
+        self.funnel = funnel or []  # how many candidates each constraint left
+
 
 @dataclass(frozen=True)
 class Constraints:
@@ -331,7 +335,7 @@ def search(model: Model, cluster: Cluster, global_batch: int, constraints: Const
     cands, funnel = candidates(model, world, global_batch, constraints)
     for step in funnel:
         if step["remaining"] == 0:
-            raise SearchEmpty(_empty_message(model, cluster, global_batch, funnel, step))
+            raise SearchEmpty(_empty_message(model, cluster, global_batch, funnel, step), funnel)
     table = evaluate(model, cluster, global_batch, cands, options, constraints.order)
     budget = cluster.gpu_memory_bytes * (1 - constraints.headroom)
     fits = table["memory_per_gpu_bytes"].to_numpy() <= budget
@@ -343,7 +347,7 @@ def search(model: Model, cluster: Cluster, global_batch: int, constraints: Const
         raise SearchEmpty(f"no plan fits: all {len(table):,} valid plans of {model.name} on {world} GPUs need more than "
                           f"{_gib(budget)} per GPU ({_gib(cluster.gpu_memory_bytes)} less {constraints.headroom:.0%} "
                           f"headroom); the leanest, {plan_of(least, global_batch).label()}, needs "
-                          f"{_gib(least['memory_per_gpu_bytes'])}; try {_memory_hints(constraints)}")
+                          f"{_gib(least['memory_per_gpu_bytes'])}; try {_memory_hints(constraints)}", funnel)
     ranked = _rank(table[fits])
     ranked["pareto"] = pareto_front(ranked)
     return SearchResult(ranked, funnel, evaluated=len(table), seconds=time.perf_counter() - t0)

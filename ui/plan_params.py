@@ -15,6 +15,7 @@ nodes for dp*tp*pp*cp GPUs). Pure: stdlib and parallel/ only (no streamlit).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from parallel.plan import Plan
 from parallel.specs import Cluster, Model, SpecError, cluster_preset, model_preset
@@ -93,3 +94,247 @@ def usable_params(params: Mapping) -> tuple[dict[str, str], list[str]]:
         else:
             good[key] = value
     return good, errors
+
+
+# ---------------------------------------------------------------- the plan review page's state (issue #7)
+# Besides the keys above (model, cluster, nodes: the review's machine), the review page keeps
+#   plan       repeated, one per compared plan: "name|dp=8,tp=8,pp=8,cp=1,sp=1,mb=1,gb=1536,vpp=1,zero=0,
+#              recompute=none,order=tp-cp-ep-dp-pp" (keys as above)
+#   shape      a model that is no preset (model=custom): "L=32,h=3840,a=32,kv=32,f=15360,s=2048,V=50432,d=2,arch=gpt"
+#   title chosen verdict view review   the review's words, the open section, the saved review's id
+#   s_gb s_headroom s_max_tp s_sp s_zero s_recompute s_top   the search constraints
+#   mfu dp_overlap flash dropout       the modelling assumptions
+
+REVIEW_VIEWS = ("compare", "search", "import", "saved")
+_PLAN_CODE_KEYS = ("dp", "tp", "pp", "cp", "sp", "mb", "gb", "vpp", "zero", "recompute", "order")
+_PLAN_CODE_DEFAULTS = {"dp": "1", "tp": "1", "pp": "1", "cp": "1", "sp": "0", "mb": "1", "vpp": "1", "zero": "0",
+                       "recompute": "none", "order": DEFAULT_PARAMS["order"]}
+_SHAPE = {"L": "layers", "h": "hidden", "a": "heads", "kv": "kv_heads", "f": "ffn_hidden", "s": "seq_len", "V": "vocab",
+          "d": "dtype_bytes", "arch": "arch"}
+
+
+@dataclass(frozen=True)
+class ReviewState:
+    model: Model = field(default_factory=lambda: model_preset("gpt3-175b"))
+    cluster: str = "dgx-h100"
+    nodes: int = 64
+    plans: tuple = ()  # of parallel.review.NamedPlan
+    title: str = ""
+    chosen: str | None = None
+    verdict: str = ""
+    view: str = "compare"
+    review_id: int | None = None
+    search_gb: int | None = None  # None: the first plan's global batch
+    headroom: float = 0.1
+    max_tp: int | None = None
+    require_sp: bool = False
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    top: int = 20
+    mfu: float = 0.5
+    dp_overlap: float = 0.0
+    flash: bool = False
+    dropout: bool = True
+
+    @property
+    def cluster_spec(self) -> Cluster:
+        return cluster_preset(self.cluster).with_nodes(self.nodes)
+
+    @property
+    def is_preset_model(self) -> bool:
+        from parallel.specs import MODELS
+
+        return MODELS.get(self.model.name) == self.model
+
+
+def default_review_state() -> ReviewState:
+    from parallel.review import NamedPlan
+
+    _, _, plan = plan_from_params(DEFAULT_PARAMS)
+    b = Plan(**{**plan.to_dict(), "vpp": 2, "zero": 1, "recompute": "selective"})
+    return ReviewState(plans=(NamedPlan("A", plan), NamedPlan("B", b)),
+                       title="GPT-3 175B on 64 DGX H100 nodes")
+
+
+def plan_code(named) -> str:
+    """'name|dp=8,tp=8,...' for one NamedPlan (the `plan` URL parameter)."""
+    p = named.plan
+    values = {"dp": p.dp, "tp": p.tp, "pp": p.pp, "cp": p.cp, "sp": int(p.sp), "mb": p.micro_batch,
+              "gb": p.global_batch, "vpp": p.vpp, "zero": p.zero, "recompute": p.recompute, "order": p.order}
+    return f"{named.name}|" + ",".join(f"{k}={values[k]}" for k in _PLAN_CODE_KEYS)
+
+
+def parse_plan_code(text: str):
+    from parallel.review import NamedPlan
+
+    name, sep, body = str(text).rpartition("|")
+    if not sep or not name.strip():
+        raise SpecError(f"URL parameter plan={text!r} must look like 'name|dp=8,tp=8,pp=8,...'")
+    pairs = dict(item.partition("=")[::2] for item in body.split(",") if item)
+    unknown = sorted(set(pairs) - set(_PLAN_CODE_KEYS))
+    if unknown:
+        raise SpecError(f"URL parameter plan={text!r}: unknown key(s) {', '.join(unknown)}")
+    base = {**_PLAN_CODE_DEFAULTS, **pairs}  # unnamed degrees are 1, as on the plan CLI
+    if "gb" not in pairs:
+        try:
+            base["gb"] = str(int(base["dp"]) * int(base["mb"]) * int(base["pp"]))
+        except ValueError:
+            pass  # plan_from_params names the bad key
+    _, _, plan = plan_from_params({k: base[k] for k in KEYS if k not in ("model", "cluster", "nodes")})
+    return NamedPlan(name.strip(), plan)
+
+
+def model_code(model: Model) -> str:
+    return ",".join(f"{short}={getattr(model, name)}" for short, name in _SHAPE.items())
+
+
+def model_from_code(text: str, name: str = "custom") -> Model:
+    pairs = dict(item.partition("=")[::2] for item in str(text).split(",") if item)
+    try:
+        fields = {_SHAPE[k]: (v if k == "arch" else int(v)) for k, v in pairs.items()}
+    except (KeyError, ValueError):
+        raise SpecError(f"URL parameter shape={text!r} must look like '{model_code(model_preset('gpt3-22b'))}'") from None
+    return Model(name=name, **fields)
+
+
+def _float(key: str, text: str, lo: float, hi: float) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(f"URL parameter {key}={text!r} must be a number") from None
+    if not lo <= value <= hi:
+        raise SpecError(f"URL parameter {key}={value} must be in [{lo}, {hi}]")
+    return value
+
+
+def review_to_params(s: ReviewState) -> dict[str, str | list[str]]:
+    """The URL of the review page: every value a string, `plan` a list (repeated key)."""
+    out: dict[str, str | list[str]] = {"view": s.view, "model": s.model.name if s.is_preset_model else "custom",
+                                       "cluster": s.cluster, "nodes": str(s.nodes), "plan": [plan_code(p) for p in s.plans]}
+    if not s.is_preset_model:
+        out["shape"] = model_code(s.model)
+        out["mname"] = s.model.name
+    for key, value in (("title", s.title), ("chosen", s.chosen), ("verdict", s.verdict), ("review", s.review_id),
+                       ("s_gb", s.search_gb), ("s_max_tp", s.max_tp)):
+        if value not in (None, ""):
+            out[key] = str(value)
+    out.update({"s_headroom": f"{s.headroom:g}", "s_sp": str(int(s.require_sp)), "s_zero": ",".join(map(str, s.zero)),
+                "s_recompute": ",".join(s.recompute), "s_top": str(s.top), "mfu": f"{s.mfu:g}",
+                "dp_overlap": f"{s.dp_overlap:g}", "flash": str(int(s.flash)), "dropout": str(int(s.dropout))})
+    return out
+
+
+def _all(params: Mapping, key: str) -> list[str]:
+    value = params.get(key)
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+
+
+def review_from_params(params: Mapping) -> ReviewState:
+    """The review page's state from its URL (missing keys: the defaults); SpecError naming a bad key."""
+    d = default_review_state()
+    get = lambda key: _value(params, key)  # noqa: E731
+    shape = get("shape")
+    model = model_from_code(shape, get("mname") or "custom") if shape else model_preset(get("model") or d.model.name)
+    cluster = get("cluster") or d.cluster
+    cluster_preset(cluster)
+    codes = _all(params, "plan")
+    plans = tuple(parse_plan_code(c) for c in codes) if codes else d.plans
+    names = [p.name for p in plans]
+    if len(set(names)) != len(names):
+        raise SpecError(f"URL plans must have different names, got {names}")
+    view = get("view") or d.view
+    if view not in REVIEW_VIEWS:
+        raise SpecError(f"URL parameter view={view!r} must be one of {', '.join(REVIEW_VIEWS)}")
+    nodes = _int("nodes", get("nodes")) if get("nodes") else max(1, -(-plans[0].plan.world_size // cluster_preset(cluster).gpus_per_node)) if plans else d.nodes
+    if nodes < 1:
+        raise SpecError(f"URL parameter nodes={nodes} must be at least 1")
+    chosen = get("chosen") or None
+    if chosen is not None and chosen not in names:
+        chosen = None
+    flag = lambda key, default: default if get(key) in (None, "") else get(key) in ("1", "true")  # noqa: E731
+    try:
+        zero = tuple(int(z) for z in (get("s_zero") or "0,1,2,3").split(",") if z)
+    except ValueError:
+        raise SpecError(f"URL parameter s_zero={get('s_zero')!r} must list ZeRO stages like 0,1") from None
+    recompute = tuple(r for r in (get("s_recompute") or "none,selective,full").split(",") if r)
+    if set(zero) - {0, 1, 2, 3} or set(recompute) - {"none", "selective", "full"}:
+        raise SpecError("URL parameters s_zero / s_recompute name stages or modes that do not exist")
+    opt_int = lambda key: _int(key, get(key)) if get(key) else None  # noqa: E731
+    return ReviewState(
+        model=model, cluster=cluster, nodes=nodes, plans=plans, title=get("title") or ("" if codes else d.title), chosen=chosen,
+        verdict=get("verdict") or "", view=view, review_id=opt_int("review"), search_gb=opt_int("s_gb"),
+        headroom=_float("s_headroom", get("s_headroom") or "0.1", 0, 0.95), max_tp=opt_int("s_max_tp"),
+        require_sp=flag("s_sp", False), zero=zero, recompute=recompute, top=opt_int("s_top") or d.top,
+        mfu=_float("mfu", get("mfu") or "0.5", 0.01, 1), dp_overlap=_float("dp_overlap", get("dp_overlap") or "0", 0, 1),
+        flash=flag("flash", False), dropout=flag("dropout", True))
+
+
+def plan_rows_of(plans) -> list[dict]:
+    """The compared plans as rows for the page's plan editor (one dict per plan, URL key names)."""
+    rows = []
+    for named in plans:
+        p = named.plan
+        rows.append({"name": named.name, "dp": p.dp, "tp": p.tp, "pp": p.pp, "cp": p.cp, "sp": p.sp, "mb": p.micro_batch,
+                     "gb": p.global_batch, "vpp": p.vpp, "zero": p.zero, "recompute": p.recompute, "order": p.order})
+    return rows
+
+
+def plans_from_rows(rows) -> tuple[tuple, list[str]]:
+    """Plans from edited rows, and a message per row that cannot be a plan (that row is left out)."""
+    from parallel.review import NamedPlan
+
+    if hasattr(rows, "to_dict"):  # the data editor hands back a DataFrame
+        rows = rows.to_dict("records")
+    plans, errors, seen = [], [], set()
+    for i, row in enumerate(rows, 1):
+        name = str(row.get("name") or "").strip() or f"plan {i}"
+        if name in seen:
+            errors.append(f"row {i}: the name {name!r} is used twice")
+            continue
+        try:
+            values = {k: row.get(k) for k in _PLAN_CODE_KEYS}
+            if any(v is None or (isinstance(v, float) and v != v) for v in values.values()):
+                raise SpecError("fill every column")
+            named = parse_plan_code(f"{name}|" + ",".join(f"{k}={int(v) if k == 'sp' else v}" for k, v in values.items()))
+        except (SpecError, ValueError, TypeError) as err:
+            errors.append(f"row {i} ({name}): {err}")
+            continue
+        seen.add(name)
+        plans.append(named)
+    return tuple(plans), errors
+
+
+def plan_page_params(s: ReviewState, named) -> dict[str, str] | None:
+    """Query params that open `named` in the Topology / Activation memory / TP scaling pages, or None
+    when the review's model is not a preset (those pages take preset names)."""
+    if not s.is_preset_model:
+        return None
+    return plan_to_params(s.model.name, s.cluster, s.nodes, named.plan)
+
+
+def review_of(s: ReviewState, *, author: str = "", created: str = "", notes: tuple = ()):
+    """The parallel.review.Review the page state describes."""
+    from parallel.memory import ActivationOptions
+    from parallel.perf import PerfOptions
+    from parallel.report import Options
+    from parallel.review import Review
+
+    options = Options(activations=ActivationOptions(flash_attention=s.flash, dropout=s.dropout),
+                      perf=PerfOptions(mfu=s.mfu, dp_overlap=s.dp_overlap))
+    return Review(title=s.title, model=s.model, cluster=s.cluster_spec, plans=s.plans, verdict=s.verdict,
+                  chosen=s.chosen, notes=notes, author=author, created=created, options=options)
+
+
+def state_of_review(review, *, review_id: int | None = None, view: str = "compare", base: ReviewState | None = None) -> ReviewState:
+    """The page state that shows `review` (its cluster must be one of the presets, by name)."""
+    import dataclasses
+
+    cluster = cluster_preset(review.cluster.name)
+    o = review.options
+    return dataclasses.replace(base or ReviewState(), model=review.model, cluster=cluster.name, nodes=review.cluster.nodes,
+                               plans=tuple(review.plans), title=review.title, chosen=review.chosen,
+                               verdict=review.verdict, view=view, review_id=review_id, mfu=o.perf.mfu,
+                               dp_overlap=o.perf.dp_overlap, flash=o.activations.flash_attention,
+                               dropout=o.activations.dropout)

@@ -1,0 +1,400 @@
+"""Plan review: compare 2–4 plans side by side, search the plan space, import a Megatron-LM script /
+torchtitan TOML / plan JSON, share the review as a URL, export it (Markdown, JSON), save it for the team.
+
+State: one `ui.plan_params.ReviewState` in the session, mirrored into the URL on every run (so a copied
+link reproduces the view) and adopted back from a URL this session did not write. Widgets hold their
+values under `rv.*` keys, re-seeded from the state whenever it changes from outside (a link, an import,
+a search result, a reopened review).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import streamlit as st
+
+from parallel.importers import ImportFailed, KINDS, import_text, place
+from parallel.plan import RECOMPUTE
+from parallel.review import NamedPlan, Review, compare, justify, plan_rows, review_markdown
+from parallel.reviews_db import ReviewStore, default_url
+from parallel.search import Constraints, SearchEmpty, plan_of, search
+from parallel.specs import CLUSTERS, MODELS, GiB, SpecError, cluster_preset
+from parallel.topology import ORDERS
+from ui import review_charts as rc
+from ui.plan_params import (REVIEW_VIEWS, ReviewState, default_review_state, plan_page_params, plan_rows_of,
+                            plans_from_rows, review_from_params, review_of, review_to_params, state_of_review)
+
+STATE, WRITTEN, VERSION, BASE, IMPORTED = "rv.state", "rv.url", "rv.version", "rv.editor_base", "rv.imported"
+MAX_PLANS = 4
+VIEW_TITLES = {"compare": "Compare & share", "search": "Search", "import": "Import", "saved": "Saved reviews"}
+PAGES = (("pages/topology.py", "Topology"), ("pages/activation_memory.py", "Activation memory"),
+         ("pages/tp_scaling.py", "TP scaling"))
+
+
+# ------------------------------------------------------------------ cached loaders (plain arguments)
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def comparison(review_json: str):
+    return compare(Review.from_json(review_json))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def markdown(review_json: str) -> str:
+    return review_markdown(Review.from_json(review_json))
+
+
+@st.cache_data(show_spinner="Searching the plan space…", max_entries=16)
+def search_result(review_json: str, gb: int, constraints: Constraints):
+    r = Review.from_json(review_json)
+    return search(r.model, r.cluster, gb, constraints, r.options)
+
+
+@st.cache_resource(show_spinner=False)
+def _store(url: str) -> ReviewStore:
+    return ReviewStore(url)
+
+
+def store() -> ReviewStore:
+    return _store(default_url())  # PARASCOPE_REVIEWS_DB, else SQLite under PARASCOPE_DATA or ./.parascope
+
+
+# ------------------------------------------------------------------ state <-> widgets <-> URL
+
+def widget_values(s: ReviewState) -> dict:
+    return {"rv.view": s.view, "rv.model": s.model.name, "rv.cluster": s.cluster, "rv.nodes": s.nodes,
+            "rv.title": s.title, "rv.verdict": s.verdict, "rv.chosen": s.chosen or "—", "rv.mfu": s.mfu,
+            "rv.dp_overlap": s.dp_overlap, "rv.flash": s.flash, "rv.dropout": s.dropout,
+            "rv.s_gb": s.search_gb or (s.plans[0].plan.global_batch if s.plans else 1536), "rv.s_headroom": s.headroom,
+            "rv.s_max_tp": s.max_tp or 0, "rv.s_sp": s.require_sp, "rv.s_zero": list(s.zero),
+            "rv.s_recompute": list(s.recompute), "rv.s_top": s.top}
+
+
+def set_state(s: ReviewState) -> None:
+    """Adopt a state from outside the widgets: every widget shows it, the plan table restarts from it."""
+    st.session_state[STATE] = s
+    st.session_state.update(widget_values(s))
+    st.session_state[VERSION] = st.session_state.get(VERSION, 0) + 1
+    st.session_state[BASE] = plan_rows_of(s.plans)
+
+
+def _as_lists(params: dict) -> dict[str, list[str]]:
+    return {k: (list(v) if isinstance(v, list) else [v]) for k, v in params.items()}
+
+
+def load_state() -> ReviewState:
+    url = {k: st.query_params.get_all(k) for k in st.query_params}
+    if STATE not in st.session_state or (url and url != st.session_state.get(WRITTEN)):
+        try:
+            set_state(review_from_params(url) if url else default_review_state())
+        except SpecError as err:
+            st.error(f"The link's review could not be used: {err}. Showing the previous review.")
+            set_state(st.session_state.get(STATE) or default_review_state())
+    for key, value in widget_values(st.session_state[STATE]).items():
+        st.session_state.setdefault(key, value)  # widgets of a section not drawn last run lose their value
+    return st.session_state[STATE]
+
+
+def write_state(s: ReviewState) -> None:
+    st.session_state[STATE] = s
+    params = review_to_params(s)
+    if _as_lists(params) != {k: st.query_params.get_all(k) for k in st.query_params}:
+        st.query_params.from_dict(params)
+    st.session_state[WRITTEN] = _as_lists(params)
+
+
+def review_json(s: ReviewState) -> str:
+    return review_of(s).to_json(with_summary=False)
+
+
+# ------------------------------------------------------------------ the review's machine and assumptions
+
+def machine(s: ReviewState) -> ReviewState:
+    models = list(MODELS) + ([] if s.is_preset_model else [s.model.name])
+    c1, c2, c3 = st.columns([3, 2, 1])
+    name = c1.selectbox("Model", models, key="rv.model",
+                        format_func=lambda n: n if n in MODELS else f"{n} (imported)")
+    cluster = c2.selectbox("Cluster", list(CLUSTERS), key="rv.cluster")
+    nodes = c3.number_input("Nodes", min_value=1, max_value=65536, step=1, key="rv.nodes")
+    with st.expander("Modelling assumptions"):
+        a1, a2, a3, a4 = st.columns(4)
+        mfu = a1.slider("MFU of compute", 0.1, 1.0, step=0.05, key="rv.mfu", help="fraction of peak FLOP/s the GEMMs reach")
+        overlap = a2.slider("DP overlap", 0.0, 1.0, step=0.05, key="rv.dp_overlap",
+                            help="fraction of gradient reduction hidden behind backward")
+        flash = a3.toggle("Flash attention", key="rv.flash", help="no s×s attention scores kept")
+        dropout = a4.toggle("Dropout", key="rv.dropout", help="dropout masks kept for backward")
+    model = MODELS.get(name, s.model)
+    return dataclasses.replace(s, model=model, cluster=cluster, nodes=int(nodes), mfu=float(mfu),
+                               dp_overlap=float(overlap), flash=bool(flash), dropout=bool(dropout))
+
+
+# ------------------------------------------------------------------ compare & share
+
+def plan_editor(s: ReviewState) -> ReviewState:
+    key = f"rv.plans.{st.session_state.get(VERSION, 0)}"
+    if key not in st.session_state:
+        st.session_state[BASE] = plan_rows_of(s.plans)
+    cfg = {"name": st.column_config.TextColumn("name", required=True, width="small"),
+           **{k: st.column_config.NumberColumn(k.upper(), min_value=1, step=1, required=True)
+              for k in ("dp", "tp", "pp", "cp", "vpp")},
+           "sp": st.column_config.CheckboxColumn("SP"),
+           "mb": st.column_config.NumberColumn("micro batch", min_value=1, step=1, required=True),
+           "gb": st.column_config.NumberColumn("global batch", min_value=1, step=1, required=True),
+           "zero": st.column_config.SelectboxColumn("ZeRO", options=[0, 1, 2, 3], required=True),
+           "recompute": st.column_config.SelectboxColumn("recompute", options=list(RECOMPUTE), required=True),
+           "order": st.column_config.SelectboxColumn("rank order", options=list(ORDERS), required=True)}
+    edited = st.data_editor(st.session_state[BASE], key=key, num_rows="dynamic", column_config=cfg, hide_index=True,
+                            width="stretch")
+    plans, errors = plans_from_rows(edited)
+    for e in errors:
+        st.error(e)
+    if len(plans) > MAX_PLANS:
+        st.warning(f"Comparing the first {MAX_PLANS} of {len(plans)} plans.")
+        plans = plans[:MAX_PLANS]
+    return dataclasses.replace(s, plans=plans, chosen=s.chosen if s.chosen in [p.name for p in plans] else None)
+
+
+def links(s: ReviewState, named: NamedPlan, where) -> None:
+    params = plan_page_params(s, named)
+    for page, title in PAGES:
+        if params is None:
+            where.page_link(page, label=title, disabled=True, help="those pages take preset models only")
+        else:
+            where.page_link(page, label=title, query_params=params, help=f"open {named.name} in {title}")
+
+
+def compare_section(s: ReviewState) -> ReviewState:
+    st.caption("One row per plan (2–4). Edit cells, add or delete rows; every number below follows.")
+    s = plan_editor(s)
+    if not s.plans:
+        st.info("Add a plan to the table, import one, or send one from Search.")
+        return s
+    c1, c2 = st.columns([2, 1])
+    title = c1.text_input("Review title", key="rv.title")
+    names = ["—"] + [p.name for p in s.plans]
+    if st.session_state.get("rv.chosen") not in names:
+        st.session_state["rv.chosen"] = "—"
+    chosen = c2.selectbox("Chosen plan", names, key="rv.chosen")
+    verdict = st.text_area("Verdict", key="rv.verdict", height=68, placeholder="Why this plan, in a sentence or two")
+    s = dataclasses.replace(s, title=title, verdict=verdict, chosen=None if chosen == "—" else chosen)
+    text = review_json(s)
+    cmp = comparison(text)
+    cards = st.columns(len(s.plans))
+    for col, card, named in zip(cards, rc.plan_cards(plan_rows(cmp)), s.plans):
+        with col.container(border=True):
+            st.markdown(f"**{card['name']}** {'✅' if card['valid'] else '❌ invalid'}" +
+                        (" · chosen" if card["name"] == s.chosen else ""))
+            st.caption(card["label"])
+            st.metric("step time", card["step"], help=card["issues"])
+            st.metric("memory per GPU", card["memory"])
+            st.metric("MFU", card["mfu"])
+            links(s, named, st)
+    issues = cmp.issues
+    if len(issues):
+        with st.expander(f"Errors and warnings ({len(issues)})", expanded=bool((issues["level"] == "error").any())):
+            for r in issues.to_dict("records"):
+                (st.error if r["level"] == "error" else st.warning)(f"{r['plan']}: {r['message']}")
+    cluster = s.cluster_spec
+    if len(cmp.memory):
+        st.altair_chart(rc.memory_chart(cmp.memory, cluster.gpu_memory_bytes))
+        st.altair_chart(rc.time_chart(cmp.time))
+    if len(cmp.comm):
+        st.altair_chart(rc.comm_chart(cmp.comm))
+    st.subheader("Side by side")
+    st.caption("Highlighted rows differ between the plans.")
+    st.dataframe(rc.compare_styler(cmp.table, cmp.names), hide_index=True, height=420)
+    st.subheader("Why each plan")
+    for named in s.plans:
+        with st.expander(f"{named.name}: {named.plan.label()}", expanded=named.name == s.chosen):
+            why = justify(named.plan, cmp.reports[named.name], s.model, cluster, review_of(s).options)
+            st.markdown("\n".join(f"- **{dim}** — {t}" for dim, t in why))
+    st.subheader("Share and export")
+    st.caption("The page's URL holds this review (plans, verdict, search settings): copy it to share the view.")
+    d1, d2 = st.columns(2)
+    stem = (s.title or "plan-review").strip().replace(" ", "_")[:60]
+    d1.download_button("Download Markdown", markdown(text), file_name=f"{stem}.md", mime="text/markdown", width="stretch")
+    d2.download_button("Download JSON", review_of(s).to_json(), file_name=f"{stem}.json", mime="application/json",
+                       width="stretch", help="imports back: Import → upload, or python -m parallel plan --import")
+    return s
+
+
+# ------------------------------------------------------------------ search
+
+def _add_plan(named: NamedPlan, **changes) -> None:
+    s = st.session_state[STATE]
+    plans = tuple(p for p in s.plans if p.name != named.name)[: MAX_PLANS - 1] + (named,)
+    set_state(dataclasses.replace(s, plans=plans, view="compare", **changes))
+
+
+def search_section(s: ReviewState) -> ReviewState:
+    c1, c2, c3, c4 = st.columns(4)
+    gb = c1.number_input("Global batch", min_value=1, step=1, key="rv.s_gb", help="sequences per optimizer step")
+    headroom = c2.slider("Memory headroom", 0.0, 0.5, step=0.05, key="rv.s_headroom",
+                         help="fraction of GPU memory kept free (allocator, NCCL buffers)")
+    max_tp = c3.selectbox("Max TP", [0, 1, 2, 4, 8, 16, 32, 64], key="rv.s_max_tp",
+                          format_func=lambda t: "no limit" if t == 0 else str(t))
+    sp = c4.toggle("SP required", key="rv.s_sp", help="every plan with TP > 1 uses sequence parallelism")
+    c1, c2, c3 = st.columns([2, 2, 1])
+    zero = c1.multiselect("ZeRO stages", [0, 1, 2, 3], key="rv.s_zero")
+    recompute = c2.multiselect("Recompute modes", list(RECOMPUTE), key="rv.s_recompute")
+    top = c3.number_input("Show top", min_value=1, max_value=200, step=1, key="rv.s_top")
+    s = dataclasses.replace(s, search_gb=int(gb), headroom=float(headroom), max_tp=int(max_tp) or None,
+                            require_sp=bool(sp), zero=tuple(sorted(zero)), recompute=tuple(recompute), top=int(top))
+    if not zero or not recompute:
+        st.info("Pick at least one ZeRO stage and one recompute mode.")
+        return s
+    constraints = Constraints(headroom=s.headroom, max_tp=s.max_tp, require_sp=s.require_sp, zero=s.zero,
+                              recompute=s.recompute)
+    try:
+        result = search_result(review_json(s), s.search_gb, constraints)
+    except SearchEmpty as err:
+        st.error(str(err))
+        st.dataframe(rc.funnel_frame(err.funnel), hide_index=True)
+        return s
+    cluster = s.cluster_spec
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Plans that fit", f"{len(result.table):,}")
+    m2.metric("Plans evaluated", f"{result.evaluated:,}", help=f"{cluster.gpus:,} GPUs, every valid split")
+    m3.metric("Search time", f"{result.seconds:.2f} s")
+    budget = cluster.gpu_memory_bytes * (1 - s.headroom)
+    st.altair_chart(rc.pareto_chart(rc.pareto_points(result.table, s.search_gb), budget))
+    st.caption("Each dot is a plan that fits; dark dots and the line are the Pareto front (no plan is both "
+               "leaner and faster). Red dashes: the memory budget.")
+    rows = rc.search_rows(result.table, s.search_gb, s.top)
+    st.dataframe(rows, hide_index=True)
+    with st.expander("How the space was narrowed"):
+        st.dataframe(rc.funnel_frame(result.funnel), hide_index=True)
+    ranks = list(range(1, len(rows) + 1))
+    c1, c2 = st.columns([4, 1])
+    rank = c1.selectbox("Send to compare", ranks, key="rv.s_pick", format_func=lambda r: f"#{r}: {rows['plan'][r - 1]}")
+    named = NamedPlan(f"search #{rank}", plan_of(result.table.iloc[rank - 1].to_dict(), s.search_gb))
+    c2.button("Add to compare", on_click=_add_plan, args=(named,), width="stretch",
+              help=f"compare holds {MAX_PLANS} plans; the last one is replaced when full")
+    return s
+
+
+# ------------------------------------------------------------------ import
+
+def import_section(s: ReviewState) -> ReviewState:
+    st.caption("A Megatron-LM launch script or command line, a torchtitan TOML, or a ParaScope plan/review JSON. "
+               "Flags it does not know are listed, never fatal.")
+    how = st.radio("Source", ["Paste", "Upload"], horizontal=True, key="rv.i_how")
+    if how == "Paste":
+        text, name = st.text_area("Paste the script, command line, TOML or JSON", key="rv.i_text", height=220), "pasted text"
+    else:
+        up = st.file_uploader("File", type=["sh", "bash", "slurm", "txt", "toml", "json"], key="rv.i_file")
+        text, name = (up.getvalue().decode("utf-8", "replace"), up.name) if up else ("", "")
+    c1, c2, c3 = st.columns([2, 1, 1])
+    kind = c1.selectbox("Kind", ["auto", *KINDS], key="rv.i_kind")
+    nodes = c2.number_input("Nodes (0: from the file)", min_value=0, step=1, key="rv.i_nodes",
+                            help=f"nodes of {cluster_preset(s.cluster).gpus_per_node} GPUs of the review's cluster")
+    if c3.button("Read it", disabled=not text.strip(), width="stretch"):
+        try:
+            imported = import_text(text, name, None if kind == "auto" else kind)
+            base = cluster_preset(s.cluster)
+            if imported.gpus_per_node and imported.cluster is None:
+                base = dataclasses.replace(base, gpus_per_node=imported.gpus_per_node)
+            placed, cluster = place(imported, base, int(nodes) or None)
+            st.session_state[IMPORTED] = {"summary": placed.summary(), "plan": placed.plan, "model": placed.model,
+                                          "nodes": cluster.nodes, "name": name}
+        except (ImportFailed, SpecError) as err:
+            st.session_state.pop(IMPORTED, None)
+            st.error(str(err))
+    got = st.session_state.get(IMPORTED)
+    if got:
+        model = got["model"] or s.model
+        st.success(f"{got['summary']['kind']}: {model.name}, {got['plan'].label()}, global batch "
+                   f"{got['plan'].global_batch}, {got['summary']['world_size']} GPUs ({got['summary']['world_from']})")
+        frames = rc.import_frames(got["summary"])
+        t1, t2 = st.columns(2)
+        t1.dataframe(frames["recognised"], hide_index=True)
+        t2.dataframe(frames["unknown"], hide_index=True)
+        if len(frames["notes"]):
+            st.dataframe(frames["notes"], hide_index=True)
+        stem = "imported" if got["name"] == "pasted text" else got["name"].rsplit(".", 1)[0] or "imported"
+        options = got["summary"]["options"]
+        named = NamedPlan(stem[:40], got["plan"])
+        changes = {"model": model, "nodes": got["nodes"], "flash": options.get("flash_attention", s.flash),
+                   "dropout": options.get("dropout", s.dropout)}
+        note = "" if model == s.model else f" (the review's model becomes {model.name})"
+        st.button(f"Add to compare as {named.name!r}{note}", on_click=_add_plan, args=(named,), kwargs=changes)
+    return s
+
+
+# ------------------------------------------------------------------ saved reviews
+
+def _save(as_new: bool) -> None:
+    s, author = st.session_state[STATE], st.session_state.get("rv.author") or "anonymous"
+    try:
+        rid = store().save(review_of(s, author=author), author=author, review_id=None if as_new else s.review_id)
+    except SpecError as err:
+        st.session_state["rv.flash_msg"] = ("error", str(err))
+        return
+    st.session_state[STATE] = dataclasses.replace(s, review_id=rid)
+    st.session_state["rv.flash_msg"] = ("success", f"Saved as review #{rid}.")
+
+
+def _open(rid: int) -> None:
+    try:
+        review = store().open(rid)
+        set_state(state_of_review(review, review_id=rid, view="compare", base=st.session_state[STATE]))
+    except SpecError as err:
+        st.session_state["rv.flash_msg"] = ("error", str(err))
+
+
+def _note(rid: int) -> None:
+    text = st.session_state.get("rv.note_text", "")
+    try:
+        store().add_note(rid, st.session_state.get("rv.author") or "anonymous", text)
+        st.session_state["rv.note_text"] = ""
+    except SpecError as err:
+        st.session_state["rv.flash_msg"] = ("error", str(err))
+
+
+def saved_section(s: ReviewState) -> ReviewState:
+    db = store()
+    st.caption(f"Stored in {db.url.split('://')[0]} at {db.url.split('://', 1)[-1] or 'memory'} "
+               "(set PARASCOPE_REVIEWS_DB to a team server's database URL).")
+    st.text_input("Your name (for saves and notes)", key="rv.author")
+    c1, c2 = st.columns(2)
+    c1.button("Save as a new review", on_click=_save, args=(True,), width="stretch")
+    c2.button(f"Save a new revision of #{s.review_id}" if s.review_id else "Save a new revision",
+              on_click=_save, args=(False,), disabled=s.review_id is None, width="stretch")
+    saved = db.list()
+    if not saved:
+        st.info("No saved reviews yet: save this one to start.")
+        return s
+    st.dataframe(rc.saved_frame(saved), hide_index=True)
+    ids = [r.id for r in saved]
+    titles = {r.id: r.title for r in saved}
+    c1, c2 = st.columns([4, 1])
+    pick = c1.selectbox("Review", ids, key="rv.pick", format_func=lambda i: f"#{i}: {titles[i]}")
+    c2.button("Open", on_click=_open, args=(pick,), width="stretch")
+    if s.review_id in ids:
+        st.subheader(f"Notes on #{s.review_id}")
+        for n in db.open(s.review_id).notes:
+            st.markdown(f"**{n.author}** · {n.at}  \n{n.text}")
+        st.text_area("Add a note", key="rv.note_text", height=68)
+        st.button("Add note", on_click=_note, args=(s.review_id,))
+    return s
+
+
+# ------------------------------------------------------------------ the page
+
+SECTIONS = {"compare": compare_section, "search": search_section, "import": import_section, "saved": saved_section}
+
+
+def plan_review_page() -> None:
+    state = load_state()
+    kind, message = st.session_state.pop("rv.flash_msg", (None, None))
+    if kind:
+        (st.success if kind == "success" else st.error)(message)
+    state = machine(state)
+    view = st.segmented_control("Section", REVIEW_VIEWS, key="rv.view", required=True,
+                                format_func=VIEW_TITLES.get, label_visibility="collapsed")
+    state = dataclasses.replace(state, view=view or "compare")
+    state = SECTIONS[state.view](state)
+    write_state(state)
+
+
+st.title("Plan review")
+plan_review_page()
