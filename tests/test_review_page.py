@@ -165,3 +165,13 @@ def test_custom_model_rides_in_the_url_and_disables_the_links():
     assert review_to_params(state)["mname"] == "megatron L32 h3840 a32"
     assert state.plans[-1].plan.tp == 2 and state.nodes == 8
     assert vega_charts(at)[0].frame()["bytes"].max() < 80 * GiB
+
+
+def test_a_link_opens_the_plan_in_the_topology_page():
+    from urllib.parse import parse_qsl
+
+    at = ok(page_test(PAGE, SMALL))
+    topo = [l.proto for l in at.get("page_link") if l.proto.label == "Topology"][1]  # plan B
+    other = ok(page_test("pages/topology.py", dict(parse_qsl(topo.query_string))))
+    assert other.query_params["tp"] == "4" and other.query_params["pp"] == "2" and other.query_params["zero"] == "1"
+    assert len(vega_charts(other)[0].frame()) == 16  # one cell per GPU of the review's 2 nodes

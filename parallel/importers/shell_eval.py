@@ -273,6 +273,9 @@ class Shell:
         words = [w.text for w in argv]
         if not words:
             return None
+        if words[0] == "!":
+            inner = self.test(argv[1:])
+            return None if inner is None else not inner
         if words[0] in ("true", ":"):
             return True
         if words[0] == "false":
