@@ -61,11 +61,11 @@ class LabSettings:
     prefix: str
     nodes: tuple[LabNode, LabNode]
     prefixlen: int
-    bandwidth_bytes_per_s: float  # tbf rate, each direction
+    bandwidth_bytes_per_s: float  # HTB rate, each direction
     latency_s: float  # one-way delay netem adds on top of the veth's own (0 when the kernel has no netem)
     latency_requested_s: float
-    burst_bytes: int  # tbf bucket: bytes that pass at full speed after an idle spell
-    limit_bytes: int  # tbf queue: bytes that may wait before tc drops
+    burst_bytes: int  # HTB bucket: bytes that pass at full speed after an idle spell
+    limit_bytes: int  # each class's bfifo: bytes that may wait before tc drops
     like: dict | None = None  # {"cluster", "intra_inter_ratio", "loopback_bytes_per_s"} when from --like
     created_at: str = ""
 
@@ -171,10 +171,11 @@ def like_defaults(cluster: str, loopback_bytes_per_s: float | None = None) -> tu
                                        "loopback_bytes_per_s": loopback}
 
 
-def tbf_sizes(bandwidth_bytes_per_s: float) -> tuple[int, int]:
-    """(burst, limit) of the token bucket. Burst ≈ 250 µs at the rate, at least 64 KiB so that one GSO
+def shaper_sizes(bandwidth_bytes_per_s: float) -> tuple[int, int]:
+    """(burst, limit) of the shaper. Burst ≈ 250 µs at the rate, at least 64 KiB so that one GSO
     segment passes whole; limit ≈ 50 ms at the rate, at least 4 MiB, so gloo's TCP streams queue
-    rather than drop (a drop costs a 200 ms retransmit timeout, which would swamp any timing)."""
+    rather than drop (a drop costs a 200 ms retransmit timeout, which would swamp any timing; ACKs
+    bypass this queue, see lab_net.shaping_commands)."""
     burst = max(64 * 1024, int(bandwidth_bytes_per_s * 250e-6))
     limit = max(4 * 2**20, int(bandwidth_bytes_per_s * 50e-3))
     return burst, limit
@@ -225,8 +226,8 @@ def status(prefix: str = DEFAULT_PREFIX) -> dict:
             problems.append(f"{dev} in {ns} is down")
         if not link["addresses"] or (want and want not in link["addresses"]):
             problems.append(f"{dev} in {ns} has addresses {link['addresses']}, expected {want or 'one'}")
-        if not any(q.get("kind") == "tbf" for q in link["qdiscs"]):
-            problems.append(f"{dev} in {ns} is not shaped (no tbf qdisc)")
+        if not any(q.get("kind") == "htb" and q.get("root") for q in link["qdiscs"]):
+            problems.append(f"{dev} in {ns} is not shaped (no htb qdisc at its root)")
     problems += [f"stray namespace {n}" for n in found if n not in names.namespaces]
     problems += [f"stray link {link} in the root namespace" for link in stray_links]
     if saved is None and not path.exists():
@@ -249,7 +250,7 @@ def up(*, bandwidth_bytes_per_s: float, latency_s: float = 0.0, latency_required
     if not latency_s >= 0:
         raise LabError(f"link latency must be >= 0, got {latency_s!r} s")
     addresses, prefixlen = lab_addresses(subnet)
-    burst, limit = tbf_sizes(bandwidth_bytes_per_s)
+    burst, limit = shaper_sizes(bandwidth_bytes_per_s)
     notes = []
     with _lock(prefix):
         before = status(prefix)

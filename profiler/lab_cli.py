@@ -92,9 +92,10 @@ def describe(st: dict) -> str:
         for dev, link in info["links"].items():
             if dev == "lo":
                 continue
-            qd = "; ".join(f"{q['kind']} {json.dumps(q.get('options', {}))}" for q in link["qdiscs"]) or "no qdisc"
+            qd = " ".join(q["kind"] for q in link["qdiscs"]) or "no qdisc"
             lines.append(f"  {ns:<16} {dev:<16} {' '.join(link['addresses']) or '-':<16} "
                          f"{'up' if link['up'] else 'DOWN'}  {qd}")
+            lines += [f"  {'':<16} {c}" for c in link.get("classes", [])]
         if info["pids"]:
             lines.append(f"  {ns:<16} processes: {' '.join(map(str, info['pids']))}")
     lines += [f"  problem: {p}" for p in st["problems"]]

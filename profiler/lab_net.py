@@ -115,25 +115,55 @@ def inspect_namespace(namespace: str) -> dict:
         if q.get("dev") in links and q.get("kind") not in ("noqueue",):
             links[q["dev"]]["qdiscs"].append({k: q[k] for k in ("kind", "handle", "parent", "root", "options")
                                               if k in q})
+    for dev, link in links.items():  # tc has no JSON for htb classes: keep its lines
+        if link["qdiscs"]:
+            out = sh(["tc", "-n", namespace, "class", "show", "dev", dev]).stdout
+            link["classes"] = sorted(line.strip() for line in out.splitlines() if line.strip())
     return {"links": links, "pids": pids_in(namespace)}
 
 
 def shaping_commands(namespace: str, dev: str, *, rate_bytes_per_s: float, latency_s: float,
                      burst_bytes: int, limit_bytes: int) -> list[list[str]]:
-    """tc calls for one direction of the link (each veth end shapes its own egress, so both directions
-    are): a token bucket (tbf) at the rate; with a latency, netem's delay at the root and the tbf under
-    it (the netem wiki's "delay + rate" recipe)."""
-    tbf = ["tbf", "rate", f"{int(round(rate_bytes_per_s * 8))}bit", "burst", str(burst_bytes),
-           "limit", str(limit_bytes)]
-    base = ["tc", "-n", namespace, "qdisc", "add", "dev", dev]
-    if latency_s <= 0:
-        return [[*base, "root", "handle", "1:", *tbf]]
-    return [[*base, "root", "handle", "1:", "netem", "delay", f"{latency_s * 1e6:.0f}us", "limit", "100000"],
-            [*base, "parent", "1:1", "handle", "10:", *tbf]]
+    """tc calls that shape one direction of the link (each veth end shapes its own egress): an HTB
+    class at the rate, split into small TCP packets (ACKs, gloo's control messages) served first and
+    the bulk after; each queue a bfifo, or netem's delay when a latency is asked for.
+
+    Why not one tbf FIFO: gloo drives both directions of a connection at once, and a FIFO queues one
+    direction's ACKs behind the other's data, so the sender stalls waiting for them. Measured here,
+    16 MiB all_reduce between two nodes over 2.1 Gbit/s: 245 ms through a tbf, 77 ms with ACKs first
+    (64 ms is the wire time)."""
+    rate = f"{int(round(rate_bytes_per_s * 8))}bit"
+    small = f"{int(round(rate_bytes_per_s * 8 / 10))}bit"  # guaranteed to the small packets; they may borrow all
+    tc = ["tc", "-n", namespace]
+    qdisc, cls = [*tc, "qdisc", "add", "dev", dev], [*tc, "class", "add", "dev", dev]
+    bucket = ["burst", str(burst_bytes), "cburst", str(burst_bytes)]
+    leaf = (["netem", "delay", f"{latency_s * 1e6:.0f}us", "limit", "100000"] if latency_s > 0
+            else ["bfifo", "limit", str(limit_bytes)])
+    return [
+        [*qdisc, "root", "handle", "1:", "htb", "default", "20"],
+        [*cls, "parent", "1:", "classid", "1:1", "htb", "rate", rate, "ceil", rate, *bucket],
+        [*cls, "parent", "1:1", "classid", "1:10", "htb", "rate", small, "ceil", rate, *bucket,
+         "prio", "0", "quantum", "65536"],
+        [*cls, "parent", "1:1", "classid", "1:20", "htb", "rate", rate, "ceil", rate, *bucket,
+         "prio", "1", "quantum", "65536"],
+        [*qdisc, "parent", "1:10", "handle", "10:", *leaf],
+        [*qdisc, "parent", "1:20", "handle", "20:", *leaf],
+        # IPv4 TCP packets shorter than 128 bytes (total length at offset 2) go to 1:10.
+        [*tc, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+         "match", "ip", "protocol", "6", "0xff", "match", "u16", "0x0000", "0xff80", "at", "2", "flowid", "1:10"],
+    ]
 
 
 NO_NETEM = ("this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM is off), so the lab link cannot add "
             "latency; only its bandwidth is shaped")
+
+
+def has_netem(namespace: str) -> bool:
+    """Probes for sch_netem on the loopback of one of the lab's own namespaces."""
+    added = sh(["tc", "-n", namespace, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1us"], check=False)
+    if added.returncode == 0:
+        sh(["tc", "-n", namespace, "qdisc", "del", "dev", "lo", "root"])
+    return added.returncode == 0
 
 
 def create(names: Names, *, addresses: tuple[str, str], prefixlen: int, rate_bytes_per_s: float,
@@ -151,19 +181,13 @@ def create(names: Names, *, addresses: tuple[str, str], prefixlen: int, rate_byt
         sh(["ip", "-n", n, "link", "set", "dev", d, "addrgenmode", "none"])
         sh(["ip", "-n", n, "addr", "add", f"{addr}/{prefixlen}", "dev", d])
         sh(["ip", "-n", n, "link", "set", d, "up"])
+    if latency_s > 0 and not has_netem(ns[0]):
+        if latency_required:
+            raise LabUnsupported(f"{NO_NETEM}: pass --latency-us 0")
+        latency_s = 0.0
     for n, d in zip(ns, dev):
-        shape = dict(rate_bytes_per_s=rate_bytes_per_s, burst_bytes=burst_bytes, limit_bytes=limit_bytes)
-        cmds = shaping_commands(n, d, latency_s=latency_s, **shape)
-        first = sh(cmds[0], check=False)
-        if first.returncode and latency_s > 0 and "unknown" in first.stderr.lower():
-            if latency_required:
-                raise LabUnsupported(f"{NO_NETEM}: pass --latency-us 0")
-            latency_s = 0.0
-            cmds = shaping_commands(n, d, latency_s=0.0, **shape)
-            first = sh(cmds[0], check=False)
-        if first.returncode:
-            raise LabError(f"`{' '.join(cmds[0])}` failed: {first.stderr.strip()}")
-        for cmd in cmds[1:]:
+        for cmd in shaping_commands(n, d, rate_bytes_per_s=rate_bytes_per_s, latency_s=latency_s,
+                                    burst_bytes=burst_bytes, limit_bytes=limit_bytes):
             sh(cmd)
     return latency_s
 
