@@ -1,6 +1,8 @@
 """Two-node lab on one machine: two network namespaces ("nodes") joined by a veth pair whose link is
-shaped with tc, so ranks on one node talk over loopback and ranks on different nodes cross a slow link —
-the NVLink/InfiniBand cliff in miniature (issue #8).
+shaped with tc (HTB at the rate, small packets first; netem latency where the kernel has it), so ranks
+on one node talk over loopback and ranks on different nodes cross a slow link — the NVLink/InfiniBand
+cliff in miniature (issue #8). profiler/lab_net.py holds the ip/tc plumbing, lab_cli.py the CLI,
+lab_probe.py the measurements (bench/lab_link.py prints them).
 
 Run (as root; every command exits 2 with the reason when it is not):
     python -m profiler lab up [--like dgx-h100 | --bw 1gbit] [--latency-us 50] [--subnet 10.213.0.0/30]
@@ -8,7 +10,8 @@ Run (as root; every command exits 2 with the reason when it is not):
     python -m profiler lab down                # idempotent; also removes what a crash left behind
 From Python (what `profiler run|commbench|tpsweep --lab` call):
     lab = profiler.lab.settings()              # LabError when the lab is not up
-    argv = lab.torchrun_command(node, nproc_per_node=4, argv=["-m", "parallel", "train", ...], port=29400)
+    port = lab.free_port()                     # on node 0, where the c10d rendezvous store listens
+    argv = lab.torchrun_command(node, 4, ["-m", "parallel", "train", ...], port=port)  # for node in 0, 1
     subprocess.Popen(argv)                     # inside that node's namespace, gloo bound to its veth
 
 Settings live in /run/parascope/lab-<prefix>.json (written atomically), readable without root.
