@@ -66,8 +66,8 @@ _NOTHING = _Nothing()
 
 
 def saves(component: str | dict):
-    """Label what the ops inside save: a component name, or {component: tensor} for ops that save
-    tensors of several components."""
+    """Label what the ops inside save: a component name, or {component: tensor or tuple of tensors}
+    for ops that save tensors of several components."""
     return _Scope(None, component) if _active is not None else _NOTHING
 
 
@@ -100,7 +100,8 @@ class ActivationMeter:
         self._seen.add(key)
         comp = _component
         if isinstance(comp, dict):
-            comp = next((name for name, ref in comp.items() if ref is not None and _key(ref) == key), "other")
+            comp = next((name for name, refs in comp.items()
+                         for ref in (refs if isinstance(refs, (tuple, list)) else (refs,)) if _key(ref) == key), "other")
         self.bytes[(_layer if comp is None or not comp.startswith(("embedding.", "output."))
                     else None, comp or "other")] += t.untyped_storage().nbytes()
         return t

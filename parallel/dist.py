@@ -21,7 +21,6 @@ bounded by the process-group timeout, so a rank that dies cannot hang the others
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -134,11 +133,13 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-def torchrun_env() -> dict | None:
-    """Rank, world, local rank, node and ranks per node from torchrun's environment, or None."""
-    if "TORCHELASTIC_RUN_ID" not in os.environ and "LOCAL_RANK" not in os.environ:
-        return None
-    return {"rank": int(os.environ["RANK"]), "world_size": int(os.environ["WORLD_SIZE"]),
-            "local_rank": int(os.environ["LOCAL_RANK"]),
-            "node": int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))),
-            "gpus_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))}
+def local_context(plan: Plan | None = None, *, device: str = "cpu") -> ParallelContext:
+    """A one-rank plan's context without torch.distributed (every group is this rank alone): the
+    serial model in-process, for tests and notebooks."""
+    plan = plan or Plan()
+    if plan.world_size != 1:
+        raise ValueError(f"local_context is for one rank; the plan has {plan.world_size}")
+    one = {name: Group(dim=label, ranks=(0,), pg=None, rank=0)
+           for name, label in (("tp", "tp"), ("cp", "cp"), ("pp", "pp"), ("dp", "dp"), ("dpcp", "dp"), ("emb", "pp"))}
+    return ParallelContext(plan=plan, topo=plan.topology(1), rank=0, world_size=1, device=torch.device(device),
+                           backend="none", **one)

@@ -71,7 +71,7 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
     tokens = plan.global_batch * model.seq_len  # the loss is the mean over all of them
     init_s = time.perf_counter() - t_start
 
-    losses, times = [], []
+    losses, times, first_grads = [], [], {}
     for step in range(cfg.steps):
         if step == fail_step:
             raise RuntimeError(f"injected failure on rank {rank} at step {step} (PARASCOPE_FAIL_RANK)")
@@ -82,6 +82,8 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
         reducer.zero_grad()
         loss = pipe.step(mbs, schedule=plan.schedule, tokens=tokens, meter=meter if step == 0 else None)
         reducer.reduce()
+        if step == 0 and cfg.save_params and plan.zero == 0:  # the first step's reduced gradients, for tests
+            first_grads = {n: p.grad.detach().cpu().clone() for n, p in stage.named_parameters()}
         with phase("optim"):
             optimizer.step()
             reducer.after_step()
@@ -98,7 +100,7 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
             on_step(step, {"step": step, "steps": cfg.steps, "loss": value, "step_time_s": times[-1]})
 
     if cfg.save_params and cfg.out:
-        _save_shards(stage, ctx, Path(cfg.out))
+        _save_shards(stage, ctx, Path(cfg.out), grads=first_grads)
     result = {"rank": rank, "coords": ctx.coords, "stage": ctx.stage, "node": node, "local_rank": local_rank,
               "hostname": socket.gethostname(), "loss": losses if ctx.is_last else None, "step_time_s": times,
               "init_s": init_s, "activation_bytes": meter.total(), "activation_breakdown": meter.breakdown(),
@@ -113,11 +115,13 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
     return metrics
 
 
-def _save_shards(stage, ctx, out: Path) -> None:
+def _save_shards(stage, ctx, out: Path, *, grads: dict) -> None:
+    """This rank's parameter shards after training, and its first step's reduced gradients (not kept
+    under ZeRO-1, where each rank has only its shard of them); metrics.full_state_dict reassembles."""
     (out / "params").mkdir(parents=True, exist_ok=True)
     payload = {"coords": ctx.coords, "tp": ctx.tp.size,
                "params": {n: p.detach().cpu().clone() for n, p in stage.named_parameters()},
-               "grads": {n: p.grad.detach().cpu().clone() for n, p in stage.named_parameters()},  # last step, reduced
+               "grads": grads,
                "tp_shard": {n: p.tp_shard for n, p in stage.named_parameters() if hasattr(p, "tp_shard")}}
     tmp = out / "params" / f".rank{ctx.rank}.pt.tmp"
     torch.save(payload, tmp)

@@ -152,8 +152,9 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, self.kv_heads, hd).transpose(1, 2).contiguous()
         k = gather_seq(k, group=self.cp, dim="cp", axis=2)  # (B, nkv, s, hd): keys of every CP rank
         v = gather_seq(v, group=self.cp, dim="cp", axis=2)
-        if self.selective:
-            y = recompute(lambda q_, k_, v_: self.core(q_, k_, v_, bias), q, k, v)
+        if self.selective:  # keep Q, K, V; recompute the scores and softmax in backward
+            with saves({"attention.qk": (q, k), "attention.v": v}):
+                y = recompute(lambda q_, k_, v_: self.core(q_, k_, v_, bias), q, k, v)
         else:
             y = self.core(q, k, v, bias)
         y = y.transpose(1, 2).contiguous().view(B, T, self.heads * hd)  # (B, T, h/t)

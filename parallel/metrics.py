@@ -90,7 +90,7 @@ def load_shards(run_dir) -> dict[int, dict]:
 def full_state_dict(run_dir, *, key: str = "params") -> dict:
     """The serial model's parameters (full shapes, serial names) from a run's shards: TP shards
     concatenated (tensor_parallel.unshard_tensor), stages merged, the dp = cp = 0 replica.
-    key="grads": the last step's reduced gradients instead."""
+    key="grads": the first step's reduced gradients instead (runs without ZeRO)."""
     from .tensor_parallel import unshard_tensor
 
     shards = load_shards(run_dir)

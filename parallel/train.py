@@ -114,8 +114,6 @@ def config_from_args(argv) -> tuple[TrainConfig | None, list[str], list[str]]:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     cfg, errors, warnings = config_from_args(argv)
-    from .dist import torchrun_env  # imports torch; after validation, so `--help` and bad plans stay fast
-
     env = torchrun_env()
     quiet = env is not None and env["rank"] != 0
     if errors:
@@ -129,15 +127,18 @@ def main(argv=None) -> int:
         if env["world_size"] != cfg.plan.world_size:
             print(f"dp×tp×pp×cp = {cfg.plan.world_size}, but torchrun started {env['world_size']} ranks", file=sys.stderr)
             return 2
+        from torch.distributed.elastic.multiprocessing.errors import record  # torchrun reports the traceback
+
         cfg = dataclasses.replace(cfg, launcher="torchrun")
-        run_rank(cfg, rank=env["rank"], world_size=env["world_size"], local_rank=env["local_rank"],
-                 node=env["node"], gpus_per_node=env["gpus_per_node"])
+        record(run_rank)(cfg, rank=env["rank"], world_size=env["world_size"], local_rank=env["local_rank"],
+                         node=env["node"], gpus_per_node=env["gpus_per_node"])
         return 0
     if cfg.launcher == "torchrun":
-        rest = [a for a in argv if not a.startswith("--launcher")]
-        rest = [a for i, a in enumerate(rest) if not (i > 0 and rest[i - 1] == "--launcher" and a in ("local", "torchrun"))]
-        from .launch import run_torchrun
-        return run_torchrun(rest, nproc=cfg.plan.world_size)
+        from .launch import run_torchrun  # the ranks see torchrun's environment and ignore --launcher
+        return run_torchrun(argv, nproc=cfg.plan.world_size)
+    from . import engine  # noqa: F401 - import torch and the engine once, before forking the ranks
+    if cfg.plan.pp > 1:  # autograd.backward(grad_tensors=...) imports this and sympy on first use: once, here
+        import torch.fx.experimental.symbolic_shapes  # noqa: F401
     from .launch import RankFailure, run_local
     try:
         run_local(functools.partial(_local_rank, cfg), world_size=cfg.plan.world_size)
@@ -145,6 +146,16 @@ def main(argv=None) -> int:
         print(f"error: rank {err.rank} failed: {err.message}", file=sys.stderr)
         return 1
     return 0
+
+
+def torchrun_env() -> dict | None:
+    """Rank, world, local rank, node and ranks per node from torchrun's environment, or None."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ and "LOCAL_RANK" not in os.environ:
+        return None
+    return {"rank": int(os.environ["RANK"]), "world_size": int(os.environ["WORLD_SIZE"]),
+            "local_rank": int(os.environ["LOCAL_RANK"]),
+            "node": int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))),
+            "gpus_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))}
 
 
 def _local_rank(cfg: TrainConfig, *, rank: int, world_size: int, init_method: str) -> None:
