@@ -6,6 +6,7 @@ import streamlit as st
 from parallel.specs import GiB
 from ui import loaders, memory_charts
 from ui.memory_data import SCOPES, SP_LABEL
+from ui.routing import ensure_navigation
 from ui.plan_form import PlanChoice, plan_form
 
 MiB = 2**20
@@ -15,7 +16,8 @@ def activation_memory_page(choice: PlanChoice) -> None:
     model, plan = choice.model, choice.plan
     c1, c2, c3, c4 = st.columns([3, 2, 2, 2])
     scope = c1.segmented_control("Scope", list(SCOPES), default="layer", required=True, key="mem_scope",
-                                 format_func=SCOPES.get)
+                                 format_func=SCOPES.get, help="whole GPU: the first pipeline stage's layers times "
+                                 "the microbatches it holds in flight, plus the embedding terms")
     flash = c2.toggle("Flash attention", value=False, key="mem_flash", help="fused attention saves no s×s scores, "
                       "only an fp32 log-sum-exp per query row")
     dropout = c3.toggle("Dropout", value=True, key="mem_dropout", help="dropout masks after softmax and on both residuals")
@@ -57,6 +59,7 @@ def activation_memory_page(choice: PlanChoice) -> None:
     st.altair_chart(memory_charts.sweep_chart(view["tp"], axis="tp", scope=scope))
 
 
+ensure_navigation()
 st.title("Activation memory")
 memory_choice = plan_form()
 if memory_choice.computable:

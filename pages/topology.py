@@ -5,6 +5,7 @@ import streamlit as st
 
 from parallel.topology import DEFAULT_ORDER, DIMS, ORDERS
 from ui import loaders, topology_charts
+from ui.routing import ensure_navigation
 from ui.plan_form import PlanChoice, plan_form
 from ui.topology_data import max_window_nodes, same_order
 
@@ -61,6 +62,7 @@ def topology_page(choice: PlanChoice) -> None:
     st.dataframe(view["summary"], hide_index=True)
 
 
+ensure_navigation()
 st.title("Topology")
 topology_choice = plan_form()
 if topology_choice.computable:

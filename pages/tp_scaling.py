@@ -4,6 +4,7 @@ speedup and efficiency, SP off and on, with the NVLink/InfiniBand boundary marke
 import streamlit as st
 
 from ui import loaders, scaling_charts
+from ui.routing import ensure_navigation
 from ui.plan_form import PlanChoice, plan_form
 
 
@@ -24,7 +25,8 @@ def tp_scaling_page(choice: PlanChoice) -> None:
     cols = st.columns(3)
     for col, row in zip(cols, view["highlights"]):
         col.metric(row["label"], f"{row['comm_fraction']:.0%} communication",
-                   delta=f"efficiency {row['efficiency']:.0%}", delta_color="off", help=row["help"])
+                   delta=f"efficiency {row['efficiency']:.0%}", delta_color="off", delta_arrow="off",
+                   help=row["help"])
 
     st.subheader("Per-layer time: compute vs TP communication")
     st.caption("TP without SP all-reduces twice forward and twice backward; TP + SP moves the same bytes as "
@@ -40,6 +42,7 @@ def tp_scaling_page(choice: PlanChoice) -> None:
     st.dataframe(view["table"], hide_index=True)
 
 
+ensure_navigation()
 st.title("TP scaling")
 scaling_choice = plan_form()
 if scaling_choice.computable:

@@ -66,7 +66,7 @@ def layer_time_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFr
     y_title = "ms per layer per microbatch (one GPU)"
     bars = alt.Chart().transform_filter("datum.part != 'measured'").mark_bar().encode(
         x=x, y=alt.Y("sum(ms):Q", title=y_title),
-        color=alt.Color("part:N", title=None, scale=scale(PARTS), sort=list(PARTS)),
+        color=alt.Color("part:N", title=None, scale=scale(PARTS), sort=list(PARTS), legend=alt.Legend(labelLimit=260)),
         order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip("tp:O", title="TP"), alt.Tooltip("link:N", title="link"), alt.Tooltip("part:N", title="part"),
                  alt.Tooltip("ms:Q", title="ms", format=",.3f"),

@@ -24,9 +24,7 @@ def _cell_tooltip() -> list[alt.Tooltip]:
 def _cells_base(cells: pd.DataFrame) -> alt.Chart:
     first, last = int(cells["node"].min()), int(cells["node"].max())
     gpn = int(cells["local"].max()) + 1
-    n = last - first + 1
-    cell = max(7, min(44, 1000 // n))
-    return alt.Chart(cells, width=max(240, n * cell), height=max(120, gpn * min(30, max(14, cell)))).transform_calculate(
+    return alt.Chart(cells, width="container", height=max(160, gpn * 28)).transform_calculate(
         x0=f"datum.node - {_HALF}", x1=f"datum.node + {_HALF}", y0=f"datum.local - {_HALF}", y1=f"datum.local + {_HALF}",
     ).encode(
         x=alt.X("x0:Q", title="node", scale=alt.Scale(domain=[first - 0.5, last + 0.5], nice=False, zero=False),
@@ -42,14 +40,14 @@ def _coordinate_color(cells: pd.DataFrame, dim: str) -> alt.Color:
     n = int(cells[dim].max()) + 1
     return alt.Color(f"{dim}:O", title=f"{dim.upper()} coordinate",
                      scale=alt.Scale(scheme="turbo") if n > 20 else alt.Scale(range=palette(n)),
-                     legend=alt.Legend(columns=2 if n > 10 else 1, symbolLimit=40))
+                     legend=alt.Legend(orient="bottom", direction="horizontal", columns=min(n, 16), symbolLimit=64))
 
 
 def gpu_grid_chart(cells: pd.DataFrame, paths: pd.DataFrame, *, color_dim: str, group_dim: str,
                    compare_order: str | None) -> alt.LayerChart:
     """Every GPU of the window coloured by its `color_dim` coordinate, the `group_dim` groups drawn
-    as lines coloured by their link, ranks that move under `compare_order` outlined. Click a GPU to
-    highlight its group; double-click to clear."""
+    as lines coloured by their link, ranks whose coordinates change under `compare_order` marked
+    with a dot. Click a GPU to highlight its group; double-click to clear."""
     pick = alt.selection_point(fields=["group"], on="click", clear="dblclick", name="group_pick")
     dim = group_dim.upper()
     tooltip = [*_cell_tooltip(), alt.Tooltip("group_ranks:N", title=f"{dim} group"),
@@ -57,24 +55,28 @@ def gpu_grid_chart(cells: pd.DataFrame, paths: pd.DataFrame, *, color_dim: str, 
     encode = {"color": _coordinate_color(cells, color_dim),
               "opacity": alt.OpacityValue(0.25, condition={"param": "group_pick", "value": 1.0})}
     base = _cells_base(cells)
+    layers = []
     if compare_order:
-        moves, stays = f"moves under {compare_order}", "same coordinates"
         base = base.transform_calculate(
-            moved_label=f"datum.moved ? '{moves}' : '{stays}'",
             compare="'dp ' + datum.c_dp + ' · pp ' + datum.c_pp + ' · cp ' + datum.c_cp + ' · tp ' + datum.c_tp")
-        encode["stroke"] = alt.Stroke("moved_label:N", title="vs another rank order",
-                                      scale=alt.Scale(domain=[moves, stays], range=["#212529", "#ffffff00"]))
         tooltip.append(alt.Tooltip("compare:N", title=f"under {compare_order}"))
-    cell_layer = base.mark_rect(strokeWidth=2).encode(**encode, tooltip=tooltip).add_params(pick)
+        moved = f"moves under {compare_order}"
+        layers.append(alt.Chart(cells).transform_filter("datum.moved").transform_calculate(mark=f"'{moved}'").mark_point(
+            filled=True, size=14, color="#212529", opacity=0.8).encode(
+            x=alt.X("node:Q"), y=alt.Y("local:Q"),
+            shape=alt.Shape("mark:N", title="vs another rank order", scale=alt.Scale(domain=[moved], range=["circle"]),
+                            legend=alt.Legend(orient="bottom")),
+            tooltip=tooltip))
+    cell_layer = base.mark_rect().encode(**encode, tooltip=tooltip).add_params(pick)
     links = alt.Chart(paths).mark_line(strokeCap="round", strokeJoin="round",
                                        point=alt.OverlayMarkDef(size=12, filled=True)).encode(
         x=alt.X("x:Q"), y=alt.Y("y:Q"), detail=alt.Detail("group:N"), order=alt.Order("step:Q"),
-        color=alt.Color("link:N", title=f"{dim} group link", scale=scale(LINK_COLORS)),
-        strokeWidth=alt.StrokeWidthValue(1.6, condition={"param": "group_pick", "empty": False, "value": 3.5}),
+        color=alt.Color("link:N", title=f"{dim} group link", scale=scale(LINK_COLORS), legend=alt.Legend(orient="bottom")),
+        strokeWidth=alt.StrokeWidthValue(2.4, condition={"param": "group_pick", "empty": False, "value": 4}),
         opacity=alt.OpacityValue(0.15, condition={"param": "group_pick", "value": 0.95}),
         tooltip=[alt.Tooltip("group:Q", title=f"{dim} group"), alt.Tooltip("link:N", title="link")],
     )
-    return alt.layer(cell_layer, links).resolve_scale(color="independent")
+    return alt.layer(cell_layer, links, *layers).resolve_scale(color="independent")
 
 
 def rank_values_chart(cells: pd.DataFrame, column: str, *, title: str, fmt: str = ",.3g") -> alt.Chart:

@@ -73,7 +73,8 @@ def gpu_cells(topo: Topology, *, group_dim: str, compare_order: str, first_node:
     df["moved"] = (coords != other_coords).any(axis=1)
     for i, d in enumerate(DIMS):
         df[f"c_{d}"] = other_coords[:, i]
-    return df
+    ints = ["rank", "node", "local", "group", *DIMS, *(f"c_{d}" for d in DIMS)]
+    return df.astype({c: "int32" for c in ints})  # half the bytes sent to the browser
 
 
 def group_paths(topo: Topology, dim: str, *, first_node: int = 0, nodes: int | None = None) -> pd.DataFrame:
@@ -98,8 +99,8 @@ def group_paths(topo: Topology, dim: str, *, first_node: int = 0, nodes: int | N
     steps = (np.cumsum(inside[keep], axis=1) - 1)[inside[keep]]
     lanes = min(len(groups), 6)
     offset = ((gids % lanes) - (lanes - 1) / 2) * (0.5 / lanes)
-    return pd.DataFrame({"group": gids, "step": steps, "rank": ranks, "x": ranks // gpn + offset,
-                         "y": ranks % gpn + offset,
+    return pd.DataFrame({"group": gids.astype("int32"), "step": steps.astype("int32"), "rank": ranks.astype("int32"),
+                         "x": (ranks // gpn + offset).astype("float32"), "y": (ranks % gpn + offset).astype("float32"),
                          "link": pd.Categorical(link[gids], categories=[INTRA, INTER])})
 
 

@@ -1,0 +1,22 @@
+"""Keep every page under app.py's st.navigation, even on a fresh server's first deep link.
+
+Streamlit (1.67) starts each server process in its legacy multipage mode whenever a `pages/`
+folder sits beside the main script, until some run calls `st.navigation`. So the first session of a
+fresh server that opens a shared link such as /topology runs pages/topology.py *directly*: no
+app.py, so no wide layout, and a sidebar listing file names instead of our sections. A page that
+calls `ensure_navigation()` first notices this and reruns through app.py, which resolves the same
+URL path to the same page.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+
+def ensure_navigation() -> None:
+    """Rerun through app.py if this page was started by Streamlit's legacy pages/ mode."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False  # what st.navigation itself does on its first call
+        st.rerun()
