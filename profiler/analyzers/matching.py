@@ -71,15 +71,16 @@ def clock_offsets(traces, *, table: pd.DataFrame | None = None, align: str = "au
     diffs: dict[tuple, list] = defaultdict(list)
     p2p_diffs: dict[tuple, list] = defaultdict(list)
     for _, g in per.groupby("instance", sort=False):
-        ends = g.groupby("domain")["end_ns"].median()
+        rel = g["end_ns"] - g["end_ns"].min()  # small ints: medians stay exact in float64
+        ends = rel.groupby(g["domain"]).median()
         if len(ends) < 2:
             continue
         sink = p2p_diffs if g["op"].iloc[0] in P2P_OPS else diffs
         names = list(ends.index)
         for i, a in enumerate(names):
             for b in names[i + 1:]:
-                sink[(a, b)].append(ends[b] - ends[a])
-                sink[(b, a)].append(ends[a] - ends[b])
+                sink[(a, b)].append(float(ends[b] - ends[a]))
+                sink[(b, a)].append(float(ends[a] - ends[b]))
     offset = {domains[0]: (0, 0, "reference clock")}
     queue = deque([domains[0]])
     while queue:
@@ -89,7 +90,7 @@ def clock_offsets(traces, *, table: pd.DataFrame | None = None, align: str = "au
                 continue
             samples = diffs.get((a, b)) or p2p_diffs.get((a, b))
             if samples:
-                offset[b] = (offset[a][0] - int(np.median(samples)), len(samples), "collective ends")
+                offset[b] = (offset[a][0] - int(round(np.median(samples))), len(samples), "collective ends")
                 queue.append(b)
     for i, r in enumerate(ranks):
         off, n, method = offset.get(domain[r], (0, 0, "no collective shared with the reference; not aligned"))

@@ -102,17 +102,19 @@ LANE_WEIGHT = {"comm": 4, "compute": 1, "memory": 1}  # collectives are what the
 
 
 def _budgets(counts: dict[str, int], max_rects: int) -> dict[str, int]:
-    """Rectangles per lane: all of them when they fit, else shares weighted by LANE_WEIGHT (>= 1 each)."""
+    """Rectangles per lane: all of them when they fit, else shares weighted by LANE_WEIGHT, each lane at
+    least one; when there are more lanes than rectangles, the lightest lanes are left out."""
     if sum(counts.values()) <= max_rects:
         return dict(counts)
-    weight = {k: LANE_WEIGHT.get(k, 1) * n for k, n in counts.items()}
+    lanes = sorted(counts, key=lambda k: -LANE_WEIGHT.get(k, 1))[:max_rects]
+    weight = {k: LANE_WEIGHT.get(k, 1) * counts[k] for k in lanes}
     total = sum(weight.values())
-    out = {k: max(1, min(n, max_rects * weight[k] // total)) for k, n in counts.items()}
-    while sum(out.values()) > max_rects:  # the max(1, ...) floors can overshoot by a few
-        k = max(out, key=out.get)
+    out = {k: max(1, min(counts[k], max_rects * weight[k] // total)) for k in lanes}
+    while sum(out.values()) > max_rects:  # the floors of 1 can overshoot by a few
+        k = max((k for k in out if out[k] > 1), key=out.get)
         out[k] -= 1
     spare = max_rects - sum(out.values())
-    for k in sorted(counts, key=lambda k: -LANE_WEIGHT.get(k, 1)):  # hand leftovers to the weightiest lanes
+    for k in lanes:  # leftovers to the weightiest lanes first
         add = min(spare, counts[k] - out[k])
         out[k] += add
         spare -= add
