@@ -181,8 +181,8 @@ def compare_section(s: ReviewState) -> ReviewState:
     cards = st.columns(len(s.plans))
     for col, card, named in zip(cards, rc.plan_cards(plan_rows(cmp)), s.plans):
         with col.container(border=True):
-            st.markdown(f"**{card['name']}** {'✅' if card['valid'] else '❌ invalid'}" +
-                        (" · chosen" if card["name"] == s.chosen else ""))
+            st.markdown(f"**{card['name']}** " + (":green[valid]" if card["valid"] else ":red[**invalid**]") +
+                        (" · :blue[chosen]" if card["name"] == s.chosen else ""))
             st.caption(card["label"])
             st.metric("step time", card["step"], help=card["issues"])
             st.metric("memory per GPU", card["memory"])

@@ -26,6 +26,11 @@ PART_COLORS = dict(zip(PARTS, ["#4c6ef5", "#ced4da", "#e8590c", "#f08c00", "#ae3
 DIFF_BACKGROUND = "background-color: #fff3bf"
 
 
+def _bar_height(n: int) -> int:
+    """Total chart height (Streamlit's theme fits title, axis and legend inside it) for n horizontal bars."""
+    return 150 + 55 * n
+
+
 def memory_chart(memory: pd.DataFrame, capacity_bytes: float, budget_bytes: float | None = None) -> alt.LayerChart:
     """GiB per GPU (most loaded stage) by component, one horizontal bar per plan; the GPU's memory as
     a red rule (and the search budget, if given, dashed)."""
@@ -45,7 +50,7 @@ def memory_chart(memory: pd.DataFrame, capacity_bytes: float, budget_bytes: floa
     rules = alt.Chart(pd.DataFrame(lines)).mark_rule(color="#e03131", strokeWidth=2).encode(
         x=alt.X("gib:Q"), strokeDash=alt.StrokeDash("what:N", title=None, legend=alt.Legend(orient="bottom")),
         tooltip=[alt.Tooltip("what:N"), alt.Tooltip("gib:Q", title="GiB", format=".1f")])
-    return alt.layer(bars, rules).properties(height=max(90, 46 * len(plans)), title="Memory per GPU")
+    return alt.layer(bars, rules).properties(height=_bar_height(len(plans)), title="Memory per GPU")
 
 
 def time_chart(time: pd.DataFrame) -> alt.Chart:
@@ -58,7 +63,7 @@ def time_chart(time: pd.DataFrame) -> alt.Chart:
         color=alt.Color("part:N", scale=scale(PART_COLORS, data["part"]), sort=list(PARTS), title="part of the step"),
         order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip("plan:N"), alt.Tooltip("part:N"), alt.Tooltip("seconds:Q", format=".3f")],
-    ).properties(height=max(90, 46 * len(plans)), title="Step time")
+    ).properties(height=_bar_height(len(plans)), title="Step time")
 
 
 def comm_chart(comm: pd.DataFrame) -> alt.Chart:
@@ -93,12 +98,12 @@ def pareto_points(table: pd.DataFrame, global_batch: int, n_other: int = 300) ->
 
 
 def pareto_chart(points: pd.DataFrame, budget_bytes: float) -> alt.LayerChart:
-    """Memory per GPU against step time for the plans that fit; the Pareto front joined by a line."""
+    """Memory per GPU against step time (log) for the plans that fit; the Pareto front joined by a line."""
     tps = sorted(points["tp"].unique())
     base = alt.Chart(points)
     dots = base.mark_circle(size=55).encode(
         x=alt.X("gib:Q", title="memory per GPU (GiB)", scale=alt.Scale(zero=False)),
-        y=alt.Y("step_time_s:Q", title="step time (s)", scale=alt.Scale(zero=False)),
+        y=alt.Y("step_time_s:Q", title="step time (s, log scale)", scale=alt.Scale(type="log")),  # the front spans 100×
         color=alt.Color("tp:O", title="TP", scale=alt.Scale(domain=tps, range=palette(len(tps)))),
         opacity=alt.OpacityValue(0.35, condition={"test": "datum.front == 'Pareto front'", "value": 1.0}),
         tooltip=[alt.Tooltip("rank:Q", title="rank"), alt.Tooltip("label:N", title="plan"),
