@@ -30,10 +30,12 @@ Pure: pandas only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
+import numpy as np
 import pandas as pd
 
-from .patterns import profiler_step
+from .patterns import KINDS, profiler_step
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,8 +71,23 @@ class Traces:
         return sorted({s for s in (profiler_step(str(n)) for n in names) if s is not None})
 
     def device_of(self, rank: int) -> str:
-        row = self.ranks.loc[self.ranks["rank"] == rank]
-        return str(row["device"].iloc[0]) if len(row) else "cpu"
+        return self._devices.get(rank, "cpu")
+
+    @cached_property
+    def _devices(self) -> dict[int, str]:
+        return {int(r): str(d) for r, d in zip(self.ranks["rank"], self.ranks["device"])}
+
+    @cached_property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The events' columns as numpy arrays, for analyzers that slice by rank (`rank_slices`).
+        `kind` is the index into patterns.KINDS (-1 if unknown)."""
+        ev = self.events
+        kind = ev["kind"].cat
+        index = np.array([KINDS.index(c) if c in KINDS else -1 for c in kind.categories] + [-1], dtype=np.int16)
+        ts = ev["ts_ns"].to_numpy()
+        return {"rank": ev["rank"].to_numpy(), "ts": ts, "end": ts + ev["dur_ns"].to_numpy(),
+                "kind": index[kind.codes.to_numpy()], "pid": ev["pid"].to_numpy(), "tid": ev["tid"].to_numpy(),
+                "correlation": ev["correlation"].to_numpy()}
 
     def hosts(self) -> dict[int, str | None]:
         """rank -> host name, from run.json's hosts when loaded from a run directory, else the trace."""
@@ -83,8 +100,20 @@ class Traces:
                     out[int(r)] = info["hostname"]
         return out
 
+    def rank_slices(self) -> dict[int, tuple[int, int]]:
+        """rank -> (first row, end row) of its events: they are contiguous (sorted by rank)."""
+        return dict(self._slices)
+
+    @cached_property
+    def _slices(self) -> dict[int, tuple[int, int]]:
+        ranks = self.events["rank"].to_numpy()
+        return {r: (int(np.searchsorted(ranks, r, side="left")), int(np.searchsorted(ranks, r, side="right")))
+                for r in self.rank_ids}
+
     def rank_events(self, rank: int) -> pd.DataFrame:
-        return self.events[self.events["rank"] == rank]
+        """The events of one rank (a slice, no copy)."""
+        lo, hi = self.rank_slices()[rank]
+        return self.events.iloc[lo:hi]
 
     def summary(self) -> str:
         """A few lines for a terminal: ranks, events, devices, what was skipped."""

@@ -28,108 +28,122 @@ import numpy as np
 import pandas as pd
 
 from .. import intervals as iv
+from ..patterns import KINDS
 from .collectives import collectives
 from .steps import assign_steps, step_windows
 
 COLUMNS = ["rank", "step", "device", "start_ns", "end_ns", "window_ns", "compute_ns", "comm_ns",
            "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns", "events"]
 DIM_COLUMNS = ["rank", "step", "dim", "count", "bytes", "comm_ns", "exposed_comm_ns"]
+K = {k: i for i, k in enumerate(KINDS)}
+GPU_CODES = [K["compute"], K["comm"], K["memcpy"], K["memset"]]
 
 
-def _comm_rows(traces, table: pd.DataFrame, rank: int) -> pd.DataFrame:
-    rows = table[table["rank"] == rank]
-    return rows[rows["source"] == "kernel"] if traces.device_of(rank) == "gpu" else rows
-
-
-def _gpu_steps(traces, sub: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
-    """Step of each GPU event of one rank: by its launch time when linked, else its own start."""
-    runtime = sub[(sub["kind"] == "runtime") & (sub["correlation"] >= 0)]
-    launch = pd.Series(runtime["ts_ns"].to_numpy(), index=runtime["correlation"].to_numpy())
-    launch = launch[~launch.index.duplicated()]
-    when = sub["correlation"].map(launch).fillna(sub["ts_ns"]).to_numpy(dtype=np.int64)
-    return assign_steps(sub["rank"].to_numpy(), when, windows)
-
-
-def cpu_compute(sub: pd.DataFrame):
-    """CPU-only compute of one rank: per thread, operators minus that thread's collective calls."""
+def cpu_compute(a: dict, lo: int, hi: int):
+    """CPU-only compute of one rank's events a[..][lo:hi]: per thread, operators minus that thread's
+    collective calls."""
+    kind, pid, tid = a["kind"][lo:hi], a["pid"][lo:hi], a["tid"][lo:hi]
+    ts, end = a["ts"][lo:hi], a["end"][lo:hi]
+    op = kind == K["cpu_op"]
+    comm = (kind == K["cpu_comm"]) | (kind == K["ps_comm"])
     sets = []
-    for _, g in sub[sub["kind"].isin(["cpu_op", "cpu_comm", "ps_comm"])].groupby(["pid", "tid"], sort=False):
-        ops = g[g["kind"] == "cpu_op"]
-        comm = g[g["kind"] != "cpu_op"]
-        busy = iv.union(ops["ts_ns"], ops["ts_ns"] + ops["dur_ns"])
-        blocked = iv.union(comm["ts_ns"], comm["ts_ns"] + comm["dur_ns"])
+    threads = np.unique(np.stack([pid[op | comm], tid[op | comm]]), axis=1) if (op | comm).any() else np.empty((2, 0))
+    for p, t in threads.T:
+        on = (pid == p) & (tid == t)
+        busy = iv.union(ts[on & op], end[on & op])
+        blocked = iv.union(ts[on & comm], end[on & comm])
         sets.append(iv.minus(busy, blocked))
     return iv.merge(*sets)
 
 
-def _rank_windows(traces, sub, windows, rank):
-    """[(step, lo, hi, gpu_event_mask or None)] for one rank."""
-    gpu = traces.device_of(rank) == "gpu"
-    w = windows[windows["rank"] == rank]
-    is_gpu = sub["kind"].isin(["compute", "comm", "memcpy", "memset"]).to_numpy()
-    if gpu:
-        steps = _gpu_steps(traces, sub[is_gpu], w) if len(w) else np.full(int(is_gpu.sum()), -1)
-        out = []
-        ends = (sub["ts_ns"] + sub["dur_ns"]).to_numpy()[is_gpu]
-        starts = sub["ts_ns"].to_numpy()[is_gpu]
-        for step in (w["step"].tolist() if len(w) else [-1]):
-            mask = steps == step
-            lo, hi = (int(starts[mask].min()), int(ends[mask].max())) if mask.any() else _cpu_window(w, step, sub)
-            out.append((step, lo, hi, mask))
-        return out
-    if len(w):
-        return [(int(s), int(lo), int(hi), None) for s, lo, hi in zip(w["step"], w["start_ns"], w["end_ns"])]
-    return [(-1, int(sub["ts_ns"].min()), int((sub["ts_ns"] + sub["dur_ns"]).max()), None)]
+class _Rank:
+    """One rank's arrays and collectives, and the sets of one step window."""
 
-
-def _cpu_window(w, step, sub):
-    row = w[w["step"] == step]
-    if len(row):
-        return int(row["start_ns"].iloc[0]), int(row["end_ns"].iloc[0])
-    return int(sub["ts_ns"].min()), int((sub["ts_ns"] + sub["dur_ns"]).max())
-
-
-def _sets(traces, table, rank):
-    """Per rank: a function (step, lo, hi, mask) -> (compute, comm rows, comm set, memory, n events)."""
-    sub = traces.events[traces.events["rank"] == rank]
-    gpu = traces.device_of(rank) == "gpu"
-    rows = _comm_rows(traces, table, rank)
-    gsub = sub[sub["kind"].isin(["compute", "comm", "memcpy", "memset"])]
-    cpu_busy = None if gpu else cpu_compute(sub)
-
-    def at(step, lo, hi, mask):
-        if gpu:
-            g = gsub[mask]
-            comp = g[g["kind"] == "compute"]
-            mem = g[g["kind"].isin(["memcpy", "memset"])]
-            compute = iv.union(comp["ts_ns"], comp["ts_ns"] + comp["dur_ns"])
-            memory = iv.union(mem["ts_ns"], mem["ts_ns"] + mem["dur_ns"])
-            in_step = rows[rows["step"] == step] if step >= 0 else rows
-            n = len(g)
+    def __init__(self, traces, rank: int, table_rows: pd.DataFrame, windows: pd.DataFrame):
+        self.rank, self.gpu = rank, traces.device_of(rank) == "gpu"
+        lo, hi = traces.rank_slices()[rank]
+        a = traces.arrays
+        self.ts, self.end, self.kind = a["ts"][lo:hi], a["end"][lo:hi], a["kind"][lo:hi]
+        rows = table_rows[table_rows["source"] == "kernel"] if self.gpu else table_rows
+        self.r_start, self.r_end = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
+        self.r_issue, self.r_step = rows["issue_ns"].to_numpy(), rows["step"].to_numpy()
+        self.r_dim = rows["dim"].to_numpy(dtype=object).astype(str)
+        self.r_bytes = rows["bytes"].fillna(0).to_numpy(dtype=np.int64)
+        self.windows = windows[windows["rank"] == rank]
+        if self.gpu:
+            g = np.isin(self.kind, GPU_CODES)
+            self.g_ts, self.g_end, self.g_kind = self.ts[g], self.end[g], self.kind[g]
+            self.g_step = self._gpu_steps(a["correlation"][lo:hi], g)
         else:
-            compute = iv.clip(cpu_busy, lo, hi)
-            memory = iv.EMPTY
-            in_step = rows[(rows["issue_ns"] >= lo) & (rows["issue_ns"] < hi)]
-            n = int(((sub["ts_ns"] >= lo) & (sub["ts_ns"] < hi)).sum())
-        comm = iv.clip(iv.union(in_step["start_ns"], in_step["end_ns"]), lo, hi)
-        return compute, in_step, comm, memory, n
+            self.cpu_busy = cpu_compute(a, lo, hi)
 
-    return sub, at
+    def _gpu_steps(self, corr, g) -> np.ndarray:
+        if not len(self.windows):
+            return np.full(int(g.sum()), -1)
+        rt = (self.kind == K["runtime"]) & (corr >= 0)
+        order = np.argsort(corr[rt], kind="stable")
+        rt_corr, rt_ts = corr[rt][order], self.ts[rt][order]
+        want = corr[g]
+        i = np.clip(np.searchsorted(rt_corr, want), 0, max(len(rt_corr) - 1, 0))
+        linked = (len(rt_corr) > 0) & (want >= 0) & (rt_corr[i] == want) if len(rt_corr) else np.zeros(len(want), bool)
+        when = np.where(linked, rt_ts[i] if len(rt_corr) else 0, self.ts[g])
+        return assign_steps(np.full(len(when), self.rank), when, self.windows)
+
+    def steps(self):
+        """(step, lo, hi) windows of this rank."""
+        w = self.windows
+        if self.gpu:
+            out = []
+            for step in (w["step"].tolist() if len(w) else [-1]):
+                m = self.g_step == step
+                if m.any():
+                    out.append((step, int(self.g_ts[m].min()), int(self.g_end[m].max())))
+                else:
+                    row = w[w["step"] == step]
+                    out.append((step, int(row["start_ns"].iloc[0]), int(row["end_ns"].iloc[0])) if len(row)
+                               else (step, int(self.ts.min()), int(self.end.max())))
+            return out
+        if len(w):
+            return [(int(s), int(lo), int(hi)) for s, lo, hi in zip(w["step"], w["start_ns"], w["end_ns"])]
+        return [(-1, int(self.ts.min()), int(self.end.max()))]
+
+    def sets(self, step, lo, hi):
+        """(compute, mask of collectives rows, comm set, memory, n events) of one window."""
+        if self.gpu:
+            m = self.g_step == step
+            comp = m & (self.g_kind == K["compute"])
+            mem = m & ((self.g_kind == K["memcpy"]) | (self.g_kind == K["memset"]))
+            compute = iv.union(self.g_ts[comp], self.g_end[comp])
+            memory = iv.union(self.g_ts[mem], self.g_end[mem])
+            rows = (self.r_step == step) if step >= 0 else np.ones(len(self.r_step), dtype=bool)
+            n = int(m.sum())
+        else:
+            compute, memory = iv.clip(self.cpu_busy, lo, hi), iv.EMPTY
+            rows = (self.r_issue >= lo) & (self.r_issue < hi)
+            n = int(((self.ts >= lo) & (self.ts < hi)).sum())
+        comm = iv.clip(iv.union(self.r_start[rows], self.r_end[rows]), lo, hi)
+        return compute, rows, comm, memory, n
+
+
+def _ranks(traces, table):
+    windows = step_windows(traces)
+    by_rank = dict(tuple(table.groupby("rank", sort=False))) if len(table) else {}
+    empty = table.iloc[:0]
+    for rank in traces.rank_ids:
+        yield _Rank(traces, rank, by_rank.get(rank, empty), windows)
 
 
 def breakdown(traces, plan=None, *, table: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (rank, step); see the module docstring for each column's definition."""
     table = table if table is not None else collectives(traces, plan)
-    windows = step_windows(traces)
     out = []
-    for rank in traces.rank_ids:
-        sub, at = _sets(traces, table, rank)
-        for step, lo, hi, mask in _rank_windows(traces, sub, windows, rank):
-            compute, _, comm, memory, n = at(step, lo, hi, mask)
+    for r in _ranks(traces, table):
+        for step, lo, hi in r.steps():
+            compute, _, comm, memory, n = r.sets(step, lo, hi)
             overlapped = iv.overlap(comm, compute)
             busy = iv.length(iv.merge(compute, comm, memory))
             window = max(hi - lo, busy)
-            out.append((rank, step, traces.device_of(rank), lo, hi, window, iv.length(compute), iv.length(comm),
+            out.append((r.rank, step, "gpu" if r.gpu else "cpu", lo, hi, window, iv.length(compute), iv.length(comm),
                         overlapped, iv.length(comm) - overlapped, iv.length(memory), window - busy, n))
     return pd.DataFrame(out, columns=COLUMNS).astype({c: "int64" for c in COLUMNS if c != "device"})
 
@@ -137,15 +151,14 @@ def breakdown(traces, plan=None, *, table: pd.DataFrame | None = None) -> pd.Dat
 def comm_by_dim(traces, plan=None, *, table: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (rank, step, dim) with collectives: count, bytes, comm_ns and exposed_comm_ns."""
     table = table if table is not None else collectives(traces, plan)
-    windows = step_windows(traces)
     out = []
-    for rank in traces.rank_ids:
-        sub, at = _sets(traces, table, rank)
-        for step, lo, hi, mask in _rank_windows(traces, sub, windows, rank):
-            compute, rows, _, _, _ = at(step, lo, hi, mask)
-            for dim, g in rows.groupby("dim", observed=True, sort=True):
-                comm = iv.clip(iv.union(g["start_ns"], g["end_ns"]), lo, hi)
-                out.append((rank, step, str(dim), len(g), int(g["bytes"].fillna(0).sum()), iv.length(comm),
+    for r in _ranks(traces, table):
+        for step, lo, hi in r.steps():
+            compute, rows, _, _, _ = r.sets(step, lo, hi)
+            for dim in np.unique(r.r_dim[rows]):
+                g = rows & (r.r_dim == dim)
+                comm = iv.clip(iv.union(r.r_start[g], r.r_end[g]), lo, hi)
+                out.append((r.rank, step, str(dim), int(g.sum()), int(r.r_bytes[g].sum()), iv.length(comm),
                             iv.length(iv.minus(comm, compute))))
     return pd.DataFrame(out, columns=DIM_COLUMNS).astype(
         {"rank": "int64", "step": "int64", "count": "int64", "bytes": "int64", "comm_ns": "int64",

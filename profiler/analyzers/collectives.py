@@ -66,9 +66,9 @@ def collectives(traces, plan=None) -> pd.DataFrame:
     meta = {int(e): rec for e, rec in zip(ca["event"], ca[list(META_FIELDS)].to_dict("records"))}
     rows: list[dict] = []
     not_collectives: Counter = Counter()
-    for rank in traces.rank_ids:
-        sub = ev[ev["rank"] == rank]
-        rows += _rank_rows(sub, meta, gpu=traces.device_of(rank) == "gpu", not_collectives=not_collectives)
+    for rank, (lo, hi) in traces.rank_slices().items():
+        rows += _rank_rows(ev.iloc[lo:hi], rank, meta, gpu=traces.device_of(rank) == "gpu",
+                           not_collectives=not_collectives)
     if not rows:
         table = pd.DataFrame({c: pd.Series(dtype=_DTYPES.get(c, "object")) for c in COLUMNS})
     else:
@@ -91,18 +91,26 @@ _DTYPES = {"rank": "int64", "start_ns": "int64", "end_ns": "int64", "dur_ns": "i
 def _roots(cpu: pd.DataFrame) -> dict[int, _Root]:
     """Outermost CPU comm event of each nest, per thread, with its members."""
     roots: dict[int, _Root] = {}
-    for (pid, tid), g in cpu.groupby(["pid", "tid"], sort=False):
-        g = g.assign(end=g["ts_ns"] + g["dur_ns"]).sort_values(["ts_ns", "end"], ascending=[True, False])
-        stack: list[tuple[int, int]] = []  # (end, root row) of open events
-        for row, ts, end, name in zip(g.index, g["ts_ns"], g["end"], g["name"].astype(str)):
-            while stack and ts >= stack[-1][0]:
-                stack.pop()
-            if stack:
-                roots[stack[0][1]].members.append(row)
-                roots[stack[0][1]].worker &= name.startswith("gloo:")
-            else:
-                roots[row] = _Root(row, (pid, tid), int(ts), int(end), name, [row], name.startswith("gloo:"))
-            stack.append((end, row if not stack else stack[0][1]))
+    rows, pid, tid = cpu.index.to_numpy(), cpu["pid"].to_numpy(), cpu["tid"].to_numpy()
+    ts = cpu["ts_ns"].to_numpy()
+    end = ts + cpu["dur_ns"].to_numpy()
+    names = cpu["name"].to_numpy(dtype=object)
+    order = np.lexsort((-end, ts, tid, pid))  # per thread, by start, the enclosing event first
+    stack: list[tuple[int, int]] = []  # (end, root row) of open events on the current thread
+    thread = None
+    for i in order:
+        row, start, stop, name = int(rows[i]), int(ts[i]), int(end[i]), str(names[i])
+        if (pid[i], tid[i]) != thread:
+            thread, stack = (pid[i], tid[i]), []
+        while stack and start >= stack[-1][0]:
+            stack.pop()
+        if stack:
+            root = roots[stack[0][1]]
+            root.members.append(row)
+            root.worker &= name.startswith("gloo:")
+        else:
+            roots[row] = _Root(row, (int(pid[i]), int(tid[i])), start, stop, name, [row], name.startswith("gloo:"))
+        stack.append((stop, row if not stack else stack[0][1]))
     return roots
 
 
@@ -162,10 +170,12 @@ def _compatible(worker_op: str, caller_op: str) -> bool:
         worker_op == "all_reduce" and caller_op == "reduce_scatter")
 
 
-def _rank_rows(sub: pd.DataFrame, meta: dict, *, gpu: bool, not_collectives: Counter) -> list[dict]:
-    cpu = sub[sub["kind"].isin(["ps_comm", "cpu_comm"])]
+def _rank_rows(sub: pd.DataFrame, rank: int, meta: dict, *, gpu: bool, not_collectives: Counter) -> list[dict]:
+    kind = sub["kind"].to_numpy(dtype=object)
+    cpu = sub[(kind == "ps_comm") | (kind == "cpu_comm")]
     roots = _roots(cpu)
-    info = dict(zip(cpu.index, zip(cpu["kind"], cpu["op"], cpu["name"].astype(str))))
+    info = dict(zip(cpu.index, zip(cpu["kind"].to_numpy(dtype=object), cpu["op"].to_numpy(dtype=object),
+                                   cpu["name"].to_numpy(dtype=object).astype(str))))
     per_thread: dict[tuple, list[_Root]] = {}
     for r in roots.values():
         r.op, r.label = _root_op(info, r.members)
@@ -174,16 +184,18 @@ def _rank_rows(sub: pd.DataFrame, meta: dict, *, gpu: bool, not_collectives: Cou
     for tid, rs in per_thread.items():
         rs.sort(key=lambda r: r.start)
         thread_roots[tid] = (np.array([r.start for r in rs], dtype=np.int64), rs)
-    by_ext = {int(x): row for row, x in zip(cpu.index, cpu["external_id"]) if x >= 0}
+    by_ext = {x: row for row, x in zip(cpu.index.tolist(), cpu["external_id"].tolist()) if x >= 0}
     member_root = {m: r for r in roots.values() for m in r.members}
     out = []
     if gpu:
-        runtime = sub[(sub["kind"] == "runtime") & (sub["correlation"] >= 0)]
-        launch = dict(zip(runtime["correlation"], zip(runtime["pid"], runtime["tid"], runtime["ts_ns"])))
-        kernels = sub[sub["kind"] == "comm"]
+        runtime = sub[(kind == "runtime") & (sub["correlation"].to_numpy() >= 0)]
+        launch = dict(zip(runtime["correlation"].tolist(), zip(runtime["pid"].tolist(), runtime["tid"].tolist(),
+                                                               runtime["ts_ns"].tolist())))
+        kernels = sub[kind == "comm"]
         for row, corr, ext, ts, dur, tid, name, kop in zip(
-                kernels.index, kernels["correlation"], kernels["external_id"], kernels["ts_ns"], kernels["dur_ns"],
-                kernels["tid"], kernels["name"].astype(str), kernels["op"]):
+                kernels.index.tolist(), kernels["correlation"].tolist(), kernels["external_id"].tolist(),
+                kernels["ts_ns"].tolist(), kernels["dur_ns"].tolist(), kernels["tid"].tolist(),
+                kernels["name"].to_numpy(dtype=object).astype(str).tolist(), kernels["op"].to_numpy(dtype=object)):
             root, issue = None, int(ts)
             if corr >= 0 and corr in launch:
                 lpid, ltid, lts = launch[corr]
@@ -193,15 +205,15 @@ def _rank_rows(sub: pd.DataFrame, meta: dict, *, gpu: bool, not_collectives: Cou
                     i = int(np.searchsorted(starts, lts, side="right")) - 1
                     if i >= 0 and lts <= rs[i].end:
                         root = rs[i]
-            if root is None and ext >= 0 and int(ext) in by_ext:
-                root = member_root.get(by_ext[int(ext)])
+            if root is None and ext >= 0 and ext in by_ext:
+                root = member_root.get(by_ext[ext])
             if root is not None:
                 root.kernels += 1
                 if corr < 0 or corr not in launch:
                     issue = root.start
             md = _merge_meta(meta, [row] + (root.members if root else []))
             op = _pick_op(root, md, kop)
-            out.append(_row(sub, row, "kernel", name, int(ts), int(ts + dur), issue, int(tid), root, md, op))
+            out.append(_row(rank, row, "kernel", name, ts, ts + dur, issue, tid, root, md, op))
     _pair_workers(roots)
     for r in roots.values():
         if r.kernels or (r.worker and r.paired >= 0):
@@ -213,7 +225,7 @@ def _rank_rows(sub: pd.DataFrame, meta: dict, *, gpu: bool, not_collectives: Cou
         paired = roots.get(r.paired)
         end = max(r.end, paired.end) if paired else r.end
         md = _merge_meta(meta, members + (paired.members if paired else []))
-        out.append(_row(sub, r.row, "cpu", r.name, r.start, end, r.start, -1, r, md, _pick_op(r, md, None)))
+        out.append(_row(rank, r.row, "cpu", r.name, r.start, end, r.start, -1, r, md, _pick_op(r, md, None)))
     return out
 
 
@@ -239,9 +251,9 @@ def _pick_op(root: _Root | None, md: dict, kernel_op) -> str:
     return kernel_op if isinstance(kernel_op, str) else "other"
 
 
-def _row(sub, row, source, name, start, end, issue, stream, root: _Root | None, md: dict, op: str) -> dict:
+def _row(rank, row, source, name, start, end, issue, stream, root: _Root | None, md: dict, op: str) -> dict:
     label = root.label if root is not None else None
-    return {"rank": int(sub.at[row, "rank"]), "source": source, "op": op, "name": name, "start_ns": start,
+    return {"rank": rank, "source": source, "op": op, "name": name, "start_ns": start,
             "end_ns": end, "dur_ns": end - start, "issue_ns": issue, "stream": stream, "event": int(row),
             "cpu_event": root.row if root is not None else -1, "unit": root.row if root is not None else -1 - row,
             "label": label, **md}

@@ -8,7 +8,7 @@ are clipped to the window. When a rank has more events than its budget, neighbou
 the smallest gaps first, so the (budget - 1) largest idle gaps stay visible; a merged rectangle says
 how many events it holds (`n_events`), how much of it is busy (`busy_ns`), and takes the name, op and
 dim that cover the most time inside it. Unmerged comm rectangles keep their `instance` (to highlight
-one collective across ranks).
+one collective across ranks). Collectives get a larger share of the budget than compute (LANE_WEIGHT).
 
 Columns: rank, lane, start_ns, end_ns, name, op, dim, instance, bytes, n_events, busy_ns, merged.
 
@@ -17,88 +17,123 @@ Pure: numpy, pandas.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 from .. import intervals as iv
+from ..patterns import KINDS
 from .collectives import collectives
 
 COLUMNS = ["rank", "lane", "start_ns", "end_ns", "name", "op", "dim", "instance", "bytes", "n_events", "busy_ns",
            "merged"]
+LANE_WEIGHT = {"comm": 4, "compute": 1, "memory": 1}  # collectives are what the chart is about
+K = {k: i for i, k in enumerate(KINDS)}
 
 
-def _outermost(frame: pd.DataFrame) -> pd.DataFrame:
-    """Events not nested inside an earlier event of the same thread."""
-    keep = []
-    for _, g in frame.groupby(["pid", "tid"], sort=False):
-        g = g.sort_values("ts_ns")
-        end = (g["ts_ns"] + g["dur_ns"]).to_numpy()
-        run_end = np.maximum.accumulate(end)
-        top = np.ones(len(g), dtype=bool)
-        top[1:] = g["ts_ns"].to_numpy()[1:] >= run_end[:-1]
-        keep.append(g[top])
-    return pd.concat(keep) if keep else frame.iloc[:0]
+@dataclass
+class _Lane:
+    start: np.ndarray
+    end: np.ndarray
+    label: np.ndarray  # index into labels
+    labels: list  # (name, op, dim)
+    instance: np.ndarray  # object: str
+    nbytes: np.ndarray  # float, NaN when unknown
+
+    def __len__(self):
+        return len(self.start)
+
+    def take(self, mask) -> "_Lane":
+        return _Lane(self.start[mask], self.end[mask], self.label[mask], self.labels, self.instance[mask],
+                     self.nbytes[mask])
 
 
-def _lanes(traces, table: pd.DataFrame, rank: int) -> dict[str, pd.DataFrame]:
-    sub = traces.events[traces.events["rank"] == rank]
-    gpu = traces.device_of(rank) == "gpu"
-    rows = table[table["rank"] == rank]
-    rows = rows[rows["source"] == "kernel"] if gpu else rows
-    comm = pd.DataFrame({"start_ns": rows["start_ns"], "end_ns": rows["end_ns"], "name": rows["name"].astype(str),
-                         "op": rows["op"].astype(str), "dim": rows["dim"].astype(str),
-                         "instance": rows["instance"], "bytes": rows["bytes"]})
-    if gpu:
-        comp = sub[sub["kind"] == "compute"]
-        mem = sub[sub["kind"].isin(["memcpy", "memset"])]
-    else:
-        comp = _outermost(sub[sub["kind"] == "cpu_op"])
-        mem = sub.iloc[:0]
-
-    def plain(f):
-        return pd.DataFrame({"start_ns": f["ts_ns"], "end_ns": f["ts_ns"] + f["dur_ns"], "name": f["name"].astype(str),
-                             "op": "", "dim": "", "instance": "", "bytes": pd.array([pd.NA] * len(f), dtype="Int64")})
-
-    return {"compute": plain(comp), "memory": plain(mem), "comm": comm}
-
-
-def _lod(f: pd.DataFrame, budget: int) -> pd.DataFrame:
-    """At most `budget` rectangles: merge across all but the (budget - 1) largest gaps."""
-    f = f.sort_values("start_ns", ignore_index=True)
-    s, e = f["start_ns"].to_numpy(), f["end_ns"].to_numpy()
-    n = len(f)
-    if n <= budget:
-        busy = e - s
-        return f.assign(n_events=1, busy_ns=busy, merged=False)
-    run_end = np.maximum.accumulate(e)
-    gaps = s[1:] - run_end[:-1]  # gap after event i (negative: overlap)
-    cut = np.zeros(n - 1, dtype=bool)
-    k = budget - 1
-    if k > 0:
-        top = np.argpartition(-gaps, k - 1)[:k]
-        cut[top[gaps[top] > 0]] = True
-    group = np.concatenate([[0], np.cumsum(cut)])
-    first = np.flatnonzero(np.concatenate([[True], cut]))
-    dur = e - s
-    # Busy time: union length inside each group (groups never share a union segment: cuts are gaps > 0).
-    us, ue = iv.union(s, e)
-    seg_group = group[np.searchsorted(s, us, side="left")]
-    busy = np.bincount(seg_group, weights=(ue - us), minlength=len(first)).astype(np.int64)
-    top_name = (f.assign(g=group, d=dur).groupby(["g", "name", "op", "dim"], sort=False)["d"].sum()
-                .reset_index().sort_values("d", ascending=False).drop_duplicates("g").set_index("g").sort_index())
-    counts = np.bincount(group)
-    single = counts == 1
-    out = pd.DataFrame({
-        "start_ns": s[first], "end_ns": np.maximum.reduceat(e, first),
-        "name": top_name["name"].to_numpy(), "op": top_name["op"].to_numpy(), "dim": top_name["dim"].to_numpy(),
-        "instance": np.where(single, f["instance"].to_numpy()[first], ""),
-        "bytes": pd.array(np.where(single, f["bytes"].to_numpy(dtype=object, na_value=None)[first], None),
-                          dtype="Int64"),
-        "n_events": counts, "busy_ns": busy, "merged": ~single})
+def _outermost(ts, end, pid, tid) -> np.ndarray:
+    """Mask of events not nested inside an earlier event of the same thread."""
+    order = np.lexsort((-end, ts, tid, pid))
+    s, e = ts[order], end[order]
+    thread_start = np.ones(len(order), dtype=bool)
+    thread_start[1:] = (pid[order][1:] != pid[order][:-1]) | (tid[order][1:] != tid[order][:-1])
+    keep = np.zeros(len(order), dtype=bool)
+    run_end = np.iinfo(np.int64).min
+    for i in range(len(order)):  # a running max that restarts per thread
+        if thread_start[i]:
+            run_end = np.iinfo(np.int64).min
+        keep[i] = s[i] >= run_end
+        run_end = max(run_end, e[i])
+    out = np.zeros(len(order), dtype=bool)
+    out[order] = keep
     return out
 
 
-LANE_WEIGHT = {"comm": 4, "compute": 1, "memory": 1}  # collectives are what the chart is about
+def _plain(traces, lo, hi, mask) -> _Lane:
+    a = traces.arrays
+    idx = np.flatnonzero(mask)
+    codes = traces.events["name"].cat.codes.to_numpy()[lo:hi][idx]
+    uniq, inv = np.unique(codes, return_inverse=True)
+    cats = traces.events["name"].cat.categories
+    labels = [(str(cats[c]), "", "") for c in uniq]
+    n = len(idx)
+    return _Lane(a["ts"][lo:hi][idx], a["end"][lo:hi][idx], inv, labels, np.full(n, "", dtype=object),
+                 np.full(n, np.nan))
+
+
+def _lanes(traces, rows: pd.DataFrame, rank: int) -> dict[str, _Lane]:
+    lo, hi = traces.rank_slices()[rank]
+    a = traces.arrays
+    kind = a["kind"][lo:hi]
+    gpu = traces.device_of(rank) == "gpu"
+    rows = rows[rows["source"] == "kernel"] if gpu else rows
+    keys = list(zip(rows["name"].astype(str), rows["op"].astype(str), rows["dim"].astype(str)))
+    labels = sorted(set(keys))
+    where = {k: i for i, k in enumerate(labels)}
+    comm = _Lane(rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy(), np.array([where[k] for k in keys], dtype=int),
+                 labels, rows["instance"].to_numpy(dtype=object), rows["bytes"].to_numpy(dtype=float, na_value=np.nan))
+    if gpu:
+        compute = _plain(traces, lo, hi, kind == K["compute"])
+        memory = _plain(traces, lo, hi, (kind == K["memcpy"]) | (kind == K["memset"]))
+    else:
+        ops = kind == K["cpu_op"]
+        top = np.zeros(len(kind), dtype=bool)
+        top[ops] = _outermost(a["ts"][lo:hi][ops], a["end"][lo:hi][ops], a["pid"][lo:hi][ops], a["tid"][lo:hi][ops])
+        compute, memory = _plain(traces, lo, hi, top), _plain(traces, lo, hi, np.zeros(len(kind), dtype=bool))
+    return {"compute": compute, "memory": memory, "comm": comm}
+
+
+def _lod(lane: _Lane, budget: int) -> dict:
+    """At most `budget` rectangles: merge across all but the (budget - 1) largest gaps."""
+    order = np.argsort(lane.start, kind="stable")
+    f = lane.take(order)
+    s, e, n = f.start, f.end, len(f)
+    if n <= budget:
+        group = np.arange(n)
+    else:
+        gaps = s[1:] - np.maximum.accumulate(e)[:-1]  # gap after event i (negative: overlap)
+        cut = np.zeros(n - 1, dtype=bool)
+        if budget > 1:
+            top = np.argpartition(-gaps, budget - 2)[: budget - 1]
+            cut[top[gaps[top] > 0]] = True
+        group = np.concatenate([[0], np.cumsum(cut)])
+    first = np.flatnonzero(np.diff(group, prepend=-1))
+    counts = np.bincount(group)
+    us, ue = iv.union(s, e)  # groups never share a union segment: cuts are at gaps > 0
+    busy = np.bincount(group[np.searchsorted(s, us, side="left")], weights=ue - us, minlength=len(first))
+    # The label covering the most time in each group.
+    width = len(f.labels) + 1
+    key = group.astype(np.int64) * width + f.label
+    ukey, inv = np.unique(key, return_inverse=True)
+    total = np.bincount(inv, weights=(e - s).astype(float))
+    best = np.lexsort((-total, ukey // width))
+    _, pick = np.unique((ukey // width)[best], return_index=True)
+    dominant = (ukey % width)[best][pick]
+    single = counts == 1
+    return {"start_ns": s[first], "end_ns": np.maximum.reduceat(e, first),
+            "name": [f.labels[i][0] for i in dominant], "op": [f.labels[i][1] for i in dominant],
+            "dim": [f.labels[i][2] for i in dominant],
+            "instance": np.where(single, f.instance[first], ""),
+            "bytes": np.where(single, f.nbytes[first], np.nan),
+            "n_events": counts, "busy_ns": busy.astype(np.int64), "merged": ~single}
 
 
 def _budgets(counts: dict[str, int], max_rects: int) -> dict[str, int]:
@@ -130,23 +165,28 @@ def timeline(traces, plan=None, *, ranks=None, start_ns: int | None = None, end_
         raise ValueError(f"max_rects must be at least 1, got {max_rects}")
     table = table if table is not None else collectives(traces, plan)
     shift = dict(zip(offsets["rank"], offsets["offset_ns"])) if offsets is not None else {}
-    out = []
+    by_rank = dict(tuple(table.groupby("rank", sort=False))) if len(table) else {}
+    lo = start_ns if start_ns is not None else np.iinfo(np.int64).min
+    hi = end_ns if end_ns is not None else np.iinfo(np.int64).max
+    parts = []
     for rank in (ranks if ranks is not None else traces.rank_ids):
-        lanes = _lanes(traces, table, int(rank))
+        rank = int(rank)
+        if rank not in traces.rank_slices():
+            continue
+        off = int(shift.get(rank, 0))
         clipped = {}
-        for lane, f in lanes.items():
-            off = int(shift.get(rank, 0))
-            f = f.assign(start_ns=f["start_ns"] + off, end_ns=f["end_ns"] + off)
-            lo = start_ns if start_ns is not None else np.iinfo(np.int64).min
-            hi = end_ns if end_ns is not None else np.iinfo(np.int64).max
-            f = f[(f["end_ns"] > lo) & (f["start_ns"] < hi)]
-            f = f.assign(start_ns=f["start_ns"].clip(lower=lo), end_ns=f["end_ns"].clip(upper=hi))
-            if len(f):
-                clipped[lane] = f
-        for lane, budget in _budgets({k: len(f) for k, f in clipped.items()}, max_rects).items():
-            out.append(_lod(clipped[lane], budget).assign(rank=int(rank), lane=lane))
-    if not out:
-        return pd.DataFrame({c: [] for c in COLUMNS})
-    frame = pd.concat(out, ignore_index=True)
-    frame["bytes"] = frame["bytes"].astype("Int64")
-    return frame[COLUMNS].astype({"start_ns": "int64", "end_ns": "int64", "n_events": "int64", "busy_ns": "int64"})
+        for name, lane in _lanes(traces, by_rank.get(rank, table.iloc[:0]), rank).items():
+            lane = _Lane(lane.start + off, lane.end + off, lane.label, lane.labels, lane.instance, lane.nbytes)
+            lane = lane.take((lane.end > lo) & (lane.start < hi))
+            lane.start, lane.end = np.maximum(lane.start, lo), np.minimum(lane.end, hi)
+            if len(lane):
+                clipped[name] = lane
+        for name, budget in _budgets({k: len(v) for k, v in clipped.items()}, max_rects).items():
+            rect = _lod(clipped[name], budget)
+            parts.append(pd.DataFrame({"rank": rank, "lane": name, **rect}))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
+    frame = pd.concat(parts, ignore_index=True)
+    frame["bytes"] = pd.array(frame["bytes"].to_numpy(dtype=float), dtype="Float64").astype("Int64")
+    return frame[COLUMNS].astype({"start_ns": "int64", "end_ns": "int64", "n_events": "int64", "busy_ns": "int64",
+                                  "rank": "int64", "merged": "bool"})
