@@ -50,11 +50,12 @@ def activation_memory_page(choice: PlanChoice) -> None:
 
     st.subheader("Against sequence length")
     st.caption(f"The plan's micro batch, TP and recompute mode ({plan.recompute}); the model's own length "
-               f"({model.seq_len}) is drawn solid. Lengths the plan cannot split are left out.")
+               f"({model.seq_len}) is marked ▼. The s×s attention tensors grow quadratically; flash attention "
+               "removes them. Lengths the plan cannot split are left out.")
     st.altair_chart(memory_charts.sweep_chart(view["seq_len"], axis="seq_len", scope=scope))
 
     st.subheader("Against TP")
-    st.caption(f"TP = 1 … 32 for this model (the plan's TP = {plan.tp} drawn solid); without SP the "
+    st.caption(f"TP = 1 … 32 for this model (the plan's TP = {plan.tp} marked ▼); without SP the "
                "LayerNorm/dropout/residual group stays whole on every rank, with SP it shrinks with TP.")
     st.altair_chart(memory_charts.sweep_chart(view["tp"], axis="tp", scope=scope))
 

@@ -57,7 +57,8 @@ def topology_page(choice: PlanChoice) -> None:
         st.info(f"{group_dim.upper()} = 1: every rank is its own {group_dim.upper()} group, so there are no lines to draw. "
                 "Pick another dimension above.")
     st.altair_chart(topology_charts.gpu_grid_chart(view["cells"], view["paths"], color_dim=color_dim,
-                                                   group_dim=group_dim, compare_order=view["compare"]))
+                                                   color_size=getattr(plan, color_dim), group_dim=group_dim,
+                                                   compare_order=view["compare"]))
     st.subheader("Groups per dimension")
     st.dataframe(view["summary"], hide_index=True)
 

@@ -36,8 +36,9 @@ def tp_scaling_page(choice: PlanChoice) -> None:
     st.subheader("Speedup and efficiency")
     st.altair_chart(scaling_charts.speedup_chart(view["frame"], gpn))
     st.subheader("Bus bandwidth of the TP collective")
-    st.caption("Ring model: busbw approaches the link's bandwidth for large messages; latency pulls it down as "
-               "the group grows. Measured points (commbench, uploaded traces, the lab sweep) will sit on this chart.")
+    st.caption("Bus bandwidth by the nccl-tests convention (algbw × 2(n−1)/n), ring model: it approaches the "
+               "link's bandwidth for large messages, and latency pulls it down as the group grows. Measured points "
+               "(commbench, uploaded traces, the lab sweep) will sit on this chart.")
     st.altair_chart(scaling_charts.busbw_chart(view["frame"], gpn))
     st.dataframe(view["table"], hide_index=True)
 

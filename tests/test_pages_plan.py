@@ -152,6 +152,13 @@ def test_bad_url_value_is_reported_and_the_page_still_draws():
 def test_world_size_mismatch_offers_to_fit_the_nodes():
     at = _ok(page_test("pages/topology.py", {**DEFAULT_PARAMS, "dp": "16", "gb": "1536"}))
     assert any("= 1024, but the cluster has 64×8 = 512 GPUs" in e for e in _errors(at))
-    at.button[0].click().run()  # "Use 128 nodes"
+    at.button(key="plan_fit_nodes").click().run()  # "Use 128 nodes (128×8 = 1024 GPUs)"
     _ok(at)
     assert at.number_input(key="plan.nodes").value == 128 and not _errors(at)
+
+
+def test_reset_returns_to_the_default_plan():
+    at = page_test("pages/activation_memory.py", SMALL)
+    at.button(key="plan_reset").click().run()
+    _ok(at)
+    assert {k: at.query_params[k] for k in DEFAULT_PARAMS} == DEFAULT_PARAMS

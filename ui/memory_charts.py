@@ -26,14 +26,16 @@ def _y_title(scope: str) -> tuple[str, str]:
     return unit, (f"{unit} per layer per microbatch" if scope == "layer" else f"{unit} of activations per GPU")
 
 
-def _stack(df: pd.DataFrame, x: alt.X, scope: str, x_tooltip: alt.Tooltip, **size) -> alt.Chart:
+def _stack(data: pd.DataFrame, x: alt.X, scope: str, x_tooltip: alt.Tooltip) -> alt.Chart:
+    """Stacked component bars over `data` (bytes already in the scope's unit); no data attached,
+    so the caller can layer it with others on the same data."""
     unit, title = _y_title(scope)
-    data = with_units(df, unit, "bytes")
     value = f"bytes_{unit}"
-    return alt.Chart(data, **size).mark_bar(stroke="white", strokeWidth=0.6).encode(
+    return alt.Chart().mark_bar(stroke="white", strokeWidth=0.6).encode(
         x=x,
         y=alt.Y(f"sum({value}):Q", title=title, stack="zero"),
-        color=alt.Color("group:N", title="component group", scale=scale(GROUP_COLORS, data["group"]), sort=list(GROUPS)),
+        color=alt.Color("group:N", title="component group", scale=scale(GROUP_COLORS, data["group"]), sort=list(GROUPS),
+                        legend=alt.Legend(labelLimit=260)),
         order=alt.Order("order:Q"),
         detail=alt.Detail("component:N"),
         tooltip=[alt.Tooltip("sp:N", title="SP"), x_tooltip, alt.Tooltip("component:N", title="component"),
@@ -43,19 +45,28 @@ def _stack(df: pd.DataFrame, x: alt.X, scope: str, x_tooltip: alt.Tooltip, **siz
 
 def recompute_chart(df: pd.DataFrame, *, scope: str = "layer") -> alt.FacetChart:
     """Bytes by component for each recompute mode (frame of memory_data.layer_components)."""
+    data = with_units(df, _y_title(scope)[0], "bytes")
     x = alt.X("recompute:N", sort=list(RECOMPUTE), title="activation recompute", axis=alt.Axis(labelAngle=0))
-    return _stack(df, x, scope, alt.Tooltip("recompute:N", title="recompute"), width=220, height=280).facet(
-        column=_sp_column())
+    bars = _stack(data, x, scope, alt.Tooltip("recompute:N", title="recompute"))
+    return alt.layer(bars, data=data, width=220, height=280).facet(column=_sp_column())
 
 
 def sweep_chart(df: pd.DataFrame, *, axis: str, scope: str = "layer") -> alt.FacetChart:
-    """Bytes by component as sequence length or TP varies (frame of memory_data.components_sweep);
-    the plan's own value is drawn solid, the others lighter."""
+    """Bytes by component as sequence length or TP varies (frame of memory_data.components_sweep),
+    each bar labelled with its total; the plan's own value is labelled in bold with a ▼."""
+    unit, _ = _y_title(scope)
+    data = with_units(df, unit, "bytes")
     name = {"seq_len": "sequence length (tokens)", "tp": "tensor-parallel size (TP)"}[axis]
     x = alt.X("x:O", title=name, axis=alt.Axis(labelAngle=0))
-    bars = _stack(df, x, scope, alt.Tooltip("x:O", title=name.split(" (")[0]), width=260, height=260)
-    bars = bars.encode(opacity=alt.OpacityValue(0.5, condition={"test": "datum.current", "value": 1.0}))
-    return bars.facet(column=_sp_column())
+    bars = _stack(data, x, scope, alt.Tooltip("x:O", title=name.split(" (")[0]))
+    fmt = ",.0f" if unit == "MiB" else ",.1f"
+    totals = alt.Chart().transform_aggregate(total=f"sum(bytes_{unit})", groupby=["sp", "x", "current"])
+    labels = [totals.transform_filter(("" if current else "!") + "datum.current").transform_calculate(
+        label=("'▼ ' + " if current else "") + f"format(datum.total, '{fmt}')").mark_text(
+        baseline="bottom", dy=-3, fontSize=11 if current else 10, fontWeight="bold" if current else "normal",
+        color="#212529" if current else "#868e96").encode(x=x, y=alt.Y("total:Q"), text=alt.Text("label:N"))
+        for current in (False, True)]
+    return alt.layer(bars, *labels, data=data, width=300, height=260).facet(column=_sp_column())
 
 
 def stage_chart(df: pd.DataFrame) -> alt.FacetChart:

@@ -140,7 +140,7 @@ def plan_form() -> PlanChoice:
     verdict = loaders.verdict(params)
     choice = PlanChoice(params, model, cluster, plan, tuple(verdict["errors"]), tuple(verdict["warnings"]),
                         verdict["computable"])
-    st.sidebar.button("Reset to the default plan", on_click=_reset, width="stretch")
+    st.sidebar.button("Reset to the default plan", on_click=_reset, width="stretch", key="plan_reset")
     st.sidebar.caption("The URL holds this plan: copy it to share the view.")
     st.caption(choice.label)
     for message in url_errors:
@@ -151,7 +151,7 @@ def plan_form() -> PlanChoice:
         need = -(-plan.world_size // cluster.gpus_per_node)
         if need * cluster.gpus_per_node == plan.world_size:
             st.button(f"Use {need} nodes ({need}×{cluster.gpus_per_node} = {plan.world_size} GPUs)",
-                      on_click=_fit_nodes, args=(need,))
+                      on_click=_fit_nodes, args=(need,), key="plan_fit_nodes")
     for message in choice.warnings:
         st.warning(message)
     if not choice.computable:

@@ -111,7 +111,8 @@ def speedup_chart(pred: pd.DataFrame, gpus_per_node: int) -> alt.FacetChart:
 
 
 def busbw_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame | None = None) -> alt.LayerChart:
-    """Predicted bus bandwidth of the layer's TP collective by TP size (ring model), coloured by link;
+    """Predicted bus bandwidth (nccl-tests convention: algbw × 2(n−1)/n) of the layer's TP collective
+    by TP size (ring model), coloured by link;
     measured `busbw_bytes_per_s` drawn as black diamonds."""
     data = _valid(pred)
     data = data[(data["tp"] > 1) & ~data["sp"]].assign(source="predicted")
@@ -120,7 +121,7 @@ def busbw_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame |
             source="measured", link=lambda d: d["link"].map(link_label))], ignore_index=True)
     data = data.assign(busbw_gbs=data["busbw_bytes_per_s"] / 1e9, msg_mib=data["bytes_per_call"] / 2**20)
     x = _tp_x(pred, "TP group size")
-    y = alt.Y("busbw_gbs:Q", title="bus bandwidth, GB/s (nccl-tests convention)")
+    y = alt.Y("busbw_gbs:Q", title="busbw, GB/s")  # short: a long title squeezes the plot
     predicted = alt.Chart().transform_filter("datum.source == 'predicted'")
     line = predicted.mark_line(color="#adb5bd").encode(x=x, y=y)
     dots = predicted.mark_point(filled=True, size=80).encode(
@@ -133,4 +134,4 @@ def busbw_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame |
         x=x, y=y, tooltip=[alt.Tooltip("tp:O", title="TP"), alt.Tooltip("link:N", title="link"),
                            alt.Tooltip("busbw_gbs:Q", title="measured busbw GB/s", format=",.1f")])
     layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node)), line, dots, points]
-    return alt.layer(*layers, data=data, title="TP collective bus bandwidth", width=420, height=260)
+    return alt.layer(*layers, data=data, width=420, height=280)

@@ -24,7 +24,8 @@ def _cell_tooltip() -> list[alt.Tooltip]:
 def _cells_base(cells: pd.DataFrame) -> alt.Chart:
     first, last = int(cells["node"].min()), int(cells["node"].max())
     gpn = int(cells["local"].max()) + 1
-    return alt.Chart(cells, width="container", height=max(160, gpn * 28)).transform_calculate(
+    # Streamlit fits axes and the legends below into `height` too: leave them ~120 px.
+    return alt.Chart(cells, width="container", height=max(160, gpn * 30) + 120).transform_calculate(
         x0=f"datum.node - {_HALF}", x1=f"datum.node + {_HALF}", y0=f"datum.local - {_HALF}", y1=f"datum.local + {_HALF}",
     ).encode(
         x=alt.X("x0:Q", title="node", scale=alt.Scale(domain=[first - 0.5, last + 0.5], nice=False, zero=False),
@@ -36,23 +37,23 @@ def _cells_base(cells: pd.DataFrame) -> alt.Chart:
     )
 
 
-def _coordinate_color(cells: pd.DataFrame, dim: str) -> alt.Color:
-    n = int(cells[dim].max()) + 1
+def _coordinate_color(dim: str, size: int) -> alt.Color:
+    """Coordinate k of `dim` always gets palette colour k, whichever window of nodes is shown."""
     return alt.Color(f"{dim}:O", title=f"{dim.upper()} coordinate",
-                     scale=alt.Scale(scheme="turbo") if n > 20 else alt.Scale(range=palette(n)),
-                     legend=alt.Legend(orient="bottom", direction="horizontal", columns=min(n, 16), symbolLimit=64))
+                     scale=alt.Scale(domain=list(range(size)), range=palette(size)),
+                     legend=alt.Legend(orient="bottom", direction="horizontal", columns=min(size, 16), symbolLimit=64))
 
 
-def gpu_grid_chart(cells: pd.DataFrame, paths: pd.DataFrame, *, color_dim: str, group_dim: str,
+def gpu_grid_chart(cells: pd.DataFrame, paths: pd.DataFrame, *, color_dim: str, color_size: int, group_dim: str,
                    compare_order: str | None) -> alt.LayerChart:
     """Every GPU of the window coloured by its `color_dim` coordinate, the `group_dim` groups drawn
-    as lines coloured by their link, ranks whose coordinates change under `compare_order` marked
+    (of `color_size` values) as lines coloured by their link, ranks whose coordinates change under `compare_order` marked
     with a dot. Click a GPU to highlight its group; double-click to clear."""
     pick = alt.selection_point(fields=["group"], on="click", clear="dblclick", name="group_pick")
     dim = group_dim.upper()
     tooltip = [*_cell_tooltip(), alt.Tooltip("group_ranks:N", title=f"{dim} group"),
                alt.Tooltip("group_link:N", title="its link")]
-    encode = {"color": _coordinate_color(cells, color_dim),
+    encode = {"color": _coordinate_color(color_dim, color_size),
               "opacity": alt.OpacityValue(0.25, condition={"param": "group_pick", "value": 1.0})}
     base = _cells_base(cells)
     layers = []
@@ -92,17 +93,19 @@ def node_overview_chart(nodes: pd.DataFrame, *, color_dim: str, window: tuple[in
     """One cell per node (rows of up to 64 nodes), coloured by the node's `color_dim` coordinate
     ('mixed' when its GPUs differ); the nodes shown in the GPU grid are outlined."""
     lo, hi = window
-    values = sorted((v for v in nodes["value"].unique() if v != "mixed"), key=int)
+    size = int(nodes[f"{color_dim}_size"].iloc[0])
+    values = [str(v) for v in range(size)]  # the same colour per coordinate as the GPU grid
     mixed = ["mixed"] if (nodes["value"] == "mixed").any() else []
     per_row, rows = int(nodes["col"].max()) + 1, int(nodes["row"].max()) + 1
-    return alt.Chart(nodes, width=min(1000, per_row * 15), height=max(40, rows * 15)).transform_calculate(
+    return alt.Chart(nodes, width=min(1000, per_row * 15), height=max(60, rows * 16) + 110).transform_calculate(
         shown=f"datum.node >= {lo} && datum.node <= {hi}",
     ).mark_rect(strokeWidth=1.5).encode(
         x=alt.X("col:O", title=f"node mod {per_row}", axis=alt.Axis(labelOverlap=True, labelAngle=0)),
         y=alt.Y("row:O", title=f"node ÷ {per_row}"),
         color=alt.Color("value:N", title=f"{color_dim.upper()} of the node",
                         scale=alt.Scale(domain=values + mixed, range=palette(len(values)) + ["#dee2e6"] * len(mixed)),
-                        legend=alt.Legend(columns=2, symbolLimit=40)),
+                        legend=alt.Legend(orient="bottom", direction="horizontal", columns=min(size + 1, 17),
+                                          symbolLimit=80)),
         stroke=alt.StrokeValue("#ffffff00", condition={"test": "datum.shown", "value": "#212529"}),
         tooltip=[alt.Tooltip("node:Q", title="node"), alt.Tooltip("ranks:N", title="ranks"),
                  *[alt.Tooltip(f"{d}:N", title=d) for d in ("dp", "pp", "cp", "tp")]],

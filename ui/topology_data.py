@@ -106,7 +106,7 @@ def group_paths(topo: Topology, dim: str, *, first_node: int = 0, nodes: int | N
 
 def node_overview(topo: Topology, color_dim: str, *, per_row: int = OVERVIEW_PER_ROW) -> pd.DataFrame:
     """One row per node: node, col, row, value (the node's `color_dim` coordinate, or 'mixed'),
-    ranks, and each dimension's range on the node."""
+    ranks, each dimension's range on the node, and `<color_dim>_size` (how many coordinates)."""
     gpn = topo.gpus_per_node
     df = pd.DataFrame(topo.coords, columns=list(DIMS))
     df["node"] = np.arange(topo.world_size) // gpn
@@ -120,6 +120,7 @@ def node_overview(topo: Topology, color_dim: str, *, per_row: int = OVERVIEW_PER
     for d in DIMS:
         a, b = agg[f"{d}_min"].astype(str), agg[f"{d}_max"].astype(str)
         out[d] = np.where(a == b, a, a + "–" + b)
+    out[f"{color_dim}_size"] = topo.sizes[color_dim]
     return out
 
 
