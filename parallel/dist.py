@@ -90,7 +90,7 @@ def _emb_rows(topo: Topology) -> list[list[int]]:
     return [[int(row[0]), int(row[-1])] for row in topo.group_ranks("pp")] if topo.pp > 1 else []
 
 
-def build_groups(topo: Topology, rank: int, backend: str) -> dict[str, Group]:
+def build_groups(topo: Topology, rank: int, backend: str, timeout: timedelta) -> dict[str, Group]:
     """Every group of every dimension, created in the same order on all ranks; returns this rank's."""
     layouts = {dim: [list(map(int, row)) for row in topo.group_ranks(dim)] for dim in ("tp", "cp", "pp", "dp")}
     layouts["dpcp"] = _dpcp_rows(topo)
@@ -100,7 +100,7 @@ def build_groups(topo: Topology, rank: int, backend: str) -> dict[str, Group]:
     for name, rows in layouts.items():
         for ranks in rows:
             # a group of one rank needs no process group; the same test holds on every rank
-            pg = dist.new_group(ranks, backend=backend) if len(ranks) > 1 else None
+            pg = dist.new_group(ranks, backend=backend, timeout=timeout) if len(ranks) > 1 else None
             if rank in ranks:
                 mine[name] = Group(dim=label[name], ranks=ranks, pg=pg, rank=rank)
         mine.setdefault(name, Group(dim=label[name], ranks=(rank,), pg=None, rank=rank))
@@ -119,11 +119,11 @@ def init(*, plan: Plan, rank: int, world_size: int, local_rank: int, gpus_per_no
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=timeout_s),
+    timeout = timedelta(seconds=timeout_s)  # new_group does not inherit it: pass it to every group
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout,
                             device_id=device if backend == "nccl" else None)
     topo = plan.topology(gpus_per_node)
-    g = build_groups(topo, rank, backend)
+    g = build_groups(topo, rank, backend, timeout)
     return ParallelContext(plan=plan, topo=topo, rank=rank, world_size=world_size, device=device,
                            backend=backend, **g)
 

@@ -11,6 +11,7 @@ numbers go to rank 0, which writes metrics.json (metrics.py).
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -36,10 +37,21 @@ def _threads() -> None:
 
 
 def _fail_hook(rank: int) -> int | None:
-    """Test hook: the step at which this rank must raise (PARASCOPE_FAIL_RANK / PARASCOPE_FAIL_STEP)."""
+    """Test hook: the step at which this rank fails (PARASCOPE_FAIL_RANK / PARASCOPE_FAIL_STEP)."""
     if os.environ.get("PARASCOPE_FAIL_RANK") == str(rank):
         return int(os.environ.get("PARASCOPE_FAIL_STEP", "0"))
     return None
+
+
+def _fail(rank: int, step: int) -> None:
+    """PARASCOPE_FAIL_MODE: raise (default) an exception; kill this process with SIGKILL; or hang,
+    so the peers' next collective ends by the process-group timeout."""
+    mode = os.environ.get("PARASCOPE_FAIL_MODE", "raise")
+    if mode == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "hang":
+        time.sleep(10**6)
+    raise RuntimeError(f"injected failure on rank {rank} at step {step} (PARASCOPE_FAIL_RANK)")
 
 
 def train_rank(cfg, *, rank: int, world_size: int, init_method: str, local_rank: int, node: int,
@@ -74,7 +86,7 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
     losses, times, first_grads = [], [], {}
     for step in range(cfg.steps):
         if step == fail_step:
-            raise RuntimeError(f"injected failure on rank {rank} at step {step} (PARASCOPE_FAIL_RANK)")
+            _fail(rank, step)
         t0 = time.perf_counter()
         batch = data.global_batch(step=step, seed=cfg.seed, global_batch=plan.global_batch,
                                   seq_len=model.seq_len, vocab=model.vocab)

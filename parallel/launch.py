@@ -90,14 +90,25 @@ def _watch(procs, pipes, settle_s: float = 1.0) -> RankFailure | None:
             p = procs[rank]
             p.join()
             if p.exitcode != 0:
-                when, message = pipes[rank].recv() if pipes[rank].poll() else (time.time(), (
-                    f"killed by signal {-p.exitcode}" if p.exitcode < 0 else f"exit code {p.exitcode}"))
+                when, message = _report(pipes[rank], p.exitcode)
                 failures.append((when, rank, message.strip(), p.exitcode))
                 deadline = deadline or time.time() + settle_s
     if not failures:
         return None
     _, rank, message, code = min(failures)
     return RankFailure(rank, message, code)
+
+
+def _report(pipe, exitcode: int) -> tuple[float, str]:
+    """(time, message) a failed worker sent, or how it ended when it sent nothing (killed)."""
+    try:
+        if pipe.poll():
+            return pipe.recv()
+    except (EOFError, OSError):
+        pass
+    if exitcode < 0:
+        return time.time(), f"killed by signal {-exitcode} ({signal.Signals(-exitcode).name})"
+    return time.time(), f"exit code {exitcode}"
 
 
 def _stop(procs, grace_s: float) -> None:

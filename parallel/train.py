@@ -17,8 +17,8 @@ For wrappers (the profiler): `run_rank(cfg, rank=..., world_size=..., init_metho
 trains one rank and returns the job's metrics on rank 0; `on_step(step, info)` runs on every rank
 after each optimizer step (info: step, steps, loss (last stage) or None, step_time_s), the place for
 `prof.step()`. `launch.run_local(fn, world_size=...)` forks ranks that call `fn(rank=, world_size=,
-init_method=)`. Hidden test hook: PARASCOPE_FAIL_RANK=r [PARASCOPE_FAIL_STEP=k] makes rank r raise
-at step k.
+init_method=)`. Hidden test hook: PARASCOPE_FAIL_RANK=r [PARASCOPE_FAIL_STEP=k]
+[PARASCOPE_FAIL_MODE=raise|kill|hang] makes rank r raise, SIGKILL itself, or hang at step k.
 """
 
 from __future__ import annotations
