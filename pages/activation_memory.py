@@ -15,14 +15,18 @@ MiB = 2**20
 def activation_memory_page(choice: PlanChoice) -> None:
     model, plan = choice.model, choice.plan
     c1, c2, c3, c4 = st.columns([3, 2, 2, 2])
+    url = {"bind": "query-params"}  # the view's choices live in the URL beside the plan
     scope = c1.segmented_control("Scope", list(SCOPES), default="layer", required=True, key="mem_scope",
-                                 format_func=SCOPES.get, help="whole GPU: the first pipeline stage's layers times "
-                                 "the microbatches it holds in flight, plus the embedding terms")
-    flash = c2.toggle("Flash attention", value=False, key="mem_flash", help="fused attention saves no s×s scores, "
-                      "only an fp32 log-sum-exp per query row")
-    dropout = c3.toggle("Dropout", value=True, key="mem_dropout", help="dropout masks after softmax and on both residuals")
-    act_bytes = c4.selectbox("Activation bytes", [0, 2, 4], key="mem_act",
-                             format_func=lambda b: f"model dtype ({model.dtype_bytes} B)" if b == 0 else f"{b} B")
+                                 format_func=SCOPES.get, **url,
+                                 help="per layer: one layer, one microbatch. per GPU: the first pipeline stage's "
+                                      "layers times the microbatches it holds in flight, plus the embedding terms")
+    flash = c2.toggle("Flash attention", value=False, key="mem_flash", **url,
+                      help="fused attention saves no s×s scores, only an fp32 log-sum-exp per query row")
+    dropout = c3.toggle("Dropout", value=True, key="mem_dropout", **url,
+                        help="dropout masks after softmax and on both residuals")
+    act_bytes = c4.selectbox("Activation bytes", [0, 2, 4], key="mem_act", **url,
+                             format_func=lambda b: "model dtype" if b == 0 else f"{b} B",
+                             help=f"bytes per saved activation; the model's dtype is {model.dtype_bytes} B")
     view = loaders.memory_view(choice.params, flash, dropout, act_bytes, scope)
 
     cols = st.columns(3)

@@ -15,20 +15,23 @@ AUTO = "auto"
 def topology_page(choice: PlanChoice) -> None:
     plan, gpn = choice.plan, choice.cluster.gpus_per_node
     c1, c2, c3 = st.columns([2, 2, 3])
+    url = {"bind": "query-params"}  # the view's choices live in the URL beside the plan
     color_dim = c1.segmented_control("Colour GPUs by", DIMS, default="pp", required=True, key="topo_color",
-                                     format_func=str.upper)
+                                     format_func=str.upper, **url)
     group_dim = c2.segmented_control("Draw the groups of", DIMS, default="tp", required=True, key="topo_groups",
-                                     format_func=str.upper)
+                                     format_func=str.upper, **url)
     other = "tp-cp-pp-dp" if same_order(plan.order, DEFAULT_ORDER) else DEFAULT_ORDER
-    picked = c3.selectbox("Compare with rank order", [AUTO, *ORDERS], key="topo_vs",
-                          format_func=lambda o: f"{other} — {ORDERS[other]} (auto)" if o == AUTO else f"{o} — {ORDERS[o]}")
+    picked = c3.selectbox("Compare with rank order", [AUTO, *ORDERS], key="topo_vs", **url,
+                          format_func=lambda o: f"auto: {other}" if o == AUTO else o,
+                          help="ranks whose coordinates change under this order get a dot. " +
+                               "; ".join(f"{o}: {d}" for o, d in ORDERS.items()))
     compare = other if picked == AUTO else picked
     nodes = -(-plan.world_size // gpn)
     window = max_window_nodes(gpn)
     first = 0
     if nodes > window:
         first = st.select_slider("Nodes shown GPU by GPU", options=list(range(0, nodes, window)), key="topo_first",
-                                 format_func=lambda a: f"nodes {a}–{min(a + window, nodes) - 1}")
+                                 format_func=lambda a: f"nodes {a}–{min(a + window, nodes) - 1}", **url)
     view = loaders.topology_view(choice.params, color_dim, group_dim, compare, first)
 
     m1, m2, m3 = st.columns(3)

@@ -170,17 +170,19 @@ def test_page_renders_in_chromium(server, browser, entry):
 
 
 def test_plan_pages_share_the_plan_through_the_url(server, browser):
-    """A copied URL reopens the same plan; switching pages in the sidebar keeps it."""
+    """A copied URL reopens the same plan and view; switching pages in the sidebar keeps the plan."""
     if not any(p["path"] == "pages/topology.py" for p in PAGES):
         pytest.skip("Topology page not registered")
     page = browser.new_page(viewport={"width": 1500, "height": 1000})
     try:
-        page.goto(f"{server}/topology?model=gpt3-22b&nodes=2&dp=2&tp=2&pp=4&gb=64", timeout=PAGE_TIMEOUT_MS)
+        page.goto(f"{server}/topology?model=gpt3-22b&nodes=2&dp=2&tp=2&pp=4&gb=64&topo_color=DP&topo_groups=PP",
+                  timeout=PAGE_TIMEOUT_MS)
         _wait_for_script(page)
-        assert "gpt3-22b on dgx-h100 2×8 GPUs · DP2 TP2+SP PP4" in page.inner_text("body")
+        body = page.inner_text("body")
+        assert "gpt3-22b on dgx-h100 2×8 GPUs · DP2 TP2+SP PP4" in body
+        assert "DP coordinate" in body and "PP group link" in body  # the view's choices came from the URL
         assert "sp=1" in page.url and "order=" in page.url  # the whole plan is written back
         page.get_by_role("link", name="Activation memory").click()
-        _wait_for_script(page)
         page.wait_for_function("() => location.pathname.endsWith('/activation_memory')", timeout=PAGE_TIMEOUT_MS)
         _wait_for_script(page)
         assert "DP2 TP2+SP PP4" in page.inner_text("body")

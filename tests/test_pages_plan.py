@@ -162,3 +162,13 @@ def test_reset_returns_to_the_default_plan():
     at.button(key="plan_reset").click().run()
     _ok(at)
     assert {k: at.query_params[k] for k in DEFAULT_PARAMS} == DEFAULT_PARAMS
+
+
+def test_view_choices_come_from_the_url_too():
+    at = _ok(page_test("pages/topology.py", {**SMALL, "topo_color": "DP", "topo_groups": "PP", "topo_vs": "tp-cp-pp-dp"}))
+    assert at.segmented_control(key="topo_color").value == "dp"
+    assert at.segmented_control(key="topo_groups").value == "pp"
+    grid = vega_charts(at)[0]
+    assert '"field": "dp"' in grid.text() and "moves under tp-cp-pp-dp" in grid.text()
+    at = _ok(page_test("pages/activation_memory.py", {**SMALL, "mem_flash": "true", "mem_scope": "per GPU"}))
+    assert at.toggle(key="mem_flash").value is True and at.segmented_control(key="mem_scope").value == "gpu"

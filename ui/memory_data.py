@@ -27,7 +27,7 @@ GROUPS = ("attention", "mlp", "layernorm/dropout/residual", "layer input (checkp
 STATE_KINDS = ("params", "grads", "optimizer", "activations")
 SEQ_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
 TP_SIZES = (1, 2, 4, 8, 16, 32)
-SCOPES = {"layer": "one layer · one microbatch", "gpu": "whole GPU · first stage"}
+SCOPES = {"layer": "per layer", "gpu": "per GPU"}  # short: the label is also the URL's value
 
 
 class MetricsError(ValueError):
