@@ -1,9 +1,13 @@
-"""The Parquet cache of loaded trace sets, keyed by the content hash of the input files.
+"""The Arrow cache of loaded trace sets, keyed by the content hash of the input files.
 
-Layout: ``<cache dir>/<key>/events.parquet``, ``comm_args.parquet`` and ``meta.json`` (the small
-tables and the run.json). The cache dir is `$PARASCOPE_CACHE`, else ``~/.cache/parascope``. Writes go
-to a temporary folder renamed into place, so a reader never sees half an entry; an unreadable entry
-is ignored (and rebuilt), never an error.
+Layout: ``<cache dir>/<key>/events.arrow`` and ``comm_args.arrow`` (Arrow IPC files, uncompressed so
+they are read memory-mapped: reopening a 54 MB trace takes ~30 ms; ~60 bytes per event on disk) and
+``meta.json`` (the small tables and the run.json). Arrow IPC rather than Parquet: on the 123k-event
+HTA trace it writes in 5 ms and reads in 6 ms, against 137 ms and 30 ms for Parquet with lz4.
+
+The cache dir is `$PARASCOPE_CACHE`, else ``~/.cache/parascope``. Writes go to a temporary folder
+renamed into place, so a reader never sees half an entry; an unreadable entry is ignored (and
+rebuilt), never an error.
 
 Pure: pandas, pyarrow, orjson.
 """
@@ -18,7 +22,7 @@ from pathlib import Path
 import orjson
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.feather as feather
 
 from .traces import Traces
 
@@ -36,8 +40,8 @@ def read(cache_dir: Path, key: str) -> Traces | None:
         return None
     try:
         meta = orjson.loads((entry / "meta.json").read_bytes())
-        events = pq.read_table(entry / "events.parquet").to_pandas()
-        comm_args = pq.read_table(entry / "comm_args.parquet").to_pandas()
+        events = feather.read_table(entry / "events.arrow", memory_map=True).to_pandas()
+        comm_args = feather.read_table(entry / "comm_args.arrow", memory_map=True).to_pandas()
         small = {name: pd.DataFrame(meta["tables"][name]) for name in SMALL_TABLES}
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
@@ -63,10 +67,9 @@ def write(cache_dir: Path, traces: Traces) -> None:
     except OSError:
         return
     try:
-        pq.write_table(pa.Table.from_pandas(traces.events, preserve_index=False), tmp / "events.parquet",
-                       compression="lz4")
-        pq.write_table(pa.Table.from_pandas(traces.comm_args, preserve_index=False), tmp / "comm_args.parquet",
-                       compression="lz4")
+        for name in ("events", "comm_args"):
+            table = pa.Table.from_pandas(getattr(traces, name), preserve_index=False)
+            feather.write_feather(table, tmp / f"{name}.arrow", compression="uncompressed")
         tables = {name: getattr(traces, name) for name in SMALL_TABLES}
         meta = {
             "source": traces.source, "run": traces.run,

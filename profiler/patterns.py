@@ -23,6 +23,7 @@ Pure: stdlib only.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from .annotations import COMM_PREFIX, PHASE_PREFIX, parse_comm
 
@@ -158,6 +159,7 @@ def profiler_step(name: str) -> int | None:
     return int(m["step"]) if m else None
 
 
+@lru_cache(maxsize=1 << 16)
 def classify(cat: str, name: str) -> tuple[str, str]:
     """(kind, op) of one event from its Kineto category and name; op is '' for non-comm kinds."""
     cat = CATEGORY_ALIASES.get(cat.lower(), cat.lower()) if isinstance(cat, str) else ""

@@ -135,7 +135,7 @@ def test_cache_round_trip_and_key(tmp_path, cache):
 def test_corrupt_cache_entry_is_rebuilt(tmp_path, cache):
     folder = _pair(tmp_path / "p")
     first = load_traces(folder)
-    (cache / first.key / "events.parquet").write_bytes(b"garbage")
+    (cache / first.key / "events.arrow").write_bytes(b"garbage")
     again = load_traces(folder)
     assert not again.from_cache and len(again.events) == len(first.events)
 

@@ -1,0 +1,186 @@
+"""How fast trace sets load (issue #5 item 11): load_traces cold and warm vs HolisticTraceAnalysis vs
+a bare orjson.loads of the same bytes, in one process, as ratios.
+
+    .venv/bin/pip install --no-deps -r bench/requirements.txt    # HTA, a bench-only dependency
+    .venv/bin/python bench/ingest.py [--repeat 3] [--sets ours8,ours64,shared] [--memory] [--json]
+
+Trace sets: ours at 8 ranks (DP2 x TP2 x PP2 + SP) and 64 ranks (DP8 x TP4 x PP2 + SP), made once
+by tests/tracegen.py -- a real torch.profiler run of real gloo collectives, in its own process -- into
+.cache/bench-traces/; and every set in ../shared/traces. Timings exclude imports and are the best
+of --repeat runs (HTA: of min(repeat, 2)):
+    orjson   read + gunzip + orjson.loads of every file (decompression included, like the others)
+    cold     load_traces into an empty cache dir: parse, build the tables, write the Parquet cache
+    warm     load_traces again: hash the files, read the cache
+    HTA      hta.trace_analysis.TraceAnalysis(trace_dir=...)  (its default parser and worker pool)
+Goals: HTA/cold >= 3, HTA/warm >= 20, cold/orjson <= 2. --memory adds peak Python-heap MB
+(tracemalloc) of orjson.loads vs a cold load_traces.
+
+A benchmark, not a test: numbers depend on the machine and on what else runs on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import io
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import orjson  # noqa: E402
+
+from profiler import load_traces  # noqa: E402
+from profiler.sources import resolve  # noqa: E402
+
+DATA = ROOT / ".cache" / "bench-traces"
+SHARED = ROOT.parent / "shared" / "traces"
+OURS = {"ours8": dict(dp=2, tp=2, pp=2), "ours64": dict(dp=8, tp=4, pp=2)}
+
+
+def ensure_ours(name: str) -> Path:
+    """Generate (once) one of our trace sets with tests/tracegen.py in a separate process."""
+    out = DATA / name
+    if (out / "run.json").is_file() and len(list((out / "traces").glob("rank*_trace.json.gz"))) >= 8:
+        return out
+    dims = OURS[name]
+    print(f"generating {name} (a real {dims['dp'] * dims['tp'] * dims['pp']}-rank gloo run) ...", file=sys.stderr)
+    subprocess.run([sys.executable, str(ROOT / "tests" / "tracegen.py"), str(out), "--dp", str(dims["dp"]),
+                    "--tp", str(dims["tp"]), "--pp", str(dims["pp"]), "--sp", "--steps", "3", "--microbatches", "4"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return out
+
+
+def sets(selection: list[str]) -> dict[str, Path]:
+    out = {}
+    for name in selection:
+        if name in OURS:
+            out[name] = ensure_ours(name)
+        elif name == "shared" and SHARED.is_dir():
+            out.update({p.name: p for p in sorted(SHARED.iterdir()) if p.is_dir()})
+    return out
+
+
+def _ranks_for(path: Path) -> dict | None:
+    """load_traces needs a rank for a file that carries none (hta_distributed_info_unavailable)."""
+    if path.name != "hta_distributed_info_unavailable":
+        return None
+    return {p.name: 0 for p in resolve(path).files}
+
+
+def best(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def bare_orjson(files: list[Path]) -> None:
+    for p in files:
+        raw = p.read_bytes()
+        orjson.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+
+def hta_load(trace_dir: Path) -> float | None:
+    from hta.trace_analysis import TraceAnalysis
+
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        t = time.perf_counter()
+        try:
+            TraceAnalysis(trace_dir=str(trace_dir))
+        except Exception:  # noqa: BLE001 -- HTA's own failure on a set is a result, not our bug
+            return None
+        return time.perf_counter() - t
+
+
+def measure(name: str, path: Path, repeat: int, memory: bool) -> dict:
+    found = resolve(path)
+    files = list(found.files)
+    trace_dir = files[0].parent
+    ranks = _ranks_for(path)
+    gz = sum(p.stat().st_size for p in files)
+    raw = sum(len(gzip.decompress(p.read_bytes())) if p.read_bytes()[:2] == b"\x1f\x8b" else p.stat().st_size
+              for p in files)
+    row = {"set": name, "files": len(files), "gz_mb": gz / 1e6, "json_mb": raw / 1e6}
+    row["orjson_s"] = best(lambda: bare_orjson(files), repeat)
+    colds = []
+    with tempfile.TemporaryDirectory() as keep:
+        for _ in range(repeat):
+            with tempfile.TemporaryDirectory() as cache:
+                t = time.perf_counter()
+                traces = load_traces(path, ranks=ranks, cache_dir=cache)
+                colds.append(time.perf_counter() - t)
+        load_traces(path, ranks=ranks, cache_dir=keep)
+        row["warm_s"] = best(lambda: load_traces(path, ranks=ranks, cache_dir=keep), repeat)
+    row["cold_s"] = min(colds)
+    row["ranks"] = len(traces.rank_ids)
+    row["events"] = len(traces.events)
+    hta = [hta_load(trace_dir) for _ in range(min(repeat, 2))]
+    row["hta_s"] = min(hta) if all(h is not None for h in hta) else None
+    if memory:
+        tracemalloc.start()
+        bare_orjson(files)
+        row["orjson_peak_mb"] = tracemalloc.get_traced_memory()[1] / 1e6
+        tracemalloc.reset_peak()
+        load_traces(path, ranks=ranks, cache=False)
+        row["load_peak_mb"] = tracemalloc.get_traced_memory()[1] / 1e6
+        tracemalloc.stop()
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| set | ranks | events | gz MB | JSON MB | orjson s | cold s | warm s | HTA s | HTA/cold | HTA/warm "
+            "| cold/orjson |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        hta = r["hta_s"]
+        cells = [r["set"], r["ranks"], f"{r['events']:,}", f"{r['gz_mb']:.1f}", f"{r['json_mb']:.1f}",
+                 f"{r['orjson_s']:.3f}", f"{r['cold_s']:.3f}", f"{r['warm_s']:.3f}",
+                 f"{hta:.2f}" if hta else "n/a", f"{hta / r['cold_s']:.1f}x" if hta else "n/a",
+                 f"{hta / r['warm_s']:.0f}x" if hta else "n/a", f"{r['cold_s'] / r['orjson_s']:.2f}"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    if rows and "load_peak_mb" in rows[0]:
+        lines += ["", "| set | orjson peak MB | load_traces peak MB |", "|---|---|---|"]
+        lines += [f"| {r['set']} | {r['orjson_peak_mb']:.0f} | {r['load_peak_mb']:.0f} |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--sets", default="ours8,ours64,shared", help="comma list of ours8, ours64, shared")
+    ap.add_argument("--memory", action="store_true", help="also peak Python-heap MB (tracemalloc)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    logging.disable(logging.WARNING)
+    import hta.trace_analysis  # noqa: F401 -- imported before any timing
+
+    rows = [measure(name, path, args.repeat, args.memory) for name, path in sets(args.sets.split(",")).items()]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(table(rows))
+        ok = [r for r in rows if r["hta_s"]]
+        if ok:
+            print(f"\nmedian HTA/cold {statistics.median(r['hta_s'] / r['cold_s'] for r in ok):.1f}x, "
+                  f"HTA/warm {statistics.median(r['hta_s'] / r['warm_s'] for r in ok):.0f}x, "
+                  f"cold/orjson {statistics.median(r['cold_s'] / r['orjson_s'] for r in rows):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
