@@ -6,8 +6,8 @@ import streamlit as st
 from parallel.specs import GiB
 from ui import loaders, memory_charts
 from ui.memory_data import SCOPES, SP_LABEL
-from ui.routing import ensure_navigation
 from ui.plan_form import PlanChoice, plan_form
+from ui.routing import ensure_navigation
 
 MiB = 2**20
 

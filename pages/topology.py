@@ -5,8 +5,8 @@ import streamlit as st
 
 from parallel.topology import DEFAULT_ORDER, DIMS, ORDERS
 from ui import loaders, topology_charts
-from ui.routing import ensure_navigation
 from ui.plan_form import PlanChoice, plan_form
+from ui.routing import ensure_navigation
 from ui.topology_data import max_window_nodes, same_order
 
 AUTO = "auto"
@@ -41,7 +41,7 @@ def topology_page(choice: PlanChoice) -> None:
               help="a group that spans nodes runs its collectives over InfiniBand")
     if view["compare"]:
         m3.metric(f"Ranks that move under {compare}", f"{view['moved']:,} of {plan.world_size:,}",
-                  help="ranks whose (dp, pp, cp, tp) coordinates differ; outlined in the grid")
+                  help="ranks whose (dp, pp, cp, tp) coordinates differ; marked with a dot in the grid")
     else:
         m3.metric("Ranks that move", "0", help=f"the plan already uses {plan.order}; pick another order to compare")
 

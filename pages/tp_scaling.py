@@ -4,15 +4,14 @@ speedup and efficiency, SP off and on, with the NVLink/InfiniBand boundary marke
 import streamlit as st
 
 from ui import loaders, scaling_charts
-from ui.routing import ensure_navigation
 from ui.plan_form import PlanChoice, plan_form
+from ui.routing import ensure_navigation
 
 
 def tp_scaling_page(choice: PlanChoice) -> None:
     model, cluster, plan = choice.model, choice.cluster, choice.plan
     mfu = st.slider("MFU of the GEMMs", min_value=0.1, max_value=0.9, value=0.5, step=0.05, key="tps_mfu",
-                    bind="query-params",
-                    help="fraction of the GPU's peak FLOP/s the layer's compute reaches")
+                    bind="query-params", help="fraction of the GPU's peak FLOP/s the layer's compute reaches")
     view = loaders.scaling_view(choice.params, mfu)
     gpn = cluster.gpus_per_node
     st.caption(f"{model.name}: one layer, micro batch {plan.micro_batch} × {model.seq_len} tokens, recompute "

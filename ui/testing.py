@@ -85,12 +85,9 @@ def registered_pages(app: Path = APP) -> list[dict]:
             pages.append({"path": path, "title": kwargs.get("title", Path(path).stem),
                           "url_path": "" if kwargs.get("default") else kwargs.get("url_path", Path(path).stem),
                           "default": bool(kwargs.get("default"))})
-    pages.sort(key=lambda p: node_order(app, p["path"]))
+    text = app.read_text()
+    pages.sort(key=lambda p: text.find(f'"{p["path"]}"'))  # ast.walk is breadth-first, not source order
     return pages
-
-
-def node_order(app: Path, path: str) -> int:
-    return app.read_text().find(f'"{path}"')
 
 
 def page_test(page: str, query: dict[str, str] | None = None, *, timeout: float = 60):
