@@ -52,12 +52,12 @@ class Group:
             return nullcontext()
         return torch.profiler.record_function(comm_name(dim or self.dim, op, nbytes, self.ranks, seq))
 
-    def _p2p_label(self, op: str, nbytes: int, src: int, dst: int):
+    def _p2p_label(self, op: str, nbytes: int, src: int, dst: int):  # point-to-point: pipeline only
         seq = self._p2p_seq.get((src, dst), 0)
         self._p2p_seq[(src, dst)] = seq + 1
         if not _profiling():
             return nullcontext()
-        return torch.profiler.record_function(comm_name(self.dim, op, nbytes, (src, dst), seq))
+        return torch.profiler.record_function(comm_name("pp", op, nbytes, (src, dst), seq))
 
 
 def _nbytes(t: torch.Tensor) -> int:

@@ -91,18 +91,23 @@ def _emb_rows(topo: Topology) -> list[list[int]]:
 
 
 def build_groups(topo: Topology, rank: int, backend: str, timeout: timedelta) -> dict[str, Group]:
-    """Every group of every dimension, created in the same order on all ranks; returns this rank's."""
+    """Every group of every dimension, created in the same order on all ranks; returns this rank's.
+    Dimensions with the same ranks share one Group; each collective names its dimension itself."""
     layouts = {dim: [list(map(int, row)) for row in topo.group_ranks(dim)] for dim in ("tp", "cp", "pp", "dp")}
     layouts["dpcp"] = _dpcp_rows(topo)
     layouts["emb"] = _emb_rows(topo)
     label = {"tp": "tp", "cp": "cp", "pp": "pp", "dp": "dp", "dpcp": "dp", "emb": "pp"}
+    made: dict[tuple[int, ...], Group] = {}
     mine: dict[str, Group] = {}
     for name, rows in layouts.items():
         for ranks in rows:
-            # a group of one rank needs no process group; the same test holds on every rank
-            pg = dist.new_group(ranks, backend=backend, timeout=timeout) if len(ranks) > 1 else None
+            key = tuple(ranks)
+            if key not in made:  # one process group (and one sequence counter) per set of ranks:
+                # dp×cp equals cp when dp = 1, emb equals pp when pp = 2; a trace names groups by ranks
+                pg = dist.new_group(ranks, backend=backend, timeout=timeout) if len(ranks) > 1 else None
+                made[key] = Group(dim=label[name], ranks=ranks, pg=pg, rank=rank)
             if rank in ranks:
-                mine[name] = Group(dim=label[name], ranks=ranks, pg=pg, rank=rank)
+                mine[name] = made[key]
         mine.setdefault(name, Group(dim=label[name], ranks=(rank,), pg=None, rank=rank))
     return mine
 
