@@ -39,6 +39,8 @@ class _Args(msgspec.Struct, gc=False):
     pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
     pg_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     seq: Any = msgspec.field(default=None, name="Seq")
+    src_rank: Any = msgspec.field(default=None, name="Src Rank")  # p2p: the sending global rank
+    dst_rank: Any = msgspec.field(default=None, name="Dst Rank")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
     label: Any = msgspec.field(default=None, name="name")  # thread_name / process_name metadata
@@ -155,7 +157,20 @@ def _lenient_events(items: list, skipped: Counter) -> list[_Event]:
     return out
 
 
-def _ints(values: list, default: int = -1) -> np.ndarray:
+def _factorize_str(values, missing=None) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, unique strings) of `values`; what is not a string gets code -1, or `missing`'s code."""
+    try:
+        codes, uniques = pd.factorize(np.array(values, dtype=object))
+        if all(type(u) is str for u in uniques) and (missing is None or not (codes < 0).any()):
+            return codes, np.asarray(uniques, dtype=object)
+    except (TypeError, ValueError):  # unhashable or ragged values from a malformed trace
+        pass
+    clean = [v if type(v) is str else missing for v in values]
+    codes, uniques = pd.factorize(np.array(clean, dtype=object))
+    return codes, np.asarray(uniques, dtype=object)
+
+
+def _ints(values, default: int = -1) -> np.ndarray:
     """int64 array of `values`; anything that is not an int within int64 becomes `default`."""
     try:
         return np.array(values, dtype=np.int64)
@@ -192,10 +207,13 @@ def parse(data, source: str) -> RankPart:
         skipped[reason or (f"event with unknown phase ph={p!r}" if p else "event without a phase 'ph'")] += c
     xs = list(compress(events, is_x))
     del events
-    ts, ts_ok = _micros_to_ns([e.ts for e in xs])
-    dur, dur_ok = _micros_to_ns([e.dur for e in xs])
+    # One pass over the structs, then columns (zip(*) transposes in C).
+    ts_l, dur_l, name_l, cat_l, pid_l, tid_l, args_l = (
+        zip(*[(e.ts, e.dur, e.name, e.cat, e.pid, e.tid, e.args) for e in xs]) if xs else ((),) * 7)
+    ts, ts_ok = _micros_to_ns(ts_l)
+    dur, dur_ok = _micros_to_ns(dur_l)
     dur_ok &= (dur >= 0) & (dur < DUR_LIMIT_US * 1000)
-    name_codes, names = pd.factorize(np.array([e.name if type(e.name) is str else None for e in xs], dtype=object))
+    name_codes, names = _factorize_str(name_l)
     name_ok = name_codes >= 0  # -1: the name was not a string
     ok = ts_ok & dur_ok & name_ok
     for reason, bad in (("complete event without a numeric ts", ~ts_ok),
@@ -207,26 +225,26 @@ def parse(data, source: str) -> RankPart:
         raise EmptyTraceError(f"{source}: the trace has no complete ('X') events with a start and duration "
                               f"({n:,} events, none usable)", path=source)
     if not ok.all():
-        xs = list(compress(xs, ok))
-        ts, dur = ts[ok], dur[ok]
-        name_codes, names = pd.factorize(np.array([e.name for e in xs], dtype=object))
+        keep = np.flatnonzero(ok)
+        ts, dur = ts[keep], dur[keep]
+        name_l, cat_l, pid_l, tid_l, args_l = ([col[i] for i in keep] for col in (name_l, cat_l, pid_l, tid_l, args_l))
+        name_codes, names = _factorize_str(name_l)
     meta = _meta(top, source, ts)
     ts = ts + meta.pop("_base_ns")
-    cat_codes, cats = pd.factorize(np.array([e.cat if type(e.cat) is str else "" for e in xs], dtype=object))
+    cat_codes, cats = _factorize_str(cat_l, missing="")
     kind, op = _classify(name_codes, names, cat_codes, cats)
-    args = [e.args for e in xs]
+    links = [(a.correlation, a.external_id) if a is not None else (-1, -1) for a in args_l]
+    corr_l, ext_l = zip(*links) if links else ((), ())
     columns = {
         "ts_ns": ts, "dur_ns": dur, "name": name_codes.astype(np.int32), "cat": cat_codes.astype(np.int32),
-        "kind": kind, "op": op,
-        "pid": _ints([e.pid for e in xs]), "tid": _ints([e.tid for e in xs]),
-        "correlation": _ints([a.correlation if a is not None else -1 for a in args]),
-        "external_id": _ints([a.external_id if a is not None else -1 for a in args]),
+        "kind": kind, "op": op, "pid": _ints(pid_l), "tid": _ints(tid_l),
+        "correlation": _ints(corr_l), "external_id": _ints(ext_l),
     }
+    args = args_l
     comm_kind_codes = [KINDS.index(k) for k in COMM_KINDS]
     comm_rows = np.flatnonzero(np.isin(kind, comm_kind_codes))
     comm_args = [r for r in (_comm_record(int(i), args[i]) for i in comm_rows) if r is not None]
-    return RankPart(source, columns, np.asarray(names, dtype=object), np.asarray(cats, dtype=object),
-                    comm_args, threads, meta, skipped)
+    return RankPart(source, columns, names, cats, comm_args, threads, meta, skipped)
 
 
 def _classify(name_codes, names, cat_codes, cats) -> tuple[np.ndarray, np.ndarray]:
@@ -258,7 +276,7 @@ def _nonneg(value) -> int | None:
 
 def _comm_record(row: int, a: _Args | None) -> dict | None:
     if a is None or (a.coll_name is None and a.in_nelems is None and a.pg_name is None and a.pg_ranks is None
-                     and a.group_size is None and a.seq is None and not a.input_dims):
+                     and a.group_size is None and a.seq is None and a.src_rank is None and not a.input_dims):
         return None
     rec = {
         "event": row,
@@ -269,6 +287,7 @@ def _comm_record(row: int, a: _Args | None) -> dict | None:
         "pg_name": a.pg_name if isinstance(a.pg_name, str) else None,
         "pg_desc": a.pg_desc if isinstance(a.pg_desc, str) else None,
         "pg_ranks": _ranks_text(a.pg_ranks), "seq": _nonneg(a.seq),
+        "src_rank": _nonneg(a.src_rank), "dst_rank": _nonneg(a.dst_rank),
         "input_bytes": _input_bytes(a),
     }
     return rec if any(v is not None for k, v in rec.items() if k != "event") else None

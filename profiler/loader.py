@@ -31,7 +31,7 @@ from .patterns import KINDS, OPS
 from .sources import Limits, TraceSet, resolve
 from .traces import Traces
 
-LOADER_VERSION = "2"  # bump when the tables change: it is part of the cache key
+LOADER_VERSION = "3"  # bump when the tables change: it is part of the cache key
 RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
 
 
@@ -160,12 +160,12 @@ def assemble(parts: list[RankPart], *, ranks=None, source: str = "", run=None, k
 
 def _comm_frame(records: list[dict], where: np.ndarray) -> pd.DataFrame:
     columns = ["event", "coll_name", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "pg_desc",
-               "pg_ranks", "seq", "input_bytes"]
+               "pg_ranks", "seq", "src_rank", "dst_rank", "input_bytes"]
     data = {c: [r[c] for r in records] for c in columns}
     frame = pd.DataFrame({
         "event": where[np.asarray(data["event"], dtype=np.int64)] if records else np.empty(0, dtype=np.int64),
         **{c: pd.array(data[c], dtype="Int64") for c in ("in_nelems", "out_nelems", "group_size", "seq",
-                                                        "input_bytes")},
+                                                        "src_rank", "dst_rank", "input_bytes")},
         **{c: pd.Categorical(data[c]) for c in ("coll_name", "dtype", "pg_name", "pg_desc", "pg_ranks")},
     }, columns=columns)
     return frame.sort_values("event", ignore_index=True)

@@ -14,9 +14,9 @@
     external_id   int64   Kineto External id, -1 when absent
 
 `comm_args` (one row per comm, cpu_comm or ps_comm event that carried collective metadata):
-    event (row of `events`), in_nelems, out_nelems, group_size, seq, input_bytes (Int64; input_bytes
-    from Input Dims x Input type, when shown), and the categories coll_name, dtype, pg_name, pg_desc,
-    pg_ranks ('0,1,2,3')
+    event (row of `events`), in_nelems, out_nelems, group_size, seq, src_rank, dst_rank (p2p peers),
+    input_bytes (Int64; input_bytes from Input Dims x Input type, when shown), and the categories
+    coll_name, dtype, pg_name, pg_desc, pg_ranks ('0,1,2,3')
 
 `ranks` (one row per rank): rank, world_size, backend, device ('gpu' | 'cpu'), device_name, host,
     source (file or archive member), rank_from ('distributedInfo' | 'file name' | 'given'),

@@ -184,3 +184,25 @@ def test_analyzers_do_not_mutate_their_input(pair):
     for n, frame in before.items():
         pd.testing.assert_frame_equal(getattr(pair, n), frame)
     pd.testing.assert_frame_equal(table, table_copy)
+
+
+def test_p2p_pairs_by_peers_not_by_the_groups_seq(tmp_path):
+    """NCCL p2p: record_param_comms says Src/Dst Rank; its Seq counts the whole group's p2p ops on
+    each rank (different on sender and receiver), so the pair's order of issue is what matches."""
+    out = []
+    for rank, (op, seq) in enumerate((("send", 7), ("recv", 3))):
+        meta = {"Collective name": op, "In msg nelems": 256, "Out msg nelems": 256, "dtype": "BFloat16",
+                "Group size": 4, "Process Group Name": "2", "Process Group Ranks": "[0, 1, 2, 3]", "Seq": seq,
+                "Src Rank": 0, "Dst Rank": 1}
+        events = [ts.annotation("ProfilerStep#1", 0, 1000), ts.cpu(f"c10d::{op}", 10, 20),
+                  ts.cpu("record_param_comms", 11, 18, **meta), ts.runtime(12, 2, corr=5),
+                  ts.kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 100 + 10 * rank, 50, corr=5)]
+        out.append(ts.trace(rank, 4, events))
+    traces = _load(tmp_path, out)
+    table = collectives(traces, {"pp": 2, "dp": 2, "order": "tp-cp-pp-dp"})  # pp groups: (0, 1), (2, 3)
+    assert list(table["op"]) == ["send", "recv"] and set(table["group"]) == {"0,1"}
+    assert set(table["instance"]) == {"0,1#0"} and set(table["seq_source"]) == {"order"}
+    assert set(table["dim"]) == {"pp"} and set(table["dim_source"]) == {"plan"}
+    assert set(table["bytes"]) == {512} and set(table["busbw_gbps"] == table["algbw_gbps"]) == {True}
+    one = instances(traces).iloc[0]
+    assert (one["n_ranks"], one["skew_ns"], one["late_rank"]) == (2, 10 * US, 1)

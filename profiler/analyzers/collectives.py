@@ -34,11 +34,11 @@ import pandas as pd
 
 from ..annotations import parse_comm
 from ..patterns import RECORD_PARAM_COMMS, dtype_bytes, normalize_op
-from .labels import DimLabeler, bus_factor, plan_of
+from .labels import P2P_OPS, DimLabeler, bus_factor, plan_of
 from .steps import assign_steps, step_windows
 
 META_FIELDS = ("coll_name", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "pg_desc", "pg_ranks",
-               "seq", "input_bytes")
+               "seq", "src_rank", "dst_rank", "input_bytes")
 INPUT_IS_SIZE = frozenset({"all_reduce", "broadcast", "reduce", "all_to_all", "send"})
 COLUMNS = ["rank", "source", "op", "dim", "dim_source", "name", "start_ns", "end_ns", "dur_ns", "issue_ns", "bytes",
            "bytes_source", "group", "group_size", "group_desc", "pg_name", "seq", "seq_source", "instance",
@@ -271,8 +271,11 @@ def _label(table: pd.DataFrame, traces, labeler: DimLabeler) -> None:
         label = rec["label"]
         conf = pg.get((rec["rank"], str(rec["pg_name"])), (None,) * 3) if rec["pg_name"] else (None,) * 3
         conf = tuple(_value(c) for c in conf)
+        p2p = rec["op"] in P2P_OPS and rec["src_rank"] is not None and rec["dst_rank"] is not None
         if label is not None:
             group = ",".join(str(r) for r in label.ranks)
+        elif p2p:  # the two peers, sender first (as our annotation writes them)
+            group = f"{rec['src_rank']},{rec['dst_rank']}"
         else:
             group = rec["pg_ranks"] or conf[0]
         ranks = tuple(int(x) for x in group.split(",")) if group else None
@@ -280,7 +283,9 @@ def _label(table: pd.DataFrame, traces, labeler: DimLabeler) -> None:
         desc = rec["pg_desc"] or conf[1]
         nbytes, source = _bytes(rec, label)
         dim, dim_source = labeler.label(ann_dim=label.dim if label else None, ranks=ranks, op=rec["op"], desc=desc)
-        seq = label.seq if label else rec["seq"]
+        # A trace's p2p Seq counts all p2p ops of the process group on one rank, not per pair of peers:
+        # the pair's order of issue matches sender and receiver instead.
+        seq = label.seq if label else (None if p2p else rec["seq"])
         for key, value in (("group", group or ""), ("group_size", size), ("group_desc", desc or ""),
                            ("bytes", nbytes), ("bytes_source", source), ("dim", dim), ("dim_source", dim_source),
                            ("seq", -1 if seq is None else int(seq)),
