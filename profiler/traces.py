@@ -30,7 +30,7 @@ Pure: pandas only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -51,7 +51,6 @@ class Traces:
     run: dict | None = None  # run.json of a run directory, when loaded from one
     key: str = ""  # content hash of the input (the cache key)
     from_cache: bool = False
-    extra: dict = field(default_factory=dict)
 
     @property
     def rank_ids(self) -> list[int]:
