@@ -127,6 +127,8 @@ def init(*, plan: Plan, rank: int, world_size: int, local_rank: int, gpus_per_no
     timeout = timedelta(seconds=timeout_s)  # new_group does not inherit it: pass it to every group
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout,
                             device_id=device if backend == "nccl" else None)
+    if backend == "nccl":  # batch_isend_irecv needs the world group's first collective to involve every rank
+        dist.barrier(device_ids=[local_rank])
     topo = plan.topology(gpus_per_node)
     g = build_groups(topo, rank, backend, timeout)
     return ParallelContext(plan=plan, topo=topo, rank=rank, world_size=world_size, device=device,

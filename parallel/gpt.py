@@ -220,7 +220,8 @@ class GPTStage(nn.Module):
             self.ln_f = LayerNorm(model.hidden, sp=plan.sp)
         self.ranges = token_ranges(seq_len=model.seq_len, cp=plan.cp, index=ctx.cp.index)  # this CP rank's tokens
         self.local_ranges = sp_ranges(self.ranges, tp=tp.size, index=tp.index) if plan.sp else self.ranges
-        self.bias = causal_bias(seq_len=model.seq_len, cp=plan.cp, index=ctx.cp.index)
+        # the causal mask of this CP rank's queries; a buffer so .to() moves and casts it with the weights
+        self.register_buffer("bias", causal_bias(seq_len=model.seq_len, cp=plan.cp, index=ctx.cp.index), persistent=False)
 
     @torch.no_grad()
     def init_weights(self, *, seed: int) -> None:
@@ -232,7 +233,6 @@ class GPTStage(nn.Module):
                 axis, parts = p.tp_shard
                 full = shard_tensor(full, axis=axis, parts=parts, index=t.index, size=t.size)
             p.copy_(full)
-        self.bias = self.bias.to(device=next(self.parameters()).device, dtype=next(self.parameters()).dtype)
 
     def embed(self, ids):
         with saves("embedding.token_ids"):
