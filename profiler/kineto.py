@@ -209,7 +209,8 @@ def parse(data, source: str) -> RankPart:
     del events
     # One pass over the structs, then columns (zip(*) transposes in C).
     ts_l, dur_l, name_l, cat_l, pid_l, tid_l, args_l = (
-        zip(*[(e.ts, e.dur, e.name, e.cat, e.pid, e.tid, e.args) for e in xs]) if xs else ((),) * 7)
+        zip(*[(e.ts, e.dur, e.name, e.cat, e.pid if type(e.pid) is int else -1,
+               e.tid if type(e.tid) is int else -1, e.args) for e in xs]) if xs else ((),) * 7)
     ts, ts_ok = _micros_to_ns(ts_l)
     dur, dur_ok = _micros_to_ns(dur_l)
     dur_ok &= (dur >= 0) & (dur < DUR_LIMIT_US * 1000)

@@ -8,7 +8,7 @@ The rank of a file is `distributedInfo.rank`, else the number in its name (`rank
 `rank-3.json.gz`, `trace_8_rank_3.json`), else `ranks={"name.json": 3}`; a file without any of them
 is a RankError that says so. Files are parsed one at a time (see profiler.kineto), so the peak
 memory is one file's decoded events plus the columns of the set. The result is stored in the
-Parquet cache (profiler.cache) under the sha256 of the input files; loading the same bytes again
+Arrow cache (profiler.cache) under the sha256 of the input files; loading the same bytes again
 reads it back instead.
 
 Pure: numpy, pandas, pyarrow, msgspec.
@@ -16,16 +16,18 @@ Pure: numpy, pandas, pyarrow, msgspec.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import re
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pandas as pd
 
 from . import cache as trace_cache
-from .errors import DuplicateRankError, MixedJobError, RankError
+from .errors import DuplicateRankError, MixedJobError, NoTracesError, RankError
 from .kineto import RankPart, parse
 from .patterns import KINDS, OPS
 from .sources import Limits, TraceSet, resolve
@@ -46,13 +48,27 @@ def load_traces(path, *, ranks: dict | int | None = None, cache: bool = True, ca
         hit = trace_cache.read(where, key)
         if hit is not None:
             return hit
-    parts = [parse(data, name) for name, data in found.blobs()]
-    if not parts:
-        raise RankError(f"{found.origin}: no trace files inside", path=found.origin)
-    traces = assemble(parts, ranks=ranks, source=found.origin, run=found.run, key=key)
+    with _gc_paused():
+        parts = [parse(data, name) for name, data in found.blobs()]
+        if not parts:
+            raise NoTracesError(f"{found.origin}: no trace files (*.json, *.json.gz) inside", path=found.origin)
+        traces = assemble(parts, ranks=ranks, source=found.origin, run=found.run, key=key)
     if cache:
         trace_cache.write(where, traces)
     return traces
+
+
+@contextmanager
+def _gc_paused():
+    """Parsing allocates hundreds of thousands of acyclic objects; the cyclic GC would rescan them
+    over and over (25-30% of the parse time). Paused while parsing, restored after, even on error."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _key(found: TraceSet, ranks) -> str:

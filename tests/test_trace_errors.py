@@ -284,3 +284,9 @@ def test_fuzz_byte_mutations_raise_only_trace_errors(tmp_path, cut, flips, gz):
 
 def test_zlib_is_what_we_think():  # the bomb cases above rely on zlib compressing zeros ~1000x
     assert len(zlib.compress(b"\0" * (1 << 20))) < 2000
+
+
+def test_archive_without_traces(tmp_path):
+    path = _zip(tmp_path / "set.zip", {"notes.txt": b"hello", "metrics.json": b"{}"})
+    with pytest.raises(NoTracesError, match=r"set.zip: no trace files"):
+        load_traces(path, cache=False)
