@@ -16,6 +16,7 @@ Pure: numpy, pandas, pyarrow, msgspec.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import re
@@ -46,8 +47,8 @@ def load_traces(path, *, ranks: dict | int | None = None, cache: bool = True, ca
     where = Path(cache_dir) if cache_dir is not None else trace_cache.default_dir()
     if cache:
         hit = trace_cache.read(where, key)
-        if hit is not None:
-            return hit
+        if hit is not None:  # run.json is not part of the key (it changes while a run goes on): read it fresh
+            return dataclasses.replace(hit, run=found.run, source=found.origin)
     with _gc_paused():
         parts = [parse(data, name) for name, data in found.blobs()]
         if not parts:

@@ -77,11 +77,16 @@ def _too_large(name: str, out: int, raw: int, limits: Limits) -> TooLargeError |
     return None
 
 
+def _over_cap(name: str, size: int, limits: Limits) -> TooLargeError:
+    return TooLargeError(f"{name}: is {size:,} bytes, more than the per-file cap of {limits.max_file_bytes:,} "
+                         "(raise PARASCOPE_MAX_TRACE_BYTES if the trace is genuine)", path=name)
+
+
 def decompress(raw: bytes, name: str, limits: Limits) -> bytes | bytearray:
     """The bytes of `raw`, gunzipped (all members) when it starts with the gzip magic, within caps."""
     if not raw.startswith(GZIP_MAGIC):
         if len(raw) > limits.max_file_bytes:
-            raise _too_large(name, len(raw), 0, limits)
+            raise _over_cap(name, len(raw), limits)
         return raw
     out = bytearray()
     data = memoryview(raw)
@@ -156,6 +161,9 @@ class TraceSet:
 
     def _raw(self) -> Iterator[tuple[str, bytes]]:
         for path in self.files:
+            size = path.stat().st_size
+            if size > self.limits.max_file_bytes:
+                raise _over_cap(path.name, size, self.limits)
             yield path.name, path.read_bytes()
         for path in self.archives:
             if zipfile.is_zipfile(path):

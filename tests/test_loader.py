@@ -151,3 +151,13 @@ def test_rank_from_file_name_then_override(tmp_path):
     given = load_traces(anonymous, ranks=2, cache=False)
     assert given.rank_ids == [2] and given.ranks["rank_from"].tolist() == ["given"]
     assert load_traces(anonymous, ranks={"anonymous.json": 5}, cache=False).rank_ids == [5]
+
+
+def test_run_json_is_read_fresh_on_a_cache_hit(tmp_path, cache):
+    run = tmp_path / "run"
+    _pair(run / "traces")
+    (run / "run.json").write_text(json.dumps({"status": "running"}))
+    assert load_traces(run).run["status"] == "running"
+    (run / "run.json").write_text(json.dumps({"status": "completed"}))
+    again = load_traces(run)
+    assert again.from_cache and again.run["status"] == "completed"

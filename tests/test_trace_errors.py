@@ -83,6 +83,9 @@ def _case(tmp_path: Path, case: str):
         p = tmp_path / "rank0_trace.json.gz"
         p.write_bytes(gzip.compress(b"\0" * (BOMB_MB << 20), compresslevel=9))
         return p, {}
+    if case == "file_over_cap":
+        p.write_bytes(VALID)
+        return p, {"limits": Limits(max_file_bytes=1000)}
     if case == "gzip_over_cap":
         p = tmp_path / "rank0_trace.json.gz"
         p.write_bytes(gzip.compress(VALID))
@@ -166,6 +169,7 @@ CASES = {
     "corrupt_gzip": (CompressionError, r"corrupt gzip data"),
     "gzip_bomb": (TooLargeError, r"decompresses more than 200x .* compression bomb"),
     "gzip_over_cap": (TooLargeError, r"more than 1,000 bytes \(the per-file cap\)"),
+    "file_over_cap": (TooLargeError, r"rank0_trace.json: is [\d,]+ bytes, more than the per-file cap of 1,000"),
     "zip_bomb": (TooLargeError, r"set.zip:rank0.json: decompresses more than 200x"),
     "zip_escape": (UnsafeArchiveError, r"member '../../evil/rank0.json' escapes the archive's folder"),
     "zip_absolute": (UnsafeArchiveError, r"member '/tmp/rank0.json' escapes"),
