@@ -22,7 +22,7 @@ Tensors are (B, T, ...) and sequence collectives act on `axis` (T = 1 for activa
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 
 import torch
 import torch.distributed as dist
@@ -116,36 +116,37 @@ def reduce_scatter_flat(out: torch.Tensor, flat: torch.Tensor, *, group: Group, 
             dist.reduce_scatter_single(out, flat, group=group.pg)
 
 
-def exchange(*, group: Group, send: tuple[torch.Tensor, int] | None = None,
-             recv: tuple[torch.Tensor, int] | None = None) -> None:
-    """One point-to-point send and/or receive with global peer ranks, issued together by
-    batch_isend_irecv so two stages that send to each other cannot deadlock (Megatron-LM's
-    p2p_communication does the same). Labels: `send` covers the issue (and, alone, its wait);
-    `recv` covers the wait for the data."""
-    if send is None and recv is None:
+def _p2p_op(kind, item):
+    tensor, peer, tag = (*item, 0)[:3]
+    return dist.P2POp(kind, tensor, peer, tag=tag)
+
+
+def exchange(*, group: Group, send=(), recv=()) -> None:
+    """Point-to-point sends and receives with global peer ranks, `send` and `recv` lists of (tensor,
+    peer[, tag]), issued together by batch_isend_irecv so that stages sending to each other cannot
+    deadlock (Megatron-LM's p2p_communication does the same). Between one pair of ranks, messages
+    match in order (NCCL ignores tags) and, where the backend has them, by tag. Labels: the `send`
+    ranges enclose the issue of the batch (and, with nothing to receive, its completion); the
+    `recv` ranges the wait for data."""
+    send, recv = list(send), list(recv)
+    if not send and not recv:
         return
     me = dist.get_rank()
-    ops = []
-    if send is not None:
-        ops.append(dist.P2POp(dist.isend, send[0], send[1]))
-        send_label = group._p2p_label("send", _nbytes(send[0]), me, send[1])
-    if recv is not None:
-        ops.append(dist.P2POp(dist.irecv, recv[0], recv[1]))
-        recv_label = group._p2p_label("recv", _nbytes(recv[0]), recv[1], me)
-    if send is not None:
-        with send_label:
-            works = dist.batch_isend_irecv(ops) or []
-            if recv is None:
-                for w in works:
-                    w.wait()
-                return
-        with recv_label:
+    ops = [_p2p_op(dist.isend, item) for item in send] + [_p2p_op(dist.irecv, item) for item in recv]
+    with ExitStack() as sending:
+        for t, peer, *_ in send:
+            sending.enter_context(group._p2p_label("send", _nbytes(t), me, peer))
+        works = dist.batch_isend_irecv(ops) or []
+        if not recv:
             for w in works:
                 w.wait()
-    else:
-        with recv_label:
-            for w in dist.batch_isend_irecv(ops) or []:
-                w.wait()
+            return
+    labels = [group._p2p_label("recv", _nbytes(t), peer, me) for t, peer, *_ in recv]
+    for i, label in enumerate(labels):
+        with label:
+            if i == 0:
+                for w in works:
+                    w.wait()
 
 
 def gather_object(obj, *, world_size: int):

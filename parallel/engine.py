@@ -71,15 +71,17 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
     fail_step = _fail_hook(rank)
     torch.manual_seed(cfg.seed * 1000 + rank)  # dropout streams only: weights come from (seed, name)
 
-    stage = GPTStage(model=model, ctx=ctx, dropout=cfg.dropout)
-    stage.init_weights(seed=cfg.seed)
-    stage.to(device=ctx.device, dtype=dtype)
-    reducer = GradReducer(stage.named_parameters(), ctx=ctx, zero=plan.zero, bucket_bytes=int(cfg.bucket_mb * 2**20))
+    chunks = [GPTStage(model=model, ctx=ctx, dropout=cfg.dropout, chunk=c) for c in range(plan.vpp)]
+    for chunk in chunks:
+        chunk.init_weights(seed=cfg.seed)
+        chunk.to(device=ctx.device, dtype=dtype)
+    named = [(n, p) for chunk in chunks for n, p in chunk.named_parameters()]  # the serial model's names
+    reducer = GradReducer(named, ctx=ctx, zero=plan.zero, bucket_bytes=int(cfg.bucket_mb * 2**20))
     optimizer = AdamW(reducer.optimizer_params(), lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
                       weight_decay=cfg.weight_decay)
-    meter = ActivationMeter(exclude=list(stage.parameters()))
+    meter = ActivationMeter(exclude=[p for _, p in named])
     t_local = model.seq_len // plan.cp // (plan.tp if plan.sp else 1)  # tokens per rank between layers
-    pipe = Pipeline(model=stage, ctx=ctx, act_shape=(plan.micro_batch, t_local, model.hidden), dtype=dtype)
+    pipe = Pipeline(models=chunks, ctx=ctx, act_shape=(plan.micro_batch, t_local, model.hidden), dtype=dtype)
     tokens = plan.global_batch * model.seq_len  # the loss is the mean over all of them
     init_s = time.perf_counter() - t_start
 
@@ -95,7 +97,7 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
         loss = pipe.step(mbs, schedule=plan.schedule, tokens=tokens, meter=meter if step == 0 else None)
         reducer.reduce()
         if step == 0 and cfg.save_params and plan.zero == 0:  # the first step's reduced gradients, for tests
-            first_grads = {n: p.grad.detach().cpu().clone() for n, p in stage.named_parameters()}
+            first_grads = {n: p.grad.detach().cpu().clone() for n, p in named}
         with phase("optim"):
             optimizer.step()
             reducer.after_step()
@@ -112,7 +114,7 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
             on_step(step, {"step": step, "steps": cfg.steps, "loss": value, "step_time_s": times[-1]})
 
     if cfg.save_params and cfg.out:
-        _save_shards(stage, ctx, Path(cfg.out), grads=first_grads)
+        _save_shards(named, ctx, Path(cfg.out), grads=first_grads)
     result = {"rank": rank, "coords": ctx.coords, "stage": ctx.stage, "node": node, "local_rank": local_rank,
               "hostname": socket.gethostname(), "loss": losses if ctx.is_last else None, "step_time_s": times,
               "init_s": init_s, "activation_bytes": meter.total(), "activation_breakdown": meter.breakdown(),
@@ -127,14 +129,14 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
     return metrics
 
 
-def _save_shards(stage, ctx, out: Path, *, grads: dict) -> None:
+def _save_shards(named, ctx, out: Path, *, grads: dict) -> None:
     """This rank's parameter shards after training, and its first step's reduced gradients (not kept
     under ZeRO-1, where each rank has only its shard of them); metrics.full_state_dict reassembles."""
     (out / "params").mkdir(parents=True, exist_ok=True)
     payload = {"coords": ctx.coords, "tp": ctx.tp.size,
-               "params": {n: p.detach().cpu().clone() for n, p in stage.named_parameters()},
+               "params": {n: p.detach().cpu().clone() for n, p in named},
                "grads": grads,
-               "tp_shard": {n: p.tp_shard for n, p in stage.named_parameters() if hasattr(p, "tp_shard")}}
+               "tp_shard": {n: p.tp_shard for n, p in named if hasattr(p, "tp_shard")}}
     tmp = out / "params" / f".rank{ctx.rank}.pt.tmp"
     torch.save(payload, tmp)
     os.replace(tmp, out / "params" / f"rank{ctx.rank}.pt")

@@ -200,22 +200,25 @@ class Block(nn.Module):
 
 
 class GPTStage(nn.Module):
-    """Pipeline stage `ctx.stage`: layers [stage·L/pp, (stage+1)·L/pp), plus the embeddings on the first
-    stage and the final LayerNorm, output layer and loss on the last."""
+    """Model chunk `chunk` of pipeline stage `ctx.stage`: virtual stage u = chunk·pp + stage of pp·vpp
+    holds layers [u·L/(pp·vpp), (u+1)·L/(pp·vpp)), plus the embeddings on the first virtual stage and
+    the final LayerNorm, output layer and loss on the last. Without interleaving (vpp = 1) a stage
+    is one chunk."""
 
-    def __init__(self, *, model: Model, ctx, dropout: float = 0.0):
+    def __init__(self, *, model: Model, ctx, dropout: float = 0.0, chunk: int = 0):
         super().__init__()
         plan, tp = ctx.plan, ctx.tp
         self.model, self.tp, self.sp, self.dropout = model, tp, plan.sp, dropout
-        self.first, self.last, self.full_recompute = ctx.is_first, ctx.is_last, plan.recompute == "full"
+        virtual, n_virtual = chunk * plan.pp + ctx.stage, plan.pp * plan.vpp
+        self.first, self.last, self.full_recompute = virtual == 0, virtual == n_virtual - 1, plan.recompute == "full"
         if self.first or self.last:
             self.wte = VocabParallelEmbedding(model.vocab, model.hidden, group=tp)
         if self.first:
             self.wpe = nn.Embedding(model.seq_len, model.hidden)  # its weight, sliced by position ranges
             self.wpe.weight.sequence_parallel = plan.sp
-        per = model.layers // plan.pp
+        per = model.layers // n_virtual
         self.h = nn.ModuleDict({str(i): Block(model, ctx, dropout=dropout)
-                                for i in range(ctx.stage * per, (ctx.stage + 1) * per)})
+                                for i in range(virtual * per, (virtual + 1) * per)})
         if self.last:
             self.ln_f = LayerNorm(model.hidden, sp=plan.sp)
         self.ranges = token_ranges(seq_len=model.seq_len, cp=plan.cp, index=ctx.cp.index)  # this CP rank's tokens

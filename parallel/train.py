@@ -61,8 +61,6 @@ def engine_errors(model: Model, plan: Plan) -> list[str]:
         errors.append(f"kv_heads {model.kv_heads} is not divisible by tp {plan.tp}: the engine shards K/V heads, it does not replicate them")
     if model.vocab % plan.tp:
         errors.append(f"vocab {model.vocab} is not divisible by tp {plan.tp}: the engine does not pad the vocabulary")
-    if plan.vpp > 1:
-        errors.append(f"vpp {plan.vpp}: the interleaved schedule is not implemented by the engine (use --vpp 1)")
     if plan.zero >= 2:
         errors.append(f"ZeRO-{plan.zero}: the engine implements ZeRO 0 and 1")
     if model.dtype_bytes not in (2, 4):

@@ -1,8 +1,8 @@
 """Every valid plan trains the serial model: same per-step loss, same gradients, same parameters (#3, item 3).
 
 The matrix is generated from the rules, not listed: dp, tp, pp, cp in {1, 2, 4} with world size
-2..8, SP on and off (tp > 1), 1F1B and GPipe (pp > 1), kept when the plan model (parallel.validate)
-and the engine accept it. A spread of it runs in CI; `--full-matrix` runs all of it. Each case is
+2..8, SP on and off (tp > 1), 1F1B and GPipe (pp > 1), and interleaved 1F1B (vpp 2) where the tiny
+model's 4 layers allow it, kept when the plan model (parallel.validate) and the engine accept it. A spread of it runs in CI; `--full-matrix` runs all of it. Each case is
 a real multi-process run of `python -m parallel train` (local launcher, gloo) compared with the
 same command at world size 1:
 
@@ -52,11 +52,13 @@ def plan_id(p: Plan) -> str:
         parts.append("sp")
     if p.pp > 1 and p.schedule == "gpipe":
         parts.append("gpipe")
+    if p.vpp > 1:
+        parts.append(f"v{p.vpp}")
     return "-".join(parts)
 
 
 def plan_flags(p: Plan) -> list[str]:
-    flags = [f"--{d}={getattr(p, d)}" for d in ("dp", "tp", "pp", "cp")] + [f"--schedule={p.schedule}"]
+    flags = [f"--{d}={getattr(p, d)}" for d in ("dp", "tp", "pp", "cp", "vpp")] + [f"--schedule={p.schedule}"]
     return flags + (["--sp"] if p.sp else [])
 
 
@@ -66,18 +68,20 @@ def matrix() -> dict[str, Plan]:
         world = dp * tp * pp * cp
         if not 1 < world <= 8:
             continue
-        for sp in ((False, True) if tp > 1 else (False,)):
-            for schedule in (SCHEDULES if pp > 1 else ("1f1b",)):
-                plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, sp=sp, micro_batch=1, global_batch=GLOBAL_BATCH, schedule=schedule)
-                cluster = CLUSTERS["local-cpu"].sized_for(world)
-                if check(plan, tiny, cluster).valid and not engine_errors(tiny, plan):
-                    plans[plan_id(plan)] = plan
+        for sp, schedule, vpp in product((False, True) if tp > 1 else (False,), SCHEDULES if pp > 1 else ("1f1b",),
+                                         (1, 2) if pp > 1 else (1,)):
+            plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, sp=sp, micro_batch=1, global_batch=GLOBAL_BATCH,
+                        schedule=schedule, vpp=vpp)
+            cluster = CLUSTERS["local-cpu"].sized_for(world)
+            if check(plan, tiny, cluster).valid and not engine_errors(tiny, plan):
+                plans[plan_id(plan)] = plan
     return plans
 
 
 PLANS = matrix()
 # The CI spread: every parallelism alone, SP with TP and CP, both schedules, degree 4, and 3-D mixes.
-CI = ["dp2", "tp2-sp", "pp2", "pp2-gpipe", "cp2", "tp2-cp2-sp", "dp2-tp2-pp2-sp", "tp4", "pp4", "dp2-pp2-cp2-gpipe"]
+CI = ["dp2", "tp2-sp", "pp2", "pp2-gpipe", "cp2", "tp2-cp2-sp", "dp2-tp2-pp2-sp", "tp4", "pp4", "dp2-pp2-cp2-gpipe",
+      "tp2-pp2-sp-v2"]
 # Engine features outside the contract's matrix, checked against the same serial run.
 FEATURES = {
     "zero1-mb2-buckets-dp2-cp2": ["--dp=2", "--cp=2", "--zero=1", "--micro-batch=2", "--bucket-mb=0.05"],
@@ -92,6 +96,7 @@ def test_matrix_is_generated_and_covers_the_contract():
     assert {p.world_size for p in PLANS.values()} == {2, 4, 8}
     assert any(p.dp == p.tp == p.pp == 2 and p.sp for p in PLANS.values())
     assert any(p.cp == 4 for p in PLANS.values()) and any(p.tp == 4 and p.sp for p in PLANS.values())
+    assert any(p.vpp == 2 and p.dp == 2 for p in PLANS.values())
 
 
 @pytest.fixture(scope="session")
@@ -158,3 +163,17 @@ def test_engine_feature_trains_the_serial_model(name, serial, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     world = json.loads((tmp_path / "metrics.json").read_text())["world_size"]
     check_against_serial(tmp_path, serial, world_size=world, grads="--zero=1" not in flags)
+
+
+@pytest.mark.slow
+@pytest.mark.full
+@pytest.mark.parametrize("global_batch", [4, 8])  # 4: m = p, every microbatch in the warm-up
+def test_interleaved_pp4_vpp2_trains_the_serial_8_layer_model(global_batch, tmp_path):
+    """The tiny model's 4 layers allow only pp2 vpp2; 8 layers give pp4 vpp2."""
+    flags = ["--layers=8", "--save-params", f"--global-batch={global_batch}"]
+    serial, out = tmp_path / "serial", tmp_path / "pp4v2"
+    assert train_cli(serial, *flags).returncode == 0
+    ref = {"metrics": load_metrics(serial), "params": full_state_dict(serial), "grads": full_state_dict(serial, key="grads")}
+    r = train_cli(out, *flags, "--pp=4", "--vpp=2")
+    assert r.returncode == 0, r.stderr[-3000:]
+    check_against_serial(out, ref, world_size=4)

@@ -162,16 +162,17 @@ def test_meter_counts_a_shared_storage_once_and_skips_parameters():
 
 def test_engine_errors_name_what_is_missing():
     assert engine_errors(TINY, Plan(tp=2)) == []
-    msgs = engine_errors(dataclasses.replace(TINY, arch="llama", kv_heads=1), Plan(pp=2, tp=2, vpp=2, zero=2))
+    msgs = engine_errors(dataclasses.replace(TINY, arch="llama", kv_heads=1, vocab=511), Plan(pp=2, tp=2, vpp=2, zero=2))
     assert any("arch" in m for m in msgs) and any("kv_heads 1" in m for m in msgs)
-    assert any("interleaved" in m for m in msgs) and any("ZeRO-2" in m for m in msgs)
+    assert any("vocab 511" in m for m in msgs) and any("ZeRO-2" in m for m in msgs)
 
 
 @pytest.mark.parametrize("flags,needle", [
     (["--tp", "3"], "heads 4 are not divisible by tp 3"),
     (["--sp"], "sequence parallelism (sp) needs tp > 1"),
     (["--dp", "2", "--global-batch", "3"], "global_batch 3 is not divisible"),
-    (["--pp", "2", "--vpp", "2", "--global-batch", "4"], "interleaved schedule is not implemented"),
+    (["--pp", "2", "--vpp", "2", "--global-batch", "3"], "interleaved schedule: microbatches 3"),
+    (["--zero", "2", "--dp", "2"], "ZeRO-2: the engine implements ZeRO 0 and 1"),
     (["--tp", "2", "--layers", "3"], None),  # fine for TP: not an error
 ])
 def test_cli_rejects_a_bad_plan_with_exit_2(flags, needle, tmp_path):
