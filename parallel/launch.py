@@ -44,6 +44,7 @@ def _die_with_parent() -> None:
 def _worker(fn, rank: int, world_size: int, init_method: str, errors) -> None:
     _die_with_parent()
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size))
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # one machine: gloo over loopback
     try:
         fn(rank=rank, world_size=world_size, init_method=init_method)
     except BaseException as err:  # noqa: BLE001 - every failure goes to the parent
@@ -57,7 +58,6 @@ def _worker(fn, rank: int, world_size: int, init_method: str, errors) -> None:
 def run_local(fn, *, world_size: int, grace_s: float = 3.0) -> None:
     """Run `fn(rank=, world_size=, init_method=)` in `world_size` forked workers; return when all
     succeed, raise RankFailure for the first that fails (the others are stopped)."""
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # single machine: gloo over loopback
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="parascope-rdzv-") as tmp:
         init_method = f"file://{tmp}/store"

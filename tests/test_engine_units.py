@@ -167,6 +167,15 @@ def test_engine_errors_name_what_is_missing():
     assert any("vocab 511" in m for m in msgs) and any("ZeRO-2" in m for m in msgs)
 
 
+def test_validating_a_train_command_does_not_import_torch():
+    code = ("import sys\nfrom parallel.train import config_from_args\n"
+            "cfg, errors, _ = config_from_args(['--dp', '2', '--tp', '2', '--sp', '--global-batch', '4'])\n"
+            "assert not errors, errors\nprint(any(m.split('.')[0] == 'torch' for m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+
+
 @pytest.mark.parametrize("flags,needle", [
     (["--tp", "3"], "heads 4 are not divisible by tp 3"),
     (["--sp"], "sequence parallelism (sp) needs tp > 1"),
