@@ -18,6 +18,7 @@ import ctypes
 import multiprocessing as mp
 import multiprocessing.connection
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -75,9 +76,14 @@ def run_local(fn, *, world_size: int, grace_s: float = 3.0) -> None:
             raise failure
 
 
+# Errors a rank gets because a *peer* failed: reported only when nothing else explains the job's end.
+_PEER_FAILURE = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Timed out|timed out|remote process exit")
+
+
 def _watch(procs, pipes, settle_s: float = 1.0) -> RankFailure | None:
     """Wait for every worker; at the first failure, give the others `settle_s` to report theirs and
-    return the earliest one: a rank that raised, not the peers whose collectives broke after it."""
+    return the root cause: the earliest failure that is not a broken connection to a failed peer
+    (a rank that raised or died), else the earliest of all (a hang ends in peers' timeouts)."""
     alive = {p.sentinel: rank for rank, p in enumerate(procs)}
     failures, deadline = [], None
     while alive:
@@ -95,7 +101,7 @@ def _watch(procs, pipes, settle_s: float = 1.0) -> RankFailure | None:
                 deadline = deadline or time.time() + settle_s
     if not failures:
         return None
-    _, rank, message, code = min(failures)
+    _, _, rank, message, code = min((bool(_PEER_FAILURE.search(f[2].split("\n")[0])), *f) for f in failures)
     return RankFailure(rank, message, code)
 
 
