@@ -21,6 +21,7 @@ from parallel.search import Constraints, SearchEmpty, plan_of, search
 from parallel.specs import CLUSTERS, MODELS, GiB, SpecError, cluster_preset
 from parallel.topology import ORDERS
 from ui import review_charts as rc
+from ui.routing import ensure_navigation
 from ui.plan_params import (REVIEW_VIEWS, ReviewState, default_review_state, plan_page_params, plan_rows_of,
                             plans_from_rows, review_from_params, review_of, review_to_params, state_of_review)
 
@@ -396,5 +397,6 @@ def plan_review_page() -> None:
     write_state(state)
 
 
+ensure_navigation()
 st.title("Plan review")
 plan_review_page()
