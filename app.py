@@ -5,6 +5,8 @@ Run: streamlit run app.py
 
 import streamlit as st
 
+from ui.routing import mark_routed
+
 st.set_page_config(page_title="ParaScope", layout="wide")
 
 home = st.Page("pages/home.py", title="Home", default=True)
@@ -14,4 +16,5 @@ plan_pages = [
     st.Page("pages/tp_scaling.py", title="TP scaling"),
     st.Page("pages/plan_review.py", title="Plan review"),
 ]
+mark_routed()
 st.navigation({"Runs": [home], "Plan": plan_pages}).run()

@@ -13,10 +13,21 @@ from __future__ import annotations
 import streamlit as st
 
 
+ROUTED_KEY = "_routed_by_app"
+
+
+def mark_routed() -> None:
+    """Called by app.py before it runs a page: this session goes through st.navigation."""
+    st.session_state[ROUTED_KEY] = True
+
+
 def ensure_navigation() -> None:
-    """Rerun through app.py if this page was started by Streamlit's legacy pages/ mode."""
+    """Rerun through app.py if this page was started by Streamlit's legacy pages/ mode.
+
+    Only a session app.py never routed can be in that mode, so a routed session (and AppTest, whose
+    runs always start at app.py) never pays for the rerun, and a button's one-run click survives."""
     from streamlit.runtime.pages_manager import PagesManager
 
-    if PagesManager.uses_pages_directory:
+    if PagesManager.uses_pages_directory and not st.session_state.get(ROUTED_KEY):
         PagesManager.uses_pages_directory = False  # what st.navigation itself does on its first call
         st.rerun()
