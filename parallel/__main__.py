@@ -4,8 +4,9 @@ Each command lives in its own module with a `main(argv) -> int`, imported only w
 `plan` and `search` never import torch.
 """
 
-import importlib
 import sys
+
+from parallel.subcommands import dispatch
 
 COMMANDS = {
     "plan": ("parallel.plan_cli", "validate a plan and print its memory, communication and step time"),
@@ -15,13 +16,7 @@ COMMANDS = {
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        lines = [f"  {name:<8} {doc}" for name, (_, doc) in COMMANDS.items()]
-        print("usage: python -m parallel <command> [options]\n\ncommands:\n" + "\n".join(lines))
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    module = importlib.import_module(COMMANDS[argv[0]][0])
-    return int(module.main(argv[1:]) or 0)
+    return dispatch("python -m parallel", COMMANDS, sys.argv[1:] if argv is None else list(argv))
 
 
 if __name__ == "__main__":
