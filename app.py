@@ -9,7 +9,12 @@ from ui.routing import mark_routed
 
 st.set_page_config(page_title="ParaScope", layout="wide")
 
-home = st.Page("pages/home.py", title="Home", default=True)
+run_pages = [
+    st.Page("pages/home.py", title="Home", default=True),
+    st.Page("pages/timeline.py", title="Collective timeline"),
+    st.Page("pages/run_job.py", title="Run a job"),
+    st.Page("pages/upload.py", title="Upload"),
+]
 plan_pages = [
     st.Page("pages/topology.py", title="Topology"),
     st.Page("pages/activation_memory.py", title="Activation memory"),
@@ -17,4 +22,4 @@ plan_pages = [
     st.Page("pages/plan_review.py", title="Plan review"),
 ]
 mark_routed()
-st.navigation({"Runs": [home], "Plan": plan_pages}).run()
+st.navigation({"Runs": run_pages, "Plan": plan_pages}).run()

@@ -4,7 +4,7 @@ and per GPU, by recompute mode, against sequence length and against TP; model st
 import streamlit as st
 
 from parallel.specs import GiB
-from ui import loaders, memory_charts
+from ui import loaders, memory_charts, run_views
 from ui.memory_data import SCOPES, SP_LABEL
 from ui.plan_form import PlanChoice, plan_form
 from ui.routing import ensure_navigation
@@ -62,6 +62,7 @@ def activation_memory_page(choice: PlanChoice) -> None:
     st.caption(f"TP = 1 … 32 for this model (the plan's TP = {plan.tp} marked ▼); without SP the "
                "LayerNorm/dropout/residual group stays whole on every rank, with SP it shrinks with TP.")
     st.altair_chart(memory_charts.sweep_chart(view["tp"], axis="tp", scope=scope))
+    run_views.memory_measured(choice)  # only when the URL names a run (?run=)
 
 
 ensure_navigation()

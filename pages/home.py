@@ -1,6 +1,122 @@
-"""Home page: what ParaScope is and where to start."""
+"""Home: the run picker. Local runs and uploaded trace sets with their plan and status (live progress
+for running ones, the failing rank for failed ones); the chosen one lives in the URL (`?run=`), with
+links into the pages that read it. A fresh install starts a small real demo run."""
 
 import streamlit as st
 
+from ui import demo, jobs, run_loaders, run_status, selection, trace_sets
+from ui.routing import ensure_navigation
+from ui.run_data import metrics_summary
+from ui.trace_sets import TraceSet
+
+PICK = "home_pick"
+
+
+def _on_pick() -> None:
+    selection.select(st.session_state.get(PICK))
+
+
+def _start_demo() -> None:
+    name = demo.start_demo(trace_sets.runs_dir())
+    if name:
+        selection.select(name)
+
+
+def _table(was_active: bool) -> None:
+    sets = trace_sets.list_sets()
+    st.dataframe(trace_sets.table_rows(sets), hide_index=True, key="home_table", column_config={
+        "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
+        "ranks": st.column_config.NumberColumn("ranks", format="%d")})
+    if was_active and not any(s.status in run_status.ACTIVE for s in sets):
+        st.rerun(scope="app")  # a run just ended: refresh the whole page
+
+
+def sets_table(sets: list[TraceSet]) -> None:
+    """Every set, newest first; polled every few seconds (alone, as a fragment) while a run is active."""
+    active = any(s.status in run_status.ACTIVE for s in sets)
+    st.fragment(_table, run_every=run_status.POLL_S if active else None)(active)
+
+
+def _links(s: TraceSet) -> None:
+    run = {selection.KEY: s.id}
+    plan = trace_sets.plan_params(s)
+    no_plan = "this set has no plan: attach one when uploading, for dimension labels and the plan pages"
+    c = st.columns(4)
+    c[0].page_link(selection.PAGES["timeline"], label="Collective timeline", icon=":material/view_timeline:",
+                   query_params=run, disabled=not s.has_traces, help="per-rank Gantt, skew, stragglers, breakdown")
+    c[1].page_link(selection.PAGES["topology"], label="Topology, measured", icon=":material/grid_view:",
+                   query_params={**(plan or {}), **run}, disabled=plan is None or not s.has_traces,
+                   help=no_plan if plan is None else "the rank grid coloured by exposed comm, busbw, ... per rank")
+    c[2].page_link(selection.PAGES["memory"], label="Activation memory", icon=":material/memory:",
+                   query_params={**(plan or {}), **run}, disabled=plan is None,
+                   help=no_plan if plan is None else "measured (metrics.json) beside predicted")
+    c[3].page_link(selection.PAGES["scaling"], label="TP scaling", icon=":material/trending_up:",
+                   query_params={**(plan or {}), **run}, disabled=plan is None,
+                   help=no_plan if plan is None else "measured TP-group busbw over the prediction")
+
+
+def _details(s: TraceSet) -> None:
+    st.subheader(s.name)
+    facts = [run_status.badge(s), s.plan_label, f"{s.world_size} ranks" if s.world_size else "ranks unknown"]
+    facts += [f"{k} {v}" for k, v in (("model", s.model), ("cluster", s.cluster), ("nodes", s.nodes),
+                                      ("backend", s.run.get("backend")), ("torch", s.run.get("torch_version"))) if v]
+    st.markdown(" · ".join(str(f) for f in facts))
+    when = " → ".join(t.replace("T", " ")[:19] for t in (s.started_at, s.finished_at) if t)
+    if when:
+        st.caption(f"{'uploaded' if s.kind == 'upload' else 'ran'} {when} · {s.path}")
+    if s.status in run_status.ACTIVE:
+        run_status.live_progress(s.id)
+        if s.job is not None and jobs.alive(s.job):
+            st.button("Cancel this run", key="home_cancel", on_click=jobs.cancel, args=(s.job,), icon=":material/stop:")
+    if s.status in ("failed", "cancelled"):
+        run_status.failure(s)
+    if s.has_metrics:
+        mtime = (s.path / "metrics.json").stat().st_mtime_ns
+        head = metrics_summary(run_loaders.metrics(str(s.path), mtime))
+        m = st.columns(3)
+        if head["step_time_s"] is not None:
+            m[0].metric("Steady step time", f"{head['step_time_s']:.3f} s", help="median after the first step")
+        if head["loss_last"] is not None:
+            m[1].metric("Loss", f"{head['loss_last']:.4f}", delta=f"{head['loss_last'] - head['loss_first']:+.4f}",
+                        delta_color="inverse", help="last step, and its change since the first")
+        if head["act_error_pct"] is not None:
+            m[2].metric("Activation memory vs model", f"{head['act_error_pct']:.1f} % off",
+                        help="largest per-rank error of parallel.memory's prediction against the measured bytes")
+    _links(s)
+
+
+def home_page() -> None:
+    sets = trace_sets.list_sets()
+    if not sets:
+        st.info("No runs or uploaded traces yet. ParaScope profiles a small real job to start with: a tiny GPT "
+                "trained DP2 × TP2 + SP × PP2 on 8 CPU processes (gloo), every rank traced.")
+        if demo.automatic():
+            _start_demo()
+            st.rerun()
+        st.button("Profile the demo run now", type="primary", on_click=_start_demo, key="home_demo",
+                  icon=":material/play_arrow:")
+        c1, c2 = st.columns(2)
+        c1.page_link(selection.PAGES["run_job"], label="…or choose the plan in Run a job", icon=":material/tune:")
+        c2.page_link(selection.PAGES["upload"], label="…or upload traces of your own job", icon=":material/upload:")
+        st.page_link(selection.PAGES["topology"], label="Plan a job without running it: Topology",
+                     icon=":material/grid_view:")
+        return
+    ids = [s.id for s in sets]
+    current = selection.current_id()
+    if current not in ids:
+        current = next((s.id for s in sets if s.status == "completed"), ids[0])
+        selection.select(current)
+    if st.session_state.get(PICK) != current:
+        st.session_state[PICK] = current  # the URL wins: a copied link, or one from another page
+    labels = {s.id: s.label for s in sets}
+    st.selectbox("Run or uploaded trace set", ids, key=PICK, on_change=_on_pick, format_func=labels.get,
+                 help="newest first; the choice is kept in the URL (?run=…), so a copied link reopens it")
+    _details(next(s for s in sets if s.id == current))
+    st.subheader("All runs and uploads")
+    sets_table(sets)
+
+
+ensure_navigation()
 st.title("ParaScope")
-st.write("Plan, profile and review DP × TP × PP × CP parallel training jobs.")
+st.caption("Plan, profile and review DP × TP × PP × CP parallel training jobs: pick a run or an uploaded trace set.")
+home_page()

@@ -4,7 +4,7 @@ dimension's groups drawn on their links and what moves under another rank order.
 import streamlit as st
 
 from parallel.topology import DEFAULT_ORDER, DIMS, ORDERS
-from ui import loaders, topology_charts
+from ui import loaders, run_views, topology_charts
 from ui.plan_form import PlanChoice, plan_form
 from ui.routing import ensure_navigation
 from ui.topology_data import max_window_nodes, same_order
@@ -64,6 +64,7 @@ def topology_page(choice: PlanChoice) -> None:
                                                    compare_order=view["compare"]))
     st.subheader("Groups per dimension")
     st.dataframe(view["summary"], hide_index=True)
+    run_views.topology_measured(choice, view["cells"])  # only when the URL names a run (?run=)
 
 
 ensure_navigation()

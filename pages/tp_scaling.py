@@ -3,7 +3,7 @@ speedup and efficiency, SP off and on, with the NVLink/InfiniBand boundary marke
 
 import streamlit as st
 
-from ui import loaders, scaling_charts
+from ui import loaders, run_views, scaling_charts
 from ui.plan_form import PlanChoice, plan_form
 from ui.routing import ensure_navigation
 
@@ -37,9 +37,10 @@ def tp_scaling_page(choice: PlanChoice) -> None:
     st.altair_chart(scaling_charts.speedup_chart(view["frame"], gpn))
     st.subheader("Bus bandwidth of the TP collective")
     st.caption("Bus bandwidth by the nccl-tests convention (algbw × 2(n−1)/n), ring model: it approaches the "
-               "link's bandwidth for large messages, and latency pulls it down as the group grows. Measured points "
-               "(commbench, uploaded traces, the lab sweep) will sit on this chart.")
-    st.altair_chart(scaling_charts.busbw_chart(view["frame"], gpn))
+               "link's bandwidth for large messages, and latency pulls it down as the group grows. Black diamonds: "
+               "measured points (a run's or an uploaded set's TP-group collectives, commbench results).")
+    measured = run_views.tp_measured(choice)  # a run's TP-group collectives, commbench results
+    st.altair_chart(scaling_charts.busbw_chart(view["frame"], gpn, measured))
     st.dataframe(view["table"], hide_index=True)
 
 

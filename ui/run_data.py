@@ -1,0 +1,268 @@
+"""Tables behind the run pages: the analyzers' frames (profiler.analyzers) shaped for charts and tables.
+
+    span = step_span(bd, offsets, step)                 # (start_ns, end_ns) of a step on the aligned clock
+    gantt = gantt_frame(rects, table, t0_ns=span[0])   # timeline rectangles, ms from the step's start
+    parts = breakdown_parts(bd, step)                  # compute / overlapped / exposed / memory / idle per rank
+    rank_values(bd, table)                             # per rank: exposed comm, busbw, ... (Topology's colours)
+    tp_measured(table, nodes)                          # TP-group busbw by group size and link (TP scaling)
+
+Every frame is long-form, one row per mark; times are float ms, sizes bytes. Pure: numpy, pandas.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .theme import INFINIBAND, NVLINK
+
+ALL = -2  # the "all steps" choice of a step selector
+PARTS = ("compute", "comm overlapped with compute", "comm exposed", "memory copies", "idle")
+TP_DIMS = ("tp", "sp")
+RANK_VALUES = {  # column -> (button label, legend title, number format)
+    "exposed_comm_ms": ("exposed communication", "exposed comm, ms/step", ",.1f"),
+    "comm_ms": ("communication", "comm, ms/step", ",.1f"),
+    "compute_ms": ("compute", "compute, ms/step", ",.1f"),
+    "idle_ms": ("idle", "idle, ms/step", ",.1f"),
+    "busbw_gbps": ("busbw", "median busbw, GB/s", ",.3g"),
+    "late_count": ("last to arrive", "times last to arrive", ",d"),
+}
+
+
+def steps_of(bd: pd.DataFrame) -> list[int]:
+    """The steps a breakdown has, ascending (-1: a set without ProfilerStep annotations)."""
+    return sorted(int(s) for s in bd["step"].unique()) if len(bd) else []
+
+
+def _shift(bd: pd.DataFrame, offsets: pd.DataFrame | None) -> pd.DataFrame:
+    off = bd["rank"].map(dict(zip(offsets["rank"], offsets["offset_ns"]))).fillna(0).astype("int64") \
+        if offsets is not None and len(offsets) else 0
+    return bd.assign(start_ns=bd["start_ns"] + off, end_ns=bd["end_ns"] + off)
+
+
+def step_span(bd: pd.DataFrame, offsets: pd.DataFrame | None, step: int) -> tuple[int, int]:
+    """First start and last end of `step` over all ranks (all steps for ALL), on the aligned clock."""
+    rows = _shift(bd, offsets)
+    if step != ALL:
+        rows = rows[rows["step"] == step]
+    if rows.empty:
+        raise ValueError(f"step {step} is not in this trace set")
+    return int(rows["start_ns"].min()), int(rows["end_ns"].max())
+
+
+def _group_of(instance: pd.Series) -> pd.Series:
+    return instance.astype(str).str.rsplit("#", n=1).str[0]
+
+
+def gantt_frame(rects: pd.DataFrame, table: pd.DataFrame, *, t0_ns: int) -> pd.DataFrame:
+    """profiler.analyzers.timeline rectangles for a chart: rank, lane, start_ms, end_ms, dur_ms,
+    category (compute | memory | the collective's dim), label, op, dim, bytes, group, busbw_gbps (from
+    the collectives table, unmerged collectives only), n_events, busy_pct, instance (unique for merged
+    rectangles, so selecting one never selects another)."""
+    if rects.empty:
+        return pd.DataFrame(columns=["rank", "lane", "start_ms", "end_ms", "dur_ms", "category", "label", "op", "dim",
+                                     "bytes", "group", "busbw_gbps", "n_events", "busy_pct", "instance"])
+    comm = rects["lane"] == "comm"
+    busbw = table.groupby(["rank", "instance"], observed=True)["busbw_gbps"].median() if len(table) else None
+    keys = pd.MultiIndex.from_arrays([rects["rank"], rects["instance"]])
+    bw = busbw.reindex(keys).to_numpy(dtype=float) if busbw is not None else np.full(len(rects), np.nan)
+    instance = rects["instance"].astype(str)
+    merged = rects["merged"].to_numpy()
+    instance = instance.where(~merged, "merged " + rects["rank"].astype(str) + ":" + rects["start_ns"].astype(str))
+    dims = rects["dim"].astype(str).replace({"": "unknown"})
+    start = (rects["start_ns"] - t0_ns) / 1e6
+    end = (rects["end_ns"] - t0_ns) / 1e6
+    out = pd.DataFrame({
+        "rank": rects["rank"].astype("int32"),
+        "lane": pd.Categorical(rects["lane"], categories=["compute", "memory", "comm"]),
+        "start_ms": start.astype("float64"), "end_ms": end.astype("float64"), "dur_ms": (end - start).astype("float32"),
+        "category": np.where(comm, dims, rects["lane"]),
+        "label": np.where(comm, rects["op"].astype(str), rects["name"].astype(str).str.slice(0, 80)),
+        "op": rects["op"].astype(str), "dim": np.where(comm, dims, ""),
+        "bytes": rects["bytes"].astype("Float64"),
+        "group": np.where(comm & ~merged, _group_of(rects["instance"]), ""),
+        "busbw_gbps": np.where(comm, bw, np.nan).astype("float32"),
+        "n_events": rects["n_events"].astype("int32"),
+        "busy_pct": (100 * rects["busy_ns"] / (rects["end_ns"] - rects["start_ns"]).clip(lower=1)).astype("float32"),
+        "instance": np.where(comm, instance, ""),
+    })
+    for col in ("category", "label", "op", "dim", "group", "instance"):
+        out[col] = out[col].astype("category")  # Arrow dictionaries: each string sent once
+    return out
+
+
+def step_rows(bd: pd.DataFrame, step: int) -> pd.DataFrame:
+    return bd if step == ALL else bd[bd["step"] == step]
+
+
+def breakdown_table(bd: pd.DataFrame, step: int) -> pd.DataFrame:
+    """Per rank (summed over the chosen steps): window, compute, comm, overlapped, exposed, idle in ms
+    and the exposed share of the window."""
+    rows = step_rows(bd, step)
+    cols = ["window_ns", "compute_ns", "comm_ns", "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns"]
+    g = rows.groupby("rank")[cols].sum()
+    out = pd.DataFrame({c.removesuffix("_ns").replace("_comm", " comm").replace("_", " ") + " ms": g[c] / 1e6
+                        for c in cols})
+    out["exposed share"] = g["exposed_comm_ns"] / g["window_ns"].clip(lower=1)
+    return out.reset_index()
+
+
+def breakdown_parts(bd: pd.DataFrame, step: int) -> pd.DataFrame:
+    """Long form for a stacked bar per rank whose parts sum to the step's window: rank, part, order, ms.
+    compute = compute not overlapped by comm; memory copies = time only memcpy/memset were busy."""
+    g = step_rows(bd, step).groupby("rank")[["window_ns", "compute_ns", "overlapped_comm_ns", "exposed_comm_ns",
+                                              "idle_ns"]].sum()
+    values = {
+        PARTS[0]: g["compute_ns"] - g["overlapped_comm_ns"],
+        PARTS[1]: g["overlapped_comm_ns"],
+        PARTS[2]: g["exposed_comm_ns"],
+        PARTS[3]: (g["window_ns"] - g["idle_ns"] - g["compute_ns"] - g["exposed_comm_ns"]).clip(lower=0),
+        PARTS[4]: g["idle_ns"],
+    }
+    long = pd.concat([pd.DataFrame({"rank": g.index.astype("int32"), "part": part, "order": i, "ms": v.to_numpy() / 1e6})
+                      for i, (part, v) in enumerate(values.items())], ignore_index=True)
+    long["part"] = pd.Categorical(long["part"], categories=list(PARTS))
+    return long
+
+
+def instance_steps(table: pd.DataFrame) -> pd.Series:
+    return table.groupby("instance", observed=True)["step"].first() if len(table) else pd.Series(dtype="int64")
+
+
+def skew_table(inst: pd.DataFrame, steps: pd.Series, step: int) -> pd.DataFrame:
+    """Arrival skew per (dim, op) over the instances seen on 2+ ranks: count, median, p95 and max skew in
+    ms, and the rank most often last to arrive."""
+    rows = inst[inst["n_ranks"] >= 2]
+    if step != ALL:
+        rows = rows[rows["instance"].map(steps) == step]
+    if rows.empty:
+        return pd.DataFrame(columns=["dim", "op", "instances", "median skew ms", "p95 skew ms", "max skew ms",
+                                     "most often late", "times late"])
+    rows = rows.assign(skew_ms=rows["skew_ns"] / 1e6)
+    g = rows.groupby(["dim", "op"], observed=True)
+    late = g["late_rank"].agg(lambda s: s.value_counts().idxmax())
+    times = g["late_rank"].agg(lambda s: int(s.value_counts().max()))
+    out = pd.DataFrame({"instances": g.size(), "median skew ms": g["skew_ms"].median(),
+                        "p95 skew ms": g["skew_ms"].quantile(0.95), "max skew ms": g["skew_ms"].max(),
+                        "most often late": late, "times late": times})
+    return out.reset_index().sort_values("max skew ms", ascending=False, ignore_index=True)
+
+
+def straggler_table(strag: pd.DataFrame, steps: pd.Series, step: int) -> pd.DataFrame:
+    """The worst instances (largest arrival skew): op, dim, group, seq, skew ms, late rank, early rank, bytes."""
+    rows = strag if step == ALL else strag[strag["instance"].map(steps) == step]
+    return pd.DataFrame({"instance": rows["instance"].astype(str), "op": rows["op"].astype(str),
+                         "dim": rows["dim"].astype(str), "group": rows["group"].astype(str),
+                         "seq": rows["seq"], "skew ms": rows["skew_ns"] / 1e6, "late rank": rows["late_rank"],
+                         "early rank": rows["early_rank"], "bytes": rows["bytes"]}).reset_index(drop=True)
+
+
+def straggler_labels(worst: pd.DataFrame) -> dict[str, str]:
+    """instance -> a one-line description, for a picker of the worst stragglers."""
+    return {str(i): f"{d} {o} · group {g} · #{q} · skew {k:,.2f} ms · late rank {r}"
+            for i, d, o, g, q, k, r in zip(worst["instance"], worst["dim"], worst["op"], worst["group"], worst["seq"],
+                                           worst["skew ms"], worst["late rank"])}
+
+
+def step_summary(breakdown: pd.DataFrame, dims: pd.DataFrame, skew: pd.DataFrame) -> dict:
+    """Headline numbers of a step: collectives (all ranks), mean exposed share, worst arrival skew (ms)."""
+    return {"collectives": int(dims["collectives"].sum()) if len(dims) else 0,
+            "exposed_share": float(breakdown["exposed share"].mean()) if len(breakdown) else None,
+            "worst_skew_ms": float(skew["max skew ms"].max()) if len(skew) else None}
+
+
+def dim_table(by_dim: pd.DataFrame, step: int) -> pd.DataFrame:
+    """Per parallel dimension, over all ranks: collectives, bytes, comm and exposed ms (summed over ranks)."""
+    rows = step_rows(by_dim, step)
+    g = rows.groupby("dim", observed=True)[["count", "bytes", "comm_ns", "exposed_comm_ns"]].sum()
+    return pd.DataFrame({"collectives": g["count"], "bytes": g["bytes"], "comm ms (all ranks)": g["comm_ns"] / 1e6,
+                         "exposed ms (all ranks)": g["exposed_comm_ns"] / 1e6}).reset_index()
+
+
+def rank_values(bd: pd.DataFrame, table: pd.DataFrame, inst: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per rank: exposed_comm_ms, comm_ms, compute_ms, idle_ms (mean per step), busbw_gbps (median
+    over its collectives with a known size), late_count (instances it arrived last at)."""
+    g = bd.groupby("rank")
+    out = pd.DataFrame({"exposed_comm_ms": g["exposed_comm_ns"].mean() / 1e6, "comm_ms": g["comm_ns"].mean() / 1e6,
+                        "compute_ms": g["compute_ns"].mean() / 1e6, "idle_ms": g["idle_ns"].mean() / 1e6})
+    if len(table):
+        out["busbw_gbps"] = table.dropna(subset=["busbw_gbps"]).groupby("rank")["busbw_gbps"].median()
+    else:
+        out["busbw_gbps"] = np.nan
+    late = inst.loc[inst["late_rank"] >= 0, "late_rank"].value_counts() if inst is not None and len(inst) else None
+    out["late_count"] = (late.reindex(out.index).fillna(0) if late is not None else 0)
+    out.index = out.index.astype("int64")
+    return out
+
+
+def _link(group: str, node_of: dict[int, object]) -> str:
+    ranks = [int(r) for r in str(group).split(",") if r.strip().isdigit()]
+    nodes = {node_of.get(r) for r in ranks}
+    if not ranks or None in nodes:
+        return "unknown link"
+    return NVLINK if len(nodes) == 1 else INFINIBAND
+
+
+def tp_measured(table: pd.DataFrame, node_of: dict[int, object]) -> pd.DataFrame:
+    """TP/SP-group collectives of a trace set as the TP-scaling overlay: one row per (group size, sp, link,
+    op) with tp, sp, link, op, n (collectives), bytes (median), busbw_bytes_per_s (median)."""
+    rows = table[table["dim"].astype(str).isin(TP_DIMS) & table["busbw_gbps"].notna() & (table["group_size"] > 1)]
+    if rows.empty:
+        return pd.DataFrame(columns=["tp", "sp", "link", "op", "n", "bytes", "busbw_bytes_per_s"])
+    links = {g: _link(g, node_of) for g in rows["group"].astype(str).unique()}
+    rows = rows.assign(link=rows["group"].astype(str).map(links), sp=rows["dim"].astype(str) == "sp",
+                       op=rows["op"].astype(str), tp=rows["group_size"].astype("int64"))
+    g = rows.groupby(["tp", "sp", "link", "op"])
+    out = pd.DataFrame({"n": g.size(), "bytes": g["bytes"].median(), "busbw_bytes_per_s": g["busbw_gbps"].median() * 1e9})
+    return out.reset_index()
+
+
+def node_of_ranks(run: dict | None, hosts: dict[int, str | None]) -> dict[int, object]:
+    """rank -> node: run.json's hosts[r].node when present, else the host name from the traces."""
+    out: dict[int, object] = dict(hosts)
+    for r, info in ((run or {}).get("hosts") or {}).items():
+        if isinstance(info, dict) and str(r).isdigit():
+            node = info.get("node", info.get("hostname"))
+            if node is not None:
+                out[int(r)] = node
+    return out
+
+
+def metrics_summary(metrics: dict | None) -> dict:
+    """Headline numbers of a run's metrics.json: steady step time (median after the first step), first
+    and last loss, the largest activation-memory error vs the prediction (%). Missing ones are None."""
+    out = {"step_time_s": None, "loss_first": None, "loss_last": None, "act_error_pct": None}
+    if not metrics:
+        return out
+    times = [float(t) for t in metrics.get("step_time_s") or [] if isinstance(t, (int, float))]
+    if times:
+        out["step_time_s"] = float(np.median(times[1:] if len(times) > 1 else times))
+    loss = [float(x) for x in metrics.get("loss") or [] if isinstance(x, (int, float))]
+    if loss:
+        out["loss_first"], out["loss_last"] = loss[0], loss[-1]
+    from .memory_data import MetricsError, measured_vs_predicted
+
+    try:
+        err = measured_vs_predicted(metrics)["error_pct"]
+        out["act_error_pct"] = float(err.abs().max()) if len(err) else None
+    except MetricsError:
+        pass
+    return out
+
+
+def commbench_points(data: dict) -> pd.DataFrame:
+    """busbw points of a `python -m profiler commbench` result for the TP-scaling overlay: its all_reduce rows,
+    the largest message of each (group size, link): tp, link, busbw_bytes_per_s, sp (False), source."""
+    rows = pd.DataFrame([r for r in data.get("rows") or [] if isinstance(r, dict)])
+    if rows.empty:
+        return pd.DataFrame(columns=["tp", "link", "busbw_bytes_per_s"])
+    size = next((c for c in ("group_size", "nranks", "n", "ranks", "world_size") if c in rows), None)
+    if "busbw_bytes_per_s" not in rows and "busbw_gbps" in rows:
+        rows["busbw_bytes_per_s"] = rows["busbw_gbps"] * 1e9
+    if size is None or "busbw_bytes_per_s" not in rows:
+        return pd.DataFrame(columns=["tp", "link", "busbw_bytes_per_s"])
+    if "op" in rows:
+        rows = rows[rows["op"] == "all_reduce"]
+    rows = rows.assign(tp=rows[size].astype(int), link=rows["link"] if "link" in rows else "intra")
+    by = rows.sort_values("bytes" if "bytes" in rows else size).groupby(["tp", "link"]).tail(1)
+    return by[["tp", "link", "busbw_bytes_per_s"]].assign(sp=False, source="commbench")

@@ -1,0 +1,149 @@
+"""Cached loaders for the run pages: a trace set's analysis computed once per server (the collectives
+table feeds every other analyzer), and each view's frames cached by plain arguments.
+
+    key = set_key(trace_set)             # (path, file signature, plan JSON): changes when the files do
+    b = analysis(key)                    # Analysis: traces, table, offsets, breakdown, instances, ...
+    timeline_view(key, step, window, first_rank)   # overview + detail rectangles of a step
+
+`analysis` is an st.cache_resource (the tables are shared, never copied: nobody mutates them);
+views are st.cache_data. A set whose files change (a run that finished, a re-upload) gets a new key.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from . import run_data
+from .trace_sets import TraceSet
+
+MAX_GANTT_RANKS = 64  # ranks drawn at once; larger sets pick a range
+OVERVIEW_RECTS = 2500  # rectangles in the overview, over all ranks shown
+DETAIL_RECTS = 6000  # ... in the detail view
+
+
+def set_key(s: TraceSet) -> tuple:
+    """(path, signature of its trace files, plan JSON) -- plain values, so the caches can key on them."""
+    folder = s.path / "traces" if (s.path / "traces").is_dir() else s.path
+    sig = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file()))
+    plan = json.dumps(s.plan, sort_keys=True) if s.kind == "upload" and s.plan else ""
+    return str(s.path), sig, plan
+
+
+@dataclass(frozen=True, eq=False)
+class Analysis:
+    traces: object
+    table: pd.DataFrame
+    offsets: pd.DataFrame
+    bd: pd.DataFrame
+    inst: pd.DataFrame
+    strag: pd.DataFrame
+    by_dim: pd.DataFrame
+    steps: list[int]
+    inst_steps: pd.Series
+
+
+@st.cache_resource(show_spinner="Analysing the traces (once per set) …", max_entries=6)
+def analysis(key: tuple) -> Analysis:
+    """Load and analyse a set; raises profiler.TraceError with the loader's message when it cannot."""
+    from profiler import load_traces
+    from profiler.analyzers import breakdown, clock_offsets, collectives, comm_by_dim, instances
+
+    path, _, plan_json = key
+    traces = load_traces(path)
+    plan = json.loads(plan_json) if plan_json else None
+    table = collectives(traces, plan)
+    offsets = clock_offsets(traces, table=table)
+    inst = instances(traces, plan, table=table)
+    strag = inst[(inst["n_ranks"] >= 2) & (inst["skew_ns"] > 0)].sort_values(
+        ["skew_ns", "first_start_ns"], ascending=[False, True]).reset_index(drop=True)
+    bd = breakdown(traces, plan, table=table)
+    return Analysis(traces=traces, table=table, offsets=offsets, bd=bd, inst=inst, strag=strag,
+                    by_dim=comm_by_dim(traces, plan, table=table), steps=run_data.steps_of(bd),
+                    inst_steps=run_data.instance_steps(table))
+
+
+def _budget(total: int, ranks: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, total // max(1, ranks)))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def timeline_view(key: tuple, step: int, window: tuple[float, float] | None, first_rank: int) -> dict:
+    """Rectangles of `step` for ranks [first_rank, first_rank + MAX_GANTT_RANKS): the whole step
+    (overview) and `window` (ms from the step's start; None: the whole step) in detail, each within
+    its rectangle budget (timeline's level of detail)."""
+    from profiler.analyzers import timeline
+
+    b = analysis(key)
+    t0, t1 = run_data.step_span(b.bd, b.offsets, step)
+    ranks = [r for r in b.traces.rank_ids if first_rank <= r < first_rank + MAX_GANTT_RANKS]
+    span = (0.0, (t1 - t0) / 1e6)
+    common = dict(ranks=ranks, table=b.table, offsets=b.offsets)
+    over = timeline(b.traces, start_ns=t0, end_ns=t1, max_rects=_budget(OVERVIEW_RECTS, len(ranks), 8, 60), **common)
+    if window is not None:
+        lo, hi = max(span[0], window[0]), min(span[1], window[1])
+        window = (lo, hi) if hi > lo else None
+    w = window or span
+    detail = timeline(b.traces, start_ns=t0 + int(w[0] * 1e6), end_ns=t0 + int(w[1] * 1e6),
+                      max_rects=_budget(DETAIL_RECTS, len(ranks), 20, 400), **common)
+    return {"overview": run_data.gantt_frame(over, b.table, t0_ns=t0),
+            "detail": run_data.gantt_frame(detail, b.table, t0_ns=t0),
+            "span": span, "window": window, "ranks": (ranks[0], ranks[-1]) if ranks else (0, -1)}
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def step_tables(key: tuple, step: int) -> dict:
+    """The step's tables: per-rank breakdown (and its stacked parts), per-dimension totals, skew by
+    (dim, op), the worst stragglers."""
+    b = analysis(key)
+    out = {"breakdown": run_data.breakdown_table(b.bd, step), "parts": run_data.breakdown_parts(b.bd, step),
+           "dims": run_data.dim_table(b.by_dim, step), "skew": run_data.skew_table(b.inst, b.inst_steps, step),
+           "stragglers": run_data.straggler_table(b.strag, b.inst_steps, step).head(20)}
+    out["labels"] = run_data.straggler_labels(out["stragglers"])
+    out["summary"] = run_data.step_summary(out["breakdown"], out["dims"], out["skew"])
+    moved = b.offsets[b.offsets["offset_ns"] != 0]
+    out["clock_note"] = (f"Clocks of {len(moved)} ranks shifted onto rank {int(b.offsets['rank'].min())}'s clock "
+                         f"(aligned on collective ends; up to {moved['offset_ns'].abs().max() / 1e6:,.3f} ms)."
+                         if len(moved) else "")
+    return out
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def rank_values(key: tuple) -> pd.DataFrame:
+    b = analysis(key)
+    return run_data.rank_values(b.bd, b.table, b.inst)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def tp_measured(key: tuple) -> pd.DataFrame:
+    b = analysis(key)
+    return run_data.tp_measured(b.table, run_data.node_of_ranks(b.traces.run, b.traces.hosts()))
+
+
+def perfetto_bytes(key: tuple) -> bytes:
+    """The merged Perfetto trace (gzip JSON), made when the download button is clicked."""
+    from profiler.analyzers import export_perfetto
+
+    b = analysis(key)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = export_perfetto(b.traces, Path(tmp) / "merged.json.gz", offsets=b.offsets, table=b.table)
+        return path.read_bytes()
+
+
+def collectives_csv(key: tuple) -> bytes:
+    return analysis(key).table.to_csv(index=False).encode()
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def metrics(path: str, mtime_ns: int) -> dict | None:
+    """A run's metrics.json (None when it cannot be read)."""
+    try:
+        data = json.loads((Path(path) / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

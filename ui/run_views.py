@@ -1,0 +1,144 @@
+"""Measured data of a run on the plan pages, when the URL names one (`?run=`, from Home's links):
+
+    topology_measured(choice, cells)   # Topology: the rank grid coloured by a measured per-rank value
+    memory_measured(choice)            # Activation memory: metrics.json's measured bytes beside predicted
+    tp_measured(choice)                # TP scaling: measured busbw points (traces' TP-group collectives,
+                                       # commbench results) for busbw_chart's `measured`
+
+Each draws nothing unless a set is named, and says why when it cannot draw (no traces yet, a plan
+of another size, no metrics.json). Widgets -> cached loaders -> ui.run_data -> chart builders.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import streamlit as st
+
+from . import memory_charts, run_data, run_loaders, topology_charts, trace_sets
+from .memory_data import MetricsError, measured_vs_predicted
+from .plan_form import PlanChoice
+from .run_data import RANK_VALUES
+from .selection import KEY, PAGES
+from .topology_data import with_rank_values
+from .trace_sets import TraceSet
+
+
+def _named_set() -> TraceSet | None:
+    """The set the URL names on a plan page (only the URL: a plan page without ?run= is pure planning)."""
+    sid = st.query_params.get(KEY)
+    return trace_sets.find_set(sid) if sid else None
+
+
+def _forget() -> None:
+    st.query_params.pop(KEY, None)
+
+
+def _header(s: TraceSet, what: str) -> None:
+    c1, c2 = st.columns([5, 1], vertical_alignment="bottom")
+    c1.subheader(f"Measured: {what} on {s.name}")
+    c2.button("Hide", key=f"hide_measured_{what}", on_click=_forget, help="plan without the run (drops ?run= from the URL)")
+
+
+def _same_size(s: TraceSet, choice: PlanChoice) -> bool:
+    if s.world_size and s.world_size != choice.plan.world_size:
+        st.info(f"{s.name} ran on {s.world_size} ranks ({s.plan_label}) but the plan in the sidebar has "
+                f"{choice.plan.world_size}; open the run's own plan to compare rank by rank.")
+        params = trace_sets.plan_params(s)
+        if params:
+            st.page_link(PAGES["topology"], label=f"Open {s.name}'s plan", icon=":material/grid_view:",
+                         query_params={**params, KEY: s.id})
+        return False
+    return True
+
+
+def topology_measured(choice: PlanChoice, cells: pd.DataFrame) -> None:
+    s = _named_set()
+    if s is None:
+        return
+    _header(s, "per-rank values")
+    if not s.has_traces:
+        st.info(f"{s.name} has no traces yet ({s.status}); they appear when the run finishes.")
+        return
+    if not _same_size(s, choice):
+        return
+    from profiler import TraceError
+
+    try:
+        values = run_loaders.rank_values(run_loaders.set_key(s))
+    except TraceError as err:
+        st.error(f"The traces of {s.name} cannot be analysed: {err}")
+        return
+    column = st.segmented_control("Colour GPUs by", list(RANK_VALUES), default="exposed_comm_ms", required=True,
+                                  key="topo_measure", bind="query-params",
+                                  format_func=lambda c: RANK_VALUES[c][0])
+    _, title, fmt = RANK_VALUES[column]
+    st.caption(f"The same grid as above, each GPU coloured by its rank's {title} in {s.name} (per step: the mean over "
+               "the traced steps; busbw: the median over its collectives); grey: no value. A rank that waits on a "
+               "slow peer shows high exposed communication; the slow peer itself is often the last to arrive.")
+    st.altair_chart(topology_charts.rank_values_chart(with_rank_values(cells, values[column], column), column,
+                                                      title=title, fmt=fmt))
+
+
+def memory_measured(choice: PlanChoice) -> None:
+    s = _named_set()
+    if s is None:
+        return
+    _header(s, "activation memory")
+    if not s.has_metrics:
+        st.info(f"{s.name} has no metrics.json" + (" yet" if s.status in ("starting", "running") else "") +
+                ": runs of `python -m profiler run` (and `python -m parallel train`) write one with the measured "
+                "activation bytes per rank.")
+        return
+    metrics = run_loaders.metrics(str(s.path), (s.path / "metrics.json").stat().st_mtime_ns) or {}
+    try:
+        frame = measured_vs_predicted(metrics)
+    except MetricsError as err:
+        st.warning(f"{s.name}'s metrics.json cannot be compared: {err}")
+        return
+    plan = metrics.get("plan") or {}
+    st.caption(f"Bytes saved for backward by one microbatch on each rank, measured by the engine's saved-tensor hooks "
+               f"in {s.name} ({s.plan_label}, model {s.model or '?'}), beside parallel.memory's prediction for the "
+               f"same shapes; below, the error in %. Recompute {plan.get('recompute', '?')}.")
+    st.altair_chart(memory_charts.measured_vs_predicted_chart(frame))
+
+
+def tp_measured(choice: PlanChoice) -> pd.DataFrame | None:
+    """Measured busbw points for the TP-scaling charts: the named set's TP-group collectives, and the
+    commbench results uploaded here or found in the set's folder (commbench.json)."""
+    parts = []
+    s = _named_set()
+    with st.expander("Measured points: a run's TP-group collectives, commbench results", expanded=s is not None):
+        if s is not None and s.has_traces:
+            from profiler import TraceError
+
+            try:
+                ours = run_loaders.tp_measured(run_loaders.set_key(s))
+            except TraceError as err:
+                st.error(f"The traces of {s.name} cannot be analysed: {err}")
+                ours = None
+            if ours is not None and len(ours):
+                st.caption(f"{s.name}: median busbw of its TP/SP-group collectives by group size and link (diamonds).")
+                st.dataframe(ours, hide_index=True)
+                parts.append(ours.assign(source=s.name))
+            elif ours is not None:
+                st.caption(f"{s.name} has no TP/SP-group collectives with a known size.")
+        elif s is None:
+            st.caption("Open a run from Home (its TP scaling link) to overlay its TP-group collectives.")
+        files = [f for f in ([s.path / "commbench.json"] if s is not None else []) if f.is_file()]
+        up = st.file_uploader("commbench JSON (python -m profiler commbench --out FILE)", type=["json"], key="tps_commbench")
+        found = [json.loads(f.read_text()) for f in files]
+        if up is not None:
+            try:
+                found.append(json.loads(up.getvalue()))
+            except ValueError as err:
+                st.error(f"{up.name} is not JSON: {err}")
+        for data in found:
+            if isinstance(data, dict):
+                bench = run_data.commbench_points(data)
+                if bench.empty:
+                    st.warning("The commbench file has no all_reduce rows with a group size and busbw.")
+                parts.append(bench)
+    parts = [p for p in parts if len(p)]
+    return pd.concat(parts, ignore_index=True) if parts else None

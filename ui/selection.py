@@ -1,0 +1,68 @@
+"""Which trace set the run pages show: the URL's `run` query parameter (a ui.trace_sets id), kept in the
+session too so that switching pages in the sidebar -- which drops the query string -- keeps it.
+
+    s = current_set()          # TraceSet or None
+    select(s.id)               # from a picker: the URL follows
+    no_set(reason)             # the empty state: what to do next, with links
+    set_caption(s)             # one line naming the set, its plan and its status
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from . import trace_sets
+from .trace_sets import TraceSet
+
+KEY = "run"  # the query parameter
+_REMEMBERED = "_selected_run"
+
+PAGES = {"home": "pages/home.py", "timeline": "pages/timeline.py", "run_job": "pages/run_job.py",
+         "upload": "pages/upload.py", "topology": "pages/topology.py", "memory": "pages/activation_memory.py",
+         "scaling": "pages/tp_scaling.py"}
+
+
+def current_id() -> str | None:
+    sid = st.query_params.get(KEY)
+    if sid:
+        st.session_state[_REMEMBERED] = sid
+        return sid
+    sid = st.session_state.get(_REMEMBERED)
+    if sid:
+        st.query_params[KEY] = sid
+    return sid
+
+
+def current_set() -> TraceSet | None:
+    return trace_sets.find_set(current_id())
+
+
+def select(set_id: str | None) -> None:
+    if set_id:
+        st.query_params[KEY] = set_id
+        st.session_state[_REMEMBERED] = set_id
+    else:
+        st.query_params.pop(KEY, None)
+        st.session_state.pop(_REMEMBERED, None)
+
+
+def no_set(reason: str | None = None) -> None:
+    """The empty state of a run page: why nothing is shown, and where to go."""
+    sid = current_id()
+    if sid and reason is None:
+        reason = f"There is no run or uploaded set called **{sid}** here (runs: `{trace_sets.runs_dir()}`, " \
+                 f"uploads: `{trace_sets.uploads_dir()}`)."
+    st.info((reason + " " if reason else "") + "Pick a run on Home, start one in Run a job, or upload traces.")
+    c1, c2, c3 = st.columns(3)
+    c1.page_link(PAGES["home"], label="Home: pick a run", icon=":material/list:")
+    c2.page_link(PAGES["run_job"], label="Run a job", icon=":material/play_arrow:")
+    c3.page_link(PAGES["upload"], label="Upload traces", icon=":material/upload:")
+
+
+def set_caption(s: TraceSet) -> None:
+    """One line naming the set, its plan, its ranks and status, and a link back to the picker."""
+    ranks = f"{s.world_size} ranks" if s.world_size else "ranks unknown"
+    kind = "uploaded set" if s.kind == "upload" else f"run · {s.status}"
+    c1, c2 = st.columns([5, 1], vertical_alignment="center")
+    c1.caption(f"**{s.name}** ({kind}) · {s.plan_label} · {ranks}")
+    c2.page_link(PAGES["home"], label="Other runs", icon=":material/swap_horiz:", query_params={KEY: s.id})

@@ -1,0 +1,95 @@
+"""Altair chart builders for the Collective timeline page (frames of ui.run_data in).
+
+    gantt_overview_chart(frame, window=(a, b))   # every rank, coarse; drag to brush a time window
+    gantt_detail_chart(frame, window=(a, b))     # the window in detail; click a collective to highlight
+                                                 # the same instance on every rank of its group
+    breakdown_chart(parts)                       # per-rank stacked bar: compute / overlapped / exposed / idle
+
+Rows are ranks; in the detail view each rank has a compute lane and a collective lane (and memory
+copies on GPU ranks). Collectives are coloured by the parallel dimension they serve (ui.theme
+DIM_COLORS), compute and memory copies in quiet greys. Pure: altair, pandas.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from .run_data import PARTS
+from .theme import ACTIVITY_COLORS, scale
+
+PART_COLORS = dict(zip(PARTS, ("#adb5bd", "#ffc9a8", "#e8590c", "#b197fc", "#f1f3f5")))
+BRUSH = "brush"  # the overview's interval selection: st.altair_chart(..., on_select=...) reports it by this name
+PICK = "pick"
+LEGEND_PX = 130  # x axis, its title and the legend below the plot
+
+
+def _tooltip() -> list[alt.Tooltip]:
+    return [alt.Tooltip("rank:O", title="rank"), alt.Tooltip("label:N", title="op / kernel"),
+            alt.Tooltip("dim:N", title="dimension"), alt.Tooltip("bytes:Q", title="bytes", format=",d"),
+            alt.Tooltip("group:N", title="group ranks"), alt.Tooltip("busbw_gbps:Q", title="busbw GB/s", format=",.3g"),
+            alt.Tooltip("start_ms:Q", title="start ms", format=",.3f"), alt.Tooltip("dur_ms:Q", title="ms", format=",.3f"),
+            alt.Tooltip("n_events:Q", title="events merged"), alt.Tooltip("busy_pct:Q", title="busy %", format=".0f")]
+
+
+def _color(frame: pd.DataFrame) -> alt.Color:
+    present = set(frame["category"].astype(str)) if len(frame) else set()
+    return alt.Color("category:N", title=None, scale=scale(ACTIVITY_COLORS, present),
+                     legend=alt.Legend(orient="bottom", direction="horizontal", columns=9))
+
+
+def _x(window: tuple[float, float], title: str = "ms from the step's start") -> alt.X:
+    return alt.X("start_ms:Q", title=title, scale=alt.Scale(domain=list(window), nice=False, zero=False))
+
+
+def _rank_y(n_ranks: int) -> alt.Y:
+    step = max(1, n_ranks // 32)  # label every rank up to 32, then thin out
+    return alt.Y("rank:O", title="rank", axis=alt.Axis(labelExpr=f"datum.value % {step} == 0 ? datum.value : ''",
+                                                          ticks=False, labelFontSize=10))
+
+
+def gantt_overview_chart(frame: pd.DataFrame, *, span: tuple[float, float],
+                         window: tuple[float, float] | None = None) -> alt.Chart:
+    """The whole step, one thin row per rank; an x-interval brush named BRUSH picks the detail window."""
+    n = int(frame["rank"].nunique()) if len(frame) else 1
+    brush = alt.selection_interval(encodings=["x"], name=BRUSH, value={"x": list(window)} if window else alt.Undefined)
+    # Streamlit fits the axes and the legend below into `height` too: ~130 px on top of the plot.
+    return alt.Chart(frame, width="container", height=min(360, max(60, 12 * n)) + LEGEND_PX).mark_rect().encode(
+        x=_x(span, "ms from the step's start (drag to zoom the detail view)"), x2=alt.X2("end_ms"),
+        y=_rank_y(n), color=_color(frame), tooltip=_tooltip(),
+    ).add_params(brush)
+
+
+def gantt_detail_chart(frame: pd.DataFrame, *, window: tuple[float, float], highlight: str | None = None) -> alt.LayerChart:
+    """The window, one row per rank with a lane per activity; click a collective to highlight its
+    instance on every rank (double-click clears)."""
+    n = int(frame["rank"].nunique()) if len(frame) else 1
+    lanes = [lane for lane in ("compute", "memory", "comm") if len(frame) and (frame["lane"] == lane).any()]
+    pick = alt.selection_point(fields=["instance"], on="click", clear="dblclick", name=PICK,
+                               value=[{"instance": highlight}] if highlight else alt.Undefined)
+    base = alt.Chart().encode(
+        x=_x(window), x2=alt.X2("end_ms"), y=_rank_y(n),
+        yOffset=alt.YOffset("lane:N", scale=alt.Scale(domain=lanes or ["comm"], paddingInner=0.15)),
+        color=_color(frame), tooltip=_tooltip())
+    work = base.transform_filter("datum.lane != 'comm'").mark_rect(opacity=0.9, clip=True)
+    comm = base.transform_filter("datum.lane == 'comm'").mark_rect(clip=True, strokeWidth=1.5).encode(
+        opacity=alt.OpacityValue(0.35, condition={"param": PICK, "value": 1.0}),
+        stroke=alt.StrokeValue("#ffffff00", condition={"param": PICK, "empty": False, "value": "#212529"}),
+    ).add_params(pick)
+    plot = max(90, 9 * n * max(1, len(lanes)))
+    return alt.layer(work, comm, data=frame, width="container", height=plot + LEGEND_PX)
+
+
+def breakdown_chart(parts: pd.DataFrame) -> alt.Chart:
+    """Per rank, the step's window split into compute, comm overlapped with compute, exposed comm,
+    memory copies and idle (ms), stacked."""
+    present = set(parts["part"].astype(str))
+    return alt.Chart(parts, width="container", height=260 + LEGEND_PX).mark_bar().encode(
+        x=alt.X("rank:O", title="rank", axis=alt.Axis(labelAngle=0, labelOverlap=True)),
+        y=alt.Y("ms:Q", title="ms", stack="zero"),
+        color=alt.Color("part:N", title=None, scale=scale(PART_COLORS, present), sort=list(PARTS),
+                        legend=alt.Legend(orient="bottom", direction="horizontal")),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("rank:O", title="rank"), alt.Tooltip("part:N", title="part"),
+                 alt.Tooltip("ms:Q", title="ms", format=",.2f")],
+    )

@@ -1,0 +1,249 @@
+"""The trace sets the dashboard can open -- local runs and uploaded sets -- with their plan, status and
+progress, by id. An id is what the `run` query parameter holds, so a copied URL reopens the same set.
+
+    sets = list_sets()                 # newest first: TraceSet(id, kind, name, path, status, ...)
+    s = find_set("demo")               # a run: its directory under the runs dir
+    s = find_set("upload:ours-64")     # an uploaded set: upload:<name> under the uploads dir
+
+Where: runs under $PARASCOPE_RUNS (default ./runs), uploads under $PARASCOPE_UPLOADS (default
+./uploads). A run's state comes from its run.json (written by `python -m profiler run`), corrected
+by its job record (ui.jobs) when the dashboard started it: a process that is gone while run.json
+still says running (or never wrote one) is a failed run, or a cancelled one.
+
+Pure: stdlib and parallel/ only (no streamlit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from parallel.plan import Plan
+from parallel.specs import CLUSTERS, MODELS, SpecError
+
+from . import jobs as jobs_mod
+from .plan_params import DEFAULT_PARAMS, plan_to_params
+
+UPLOAD = "upload:"
+STATUSES = ("starting", "running", "completed", "failed", "cancelled", "uploaded")
+
+
+def runs_dir() -> Path:
+    return Path(os.environ.get("PARASCOPE_RUNS") or "runs")
+
+
+def uploads_dir() -> Path:
+    return Path(os.environ.get("PARASCOPE_UPLOADS") or "uploads")
+
+
+@dataclass(frozen=True)
+class TraceSet:
+    id: str
+    kind: str  # 'run' | 'upload'
+    name: str
+    path: Path
+    status: str  # one of STATUSES
+    step: int | None = None
+    steps: int | None = None
+    plan: dict | None = None
+    model: str | None = None  # preset name, or the run's model name
+    cluster: str | None = None
+    world_size: int | None = None
+    nodes: int | None = None
+    error_rank: int | None = None
+    error: str | None = None
+    started_at: str = ""
+    finished_at: str = ""
+    trace_files: int = 0
+    has_metrics: bool = False
+    job: jobs_mod.Job | None = None
+    run: dict = field(default_factory=dict)  # run.json or the upload's manifest, as read
+
+    @property
+    def progress(self) -> float | None:
+        if self.status in ("completed", "uploaded"):
+            return 1.0
+        if self.steps:
+            return max(0.0, min(1.0, (self.step or 0) / self.steps))
+        return None
+
+    @property
+    def plan_obj(self) -> Plan | None:
+        try:
+            return Plan.from_dict(self.plan) if isinstance(self.plan, dict) else None
+        except (SpecError, TypeError):
+            return None
+
+    @property
+    def plan_label(self) -> str:
+        plan = self.plan_obj
+        return plan.label() if plan is not None else "no plan"
+
+    @property
+    def label(self) -> str:
+        where = "upload" if self.kind == "upload" else self.status
+        ranks = f"{self.world_size} ranks" if self.world_size else "ranks unknown"
+        return f"{self.name} · {self.plan_label} · {ranks} · {where}"
+
+    @property
+    def has_traces(self) -> bool:
+        return self.trace_files > 0
+
+    @property
+    def traces_path(self) -> Path:
+        return self.path
+
+    def rank_log(self, rank: int) -> Path:
+        return self.path / "logs" / f"rank{rank}.log"
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # missing, or being rewritten: the next poll reads it
+    return data if isinstance(data, dict) else None
+
+
+def _trace_count(folder: Path) -> int:
+    if not folder.is_dir():
+        return 0
+    return sum(1 for p in folder.iterdir() if p.name.endswith((".json", ".json.gz", ".zip", ".tar.gz", ".tgz"))
+               and p.name not in ("run.json", "metrics.json", "plan.json", "manifest.json", "commbench.json"))
+
+
+def _name_of(value) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("name"), str):
+        return value["name"]
+    return None
+
+
+def _nodes(run: dict) -> int | None:
+    hosts = run.get("hosts")
+    if not isinstance(hosts, dict) or not hosts:
+        return None
+    keys = {(h.get("node") if h.get("node") is not None else h.get("hostname")) for h in hosts.values()
+            if isinstance(h, dict)}
+    return len(keys) or None
+
+
+def _job_status(run: dict | None, job: jobs_mod.Job | None) -> tuple[str, str | None]:
+    """(status, error) from run.json's status and the job's process."""
+    status = (run or {}).get("status")
+    if job is None:
+        return (status if status in STATUSES else "completed"), None
+    running = jobs_mod.alive(job)
+    if job.cancelled and (not running or status in (None, "running")):
+        return "cancelled", "cancelled from the dashboard"
+    if status in (None, "running") and not running:
+        code = f"exit code {job.returncode}" if job.returncode is not None else "its process is gone"
+        said = "before writing run.json" if run is None else "while run.json still said running"
+        return "failed", f"the job ended ({code}) {said}; see its log below"
+    if status is None:
+        return "starting", None
+    return status, None
+
+
+def read_run(path: Path, job: jobs_mod.Job | None = None) -> TraceSet | None:
+    """A run directory (or a job still starting) as a TraceSet; None when it is neither."""
+    run = _read_json(path / "run.json")
+    traces = _trace_count(path / "traces") or _trace_count(path)
+    if run is None and job is None and not traces:
+        return None
+    status, job_error = _job_status(run, job)
+    run = run or {}
+    progress = run.get("progress") if isinstance(run.get("progress"), dict) else {}
+    error = run.get("error") if isinstance(run.get("error"), dict) else {}
+    rank = error.get("rank")
+    return TraceSet(
+        id=path.name, kind="run", name=path.name, path=path, status=status,
+        step=progress.get("step"), steps=progress.get("steps"),
+        plan=run.get("plan") if isinstance(run.get("plan"), dict) else None,
+        model=_name_of(run.get("model")), cluster=_name_of(run.get("cluster")),
+        world_size=run.get("world_size") if isinstance(run.get("world_size"), int) else None,
+        nodes=_nodes(run), error_rank=rank if isinstance(rank, int) else None,
+        error=error.get("message") or job_error, started_at=str(run.get("started_at") or (job.started_at if job else "")),
+        finished_at=str(run.get("finished_at") or ""), trace_files=traces,
+        has_metrics=(path / "metrics.json").is_file(), job=job, run=run)
+
+
+def read_upload(path: Path) -> TraceSet | None:
+    manifest = _read_json(path / "manifest.json")
+    if manifest is None:
+        return None
+    plan_file = _read_json(path / "plan.json") or {}
+    return TraceSet(
+        id=UPLOAD + path.name, kind="upload", name=path.name, path=path, status="uploaded",
+        plan=plan_file.get("plan") if isinstance(plan_file.get("plan"), dict) else None,
+        model=_name_of(plan_file.get("model")), cluster=_name_of(plan_file.get("cluster")),
+        world_size=manifest.get("world_size"), started_at=str(manifest.get("created_at") or ""),
+        trace_files=_trace_count(path / "traces"), run=manifest)
+
+
+def _runs(folder: Path) -> list[TraceSet]:
+    out: dict[str, TraceSet] = {}
+    job_of = {j.name: j for j in jobs_mod.jobs(folder)}
+    if folder.is_dir():
+        for p in folder.iterdir():
+            if p.is_dir() and not p.name.startswith("."):
+                found = read_run(p, job_of.get(p.name))
+                if found is not None:
+                    out[p.name] = found
+    for name, job in job_of.items():  # started, no run directory yet
+        if name not in out and job.pid:
+            found = read_run(folder / name, job)
+            if found is not None:
+                out[name] = found
+    return list(out.values())
+
+
+def list_sets(runs: Path | None = None, uploads: Path | None = None) -> list[TraceSet]:
+    """Every local run and uploaded set, newest first."""
+    runs, uploads = runs or runs_dir(), uploads or uploads_dir()
+    found = _runs(runs)
+    if uploads.is_dir():
+        found += [s for p in uploads.iterdir() if p.is_dir() and not p.name.startswith(".")
+                  if (s := read_upload(p)) is not None]
+    return sorted(found, key=lambda s: (s.started_at, s.name), reverse=True)
+
+
+def find_set(set_id: str | None, runs: Path | None = None, uploads: Path | None = None) -> TraceSet | None:
+    """The set an id names, or None (no id, an unknown name, or a name that tries to leave its folder)."""
+    if not set_id:
+        return None
+    if set_id.startswith(UPLOAD):
+        name, folder = set_id[len(UPLOAD):], uploads or uploads_dir()
+    else:
+        name, folder = set_id, runs or runs_dir()
+    if not name or name.startswith(".") or "/" in name or "\\" in name:
+        return None
+    path = folder / name
+    if set_id.startswith(UPLOAD):
+        return read_upload(path) if path.is_dir() else None
+    return read_run(path, jobs_mod.load(folder, name))
+
+
+def plan_params(s: TraceSet) -> dict[str, str] | None:
+    """Query params that open the set's plan on the plan pages (Topology, Activation memory, TP
+    scaling): its model and cluster when they are presets (else the dashboard's defaults), nodes from
+    its hosts. None when the set has no plan."""
+    plan = s.plan_obj
+    if plan is None:
+        return None
+    model = s.model if s.model in MODELS else ("tiny" if s.kind == "run" else DEFAULT_PARAMS["model"])
+    cluster = s.cluster if s.cluster in CLUSTERS else ("local-cpu" if s.kind == "run" else DEFAULT_PARAMS["cluster"])
+    gpn = CLUSTERS[cluster].gpus_per_node
+    nodes = max(s.nodes or 1, -(-plan.world_size // gpn))
+    return plan_to_params(model, cluster, nodes, plan)
+
+
+def table_rows(sets: list[TraceSet]) -> list[dict]:
+    """The picker's table: one plain row per set."""
+    return [{"name": s.name, "kind": s.kind, "status": s.status, "progress": s.progress, "plan": s.plan_label,
+             "ranks": s.world_size,
+             "failing rank": "" if s.error_rank is None else str(s.error_rank), "started": s.started_at.replace("T", " ")[:19]}
+            for s in sets]

@@ -1,0 +1,183 @@
+"""Uploaded trace sets: each file checked on its own with the trace loader, the good ones stored under a
+name, each bad one reported with the loader's message (the others are kept).
+
+    checked = check_files([("rank0_trace.json.gz", b"..."), ("junk.json", b"{")])
+    checked.accepted    # [Accepted(name, data, ranks, world_size, events)]
+    checked.rejected    # [(name, message)]  -- e.g. 'junk.json: not valid JSON: ...'
+    path = store("llama-8k", checked.accepted, plan=plan, uploads=uploads_dir())
+
+Layout: UPLOADS/NAME/traces/<files>, UPLOADS/NAME/manifest.json {name, created_at, world_size,
+ranks, files [{name, bytes, ranks}], rejected [{name, message}]}, and UPLOADS/NAME/plan.json
+{plan, model} when a plan is attached (for dimension labels). A set is written into a temporary
+folder beside the others and renamed into place, so it is never half-written, and an existing name
+is never overwritten.
+
+Pure: stdlib, parallel/ and profiler/ (no streamlit).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from parallel.plan import Plan
+
+from .jobs import now_iso
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+TRACE_SUFFIXES = (".json", ".json.gz", ".zip", ".tar.gz", ".tgz", ".tar")
+NOT_TRACES = frozenset({"run.json", "metrics.json", "plan.json", "manifest.json", "commbench.json"})
+
+
+class UploadError(ValueError):
+    """The set cannot be stored (its name, its plan, or no file left); the message says why."""
+
+
+@dataclass(frozen=True)
+class Accepted:
+    name: str
+    data: bytes = field(repr=False)
+    ranks: tuple[int, ...]
+    world_size: int | None
+    events: int
+
+
+@dataclass
+class Checked:
+    accepted: list[Accepted] = field(default_factory=list)
+    rejected: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int | None:
+        sizes = [a.world_size for a in self.accepted if a.world_size]
+        if sizes:
+            return max(sizes)
+        ranks = [r for a in self.accepted for r in a.ranks]
+        return max(ranks) + 1 if ranks else None
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(r for a in self.accepted for r in a.ranks)
+
+    def rows(self) -> list[dict]:
+        """The accepted files as table rows."""
+        return [{"file": a.name, "ranks": ", ".join(map(str, a.ranks)) if len(a.ranks) <= 8 else
+                 f"{a.ranks[0]}–{a.ranks[-1]} ({len(a.ranks)})", "world size": a.world_size, "events": a.events,
+                 "MB": len(a.data) / 1e6} for a in self.accepted]
+
+
+def _check_one(name: str, data: bytes, folder: Path) -> Accepted:
+    from profiler import load_traces
+
+    path = folder / name
+    path.write_bytes(data)
+    traces = load_traces(path, cache=False)
+    sizes = traces.ranks["world_size"].dropna()
+    return Accepted(name, data, tuple(traces.rank_ids), int(sizes.max()) if len(sizes) else None, len(traces.events))
+
+
+def check_files(files: list[tuple[str, bytes]]) -> Checked:
+    """Load each file alone (TraceError -> rejected with its message), then reject files that clash
+    with the ones kept before them: a rank seen twice, a different world size (another job)."""
+    from profiler import TraceError
+
+    out = Checked()
+    seen_names: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="parascope-upload-") as tmp:
+        for raw_name, data in files:
+            name = PurePosixPath(str(raw_name).replace("\\", "/")).name
+            if name in seen_names:
+                out.rejected.append((name, f"{name}: uploaded twice; the first copy is kept"))
+                continue
+            if name.lower() in NOT_TRACES or not name.lower().endswith(TRACE_SUFFIXES):
+                out.rejected.append((name, f"{name}: not a trace file; upload Kineto traces (.json, .json.gz) "
+                                           "or a .zip / .tar.gz of them"))
+                continue
+            try:
+                got = _check_one(name, data, Path(tmp))
+            except TraceError as err:
+                out.rejected.append((name, str(err)))
+                continue
+            clash = _clash(out, got)
+            if clash:
+                out.rejected.append((name, clash))
+                continue
+            seen_names.add(name)
+            out.accepted.append(got)
+    return out
+
+
+def _clash(kept: Checked, new: Accepted) -> str | None:
+    for other in kept.accepted:
+        both = sorted(set(other.ranks) & set(new.ranks))
+        if both:
+            return (f"{new.name}: rank {both[0]} appears twice: in {other.name} and in {new.name}; a set holds one "
+                    "trace per rank, so the first is kept")
+        if other.world_size and new.world_size and other.world_size != new.world_size:
+            return (f"{new.name}: comes from a job of world size {new.world_size}, but {other.name} from one of "
+                    f"{other.world_size}; files from different jobs cannot be mixed")
+    return None
+
+
+def check_name(name: str, uploads: Path) -> str:
+    name = (name or "").strip()
+    if not NAME_RE.match(name):
+        raise UploadError(f"name {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    if (Path(uploads) / name).exists():
+        raise UploadError(f"a set named {name!r} already exists; choose another name (sets are never overwritten)")
+    return name
+
+
+def check_plan(plan: Plan | None, world_size: int | None) -> None:
+    if plan is not None and world_size and plan.world_size != world_size:
+        raise UploadError(
+            f"the plan is dp×tp×pp×cp = {plan.dp}×{plan.tp}×{plan.pp}×{plan.cp} = {plan.world_size} ranks, but the "
+            f"traces come from a job of world size {world_size}; fix the plan or store the set without one")
+
+
+def store(name: str, accepted: list[Accepted], *, uploads: Path, plan: Plan | None = None, model: str | None = None,
+          rejected: list[tuple[str, str]] = ()) -> Path:
+    """Write the accepted files as set `name` (see the module docstring); returns its folder."""
+    uploads = Path(uploads)
+    uploads.mkdir(parents=True, exist_ok=True)
+    name = check_name(name, uploads)
+    if not accepted:
+        raise UploadError("no trace file was accepted; nothing to store")
+    checked = Checked(accepted=list(accepted))
+    check_plan(plan, checked.world_size)
+    tmp = Path(tempfile.mkdtemp(dir=uploads, prefix=f".tmp-{name}-"))
+    try:
+        (tmp / "traces").mkdir()
+        for a in accepted:
+            (tmp / "traces" / a.name).write_bytes(a.data)
+        manifest = {"name": name, "created_at": now_iso(), "world_size": checked.world_size, "ranks": checked.ranks,
+                    "files": [{"name": a.name, "bytes": len(a.data), "ranks": list(a.ranks)} for a in accepted],
+                    "rejected": [{"name": n, "message": m} for n, m in rejected]}
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
+        if plan is not None:
+            (tmp / "plan.json").write_text(json.dumps({"plan": plan.to_dict(), "model": model}, indent=1))
+        final = uploads / name
+        try:
+            tmp.rename(final)  # fails on an existing non-empty folder: never overwrites a set
+        except OSError:
+            raise UploadError(f"a set named {name!r} was just stored by someone else; choose another name") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def plan_from_file(name: str, text: str, world_size: int | None) -> tuple[Plan, str | None]:
+    """A plan (and the model's preset name, if any) from a plan file -- ParaScope plan/run/review JSON,
+    a Megatron-LM launch script, a torchtitan TOML -- resolved for the traces' world size."""
+    from parallel.importers import import_text
+
+    imported = import_text(text, name)
+    if world_size and imported.plan.world_size != world_size:
+        imported = imported.with_world_size(world_size, "the traces' world size")
+    model = imported.model.name if imported.model is not None else None
+    return imported.plan, model
