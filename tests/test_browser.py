@@ -2,7 +2,9 @@
 driven by Playwright's Python API (never `playwright install`).
 
 Pages are read from app.py's navigation (ui.testing.registered_pages), so a page anyone registers
-is covered without editing this file. For each page: load it, wait until the script has finished,
+is covered without editing this file. The server's runs folder (PARASCOPE_RUNS) holds a real run
+(tests/test_pages_runs.py's sample) and a failed copy of it, so the run pages are also visited with a
+run selected through the URL (RUN_VIEWS). For each page: load it, wait until the script has finished,
 assert no exception box and no JavaScript error, every Vega chart drawn at a non-zero size, and
 save a full-page screenshot under test-artifacts/browser/.
 
@@ -55,7 +57,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
 
 
 @contextlib.contextmanager
-def _streamlit(tmp_path_factory):
+def _streamlit(tmp_path_factory, env: dict | None = None):
     """The dashboard on a free port; stopped (its whole process group) on exit."""
     port = _free_port()
     log = tmp_path_factory.mktemp("streamlit") / "server.log"
@@ -64,7 +66,7 @@ def _streamlit(tmp_path_factory):
            "--server.fileWatcherType", "none", "--server.runOnSave", "false"]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc, log)
@@ -80,8 +82,23 @@ def _streamlit(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with _streamlit(tmp_path_factory) as url:
+def dashboard_data(tmp_path_factory) -> dict:
+    """Runs and uploads folders for the server: the sample run, and a failed copy with its rank's log."""
+    from tests.test_pages_runs import install_run
+
+    root = tmp_path_factory.mktemp("dashboard")
+    runs = root / "runs"
+    runs.mkdir()
+    install_run(runs, "sample")
+    broken = install_run(runs, "broken", status="failed", error={"rank": 1, "message": "RuntimeError: injected at step 2"})
+    (broken / "logs").mkdir()
+    (broken / "logs" / "rank1.log").write_text("step 1 ok\nRuntimeError: injected at step 2\n")
+    return {"PARASCOPE_RUNS": str(runs), "PARASCOPE_UPLOADS": str(root / "uploads")}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, dashboard_data):
+    with _streamlit(tmp_path_factory, env=dashboard_data) as url:
         yield url
 
 
@@ -141,6 +158,16 @@ def _chart_sizes(page) -> list[tuple[float, float]]:
 
 # Heavier views of registered pages, drawn too: (screenshot name, page path, URL path + query).
 EXTRA_VIEWS = [("topology-4096-gpus", "pages/topology.py", "topology?nodes=512&dp=64&tp=8&pp=8&gb=1536")]
+# Run-dependent views, with the sample run (or its failed copy) named in the URL.
+_RUN_PLAN = "model=tiny&cluster=local-cpu&nodes=1&dp=2&tp=2&pp=1&cp=1&sp=1&mb=1&gb=4&run=sample"
+RUN_VIEWS = [("home-run", "pages/home.py", "?run=sample"), ("home-failed-run", "pages/home.py", "?run=broken"),
+             ("timeline-run", "pages/timeline.py", "timeline?run=sample"),
+             ("timeline-run-zoomed", "pages/timeline.py", "timeline?run=sample&tl_step=2&win=5,25"),
+             ("topology-run", "pages/topology.py", f"topology?{_RUN_PLAN}"),
+             ("activation_memory-run", "pages/activation_memory.py", f"activation_memory?{_RUN_PLAN}"),
+             ("tp_scaling-run", "pages/tp_scaling.py", f"tp_scaling?{_RUN_PLAN}")]
+EXTRA_VIEWS += RUN_VIEWS
+PLAN_PAGES_WITH_RUNS = {"pages/topology.py", "pages/activation_memory.py", "pages/tp_scaling.py"}
 VIEWS = [{"name": Path(p["path"]).stem, "path": p["path"], "url": p["url_path"]} for p in PAGES] + [
     {"name": n, "path": p, "url": u} for n, p, u in EXTRA_VIEWS if any(e["path"] == p for e in PAGES)]
 
@@ -165,6 +192,35 @@ def test_page_renders_in_chromium(server, browser, entry):
         assert all(w > 0 and h > 0 for w, h in sizes), f"charts not drawn: {sizes}"
         title = page.locator("h1").first.inner_text(timeout=PAGE_TIMEOUT_MS)
         assert title.strip(), "page has no title"
+        if entry["name"] in {v[0] for v in RUN_VIEWS}:  # the URL's run was found and shown
+            body = page.inner_text("body")
+            assert "There is no run or uploaded set called" not in body
+            assert ("Measured:" in body) == (entry["path"] in PLAN_PAGES_WITH_RUNS)
+    finally:
+        page.close()
+
+
+def test_timeline_brush_zooms_the_detail_view(server, browser):
+    """Dragging across the overview re-queries the detail view for that window and puts it in the URL."""
+    if not any(p["path"] == "pages/timeline.py" for p in PAGES):
+        pytest.skip("Collective timeline not registered")
+    page = browser.new_page(viewport={"width": 1500, "height": 1200})
+    try:
+        page.goto(f"{server}/timeline?run=sample", timeout=PAGE_TIMEOUT_MS)
+        _wait_for_script(page)
+        plot = page.locator('[data-testid="stVegaLiteChart"]').first.locator("canvas, svg.marks").first
+        plot.wait_for(timeout=PAGE_TIMEOUT_MS)
+        box = plot.bounding_box()
+        y = box["y"] + box["height"] * 0.2  # inside the plot, above the axis and legend
+        page.mouse.move(box["x"] + box["width"] * 0.4, y)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * 0.6, y, steps=8)
+        page.mouse.up()
+        page.wait_for_function("() => location.search.includes('win=')", timeout=PAGE_TIMEOUT_MS)
+        _wait_for_script(page)
+        heading = page.locator("h3", has_text="Detail:").first.inner_text()
+        assert not heading.startswith("Detail: 0.0–"), heading  # the detail view now starts inside the step
+        assert page.locator('[data-testid="stException"]').count() == 0
     finally:
         page.close()
 

@@ -109,7 +109,9 @@ def tp_measured(choice: PlanChoice) -> pd.DataFrame | None:
     commbench results uploaded here or found in the set's folder (commbench.json)."""
     parts = []
     s = _named_set()
-    with st.expander("Measured points: a run's TP-group collectives, commbench results", expanded=s is not None):
+    title = (f"Measured: {s.name}'s TP-group collectives, commbench results" if s is not None else
+             "Measured points: a run's TP-group collectives, commbench results")
+    with st.expander(title, expanded=s is not None):
         if s is not None and s.has_traces:
             from profiler import TraceError
 
