@@ -127,24 +127,25 @@ def exchange(*, group: Group, send=(), recv=()) -> None:
     deadlock (Megatron-LM's p2p_communication does the same). Between one pair of ranks, messages
     match in order (NCCL ignores tags) and, where the backend has them, by tag. Labels: the `send`
     ranges enclose the issue of the batch (and, with nothing to receive, its completion); the
-    `recv` ranges the wait for data."""
+    `recv` ranges the wait for data (and, with nothing to send, the issue too: every backend op
+    of the batch runs inside a label, so a trace never shows an unlabelled c10d::recv_)."""
     send, recv = list(send), list(recv)
     if not send and not recv:
         return
     me = dist.get_rank()
     ops = [_p2p_op(dist.isend, item) for item in send] + [_p2p_op(dist.irecv, item) for item in recv]
-    with ExitStack() as sending:
-        for t, peer, *_ in send:
-            sending.enter_context(group._p2p_label("send", _nbytes(t), me, peer))
+    sends = [group._p2p_label("send", _nbytes(t), me, peer) for t, peer, *_ in send]
+    recvs = [group._p2p_label("recv", _nbytes(t), peer, me) for t, peer, *_ in recv]
+    with ExitStack() as issuing:
+        for label in sends or recvs[:1]:  # the ranges that hold the issue of the batch
+            issuing.enter_context(label)
         works = dist.batch_isend_irecv(ops) or []
-        if not recv:
+        if not send or not recv:  # one kind only: the same ranges hold its completion
             for w in works:
                 w.wait()
-            return
-    labels = [group._p2p_label("recv", _nbytes(t), peer, me) for t, peer, *_ in recv]
-    for i, label in enumerate(labels):
+    for i, label in enumerate(recvs if send else recvs[1:]):
         with label:
-            if i == 0:
+            if i == 0 and send:  # sends and receives: the first recv range holds the wait
                 for w in works:
                     w.wait()
 

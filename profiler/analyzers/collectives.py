@@ -110,7 +110,10 @@ def _roots(cpu: pd.DataFrame) -> dict[int, _Root]:
             root.worker &= name.startswith("gloo:")
         else:
             roots[row] = _Root(row, (int(pid[i]), int(tid[i])), start, stop, name, [row], name.startswith("gloo:"))
-        stack.append((stop, row if not stack else stack[0][1]))
+        # A child never outlives its parent: gloo records an async op (gloo:send, gloo:recv) on the
+        # caller's thread with the duration of the whole transfer, past the call that issued it;
+        # clipped, it cannot swallow the next call (e.g. the recv a pipeline waits on) into this nest.
+        stack.append((min(stop, stack[-1][0]) if stack else stop, row if not stack else stack[0][1]))
     return roots
 
 
