@@ -58,7 +58,8 @@ def _worker(fn, rank: int, world_size: int, init_method: str, errors) -> None:
 
 def run_local(fn, *, world_size: int, grace_s: float = 3.0) -> None:
     """Run `fn(rank=, world_size=, init_method=)` in `world_size` forked workers; return when all
-    succeed, raise RankFailure for the first that fails (the others are stopped)."""
+    succeed, raise RankFailure for the first that fails (the others are stopped). An exception in
+    the parent while it waits (KeyboardInterrupt, a signal handler's) stops the workers too."""
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="parascope-rdzv-") as tmp:
         init_method = f"file://{tmp}/store"
@@ -70,7 +71,11 @@ def run_local(fn, *, world_size: int, grace_s: float = 3.0) -> None:
             send.close()
             procs.append(p)
             pipes.append(recv)
-        failure = _watch(procs, pipes)
+        try:
+            failure = _watch(procs, pipes)
+        except BaseException:  # e.g. SystemExit from a SIGTERM handler: stop the workers, then go
+            _stop(procs, grace_s)
+            raise
         if failure is not None:
             _stop(procs, grace_s)
             raise failure

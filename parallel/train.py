@@ -91,7 +91,11 @@ def parser() -> argparse.ArgumentParser:
 
 def config_from_args(argv) -> tuple[TrainConfig | None, list[str], list[str]]:
     """(config, errors, warnings) from the command line; errors mean exit 2."""
-    args = parser().parse_args(argv)
+    return config_from_namespace(parser().parse_args(argv))
+
+
+def config_from_namespace(args: argparse.Namespace) -> tuple[TrainConfig | None, list[str], list[str]]:
+    """config_from_args for a namespace parsed by `parser()` or a parser built on it (the profiler's)."""
     try:
         model, plan = cli_args.model_from_args(args), cli_args.plan_from_args(args)
         cluster = cli_args.cluster_from_args(args, plan.world_size)
