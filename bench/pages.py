@@ -3,16 +3,23 @@
 For every page registered in app.py (and a few heavier plans): one cold run (imports, first
 plan-model calls) and then warm reruns of the same session (what a user waits for after a click,
 with the cached loaders warm), plus the bytes of chart data (Arrow) and specs the run produced.
+The run pages (and the plan pages' measured views) are measured on a 64-rank trace set -- DP8 x
+TP4 x PP2 + SP, a real gloo run made by bench/ingest.py -- selected with ?run= as Home's links do;
+their cold run includes loading and analysing the set once (cached for the server's lifetime), and
+"zoom" is a new brush window of the timeline (an uncached level-of-detail query).
 
-    .venv/bin/python bench/pages.py [--reruns 5] [--json]
+    .venv/bin/python bench/pages.py [--reruns 5] [--json] [--only timeline,topology]
 
 A benchmark, not a test: numbers depend on the machine and on what else runs on it.
 """
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +35,23 @@ HEAVY = [  # plans that stress a page beyond the default
     ("pages/tp_scaling.py", "llama3-70b a100", {"model": "llama3-70b", "cluster": "dgx-a100", "nodes": "16", "dp": "4",
                                                 "tp": "8", "pp": "4", "gb": "256"}),
 ]
+
+
+def run_cases() -> list[tuple[str, str, dict]]:
+    """The run pages on the 64-rank set, in a fresh runs folder (PARASCOPE_RUNS)."""
+    from bench.ingest import ensure_ours
+    from ui import trace_sets
+
+    runs = Path(tempfile.mkdtemp(prefix="parascope-bench-runs-"))
+    shutil.copytree(ensure_ours("ours64"), runs / "ours64")
+    os.environ["PARASCOPE_RUNS"] = str(runs)
+    os.environ["PARASCOPE_UPLOADS"] = str(runs / "uploads")
+    run = {"run": "ours64"}
+    plan = {**trace_sets.plan_params(trace_sets.find_set("ours64")), **run}
+    return [("pages/timeline.py", "64 ranks", run), ("pages/timeline.py", "64 ranks, zoom", {**run, "win": "300,900"}),
+            ("pages/timeline.py", "64 ranks, all steps", {**run, "tl_step": "all"}),
+            ("pages/home.py", "64 ranks", run), ("pages/topology.py", "64 ranks measured", plan),
+            ("pages/activation_memory.py", "64 ranks measured", plan), ("pages/tp_scaling.py", "64 ranks measured", plan)]
 
 
 def chart_bytes(at) -> tuple[int, int, int]:
@@ -66,15 +90,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reruns", type=int, default=5)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only", default="", help="comma list of page names to run (e.g. timeline,home)")
     args = ap.parse_args()
-    cases = [(p["path"], "default plan", DEFAULT_PARAMS) for p in registered_pages()] + HEAVY
+    cases = [(p["path"], "default plan", DEFAULT_PARAMS) for p in registered_pages()] + HEAVY + run_cases()
+    if args.only:
+        cases = [c for c in cases if Path(c[0]).stem in args.only.split(",")]
     rows = []
     for path, label, query in cases:
         row = bench_page(path, query, args.reruns)
         row["case"] = label
         rows.append(row)
         if not args.json:
-            print(f"{path:30s} {label:16s} cold {row['cold_s']:6.2f} s   warm {row['warm_median_s']:5.2f} s "
+            print(f"{path:30s} {label:20s} cold {row['cold_s']:6.2f} s   warm {row['warm_median_s']:5.2f} s "
                   f"(min {row['warm_min_s']:4.2f})   {row['charts']} charts, {row['chart_data_kb']:6.1f} kB data, "
                   f"{row['chart_spec_kb']:5.1f} kB specs", flush=True)
     if args.json:

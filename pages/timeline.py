@@ -73,7 +73,8 @@ def timeline_page(s: TraceSet) -> None:
                              format_func=lambda i: labels.get(i, "none (or click one in the detail view)"),
                              help="the worst stragglers of the step; clicking a collective in the detail view "
                                   "highlights it too")
-    view = run_loaders.timeline_view(key, step, _window(), first)
+    over = run_loaders.overview_view(key, step, first)
+    detail = run_loaders.detail_view(key, step, _window(), first)
 
     head = tables["summary"]
     m = st.columns(4)
@@ -87,15 +88,15 @@ def timeline_page(s: TraceSet) -> None:
     st.subheader("Overview")
     st.caption("Every rank (rows) over the step; drag across it to zoom the detail view below, double-click to reset. "
                "Short events are merged so the chart stays light (hover: events merged, busy %).")
-    st.altair_chart(timeline_charts.gantt_overview_chart(view["overview"], span=view["span"], window=view["window"]),
+    st.altair_chart(timeline_charts.gantt_overview_chart(over["frame"], span=over["span"], window=detail["window"]),
                     key=BRUSH_KEY, on_select=_on_brush, selection_mode=timeline_charts.BRUSH)
-    lo, hi = view["window"] or view["span"]
+    lo, hi = detail["window"] or over["span"]
     c1, c2 = st.columns([5, 1], vertical_alignment="bottom")
     c1.subheader(f"Detail: {lo:,.1f}–{hi:,.1f} ms")
-    c2.button("Whole step", on_click=_whole_step, disabled=view["window"] is None, key="tl_reset")
+    c2.button("Whole step", on_click=_whole_step, disabled=detail["window"] is None, key="tl_reset")
     st.caption("Per rank a compute lane and a collective lane. Click a collective to highlight the same instance on "
                "every rank of its group (double-click clears); hover for op, bytes, group and busbw.")
-    st.altair_chart(timeline_charts.gantt_detail_chart(view["detail"], window=(lo, hi), highlight=highlight or None))
+    st.altair_chart(timeline_charts.gantt_detail_chart(detail["frame"], window=(lo, hi), highlight=highlight or None))
 
     st.subheader("Where each rank's time goes")
     st.altair_chart(timeline_charts.breakdown_chart(tables["parts"]))

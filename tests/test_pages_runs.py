@@ -81,11 +81,39 @@ def _text(at) -> str:
 
 # ----------------------------------------------------------------------------------------------- Home
 
-def test_home_without_runs_says_what_to_do(runs):
+def test_home_without_runs_and_without_a_demo_says_what_to_do(runs, monkeypatch):
+    from ui import demo
+
+    monkeypatch.setattr(demo, "automatic", lambda: False)
     at = _ok(page_test("pages/home.py"))
     assert "No runs or uploaded traces yet" in _text(at)
     assert at.button(key="home_demo").label == "Profile the demo run now"
+    labels = [link.proto.label for link in at.get("page_link")]
+    assert any("Run a job" in label for label in labels) and any("upload" in label for label in labels)
     assert not vega_charts(at) and not at.dataframe
+
+
+def test_home_on_a_fresh_install_starts_the_demo_run(runs, monkeypatch):
+    """profiler.demo starts the demo in the background; here a stand-in writes its first run.json."""
+    import profiler.demo
+
+    calls = []
+
+    def fake_demo(runs_dir):
+        calls.append(runs_dir)
+        path = Path(runs_dir) / "demo"
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "run.json").write_text(json.dumps({"status": "running", "progress": {"step": 0, "steps": 4},
+                                                   "plan": {"dp": 2, "tp": 2, "pp": 2, "sp": True, "global_batch": 8},
+                                                   "world_size": 8, "model": "tiny"}))
+        return path
+
+    monkeypatch.setattr(profiler.demo, "ensure_demo_run", fake_demo)
+    at = _ok(page_test("pages/home.py"))
+    assert calls == [runs] and at.query_params["run"] == "demo"
+    assert at.selectbox(key="home_pick").value == "demo"
+    (bar,) = at.get("progress")
+    assert "step 0 of 4" in bar.proto.text
 
 
 def test_home_lists_runs_and_keeps_the_choice_in_the_url(runs):

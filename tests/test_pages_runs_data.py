@@ -72,7 +72,8 @@ def test_gantt_frame_times_groups_and_busbw():
         "busy_ns": [MS, 2 * MS, 3 * MS, MS // 2], "merged": [False, False, False, True]})
     table = pd.DataFrame({"rank": [0, 1], "instance": ["0,1#3", "0,1#3"], "busbw_gbps": [2.5, 1.5]})
     g = run_data.gantt_frame(rects, table, t0_ns=5 * MS)
-    assert g["start_ms"].tolist() == [0.0, 1.0, 1.0, 3.0] and g["dur_ms"].tolist() == [1.0, 2.0, 3.0, 1.0]
+    assert g["start_ms"].tolist() == [0.0, 1.0, 1.0, 3.0] and g["end_ms"].tolist() == [1.0, 3.0, 4.0, 4.0]
+    assert g["start_ms"].dtype == "float32" and g["rank"].dtype == "int32"  # narrow: this goes to the browser
     assert g["category"].astype(str).tolist() == ["compute", "tp", "tp", "unknown"]
     assert g["group"].astype(str).tolist() == ["", "0,1", "0,1", ""]
     assert g["busbw_gbps"].tolist()[1:3] == [2.5, 1.5]
@@ -121,17 +122,20 @@ def test_skew_table_and_metrics_summary():
 def test_timeline_chart_specs():
     frame = pd.DataFrame({"rank": [0, 1], "lane": pd.Categorical(["compute", "comm"], categories=["compute", "memory",
                                                                                                   "comm"]),
-                          "start_ms": [0.0, 1.0], "end_ms": [1.0, 2.0], "dur_ms": [1.0, 1.0], "category": ["compute", "tp"],
+                          "start_ms": [0.0, 1.0], "end_ms": [1.0, 2.0], "category": ["compute", "tp"],
                           "label": ["aten::mm", "all_reduce"], "op": ["", "all_reduce"], "dim": ["", "tp"],
                           "bytes": [np.nan, 64.0], "group": ["", "0,1"], "busbw_gbps": [np.nan, 1.0], "n_events": [1, 1],
                           "busy_pct": [100.0, 100.0], "instance": ["", "0,1#0"]})
-    over = timeline_charts.gantt_overview_chart(frame, span=(0.0, 2.0), window=(0.5, 1.5)).to_dict()
+    over = timeline_charts.gantt_overview_chart(frame[run_data.OVERVIEW_COLUMNS], span=(0.0, 2.0),
+                                                window=(0.5, 1.5)).to_dict()
+    fields = {t["field"] for t in over["encoding"]["tooltip"]}
+    assert fields <= set(run_data.OVERVIEW_COLUMNS) | {"dur_ms"}  # computed in the browser
     assert over["params"][0] == {"name": "brush", "select": {"type": "interval", "encodings": ["x"]},
                                  "value": {"x": [0.5, 1.5]}}
     assert over["encoding"]["color"]["scale"]["domain"] == ["compute", "tp"]
     detail = timeline_charts.gantt_detail_chart(frame, window=(0.5, 1.5), highlight="0,1#0").to_dict()
     comm = detail["layer"][1]
-    assert comm["transform"] == [{"filter": "datum.lane == 'comm'"}]
+    assert {"filter": "datum.lane == 'comm'"} in comm["transform"]
     assert detail["params"][0]["value"] == [{"instance": "0,1#0"}] or comm["params"][0]["value"] == [{"instance": "0,1#0"}]
     assert detail["layer"][0]["encoding"]["yOffset"]["scale"]["domain"] == ["compute", "comm"]
     parts = run_data.breakdown_parts(BD, 1)

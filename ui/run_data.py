@@ -54,39 +54,42 @@ def _group_of(instance: pd.Series) -> pd.Series:
     return instance.astype(str).str.rsplit("#", n=1).str[0]
 
 
+OVERVIEW_COLUMNS = ["rank", "start_ms", "end_ms", "category", "label", "n_events", "busy_pct"]
+
+
 def gantt_frame(rects: pd.DataFrame, table: pd.DataFrame, *, t0_ns: int) -> pd.DataFrame:
-    """profiler.analyzers.timeline rectangles for a chart: rank, lane, start_ms, end_ms, dur_ms,
-    category (compute | memory | the collective's dim), label, op, dim, bytes, group, busbw_gbps (from
-    the collectives table, unmerged collectives only), n_events, busy_pct, instance (unique for merged
-    rectangles, so selecting one never selects another)."""
+    """profiler.analyzers.timeline rectangles for a chart: rank, lane, start_ms, end_ms (float32 ms from
+    t0), category (compute | memory | the collective's dim), label (kernel or op name), dim, bytes, group,
+    busbw_gbps (from the collectives table; unmerged collectives only), n_events, busy_pct, instance
+    (unique for merged rectangles, so selecting one never selects another). Narrow dtypes and Arrow
+    dictionaries: this is what the browser receives."""
     if rects.empty:
-        return pd.DataFrame(columns=["rank", "lane", "start_ms", "end_ms", "dur_ms", "category", "label", "op", "dim",
-                                     "bytes", "group", "busbw_gbps", "n_events", "busy_pct", "instance"])
-    comm = rects["lane"] == "comm"
+        return pd.DataFrame(columns=["rank", "lane", "start_ms", "end_ms", "category", "label", "dim", "bytes", "group",
+                                     "busbw_gbps", "n_events", "busy_pct", "instance"])
+    comm = (rects["lane"] == "comm").to_numpy()
     busbw = table.groupby(["rank", "instance"], observed=True)["busbw_gbps"].median() if len(table) else None
     keys = pd.MultiIndex.from_arrays([rects["rank"], rects["instance"]])
     bw = busbw.reindex(keys).to_numpy(dtype=float) if busbw is not None else np.full(len(rects), np.nan)
-    instance = rects["instance"].astype(str)
     merged = rects["merged"].to_numpy()
+    instance = rects["instance"].astype(str)
     instance = instance.where(~merged, "merged " + rects["rank"].astype(str) + ":" + rects["start_ns"].astype(str))
     dims = rects["dim"].astype(str).replace({"": "unknown"})
-    start = (rects["start_ns"] - t0_ns) / 1e6
-    end = (rects["end_ns"] - t0_ns) / 1e6
     out = pd.DataFrame({
         "rank": rects["rank"].astype("int32"),
         "lane": pd.Categorical(rects["lane"], categories=["compute", "memory", "comm"]),
-        "start_ms": start.astype("float64"), "end_ms": end.astype("float64"), "dur_ms": (end - start).astype("float32"),
+        "start_ms": ((rects["start_ns"] - t0_ns) / 1e6).astype("float32"),
+        "end_ms": ((rects["end_ns"] - t0_ns) / 1e6).astype("float32"),
         "category": np.where(comm, dims, rects["lane"]),
         "label": np.where(comm, rects["op"].astype(str), rects["name"].astype(str).str.slice(0, 80)),
-        "op": rects["op"].astype(str), "dim": np.where(comm, dims, ""),
-        "bytes": rects["bytes"].astype("Float64"),
+        "dim": np.where(comm, dims, ""),
+        "bytes": rects["bytes"].to_numpy(dtype="float64", na_value=np.nan).astype("float32"),
         "group": np.where(comm & ~merged, _group_of(rects["instance"]), ""),
         "busbw_gbps": np.where(comm, bw, np.nan).astype("float32"),
-        "n_events": rects["n_events"].astype("int32"),
-        "busy_pct": (100 * rects["busy_ns"] / (rects["end_ns"] - rects["start_ns"]).clip(lower=1)).astype("float32"),
+        "n_events": rects["n_events"].clip(upper=np.iinfo(np.int16).max).astype("int16"),
+        "busy_pct": (100 * rects["busy_ns"] / (rects["end_ns"] - rects["start_ns"]).clip(lower=1)).round().astype("uint8"),
         "instance": np.where(comm, instance, ""),
     })
-    for col in ("category", "label", "op", "dim", "group", "instance"):
+    for col in ("category", "label", "dim", "group", "instance"):
         out[col] = out[col].astype("category")  # Arrow dictionaries: each string sent once
     return out
 

@@ -3,7 +3,8 @@ table feeds every other analyzer), and each view's frames cached by plain argume
 
     key = set_key(trace_set)             # (path, file signature, plan JSON): changes when the files do
     b = analysis(key)                    # Analysis: traces, table, offsets, breakdown, instances, ...
-    timeline_view(key, step, window, first_rank)   # overview + detail rectangles of a step
+    overview_view(key, step, first_rank)           # the step, coarse (cached without the window)
+    detail_view(key, step, window, first_rank)     # the brushed window in detail
 
 `analysis` is an st.cache_resource (the tables are shared, never copied: nobody mutates them);
 views are st.cache_data. A set whose files change (a run that finished, a re-upload) gets a new key.
@@ -72,28 +73,42 @@ def _budget(total: int, ranks: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, total // max(1, ranks)))
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def timeline_view(key: tuple, step: int, window: tuple[float, float] | None, first_rank: int) -> dict:
-    """Rectangles of `step` for ranks [first_rank, first_rank + MAX_GANTT_RANKS): the whole step
-    (overview) and `window` (ms from the step's start; None: the whole step) in detail, each within
-    its rectangle budget (timeline's level of detail)."""
+def _ranks(b: Analysis, first_rank: int) -> list[int]:
+    return [r for r in b.traces.rank_ids if first_rank <= r < first_rank + MAX_GANTT_RANKS]
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def overview_view(key: tuple, step: int, first_rank: int) -> dict:
+    """The whole of `step` for ranks [first_rank, first_rank + MAX_GANTT_RANKS), coarse: frame (columns
+    run_data.OVERVIEW_COLUMNS), span (0, step length in ms), t0_ns (the step's start), ranks."""
     from profiler.analyzers import timeline
 
     b = analysis(key)
     t0, t1 = run_data.step_span(b.bd, b.offsets, step)
-    ranks = [r for r in b.traces.rank_ids if first_rank <= r < first_rank + MAX_GANTT_RANKS]
+    ranks = _ranks(b, first_rank)
+    rects = timeline(b.traces, ranks=ranks, start_ns=t0, end_ns=t1, table=b.table, offsets=b.offsets,
+                     max_rects=_budget(OVERVIEW_RECTS, len(ranks), 8, 60))
+    frame = run_data.gantt_frame(rects, b.table, t0_ns=t0)[run_data.OVERVIEW_COLUMNS]
+    return {"frame": frame, "span": (0.0, (t1 - t0) / 1e6), "t0_ns": t0, "ranks": ranks}
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def detail_view(key: tuple, step: int, window: tuple[float, float] | None, first_rank: int) -> dict:
+    """`window` of `step` (ms from the step's start, clipped to it; None: the whole step) in detail,
+    within the detail budget (timeline's level of detail): frame, window (None when the whole step)."""
+    from profiler.analyzers import timeline
+
+    b = analysis(key)
+    t0, t1 = run_data.step_span(b.bd, b.offsets, step)
     span = (0.0, (t1 - t0) / 1e6)
-    common = dict(ranks=ranks, table=b.table, offsets=b.offsets)
-    over = timeline(b.traces, start_ns=t0, end_ns=t1, max_rects=_budget(OVERVIEW_RECTS, len(ranks), 8, 60), **common)
     if window is not None:
         lo, hi = max(span[0], window[0]), min(span[1], window[1])
         window = (lo, hi) if hi > lo else None
     w = window or span
-    detail = timeline(b.traces, start_ns=t0 + int(w[0] * 1e6), end_ns=t0 + int(w[1] * 1e6),
-                      max_rects=_budget(DETAIL_RECTS, len(ranks), 20, 400), **common)
-    return {"overview": run_data.gantt_frame(over, b.table, t0_ns=t0),
-            "detail": run_data.gantt_frame(detail, b.table, t0_ns=t0),
-            "span": span, "window": window, "ranks": (ranks[0], ranks[-1]) if ranks else (0, -1)}
+    ranks = _ranks(b, first_rank)
+    rects = timeline(b.traces, ranks=ranks, start_ns=t0 + int(w[0] * 1e6), end_ns=t0 + int(w[1] * 1e6),
+                     table=b.table, offsets=b.offsets, max_rects=_budget(DETAIL_RECTS, len(ranks), 20, 400))
+    return {"frame": run_data.gantt_frame(rects, b.table, t0_ns=t0), "window": window}
 
 
 @st.cache_data(show_spinner=False, max_entries=32)

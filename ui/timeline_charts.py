@@ -24,12 +24,14 @@ PICK = "pick"
 LEGEND_PX = 130  # x axis, its title and the legend below the plot
 
 
-def _tooltip() -> list[alt.Tooltip]:
-    return [alt.Tooltip("rank:O", title="rank"), alt.Tooltip("label:N", title="op / kernel"),
-            alt.Tooltip("dim:N", title="dimension"), alt.Tooltip("bytes:Q", title="bytes", format=",d"),
-            alt.Tooltip("group:N", title="group ranks"), alt.Tooltip("busbw_gbps:Q", title="busbw GB/s", format=",.3g"),
-            alt.Tooltip("start_ms:Q", title="start ms", format=",.3f"), alt.Tooltip("dur_ms:Q", title="ms", format=",.3f"),
-            alt.Tooltip("n_events:Q", title="events merged"), alt.Tooltip("busy_pct:Q", title="busy %", format=".0f")]
+def _tooltip(detail: bool = True) -> list[alt.Tooltip]:
+    """Hover text; the overview's frame has fewer columns (run_data.OVERVIEW_COLUMNS)."""
+    head = [alt.Tooltip("rank:O", title="rank"), alt.Tooltip("label:N", title="op / kernel")]
+    comm = [alt.Tooltip("dim:N", title="dimension"), alt.Tooltip("bytes:Q", title="bytes", format=",d"),
+            alt.Tooltip("group:N", title="group ranks"), alt.Tooltip("busbw_gbps:Q", title="busbw GB/s", format=",.3g")]
+    tail = [alt.Tooltip("start_ms:Q", title="start ms", format=",.3f"), alt.Tooltip("dur_ms:Q", title="ms", format=",.3f"),
+            alt.Tooltip("n_events:Q", title="events merged"), alt.Tooltip("busy_pct:Q", title="busy %")]
+    return head + (comm if detail else []) + tail
 
 
 def _color(frame: pd.DataFrame) -> alt.Color:
@@ -54,9 +56,11 @@ def gantt_overview_chart(frame: pd.DataFrame, *, span: tuple[float, float],
     n = int(frame["rank"].nunique()) if len(frame) else 1
     brush = alt.selection_interval(encodings=["x"], name=BRUSH, value={"x": list(window)} if window else alt.Undefined)
     # Streamlit fits the axes and the legend below into `height` too: ~130 px on top of the plot.
-    return alt.Chart(frame, width="container", height=min(360, max(60, 12 * n)) + LEGEND_PX).mark_rect().encode(
+    return alt.Chart(frame, width="container", height=min(360, max(60, 12 * n)) + LEGEND_PX).transform_calculate(
+        dur_ms="datum.end_ms - datum.start_ms",
+    ).mark_rect().encode(
         x=_x(span, "ms from the step's start (drag to zoom the detail view)"), x2=alt.X2("end_ms"),
-        y=_rank_y(n), color=_color(frame), tooltip=_tooltip(),
+        y=_rank_y(n), color=_color(frame), tooltip=_tooltip(detail=False),
     ).add_params(brush)
 
 
@@ -67,7 +71,7 @@ def gantt_detail_chart(frame: pd.DataFrame, *, window: tuple[float, float], high
     lanes = [lane for lane in ("compute", "memory", "comm") if len(frame) and (frame["lane"] == lane).any()]
     pick = alt.selection_point(fields=["instance"], on="click", clear="dblclick", name=PICK,
                                value=[{"instance": highlight}] if highlight else alt.Undefined)
-    base = alt.Chart().encode(
+    base = alt.Chart().transform_calculate(dur_ms="datum.end_ms - datum.start_ms").encode(
         x=_x(window), x2=alt.X2("end_ms"), y=_rank_y(n),
         yOffset=alt.YOffset("lane:N", scale=alt.Scale(domain=lanes or ["comm"], paddingInner=0.15)),
         color=_color(frame), tooltip=_tooltip())
