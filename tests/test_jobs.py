@@ -182,3 +182,58 @@ def test_run_a_job_page_starts_the_job_and_shows_it(tmp_path, fake, monkeypatch)
     assert _wait(lambda: jobs.refresh(job).returncode == 0)
     at.run()
     assert any(job.name in m.value and "completed" in m.value for m in at.markdown)
+
+
+# ------------------------------------------------------------------ the real profiler (issue #4)
+
+def _real_profiler() -> None:
+    pytest.importorskip("profiler.run_cli", reason="python -m profiler run is not in this checkout")
+
+
+def _group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.slow
+def test_a_real_profile_run_from_the_dashboard_fills_the_timeline(tmp_path, monkeypatch):
+    """`python -m profiler run` through ui.jobs: progress while it runs, then a completed run whose
+    traces the Collective timeline draws."""
+    _real_profiler()
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("PARASCOPE_RUNS", str(runs))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    name = jobs.reserve(runs, "e2e")
+    job = jobs.start(jobs.profile_argv(["--model", "tiny", "--dp", "2", "--tp", "2", "--sp", "--steps", "3"], runs / name),
+                     name=name, runs_dir=runs)
+    seen = set()
+    assert _wait(lambda: seen.add(trace_sets.find_set(name).status) or jobs.refresh(job).returncode is not None,
+                 timeout=180)
+    s = trace_sets.find_set(name)
+    assert jobs.refresh(job).returncode == 0, jobs.tail(job.log_path)
+    assert s.status == "completed" and s.trace_files == 4 and s.has_metrics and s.plan_label == "DP2 TP2+SP PP1 mb1"
+    assert seen & {"starting", "running"}
+    from ui.testing import vega_charts
+
+    at = page_test("pages/timeline.py", {"run": name})
+    assert not at.exception, [e.value for e in at.exception]
+    detail = vega_charts(at)[1].frame()
+    assert sorted(detail["rank"].unique()) == [0, 1, 2, 3] and "sp" in set(detail["category"].astype(str))
+
+
+@pytest.mark.slow
+def test_cancelling_a_real_profile_run_leaves_no_process(tmp_path):
+    _real_profiler()
+    name = jobs.reserve(tmp_path, "cancel")
+    job = jobs.start(jobs.profile_argv(["--model", "tiny", "--dp", "2", "--steps", "500"], tmp_path / name),
+                     name=name, runs_dir=tmp_path, env=_env(OMP_NUM_THREADS=1))
+    assert _wait(lambda: (s := trace_sets.find_set(name, runs=tmp_path)) is not None and s.status == "running"
+                 and (s.step or 0) >= 1, timeout=120)
+    jobs.cancel(job, grace_s=5)
+    assert _wait(lambda: _group_gone(job.pgid), timeout=30)  # ranks included: the whole group is gone
+    assert _wait(lambda: jobs.refresh(job).returncode is not None, timeout=10)
+    s = trace_sets.find_set(name, runs=tmp_path)
+    assert s.status == "cancelled" and ("SIGTERM" in s.error or s.error == "cancelled from the dashboard")
