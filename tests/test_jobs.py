@@ -237,3 +237,15 @@ def test_cancelling_a_real_profile_run_leaves_no_process(tmp_path):
     assert _wait(lambda: jobs.refresh(job).returncode is not None, timeout=10)
     s = trace_sets.find_set(name, runs=tmp_path)
     assert s.status == "cancelled" and ("SIGTERM" in s.error or s.error == "cancelled from the dashboard")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--model", "tiny", "--dp", "2", "--tp", "3"], "heads 4 are not divisible by tp 3"),
+    (["--model", "tiny", "--dp", "2", "--steps", "1", "--wait", "1", "--warmup", "1"], "record at least one step"),
+    (["--model", "tiny", "--dp", "2", "--steps", "3"], None),
+])
+def test_the_form_is_checked_by_the_profilers_own_validation(flags, message):
+    from ui.job_form import check
+
+    errors, _ = check(flags)
+    assert any(message in e for e in errors) if message else errors == []

@@ -1,5 +1,5 @@
 """The Run-a-job form: the plan and model flags of `python -m profiler run` (those of `python -m parallel
-train`, plus the profiler's), checked by the engine's own validation before anything starts.
+train`, plus the profiler's schedule), checked by the profiler's own validation before anything starts.
 
     flags, label = job_form()      # None until the form is submitted; then the flags and a run label
     errors, warnings = check(flags)
@@ -22,7 +22,6 @@ DEFAULTS = {"model": "tiny", "dp": 2, "tp": 2, "pp": 2, "cp": 1, "sp": True, "mi
             "vpp": 1, "zero": 0, "recompute": "none", "order": DEFAULT_ORDER, "schedule": "1f1b", "steps": 4,
             "launcher": "local", "timeout": 60.0, "wait": 1, "warmup": 1, "active": None,
             "layers": None, "hidden": None, "heads": None, "seq_len": None}
-PROFILER_ONLY = ("--wait", "--warmup", "--active")  # each takes a value; `parallel train` does not know them
 
 
 def _int(container, label: str, key: str, lo: int = 1, hi: int = 4096, **kw):
@@ -85,17 +84,12 @@ def job_form() -> tuple[list[str], str] | None:
 
 
 def check(flags: list[str]) -> tuple[list[str], list[str]]:
-    """The engine's own validation of the train flags (no torch import): (errors, warnings)."""
-    from parallel.train import config_from_args
+    """`python -m profiler run`'s own validation of the flags (plan, model, schedule, launcher; no torch
+    import): (errors, warnings)."""
+    from profiler.run_args import parse_run
 
-    train_flags, skip = [], False
-    for flag in flags:
-        if skip or flag in PROFILER_ONLY:
-            skip = not skip and flag in PROFILER_ONLY
-            continue
-        train_flags.append(flag)
     try:
-        _, errors, warnings = config_from_args(train_flags)
-    except SystemExit:  # argparse: a bad value it printed itself
-        return [f"the flags {' '.join(train_flags)} are not accepted by python -m parallel train"], []
+        _, errors, warnings = parse_run(flags)
+    except SystemExit:  # argparse: a value it refused (and printed)
+        return [f"python -m profiler run does not accept: {' '.join(flags)}"], []
     return list(errors), list(warnings)
