@@ -287,9 +287,10 @@ def test_tp_scaling_overlays_the_runs_tp_group_busbw(runs):
 
 
 def test_tp_scaling_overlays_commbench_results(runs, tmp_path):
-    bench = {"rows": [{"op": "all_reduce", "group_size": 2, "bytes": 1 << 20, "busbw_bytes_per_s": 2.0e9, "link": "intra"},
-                      {"op": "all_reduce", "group_size": 2, "bytes": 1 << 24, "busbw_bytes_per_s": 3.0e9, "link": "intra"},
-                      {"op": "all_gather", "group_size": 4, "bytes": 1 << 24, "busbw_bytes_per_s": 9.0e9, "link": "intra"}],
+    # the shape of `python -m profiler commbench`'s JSON: results (one row per op, group size, link, bytes), fits, links
+    bench = {"results": [{"op": "all_reduce", "group_size": 2, "bytes": 1 << 20, "busbw_gbps": 2.0, "link": "intra"},
+                         {"op": "all_reduce", "group_size": 2, "bytes": 1 << 24, "busbw_gbps": 3.0, "link": "intra"},
+                         {"op": "all_gather", "group_size": 4, "bytes": 1 << 24, "busbw_gbps": 9.0, "link": "intra"}],
              "links": {"intra": {"latency_s": 5e-5, "bandwidth_bytes_per_s": 3.0e9}}}
     run = install_run(runs, "alpha")
     (run / "commbench.json").write_text(json.dumps(bench))

@@ -96,12 +96,12 @@ def test_tp_measured_by_group_size_and_link():
 
 
 def test_commbench_points_take_the_largest_all_reduce_message():
-    data = {"rows": [{"op": "all_reduce", "nranks": 4, "bytes": 1024, "busbw_gbps": 1.0},
-                     {"op": "all_reduce", "nranks": 4, "bytes": 1 << 24, "busbw_gbps": 7.0},
-                     {"op": "all_to_all", "nranks": 4, "bytes": 1 << 24, "busbw_gbps": 3.0}]}
+    data = {"results": [{"op": "all_reduce", "nranks": 4, "bytes": 1024, "busbw_gbps": 1.0},
+                        {"op": "all_reduce", "nranks": 4, "bytes": 1 << 24, "busbw_gbps": 7.0},
+                        {"op": "all_to_all", "nranks": 4, "bytes": 1 << 24, "busbw_gbps": 3.0}]}
     points = run_data.commbench_points(data)
     assert points[["tp", "link", "busbw_bytes_per_s"]].values.tolist() == [[4, "intra", 7e9]]
-    assert run_data.commbench_points({"rows": []}).empty and run_data.commbench_points({}).empty
+    assert run_data.commbench_points({"results": []}).empty and run_data.commbench_points({}).empty
 
 
 def test_skew_table_and_metrics_summary():

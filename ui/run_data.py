@@ -254,9 +254,11 @@ def metrics_summary(metrics: dict | None) -> dict:
 
 
 def commbench_points(data: dict) -> pd.DataFrame:
-    """busbw points of a `python -m profiler commbench` result for the TP-scaling overlay: its all_reduce rows,
-    the largest message of each (group size, link): tp, link, busbw_bytes_per_s, sp (False), source."""
-    rows = pd.DataFrame([r for r in data.get("rows") or [] if isinstance(r, dict)])
+    """busbw points of a `python -m profiler commbench` result for the TP-scaling overlay: of its `results`
+    (op, group_size, link, bytes, busbw_gbps, ...), the all_reduce rows, the largest message of each
+    (group size, link): tp, link, busbw_bytes_per_s, sp (False), source."""
+    listed = data.get("results") or data.get("rows") or []  # one row per (op, group size, link, bytes)
+    rows = pd.DataFrame([r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else [])
     if rows.empty:
         return pd.DataFrame(columns=["tp", "link", "busbw_bytes_per_s"])
     size = next((c for c in ("group_size", "nranks", "n", "ranks", "world_size") if c in rows), None)

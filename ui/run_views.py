@@ -104,9 +104,17 @@ def memory_measured(choice: PlanChoice) -> None:
     st.altair_chart(memory_charts.measured_vs_predicted_chart(frame))
 
 
+def _json(data: bytes):
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
 def tp_measured(choice: PlanChoice) -> pd.DataFrame | None:
     """Measured busbw points for the TP-scaling charts: the named set's TP-group collectives, and the
-    commbench results uploaded here or found in the set's folder (commbench.json)."""
+    commbench results uploaded here or found beside the runs (RUNS/commbench*.json, the set's
+    commbench.json)."""
     parts = []
     s = _named_set()
     title = (f"Measured: {s.name}'s TP-group collectives, commbench results" if s is not None else
@@ -128,19 +136,18 @@ def tp_measured(choice: PlanChoice) -> pd.DataFrame | None:
                 st.caption(f"{s.name} has no TP/SP-group collectives with a known size.")
         elif s is None:
             st.caption("Open a run from Home (its TP scaling link) to overlay its TP-group collectives.")
-        files = [f for f in ([s.path / "commbench.json"] if s is not None else []) if f.is_file()]
+        files = ([s.path / "commbench.json"] if s is not None else []) + sorted(trace_sets.runs_dir().glob("commbench*.json"))
+        found = {f.name if f.parent == trace_sets.runs_dir() else f"{s.name}/{f.name}": _json(f.read_bytes())
+                 for f in files if f.is_file()}
         up = st.file_uploader("commbench JSON (python -m profiler commbench --out FILE)", type=["json"], key="tps_commbench")
-        found = [json.loads(f.read_text()) for f in files]
         if up is not None:
-            try:
-                found.append(json.loads(up.getvalue()))
-            except ValueError as err:
-                st.error(f"{up.name} is not JSON: {err}")
-        for data in found:
-            if isinstance(data, dict):
-                bench = run_data.commbench_points(data)
-                if bench.empty:
-                    st.warning("The commbench file has no all_reduce rows with a group size and busbw.")
-                parts.append(bench)
+            found[up.name] = _json(up.getvalue())
+        for name, data in found.items():
+            bench = run_data.commbench_points(data) if isinstance(data, dict) else None
+            if bench is None or bench.empty:
+                st.warning(f"{name}: no all_reduce rows with a group size and busbw (is it commbench's JSON?)")
+                continue
+            st.caption(f"{name}: commbench all_reduce busbw at its largest message, by group size and link.")
+            parts.append(bench.assign(source=name))
     parts = [p for p in parts if len(p)]
     return pd.concat(parts, ignore_index=True) if parts else None
