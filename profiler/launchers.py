@@ -9,7 +9,7 @@ agent per command and watches them. Agents, by launcher:
     local_commands(module, args, nproc)      `python -m profiler.local_agent`: imports torch once and
                                              forks the ranks (fast; one node); its outcome file names
                                              the failing rank
-    torchrun_commands(worker, ...)           one `torchrun` agent for this node: --standalone, or this
+    torchrun_commands(module, args, ...)     one `torchrun` agent for this node: --standalone, or this
                                              node of a multi-node job (--nnodes/--node-rank/--rdzv-*;
                                              every node runs its own supervisor); the failing rank is
                                              torchrun's "Root Cause" in its output
@@ -62,16 +62,23 @@ def local_commands(module: str, args: list[str], *, nproc: int, outcome: Path) -
              "--", *args]]
 
 
-def torchrun_commands(worker: list[str], *, nproc_per_node: int, nnodes: int = 1, node_rank: int = 0,
+def torchrun_commands(module: str, args: list[str], *, nproc_per_node: int, nnodes: int = 1, node_rank: int = 0,
                       rdzv_backend: str = "c10d", rdzv_endpoint: str | None = None,
                       rdzv_id: str = "parascope") -> list[list[str]]:
-    """The torchrun agent this node runs for `worker` (argv after torchrun's own flags, e.g.
-    ['-m', 'profiler.run_worker', ...]): `--standalone` on one node, else the multi-node flags."""
+    """The torchrun agent this node runs for `python -m module args` per rank: `--standalone` on one
+    node, else the multi-node flags. The ranks' args follow a `--` (torchrun's argparse would
+    otherwise take a flag like --nproc for an abbreviation of its own); worker_args() drops it."""
     base = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}", "--max-restarts=0"]
+    worker = ["-m", module, "--", *args]
     if nnodes == 1:
         return [[*base, "--standalone", *worker]]
     return [[*base, f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--rdzv-backend={rdzv_backend}",
              f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}", *worker]]
+
+
+def worker_args(argv: list[str]) -> list[str]:
+    """A rank's own arguments, without the `--` torchrun_commands puts before them."""
+    return argv[1:] if argv[:1] == ["--"] else argv
 
 
 def local_outcome(path: Path):

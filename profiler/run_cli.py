@@ -57,8 +57,7 @@ def make_launcher(spec: RunSpec, run_dir: Path, run_id: str) -> AgentLauncher:
         commands = local_commands("profiler.run_worker", spec.worker_argv(run_dir), nproc=spec.plan.world_size,
                                   outcome=outcome)
         return AgentLauncher("local", commands, log=log, env=env, outcome=local_outcome(outcome))
-    worker = ["-m", "profiler.run_worker", *spec.worker_argv(run_dir)]
-    commands = torchrun_commands(worker, nproc_per_node=spec.nproc_per_node, nnodes=spec.nnodes,
+    commands = torchrun_commands("profiler.run_worker", spec.worker_argv(run_dir), nproc_per_node=spec.nproc_per_node, nnodes=spec.nnodes,
                                  node_rank=spec.node_rank, rdzv_backend=spec.rdzv_backend,
                                  rdzv_endpoint=spec.rdzv_endpoint, rdzv_id=spec.rdzv_id)
     if not spec.multinode:

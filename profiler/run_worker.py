@@ -39,6 +39,7 @@ import torch
 from parallel.train import run_rank, torchrun_env
 
 from . import rundir
+from .launchers import worker_args
 from .run_args import RunSpec, parse_run
 
 GZIP_LEVEL = 6  # torch uses 9: on these traces 3x the time (190 vs 56 ms for 4.4 MB) for 9% smaller files
@@ -159,7 +160,7 @@ def rank(spec: RunSpec, **where) -> None:
 
 def main(argv=None) -> int:
     """Entry point of one rank under torchrun (the supervisor validated the flags already)."""
-    spec, errors, _ = parse_run(sys.argv[1:] if argv is None else argv)
+    spec, errors, _ = parse_run(worker_args(sys.argv[1:] if argv is None else list(argv)))
     env = torchrun_env()
     if errors or env is None or spec.out is None:
         print("profiler.run_worker: " + ("; ".join(errors) or "start it with torchrun and --out"), file=sys.stderr)
@@ -168,8 +169,11 @@ def main(argv=None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import record  # torchrun reports the traceback
 
     spec = dataclasses.replace(spec, cfg=dataclasses.replace(spec.cfg, launcher="torchrun"))
-    record(profile_rank)(spec, spec.out, rank=env["rank"], world_size=env["world_size"], init_method="env://",
-                         local_rank=env["local_rank"], node=env["node"], gpus_per_node=env["gpus_per_node"])
+    try:  # record: torchrun's error file (its "Root Cause" names this rank and the error)
+        record(profile_rank)(spec, spec.out, rank=env["rank"], world_size=env["world_size"], init_method="env://",
+                             local_rank=env["local_rank"], node=env["node"], gpus_per_node=env["gpus_per_node"])
+    except BaseException:  # noqa: BLE001 - profile_rank printed the traceback to this rank's log once
+        return 1
     return 0
 
 

@@ -51,7 +51,7 @@ from .run_args import RunSpec
 PEER_FAILURE = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Timed out|timed out|remote process exit|"
                           r"stopped by signal")
 TIMEOUT = re.compile(r"Timed out|timed out")
-LOG_TAIL_LINES = 20
+LOG_TAIL_LINES = 30
 
 
 def initial_record(spec: RunSpec, *, run_id: str | None = None, torch_version: str | None = None) -> dict:
