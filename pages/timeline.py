@@ -101,7 +101,8 @@ def timeline_page(s: TraceSet) -> None:
     st.subheader("Where each rank's time goes")
     st.altair_chart(timeline_charts.breakdown_chart(tables["parts"]))
     t1, t2, t3, t4 = st.tabs(["Per rank", "Skew by dimension", "Stragglers", "By dimension"])
-    t1.dataframe(tables["breakdown"], hide_index=True)
+    t1.dataframe(tables["breakdown"], hide_index=True,
+                 column_config={"exposed share": st.column_config.NumberColumn(format="percent")})
     t2.caption("Arrival skew = last start − first start of a collective instance across its group (aligned clocks).")
     t2.dataframe(tables["skew"], hide_index=True)
     t3.dataframe(tables["stragglers"], hide_index=True)

@@ -106,6 +106,7 @@ def breakdown_table(bd: pd.DataFrame, step: int) -> pd.DataFrame:
     g = rows.groupby("rank")[cols].sum()
     out = pd.DataFrame({c.removesuffix("_ns").replace("_comm", " comm").replace("_", " ") + " ms": g[c] / 1e6
                         for c in cols})
+    out = out.round(3)
     out["exposed share"] = g["exposed_comm_ns"] / g["window_ns"].clip(lower=1)
     return out.reset_index()
 
@@ -148,7 +149,7 @@ def skew_table(inst: pd.DataFrame, steps: pd.Series, step: int) -> pd.DataFrame:
     out = pd.DataFrame({"instances": g.size(), "median skew ms": g["skew_ms"].median(),
                         "p95 skew ms": g["skew_ms"].quantile(0.95), "max skew ms": g["skew_ms"].max(),
                         "most often late": late, "times late": times})
-    return out.reset_index().sort_values("max skew ms", ascending=False, ignore_index=True)
+    return out.round(3).reset_index().sort_values("max skew ms", ascending=False, ignore_index=True)
 
 
 def straggler_table(strag: pd.DataFrame, steps: pd.Series, step: int) -> pd.DataFrame:
@@ -156,7 +157,7 @@ def straggler_table(strag: pd.DataFrame, steps: pd.Series, step: int) -> pd.Data
     rows = strag if step == ALL else strag[strag["instance"].map(steps) == step]
     return pd.DataFrame({"instance": rows["instance"].astype(str), "op": rows["op"].astype(str),
                          "dim": rows["dim"].astype(str), "group": rows["group"].astype(str),
-                         "seq": rows["seq"], "skew ms": rows["skew_ns"] / 1e6, "late rank": rows["late_rank"],
+                         "seq": rows["seq"], "skew ms": (rows["skew_ns"] / 1e6).round(3), "late rank": rows["late_rank"],
                          "early rank": rows["early_rank"], "bytes": rows["bytes"]}).reset_index(drop=True)
 
 
@@ -179,7 +180,7 @@ def dim_table(by_dim: pd.DataFrame, step: int) -> pd.DataFrame:
     rows = step_rows(by_dim, step)
     g = rows.groupby("dim", observed=True)[["count", "bytes", "comm_ns", "exposed_comm_ns"]].sum()
     return pd.DataFrame({"collectives": g["count"], "bytes": g["bytes"], "comm ms (all ranks)": g["comm_ns"] / 1e6,
-                         "exposed ms (all ranks)": g["exposed_comm_ns"] / 1e6}).reset_index()
+                         "exposed ms (all ranks)": g["exposed_comm_ns"] / 1e6}).round(3).reset_index()
 
 
 def rank_values(bd: pd.DataFrame, table: pd.DataFrame, inst: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -216,7 +217,8 @@ def tp_measured(table: pd.DataFrame, node_of: dict[int, object]) -> pd.DataFrame
     rows = rows.assign(link=rows["group"].astype(str).map(links), sp=rows["dim"].astype(str) == "sp",
                        op=rows["op"].astype(str), tp=rows["group_size"].astype("int64"))
     g = rows.groupby(["tp", "sp", "link", "op"])
-    out = pd.DataFrame({"n": g.size(), "bytes": g["bytes"].median(), "busbw_bytes_per_s": g["busbw_gbps"].median() * 1e9})
+    out = pd.DataFrame({"n": g.size(), "bytes": g["bytes"].median(), "busbw_gbps": g["busbw_gbps"].median()})
+    out["busbw_bytes_per_s"] = out["busbw_gbps"] * 1e9
     return out.reset_index()
 
 

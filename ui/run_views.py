@@ -130,7 +130,9 @@ def tp_measured(choice: PlanChoice) -> pd.DataFrame | None:
                 ours = None
             if ours is not None and len(ours):
                 st.caption(f"{s.name}: median busbw of its TP/SP-group collectives by group size and link (diamonds).")
-                st.dataframe(ours, hide_index=True)
+                st.dataframe(ours, hide_index=True, column_config={"busbw_bytes_per_s": None,
+                                                                   "busbw_gbps": st.column_config.NumberColumn(
+                                                                       "busbw GB/s", format="%.4g")})
                 parts.append(ours.assign(source=s.name))
             elif ours is not None:
                 st.caption(f"{s.name} has no TP/SP-group collectives with a known size.")

@@ -117,8 +117,10 @@ def busbw_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame |
     data = _valid(pred)
     data = data[(data["tp"] > 1) & ~data["sp"]].assign(source="predicted")
     if measured is not None and "busbw_bytes_per_s" in measured and len(measured):
-        data = pd.concat([data, measured[["tp", "link", "busbw_bytes_per_s"]].assign(
-            source="measured", link=lambda d: d["link"].map(link_label))], ignore_index=True)
+        extra = [c for c in ("source", "op") if c in measured]  # who measured it, which collective
+        data = pd.concat([data, measured[["tp", "link", "busbw_bytes_per_s", *extra]].rename(
+            columns={"source": "measured_by"}).assign(source="measured", link=lambda d: d["link"].map(link_label))],
+            ignore_index=True)
     data = data.assign(busbw_gbs=data["busbw_bytes_per_s"] / 1e9, msg_mib=data["bytes_per_call"] / 2**20)
     x = _tp_x(pred, "TP group size")
     y = alt.Y("busbw_gbs:Q", title="busbw, GB/s")  # short: a long title squeezes the plot
@@ -132,6 +134,7 @@ def busbw_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame |
     points = alt.Chart().transform_filter("datum.source == 'measured'").mark_point(
         shape="diamond", filled=True, size=90, color="#212529").encode(
         x=x, y=y, tooltip=[alt.Tooltip("tp:O", title="TP"), alt.Tooltip("link:N", title="link"),
-                           alt.Tooltip("busbw_gbs:Q", title="measured busbw GB/s", format=",.1f")])
+                           alt.Tooltip("busbw_gbs:Q", title="measured busbw GB/s", format=",.3g"),
+                           alt.Tooltip("measured_by:N", title="measured by"), alt.Tooltip("op:N", title="collective")])
     layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node)), line, dots, points]
     return alt.layer(*layers, data=data, width=420, height=280)

@@ -92,7 +92,7 @@ def breakdown_chart(parts: pd.DataFrame) -> alt.Chart:
         x=alt.X("rank:O", title="rank", axis=alt.Axis(labelAngle=0, labelOverlap=True)),
         y=alt.Y("ms:Q", title="ms", stack="zero"),
         color=alt.Color("part:N", title=None, scale=scale(PART_COLORS, present), sort=list(PARTS),
-                        legend=alt.Legend(orient="bottom", direction="horizontal")),
+                        legend=alt.Legend(orient="bottom", direction="horizontal", labelLimit=260)),
         order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip("rank:O", title="rank"), alt.Tooltip("part:N", title="part"),
                  alt.Tooltip("ms:Q", title="ms", format=",.2f")],
