@@ -83,9 +83,9 @@ class TraceSet:
 
     @property
     def label(self) -> str:
-        where = "upload" if self.kind == "upload" else self.status
+        """The picker's line (no status: it changes while the picker is open; the badge shows it)."""
         ranks = f"{self.world_size} ranks" if self.world_size else "ranks unknown"
-        return f"{self.name} · {self.plan_label} · {ranks} · {where}"
+        return f"{self.name} · {self.plan_label} · {ranks}" + (" · uploaded" if self.kind == "upload" else "")
 
     @property
     def has_traces(self) -> bool:
