@@ -17,9 +17,7 @@ def _on_pick() -> None:
 
 
 def _start_demo() -> None:
-    name = demo.start_demo(trace_sets.runs_dir())
-    if name:
-        selection.select(name)
+    selection.select(demo.start_demo(trace_sets.runs_dir()))
 
 
 def _table(was_active: bool) -> None:
@@ -87,20 +85,17 @@ def _details(s: TraceSet) -> None:
 
 def home_page() -> None:
     sets = trace_sets.list_sets()
-    if not sets:
-        st.info("No runs or uploaded traces yet. ParaScope profiles a small real job to start with: a tiny GPT "
-                "trained DP2 × TP2 + SP × PP2 on 8 CPU processes (gloo), every rank traced.")
-        if demo.automatic():
+    if not sets:  # a fresh install: profile the demo job, so the dashboard shows real data at once
+        st.info("No runs or uploaded traces yet, so ParaScope is profiling a small real job to start with: a tiny "
+                "GPT trained DP2 × TP2 + SP × PP2 on 8 CPU processes (gloo), every rank traced (well under a minute).")
+        try:
             _start_demo()
-            st.rerun()
-        st.button("Profile the demo run now", type="primary", on_click=_start_demo, key="home_demo",
-                  icon=":material/play_arrow:")
-        c1, c2 = st.columns(2)
-        c1.page_link(selection.PAGES["run_job"], label="…or choose the plan in Run a job", icon=":material/tune:")
-        c2.page_link(selection.PAGES["upload"], label="…or upload traces of your own job", icon=":material/upload:")
-        st.page_link(selection.PAGES["topology"], label="Plan a job without running it: Topology",
-                     icon=":material/grid_view:")
-        return
+        except OSError as err:
+            st.error(f"The demo run cannot start in {trace_sets.runs_dir()}: {err}. Set PARASCOPE_RUNS to a writable "
+                     "folder, or upload traces.")
+            st.page_link(selection.PAGES["upload"], label="Upload traces", icon=":material/upload:")
+            return
+        st.rerun()
     ids = [s.id for s in sets]
     current = selection.current_id()
     if current not in ids:

@@ -81,18 +81,6 @@ def _text(at) -> str:
 
 # ----------------------------------------------------------------------------------------------- Home
 
-def test_home_without_runs_and_without_a_demo_says_what_to_do(runs, monkeypatch):
-    from ui import demo
-
-    monkeypatch.setattr(demo, "automatic", lambda: False)
-    at = _ok(page_test("pages/home.py"))
-    assert "No runs or uploaded traces yet" in _text(at)
-    assert at.button(key="home_demo").label == "Profile the demo run now"
-    labels = [link.proto.label for link in at.get("page_link")]
-    assert any("Run a job" in label for label in labels) and any("upload" in label for label in labels)
-    assert not vega_charts(at) and not at.dataframe
-
-
 def test_home_on_a_fresh_install_starts_the_demo_run(runs, monkeypatch):
     """profiler.demo starts the demo in the background; here a stand-in writes its first run.json."""
     import profiler.demo

@@ -6,11 +6,11 @@ progress, by id. An id is what the `run` query parameter holds, so a copied URL 
     s = find_set("upload:ours-64")     # an uploaded set: upload:<name> under the uploads dir
 
 Where: runs under $PARASCOPE_RUNS (default ./runs), uploads under $PARASCOPE_UPLOADS (default
-./uploads). A run's state comes from its run.json (written by `python -m profiler run`), corrected
-by its job record (ui.jobs) when the dashboard started it: a process that is gone while run.json
-still says running (or never wrote one) is a failed run, or a cancelled one.
+./uploads). A run's state is profiler.runs.read_run's (its run.json, written by `python -m profiler
+run`), corrected by its job record (ui.jobs) when the dashboard started it: a process that is gone
+while run.json still says running (or never wrote one) is a failed run, or a cancelled one.
 
-Pure: stdlib and parallel/ only (no streamlit).
+Pure: stdlib, parallel/ and profiler.runs (no streamlit, no torch).
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ from . import jobs as jobs_mod
 from .plan_params import DEFAULT_PARAMS, plan_to_params
 
 UPLOAD = "upload:"
-STATUSES = ("starting", "running", "completed", "failed", "cancelled", "uploaded")
+STATUSES = ("starting", "running", "completed", "failed", "cancelled", "uploaded", "unknown")  # unknown: traces, no run.json
 
 
 def runs_dir() -> Path:
-    return Path(os.environ.get("PARASCOPE_RUNS") or "runs")
+    from profiler.rundir import runs_root
+
+    return runs_root()  # $PARASCOPE_RUNS or ./runs, as `python -m profiler run` has it
 
 
 def uploads_dir() -> Path:
@@ -111,7 +113,7 @@ def _trace_count(folder: Path) -> int:
     if not folder.is_dir():
         return 0
     return sum(1 for p in folder.iterdir() if p.name.endswith((".json", ".json.gz", ".zip", ".tar.gz", ".tgz"))
-               and p.name not in ("run.json", "metrics.json", "plan.json", "manifest.json", "commbench.json"))
+               and not p.name.startswith(".") and p.name not in ("manifest.json", "plan.json"))
 
 
 def _name_of(value) -> str | None:
@@ -122,53 +124,40 @@ def _name_of(value) -> str | None:
     return None
 
 
-def _nodes(run: dict) -> int | None:
-    hosts = run.get("hosts")
-    if not isinstance(hosts, dict) or not hosts:
-        return None
-    keys = {(h.get("node") if h.get("node") is not None else h.get("hostname")) for h in hosts.values()
-            if isinstance(h, dict)}
-    return len(keys) or None
-
-
-def _job_status(run: dict | None, job: jobs_mod.Job | None) -> tuple[str, str | None]:
-    """(status, error) from run.json's status and the job's process."""
-    status = (run or {}).get("status")
+def _job_status(status: str | None, job: jobs_mod.Job | None) -> tuple[str, str | None]:
+    """(status, error) from the run directory's status (profiler.runs) and the job's process."""
     if job is None:
-        return (status if status in STATUSES else "completed"), None
+        return status or "unknown", None
     running = jobs_mod.alive(job)
-    if job.cancelled and (not running or status in (None, "running")):
+    early = status in (None, "starting")
+    if job.cancelled and (not running or early or status == "running"):
         return "cancelled", "cancelled from the dashboard"
-    if status in (None, "running") and not running:
+    if (early or status == "running") and not running:
         code = f"exit code {job.returncode}" if job.returncode is not None else "its process is gone"
-        said = "before writing run.json" if run is None else "while run.json still said running"
+        said = "before writing run.json" if early else "while run.json still said running"
         return "failed", f"the job ended ({code}) {said}; see its log below"
-    if status is None:
-        return "starting", None
-    return status, None
+    return status or "starting", None
 
 
 def read_run(path: Path, job: jobs_mod.Job | None = None) -> TraceSet | None:
-    """A run directory (or a job still starting) as a TraceSet; None when it is neither."""
-    run = _read_json(path / "run.json")
-    traces = _trace_count(path / "traces") or _trace_count(path)
-    if run is None and job is None and not traces:
+    """A run directory (profiler.runs.read_run), or a job of ours still starting, as a TraceSet; None
+    when it is neither."""
+    from profiler.runs import read_run as read_run_dir
+
+    info = read_run_dir(path)
+    if info is None and job is None:
         return None
-    status, job_error = _job_status(run, job)
-    run = run or {}
-    progress = run.get("progress") if isinstance(run.get("progress"), dict) else {}
-    error = run.get("error") if isinstance(run.get("error"), dict) else {}
-    rank = error.get("rank")
+    status, job_error = _job_status(info.status if info else None, job)
+    error = (info.error if info else None) or {}
     return TraceSet(
         id=path.name, kind="run", name=path.name, path=path, status=status,
-        step=progress.get("step"), steps=progress.get("steps"),
-        plan=run.get("plan") if isinstance(run.get("plan"), dict) else None,
-        model=_name_of(run.get("model")), cluster=_name_of(run.get("cluster")),
-        world_size=run.get("world_size") if isinstance(run.get("world_size"), int) else None,
-        nodes=_nodes(run), error_rank=rank if isinstance(rank, int) else None,
-        error=error.get("message") or job_error, started_at=str(run.get("started_at") or (job.started_at if job else "")),
-        finished_at=str(run.get("finished_at") or ""), trace_files=traces,
-        has_metrics=(path / "metrics.json").is_file(), job=job, run=run)
+        step=info.step if info else None, steps=info.steps if info else None, plan=info.plan if info else None,
+        model=info.model if info else None, cluster=info.cluster if info else None,
+        world_size=info.world_size if info else None, nodes=info.nodes if info else None,
+        error_rank=info.error_rank if info else None, error=error.get("message") or job_error,
+        started_at=(info.started_at if info else "") or (job.started_at if job else ""),
+        finished_at=info.finished_at if info else "", trace_files=info.traces if info else 0,
+        has_metrics=bool(info and info.has_metrics), job=job, run=info.run if info else {})
 
 
 def read_upload(path: Path) -> TraceSet | None:
