@@ -91,7 +91,7 @@ def dashboard_data(tmp_path_factory) -> dict:
     runs.mkdir()
     install_run(runs, "sample")
     broken = install_run(runs, "broken", status="failed", error={"rank": 1, "message": "RuntimeError: injected at step 2"})
-    (broken / "logs").mkdir()
+    (broken / "logs").mkdir(exist_ok=True)
     (broken / "logs" / "rank1.log").write_text("step 1 ok\nRuntimeError: injected at step 2\n")
     return {"PARASCOPE_RUNS": str(runs), "PARASCOPE_UPLOADS": str(root / "uploads")}
 

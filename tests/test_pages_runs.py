@@ -1,10 +1,10 @@
 """AppTest of the run pages (Home, Collective timeline) and of the measured views on the plan pages
 (Topology, Activation memory, TP scaling with `?run=`), over a real run directory.
 
-The run is real: a 4-rank DP2 x TP2 + SP job -- metrics.json from `python -m parallel train`, one
-Kineto trace per rank and run.json from tests/tracegen.py (real gloo collectives under
-torch.profiler) -- made once and cached under .cache/test-runs/ (about 30 s the first time). Each test
-copies it into its own runs folder (PARASCOPE_RUNS), edited where a test needs a failed or running run.
+The run is real: `python -m profiler run` of a 4-rank DP2 x TP2 + SP job of the tiny model (4 steps,
+steps 2 and 3 traced) -- run.json, metrics.json, one Kineto trace and log per rank -- made once and
+cached under .cache/test-runs/ (about 10 s the first time). Each test copies it into its own runs
+folder (PARASCOPE_RUNS), edited where a test needs a failed or running run.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 
 from ui.testing import ROOT, page_test, vega_charts
 
-SAMPLE = ROOT / ".cache" / "test-runs" / "dp2-tp2-sp-v1"
+SAMPLE = ROOT / ".cache" / "test-runs" / "profiler-dp2-tp2-sp-v2"
 SAMPLE_PLAN = {"model": "tiny", "cluster": "local-cpu", "nodes": "1", "dp": "2", "tp": "2", "pp": "1", "cp": "1",
                "sp": "1", "mb": "1", "gb": "4"}
 
@@ -31,16 +32,10 @@ def sample_run() -> Path:
         return SAMPLE
     tmp = SAMPLE.with_name(f"{SAMPLE.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "-m", "parallel", "train", "--model", "tiny", "--dp", "2", "--tp", "2", "--sp",
-                    "--steps", "2", "--out", str(tmp)], cwd=ROOT, env=env, check=True, capture_output=True)
-    subprocess.run([sys.executable, str(ROOT / "tests" / "tracegen.py"), str(tmp), "--dp", "2", "--tp", "2", "--sp",
-                    "--steps", "2"], cwd=ROOT, env=env, check=True, capture_output=True)
-    run = json.loads((tmp / "run.json").read_text())
-    metrics = json.loads((tmp / "metrics.json").read_text())
-    run.update(model="tiny", cluster="local-cpu", progress={"step": 2, "steps": 2}, torch_version=metrics["torch_version"],
-               started_at="2025-01-01T00:00:00+00:00", finished_at="2025-01-01T00:00:30+00:00")
-    (tmp / "run.json").write_text(json.dumps(run, indent=1))
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "profiler", "run", "--model", "tiny", "--dp", "2", "--tp", "2", "--sp",
+                    "--steps", "4", "--out", str(tmp)], cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                   check=True, capture_output=True)
     try:
         tmp.rename(SAMPLE)
     except OSError:  # another worker won the race
@@ -49,12 +44,15 @@ def sample_run() -> Path:
 
 
 def install_run(runs: Path, name: str = "sample", *, traces: bool = True, **run_json) -> Path:
-    """A copy of the sample run as runs/<name>, its run.json updated with `run_json`."""
+    """A copy of the sample run as runs/<name>, its run.json updated with `run_json` (a running one
+    gets a live supervisor: this process)."""
     dest = runs / name
     shutil.copytree(sample_run(), dest, ignore=None if traces else shutil.ignore_patterns("traces"))
     if run_json:
         run = json.loads((dest / "run.json").read_text())
         run.update(run_json)
+        if run.get("status") == "running":
+            run["supervisor"] = {"pid": os.getpid(), "hostname": socket.gethostname(), "node_rank": 0}
         (dest / "run.json").write_text(json.dumps(run))
     return dest
 
@@ -136,7 +134,7 @@ def test_home_links_open_the_run_on_every_page(runs):
 def test_home_shows_a_failed_runs_rank_and_log(runs):
     run = install_run(runs, "broken", status="failed",
                       error={"rank": 1, "message": "RuntimeError: injected failure at step 2"})
-    (run / "logs").mkdir()
+    (run / "logs").mkdir(exist_ok=True)
     (run / "logs" / "rank1.log").write_text("step 1 ok\nTraceback (most recent call last):\nRuntimeError: injected\n")
     at = _ok(page_test("pages/home.py", {"run": "broken"}))
     assert any("failed on rank 1: RuntimeError: injected failure at step 2" in e.value for e in at.error)
@@ -169,7 +167,7 @@ def test_timeline_draws_every_rank_by_dimension(runs):
     assert sorted(o["rank"].unique()) == [0, 1, 2, 3] and sorted(d["rank"].unique()) == [0, 1, 2, 3]
     assert set(d["lane"]) == {"compute", "comm"}
     comm = d[d["lane"] == "comm"]
-    assert set(comm["category"]) == {"sp", "dp"}  # SP all-gathers/reduce-scatters, the DP all-reduce
+    assert {"sp", "dp"} <= set(comm["category"]) <= {"tp", "sp", "dp"}  # SP gathers/scatters, DP all-reduce
     unmerged = comm[~comm["instance"].astype(str).str.startswith("merged")]
     assert unmerged["group"].astype(str).isin(["0,1", "2,3", "0,2", "1,3"]).all()
     assert (unmerged["busbw_gbps"] > 0).all() and (unmerged["bytes"] > 0).all()
@@ -182,7 +180,7 @@ def test_timeline_draws_every_rank_by_dimension(runs):
     assert p.groupby("rank").size().eq(5).all()  # compute / overlapped / exposed / memory / idle
     assert {"Per rank", "Skew by dimension", "Stragglers", "By dimension"} == {t.label for t in at.tabs}
     assert len(at.dataframe[0].value) == 4  # one breakdown row per rank
-    assert set(at.dataframe[3].value["dim"]) == {"sp", "dp"}
+    assert {"sp", "dp"} <= set(at.dataframe[3].value["dim"]) <= {"tp", "sp", "dp"}
     downloads = [b.proto.label for b in at.get("download_button")]
     assert downloads == ["Merged Perfetto trace (.json.gz)", "Collectives table (.csv)"]
 
@@ -190,7 +188,7 @@ def test_timeline_draws_every_rank_by_dimension(runs):
 def test_timeline_window_step_and_highlight_come_from_the_url(runs):
     install_run(runs, "alpha")
     at = _ok(page_test("pages/timeline.py", {"run": "alpha"}))
-    assert at.selectbox(key="tl_step").options == ["1", "2", "all"]
+    assert at.selectbox(key="tl_step").options == ["2", "3", "all"]  # --wait 1 --warmup 1: steps 2, 3 traced
     # highlight the worst straggler: the picker lists them, the URL keeps the choice
     worst = at.dataframe[2].value["instance"].iloc[0]  # the stragglers table, worst first
     assert "skew" in at.selectbox(key="tl_inst").options[1]
@@ -203,8 +201,8 @@ def test_timeline_window_step_and_highlight_come_from_the_url(runs):
     # a brushed window and another step, from a copied URL
     span = vega_charts(at)[0].spec["encoding"]["x"]["scale"]["domain"]
     lo, hi = round(span[1] * 0.25, 3), round(span[1] * 0.5, 3)
-    at = _ok(page_test("pages/timeline.py", {"run": "alpha", "win": f"{lo},{hi}", "tl_step": "2"}))
-    assert at.selectbox(key="tl_step").value == "2"
+    at = _ok(page_test("pages/timeline.py", {"run": "alpha", "win": f"{lo},{hi}", "tl_step": "3"}))
+    assert at.selectbox(key="tl_step").value == "3"
     overview, detail, _ = vega_charts(at)
     assert overview.spec["params"][0]["value"] == {"x": [lo, hi]}
     assert detail.spec["layer"][0]["encoding"]["x"]["scale"]["domain"] == [lo, hi]
