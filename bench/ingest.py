@@ -5,8 +5,8 @@ a bare orjson.loads of the same bytes, in one process, as ratios.
     .venv/bin/python bench/ingest.py [--repeat 3] [--sets ours8,ours64,shared] [--memory] [--json]
 
 Trace sets: ours at 8 ranks (DP2 x TP2 x PP2 + SP) and 64 ranks (DP8 x TP4 x PP2 + SP), made once
-by tests/tracegen.py -- a real torch.profiler run of real gloo collectives, in its own process -- into
-.cache/bench-traces/; and every set in ../shared/traces. Timings exclude imports and are the best
+by `python -m profiler run` (#4: the tiny GPT trained under that plan, every rank profiled, gloo on
+127.0.0.1) into .cache/bench-traces/; and every set in ../shared/traces. Timings exclude imports and are the best
 of --repeat runs (HTA: of min(repeat, 2)):
     orjson   read + gunzip + orjson.loads of every file (decompression included, like the others); also
              with the cyclic GC paused, as load_traces pauses it while parsing
@@ -48,19 +48,24 @@ from profiler.sources import resolve  # noqa: E402
 DATA = ROOT / ".cache" / "bench-traces"
 SHARED = ROOT.parent / "shared" / "traces"
 OURS = {"ours8": dict(dp=2, tp=2, pp=2), "ours64": dict(dp=8, tp=4, pp=2)}
+MICROBATCHES = 4  # per data-parallel rank and step
 
 
 def ensure_ours(name: str) -> Path:
-    """Generate (once) one of our trace sets with tests/tracegen.py in a separate process."""
+    """Generate (once) one of our trace sets with `python -m profiler run`, in its own processes."""
     out = DATA / name
-    if (out / "run.json").is_file() and len(list((out / "traces").glob("rank*_trace.json.gz"))) >= 8:
-        return out
     dims = OURS[name]
-    print(f"generating {name} (a real {dims['dp'] * dims['tp'] * dims['pp']}-rank gloo run) ...", file=sys.stderr)
-    subprocess.run([sys.executable, str(ROOT / "tests" / "tracegen.py"), str(out), "--dp", str(dims["dp"]),
-                    "--tp", str(dims["tp"]), "--pp", str(dims["pp"]), "--sp", "--steps", "3", "--microbatches", "4"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    world = dims["dp"] * dims["tp"] * dims["pp"]
+    run = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
+    if run.get("schema") and run.get("status") == "completed" and len(run.get("traces", [])) == world:
+        return out  # made by the profiler (sets of the older tests/tracegen.py are made again)
+    print(f"generating {name} (a {world}-rank profile run of the tiny GPT) ...", file=sys.stderr)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    flags = ["--dp", str(dims["dp"]), "--tp", str(dims["tp"]), "--pp", str(dims["pp"]), "--sp",
+             "--global-batch", str(dims["dp"] * MICROBATCHES), "--steps", "4", "--wait", "1", "--warmup", "1",
+             "--timeout", "900"]  # 64 ranks on 2 cores: a rank may wait minutes for its peers
+    subprocess.run([sys.executable, "-m", "profiler", "run", *flags, "--out", str(out), "--force"], cwd=ROOT,
+                   check=True, stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return out
 
 
