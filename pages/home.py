@@ -49,8 +49,8 @@ def _links(s: TraceSet) -> None:
                    query_params={**(plan or {}), **run}, disabled=plan is None,
                    help=no_plan if plan is None else "measured (metrics.json) beside predicted")
     c[3].page_link(selection.PAGES["scaling"], label="TP scaling", icon=":material/trending_up:",
-                   query_params={**(plan or {}), **run}, disabled=plan is None,
-                   help=no_plan if plan is None else "measured TP-group busbw over the prediction")
+                   query_params={**(plan or {}), **run}, disabled=not s.has_traces,
+                   help="its TP-group collectives' busbw (by group size and link) over the prediction")
 
 
 def _details(s: TraceSet) -> None:

@@ -16,7 +16,7 @@ def _job_card(job: jobs.Job) -> None:
     with st.container(border=True):
         c1, c2 = st.columns([5, 1], vertical_alignment="center")
         status = s.status if s else "failed"
-        c1.markdown(f"**{job.name}** :{'blue' if status in run_status.ACTIVE else 'gray'}-badge[{status}]")
+        c1.markdown(f"**{job.name}** " + (run_status.badge(s) if s else ":red-badge[failed]"))
         if s is not None and status in run_status.ACTIVE:
             st.progress(s.progress or 0.0, text=run_status.progress_text(s))
             if jobs.alive(job):
