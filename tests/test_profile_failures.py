@@ -119,7 +119,8 @@ def test_cancel_by_sigterm_to_the_process_group(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     time.sleep(0.3)
     assert _tagged(tag) == []
-    assert ("running", 0) in seen and ("running", 2) in seen  # a live progress bar had something to show
+    assert ("running", 0) in seen  # a live progress bar had something to show, moving
+    assert any(status == "running" and 0 < step < 40 for status, step in seen if step is not None)
     run = json.loads((out / "run.json").read_text())
     assert proc.returncode == 1 and run["status"] == "failed"
     assert "stopped by signal 15 (SIGTERM)" in run["error"]["message"]
