@@ -128,11 +128,14 @@ def test_timeline_chart_specs():
                           "busy_pct": [100.0, 100.0], "instance": ["", "0,1#0"]})
     over = timeline_charts.gantt_overview_chart(frame[run_data.OVERVIEW_COLUMNS], span=(0.0, 2.0),
                                                 window=(0.5, 1.5)).to_dict()
-    fields = {t["field"] for t in over["encoding"]["tooltip"]}
+    rects, box = over["layer"]
+    fields = {t["field"] for t in rects["encoding"]["tooltip"]}
     assert fields <= set(run_data.OVERVIEW_COLUMNS) | {"dur_ms"}  # computed in the browser
-    assert over["params"][0] == {"name": "brush", "select": {"type": "interval", "encodings": ["x"]},
-                                 "value": {"x": [0.5, 1.5]}}
-    assert over["encoding"]["color"]["scale"]["domain"] == ["compute", "tp"]
+    assert box["mark"]["strokeDash"] == [4, 3]  # the detail window, outlined
+    assert "layer" not in timeline_charts.gantt_overview_chart(frame[run_data.OVERVIEW_COLUMNS], span=(0.0, 2.0)).to_dict()
+    assert {k: v for k, v in over["params"][0].items() if k != "views"} == {
+        "name": "brush", "select": {"type": "interval", "encodings": ["x"]}, "value": {"x": [0.5, 1.5]}}
+    assert rects["encoding"]["color"]["scale"]["domain"] == ["compute", "tp"]
     detail = timeline_charts.gantt_detail_chart(frame, window=(0.5, 1.5), highlight="0,1#0").to_dict()
     comm = detail["layer"][1]
     assert {"filter": "datum.lane == 'comm'"} in comm["transform"]

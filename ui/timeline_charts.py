@@ -51,17 +51,26 @@ def _rank_y(n_ranks: int) -> alt.Y:
 
 
 def gantt_overview_chart(frame: pd.DataFrame, *, span: tuple[float, float],
-                         window: tuple[float, float] | None = None) -> alt.Chart:
-    """The whole step, one thin row per rank; an x-interval brush named BRUSH picks the detail window."""
+                         window: tuple[float, float] | None = None) -> alt.Chart | alt.LayerChart:
+    """The whole step, one thin row per rank; an x-interval brush named BRUSH picks the detail window.
+    The window shown in detail is outlined (a dashed box), since a brush does not survive a reload."""
     n = int(frame["rank"].nunique()) if len(frame) else 1
     brush = alt.selection_interval(encodings=["x"], name=BRUSH, value={"x": list(window)} if window else alt.Undefined)
     # Streamlit fits the axes and the legend below into `height` too: ~130 px on top of the plot.
-    return alt.Chart(frame, width="container", height=min(360, max(60, 12 * n)) + LEGEND_PX).transform_calculate(
+    height = min(360, max(60, 12 * n)) + LEGEND_PX
+    x = _x(span, "ms from the step's start (drag to zoom the detail view)")
+    rects = alt.Chart(frame, width="container", height=height).transform_calculate(
         dur_ms="datum.end_ms - datum.start_ms",
     ).mark_rect().encode(
-        x=_x(span, "ms from the step's start (drag to zoom the detail view)"), x2=alt.X2("end_ms"),
-        y=_rank_y(n), color=_color(frame), tooltip=_tooltip(detail=False),
+        x=x, x2=alt.X2("end_ms"), y=_rank_y(n), color=_color(frame), tooltip=_tooltip(detail=False),
     ).add_params(brush)
+    if window is None:
+        return rects
+    box = alt.Chart(pd.DataFrame({"start_ms": [window[0]], "end_ms": [window[1]]})).mark_rect(
+        fill="#212529", fillOpacity=0.06, stroke="#212529", strokeDash=[4, 3], strokeWidth=1.5,
+    ).encode(x=x, x2=alt.X2("end_ms"), tooltip=[alt.Tooltip("start_ms:Q", title="detail from ms", format=",.2f"),
+                                                alt.Tooltip("end_ms:Q", title="to ms", format=",.2f")])
+    return alt.layer(rects, box)
 
 
 def gantt_detail_chart(frame: pd.DataFrame, *, window: tuple[float, float], highlight: str | None = None) -> alt.LayerChart:
