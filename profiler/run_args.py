@@ -88,7 +88,7 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--force", action="store_true", help="replace a previous run in --out (nothing else)")
     g.add_argument("--job-timeout", type=float, default=None,
                    help="seconds the whole job may take before it is stopped and marked failed")
-    t = p.add_argument_group("torchrun (multi-node: give each node's `profiler run` the same flags)")
+    t = p.add_argument_group("torchrun (multi-node: each node runs `profiler run` with the same flags, its own --node-rank)")
     t.add_argument("--nnodes", type=int, default=1)
     t.add_argument("--node-rank", type=int, default=0)
     t.add_argument("--nproc-per-node", type=int, default=None, help="default: world size / nnodes")

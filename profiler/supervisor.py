@@ -25,7 +25,7 @@ run.json (a contract the dashboard and the analyzer read; keys always present un
                     message, exitcode, log (relative path), log_tail (its last lines)}
 
 Multi-node runs where each node runs its own `profiler run`: node 0's supervisor writes run.json;
-node k's writes nodes/node{k}.json (the same keys, for its own ranks). On a shared filesystem
+node k's writes nodes/node{k}.json (the same keys, for the ranks it sees). On a shared filesystem
 node 0's run.json sees every rank's status file, so hosts and progress cover the whole job, and at
 the end it reads the other nodes' records to name a failing rank on another node. Without a shared
 filesystem each node's directory holds its own ranks' traces and logs and its node record: copy
