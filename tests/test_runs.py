@@ -86,8 +86,11 @@ def test_traces_without_run_json_and_listing(tmp_path):
     assert list_runs(tmp_path / "missing") == []
 
 
-def test_the_reader_imports_no_torch():
-    code = "import sys, profiler.runs, profiler.demo, profiler.rundir; assert 'torch' not in sys.modules"
+def test_the_reader_and_the_supervisors_import_no_torch():
+    """What the pages import, and the processes that only watch ranks (run, commbench), stay pure."""
+    modules = "profiler.runs, profiler.demo, profiler.rundir, profiler.run_cli, profiler.supervisor, " \
+              "profiler.launchers, profiler.commbench, profiler.commbench_fit"
+    code = f"import sys, {modules}; assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
 
 
