@@ -50,3 +50,18 @@ def test_usable_params_keeps_the_good_keys():
     good, errors = usable_params({"model": "gpt3-22b", "tp": "x", "sp": "2", "dp": "4", "other": "y"})
     assert good == {"model": "gpt3-22b", "dp": "4"}
     assert len(errors) == 2 and "tp='x'" in errors[0] and "sp='2'" in errors[1]
+
+
+def test_gpus_per_node_rides_in_the_url_so_small_runs_fit_their_cluster():
+    from parallel.plan import Plan
+    from parallel.validate import check
+    from ui.plan_params import plan_from_params, plan_to_params
+
+    params = plan_to_params("tiny", "local-cpu", 1, Plan(dp=2, tp=2, global_batch=8), gpus_per_node=4)
+    assert params["gpn"] == "4"
+    model, cluster, plan = plan_from_params(params)
+    assert (cluster.nodes, cluster.gpus_per_node) == (1, 4)
+    assert check(plan, model, cluster).valid
+    # without gpn the preset's 8 GPUs per node stand, and the size mismatch is named
+    _, cluster8, _ = plan_from_params({k: v for k, v in params.items() if k != "gpn"})
+    assert cluster8.gpus_per_node == 8 and not check(plan, model, cluster8).valid

@@ -28,7 +28,7 @@ from .topology_data import same_order
 
 _PREFIX = "plan."
 _WRITTEN = "_plan_params_written"  # the plan params this session last put in the URL
-_INTS = ("nodes", "dp", "tp", "pp", "cp", "mb", "gb", "vpp", "zero")
+_INTS = ("nodes", "gpn", "dp", "tp", "pp", "cp", "mb", "gb", "vpp", "zero")
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def _adopt_url() -> list[str]:
     if url and (written is None or any(written.get(k) != v for k, v in url.items())):
         good, errors = usable_params(url)
         model, cluster, plan = plan_from_params(good)
-        params = plan_to_params(model.name, cluster.name, cluster.nodes, plan)
+        params = plan_to_params(model.name, cluster.name, cluster.nodes, plan, cluster.gpus_per_node)
         if plan.order not in ORDERS:  # a valid order the form does not list: the listed one equal to it
             params["order"] = next((o for o in ORDERS if same_order(o, plan.order)), DEFAULT_PARAMS["order"])
         _set_widgets(params)
@@ -95,9 +95,11 @@ def _widgets() -> dict[str, str]:
     sb.header("Plan")
     sb.selectbox("Model", list(MODELS), key=k + "model",
                  format_func=lambda n: f"{n} ({MODELS[n].layers} layers, h {MODELS[n].hidden})")
-    c1, c2 = sb.columns([3, 2])
-    c1.selectbox("Cluster", list(CLUSTERS), key=k + "cluster")
-    c2.number_input("Nodes", min_value=1, max_value=65536, step=1, key=k + "nodes")
+    c0, c1, c2 = sb.columns([4, 2, 2])
+    c0.selectbox("Cluster", list(CLUSTERS), key=k + "cluster")
+    c1.number_input("Nodes", min_value=1, max_value=65536, step=1, key=k + "nodes")
+    c2.number_input("GPUs/node", min_value=1, max_value=1024, step=1, key=k + "gpn",
+                    help="GPUs (CPU: ranks) per node; the presets have 8")
     c1, c2 = sb.columns(2)
     for i, (dim, title) in enumerate((("dp", "DP"), ("tp", "TP"), ("pp", "PP"), ("cp", "CP"))):
         (c1 if i % 2 == 0 else c2).number_input(title, min_value=1, max_value=65536, step=1, key=k + dim,

@@ -4,38 +4,43 @@ Keys (all values are strings, as in `st.query_params`):
 
     model     preset name (parallel.specs.MODELS)        cluster   preset name (parallel.specs.CLUSTERS)
     nodes     nodes of the cluster                       dp tp pp cp   parallel degrees
+    gpn       GPUs (CPU ranks) per node (default: the cluster preset's)
     sp        0 | 1 (Megatron sequence parallelism)      mb gb     micro batch, global batch (sequences)
     vpp       virtual pipeline stages per rank           zero      ZeRO stage 0-3
     recompute none | selective | full                    order     rank order, fastest first
 
 A missing key takes DEFAULT_PARAMS' value, except `nodes`, which then fits the plan (just enough
-nodes for dp*tp*pp*cp GPUs). Pure: stdlib and parallel/ only (no streamlit).
+nodes for dp*tp*pp*cp GPUs), and `gpn`, which then is the cluster preset's. Pure: stdlib and parallel/ only (no streamlit).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from parallel.plan import Plan
 from parallel.specs import Cluster, Model, SpecError, cluster_preset, model_preset
 
-KEYS = ("model", "cluster", "nodes", "dp", "tp", "pp", "cp", "sp", "mb", "gb", "vpp", "zero", "recompute", "order")
+KEYS = ("model", "cluster", "nodes", "gpn", "dp", "tp", "pp", "cp", "sp", "mb", "gb", "vpp", "zero", "recompute", "order")
 _INT_FIELDS = {"dp": "dp", "tp": "tp", "pp": "pp", "cp": "cp", "mb": "micro_batch", "gb": "global_batch",
                "vpp": "vpp", "zero": "zero"}
 
 # The dashboard's opening plan: GPT-3 175B on 64 DGX H100 nodes, Megatron-style 8-way TP inside each
 # node with SP, 8 pipeline stages, 8-way DP, batch 1536 (Narayanan et al. 2021, Table 1's 175B row).
 DEFAULT_PARAMS: dict[str, str] = {
-    "model": "gpt3-175b", "cluster": "dgx-h100", "nodes": "64", "dp": "8", "tp": "8", "pp": "8", "cp": "1",
+    "model": "gpt3-175b", "cluster": "dgx-h100", "nodes": "64", "gpn": "8", "dp": "8", "tp": "8", "pp": "8", "cp": "1",
     "sp": "1", "mb": "1", "gb": "1536", "vpp": "1", "zero": "0", "recompute": "none", "order": Plan().order,
 }
 
 
-def plan_to_params(model_name: str, cluster_name: str, nodes: int, plan: Plan) -> dict[str, str]:
-    """The query parameters of a plan: every key of KEYS, as strings."""
+def plan_to_params(model_name: str, cluster_name: str, nodes: int, plan: Plan,
+                   gpus_per_node: int | None = None) -> dict[str, str]:
+    """The query parameters of a plan: every key of KEYS, as strings. `gpus_per_node` defaults to
+    the cluster preset's (a 4-rank CPU run is one node of 4, not half of a preset's 8)."""
+    gpn = gpus_per_node or cluster_preset(cluster_name).gpus_per_node
     return {
-        "model": model_name, "cluster": cluster_name, "nodes": str(int(nodes)),
+        "model": model_name, "cluster": cluster_name, "nodes": str(int(nodes)), "gpn": str(int(gpn)),
         "dp": str(plan.dp), "tp": str(plan.tp), "pp": str(plan.pp), "cp": str(plan.cp),
         "sp": "1" if plan.sp else "0", "mb": str(plan.micro_batch), "gb": str(plan.global_batch),
         "vpp": str(plan.vpp), "zero": str(plan.zero), "recompute": plan.recompute, "order": plan.order,
@@ -64,6 +69,10 @@ def plan_from_params(params: Mapping) -> tuple[Model, Cluster, Plan]:
     values = {**DEFAULT_PARAMS, **given}
     model = model_preset(values["model"])
     cluster = cluster_preset(values["cluster"])
+    gpn = _int("gpn", given["gpn"]) if "gpn" in given else cluster.gpus_per_node
+    if gpn < 1:
+        raise SpecError(f"URL parameter gpn={gpn} must be at least 1")
+    cluster = dataclasses.replace(cluster, gpus_per_node=gpn)
     sp = values["sp"].lower()
     if sp not in ("0", "1", "true", "false"):
         raise SpecError(f"URL parameter sp={values['sp']!r} must be 0 or 1")
@@ -180,7 +189,7 @@ def parse_plan_code(text: str):
             base["gb"] = str(int(base["dp"]) * int(base["mb"]) * int(base["pp"]))
         except ValueError:
             pass  # plan_from_params names the bad key
-    _, _, plan = plan_from_params({k: base[k] for k in KEYS if k not in ("model", "cluster", "nodes")})
+    _, _, plan = plan_from_params({k: base[k] for k in KEYS if k not in ("model", "cluster", "nodes", "gpn")})
     return NamedPlan(name.strip(), plan)
 
 
@@ -329,7 +338,6 @@ def review_of(s: ReviewState, *, author: str = "", created: str = "", notes: tup
 
 def state_of_review(review, *, review_id: int | None = None, view: str = "compare", base: ReviewState | None = None) -> ReviewState:
     """The page state that shows `review` (its cluster must be one of the presets, by name)."""
-    import dataclasses
 
     cluster = cluster_preset(review.cluster.name)
     o = review.options

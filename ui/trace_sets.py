@@ -225,9 +225,12 @@ def plan_params(s: TraceSet) -> dict[str, str] | None:
         return None
     model = s.model if s.model in MODELS else ("tiny" if s.kind == "run" else DEFAULT_PARAMS["model"])
     cluster = s.cluster if s.cluster in CLUSTERS else ("local-cpu" if s.kind == "run" else DEFAULT_PARAMS["cluster"])
-    gpn = CLUSTERS[cluster].gpus_per_node
+    ran_on = (s.run or {}).get("cluster") or {}
+    gpn = int(ran_on.get("gpus_per_node") or 0) or CLUSTERS[cluster].gpus_per_node
+    if s.nodes and plan.world_size % s.nodes == 0 and not ran_on:  # an upload: spread its ranks evenly
+        gpn = plan.world_size // s.nodes
     nodes = max(s.nodes or 1, -(-plan.world_size // gpn))
-    return plan_to_params(model, cluster, nodes, plan)
+    return plan_to_params(model, cluster, nodes, plan, gpn)
 
 
 def table_rows(sets: list[TraceSet]) -> list[dict]:
