@@ -116,6 +116,10 @@ class Supervisor:
         rec["traces"] = [{"rank": r, "path": str(p.relative_to(self.run_dir)), "bytes": p.stat().st_size}
                          for r, p in _traces(self.run_dir)]
         rec["finished_at"] = rundir.now_iso()
+        try:
+            rundir.partial_dir(self.run_dir).rmdir()  # empty once every trace was renamed into place
+        except OSError:
+            pass
         if outcome.ok:
             rec["status"] = "completed"
         else:
