@@ -1,9 +1,14 @@
 """Saved reviews (issue #7): save, list, reopen, notes by author and time; concurrent saves from
-several threads and several processes lose nothing (SQLite in WAL mode)."""
+several threads and several processes lose nothing — on SQLite in WAL mode (the default) and on a
+real PostgreSQL server (what a team points PARASCOPE_REVIEWS_DB at)."""
 
+import itertools
+import shutil
+import tempfile
 import multiprocessing as mp
 import sqlite3
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +16,7 @@ from parallel.plan import Plan
 from parallel.review import NamedPlan, Review
 from parallel.reviews_db import ReviewStore, default_url
 from parallel.specs import CLUSTERS, MODELS, SpecError
+from tests.postgres import PostgresServer
 
 CLUSTER = CLUSTERS["dgx-h100"].with_nodes(2)
 
@@ -20,9 +26,29 @@ def make(title: str, tp: int = 2) -> Review:
     return Review(title=title, model=MODELS["gpt3-22b"], cluster=CLUSTER, plans=plans, author="ana")
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = ReviewStore(f"sqlite:///{tmp_path / 'reviews.db'}")
+@pytest.fixture(scope="session")
+def postgres():
+    reason = PostgresServer.missing()
+    if reason:
+        pytest.skip(reason)
+    # Not under pytest's tmp dir: that is root-only (0700), and the server runs as `postgres`.
+    root = Path(tempfile.mkdtemp(prefix="parascope-pg-"))
+    server = PostgresServer(root).start()
+    yield server
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+_databases = itertools.count()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'reviews.db'}"
+    else:
+        url = request.getfixturevalue("postgres").create_database(f"reviews_{next(_databases)}")
+    s = ReviewStore(url)
     yield s
     s.dispose()
 
