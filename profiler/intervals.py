@@ -1,4 +1,5 @@
-"""Interval arithmetic on numpy arrays of [start, end) in integer ns: union, length, overlap.
+"""Interval arithmetic on numpy arrays of [start, end) in integer ns: union, length, overlap, and a
+running maximum per segment (how far the events so far reach, restarting per thread or per lane).
 
 A "set" here is a pair of sorted, disjoint arrays (starts, ends) as `union` returns them.
 
@@ -66,6 +67,27 @@ def minus(a, b) -> tuple[np.ndarray, np.ndarray]:
     in_b = _covers(b, mid)
     keep = in_a & ~in_b & (hi > lo)
     return union(lo[keep], hi[keep])
+
+
+def running_max(x, new) -> np.ndarray:
+    """Running maximum of integer `x` that restarts wherever `new` is True (segments of a sorted array,
+    e.g. one thread's events by start). One numpy pass: each segment is lifted above the previous one
+    (segment number x the span of x), unless that would overflow int64, then a loop over segments."""
+    x = np.asarray(x, dtype=np.int64)
+    if len(x) == 0:
+        return x.copy()
+    new = np.asarray(new, dtype=bool).copy()
+    new[0] = True
+    seg = np.cumsum(new) - 1
+    base, span = int(x.min()), int(x.max()) - int(x.min()) + 1
+    if (int(seg[-1]) + 1) * span < 2 ** 62:
+        lift = seg * np.int64(span)
+        return np.maximum.accumulate((x - base) + lift) - lift + base
+    out = np.empty_like(x)
+    bounds = np.append(np.flatnonzero(new), len(x))
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        out[a:b] = np.maximum.accumulate(x[a:b])
+    return out
 
 
 def _covers(iv, points) -> np.ndarray:

@@ -159,6 +159,30 @@ def test_timeline_caps_every_rank_and_keeps_instances(pair):
     assert set(comm["lane"]) == {"compute", "comm", "memory"}
 
 
+def test_timeline_cpu_compute_is_the_outermost_operators_per_thread(tmp_path):
+    events = [ts.annotation("ProfilerStep#1", 0, 1000),
+              ts.cpu("aten::mm", 0, 60), ts.cpu("aten::linear", 0, 100),  # same start, the shorter listed first
+              ts.cpu("aten::add", 100, 20), ts.cpu("aten::relu", 110, 5),  # relu nested in add
+              ts.cpu("aten::copy_", 50, 30, tid=2), ts.cpu("aten::fill_", 60, 10, tid=2)]  # another thread
+    tl = timeline(_load(tmp_path, [ts.trace(0, 1, events, backend="gloo")]), max_rects=100)
+    compute = tl[tl["lane"] == "compute"].sort_values("start_ns")
+    assert list(compute["name"]) == ["aten::linear", "aten::copy_", "aten::add"]
+    assert (compute["n_events"] == 1).all() and list(compute["end_ns"] - compute["start_ns"]) == [100 * US, 30 * US,
+                                                                                                   20 * US]
+
+
+@pytest.mark.parametrize("x, new, want", [
+    ([3, 1, 5, 2, 0, 4], [1, 0, 0, 1, 0, 0], [3, 3, 5, 2, 2, 4]),
+    ([5, 1, 2], [0, 0, 0], [5, 5, 5]),  # the first row always starts a segment
+    ([2 ** 61, -(2 ** 61), 0, 7], [1, 0, 1, 0], [2 ** 61, 2 ** 61, 0, 7]),  # too wide to lift: the loop
+    ([], [], []),
+])
+def test_running_max_restarts_per_segment(x, new, want):
+    from profiler.intervals import running_max
+
+    assert running_max(np.array(x, dtype=np.int64), np.array(new, dtype=bool)).tolist() == want
+
+
 def test_exports(pair, tmp_path):
     out = export_perfetto(pair, tmp_path / "merged.json.gz", table=collectives(pair))
     doc = json.loads(gzip.decompress(out.read_bytes()))

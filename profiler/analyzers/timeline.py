@@ -11,12 +11,19 @@ dim that cover the most time inside it. Unmerged comm rectangles keep their `ins
 one collective across ranks). Collectives get a larger share of the budget than compute (LANE_WEIGHT).
 
 Columns: rank, lane, start_ns, end_ns, name, op, dim, instance, bytes, n_events, busy_ns, merged.
+Rows: ranks in the order asked, lanes in LANES order, then by start.
+
+Speed: every rank's lanes are laid out once per (traces, table) -- one sorted array per column, each
+(rank, lane) a contiguous segment, with how far its events reach so far -- and kept beside the
+Traces object (weakly: it goes when the traces do). A window is then two binary searches per
+segment and a few numpy passes over the events inside it, for all ranks at once.
 
 Pure: numpy, pandas.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,112 +35,130 @@ from .collectives import collectives
 
 COLUMNS = ["rank", "lane", "start_ns", "end_ns", "name", "op", "dim", "instance", "bytes", "n_events", "busy_ns",
            "merged"]
+LANES = ("compute", "memory", "comm")
 LANE_WEIGHT = {"comm": 4, "compute": 1, "memory": 1}  # collectives are what the chart is about
 K = {k: i for i, k in enumerate(KINDS)}
+I64 = np.iinfo(np.int64)
 
 
-@dataclass
-class _Lane:
+@dataclass(frozen=True)
+class _Index:
+    """All ranks' lanes, one row per event: segment (rank, lane) -> rows [a, b), each sorted by start."""
+    segments: dict  # (rank, lane number) -> (a, b)
     start: np.ndarray
     end: np.ndarray
-    label: np.ndarray  # index into labels
-    labels: list  # (name, op, dim)
-    instance: np.ndarray  # object: str
+    reach: np.ndarray  # running max of `end` within the segment: rows before the first reach > t end by t
+    label: np.ndarray  # index into names / ops / dims
+    ref: np.ndarray  # row of `instance` / `nbytes` (comm lane), -1 for events
+    names: np.ndarray  # object
+    ops: np.ndarray
+    dims: np.ndarray
+    instance: np.ndarray  # object, per comm row
     nbytes: np.ndarray  # float, NaN when unknown
 
-    def __len__(self):
-        return len(self.start)
 
-    def take(self, mask) -> "_Lane":
-        return _Lane(self.start[mask], self.end[mask], self.label[mask], self.labels, self.instance[mask],
-                     self.nbytes[mask])
+_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # traces -> (table, _Index)
 
 
-def _outermost(ts, end, pid, tid) -> np.ndarray:
-    """Mask of events not nested inside an earlier event of the same thread."""
-    order = np.lexsort((-end, ts, tid, pid))
-    s, e = ts[order], end[order]
-    thread_start = np.ones(len(order), dtype=bool)
-    thread_start[1:] = (pid[order][1:] != pid[order][:-1]) | (tid[order][1:] != tid[order][:-1])
-    keep = np.zeros(len(order), dtype=bool)
-    run_end = np.iinfo(np.int64).min
-    for i in range(len(order)):  # a running max that restarts per thread
-        if thread_start[i]:
-            run_end = np.iinfo(np.int64).min
-        keep[i] = s[i] >= run_end
-        run_end = max(run_end, e[i])
+def _outermost(thread, ts, end) -> np.ndarray:
+    """Mask of events not nested inside an earlier event of the same thread (`thread`: a small int per
+    event). Events come sorted by start within each thread (traces.events is, by rank then start), so
+    a stable sort by thread is enough; equal starts are put longest first (it encloses the others)."""
+    small = thread.astype(np.uint16) if len(thread) and thread.max() < 2 ** 16 else thread  # radix sort
+    order = np.argsort(small, kind="stable")
+    s, t = ts[order], thread[order]
+    same = t[1:] == t[:-1]
+    if (same & (s[1:] < s[:-1])).any():  # not sorted by start after all
+        order = np.lexsort((-end, ts, thread))
+    else:
+        tied = np.flatnonzero(np.r_[False, same & (s[1:] == s[:-1])])  # rows starting with the one before
+        if len(tied):
+            rows = np.union1d(tied, tied - 1)
+            run = np.cumsum(np.r_[True, ~(same & (s[1:] == s[:-1]))])[rows]
+            order[rows] = order[rows][np.lexsort((-end[order[rows]], run))]
+    s, e, t = ts[order], end[order], thread[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = t[1:] != t[:-1]
+    reach = iv.running_max(e, new)
+    keep = new.copy()
+    keep[1:] |= s[1:] >= reach[:-1]
     out = np.zeros(len(order), dtype=bool)
     out[order] = keep
     return out
 
 
-def _plain(traces, lo, hi, mask) -> _Lane:
+def _threads(rank, pid, tid) -> np.ndarray:
+    """A small int per distinct (rank, pid, tid): bits packed into one int64 when they fit, then hashed."""
+    rank, pid, tid = (np.asarray(x, dtype=np.int64) for x in (rank, pid, tid))
+    fits = len(rank) and rank.min() >= 0 and rank.max() < 2 ** 19 and all(
+        x.min() >= 0 and x.max() < 2 ** 22 for x in (pid, tid))
+    if fits:
+        return pd.factorize((rank << 44) | (pid << 22) | tid)[0]
+    return pd.factorize(pd.MultiIndex.from_arrays([rank, pid, tid]))[0]
+
+
+def _event_rows(traces) -> tuple[np.ndarray, np.ndarray]:
+    """(rows of traces.events, lane number) of the compute and memory lanes of every rank."""
     a = traces.arrays
-    idx = np.flatnonzero(mask)
-    codes = traces.events["name"].cat.codes.to_numpy()[lo:hi][idx]
-    uniq, inv = np.unique(codes, return_inverse=True)
-    cats = traces.events["name"].cat.categories
-    labels = [(str(cats[c]), "", "") for c in uniq]
-    n = len(idx)
-    return _Lane(a["ts"][lo:hi][idx], a["end"][lo:hi][idx], inv, labels, np.full(n, "", dtype=object),
-                 np.full(n, np.nan))
+    kind, rank = a["kind"], a["rank"]
+    gpu = np.isin(rank, [r for r in traces.rank_ids if traces.device_of(r) == "gpu"])
+    compute = gpu & (kind == K["compute"])
+    memory = gpu & ((kind == K["memcpy"]) | (kind == K["memset"]))
+    ops = np.flatnonzero(~gpu & (kind == K["cpu_op"]))
+    if len(ops):  # CPU-only ranks: outermost operators per (rank, pid, tid)
+        compute[ops[_outermost(_threads(rank[ops], a["pid"][ops], a["tid"][ops]), a["ts"][ops], a["end"][ops])]] = True
+    rows = np.flatnonzero(compute | memory)
+    return rows, np.where(compute[rows], 0, 1)
 
 
-def _lanes(traces, rows: pd.DataFrame, rank: int) -> dict[str, _Lane]:
-    lo, hi = traces.rank_slices()[rank]
+def _comm_labels(rows: pd.DataFrame) -> tuple[np.ndarray, list[tuple[str, str, str]]]:
+    """(label code per row, sorted distinct (name, op, dim))."""
+    joined = (rows["name"].astype(str) + "\0" + rows["op"].astype(str) + "\0" + rows["dim"].astype(str)).to_numpy(
+        dtype=object)
+    codes, uniques = pd.factorize(joined, sort=True)  # '\0' sorts first: the order of the tuples
+    return codes.astype(np.int64), [tuple(u.split("\0")) for u in uniques]
+
+
+def _build(traces, table: pd.DataFrame) -> _Index:
+    ev_rows, ev_lane = _event_rows(traces)
+    cats = traces.events["name"].cat
+    codes = cats.codes.to_numpy()[ev_rows].astype(np.int64)
+    n_cats = len(cats.categories)
+    codes[codes < 0] = n_cats  # a missing name: the label after the categories
+    present = set(traces.rank_ids)
+    gpu = [r for r in present if traces.device_of(r) == "gpu"]
+    keep = table["rank"].isin(present) & np.where(table["rank"].isin(gpu), table["source"] == "kernel", True)
+    rows = table[keep.to_numpy(dtype=bool)] if len(table) else table
+    comm_label, comm_labels = _comm_labels(rows) if len(rows) else (np.empty(0, np.int64), [])
     a = traces.arrays
-    kind = a["kind"][lo:hi]
-    gpu = traces.device_of(rank) == "gpu"
-    rows = rows[rows["source"] == "kernel"] if gpu else rows
-    keys = list(zip(rows["name"].astype(str), rows["op"].astype(str), rows["dim"].astype(str)))
-    labels = sorted(set(keys))
-    where = {k: i for i, k in enumerate(labels)}
-    comm = _Lane(rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy(), np.array([where[k] for k in keys], dtype=int),
-                 labels, rows["instance"].to_numpy(dtype=object), rows["bytes"].to_numpy(dtype=float, na_value=np.nan))
-    if gpu:
-        compute = _plain(traces, lo, hi, kind == K["compute"])
-        memory = _plain(traces, lo, hi, (kind == K["memcpy"]) | (kind == K["memset"]))
-    else:
-        ops = kind == K["cpu_op"]
-        top = np.zeros(len(kind), dtype=bool)
-        top[ops] = _outermost(a["ts"][lo:hi][ops], a["end"][lo:hi][ops], a["pid"][lo:hi][ops], a["tid"][lo:hi][ops])
-        compute, memory = _plain(traces, lo, hi, top), _plain(traces, lo, hi, np.zeros(len(kind), dtype=bool))
-    return {"compute": compute, "memory": memory, "comm": comm}
+    rank = np.concatenate([a["rank"][ev_rows].astype(np.int64), rows["rank"].to_numpy(dtype=np.int64)])
+    lane = np.concatenate([ev_lane, np.full(len(rows), 2)])
+    start = np.concatenate([a["ts"][ev_rows], rows["start_ns"].to_numpy(dtype=np.int64)])
+    end = np.concatenate([a["end"][ev_rows], rows["end_ns"].to_numpy(dtype=np.int64)])
+    label = np.concatenate([codes, comm_label + n_cats + 1])
+    ref = np.concatenate([np.full(len(ev_rows), -1), np.arange(len(rows))])
+    order = np.lexsort((start, lane, rank))  # stable: equal starts keep event / table order
+    rank, lane, start, end, label, ref = (x[order] for x in (rank, lane, start, end, label, ref))
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (rank[1:] != rank[:-1]) | (lane[1:] != lane[:-1])
+    bounds = np.append(np.flatnonzero(new), len(order))
+    segments = {(int(rank[a]), int(lane[a])): (int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])}
+    names = np.concatenate([cats.categories.to_numpy(dtype=object), [""], [x[0] for x in comm_labels]]).astype(object)
+    blank = [""] * (n_cats + 1)
+    return _Index(segments, start, end, iv.running_max(end, new), label.astype(np.int64), ref.astype(np.int64),
+                  names, np.array(blank + [x[1] for x in comm_labels], dtype=object),
+                  np.array(blank + [x[2] for x in comm_labels], dtype=object),
+                  rows["instance"].to_numpy(dtype=object), rows["bytes"].to_numpy(dtype=float, na_value=np.nan))
 
 
-def _lod(lane: _Lane, budget: int) -> dict:
-    """At most `budget` rectangles: merge across all but the (budget - 1) largest gaps."""
-    order = np.argsort(lane.start, kind="stable")
-    f = lane.take(order)
-    s, e, n = f.start, f.end, len(f)
-    if n <= budget:
-        group = np.arange(n)
-    else:
-        gaps = s[1:] - np.maximum.accumulate(e)[:-1]  # gap after event i (negative: overlap)
-        cut = np.zeros(n - 1, dtype=bool)
-        if budget > 1:
-            top = np.argpartition(-gaps, budget - 2)[: budget - 1]
-            cut[top[gaps[top] > 0]] = True
-        group = np.concatenate([[0], np.cumsum(cut)])
-    first = np.flatnonzero(np.diff(group, prepend=-1))
-    counts = np.bincount(group)
-    us, ue = iv.union(s, e)  # groups never share a union segment: cuts are at gaps > 0
-    busy = np.bincount(group[np.searchsorted(s, us, side="left")], weights=ue - us, minlength=len(first))
-    # The label covering the most time in each group.
-    width = len(f.labels) + 1
-    key = group.astype(np.int64) * width + f.label
-    ukey, inv = np.unique(key, return_inverse=True)
-    total = np.bincount(inv, weights=(e - s).astype(float))
-    best = np.lexsort((-total, ukey // width))
-    _, pick = np.unique((ukey // width)[best], return_index=True)
-    dominant = (ukey % width)[best][pick]
-    single = counts == 1
-    return {"start_ns": s[first], "end_ns": np.maximum.reduceat(e, first),
-            "name": [f.labels[i][0] for i in dominant], "op": [f.labels[i][1] for i in dominant],
-            "dim": [f.labels[i][2] for i in dominant],
-            "instance": np.where(single, f.instance[first], ""),
-            "bytes": np.where(single, f.nbytes[first], np.nan),
-            "n_events": counts, "busy_ns": busy.astype(np.int64), "merged": ~single}
+def _index(traces, table: pd.DataFrame) -> _Index:
+    """The lanes of (traces, table), built on first use and kept while both are the ones asked for."""
+    hit = _CACHE.get(traces)
+    if hit is not None and hit[0]() is table:
+        return hit[1]
+    index = _build(traces, table)
+    _CACHE[traces] = (weakref.ref(table), index)
+    return index
 
 
 def _budgets(counts: dict[str, int], max_rects: int) -> dict[str, int]:
@@ -156,6 +181,19 @@ def _budgets(counts: dict[str, int], max_rects: int) -> dict[str, int]:
     return out
 
 
+def _ranges(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The concatenation of arange(a[i], b[i]) for every i (b >= a)."""
+    n = b - a
+    if not n.sum():
+        return np.empty(0, dtype=np.int64)
+    starts = np.repeat(a - np.concatenate([[0], np.cumsum(n)[:-1]]), n)
+    return starts + np.arange(int(n.sum()))
+
+
+def _clamp(x: int) -> int:
+    return min(max(x, I64.min), I64.max)
+
+
 def timeline(traces, plan=None, *, ranks=None, start_ns: int | None = None, end_ns: int | None = None,
              max_rects: int = 1000, table: pd.DataFrame | None = None,
              offsets: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -164,29 +202,105 @@ def timeline(traces, plan=None, *, ranks=None, start_ns: int | None = None, end_
     if max_rects < 1:
         raise ValueError(f"max_rects must be at least 1, got {max_rects}")
     table = table if table is not None else collectives(traces, plan)
-    shift = dict(zip(offsets["rank"], offsets["offset_ns"])) if offsets is not None else {}
-    by_rank = dict(tuple(table.groupby("rank", sort=False))) if len(table) else {}
-    lo = start_ns if start_ns is not None else np.iinfo(np.int64).min
-    hi = end_ns if end_ns is not None else np.iinfo(np.int64).max
-    parts = []
+    x = _index(traces, table)
+    shift = dict(zip(offsets["rank"].tolist(), offsets["offset_ns"].tolist())) if offsets is not None else {}
+    lo = start_ns if start_ns is not None else I64.min
+    hi = end_ns if end_ns is not None else I64.max
+    # Pieces: the part of one (rank, lane) segment inside the window, in the rank's own clock.
+    p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off = ([] for _ in range(7))
+    present = traces.rank_slices()
     for rank in (ranks if ranks is not None else traces.rank_ids):
         rank = int(rank)
-        if rank not in traces.rank_slices():
+        if rank not in present:
             continue
         off = int(shift.get(rank, 0))
-        clipped = {}
-        for name, lane in _lanes(traces, by_rank.get(rank, table.iloc[:0]), rank).items():
-            lane = _Lane(lane.start + off, lane.end + off, lane.label, lane.labels, lane.instance, lane.nbytes)
-            lane = lane.take((lane.end > lo) & (lane.start < hi))
-            lane.start, lane.end = np.maximum(lane.start, lo), np.minimum(lane.end, hi)
-            if len(lane):
-                clipped[name] = lane
-        for name, budget in _budgets({k: len(v) for k, v in clipped.items()}, max_rects).items():
-            rect = _lod(clipped[name], budget)
-            parts.append(pd.DataFrame({"rank": rank, "lane": name, **rect}))
-    if not parts:
+        r_lo, r_hi = _clamp(lo - off), _clamp(hi - off)
+        for lane in range(len(LANES)):
+            seg = x.segments.get((rank, lane))
+            if seg is None:
+                continue
+            a, b = seg
+            i = a + int(np.searchsorted(x.reach[a:b], r_lo, side="right"))  # the first that reaches past lo
+            j = a + int(np.searchsorted(x.start[a:b], r_hi, side="left"))  # the first that starts at hi
+            if j > i:
+                for lst, v in zip((p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off), (rank, lane, i, j, r_lo, r_hi, off)):
+                    lst.append(v)
+    p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off = (np.array(v, dtype=np.int64) for v in
+                                                   (p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off))
+    rows = _ranges(p_a, p_b)
+    piece = np.repeat(np.arange(len(p_a)), p_b - p_a)
+    inside = x.end[rows] > p_lo[piece]  # a nested event may end before lo although its segment reached past
+    rows, piece = rows[inside], piece[inside]
+    counts = np.bincount(piece, minlength=len(p_a))
+    budget = np.zeros(len(p_a), dtype=np.int64)
+    for rank in dict.fromkeys(p_rank.tolist()):  # per rank, lanes share max_rects
+        mine = np.flatnonzero((p_rank == rank) & (counts > 0))
+        got = _budgets({LANES[p_lane[k]]: int(counts[k]) for k in mine}, max_rects)
+        for k in mine:
+            budget[k] = got.get(LANES[p_lane[k]], 0)
+    kept = budget[piece] > 0
+    rows, piece = rows[kept], piece[kept]
+    if not len(rows):
         return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
-    frame = pd.concat(parts, ignore_index=True)
-    frame["bytes"] = pd.array(frame["bytes"].to_numpy(dtype=float), dtype="Float64").astype("Int64")
-    return frame[COLUMNS].astype({"start_ns": "int64", "end_ns": "int64", "n_events": "int64", "busy_ns": "int64",
-                                  "rank": "int64", "merged": "bool"})
+    return _lod(x, rows, piece, budget, p_lo, p_hi, p_off, p_rank, p_lane)
+
+
+def _lod(x: _Index, rows, piece, budget, p_lo, p_hi, p_off, p_rank, p_lane) -> pd.DataFrame:
+    """Clip the rows to their piece's window and merge each piece down to its budget: across all but the
+    (budget - 1) largest gaps."""
+    s = np.maximum(x.start[rows], p_lo[piece])
+    e = np.minimum(x.end[rows], p_hi[piece])
+    n = len(rows)
+    new_piece = np.ones(n, dtype=bool)
+    new_piece[1:] = piece[1:] != piece[:-1]
+    reach = iv.running_max(e, new_piece)
+    gaps = np.empty(n, dtype=np.int64)  # gaps[k]: idle time before row k (negative: overlap)
+    gaps[0] = 0
+    gaps[1:] = s[1:] - reach[:-1]
+    cut = new_piece.copy()
+    bounds = np.append(np.flatnonzero(new_piece), n)
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        k = budget[piece[a]]
+        if b - a <= k:
+            cut[a:b] = True
+        elif k > 1:
+            g = gaps[a + 1:b]
+            top = np.argpartition(-g, k - 2)[: k - 1]
+            cut[a + 1 + top[g[top] > 0]] = True
+    group = np.cumsum(cut) - 1
+    first = np.flatnonzero(cut)
+    counts = np.diff(np.append(first, n))
+    single = counts == 1
+    # Busy time: the union of each group's events. Groups are cut at gaps > 0, so a union run never
+    # spans two groups; a run starts where a row starts past all before it in its piece.
+    run = new_piece.copy()
+    run[1:] |= s[1:] > reach[:-1]
+    run_at = np.flatnonzero(run)
+    run_len = np.maximum.reduceat(np.maximum(e, s), run_at) - s[run_at]
+    busy = np.bincount(group[run_at], weights=run_len, minlength=len(first)).astype(np.int64)
+    # The label covering the most time in each merged group (ties: the first label in label order).
+    dominant = x.label[rows[first]]
+    multi = ~single[group]
+    if multi.any():
+        width = len(x.names)
+        key = group[multi] * width + x.label[rows[multi]]
+        ukey, inv = np.unique(key, return_inverse=True)
+        total = np.bincount(inv, weights=(e[multi] - s[multi]).astype(float))
+        best = np.lexsort((-total, ukey // width))
+        g, pick = np.unique((ukey // width)[best], return_index=True)
+        dominant[g] = (ukey % width)[best][pick]
+    ref = np.where(single, x.ref[rows[first]], -1)
+    has = ref >= 0
+    instance = np.full(len(first), "", dtype=object)
+    instance[has] = x.instance[ref[has]]
+    nbytes = np.full(len(first), np.nan)
+    nbytes[has] = x.nbytes[ref[has]]
+    pf = piece[first]
+    off = p_off[pf]
+    frame = pd.DataFrame({
+        "rank": p_rank[pf], "lane": np.array(LANES, dtype=object)[p_lane[pf]], "start_ns": s[first] + off,
+        "end_ns": np.maximum.reduceat(e, first) + off, "name": x.names[dominant], "op": x.ops[dominant],
+        "dim": x.dims[dominant], "instance": instance,
+        "bytes": pd.array(nbytes, dtype="Float64").astype("Int64"), "n_events": counts.astype(np.int64),
+        "busy_ns": busy, "merged": ~single})
+    return frame[COLUMNS]
