@@ -80,14 +80,15 @@ class Traces:
     @cached_property
     def arrays(self) -> dict[str, np.ndarray]:
         """The events' columns as numpy arrays, for analyzers that slice by rank (`rank_slices`).
-        `kind` is the index into patterns.KINDS (-1 if unknown)."""
+        `kind` is the index into patterns.KINDS (-1 if unknown); `thread` numbers each distinct
+        (rank, pid, tid) 0, 1, 2, ... in order of first appearance."""
         ev = self.events
         kind = ev["kind"].cat
         index = np.array([KINDS.index(c) if c in KINDS else -1 for c in kind.categories] + [-1], dtype=np.int16)
         ts = ev["ts_ns"].to_numpy()
-        return {"rank": ev["rank"].to_numpy(), "ts": ts, "end": ts + ev["dur_ns"].to_numpy(),
-                "kind": index[kind.codes.to_numpy()], "pid": ev["pid"].to_numpy(), "tid": ev["tid"].to_numpy(),
-                "correlation": ev["correlation"].to_numpy()}
+        rank, pid, tid = ev["rank"].to_numpy(), ev["pid"].to_numpy(), ev["tid"].to_numpy()
+        return {"rank": rank, "ts": ts, "end": ts + ev["dur_ns"].to_numpy(), "kind": index[kind.codes.to_numpy()],
+                "pid": pid, "tid": tid, "thread": _threads(rank, pid, tid), "correlation": ev["correlation"].to_numpy()}
 
     def hosts(self) -> dict[int, str | None]:
         """rank -> host name, from run.json's hosts when loaded from a run directory, else the trace."""
@@ -126,3 +127,16 @@ class Traces:
             agg = self.skipped.groupby("reason", sort=False)["count"].sum().sort_values(ascending=False)
             lines.append("  skipped: " + "; ".join(f"{n:,} {reason}" for reason, n in agg.items()))
         return "\n".join(lines)
+
+
+def _threads(rank, pid, tid) -> np.ndarray:
+    """A number per distinct (rank, pid, tid): the three packed into one int64 and hashed when they fit
+    (17 + 23 + 23 bits, pid and tid from -1), else factorized level by level."""
+    rank, pid, tid = (np.asarray(x, dtype=np.int64) for x in (rank, pid, tid))
+    if not len(rank):
+        return np.empty(0, dtype=np.int64)
+    if rank.min() >= 0 and rank.max() < 2 ** 17 and all(x.min() >= -1 and x.max() < 2 ** 23 - 1 for x in (pid, tid)):
+        return pd.factorize((rank << 46) | ((pid + 1) << 23) | (tid + 1))[0].astype(np.int64)
+    codes = pd.MultiIndex.from_arrays([rank, pid, tid]).codes
+    flat = np.ravel_multi_index([np.asarray(c, dtype=np.int64) for c in codes], [int(c.max()) + 1 for c in codes])
+    return pd.factorize(flat)[0].astype(np.int64)

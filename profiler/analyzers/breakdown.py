@@ -41,19 +41,27 @@ GPU_CODES = [K["compute"], K["comm"], K["memcpy"], K["memset"]]
 
 def cpu_compute(a: dict, lo: int, hi: int):
     """CPU-only compute of one rank's events a[..][lo:hi]: per thread, operators minus that thread's
-    collective calls."""
-    kind, pid, tid = a["kind"][lo:hi], a["pid"][lo:hi], a["tid"][lo:hi]
-    ts, end = a["ts"][lo:hi], a["end"][lo:hi]
+    collective calls, then the union over threads. The threads are laid side by side on one time
+    line (thread k shifted by k x the rank's span), so each set operation runs once for all of them."""
+    kind = a["kind"][lo:hi]
     op = kind == K["cpu_op"]
     comm = (kind == K["cpu_comm"]) | (kind == K["ps_comm"])
-    sets = []
-    threads = np.unique(np.stack([pid[op | comm], tid[op | comm]]), axis=1) if (op | comm).any() else np.empty((2, 0))
-    for p, t in threads.T:
-        on = (pid == p) & (tid == t)
-        busy = iv.union(ts[on & op], end[on & op])
-        blocked = iv.union(ts[on & comm], end[on & comm])
-        sets.append(iv.minus(busy, blocked))
-    return iv.merge(*sets)
+    both = np.flatnonzero(op | comm)
+    if not len(both):
+        return iv.EMPTY
+    ts, end, op = a["ts"][lo:hi][both], a["end"][lo:hi][both], op[both]
+    thread = pd.factorize(a["thread"][lo:hi][both])[0]  # 0, 1, ... for this rank's threads
+    base = int(ts.min())
+    span = max(int(end.max()), int(ts.max())) - base + 1
+    if (int(thread.max()) + 1) * span >= 2 ** 62:  # too wide to lay side by side: one thread at a time
+        return iv.merge(*(iv.minus(iv.union(ts[(thread == k) & op], end[(thread == k) & op]),
+                                   iv.union(ts[(thread == k) & ~op], end[(thread == k) & ~op]))
+                          for k in range(int(thread.max()) + 1)))
+    lift = thread.astype(np.int64) * span - base
+    s, e = ts + lift, end + lift
+    free_s, free_e = iv.minus(iv.union(s[op], e[op]), iv.union(s[~op], e[~op]))
+    k = free_s // span
+    return iv.union(free_s - k * span + base, free_e - k * span + base)
 
 
 class _Rank:

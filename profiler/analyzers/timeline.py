@@ -87,16 +87,6 @@ def _outermost(thread, ts, end) -> np.ndarray:
     return out
 
 
-def _threads(rank, pid, tid) -> np.ndarray:
-    """A small int per distinct (rank, pid, tid): bits packed into one int64 when they fit, then hashed."""
-    rank, pid, tid = (np.asarray(x, dtype=np.int64) for x in (rank, pid, tid))
-    fits = len(rank) and rank.min() >= 0 and rank.max() < 2 ** 19 and all(
-        x.min() >= 0 and x.max() < 2 ** 22 for x in (pid, tid))
-    if fits:
-        return pd.factorize((rank << 44) | (pid << 22) | tid)[0]
-    return pd.factorize(pd.MultiIndex.from_arrays([rank, pid, tid]))[0]
-
-
 def _event_rows(traces) -> tuple[np.ndarray, np.ndarray]:
     """(rows of traces.events, lane number) of the compute and memory lanes of every rank."""
     a = traces.arrays
@@ -105,8 +95,8 @@ def _event_rows(traces) -> tuple[np.ndarray, np.ndarray]:
     compute = gpu & (kind == K["compute"])
     memory = gpu & ((kind == K["memcpy"]) | (kind == K["memset"]))
     ops = np.flatnonzero(~gpu & (kind == K["cpu_op"]))
-    if len(ops):  # CPU-only ranks: outermost operators per (rank, pid, tid)
-        compute[ops[_outermost(_threads(rank[ops], a["pid"][ops], a["tid"][ops]), a["ts"][ops], a["end"][ops])]] = True
+    if len(ops):  # CPU-only ranks: outermost operators per thread
+        compute[ops[_outermost(a["thread"][ops], a["ts"][ops], a["end"][ops])]] = True
     rows = np.flatnonzero(compute | memory)
     return rows, np.where(compute[rows], 0, 1)
 
