@@ -5,6 +5,7 @@
     python -m profiler commbench --nproc 4 --quick --out cb.json         # seconds: 3 sizes, groups 2 and N
     python -m profiler commbench --launcher torchrun --nnodes 2 --node-rank K --nproc 8 \\
         --rdzv-endpoint HOST:29500 --out /shared/cb.json                 # on each node K
+    python -m profiler commbench --lab --nproc 4 --out cb.json          # the two-node lab (#8), as root
     python -m parallel plan ... --links commbench.json                  # plan with the fitted links
 
 Times all_reduce, all_gather, reduce_scatter, all_to_all and send/recv (a ring shift) over message
@@ -15,7 +16,9 @@ time, algbw and busbw by the nccl-tests conventions; α-β fits per op and group
 plan model's formulas (parallel/comm.py) reproduce the measurements (commbench_fit.py explains the
 conventions and the fit). Across nodes, groups inside node 0 and groups spread over the nodes are
 measured separately: `intra` and `inter`. With all ranks on one node only `intra` can be measured,
-and only `intra` is written (with a `links_note` saying so); the lab (#8) gives a second node.
+and only `intra` is written (with a `links_note` saying so); the lab (#8) gives a second node:
+with `--lab` this process starts a torchrun agent with --nproc ranks in each lab namespace, and the
+result adds `lab` (the link as shaped: profiler.lab.LabSettings.record). No lab, no root: exit 2.
 
 Exit codes: 0 written; 1 a rank failed (named); 2 bad flags. Launchers: profiler/launchers.py.
 Pure here (the ranks run profiler/commbench_worker.py in their own processes).
@@ -33,11 +36,23 @@ from pathlib import Path
 from .commbench_args import CommbenchSpec, parse_commbench
 from .launchers import RUN_MARKER, AgentLauncher, JobStopped, Outcome, kill_leftovers, local_commands
 from .launchers import local_outcome, torchrun_commands, torchrun_root_cause
+from .rundir import write_json_atomic
 
 
-def make_launcher(spec: CommbenchSpec, tmp: Path, run_id: str) -> AgentLauncher:
+def make_launcher(spec: CommbenchSpec, tmp: Path, run_id: str, lab=None) -> AgentLauncher:
     env = {RUN_MARKER: run_id}
     log = tmp / "launcher.log"
+    if lab is not None:  # one agent per lab node, each in its namespace
+        from .lab import LabError
+
+        try:
+            port = lab.free_port(0)
+        except LabError as err:
+            raise JobStopped(f"--lab: {err}") from None
+        worker = ["-m", "profiler.commbench_worker", "--", *spec.worker_argv()]
+        commands = [lab.torchrun_command(node, spec.nproc, worker, port=port, rdzv_id=run_id,
+                                         launcher_args=["--max-restarts=0"]) for node in (0, 1)]
+        return AgentLauncher("torchrun", commands, log=log, env=env, outcome=torchrun_root_cause)
     if spec.launcher == "local":
         outcome = tmp / "outcome.json"
         commands = local_commands("profiler.commbench_worker", spec.worker_argv(), nproc=spec.nproc, outcome=outcome)
@@ -50,8 +65,9 @@ def make_launcher(spec: CommbenchSpec, tmp: Path, run_id: str) -> AgentLauncher:
     return AgentLauncher("torchrun", commands, log=log, env=env, outcome=torchrun_root_cause)
 
 
-def run(spec: CommbenchSpec) -> Outcome:
-    """Run the benchmark's ranks; the result file is written by rank 0."""
+def run(spec: CommbenchSpec, lab=None) -> Outcome:
+    """Run the benchmark's ranks (on `lab`, a profiler.lab.LabSettings, when given); the result file
+    is written by rank 0."""
     import time
 
     run_id = uuid.uuid4().hex
@@ -62,9 +78,8 @@ def run(spec: CommbenchSpec) -> Outcome:
             raise JobStopped(f"commbench ran past --job-timeout {spec.job_timeout_s:g} s")
 
     with tempfile.TemporaryDirectory(prefix="parascope-commbench-") as tmp:
-        launcher = make_launcher(spec, Path(tmp), run_id)
         try:
-            outcome = launcher.run(on_tick=tick)
+            outcome = make_launcher(spec, Path(tmp), run_id, lab).run(on_tick=tick)
         except JobStopped as stop:
             outcome = Outcome(False, None, str(stop))
         finally:
@@ -97,15 +112,28 @@ def main(argv=None) -> int:
     if errors:
         print("\n".join(f"error: {e}" for e in errors), file=sys.stderr)
         return 2
+    lab = None
+    if spec.lab is not None:
+        from . import lab as lab_mod
+
+        try:
+            lab = lab_mod.for_job(spec.lab)
+        except lab_mod.LabError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     spec.out.parent.mkdir(parents=True, exist_ok=True)
-    outcome = run(spec)
+    outcome = run(spec, lab)
     if not outcome.ok:
         who = f"rank {outcome.rank}" if outcome.rank is not None else "commbench"
         print(f"error: {who} failed: {(outcome.message or '').strip().splitlines()[0] if outcome.message else ''}",
               file=sys.stderr)
         return 1
     if spec.out.is_file():
-        print(summary(json.loads(spec.out.read_text())))
+        result = json.loads(spec.out.read_text())
+        if lab is not None:  # rank 0 wrote it on this filesystem; this process knows the link
+            result["lab"] = lab.record()
+            write_json_atomic(spec.out, result)
+        print(summary(result))
         print(f"wrote {spec.out} and {spec.csv_path}")
     else:
         print(f"done; the result is on the node that ran rank 0 ({spec.out})")

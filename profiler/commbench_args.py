@@ -36,6 +36,7 @@ class CommbenchSpec:
     rdzv_backend: str = "c10d"
     rdzv_endpoint: str | None = None
     rdzv_id: str = "parascope-commbench"
+    lab: str | None = None  # --lab: the lab's prefix; this process starts both nodes' agents
     argv: tuple[str, ...] = ()
 
     @property
@@ -79,6 +80,11 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--rdzv-backend", default="c10d")
     t.add_argument("--rdzv-endpoint", default=None)
     t.add_argument("--rdzv-id", default="parascope-commbench")
+    lab = p.add_argument_group("lab (two nodes on this machine, issue #8; needs root and `profiler lab up`)")
+    lab.add_argument("--lab", action="store_true",
+                     help="--nproc ranks in each of the lab's two nodes: fits `intra` (loopback) and `inter` "
+                          "(the shaped link); implies torchrun")
+    lab.add_argument("--lab-prefix", default="psl-", help="the lab's name prefix (default %(default)s)")
     return p
 
 
@@ -102,9 +108,15 @@ def parse_commbench(argv) -> tuple[CommbenchSpec | None, list[str]]:
     except ValueError:
         errors.append(f"--group-sizes {a.group_sizes!r}: a comma list of integers")
         group_sizes = None
-    if a.nproc < 1 or a.nnodes < 1 or a.nproc * a.nnodes < 2:
+    if a.nproc < 1 or a.nnodes < 1 or a.nproc * (2 if a.lab else a.nnodes) < 2:
         errors.append(f"--nproc {a.nproc} × --nnodes {a.nnodes}: need at least 2 ranks")
-    if a.nnodes > 1 and (a.launcher != "torchrun" or not a.rdzv_endpoint):
+    if a.lab:
+        given = [f for f, v in (("--nnodes", a.nnodes != 1), ("--node-rank", a.node_rank != 0),
+                                ("--rdzv-endpoint", a.rdzv_endpoint)) if v]
+        if given:
+            errors.append(f"--lab starts both lab nodes itself; drop {', '.join(given)}")
+        a.launcher, a.nnodes, a.node_rank = "torchrun", 2, 0
+    elif a.nnodes > 1 and (a.launcher != "torchrun" or not a.rdzv_endpoint):
         errors.append("--nnodes > 1 needs --launcher torchrun and --rdzv-endpoint HOST:PORT")
     iters = a.iters or (QUICK["iters"] if quick else 10)
     warmup = a.warmup_iters if a.warmup_iters is not None else (QUICK["warmup"] if quick else 2)
@@ -116,7 +128,7 @@ def parse_commbench(argv) -> tuple[CommbenchSpec | None, list[str]]:
                          warmup_iters=warmup, group_sizes_arg=group_sizes, quick=quick, timeout_s=a.timeout,
                          job_timeout_s=a.job_timeout, launcher=a.launcher, nnodes=a.nnodes, node_rank=a.node_rank,
                          rdzv_backend=a.rdzv_backend, rdzv_endpoint=a.rdzv_endpoint, rdzv_id=a.rdzv_id,
-                         argv=tuple(argv))
+                         lab=a.lab_prefix if a.lab else None, argv=tuple(argv))
     if not spec.group_sizes():
         return None, [f"--group-sizes: none of {a.group_sizes} is between 2 and {spec.world_size}"]
     return spec, []

@@ -38,7 +38,7 @@ from profiler import lab_net
 from profiler.lab_net import LabError, LabUnsupported, Names, create, destroy, inspect_namespace
 from profiler.lab_net import missing_privilege, namespaces_with, root_links_with
 
-__all__ = ["LabError", "LabUnsupported", "LabNode", "LabSettings", "down", "like_defaults", "master_addr",
+__all__ = ["LabError", "LabUnsupported", "LabNode", "LabSettings", "down", "for_job", "like_defaults", "master_addr",
            "missing_privilege", "node_command", "settings", "settings_path", "status", "up"]
 
 DEFAULT_PREFIX = "psl-"
@@ -120,6 +120,15 @@ class LabSettings:
                 % self.nodes[node].address)
         return int(lab_net.sh(self.node_command(node, [sys.executable, "-c", code])).stdout)
 
+    def record(self) -> dict:
+        """What a job run on the lab records about it (run.json's and commbench's `lab`): the link as
+        shaped (latency asked and applied: a kernel without netem applies none) and where the nodes are."""
+        return {"prefix": self.prefix, "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+                "latency_s": self.latency_s, "latency_requested_s": self.latency_requested_s,
+                "namespaces": [n.namespace for n in self.nodes], "interfaces": [n.interface for n in self.nodes],
+                "addresses": [n.address for n in self.nodes], "like": self.like, "created_at": self.created_at,
+                "settings_file": str(settings_path(self.prefix))}
+
     def to_dict(self) -> dict:
         return {"version": 1, **dataclasses.asdict(self)}
 
@@ -148,6 +157,16 @@ def settings(prefix: str = DEFAULT_PREFIX) -> LabSettings:
         raise LabError(f"{path} describes a lab whose namespaces {', '.join(missing)} are gone (a reboot or a "
                        "crash); run `python -m profiler lab down` then `lab up`")
     return saved
+
+
+def for_job(prefix: str = DEFAULT_PREFIX) -> LabSettings:
+    """The running lab, for a command that starts processes inside it (`profiler run|commbench|tpsweep
+    --lab`): LabUnsupported when this process may not enter its namespaces, LabError when it is not
+    up; each message says what to do (the commands exit 2 with it)."""
+    why = missing_privilege()
+    if why:
+        raise LabUnsupported(f"--lab starts the ranks inside the lab's network namespaces (ip netns exec); {why}")
+    return settings(prefix)
 
 
 def master_addr(prefix: str = DEFAULT_PREFIX) -> str:

@@ -13,9 +13,9 @@ agent per command and watches them. Agents, by launcher:
                                              node of a multi-node job (--nnodes/--node-rank/--rdzv-*;
                                              every node runs its own supervisor); the failing rank is
                                              torchrun's "Root Cause" in its output
-    the lab (#8, follow-up: --lab)           two commands from one supervisor, `lab.settings().
+    the lab (#8, `--lab`)                    two commands from one supervisor, `lab.for_job().
                                              torchrun_command(node, nproc, worker)` for nodes 0 and 1,
-                                             each inside its network namespace
+                                             each inside its network namespace (run_cli.py, commbench.py)
 
 `on_tick()` runs in the supervisor every `tick_s` while the job runs (it rewrites run.json); if it
 raises (JobStopped: a job timeout or a cancel; KeyboardInterrupt), every agent is stopped and the

@@ -11,7 +11,9 @@ trace starts after the first step, once torch.distributed is up, so it carries d
 Launchers: `local` (default) forks the ranks from one process that imported torch once (fast, one
 node); `torchrun` runs one torchrun agent for this node: `--standalone` for one node, or the
 multi-node flags `--nnodes N --node-rank K --nproc-per-node P --rdzv-endpoint HOST:PORT
-[--rdzv-backend c10d] [--rdzv-id ID]` given to each node's `profiler run` alike.
+[--rdzv-backend c10d] [--rdzv-id ID]` given to each node's `profiler run` alike. `--lab` (#8):
+one `profiler run` starts a torchrun agent in each node of the two-node lab (profiler/lab.py), half
+the ranks each; it implies torchrun and --gpus-per-node = world / 2, and takes no other node flags.
 
 Pure: stdlib and parallel's pure modules only.
 """
@@ -50,6 +52,7 @@ class RunSpec:
     rdzv_backend: str = "c10d"
     rdzv_endpoint: str | None = None
     rdzv_id: str = "parascope"
+    lab: str | None = None  # the lab's prefix with --lab: both nodes' agents started by this process
     argv: tuple[str, ...] = field(default=())
 
     @property
@@ -62,7 +65,8 @@ class RunSpec:
 
     @property
     def multinode(self) -> bool:
-        return self.nnodes > 1
+        """Each node runs its own `profiler run` (not the lab, where one supervisor starts both)."""
+        return self.nnodes > 1 and self.lab is None
 
     def worker_argv(self, out: Path) -> list[str]:
         """The arguments a torchrun rank is started with (the same flags, the resolved --out)."""
@@ -95,6 +99,11 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--rdzv-backend", default="c10d")
     t.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of the rendezvous (node 0)")
     t.add_argument("--rdzv-id", default="parascope", help="job id, the same on every node")
+    lab = p.add_argument_group("lab (two nodes on this machine, issue #8; needs root and `profiler lab up`)")
+    lab.add_argument("--lab", action="store_true",
+                     help="run half the ranks in each lab node: ranks on one node talk over loopback, across "
+                          "nodes over the shaped link (implies torchrun)")
+    lab.add_argument("--lab-prefix", default="psl-", help="the lab's name prefix (default %(default)s)")
     return p
 
 
@@ -115,7 +124,23 @@ def _schedule_errors(args, steps: int) -> tuple[int, list[str]]:
     return active, errors
 
 
+def _lab_errors(args, world_size: int) -> tuple[int, list[str]]:
+    """--lab: two nodes of world / 2 ranks each, started by this process (so no node flags)."""
+    errors = []
+    given = [f for f, v in (("--nnodes", args.nnodes != 1), ("--node-rank", args.node_rank != 0),
+                            ("--rdzv-endpoint", args.rdzv_endpoint)) if v]
+    if given:
+        errors.append(f"--lab starts both lab nodes itself; drop {', '.join(given)}")
+    if world_size < 2 or world_size % 2:
+        errors.append(f"--lab splits the ranks over its 2 nodes, but dp×tp×pp×cp = {world_size} is not even")
+    if args.nproc_per_node and args.nproc_per_node * 2 != world_size:
+        errors.append(f"--lab: --nproc-per-node {args.nproc_per_node} × 2 nodes != {world_size} ranks")
+    return max(world_size // 2, 1), errors
+
+
 def _launch_errors(args, world_size: int) -> tuple[int, list[str]]:
+    if args.lab:
+        return _lab_errors(args, world_size)
     errors = []
     if args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes:
         errors.append(f"--nnodes {args.nnodes} --node-rank {args.node_rank}: need 0 <= node-rank < nnodes")
@@ -140,6 +165,10 @@ def parse_run(argv) -> tuple[RunSpec | None, list[str], list[str]]:
         return None, errors, warnings
     active, sched = _schedule_errors(args, cfg.steps)
     nproc, launch = _launch_errors(args, cfg.plan.world_size)
+    if args.lab:  # the lab's shape: 2 nodes of nproc ranks, under torchrun
+        args.launcher, args.nnodes = "torchrun", 2
+        if args.gpus_per_node is None:
+            args.gpus_per_node = nproc
     errors = errors + sched + launch
     if args.job_timeout is not None and args.job_timeout <= 0:
         errors.append(f"--job-timeout {args.job_timeout} must be > 0")
@@ -151,5 +180,5 @@ def parse_run(argv) -> tuple[RunSpec | None, list[str], list[str]]:
                    out=Path(args.out) if args.out else None, force=args.force, job_timeout_s=args.job_timeout,
                    launcher=args.launcher, nnodes=args.nnodes, node_rank=args.node_rank, nproc_per_node=nproc,
                    rdzv_backend=args.rdzv_backend, rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
-                   argv=tuple(argv))
+                   lab=args.lab_prefix if args.lab else None, argv=tuple(argv))
     return spec, errors, warnings

@@ -5,11 +5,16 @@
     python -m profiler run ... --launcher torchrun                   # one torchrun agent, this node
     python -m profiler run ... --launcher torchrun --nnodes 2 --node-rank K --nproc-per-node 4 \\
         --rdzv-endpoint HOST:29500 --rdzv-id job7 --out /shared/runs/job7      # on each node K
+    python -m profiler run --dp 2 --tp 2 --steps 4 --lab                   # both nodes of the lab (#8)
 
 The plan, model, cluster and training flags are `python -m parallel train`'s; see run_args.py for
 the rest. Writes DIR/run.json (progress while it runs; see supervisor.py for its keys), one Kineto
 trace per rank in DIR/traces/, DIR/metrics.json and DIR/logs/rank{r}.log (layout: rundir.py).
 Without --out, DIR is a new `<UTC time>-<plan>` directory under $PARASCOPE_RUNS (default ./runs).
+
+--lab: this one process starts a torchrun agent inside each of the lab's two network namespaces
+(profiler/lab.py), half the ranks each; run.json adds `lab` (the link as shaped, namespaces,
+addresses) and each host's `lab_node` and `namespace`. Without a lab up, or without root: exit 2.
 
 Exit codes: 0 completed; 1 the job failed (run.json names the rank, its error and its log's last
 lines; a rank that raises or dies ends the job, a collective a peer never joins ends by --timeout,
@@ -48,10 +53,23 @@ def claim_dir(spec: RunSpec, record: dict) -> Path:
                         run_id=record["run_id"] if spec.multinode else None)
 
 
-def make_launcher(spec: RunSpec, run_dir: Path, run_id: str) -> AgentLauncher:
-    """This node's agent(s): the seam where `--lab` will add two torchrun agents, one per lab node."""
+def make_launcher(spec: RunSpec, run_dir: Path, run_id: str, lab=None) -> AgentLauncher:
+    """This node's agent(s); with `lab` (a profiler.lab.LabSettings) one torchrun agent per lab node,
+    each in its namespace, rendezvous on node 0's veth address."""
     env = {RUN_MARKER: run_id}
     log = run_dir / "logs" / f"launcher-node{spec.node_rank}.log"
+    if lab is not None:
+        from .lab import LabError
+
+        try:
+            port = lab.free_port(0)
+        except LabError as err:  # the lab went down since main() checked it
+            raise JobStopped(f"--lab: {err}") from None
+        worker = ["-m", "profiler.run_worker", "--", *spec.worker_argv(run_dir)]
+        commands = [lab.torchrun_command(node, spec.nproc_per_node, worker, port=port, rdzv_id=run_id,
+                                         launcher_args=["--max-restarts=0"]) for node in (0, 1)]
+        return AgentLauncher("torchrun", commands, log=run_dir / "logs" / "launcher-lab.log", env=env,
+                             outcome=torchrun_root_cause)
     if spec.launcher == "local":
         outcome = run_dir / "status" / "launcher.json"
         commands = local_commands("profiler.run_worker", spec.worker_argv(run_dir), nproc=spec.plan.world_size,
@@ -72,13 +90,12 @@ def _stop_on_signals() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def supervise(spec: RunSpec, run_dir: Path, record: dict) -> dict:
+def supervise(spec: RunSpec, run_dir: Path, record: dict, lab=None) -> dict:
     """Launch the ranks, keep the record current, and write the final one; returns it."""
     sup = Supervisor(spec, run_dir, record)
-    launcher = make_launcher(spec, run_dir, record["run_id"])
     _stop_on_signals()
     try:
-        outcome = launcher.run(on_tick=sup.tick, tick_s=0.25)
+        outcome = make_launcher(spec, run_dir, record["run_id"], lab).run(on_tick=sup.tick, tick_s=0.25)
     except JobStopped as stop:
         outcome = Outcome(False, None, str(stop))
     except KeyboardInterrupt:
@@ -97,14 +114,25 @@ def main(argv=None) -> int:
         return 2
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
+    lab = None
+    if spec.lab is not None:
+        from . import lab as lab_mod
+
+        try:
+            lab = lab_mod.for_job(spec.lab)
+        except lab_mod.LabError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     record = initial_record(spec)
+    if lab is not None:
+        record["lab"] = lab.record()
     try:
         run_dir = claim_dir(spec, record)
     except rundir.RunDirError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"run directory: {run_dir}", flush=True)
-    final = supervise(spec, run_dir, record)
+    final = supervise(spec, run_dir, record, lab)
     if final["status"] == "completed":
         print(f"completed: {len(final['traces'])} traces in {run_dir / 'traces'}; "
               f"python -m profiler analyze {run_dir}")

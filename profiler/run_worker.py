@@ -8,7 +8,7 @@ under torchrun each rank is started as
 
 What a rank writes (see profiler/rundir.py for the layout), each file by this rank alone:
 - logs/rank{r}.log: its stdout and stderr (file descriptors 1 and 2 point there from the start);
-- status/rank{r}.json: pid, host, node, local rank, steps done, state (starting | running | done |
+- status/rank{r}.json: pid, host, node (lab runs: lab_node, namespace), local rank, steps done, state (starting | running | done |
   failed | stopped) and, on failure, the error -- what the supervisor turns into run.json;
 - traces/rank{r}_trace.json.gz: the Kineto trace of the schedule's active steps (ProfilerStep#N,
   distributedInfo, the engine's ps.comm / ps.phase annotations), exported to .partial/ and renamed
@@ -105,7 +105,11 @@ def profile_rank(spec: RunSpec, run_dir: Path, *, rank: int, world_size: int, in
     """Train `spec.cfg` as rank `rank` under torch.profiler; returns the metrics on rank 0."""
     run_dir = Path(run_dir)
     local_rank = rank if local_rank is None else local_rank
-    status = RankStatus(run_dir, rank=rank, node=node, local_rank=local_rank, steps=spec.cfg.steps)
+    lab = {k: os.environ[v] for k, v in (("lab_node", "PARASCOPE_LAB_NODE"), ("namespace", "PARASCOPE_LAB_NAMESPACE"))
+           if v in os.environ}  # a rank of `profiler run --lab` (profiler/lab.py sets them)
+    if "lab_node" in lab:
+        lab["lab_node"] = int(lab["lab_node"])
+    status = RankStatus(run_dir, rank=rank, node=node, local_rank=local_rank, steps=spec.cfg.steps, **lab)
     _stop_on_sigterm()
     cfg = dataclasses.replace(spec.cfg, out=str(run_dir))
     activities = [torch.profiler.ProfilerActivity.CPU]

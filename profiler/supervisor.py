@@ -13,7 +13,9 @@ run.json (a contract the dashboard and the analyzer read; keys always present un
     progress        {step: optimizer steps completed (rank 0), steps: total}
     plan, model, cluster     the Plan, Model and Cluster as JSON (parallel.specs / plan)
     world_size, nodes        ranks and nodes of the job
-    hosts           {rank: {hostname, node, local_rank}} (filled in as the ranks start)
+    hosts           {rank: {hostname, node, local_rank}} (filled in as the ranks start); on the lab
+                    (`--lab`) also lab_node and namespace (both lab nodes share the hostname)
+    lab             only with --lab: the link as shaped and the nodes (profiler.lab.LabSettings.record)
     torch_version, backend   from the ranks (null until the first rank reports)
     launcher        local | torchrun
     profile         {wait, warmup, active, profiled_steps: [step indices recorded]}
@@ -100,7 +102,8 @@ class Supervisor:
         rec = self.record
         for rank, s in sorted(statuses.items()):
             rec["hosts"][str(rank)] = {"hostname": s.get("hostname"), "node": s.get("node"),
-                                       "local_rank": s.get("local_rank")}
+                                       "local_rank": s.get("local_rank"),
+                                       **{k: s[k] for k in ("lab_node", "namespace") if k in s}}
             rec["torch_version"] = rec["torch_version"] or s.get("torch_version")
             rec["backend"] = rec["backend"] or s.get("backend")
         rec["hosts"] = dict(sorted(rec["hosts"].items(), key=lambda kv: int(kv[0])))
