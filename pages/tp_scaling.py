@@ -1,9 +1,12 @@
 """TP scaling: predicted per-layer time split into compute and TP communication for TP = 1 … 32,
-speedup and efficiency, SP off and on, with the NVLink/InfiniBand boundary marked."""
+speedup and efficiency, SP off and on, with the NVLink/InfiniBand boundary marked; below, TP sweeps
+measured on the two-node lab (#8) beside the prediction for the lab's own links."""
+
+from pathlib import Path
 
 import streamlit as st
 
-from ui import loaders, run_views, scaling_charts
+from ui import loaders, run_views, scaling_charts, sweep_data, trace_sets
 from ui.plan_form import PlanChoice, plan_form
 from ui.routing import ensure_navigation
 
@@ -44,8 +47,45 @@ def tp_scaling_page(choice: PlanChoice) -> None:
     st.dataframe(view["table"], hide_index=True)
 
 
+LAB_LINE = ("**The lab**: two network namespaces on this machine joined by a veth link shaped with tc, so ranks on "
+            "one node talk over loopback and ranks on different nodes over a deliberately slower link — the "
+            "NVLink/InfiniBand cliff in miniature. Reproduce: `sudo python -m profiler lab up --like dgx-h100 && "
+            "sudo python -m profiler tpsweep --lab`.")
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _sweep_view(path: str, mtime_ns: int) -> dict:
+    return sweep_data.sweep_view(sweep_data.load_sweep(Path(path)))
+
+
+def lab_sweep_section() -> None:
+    st.subheader("Measured on the two-node lab")
+    st.caption(LAB_LINE)
+    sweeps = sweep_data.find_sweeps(trace_sets.runs_dir())
+    if not sweeps:
+        st.info(f"No TP sweep under {trace_sets.runs_dir()} yet. As root: `python -m profiler lab up --like dgx-h100`, "
+                "then `python -m profiler tpsweep --lab` (about 4 minutes on 2 cores) writes one there.")
+        return
+    names = [s["name"] for s in sweeps]
+    name = st.selectbox("Sweep", names, key="tps_sweep", format_func=lambda n: next(
+        f"{n} ({s['status']}, {s['points']} runs)" for s in sweeps if s["name"] == n))
+    chosen = next(s for s in sweeps if s["name"] == name)
+    try:
+        view = _sweep_view(chosen["path"], chosen["mtime_ns"])
+    except sweep_data.SweepError as err:
+        st.error(str(err))
+        return
+    for note in view["notes"]:
+        st.warning(note)
+    st.caption(view["caption"] + " Diamonds: measured (TP comm with its p25–p75 bar), labelled with the error "
+               "vs the prediction; shaded: TP groups that span both lab nodes.")
+    st.altair_chart(scaling_charts.sweep_chart(view["chart"], view["gpus_per_node"]))
+    st.dataframe(view["table"], hide_index=True)
+
+
 ensure_navigation()
 st.title("TP scaling")
 scaling_choice = plan_form()
 if scaling_choice.computable:
     tp_scaling_page(scaling_choice)
+lab_sweep_section()

@@ -3,8 +3,9 @@
 Every chart marks the NVLink/InfiniBand boundary: TP degrees whose group leaves the node sit on a
 shaded band. `layer_time_chart` and `busbw_chart` take an optional `measured` frame — columns tp,
 sp (bool), link ('intra'/'inter' or the legend's words), and `seconds` (TP communication per layer)
-and/or `busbw_bytes_per_s` — from commbench results, TP-group collectives of uploaded traces or the
-lab sweep, drawn as black diamonds over the prediction. Pure: altair, pandas.
+and/or `busbw_bytes_per_s` — from commbench results or TP-group collectives of uploaded traces,
+drawn as black diamonds over the prediction. `sweep_chart` draws a lab TP sweep (#8) against the
+prediction for the lab's own links (ui/sweep_data.py). Pure: altair, pandas.
 """
 
 from __future__ import annotations
@@ -138,3 +139,42 @@ def busbw_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame |
                            alt.Tooltip("measured_by:N", title="measured by"), alt.Tooltip("op:N", title="collective")])
     layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node)), line, dots, points]
     return alt.layer(*layers, data=data, width=420, height=280)
+
+
+def sweep_chart(frame: pd.DataFrame, gpus_per_node: int) -> alt.FacetChart:
+    """The lab's TP sweep (ui.sweep_data.chart_frame): per metric (rows) and SP variant (columns), the
+    plan model's prediction for the lab's fitted links (grey line, dots coloured by link) and the
+    measured points (black diamonds; TP comm with a p25–p75 bar) labelled with their error."""
+    x = alt.X("tp:O", title="tensor-parallel size (TP)", axis=alt.Axis(labelAngle=0),
+              scale=alt.Scale(domain=sorted(frame["tp"].unique())))
+    y = alt.Y("value:Q", title=None)
+    first_inter = frame.loc[frame["tp"] > gpus_per_node, "tp"].min()
+    predicted = alt.Chart().transform_filter("datum.source == 'predicted'")
+    measured = alt.Chart().transform_filter("datum.source == 'measured'")
+    tip = [alt.Tooltip("tp:O", title="TP"), alt.Tooltip("link:N", title="TP group"),
+           alt.Tooltip("source:N", title="source"), alt.Tooltip("value:Q", title="value", format=",.4g")]
+    colors = alt.Scale(domain=["inside a node (loopback)", "across nodes (shaped veth)"],
+                       range=[LINK_COLORS[k] for k in LINK_COLORS])
+    line = predicted.mark_line(color="#adb5bd").encode(x=x, y=y)
+    dots = predicted.mark_point(filled=True, size=70).encode(
+        x=x, y=y, color=alt.Color("link:N", title="predicted, TP group", scale=colors), tooltip=tip)
+    bars = measured.transform_filter("isValid(datum.lo) && isFinite(datum.lo)").mark_rule(color="#212529").encode(
+        x=x, y=alt.Y("lo:Q", title=None), y2=alt.Y2("hi:Q"),
+        tooltip=[alt.Tooltip("lo:Q", title="p25", format=",.4g"), alt.Tooltip("hi:Q", title="p75", format=",.4g")])
+    points = measured.mark_point(shape="diamond", filled=True, size=90, color="#212529").encode(
+        x=x, y=y, tooltip=[*tip, alt.Tooltip("error_pct:Q", title="error vs predicted, %", format="+.0f")])
+    labels = measured.mark_text(align="left", dx=8, fontSize=11, color="#212529").encode(
+        x=x, y=y, text=alt.Text("error_label:N"))
+    base = alt.Chart().transform_filter(f"datum.tp > {gpus_per_node}").transform_aggregate(n="count()", groupby=["tp"])
+    band = base.mark_rect(color=LINK_COLORS[INFINIBAND], opacity=0.08).encode(
+        x=x, tooltip=[alt.Tooltip("tp:O", title=f"TP group spans both lab nodes ({gpus_per_node} ranks each) at TP")])
+    mark = base.transform_filter(f"datum.tp == {first_inter if pd.notna(first_inter) else -1}").mark_text(
+        align="right", baseline="top", dx=-4, dy=4, color=LINK_COLORS[INFINIBAND], fontWeight="bold",
+        text=f"> {gpus_per_node} ranks: across nodes").encode(x=x, y=alt.YValue(0))
+    layers = [band, mark, line, dots, bars, points, labels]
+    return alt.layer(*layers, data=frame, width=300, height=200).facet(
+        row=alt.Row("metric:N", title=None, sort=list(dict.fromkeys(frame["metric"])), header=alt.Header(labelFontWeight="bold", labelAngle=0,
+                                                                          labelAlign="left", labelLimit=120)),
+        column=alt.Column("variant:N", sort=list(SP_NAME.values()), title=None,
+                          header=alt.Header(labelFontSize=14, labelFontWeight="bold")),
+    ).resolve_scale(y="independent")
