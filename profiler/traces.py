@@ -108,8 +108,9 @@ class Traces:
     @cached_property
     def _slices(self) -> dict[int, tuple[int, int]]:
         ranks = self.events["rank"].to_numpy()
-        return {r: (int(np.searchsorted(ranks, r, side="left")), int(np.searchsorted(ranks, r, side="right")))
-                for r in self.rank_ids}
+        ids = np.array(self.rank_ids, dtype=ranks.dtype)  # as the column's dtype: no int64 copy of it per rank
+        lo, hi = np.searchsorted(ranks, ids, side="left"), np.searchsorted(ranks, ids, side="right")
+        return {int(r): (int(a), int(b)) for r, a, b in zip(ids, lo, hi)}
 
     def rank_events(self, rank: int) -> pd.DataFrame:
         """The events of one rank (a slice, no copy)."""

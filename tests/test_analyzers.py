@@ -230,3 +230,19 @@ def test_p2p_pairs_by_peers_not_by_the_groups_seq(tmp_path):
     assert set(table["bytes"]) == {512} and set(table["busbw_gbps"] == table["algbw_gbps"]) == {True}
     one = instances(traces).iloc[0]
     assert (one["n_ranks"], one["skew_ns"], one["late_rank"]) == (2, 10 * US, 1)
+
+
+def test_p2p_group_beside_a_collective_without_peers(tmp_path):
+    """A send (Src/Dst Rank) and an all-reduce (none) on one rank: the send's group is '0,1', not the
+    '0.0,1.0' a float column of peers would give."""
+    send = {"Collective name": "send", "In msg nelems": 256, "Out msg nelems": 256, "dtype": "Float", "Group size": 2,
+            "Process Group Name": "2", "Process Group Ranks": "[0, 1]", "Seq": 1, "Src Rank": 0, "Dst Rank": 1}
+    reduce = {k: v for k, v in send.items() if k not in ("Src Rank", "Dst Rank")} | {"Collective name": "allreduce"}
+    events = [ts.annotation("ProfilerStep#1", 0, 1000), ts.cpu("c10d::send", 10, 20),
+              ts.cpu("record_param_comms", 11, 18, **send), ts.runtime(12, 2, corr=5),
+              ts.kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 100, 50, corr=5),
+              ts.cpu("c10d::allreduce_", 200, 20), ts.cpu("record_param_comms", 201, 18, **reduce),
+              ts.runtime(202, 2, corr=6), ts.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", 300, 50, corr=6)]
+    table = collectives(_load(tmp_path, [ts.trace(0, 2, events)]))
+    assert list(zip(table["op"], table["group"])) == [("send", "0,1"), ("all_reduce", "0,1")]
+

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..annotations import parse_comm
-from ..patterns import RECORD_PARAM_COMMS, dtype_bytes, normalize_op
+from ..patterns import KINDS, RECORD_PARAM_COMMS, dtype_bytes, normalize_op
 from .labels import P2P_OPS, DimLabeler, bus_factor, plan_of
 from .steps import assign_steps, step_windows
 
@@ -45,7 +45,7 @@ COLUMNS = ["rank", "source", "op", "dim", "dim_source", "name", "start_ns", "end
            "algbw_gbps", "busbw_gbps", "stream", "step", "event", "cpu_event"]
 
 
-@dataclass
+@dataclass(eq=False)  # identity: list.remove must not compare every field of every pending root
 class _Root:
     row: int
     tid: tuple
@@ -61,24 +61,32 @@ class _Root:
 def collectives(traces, plan=None) -> pd.DataFrame:
     """The collectives table (see the module docstring); empty with the same columns if none."""
     labeler = DimLabeler(plan_of(plan, traces))
-    ev = traces.events
     ca = traces.comm_args
     meta = {int(e): rec for e, rec in zip(ca["event"], ca[list(META_FIELDS)].to_dict("records"))}
+    # Only CPU collectives, launches and comm kernels matter (a few % of the events): taken once, with
+    # their category columns as plain strings once (not per rank: each conversion copies every category).
+    want = np.flatnonzero(np.isin(traces.arrays["kind"], [KINDS.index(k) for k in _KINDS]))
+    sub = traces.events.iloc[want]
+    strings = {c: sub[c].to_numpy(dtype=object) for c in ("kind", "op")}
+    strings["name"] = sub["name"].to_numpy(dtype=object).astype(str)
     rows: list[dict] = []
     not_collectives: Counter = Counter()
     for rank, (lo, hi) in traces.rank_slices().items():
-        rows += _rank_rows(ev.iloc[lo:hi], rank, meta, gpu=traces.device_of(rank) == "gpu",
-                           not_collectives=not_collectives)
+        a, b = np.searchsorted(want, [lo, hi])
+        rows += _rank_rows(sub.iloc[a:b], {c: v[a:b] for c, v in strings.items()}, rank, meta,
+                           gpu=traces.device_of(rank) == "gpu", not_collectives=not_collectives)
     if not rows:
         table = pd.DataFrame({c: pd.Series(dtype=_DTYPES.get(c, "object")) for c in COLUMNS})
     else:
         table = pd.DataFrame(rows)
         table["step"] = assign_steps(table["rank"], table["issue_ns"], step_windows(traces))
-        _label(table, traces, labeler)
+        _label(table, rows, traces, labeler)
         table = table[COLUMNS].astype(_DTYPES)
     table.attrs["not_collectives"] = dict(not_collectives)  # CPU comm events that are no collective
     return table
 
+
+_KINDS = ("ps_comm", "cpu_comm", "runtime", "comm")  # the events a row is made of
 
 _DTYPES = {"rank": "int64", "start_ns": "int64", "end_ns": "int64", "dur_ns": "int64", "issue_ns": "int64",
            "bytes": "Int64", "group_size": "Int64", "seq": "int64", "algbw_gbps": "float64",
@@ -88,20 +96,21 @@ _DTYPES = {"rank": "int64", "start_ns": "int64", "end_ns": "int64", "dur_ns": "i
            "group_desc": "str", "pg_name": "str", "instance": "str"}
 
 
-def _roots(cpu: pd.DataFrame) -> dict[int, _Root]:
-    """Outermost CPU comm event of each nest, per thread, with its members."""
+def _roots(cpu: pd.DataFrame, names: np.ndarray) -> dict[int, _Root]:
+    """Outermost CPU comm event of each nest, per thread, with its members (`names`: cpu's, as str)."""
     roots: dict[int, _Root] = {}
-    rows, pid, tid = cpu.index.to_numpy(), cpu["pid"].to_numpy(), cpu["tid"].to_numpy()
+    pid, tid = cpu["pid"].to_numpy(), cpu["tid"].to_numpy()
     ts = cpu["ts_ns"].to_numpy()
     end = ts + cpu["dur_ns"].to_numpy()
-    names = cpu["name"].to_numpy(dtype=object)
     order = np.lexsort((-end, ts, tid, pid))  # per thread, by start, the enclosing event first
+    names = names[order].tolist()
+    rows, pid, tid = cpu.index.to_numpy()[order].tolist(), pid[order].tolist(), tid[order].tolist()
+    ts, end = ts[order].tolist(), end[order].tolist()  # plain ints: the loop below is per event
     stack: list[tuple[int, int]] = []  # (end, root row) of open events on the current thread
     thread = None
-    for i in order:
-        row, start, stop, name = int(rows[i]), int(ts[i]), int(end[i]), str(names[i])
-        if (pid[i], tid[i]) != thread:
-            thread, stack = (pid[i], tid[i]), []
+    for row, p, t, start, stop, name in zip(rows, pid, tid, ts, end, names):
+        if (p, t) != thread:
+            thread, stack = (p, t), []
         while stack and start >= stack[-1][0]:
             stack.pop()
         if stack:
@@ -109,7 +118,7 @@ def _roots(cpu: pd.DataFrame) -> dict[int, _Root]:
             root.members.append(row)
             root.worker &= name.startswith("gloo:")
         else:
-            roots[row] = _Root(row, (int(pid[i]), int(tid[i])), start, stop, name, [row], name.startswith("gloo:"))
+            roots[row] = _Root(row, (p, t), start, stop, name, [row], name.startswith("gloo:"))
         # A child never outlives its parent: gloo records an async op (gloo:send, gloo:recv) on the
         # caller's thread with the duration of the whole transfer, past the call that issued it;
         # clipped, it cannot swallow the next call (e.g. the recv a pipeline waits on) into this nest.
@@ -173,12 +182,14 @@ def _compatible(worker_op: str, caller_op: str) -> bool:
         worker_op == "all_reduce" and caller_op == "reduce_scatter")
 
 
-def _rank_rows(sub: pd.DataFrame, rank: int, meta: dict, *, gpu: bool, not_collectives: Counter) -> list[dict]:
-    kind = sub["kind"].to_numpy(dtype=object)
-    cpu = sub[(kind == "ps_comm") | (kind == "cpu_comm")]
-    roots = _roots(cpu)
-    info = dict(zip(cpu.index, zip(cpu["kind"].to_numpy(dtype=object), cpu["op"].to_numpy(dtype=object),
-                                   cpu["name"].to_numpy(dtype=object).astype(str))))
+def _rank_rows(sub: pd.DataFrame, strings: dict, rank: int, meta: dict, *, gpu: bool,
+               not_collectives: Counter) -> list[dict]:
+    """The rows of one rank; `sub`: its events of _KINDS, `strings`: their kind, op, name as objects."""
+    kind = strings["kind"]
+    is_cpu = (kind == "ps_comm") | (kind == "cpu_comm")
+    cpu = sub[is_cpu]
+    roots = _roots(cpu, strings["name"][is_cpu])
+    info = dict(zip(cpu.index, zip(kind[is_cpu], strings["op"][is_cpu], strings["name"][is_cpu])))
     per_thread: dict[tuple, list[_Root]] = {}
     for r in roots.values():
         r.op, r.label = _root_op(info, r.members)
@@ -198,7 +209,7 @@ def _rank_rows(sub: pd.DataFrame, rank: int, meta: dict, *, gpu: bool, not_colle
         for row, corr, ext, ts, dur, tid, name, kop in zip(
                 kernels.index.tolist(), kernels["correlation"].tolist(), kernels["external_id"].tolist(),
                 kernels["ts_ns"].tolist(), kernels["dur_ns"].tolist(), kernels["tid"].tolist(),
-                kernels["name"].to_numpy(dtype=object).astype(str).tolist(), kernels["op"].to_numpy(dtype=object)):
+                strings["name"][kind == "comm"].tolist(), strings["op"][kind == "comm"]):
             root, issue = None, int(ts)
             if corr >= 0 and corr in launch:
                 lpid, ltid, lts = launch[corr]
@@ -262,15 +273,18 @@ def _row(rank, row, source, name, start, end, issue, stream, root: _Root | None,
             "label": label, **md}
 
 
-def _label(table: pd.DataFrame, traces, labeler: DimLabeler) -> None:
-    """Fill group, bytes, dim, seq, instance and bandwidths in place (table is ours, not the input)."""
+def _label(table: pd.DataFrame, rows: list[dict], traces, labeler: DimLabeler) -> None:
+    """Fill group, bytes, dim, seq, instance and bandwidths in place (table is ours, not the input),
+    from `rows`, the table's rows as plain Python values (a column with a missing value would turn
+    its ints into floats: a p2p group '0.0,1.0')."""
     pg = {(int(r), str(n)): (ranks, desc, size) for r, n, ranks, desc, size in zip(
         traces.pg_config["rank"], traces.pg_config["pg_name"], traces.pg_config["ranks"],
         traces.pg_config["pg_desc"], traces.pg_config["pg_size"])}
     cols = {c: [] for c in ("group", "group_size", "group_desc", "bytes", "bytes_source", "dim", "dim_source",
                             "seq", "seq_source")}
-    for rec in table.to_dict("records"):
-        rec = {k: (v if k == "label" else _value(v)) for k, v in rec.items()}
+    parsed: dict[str, tuple] = {}  # group -> its ranks; (dim, group, op, desc) -> label: a few distinct ones
+    dims: dict[tuple, tuple[str, str]] = {}
+    for rec in rows:
         label = rec["label"]
         conf = pg.get((rec["rank"], str(rec["pg_name"])), (None,) * 3) if rec["pg_name"] else (None,) * 3
         conf = tuple(_value(c) for c in conf)
@@ -281,11 +295,16 @@ def _label(table: pd.DataFrame, traces, labeler: DimLabeler) -> None:
             group = f"{rec['src_rank']},{rec['dst_rank']}"
         else:
             group = rec["pg_ranks"] or conf[0]
-        ranks = tuple(int(x) for x in group.split(",")) if group else None
+        if group and group not in parsed:
+            parsed[group] = tuple(int(x) for x in group.split(","))
+        ranks = parsed[group] if group else None
         size = len(ranks) if ranks else (rec["group_size"] or conf[2])
         desc = rec["pg_desc"] or conf[1]
         nbytes, source = _bytes(rec, label)
-        dim, dim_source = labeler.label(ann_dim=label.dim if label else None, ranks=ranks, op=rec["op"], desc=desc)
+        key = (label.dim if label else None, ranks, rec["op"], desc)
+        if key not in dims:
+            dims[key] = labeler.label(ann_dim=key[0], ranks=ranks, op=rec["op"], desc=desc)
+        dim, dim_source = dims[key]
         # A trace's p2p Seq counts all p2p ops of the process group on one rank, not per pair of peers:
         # the pair's order of issue matches sender and receiver instead.
         seq = label.seq if label else (None if p2p else rec["seq"])
@@ -300,8 +319,9 @@ def _label(table: pd.DataFrame, traces, labeler: DimLabeler) -> None:
     nbytes = table["bytes"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
     dur = table["dur_ns"].to_numpy(dtype=float)
     table["algbw_gbps"] = np.where(dur > 0, nbytes / np.where(dur > 0, dur, 1), np.nan)  # bytes/ns = GB/s
-    factors = [bus_factor(op, n if pd.notna(n) else None) for op, n in zip(table["op"], table["group_size"])]
-    table["busbw_gbps"] = table["algbw_gbps"] * np.array(factors, dtype=float)
+    keys = list(zip(table["op"].tolist(), cols["group_size"]))
+    factors = {k: bus_factor(*k) for k in set(keys)}
+    table["busbw_gbps"] = table["algbw_gbps"] * np.array([factors[k] for k in keys], dtype=float)
 
 
 def _bytes(rec: dict, label) -> tuple[int | None, str]:
@@ -331,4 +351,4 @@ def _ordinal_seq(table: pd.DataFrame) -> None:
         table.loc[missing, "seq"] = ords
         table.loc[missing, "seq_source"] = "order"
     # The same call on every rank of its group: group (or pg name; else the op) and seq.
-    table["instance"] = [f"{k}#{s}" for k, s in zip(table["_key"], table["seq"])]
+    table["instance"] = [f"{k}#{s}" for k, s in zip(table["_key"].tolist(), table["seq"].tolist())]
