@@ -28,11 +28,14 @@ busbw_bytes_per_s, step_s}, error_pct {tp_comm, busbw, step}}] (seconds, bytes/s
 defines each measure).
 
 The default model (SHAPE) is chosen so that TP communication is measurable on 2 CPU cores: one TP
-collective moves b·s·h = 1024·256 fp32 = 1 MiB, which takes ~15 ms across a 1 Gbit/s link (~7 ms at
-the dgx-h100-like ~2 Gbit/s), well above the ~1-3 ms a contended CPU adds to any collective, while
-h = 256 keeps a layer's compute (~8 GFLOP forward + backward at TP 1) near 0.2 s on one core, and
-2 layers and 4 steps keep the 7 runs within about 3 minutes. Heads 8 and seq 1024 divide by every
-TP degree up to 8 (SP shards the sequence).
+collective moves b·s·h = 1024·256 fp32 = 1 MiB, whose bytes take 2(n-1)/n · 1 MiB / B ≈ 15 ms across
+a 1 Gbit/s link (≈ 7 ms at the dgx-h100-like 2.1 Gbit/s), the same order as the per-hop latency that
+ranks sharing two cores add (commbench on the lab fits α ≈ 0.6-1.6 ms, 2(n-1) hops per all-reduce),
+so both terms of the α-β model show; while h = 256 keeps a layer's compute (≈ 8 GFLOP forward +
+backward at TP 1) near 0.5 s on one core, and 2 layers and 4 steps keep the 7 runs and the commbench
+within about 3 minutes. Heads 8 and seq 1024 divide by every TP degree up to 8 (SP shards the
+sequence). Measured here (2 cores): busbw of the TP collectives ≈ 0.10-0.20 GB/s inside a node,
+≈ 0.035 GB/s for TP 8 across; TP comm per layer ≈ 3-4.5× from TP 4 to TP 8.
 
 Exit codes: 0 every run completed; 1 a run or the commbench failed (recorded in sweep.json, the sweep
 goes on); 2 bad flags, no lab up, not root.
@@ -142,11 +145,29 @@ def parse(argv) -> tuple[SweepSpec | None, list[str]]:
                      run_timeout_s=a.run_timeout, argv=tuple(argv))
     if not errors and not spec.points():
         errors.append("nothing to run: --tps 1 with --sp on")
+    if not errors:
+        from parallel.specs import SpecError
+        from parallel.validate import _shape_errors
+        from .sweep_model import sweep_plan
+
+        try:
+            model = sweep_model_of(spec)
+            errors += sorted({e for tp, sp in spec.points() for e in _shape_errors(sweep_plan(tp, sp, a.micro_batch), model)})
+        except SpecError as err:
+            errors.append(str(err))
     return (None if errors else spec), errors
 
 
 def _shape_flags(shape: dict) -> list[str]:
     return [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()]
+
+
+def sweep_model_of(spec: SweepSpec):
+    """The Model every run of the sweep trains: `profiler run`'s own reading of the shape flags."""
+    from parallel.cli_args import model_from_args
+    from parallel.train import parser as train_parser
+
+    return model_from_args(train_parser().parse_args(_shape_flags(spec.shape)))
 
 
 def claim_out(spec: SweepSpec) -> Path:
@@ -296,12 +317,7 @@ def main(argv=None) -> int:
     except (lab_mod.LabError, rundir.RunDirError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from parallel.specs import Model
-
-    shape = {k: v for k, v in spec.shape.items() if k != "model"}
-    from parallel.specs import model_preset
-
-    model = Model.from_dict({**model_preset(spec.shape["model"]).to_dict(), **shape})
+    model = sweep_model_of(spec)
     sweep = {"schema": 1, "kind": "parascope-tpsweep", "status": "running", "created_at": rundir.now_iso(),
              "finished_at": None, "command": ["python", "-m", "profiler", "tpsweep", *spec.argv],
              "machine": {"cpus": os.cpu_count(), "hostname": socket.gethostname()}, "lab": lab.record(),
