@@ -70,10 +70,11 @@ def collectives(traces, plan=None) -> pd.DataFrame:
     strings = {c: sub[c].to_numpy(dtype=object) for c in ("kind", "op")}
     strings["name"] = sub["name"].to_numpy(dtype=object).astype(str)
     rows: list[dict] = []
+    labels: dict = {}  # ps.comm name -> its label: every rank of a group has the same names
     not_collectives: Counter = Counter()
     for rank, (lo, hi) in traces.rank_slices().items():
         a, b = np.searchsorted(want, [lo, hi])
-        rows += _rank_rows(sub.iloc[a:b], {c: v[a:b] for c, v in strings.items()}, rank, meta,
+        rows += _rank_rows(sub.iloc[a:b], {c: v[a:b] for c, v in strings.items()}, rank, meta, labels,
                            gpu=traces.device_of(rank) == "gpu", not_collectives=not_collectives)
     if not rows:
         table = pd.DataFrame({c: pd.Series(dtype=_DTYPES.get(c, "object")) for c in COLUMNS})
@@ -146,13 +147,15 @@ def _merge_meta(meta: dict, rows) -> dict:
     return out
 
 
-def _root_op(info: dict, rows) -> tuple[str, object]:
+def _root_op(info: dict, rows, labels: dict) -> tuple[str, object]:
     """(op, annotation label) of a root's members: our annotation first, then c10d/nccl/gloo names."""
     label, op = None, "other"
     for row in rows:
         kind, member_op, name = info[row]
         if kind == "ps_comm" and label is None:
-            label = parse_comm(name)
+            if name not in labels:
+                labels[name] = parse_comm(name)
+            label = labels[name]
         if op == "other" and isinstance(member_op, str) and member_op != "other":
             op = member_op
     return (label.op if label else op), label
@@ -182,7 +185,7 @@ def _compatible(worker_op: str, caller_op: str) -> bool:
         worker_op == "all_reduce" and caller_op == "reduce_scatter")
 
 
-def _rank_rows(sub: pd.DataFrame, strings: dict, rank: int, meta: dict, *, gpu: bool,
+def _rank_rows(sub: pd.DataFrame, strings: dict, rank: int, meta: dict, labels: dict, *, gpu: bool,
                not_collectives: Counter) -> list[dict]:
     """The rows of one rank; `sub`: its events of _KINDS, `strings`: their kind, op, name as objects."""
     kind = strings["kind"]
@@ -192,7 +195,7 @@ def _rank_rows(sub: pd.DataFrame, strings: dict, rank: int, meta: dict, *, gpu: 
     info = dict(zip(cpu.index, zip(kind[is_cpu], strings["op"][is_cpu], strings["name"][is_cpu])))
     per_thread: dict[tuple, list[_Root]] = {}
     for r in roots.values():
-        r.op, r.label = _root_op(info, r.members)
+        r.op, r.label = _root_op(info, r.members, labels)
         per_thread.setdefault(r.tid, []).append(r)
     thread_roots = {}
     for tid, rs in per_thread.items():
