@@ -208,3 +208,44 @@ def test_tp_scaling_page_without_a_sweep_says_how_to_make_one(tmp_path, monkeypa
     at = page_test("pages/tp_scaling.py")
     assert not at.exception
     assert any("No TP sweep" in i.value and "tpsweep --lab" in i.value for i in at.info)
+
+
+# ---- pure: the sweep's view without a lab ----
+
+def _sweep(points) -> dict:
+    from parallel.specs import model_preset
+
+    model = {**model_preset("tiny").to_dict(), "hidden": 128, "seq_len": 256, "ffn_hidden": 512}
+    links = {"intra": {"latency_s": 5e-4, "bandwidth_bytes_per_s": 4e8}, "inter": {"latency_s": 1e-3,
+                                                                                  "bandwidth_bytes_per_s": 1e8}}
+    return {"schema": 1, "kind": "parascope-tpsweep", "status": "failed", "model": model, "micro_batch": 1,
+            "gpus_per_node": 2, "machine": {"cpus": 2}, "lab": {"prefix": "psl-", "bandwidth_bytes_per_s": 1.25e8},
+            "commbench": {"links": links}, "points": points}
+
+
+def test_sweep_view_compares_and_names_failed_runs(tmp_path):
+    from profiler.sweep_model import compare, predict_point
+    from ui import sweep_data
+
+    done = {"tp": 2, "sp": False, "nodes": 1, "link": "intra", "status": "completed",
+            "measured": {"step_time_s": 0.05, "tp_comm_s": 2e-3, "tp_comm_lo_s": 1e-3, "tp_comm_hi_s": 3e-3,
+                         "busbw_bytes_per_s": 1e8, "tp_comm_step_s": 0.01}}
+    failed = {"tp": 4, "sp": False, "nodes": 2, "link": "inter", "status": "failed", "error": "rank 3 died"}
+    sweep = _sweep([done, failed])
+    # ring α-β by hand: 4 all-reduces of b·s·h·4 bytes over 2 ranks on the intra link
+    nbytes = 256 * 128 * 4
+    assert predict_point(sweep, 2, False)["tp_comm_s"] == pytest.approx(4 * (nbytes / 4e8 + 2 * 5e-4))
+    row = compare(sweep).set_index("tp").loc[2]
+    assert row["tp_comm_error_pct"] == pytest.approx((2e-3 / row["predicted_tp_comm_s"] - 1) * 100)
+    assert predict_point(sweep, 4, False)["link"] == "inter"
+    view = sweep_data.sweep_view(sweep)
+    assert any("TP 4 failed: rank 3 died" in n for n in view["notes"])
+    measured = view["chart"][view["chart"]["source"] == "measured"]
+    assert set(measured["tp"]) == {2} and set(view["table"]["status"]) == {"completed", "failed"}
+    (tmp_path / "s1").mkdir()
+    (tmp_path / "s1" / "sweep.json").write_text(json.dumps(sweep))
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "sweep.json").write_text("{}")  # not a sweep: skipped
+    assert [s["name"] for s in sweep_data.find_sweeps(tmp_path)] == ["s1"]
+    with pytest.raises(sweep_data.SweepError, match="parascope-tpsweep"):
+        sweep_data.load_sweep(tmp_path / "other" / "sweep.json")
