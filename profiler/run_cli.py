@@ -53,10 +53,17 @@ def claim_dir(spec: RunSpec, record: dict) -> Path:
                         run_id=record["run_id"] if spec.multinode else None)
 
 
+def process_marker(spec: RunSpec, run_id: str) -> str:
+    """The RUN_MARKER value of this supervisor's processes. Per node, not per run: the nodes of one
+    multi-node run share its run_id, and on one host (loopback tests, the lab) node 0's clean-up must
+    not kill node 1's agent while it is still finishing."""
+    return f"{run_id}.node{spec.node_rank}"
+
+
 def make_launcher(spec: RunSpec, run_dir: Path, run_id: str, lab=None) -> AgentLauncher:
     """This node's agent(s); with `lab` (a profiler.lab.LabSettings) one torchrun agent per lab node,
     each in its namespace, rendezvous on node 0's veth address."""
-    env = {RUN_MARKER: run_id}
+    env = {RUN_MARKER: process_marker(spec, run_id)}
     log = run_dir / "logs" / f"launcher-node{spec.node_rank}.log"
     if lab is not None:
         from .lab import LabError
@@ -102,7 +109,7 @@ def supervise(spec: RunSpec, run_dir: Path, record: dict, lab=None) -> dict:
         outcome = Outcome(False, None, "interrupted (Ctrl-C)")
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    kill_leftovers(record["run_id"])
+    kill_leftovers(process_marker(spec, record["run_id"]))
     return sup.finish(outcome)
 
 
