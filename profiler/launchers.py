@@ -161,19 +161,24 @@ class AgentLauncher:
                 p.wait()
 
 
-def tagged_processes(run_id: str) -> list[int]:
-    """PIDs (other than this one) whose environment carries RUN_MARKER=run_id: the run's processes,
-    wherever they were forked or whoever their parent is now."""
-    needle = f"{RUN_MARKER}={run_id}\0".encode()
+def processes_with_env(needle: str) -> list[int]:
+    """PIDs (other than this one) whose environment holds `needle` (e.g. 'NAME=value'), read from
+    /proc: a job's processes, wherever they were forked or whoever their parent is now."""
+    raw = needle.encode()
     pids = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit() and int(proc.name) != os.getpid():
             try:
-                if needle in (proc / "environ").read_bytes() + b"\0":
+                if raw in (proc / "environ").read_bytes() + b"\0":
                     pids.append(int(proc.name))
             except OSError:
                 pass
     return pids
+
+
+def tagged_processes(run_id: str) -> list[int]:
+    """PIDs whose environment carries RUN_MARKER=run_id: the run's processes."""
+    return processes_with_env(f"{RUN_MARKER}={run_id}\0")
 
 
 def kill_leftovers(run_id: str) -> list[int]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from parallel.metrics import load_metrics
+from profiler.launchers import processes_with_env
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -24,15 +25,7 @@ pytestmark = pytest.mark.slow
 
 def _tagged_processes(tag: str) -> list[int]:
     """PIDs whose environment carries `tag` (the job's processes, wherever they were forked)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if tag.encode() in (proc / "environ").read_bytes():
-                    pids.append(int(proc.name))
-            except OSError:
-                pass
-    return pids
+    return processes_with_env(tag)
 
 
 def _run(args, *, env, timeout=120):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from profiler.launchers import processes_with_env
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -27,15 +28,8 @@ PLAN = ["--dp=2", "--global-batch=4", "--steps=4", "--wait=1", "--warmup=1"]
 
 
 def _tagged(tag: str) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if tag.encode() in (proc / "environ").read_bytes():
-                    pids.append(int(proc.name))
-            except OSError:
-                pass
-    return pids
+    """PIDs whose environment carries `tag` (the job's processes, wherever they were forked)."""
+    return processes_with_env(tag)
 
 
 def _env(tag: str, **extra) -> dict:

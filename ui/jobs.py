@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from profiler.rundir import log_tail
+
 JOBS = ".jobs"
 GRACE_S = 5.0  # between SIGTERM and SIGKILL on cancel
 
@@ -254,13 +256,4 @@ def cancel(job: Job, *, grace_s: float = GRACE_S) -> Job:
 
 def tail(path: Path, lines: int = 40, *, max_bytes: int = 64 << 10) -> str:
     """The last `lines` lines of a text file ('' when it does not exist)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            data = f.read()
-    except OSError:
-        return ""
-    text = data.decode("utf-8", errors="replace")
-    return "\n".join(text.splitlines()[-lines:])
+    return log_tail(path, lines, max_bytes)
