@@ -121,7 +121,11 @@ def main(argv=None) -> int:
         except lab_mod.LabError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-    spec.out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        spec.out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        print(f"error: --out {spec.out}: {err}", file=sys.stderr)
+        return 2
     outcome = run(spec, lab)
     if not outcome.ok:
         who = f"rank {outcome.rank}" if outcome.rank is not None else "commbench"

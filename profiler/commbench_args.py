@@ -8,6 +8,7 @@ Pure: stdlib only.
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +89,21 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def out_errors(out: Path) -> list[str]:
+    """Why FILE cannot take the result, found before anything runs (the benchmark takes tens of
+    seconds, and rank 0 writes FILE and FILE's .csv only at the end)."""
+    csv = out.with_suffix(".csv")
+    if out.suffix.lower() == ".csv":
+        return [f"--out {out}: the CSV goes beside the JSON, at FILE with .csv; give the JSON's name (e.g. {out.with_suffix('.json').name})"]
+    for path in (out, csv):
+        if path.is_dir():
+            return [f"--out {out}: {path} is a directory; give a file name (e.g. {out / 'commbench.json'})"]
+    parent = next((p for p in out.resolve().parents if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return [f"--out {out}: cannot write under {parent}"]
+    return []
+
+
 def parse_commbench(argv) -> tuple[CommbenchSpec | None, list[str]]:
     argv = list(argv)
     a = parser().parse_args(argv)
@@ -122,6 +138,7 @@ def parse_commbench(argv) -> tuple[CommbenchSpec | None, list[str]]:
     warmup = a.warmup_iters if a.warmup_iters is not None else (QUICK["warmup"] if quick else 2)
     if iters < 1 or warmup < 0:
         errors.append(f"--iters {iters} must be >= 1 and --warmup-iters {warmup} >= 0")
+    errors += out_errors(a.out)
     if errors:
         return None, errors
     spec = CommbenchSpec(out=a.out.resolve(), nproc=a.nproc, sizes=tuple(sizes), ops=ops, iters=iters,

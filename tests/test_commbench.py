@@ -48,6 +48,19 @@ def test_bad_sizes(bad):
         fit.parse_sizes(bad)
 
 
+@pytest.mark.parametrize("name,needle", [("dir", "is a directory"), ("cb.csv", "the CSV goes beside the JSON"),
+                                         ("clash.json", "is a directory"), ("file/cb.json", "cannot write under")])
+def test_an_out_that_cannot_take_the_result_exits_2_before_any_rank_starts(tmp_path, name, needle):
+    """Rank 0 writes FILE and FILE.csv only at the end: a bad FILE must fail at once, not after the run."""
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "clash.csv").mkdir()  # FILE's CSV would land on a directory
+    (tmp_path / "file").write_text("")
+    r = subprocess.run([sys.executable, "-m", "profiler", "commbench", "--nproc=2", "--quick",
+                        f"--out={tmp_path / name}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clash.csv", "dir", "file"]
+
+
 def _rows(link: Link, *, noise: float = 0.0, name: str = "intra", seed: int = 0) -> list[dict]:
     rng = random.Random(seed)
     rows = []
