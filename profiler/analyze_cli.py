@@ -120,6 +120,9 @@ def _text(traces, summary: dict, not_collectives: dict) -> str:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    if args.top < 0:  # head(-n) would silently drop the n smallest of the list instead
+        print(f"error: --top {args.top}: expected a count of 0 or more", file=sys.stderr)
+        return 2
     from .analyzers.collectives import collectives
     from .errors import TraceError
     from .loader import load_traces

@@ -55,6 +55,12 @@ def test_bad_plan_exits_2(pair_dir, tmp_path, capsys, plan_text, message):
     assert len(err) == 1 and message in err[0]
 
 
+def test_negative_top_exits_2(pair_dir, capsys):
+    assert main([str(pair_dir), "--json", "--top", "-1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --top -1: expected a count of 0 or more"]
+
+
 def test_text_report_and_rank_flag(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PARASCOPE_CACHE", str(tmp_path / "cache"))
     t = ts.gloo_cpu(rank=0, world=1)
