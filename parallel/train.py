@@ -29,6 +29,7 @@ import functools
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from . import cli_args
 from .plan import Plan
@@ -89,6 +90,19 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def out_error(out: Path) -> str | None:
+    """Why --out cannot hold the job's files, found before any rank starts (rank 0 writes
+    metrics.json only after the last step); None when it can."""
+    if out.exists() and not out.is_dir():
+        return f"--out {out}: exists and is not a directory"
+    where = out if out.exists() else next((p for p in out.absolute().parents if p.exists()), None)
+    if where is None or not where.is_dir():
+        return f"--out {out}: cannot be created ({where} is not a directory)"
+    if not os.access(where, os.W_OK | os.X_OK):
+        return f"--out {out}: {where} is not writable"
+    return None
+
+
 def config_from_args(argv) -> tuple[TrainConfig | None, list[str], list[str]]:
     """(config, errors, warnings) from the command line; errors mean exit 2."""
     return config_from_namespace(parser().parse_args(argv))
@@ -107,6 +121,8 @@ def config_from_namespace(args: argparse.Namespace) -> tuple[TrainConfig | None,
         errors.append(f"--steps {args.steps}: train at least one step")
     if not 0 <= args.dropout < 1:
         errors.append(f"--dropout {args.dropout} must be in [0, 1)")
+    if args.out and (why := out_error(Path(args.out))):
+        errors.append(why)
     cfg = TrainConfig(model=model, plan=plan, steps=args.steps, seed=args.seed, lr=args.lr,
                       weight_decay=args.weight_decay, dropout=args.dropout, bucket_mb=args.bucket_mb,
                       timeout_s=args.timeout, out=args.out, save_params=args.save_params, launcher=args.launcher)
@@ -135,6 +151,12 @@ def main(argv=None) -> int:
         record(run_rank)(cfg, rank=env["rank"], world_size=env["world_size"], local_rank=env["local_rank"],
                          node=env["node"], gpus_per_node=env["gpus_per_node"])
         return 0
+    try:  # before any rank starts: rank 0 writes metrics.json there only after the last step
+        if cfg.out:
+            Path(cfg.out).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        print(f"invalid plan:\n  error: --out {cfg.out}: {err.strerror or err}", file=sys.stderr)
+        return 2
     if cfg.launcher == "torchrun":
         from .launch import run_torchrun  # the ranks see torchrun's environment and ignore --launcher
         return run_torchrun(argv, nproc=cfg.plan.world_size)

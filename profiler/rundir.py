@@ -128,7 +128,12 @@ def log_tail(path: Path, lines: int = 20, max_bytes: int = 64 << 10) -> str:
 def new_run_dir(root: Path, label: str) -> Path:
     """A fresh, empty `root/<UTC time>-<label>` (exclusive mkdir: concurrent runs never share one)."""
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        if root.exists() and not root.is_dir():
+            raise NotADirectoryError(0, "not a directory")
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunDirError(f"runs directory {root} (${RUNS_ENV} or ./runs): {err.strerror or err}") from None
     base = f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{slug(label)}"
     for i in range(1, 10_000):
         path = root / (base if i == 1 else f"{base}-{i}")
@@ -198,11 +203,13 @@ def claim(path: Path, record: dict, *, force: bool, run_id: str | None = None) -
             shutil.rmtree(entry)
         else:
             entry.unlink(missing_ok=True)
-    path.mkdir(parents=True, exist_ok=True)
     try:
+        path.mkdir(parents=True, exist_ok=True)
         fd = os.open(path / RUN_JSON, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
         raise RunDirError(f"--out {path}: another run claimed this directory at the same moment") from None
+    except OSError as err:
+        raise RunDirError(f"--out {path}: cannot be used ({err.strerror or err})") from None
     with os.fdopen(fd, "w") as f:
         json.dump(record, f, indent=1)
     return path

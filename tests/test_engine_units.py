@@ -199,3 +199,14 @@ def test_cli_rejects_a_bad_plan_with_exit_2(flags, needle, tmp_path):
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "run").exists()  # nothing ran
     assert time.monotonic() - start < 30
+
+
+@pytest.mark.parametrize("out,needle", [("file", "exists and is not a directory"),
+                                        ("file/run", "cannot be created (")])
+def test_an_out_that_cannot_hold_the_run_exits_2_before_any_rank_starts(out, needle, tmp_path):
+    """rank 0 writes metrics.json only after the last step: a bad --out must not cost the whole job."""
+    (tmp_path / "file").write_text("")
+    r = subprocess.run([sys.executable, "-m", "parallel", "train", "--dp", "2", "--global-batch", "2", "--steps", "1",
+                        "--out", str(tmp_path / out)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "step 0" not in r.stdout

@@ -48,6 +48,19 @@ def test_an_invalid_plan_exits_2_without_importing_torch_or_creating_the_directo
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("out,env,needle", [
+    ("file", {}, "exists and is not a directory"),
+    ("file/run", {}, "cannot be created ("),
+    (None, {"PARASCOPE_RUNS": "file"}, "runs directory"),  # the default --out under an unusable runs root
+])
+def test_an_out_that_cannot_be_used_exits_2_without_a_traceback(tmp_path, out, env, needle):
+    (tmp_path / "file").write_text("keep me")
+    env = {k: str(tmp_path / v) for k, v in env.items()}
+    r = _cli(["--dp=2", "--global-batch=2", "--steps=3"] + ([f"--out={tmp_path / out}"] if out else []), env=env)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"] and (tmp_path / "file").read_text() == "keep me"
+
+
 def test_a_non_empty_out_is_refused_without_force_and_left_alone(tmp_path):
     (tmp_path / "mine.txt").write_text("keep me")
     r = _cli(["--dp=2", f"--out={tmp_path}"])
