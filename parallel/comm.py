@@ -25,7 +25,10 @@ the most layers of work (an interior pipeline stage), with m microbatches of b s
     DP          the gradients of this GPU's parameters, reduced over the dp*cp ranks that hold the
                 same weights: all-reduce for ZeRO 0; reduce-scatter + all-gather of the updated
                 weights for ZeRO 1/2; ZeRO 3 also all-gathers the weights for forward and again for
-                backward (Rajbhandari et al. 2020, Sec. 7). Issued in buckets of `bucket_bytes`.
+                backward (Rajbhandari et al. 2020, Sec. 7). ZeRO 2/3 keep only a shard of the
+                gradients, so with m microbatches they reduce-scatter after every microbatch's
+                backward, and ZeRO 3 gathers the weights for every microbatch (as DeepSpeed does);
+                ZeRO 0/1 accumulate full gradients and reduce once. Issued in buckets of `bucket_bytes`.
     CP          all-gathered K/V: per layer per microbatch an all-gather of K and V (2*b*s*k
                 elements, gathered) forward, a reduce-scatter of their gradients backward
                 (Dubey et al. 2024, Sec. 3.3.2).
@@ -124,8 +127,8 @@ def comm_per_step(model: Model, plan: Plan, cluster: Cluster, opts: CommOptions 
         if p.zero == 0:
             bucketed("all_reduce", grad_bytes)
         else:
-            bucketed("reduce_scatter", grad_bytes)
-            bucketed("all_gather", weight_bytes, passes=2 if p.zero == 3 else 1)
+            bucketed("reduce_scatter", grad_bytes, passes=m if p.zero >= 2 else 1)
+            bucketed("all_gather", weight_bytes, passes=2 * m if p.zero == 3 else 1)
     return rows
 
 

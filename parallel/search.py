@@ -274,8 +274,8 @@ def evaluate(model: Model, cluster: Cluster, global_batch: int, cands: pd.DataFr
     grad = np.maximum(n0, np.where(single, n0, n_l)) * act
     dcalls = np.maximum(1, np.ceil(grad / co.bucket_bytes))
     dp_ar = dcalls * _coll("all_reduce", nd, grad / dcalls, bw["dp"], lat["dp"])
-    dp_rs = dcalls * _coll("reduce_scatter", nd, grad / dcalls, bw["dp"], lat["dp"])
-    dp_ag = dcalls * np.where(zero == 3, 2, 1) * _coll("all_gather", nd, grad / dcalls, bw["dp"], lat["dp"])
+    dp_rs = dcalls * np.where(zero >= 2, m, 1) * _coll("reduce_scatter", nd, grad / dcalls, bw["dp"], lat["dp"])
+    dp_ag = dcalls * np.where(zero == 3, 2 * m, 1) * _coll("all_gather", nd, grad / dcalls, bw["dp"], lat["dp"])
     exp_dp = np.where(zero == 0, dp_ar, dp_rs + dp_ag) * (1.0 - po.dp_overlap)
 
     # step time (parallel.perf.step_time): FLOPs depend only on the recompute mode

@@ -123,3 +123,21 @@ def test_plan_of_row_round_trips_through_plan_report():
     row = result.table.iloc[0].to_dict()
     rep = plan_report(S.plan_of(row, 256), MODELS["gpt3-22b"], CLUSTERS["dgx-h100"].with_nodes(4))
     assert rep["valid"] and rep["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
+
+
+def test_zero2_and_3_pay_per_microbatch_with_gradient_accumulation():
+    """ZeRO-2/3 keep a shard of the gradients, so m microbatches mean m reduce-scatters (and ZeRO-3 2m
+    weight all-gathers); ZeRO 0/1 accumulate full gradients and reduce once. So with m > 1, ZeRO-2 no
+    longer ties ZeRO-1 for free (it used to top the 175B search, with PP 16 that DeepSpeed forbids for it)."""
+    from parallel.comm import comm_per_step
+    from parallel.plan import Plan
+
+    cluster = CLUSTERS["dgx-h100"].with_nodes(2)
+    for zero, rs, ag in ((1, 1, 1), (2, 4, 1), (3, 4, 4)):
+        rows = comm_per_step(GPT, Plan(dp=16, global_batch=64, zero=zero), cluster)  # m = 64 / 16 = 4
+        calls = {r["collective"]: r["calls"] for r in rows if r["dim"] == "dp"}
+        base = {r["collective"]: r["calls"] for r in comm_per_step(GPT, Plan(dp=16, global_batch=16, zero=zero), cluster)
+                if r["dim"] == "dp"}  # m = 1
+        assert calls == {"reduce_scatter": rs * base["reduce_scatter"], "all_gather": ag * base["all_gather"]}
+    top = S.search(MODELS["gpt3-175b"], CLUSTERS["dgx-h100"].with_nodes(64), 1536).table.head(5)
+    assert (top["zero"] <= 1).all(), top[list(S.PLAN_KEYS)]
