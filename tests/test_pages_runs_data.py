@@ -141,6 +141,8 @@ def test_timeline_chart_specs():
     assert {"filter": "datum.lane == 'comm'"} in comm["transform"]
     assert detail["params"][0]["value"] == [{"instance": "0,1#0"}] or comm["params"][0]["value"] == [{"instance": "0,1#0"}]
     assert detail["layer"][0]["encoding"]["yOffset"]["scale"]["domain"] == ["compute", "comm"]
+    hover = [{t["field"] for t in layer["encoding"]["tooltip"]} for layer in detail["layer"]]
+    assert "busbw_gbps" not in hover[0] and {"bytes", "group", "busbw_gbps"} <= hover[1]  # no empty comm fields on compute
     parts = run_data.breakdown_parts(BD, 1)
     bar = timeline_charts.breakdown_chart(parts).to_dict()
     assert bar["encoding"]["y"]["stack"] == "zero" and bar["mark"]["type"] == "bar"

@@ -25,7 +25,8 @@ LEGEND_PX = 130  # x axis, its title and the legend below the plot
 
 
 def _tooltip(detail: bool = True) -> list[alt.Tooltip]:
-    """Hover text; the overview's frame has fewer columns (run_data.OVERVIEW_COLUMNS)."""
+    """Hover text; the overview's frame has fewer columns (run_data.OVERVIEW_COLUMNS), and compute or
+    memory-copy rectangles have no collective fields (detail=False), so they show no empty ones."""
     head = [alt.Tooltip("rank:O", title="rank"), alt.Tooltip("label:N", title="op / kernel")]
     comm = [alt.Tooltip("dim:N", title="dimension"), alt.Tooltip("bytes:Q", title="bytes", format=",d"),
             alt.Tooltip("group:N", title="group ranks"), alt.Tooltip("busbw_gbps:Q", title="busbw GB/s", format=",.3g")]
@@ -83,9 +84,11 @@ def gantt_detail_chart(frame: pd.DataFrame, *, window: tuple[float, float], high
     base = alt.Chart().transform_calculate(dur_ms="datum.end_ms - datum.start_ms").encode(
         x=_x(window), x2=alt.X2("end_ms"), y=_rank_y(n),
         yOffset=alt.YOffset("lane:N", scale=alt.Scale(domain=lanes or ["comm"], paddingInner=0.15)),
-        color=_color(frame), tooltip=_tooltip())
-    work = base.transform_filter("datum.lane != 'comm'").mark_rect(opacity=0.9, clip=True)
+        color=_color(frame))
+    work = base.transform_filter("datum.lane != 'comm'").mark_rect(opacity=0.9, clip=True).encode(
+        tooltip=_tooltip(detail=False))
     comm = base.transform_filter("datum.lane == 'comm'").mark_rect(clip=True, strokeWidth=1.5).encode(
+        tooltip=_tooltip(),
         opacity=alt.OpacityValue(0.35, condition={"param": PICK, "value": 1.0}),
         stroke=alt.StrokeValue("#ffffff00", condition={"param": PICK, "empty": False, "value": "#212529"}),
     ).add_params(pick)
