@@ -140,6 +140,16 @@ def test_cancel_kills_the_whole_process_group(tmp_path):
     assert jobs.cancel(done) == done  # a finished job is left alone
 
 
+@pytest.mark.parametrize("run_json, shown", [("running", "cancelled"), ("failed", "cancelled"), ("completed", "completed")])
+def test_a_cancelled_job_still_cleaning_up_reads_cancelled(tmp_path, run_json, shown):
+    """After a cancel, profiler run writes status failed ("stopped by signal 15") before its process
+    exits; in that window the dashboard must already say cancelled, not failed (it stops polling then)."""
+    me = os.getpid()
+    job = jobs.Job(name="x", runs_dir=tmp_path, pid=me, pgid=me, start_ticks=jobs._start_ticks(me), cancelled=True)
+    assert jobs.alive(job)
+    assert trace_sets._job_status(run_json, job)[0] == shown
+
+
 def test_two_jobs_at_once(tmp_path, fake):
     started = []
     for label in ("a", "b"):

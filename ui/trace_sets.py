@@ -130,7 +130,8 @@ def _job_status(status: str | None, job: jobs_mod.Job | None) -> tuple[str, str 
         return status or "unknown", None
     running = jobs_mod.alive(job)
     early = status in (None, "starting")
-    if job.cancelled and (not running or early or status == "running"):
+    # run.json may already say failed ("stopped by signal 15") while the process still cleans up
+    if job.cancelled and (not running or early or status in ("running", "failed")):
         return "cancelled", "cancelled from the dashboard"
     if (early or status == "running") and not running:
         code = f"exit code {job.returncode}" if job.returncode is not None else "its process is gone"
