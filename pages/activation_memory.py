@@ -5,11 +5,9 @@ import streamlit as st
 
 from parallel.specs import GiB
 from ui import loaders, memory_charts, run_views
-from ui.memory_data import SCOPES, SP_LABEL
+from ui.memory_data import SCOPES, SP_LABEL, bytes_text, capacity_drawn
 from ui.plan_form import PlanChoice, plan_form
 from ui.routing import ensure_navigation
-
-MiB = 2**20
 
 
 def activation_memory_page(choice: PlanChoice) -> None:
@@ -31,10 +29,10 @@ def activation_memory_page(choice: PlanChoice) -> None:
 
     cols = st.columns(3)
     off = view["per_layer"][SP_LABEL[False]]
-    cols[0].metric("Per layer, one microbatch, without SP", f"{off / MiB:,.0f} MiB", help=f"recompute: {plan.recompute}")
+    cols[0].metric("Per layer, one microbatch, without SP", bytes_text(off), help=f"recompute: {plan.recompute}")
     if SP_LABEL[True] in view["per_layer"]:
         on = view["per_layer"][SP_LABEL[True]]
-        cols[1].metric("… with SP", f"{on / MiB:,.0f} MiB", delta=f"{(on - off) / off:+.0%}", delta_color="inverse")
+        cols[1].metric("… with SP", bytes_text(on), delta=f"{(on - off) / off:+.0%}", delta_color="inverse")
     else:
         cols[1].metric("… with SP", "needs TP > 1", help="SP shards LayerNorm/dropout across the TP group; set TP ≥ 2")
     cols[2].metric("GPU memory", f"{choice.cluster.gpu_memory_bytes / GiB:,.0f} GiB", help=choice.cluster.name)
@@ -49,7 +47,8 @@ def activation_memory_page(choice: PlanChoice) -> None:
     st.subheader("Per GPU, by pipeline stage")
     st.caption(f"Parameters, gradients, optimizer states (ZeRO-{plan.zero}) and activations "
                f"(recompute: {plan.recompute}, {plan.schedule}, vpp {plan.vpp}) on one GPU of each stage; "
-               "the dashed line is the GPU's memory.")
+               + ("the dashed line is the GPU's memory." if capacity_drawn(view["stages"]) else
+                  f"all far below the GPU's {choice.cluster.gpu_memory_bytes / GiB:,.0f} GiB (not drawn)."))
     st.altair_chart(memory_charts.stage_chart(view["stages"]))
 
     st.subheader("Against sequence length")

@@ -60,6 +60,28 @@ def test_measured_vs_predicted_chart_shows_both_and_the_error():
     assert sorted(errors["error_pct"].round(6)) == [-5.0, 10.0]
 
 
+def test_an_exact_match_keeps_a_readable_error_axis():
+    exact = {"activation_bytes": {"0": 2**20, "1": 2**20}, "predicted_activation_bytes": {"0": 2**20, "1": 2**20}}
+    spec = memory_charts.measured_vs_predicted_chart(memory_data.measured_vs_predicted(exact)).to_dict()
+    y = spec["vconcat"][1]["encoding"]["y"]
+    assert y["scale"]["domain"] == [-1.0, 1.0] and y["axis"]["format"] == "+.2~f"
+
+
+@pytest.mark.parametrize("n, text", [(552 * 2**20, "552 MiB"), (74.1 * 2**30, "74.1 GiB"), (204 * 2**10, "204 KiB"),
+                                     (12.5 * 2**20, "12.5 MiB"), (10, "10 B")])
+def test_bytes_text(n, text):
+    assert memory_data.bytes_text(n) == text
+
+
+def test_a_tiny_model_stage_chart_is_in_mib_without_the_capacity_line():
+    tiny = memory_data.stage_memory(MODELS["tiny"], Plan(dp=2, tp=2, pp=2, sp=True, global_batch=8), ActivationOptions(),
+                                    H100.gpu_memory_bytes)
+    spec = memory_charts.stage_chart(tiny).to_dict()["spec"]
+    assert len(spec["layer"]) == 1 and spec["layer"][0]["encoding"]["y"]["title"] == "MiB per GPU"
+    big = memory_charts.stage_chart(memory_data.stage_memory(GPT175, PLAN, ActivationOptions(), H100.gpu_memory_bytes))
+    assert len(big.to_dict()["spec"]["layer"]) == 2  # the dashed GPU memory line
+
+
 # ---------------------------------------------------------------- activation memory
 
 def test_layer_components_cover_every_recompute_mode_and_sp():

@@ -11,7 +11,7 @@ import pandas as pd
 
 from parallel.plan import RECOMPUTE
 
-from .memory_data import GROUPS, SP_LABEL, STATE_KINDS, with_units
+from .memory_data import GROUPS, SP_LABEL, STATE_KINDS, capacity_drawn, stage_unit, with_units
 from .theme import GROUP_COLORS, MEMORY_COLORS, scale
 
 _SP_ORDER = [SP_LABEL[False], SP_LABEL[True]]
@@ -71,23 +71,27 @@ def sweep_chart(df: pd.DataFrame, *, axis: str, scope: str = "layer") -> alt.Fac
 
 def stage_chart(df: pd.DataFrame) -> alt.FacetChart:
     """Params, grads, optimizer states and activations per pipeline stage, against the GPU's memory
-    (frame of memory_data.stage_memory)."""
-    data = with_units(df, "GiB", "bytes", "total_bytes", "capacity_bytes")
+    (frame of memory_data.stage_memory). A model far below the GPU's memory (tiny) is drawn in MiB
+    without the capacity line, which would squash its bars flat."""
+    unit = stage_unit(df)
+    data = with_units(df, unit, "bytes", "total_bytes", "capacity_bytes")
     data["kind_order"] = data["kind"].map({k: i for i, k in enumerate(STATE_KINDS)})
     bars = alt.Chart().mark_bar().encode(
         x=alt.X("stage:O", title="pipeline stage", axis=alt.Axis(labelAngle=0)),
-        y=alt.Y("sum(bytes_GiB):Q", title="GiB per GPU"),
+        y=alt.Y(f"sum(bytes_{unit}):Q", title=f"{unit} per GPU"),
         color=alt.Color("kind:N", title="memory", scale=scale(MEMORY_COLORS), sort=list(STATE_KINDS)),
         order=alt.Order("kind_order:Q"),
         tooltip=[alt.Tooltip("sp:N", title="SP"), alt.Tooltip("stage:O", title="stage"), alt.Tooltip("kind:N", title="kind"),
-                 alt.Tooltip("bytes_GiB:Q", title="GiB", format=",.2f"),
-                 alt.Tooltip("total_bytes_GiB:Q", title="stage total GiB", format=",.2f")],
+                 alt.Tooltip(f"bytes_{unit}:Q", title=unit, format=",.2f"),
+                 alt.Tooltip(f"total_bytes_{unit}:Q", title=f"stage total {unit}", format=",.2f")],
     )
-    capacity = alt.Chart().mark_rule(color="#c92a2a", strokeDash=[6, 3], strokeWidth=2).encode(
-        y=alt.Y("max(capacity_bytes_GiB):Q"),
-        tooltip=[alt.Tooltip("max(capacity_bytes_GiB):Q", title="GPU memory GiB", format=",.1f")])
+    layers = [bars]
+    if capacity_drawn(df):
+        layers.append(alt.Chart().mark_rule(color="#c92a2a", strokeDash=[6, 3], strokeWidth=2).encode(
+            y=alt.Y(f"max(capacity_bytes_{unit}):Q"),
+            tooltip=[alt.Tooltip(f"max(capacity_bytes_{unit}):Q", title=f"GPU memory {unit}", format=",.1f")]))
     width = max(160, min(420, 26 * int(df["stage"].nunique())))
-    return alt.layer(bars, capacity, data=data, width=width, height=280).facet(column=_sp_column())
+    return alt.layer(*layers, data=data, width=width, height=280).facet(column=_sp_column())
 
 
 def measured_vs_predicted_chart(df: pd.DataFrame) -> alt.VConcatChart:
@@ -106,9 +110,12 @@ def measured_vs_predicted_chart(df: pd.DataFrame) -> alt.VConcatChart:
         tooltip=[alt.Tooltip("rank:O", title="rank"), alt.Tooltip("source:N", title="source"),
                  alt.Tooltip("MiB:Q", title="MiB", format=",.1f"), alt.Tooltip("error_pct:Q", title="error %", format="+.1f")],
     )
+    # symmetric around 0 and at least ±1 %, so an exact match reads as 0 and not as an empty axis
+    lim = max(1.0, float(data["error_pct"].abs().max()) * 1.1) if len(data) else 1.0
     error = alt.Chart(data, height=140).mark_bar().encode(
         x=rank_x,
-        y=alt.Y("error_pct:Q", title="error vs predicted, %"),
+        y=alt.Y("error_pct:Q", title="error vs predicted, %", scale=alt.Scale(domain=[-lim, lim]),
+                axis=alt.Axis(format="+.2~f")),
         color=alt.ColorValue("#4c6ef5", condition={"test": "datum.error_pct >= 0", "value": "#e8590c"}),
         tooltip=[alt.Tooltip("rank:O", title="rank"), alt.Tooltip("error_pct:Q", title="error %", format="+.1f"),
                  alt.Tooltip("error_bytes_MiB:Q", title="error MiB", format="+,.1f")],

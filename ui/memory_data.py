@@ -102,6 +102,26 @@ def stage_memory(model: Model, plan: Plan, opts: ActivationOptions, capacity_byt
     return pd.DataFrame(rows)
 
 
+def bytes_text(n: float) -> str:
+    """12.5 MiB, 3.1 GiB, 96 KiB: a metric's value in the unit that keeps it readable (a tiny model's
+    layer is a few hundred KiB, which '0 MiB' hid)."""
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
+        if abs(n) >= size:
+            return f"{n / size:,.3g} {unit}" if abs(n) < 100 * size else f"{n / size:,.0f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def stage_unit(df: pd.DataFrame) -> str:
+    """GiB for real models, MiB when even the fullest stage holds under 1 GiB (frame of stage_memory)."""
+    return "GiB" if len(df) and df["total_bytes"].max() >= GiB else "MiB"
+
+
+def capacity_drawn(df: pd.DataFrame) -> bool:
+    """Whether the GPU's memory belongs on the stage chart: not when the fullest stage uses under 2 %
+    of it, since the bars would flatten to nothing under the line (frame of stage_memory)."""
+    return bool(len(df)) and df["total_bytes"].max() >= 0.02 * df["capacity_bytes"].max()
+
+
 def with_units(df: pd.DataFrame, unit: str, *columns: str) -> pd.DataFrame:
     """`df` with each bytes column also in `unit` ('MiB' or 'GiB'): column name '<col>_<unit>'."""
     div = {"MiB": MiB, "GiB": GiB}[unit]
