@@ -88,7 +88,7 @@ def upload_page() -> None:
         return
     checked = _checked(files)
     for name, message in checked.rejected:
-        st.error(f"Rejected **{name}**: {message}")
+        st.error(f"Rejected **{name}**: {message.removeprefix(f'{name}: ')}")  # the loader's message names it too
     if not checked.accepted:
         st.warning("No file could be read as a trace; nothing to store.")
         return
