@@ -11,6 +11,12 @@ from ui.plan_form import PlanChoice, plan_form
 from ui.routing import ensure_navigation
 
 
+def _gbps(bytes_per_s: float) -> str:
+    """450 GB/s, 0.1 GB/s: a shaped lab link is well under 1 GB/s, which ',.0f' showed as 0."""
+    gb = bytes_per_s / 1e9
+    return f"{gb:,.0f} GB/s" if gb >= 10 else f"{gb:.2g} GB/s"
+
+
 def tp_scaling_page(choice: PlanChoice) -> None:
     model, cluster, plan = choice.model, choice.cluster, choice.plan
     mfu = st.slider("MFU of the GEMMs", min_value=0.1, max_value=0.9, value=0.5, step=0.05, key="tps_mfu",
@@ -19,11 +25,11 @@ def tp_scaling_page(choice: PlanChoice) -> None:
     gpn = cluster.gpus_per_node
     st.caption(f"{model.name}: one layer, micro batch {plan.micro_batch} × {model.seq_len} tokens, recompute "
                f"{plan.recompute}, on {cluster.name} ({gpn} GPUs per node: {cluster.intra.name} "
-               f"{cluster.intra.bandwidth_bytes_per_s / 1e9:,.0f} GB/s inside, {cluster.inter.name} "
-               f"{cluster.inter.bandwidth_bytes_per_s / 1e9:,.0f} GB/s across, per GPU per direction). "
+               f"{_gbps(cluster.intra.bandwidth_bytes_per_s)} inside, {cluster.inter.name} "
+               f"{_gbps(cluster.inter.bandwidth_bytes_per_s)} across, per GPU per direction). "
                f"TP > {gpn} leaves the node.")
-    for note in view["notes"]:
-        st.info(note)
+    if view["notes"]:  # one box, not one per TP degree: a small model can leave out half the sweep
+        st.info("\n".join(f"- {note}" for note in view["notes"]))
 
     cols = st.columns(3)
     for col, row in zip(cols, view["highlights"]):
