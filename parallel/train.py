@@ -121,6 +121,8 @@ def config_from_namespace(args: argparse.Namespace) -> tuple[TrainConfig | None,
         errors.append(f"--steps {args.steps}: train at least one step")
     if not 0 <= args.dropout < 1:
         errors.append(f"--dropout {args.dropout} must be in [0, 1)")
+    if not args.timeout > 0:
+        errors.append(f"--timeout {args.timeout:g} must be > 0 (seconds a collective may wait for its peers)")
     if args.out and (why := out_error(Path(args.out))):
         errors.append(why)
     cfg = TrainConfig(model=model, plan=plan, steps=args.steps, seed=args.seed, lr=args.lr,

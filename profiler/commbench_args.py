@@ -138,6 +138,8 @@ def parse_commbench(argv) -> tuple[CommbenchSpec | None, list[str]]:
     warmup = a.warmup_iters if a.warmup_iters is not None else (QUICK["warmup"] if quick else 2)
     if iters < 1 or warmup < 0:
         errors.append(f"--iters {iters} must be >= 1 and --warmup-iters {warmup} >= 0")
+    if not a.timeout > 0 or (a.job_timeout is not None and not a.job_timeout > 0):
+        errors.append(f"--timeout {a.timeout:g} and --job-timeout {a.job_timeout} must be > 0 seconds")
     errors += out_errors(a.out)
     if errors:
         return None, errors

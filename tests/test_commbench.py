@@ -61,6 +61,14 @@ def test_an_out_that_cannot_take_the_result_exits_2_before_any_rank_starts(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clash.csv", "dir", "file"]
 
 
+@pytest.mark.parametrize("flag", ["--timeout=0", "--timeout=-1", "--job-timeout=0"])
+def test_a_timeout_that_is_not_positive_is_a_flag_error(flag):
+    from profiler.commbench_args import parse_commbench
+
+    spec, errors = parse_commbench(["--nproc=2", flag])
+    assert spec is None and any("must be > 0" in e for e in errors)
+
+
 def _rows(link: Link, *, noise: float = 0.0, name: str = "intra", seed: int = 0) -> list[dict]:
     rng = random.Random(seed)
     rows = []

@@ -182,6 +182,7 @@ def test_validating_a_train_command_does_not_import_torch():
     (["--dp", "2", "--global-batch", "3"], "global_batch 3 is not divisible"),
     (["--pp", "2", "--vpp", "2", "--global-batch", "3"], "interleaved schedule: microbatches 3"),
     (["--zero", "2", "--dp", "2"], "ZeRO-2: the engine implements ZeRO 0 and 1"),
+    (["--dp", "2", "--global-batch", "2", "--timeout", "-1"], "--timeout -1 must be > 0"),  # was gloo's traceback
     (["--tp", "2", "--layers", "3"], None),  # fine for TP: not an error
 ])
 def test_cli_rejects_a_bad_plan_with_exit_2(flags, needle, tmp_path):
