@@ -78,6 +78,10 @@ def test_a_tiny_model_stage_chart_is_in_mib_without_the_capacity_line():
                                     H100.gpu_memory_bytes)
     spec = memory_charts.stage_chart(tiny).to_dict()["spec"]
     assert len(spec["layer"]) == 1 and spec["layer"][0]["encoding"]["y"]["title"] == "MiB per GPU"
+    sweep = memory_data.components_sweep(MODELS["tiny"], Plan(dp=2, tp=2, pp=2, sp=True, global_batch=8),
+                                         ActivationOptions(), axis="tp")
+    labels = memory_charts.sweep_chart(sweep, axis="tp").to_dict()["spec"]["layer"][1]["transform"]
+    assert {"calculate": "format(datum.total, ',.2f')", "as": "label"} in labels  # 0.24 MiB, not '0'
     big = memory_charts.stage_chart(memory_data.stage_memory(GPT175, PLAN, ActivationOptions(), H100.gpu_memory_bytes))
     assert len(big.to_dict()["spec"]["layer"]) == 2  # the dashed GPU memory line
 

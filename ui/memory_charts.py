@@ -59,7 +59,8 @@ def sweep_chart(df: pd.DataFrame, *, axis: str, scope: str = "layer") -> alt.Fac
     name = {"seq_len": "sequence length (tokens)", "tp": "tensor-parallel size (TP)"}[axis]
     x = alt.X("x:O", title=name, axis=alt.Axis(labelAngle=0))
     bars = _stack(data, x, scope, alt.Tooltip("x:O", title=name.split(" (")[0]))
-    fmt = ",.0f" if unit == "MiB" else ",.1f"
+    small = len(data) and data.groupby(["sp", "x"])[f"bytes_{unit}"].sum().max() < 10  # tiny: 0.24 MiB, not 0
+    fmt = ",.2f" if small else ",.0f" if unit == "MiB" else ",.1f"
     totals = alt.Chart().transform_aggregate(total=f"sum(bytes_{unit})", groupby=["sp", "x", "current"])
     labels = [totals.transform_filter(("" if current else "!") + "datum.current").transform_calculate(
         label=("'▼ ' + " if current else "") + f"format(datum.total, '{fmt}')").mark_text(
