@@ -111,8 +111,14 @@ def read_statuses(run_dir: Path) -> dict[int, dict]:
     return out
 
 
+# Kineto prints these probe markers on every profiler start/stop (no setting turns them off); a tail
+# shown to a user skips them so the lines that matter (an error, a traceback) are not pushed out.
+KINETO_MARKERS = ("USDT:", "STAGE:")
+
+
 def log_tail(path: Path, lines: int = 20, max_bytes: int = 64 << 10) -> str:
-    """The last `lines` lines of a log (reading at most `max_bytes` from its end); '' if none."""
+    """The last `lines` lines of a log, without Kineto's probe markers (reading at most `max_bytes`
+    from its end); '' if none. The file itself keeps every line."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -122,7 +128,8 @@ def log_tail(path: Path, lines: int = 20, max_bytes: int = 64 << 10) -> str:
     except OSError:
         return ""
     text = data.decode("utf-8", "replace").rstrip("\n")
-    return "\n".join(text.split("\n")[-lines:])
+    kept = [ln for ln in text.split("\n") if not ln.startswith(KINETO_MARKERS)]
+    return "\n".join(kept[-lines:])
 
 
 def new_run_dir(root: Path, label: str) -> Path:

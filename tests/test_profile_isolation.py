@@ -156,3 +156,14 @@ def test_two_runs_started_together_get_their_own_directories(tmp_path):
         assert run["status"] == "completed"
         assert sorted(p.name for p in (d / "traces").iterdir()) == ["rank0_trace.json.gz", "rank1_trace.json.gz"]
         assert f"run directory: {d}" in "".join(o[0] for o in outs)
+
+
+def test_log_tail_skips_kinetos_probe_markers_but_the_file_keeps_them(tmp_path):
+    log = tmp_path / "rank0.log"
+    body = ["step 1", "Traceback (most recent call last):", "RuntimeError: boom"]
+    markers = [f"USDT:2026-11-30 23:00:25 591:591 SyncActivityProfilerHandler.cpp:52] profiler_{w}"
+               for w in ("start", "stop")]
+    log.write_text("\n".join(body[:1] + markers + body[1:] + markers) + "\n")
+    assert rundir.log_tail(log, 2) == "Traceback (most recent call last):\nRuntimeError: boom"
+    assert rundir.log_tail(log, 10) == "\n".join(body)
+    assert log.read_text().count("USDT:") == 4
