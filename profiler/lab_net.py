@@ -65,7 +65,9 @@ def missing_privilege() -> str | None:
     if lacking:
         return (f"the lab needs root: creating network namespaces and shaping links with tc takes "
                 f"{' and '.join(lacking)}, which this process (uid {os.geteuid()}) lacks. "
-                "Run it as root, e.g. `sudo .venv/bin/python -m profiler lab up`.")
+                + ("Run it as root, e.g. `sudo .venv/bin/python -m profiler lab up`." if os.geteuid() != 0 else
+                   "Root here has had them dropped (a container?): start it with --cap-add NET_ADMIN "
+                   "--cap-add SYS_ADMIN, or --privileged."))
     return None
 
 
