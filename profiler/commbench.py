@@ -34,6 +34,7 @@ import uuid
 from pathlib import Path
 
 from .commbench_args import CommbenchSpec, parse_commbench
+from .lab import for_lab_flag
 from .launchers import RUN_MARKER, AgentLauncher, JobStopped, Outcome, kill_leftovers, local_commands
 from .launchers import local_outcome, torchrun_commands, torchrun_root_cause
 from .rundir import write_json_atomic
@@ -112,15 +113,10 @@ def main(argv=None) -> int:
     if errors:
         print("\n".join(f"error: {e}" for e in errors), file=sys.stderr)
         return 2
-    lab = None
-    if spec.lab is not None:
-        from . import lab as lab_mod
-
-        try:
-            lab = lab_mod.for_job(spec.lab)
-        except lab_mod.LabError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+    lab, lab_error = for_lab_flag(spec.lab)
+    if lab_error:
+        print(lab_error, file=sys.stderr)
+        return 2
     try:
         spec.out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -38,7 +38,7 @@ from profiler import lab_net
 from profiler.lab_net import LabError, LabUnsupported, Names, create, destroy, inspect_namespace
 from profiler.lab_net import missing_privilege, namespaces_with, root_links_with
 
-__all__ = ["LabError", "LabUnsupported", "LabNode", "LabSettings", "down", "for_job", "like_defaults", "master_addr",
+__all__ = ["LabError", "LabUnsupported", "LabNode", "LabSettings", "down", "for_job", "for_lab_flag", "like_defaults", "master_addr",
            "missing_privilege", "node_command", "settings", "settings_path", "status", "up"]
 
 DEFAULT_PREFIX = "psl-"
@@ -167,6 +167,17 @@ def for_job(prefix: str = DEFAULT_PREFIX) -> LabSettings:
     if why:
         raise LabUnsupported(f"--lab starts the ranks inside the lab's network namespaces (ip netns exec); {why}")
     return settings(prefix)
+
+
+def for_lab_flag(prefix: str | None) -> tuple[LabSettings | None, str | None]:
+    """What `--lab` asks of a job command (`profiler run|commbench`): (None, None) without the flag, else
+    (the running lab, None) or (None, the error line the command prints before exiting 2)."""
+    if prefix is None:
+        return None, None
+    try:
+        return for_job(prefix), None
+    except LabError as err:
+        return None, f"error: {err}"
 
 
 def master_addr(prefix: str = DEFAULT_PREFIX) -> str:

@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 
 from . import rundir
+from .lab import for_lab_flag
 from .launchers import RUN_MARKER, AgentLauncher, JobStopped, Outcome, kill_leftovers, local_commands
 from .launchers import local_outcome, torchrun_commands, torchrun_root_cause
 from .run_args import RunSpec, parse_run
@@ -121,15 +122,10 @@ def main(argv=None) -> int:
         return 2
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
-    lab = None
-    if spec.lab is not None:
-        from . import lab as lab_mod
-
-        try:
-            lab = lab_mod.for_job(spec.lab)
-        except lab_mod.LabError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+    lab, lab_error = for_lab_flag(spec.lab)
+    if lab_error:
+        print(lab_error, file=sys.stderr)
+        return 2
     record = initial_record(spec)
     if lab is not None:
         record["lab"] = lab.record()

@@ -8,6 +8,7 @@ before/after snapshots compare the whole machine's namespaces, links and qdiscs)
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -146,8 +147,8 @@ def test_without_iproute2_names_the_package():
 
 # ---- with root: real labs ----
 
-@pytest.fixture
-def lab_lock():
+@contextlib.contextmanager
+def holding_lab_lock():
     """Machine-wide: one lab-building test at a time (an abstract socket; the kernel frees it on exit)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     deadline = time.monotonic() + 600
@@ -158,8 +159,16 @@ def lab_lock():
         except OSError:
             assert time.monotonic() < deadline, "another test run held the lab lock for 10 minutes"
             time.sleep(0.2)
-    yield
-    sock.close()
+    try:
+        yield
+    finally:
+        sock.close()
+
+
+@pytest.fixture
+def lab_lock():
+    with holding_lab_lock():
+        yield
 
 
 def machine() -> dict:

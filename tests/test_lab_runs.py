@@ -19,7 +19,7 @@ import pytest
 from profiler import lab
 from profiler.run_args import parse_run
 from profiler.commbench_args import parse_commbench
-from tests.test_lab import ROOT, machine, needs_root, without_caps
+from tests.test_lab import ROOT, holding_lab_lock, machine, needs_root, without_caps
 from tests.test_lab import lab_lock  # noqa: F401 - the fixture, shared
 
 RATE = 6.25e6  # bytes/s = 50 Mbit/s: crossing stays far slower than loopback even when 2 cores run 4+ ranks
@@ -88,29 +88,17 @@ def lab_prefix():
     """A lab at RATE under this module's own prefix, built once; removed at the end even after a failure."""
     if lab.missing_privilege() is not None:
         pytest.skip(f"builds a lab: {lab.missing_privilege()}")
-    import socket
-    import time
-
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # tests/test_lab.py's lock, held for the module
-    deadline = time.monotonic() + 600
-    while True:
-        try:
-            sock.bind("\0parascope-lab-tests")
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "another test run held the lab lock for 10 minutes"
-            time.sleep(0.2)
     prefix = f"pslr{os.getpid() % 0xFFFF:04x}-"
-    try:
-        lab.down(prefix)
-        before = machine()
-        lab.up(bandwidth_bytes_per_s=RATE, prefix=prefix)
-        yield prefix
-        lab.down(prefix)
-        assert machine() == before
-    finally:
-        lab.down(prefix)
-        sock.close()
+    with holding_lab_lock():  # tests/test_lab.py's lock, held for the module
+        try:
+            lab.down(prefix)
+            before = machine()
+            lab.up(bandwidth_bytes_per_s=RATE, prefix=prefix)
+            yield prefix
+            lab.down(prefix)
+            assert machine() == before
+        finally:
+            lab.down(prefix)
 
 
 @pytest.mark.slow
