@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 from .plan import RECOMPUTE, SCHEDULES, Plan
@@ -123,3 +124,16 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     return Plan(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, sp=args.sp, micro_batch=args.micro_batch,
                 global_batch=gb, vpp=args.vpp, zero=args.zero, recompute=args.recompute, order=args.order,
                 schedule=args.schedule)
+
+
+def unwritable_ancestor(path: Path) -> tuple[Path, str] | None:
+    """Where files under `path` cannot go, found before a job runs: the nearest existing ancestor of
+    `path` (itself included) with what is wrong with it ('is not a directory' | 'is not writable');
+    None when `path` can be created and written in."""
+    path = Path(path).absolute()
+    where = next(p for p in (path, *path.parents) if p.exists())  # the root always exists
+    if not where.is_dir():
+        return where, "is not a directory"
+    if not os.access(where, os.W_OK | os.X_OK):
+        return where, "is not writable"
+    return None

@@ -95,12 +95,13 @@ def out_error(out: Path) -> str | None:
     metrics.json only after the last step); None when it can."""
     if out.exists() and not out.is_dir():
         return f"--out {out}: exists and is not a directory"
-    where = out if out.exists() else next((p for p in out.absolute().parents if p.exists()), None)
-    if where is None or not where.is_dir():
-        return f"--out {out}: cannot be created ({where} is not a directory)"
-    if not os.access(where, os.W_OK | os.X_OK):
-        return f"--out {out}: {where} is not writable"
-    return None
+    blocked = cli_args.unwritable_ancestor(out)
+    if blocked is None:
+        return None
+    where, what = blocked
+    if what == "is not a directory":
+        return f"--out {out}: cannot be created ({where} {what})"
+    return f"--out {out}: {where} {what}"
 
 
 def config_from_args(argv) -> tuple[TrainConfig | None, list[str], list[str]]:

@@ -8,11 +8,13 @@ Pure: stdlib only.
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from parallel.cli_args import unwritable_ancestor
+
 from .commbench_fit import OPS, parse_sizes
+from .run_args import lab_node_flags_error
 
 DEFAULT_SIZES = "1KiB..16MiB"
 DEFAULT_FACTOR = 4  # 1, 4, 16, 64, 256 KiB, 1, 4, 16 MiB: 8 sizes keep N=4 on 2 cores near 20 s
@@ -98,10 +100,8 @@ def out_errors(out: Path) -> list[str]:
     for path in (out, csv):
         if path.is_dir():
             return [f"--out {out}: {path} is a directory; give a file name (e.g. {out / 'commbench.json'})"]
-    parent = next((p for p in out.resolve().parents if p.exists()), None)
-    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        return [f"--out {out}: cannot write under {parent}"]
-    return []
+    blocked = unwritable_ancestor(out.resolve().parent)
+    return [f"--out {out}: cannot write under {blocked[0]}"] if blocked else []
 
 
 def parse_commbench(argv) -> tuple[CommbenchSpec | None, list[str]]:
@@ -127,10 +127,8 @@ def parse_commbench(argv) -> tuple[CommbenchSpec | None, list[str]]:
     if a.nproc < 1 or a.nnodes < 1 or a.nproc * (2 if a.lab else a.nnodes) < 2:
         errors.append(f"--nproc {a.nproc} × --nnodes {a.nnodes}: need at least 2 ranks")
     if a.lab:
-        given = [f for f, v in (("--nnodes", a.nnodes != 1), ("--node-rank", a.node_rank != 0),
-                                ("--rdzv-endpoint", a.rdzv_endpoint)) if v]
-        if given:
-            errors.append(f"--lab starts both lab nodes itself; drop {', '.join(given)}")
+        if why := lab_node_flags_error(a):
+            errors.append(why)
         a.launcher, a.nnodes, a.node_rank = "torchrun", 2, 0
     elif a.nnodes > 1 and (a.launcher != "torchrun" or not a.rdzv_endpoint):
         errors.append("--nnodes > 1 needs --launcher torchrun and --rdzv-endpoint HOST:PORT")

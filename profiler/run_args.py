@@ -124,13 +124,16 @@ def _schedule_errors(args, steps: int) -> tuple[int, list[str]]:
     return active, errors
 
 
-def _lab_errors(args, world_size: int) -> tuple[int, list[str]]:
-    """--lab: two nodes of world / 2 ranks each, started by this process (so no node flags)."""
-    errors = []
+def lab_node_flags_error(args) -> str | None:
+    """--lab (run and commbench): this process starts both lab nodes, so the node flags must be unset."""
     given = [f for f, v in (("--nnodes", args.nnodes != 1), ("--node-rank", args.node_rank != 0),
                             ("--rdzv-endpoint", args.rdzv_endpoint)) if v]
-    if given:
-        errors.append(f"--lab starts both lab nodes itself; drop {', '.join(given)}")
+    return f"--lab starts both lab nodes itself; drop {', '.join(given)}" if given else None
+
+
+def _lab_errors(args, world_size: int) -> tuple[int, list[str]]:
+    """--lab: two nodes of world / 2 ranks each, started by this process (so no node flags)."""
+    errors = [e for e in (lab_node_flags_error(args),) if e]
     if world_size < 2 or world_size % 2:
         errors.append(f"--lab splits the ranks over its 2 nodes, but dp×tp×pp×cp = {world_size} is not even")
     if args.nproc_per_node and args.nproc_per_node * 2 != world_size:
