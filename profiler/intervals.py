@@ -63,15 +63,23 @@ def intersect(a, b) -> tuple[np.ndarray, np.ndarray]:
         return EMPTY
     lo = np.searchsorted(b_e, a_s, side="right")  # the first of b ending after a starts
     hi = np.searchsorted(b_s, a_e, side="left")  # the first of b starting at or after a's end
-    n = np.maximum(hi - lo, 0)
-    total = int(n.sum())
-    if total == 0:
+    j, i = index_runs(lo, np.maximum(hi, lo))
+    if len(j) == 0:
         return EMPTY
-    i = np.repeat(np.arange(len(a_s)), n)
-    j = np.repeat(lo - np.concatenate([[0], np.cumsum(n)[:-1]]), n) + np.arange(total)
     s, e = np.maximum(a_s[i], b_s[j]), np.minimum(a_e[i], b_e[j])
     keep = e > s
     return _joined(s[keep], e[keep])
+
+
+def index_runs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every index of the runs [a[k], b[k]) (b >= a) in order, and the k each comes from: the
+    concatenation of arange(a[k], b[k]), and k repeated b[k] - a[k] times. No Python loop."""
+    n = np.asarray(b, dtype=np.int64) - a
+    total = int(n.sum())
+    if total == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    owner = np.repeat(np.arange(len(n)), n)
+    return np.repeat(a - np.concatenate([[0], np.cumsum(n)[:-1]]), n) + np.arange(total), owner
 
 
 def minus(a, b) -> tuple[np.ndarray, np.ndarray]:

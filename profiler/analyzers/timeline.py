@@ -171,15 +171,6 @@ def _budgets(counts: dict[str, int], max_rects: int) -> dict[str, int]:
     return out
 
 
-def _ranges(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The concatenation of arange(a[i], b[i]) for every i (b >= a)."""
-    n = b - a
-    if not n.sum():
-        return np.empty(0, dtype=np.int64)
-    starts = np.repeat(a - np.concatenate([[0], np.cumsum(n)[:-1]]), n)
-    return starts + np.arange(int(n.sum()))
-
-
 def _clamp(x: int) -> int:
     return min(max(x, I64.min), I64.max)
 
@@ -217,8 +208,7 @@ def timeline(traces, plan=None, *, ranks=None, start_ns: int | None = None, end_
                     lst.append(v)
     p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off = (np.array(v, dtype=np.int64) for v in
                                                    (p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off))
-    rows = _ranges(p_a, p_b)
-    piece = np.repeat(np.arange(len(p_a)), p_b - p_a)
+    rows, piece = iv.index_runs(p_a, p_b)
     inside = x.end[rows] > p_lo[piece]  # a nested event may end before lo although its segment reached past
     rows, piece = rows[inside], piece[inside]
     counts = np.bincount(piece, minlength=len(p_a))
