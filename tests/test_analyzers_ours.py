@@ -85,13 +85,18 @@ def test_breakdown_and_dims_are_numbers(traces):
 def test_plan_from_run_json_and_cli(run_dir, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("PARASCOPE_CACHE", str(tmp_path))
     assert main([str(run_dir), "--json", "--top", "3"]) == 0
+    top3 = json.loads(capsys.readouterr().out)["stragglers"]
+    assert len(top3) == 3 and [s["skew_us"] for s in top3] == sorted((s["skew_us"] for s in top3), reverse=True)
+    assert main([str(run_dir), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ranks"] == [0, 1, 2, 3] and out["steps"] == [1, 2]
     assert {(c["dim"], c["op"]) for c in out["collectives"]} == {("sp", "all_gather"), ("sp", "reduce_scatter"),
                                                                   ("dp", "all_reduce")}
-    # Rank 3 sleeps before its DP all-reduce; its TP partner then also waits for it at the next SP
-    # all-gather, so the worst skews all name rank 3, whichever dimension they are on.
-    assert out["stragglers"][0]["late_rank"] == LATE_RANK and len(out["stragglers"]) == 3
+    # Rank 3 sleeps before each DP all-reduce (one per profiled step): the CLI names it late there.
+    # (Not necessarily the very worst skew: on a loaded machine another rank's profiler start-up can
+    # lag as long, which made "stragglers[0] is rank 3" flaky.)
+    late = [s for s in out["stragglers"] if s["dim"] == "dp" and s["late_rank"] == LATE_RANK]
+    assert len(late) == 2 and all(s["skew_us"] > LATE_S / 4 * 1e6 for s in late), out["stragglers"]
     assert all(r["compute_us"] > 0 and r["comm_us"] > 0 for r in out["per_rank"])
 
 
