@@ -338,7 +338,6 @@ def review_of(s: ReviewState, *, author: str = "", created: str = "", notes: tup
 
 def state_of_review(review, *, review_id: int | None = None, view: str = "compare", base: ReviewState | None = None) -> ReviewState:
     """The page state that shows `review` (its cluster must be one of the presets, by name)."""
-
     cluster = cluster_preset(review.cluster.name)
     o = review.options
     return dataclasses.replace(base or ReviewState(), model=review.model, cluster=cluster.name, nodes=review.cluster.nodes,
