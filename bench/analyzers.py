@@ -1,12 +1,13 @@
 """How long each analyzer takes on the 64-rank set, and what a new brush window of the timeline costs.
 
-The first analysis of a set is what the run pages do once per set (ui.run_loaders.analysis): load
-(warm cache), collectives, clock offsets, instances, breakdown, per-dim totals. Then the timeline
+The first analysis of a set is what the run pages do once per set (ui.run_loaders.analysis, through
+profiler.TraceAnalysis): load (warm cache), collectives, clock offsets, per-rank wait, instances,
+breakdown, per-dim totals. Then the timeline
 calls the Collective timeline page makes: the step's overview (the first timeline call on a set),
 the whole step in detail, and new brush windows (each a window not seen before, so nothing cached by
 the page; the median and worst of them are printed).
 
-    .venv/bin/python bench/analyzers.py [--set ours64] [--windows 20] [--repeat 3] [--json]
+    .venv/bin/python -m bench.analyzers [--set ours64] [--windows 20] [--repeat 3] [--json]
 
 Times are the best of --repeat rounds, in-process, imports excluded; every round of the first
 analysis (and of the first timeline call) starts from a fresh load_traces, so the caches a Traces
@@ -20,16 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from profiler import load_traces  # noqa: E402
-from profiler.analyzers import breakdown, clock_offsets, collectives, comm_by_dim, instances, timeline  # noqa: E402
+from profiler import TraceAnalysis, load_traces
 
 OVERVIEW_RECTS, DETAIL_RECTS = 2500, 6000  # ui.run_loaders' budgets over all ranks shown
 
@@ -62,28 +59,28 @@ def bench(path: Path, *, windows: int, repeat: int) -> dict:
 
     for _ in range(repeat):  # each round on a fresh Traces (as a new server process has): per-Traces caches
         t = time.perf_counter()  # are built inside the first call that needs them, every round
-        traces = load_traces(path)
+        analysis = TraceAnalysis(load_traces(path))
         keep("load_traces (warm)", time.perf_counter() - t)
-        seconds, table = timed(lambda: collectives(traces))
-        keep("collectives", seconds)
-        for name, fn in (("clock_offsets", clock_offsets), ("instances", instances), ("breakdown", breakdown),
-                         ("comm_by_dim", comm_by_dim)):
-            seconds, got[name] = timed(lambda: fn(traces, table=table))
+        # in the order the pages first need them; each property computes once, from the ones before
+        for name in ("collectives", "offsets", "per_rank_wait", "instances", "breakdown", "comm_by_dim"):
+            seconds, got[name] = timed(lambda a=analysis, n=name: getattr(a, n))
             keep(name, seconds)
     out["first analysis (sum)"] = sum(out.values())
-    offsets, bd = got["clock_offsets"], got["breakdown"]
+    traces, table = analysis.traces, got["collectives"]
+    offsets, bd = got["offsets"], got["breakdown"]
     ranks = traces.rank_ids[:64]
     step = sorted(int(s) for s in bd["step"].unique())[0]
     t0, t1 = step_span(bd, offsets, step)
     per = max(1, len(ranks))
 
     def tl(lo, hi, total):
-        return timeline(traces, ranks=ranks, start_ns=lo, end_ns=hi, table=table, offsets=offsets,
-                        max_rects=max(8, min(400, total // per)))
+        return analysis.timeline(ranks=ranks, start_ns=lo, end_ns=hi, max_rects=max(8, min(400, total // per)))
 
     out["timeline: overview, first call"], rects = timed(lambda: tl(t0, t1, OVERVIEW_RECTS))
-    for _ in range(repeat - 1):  # the first call again, each on a fresh Traces
-        traces = load_traces(path)
+    for _ in range(repeat - 1):  # the first call again, each on a fresh Traces (tables reused)
+        analysis = TraceAnalysis(load_traces(path))
+        for name in ("collectives", "offsets"):
+            analysis.__dict__[name] = got[name]
         keep("timeline: overview, first call", timed(lambda: tl(t0, t1, OVERVIEW_RECTS))[0])
     out["timeline: overview again"], _ = timed(lambda: tl(t0, t1, OVERVIEW_RECTS), repeat)
     out["timeline: whole step, detail"], detail = timed(lambda: tl(t0, t1, DETAIL_RECTS), repeat)
@@ -92,7 +89,7 @@ def bench(path: Path, *, windows: int, repeat: int) -> dict:
     for _ in range(windows):  # brushes of 2-60% of the step, anywhere in it
         width = int((t1 - t0) * rng.uniform(0.02, 0.6))
         lo = t0 + int(rng.integers(0, t1 - t0 - width))
-        times.append(timed(lambda: tl(lo, lo + width, DETAIL_RECTS))[0])
+        times.append(timed(lambda lo=lo, width=width: tl(lo, lo + width, DETAIL_RECTS))[0])
     out["timeline: new window, median"] = statistics.median(times)
     out["timeline: new window, worst"] = max(times)
     out["_info"] = {"set": str(path), "ranks": len(traces.rank_ids), "events": len(traces.events),

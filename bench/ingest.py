@@ -2,7 +2,7 @@
 a bare orjson.loads of the same bytes, in one process, as ratios.
 
     .venv/bin/pip install --no-deps -r bench/requirements.txt    # HTA, a bench-only dependency
-    .venv/bin/python bench/ingest.py [--repeat 3] [--sets ours8,ours64,shared] [--memory] [--json]
+    .venv/bin/python -m bench.ingest [--repeat 3] [--sets ours8,ours64,shared] [--memory] [--json]
 
 Trace sets: ours at 8 ranks (DP2 x TP2 x PP2 + SP) and 64 ranks (DP8 x TP4 x PP2 + SP), made once
 by `python -m profiler run` (#4: the tiny GPT trained under that plan, every rank profiled, gloo on
@@ -37,13 +37,12 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import orjson
+
+from profiler import load_traces
+from profiler.traces.sources import resolve
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import orjson  # noqa: E402
-
-from profiler import load_traces  # noqa: E402
-from profiler.sources import resolve  # noqa: E402
 
 DATA = ROOT / ".cache" / "bench-traces"
 SHARED = ROOT.parent / "shared" / "traces"
@@ -58,7 +57,7 @@ def ensure_ours(name: str) -> Path:
     world = dims["dp"] * dims["tp"] * dims["pp"]
     run = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
     if run.get("schema") and run.get("status") == "completed" and len(run.get("traces", [])) == world:
-        return out  # made by the profiler (sets of the older tests/tracegen.py are made again)
+        return out  # made by the profiler (sets of the older tests/support/tracegen.py are made again)
     print(f"generating {name} (a {world}-rank profile run of the tiny GPT) ...", file=sys.stderr)
     out.parent.mkdir(parents=True, exist_ok=True)
     flags = ["--dp", str(dims["dp"]), "--tp", str(dims["tp"]), "--pp", str(dims["pp"]), "--sp",

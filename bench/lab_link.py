@@ -2,8 +2,8 @@
 1-byte round trips, and gloo all_reduce inside one node vs across the link from a real 2-node × 2-rank
 torchrun job (with the bytes the veth carried per op, which shows which path each took).
 
-    sudo .venv/bin/python bench/lab_link.py                  # on the lab that is up (`profiler lab up`)
-    sudo .venv/bin/python bench/lab_link.py --bw 1gbit       # builds a lab of its own, then removes it
+    sudo .venv/bin/python -m bench.lab_link                  # on the lab that is up (`profiler lab up`)
+    sudo .venv/bin/python -m bench.lab_link --bw 1gbit       # builds a lab of its own, then removes it
 
 A benchmark, not a test: numbers depend on the machine and on what else runs on it.
 """
@@ -13,10 +13,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from profiler import lab, lab_probe  # noqa: E402
-from profiler.lab_cli import parse_bandwidth  # noqa: E402
+from profiler.cli.lab import parse_bandwidth
+from profiler.lab import probe as lab_probe
+from profiler.lab import settings as lab
 
 MiB = 2**20
 

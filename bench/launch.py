@@ -1,7 +1,7 @@
 """Launcher benchmark: one 8-rank job of the tiny GPT under torchrun and under the local launcher.
 
 Run:
-    .venv/bin/python bench/launch.py [--repeat 3] [--json FILE] [-- extra train flags]
+    .venv/bin/python -m bench.launch [--repeat 3] [--json FILE] [-- extra train flags]
 
 Each repeat runs `python -m parallel train --dp 2 --tp 2 --pp 2 --sp --steps 3 --global-batch 8`
 once per launcher (alternating which goes first) and records the wall time of the whole command,

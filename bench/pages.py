@@ -8,7 +8,7 @@ TP4 x PP2 + SP, a real gloo run made by bench/ingest.py -- selected with ?run= a
 their cold run includes loading and analysing the set once (cached for the server's lifetime), and
 "zoom" is a new brush window of the timeline (an uncached level-of-detail query).
 
-    .venv/bin/python bench/pages.py [--reruns 5] [--json] [--only timeline,topology]
+    .venv/bin/python -m bench.pages [--reruns 5] [--json] [--only timeline,topology]
 
 A benchmark, not a test: numbers depend on the machine and on what else runs on it.
 """
@@ -18,15 +18,12 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ui.plan_params import DEFAULT_PARAMS  # noqa: E402
-from ui.testing import APP, registered_pages  # noqa: E402
+from tests.support.apptest import APP, registered_pages
+from ui.plan_params import DEFAULT_PARAMS
 
 HEAVY = [  # plans that stress a page beyond the default
     ("pages/topology.py", "4096 GPUs", {**DEFAULT_PARAMS, "nodes": "512", "dp": "64"}),

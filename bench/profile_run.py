@@ -2,11 +2,11 @@
 torchrun side by side, each split into start-up, first step, steady steps, trace export and exit.
 
 Run:
-    .venv/bin/python bench/profile_run.py [--repeat 3] [--steps 4] [--json FILE] [-- extra profiler run flags]
+    .venv/bin/python -m bench.profile_run [--repeat 3] [--steps 4] [--json FILE] [-- extra profiler run flags]
 
 Each repeat runs `python -m profiler run --dp 2 --tp 2 --pp 2 --sp --global-batch 8 --steps N` (wait 1,
 warmup 1, the rest recorded) once per launcher, alternating which goes first, and reads the ranks'
-status files (profiler/run_worker.py) for when each step ended and how long each took:
+status files (profiler/collect/worker.py) for when each step ended and how long each took:
     wall        the whole command, as a user waits for it
     start-up    launch -> the last rank starts step 0 (interpreters, torch import, fork or torchrun
                 agents, rendezvous, process groups, model build)

@@ -1,9 +1,9 @@
 """Bench: how long `python -m parallel search` takes for GPT-3 175B on 512 and 4096 H100s (goal: ≤ 5 s
-for 4096, issue #7), and what the plain loop over `parallel.report` would cost for the same space.
+for 4096, issue #7), and what the plain loop over `parallel.core.report` would cost for the same space.
 
-    .venv/bin/python bench/search.py [--repeat 3] [--gpus 512 4096] [--global-batch 1536]
+    .venv/bin/python -m bench.search [--repeat 3] [--gpus 512 4096] [--global-batch 1536]
 
-Prints one line per size: best of `--repeat` wall times of `parallel.search.search` (candidates, the
+Prints one line per size: best of `--repeat` wall times of `parallel.search.space.search` (candidates, the
 vectorised plan model, ranking), the plans evaluated and kept, and the estimated naive time
 (`plan_report` timed on a sample of the same candidates, times their count). Exit 1 if 4096 GPUs
 take longer than the goal. Pure CPU; no GPU needed.
@@ -14,13 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from parallel.report import plan_report  # noqa: E402
-from parallel.search import Constraints, candidates, plan_of, search  # noqa: E402
-from parallel.specs import CLUSTERS, MODELS  # noqa: E402
+from parallel.core.report import plan_report
+from parallel.core.specs import CLUSTERS, MODELS
+from parallel.search.space import Constraints, candidates, plan_of, search
 
 GOAL_S = 5.0
 

@@ -1,9 +1,9 @@
-"""Activation memory: parallel.memory's components without and with sequence parallelism, per layer
+"""Activation memory: parallel.core.memory's components without and with sequence parallelism, per layer
 and per GPU, by recompute mode, against sequence length and against TP; model states by stage."""
 
 import streamlit as st
 
-from parallel.specs import GiB
+from parallel.core.specs import GiB
 from ui import loaders, memory_charts, run_views
 from ui.memory_data import SCOPES, SP_LABEL, bytes_text, capacity_drawn
 from ui.plan_form import PlanChoice, plan_form

@@ -79,7 +79,7 @@ def _details(s: TraceSet) -> None:
                         delta_color="inverse", help="last step, and its change since the first")
         if head["act_error_pct"] is not None:
             m[2].metric("Activation memory vs model", f"{head['act_error_pct']:.1f} % off",
-                        help="largest per-rank error of parallel.memory's prediction against the measured bytes")
+                        help="largest per-rank error of parallel.core.memory's prediction against the measured bytes")
     _links(s)
 
 

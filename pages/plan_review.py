@@ -13,17 +13,27 @@ import dataclasses
 
 import streamlit as st
 
-from parallel.importers import ImportFailed, KINDS, import_text, place
-from parallel.plan import RECOMPUTE
-from parallel.review import NamedPlan, Review, compare, justify, plan_rows, review_markdown
-from parallel.reviews_db import ReviewStore, default_url
-from parallel.search import Constraints, SearchEmpty, plan_of, search
-from parallel.specs import CLUSTERS, MODELS, GiB, SpecError, cluster_preset
-from parallel.topology import ORDERS
+from parallel.core.plan import RECOMPUTE
+from parallel.core.specs import CLUSTERS, MODELS, SpecError, cluster_preset
+from parallel.core.topology import ORDERS
+from parallel.importers import KINDS, ImportFailed, import_text, place
+from parallel.review.document import NamedPlan, Review, compare, justify, plan_rows, review_markdown
+from parallel.review.store import ReviewStore, default_url
+from parallel.search.space import Constraints, SearchEmpty, plan_of, search
 from ui import review_charts as rc
+from ui.plan_params import (
+    REVIEW_VIEWS,
+    ReviewState,
+    default_review_state,
+    plan_page_params,
+    plan_rows_of,
+    plans_from_rows,
+    review_from_params,
+    review_of,
+    review_to_params,
+    state_of_review,
+)
 from ui.routing import ensure_navigation
-from ui.plan_params import (REVIEW_VIEWS, ReviewState, default_review_state, plan_page_params, plan_rows_of,
-                            plans_from_rows, review_from_params, review_of, review_to_params, state_of_review)
 
 STATE, WRITTEN, VERSION, BASE, IMPORTED = "rv.state", "rv.url", "rv.version", "rv.editor_base", "rv.imported"
 MAX_PLANS = 4

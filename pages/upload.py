@@ -7,8 +7,8 @@ from datetime import datetime
 
 import streamlit as st
 
-from parallel.specs import SpecError
-from parallel.topology import DEFAULT_ORDER, ORDERS
+from parallel.core.specs import SpecError
+from parallel.core.topology import DEFAULT_ORDER, ORDERS
 from ui import selection, trace_sets, uploads
 from ui.routing import ensure_navigation
 
@@ -43,7 +43,7 @@ def _plan(checked: uploads.Checked):
             st.error(f"The plan file cannot be used: {err}")
             return None, None
     if how == PLAN_DEGREES:
-        from parallel.plan import Plan
+        from parallel.core.plan import Plan
 
         cols = st.columns(6)
         values = {d: cols[i].number_input(d.upper(), min_value=1, max_value=65536, step=1, key=f"up_{d}",

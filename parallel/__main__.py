@@ -6,13 +6,8 @@ Each command lives in its own module with a `main(argv) -> int`, imported only w
 
 import sys
 
-from parallel.subcommands import dispatch
-
-COMMANDS = {
-    "plan": ("parallel.plan_cli", "validate a plan and print its memory, communication and step time"),
-    "train": ("parallel.train", "train the small GPT under a plan (torchrun or the local launcher)"),
-    "search": ("parallel.search", "enumerate valid plans for a model and cluster, best first"),
-}
+from parallel.cli import COMMANDS
+from parallel.cli.dispatch import dispatch
 
 
 def main(argv=None) -> int:

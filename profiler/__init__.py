@@ -4,17 +4,18 @@ profiling jobs (runtime). `python -m profiler <command>` dispatches in profiler/
     from profiler import load_traces
     traces = load_traces("runs/demo")
 
-The trace API is imported lazily (PEP 562), so `import profiler.run_cli` pays for neither pandas
+The trace API is imported lazily (PEP 562), so `import profiler.cli.run` pays for neither pandas
 nor pyarrow, and nothing here ever imports torch.
 """
 
 from __future__ import annotations
 
 _LAZY = {
-    "load_traces": "profiler.loader",
-    "Traces": "profiler.traces",
-    "Limits": "profiler.sources",
-    "TraceError": "profiler.errors",
+    "load_traces": "profiler.traces.loader",
+    "Traces": "profiler.traces.model",
+    "Limits": "profiler.traces.sources",
+    "TraceError": "profiler.traces.errors",
+    "TraceAnalysis": "profiler.analyzers.front",
 }
 
 __all__ = list(_LAZY)

@@ -6,15 +6,8 @@ so `analyze` never pays for importing torch.
 
 import sys
 
-from parallel.subcommands import dispatch
-
-COMMANDS = {
-    "run": ("profiler.run_cli", "profile a parallel job on every rank into a run directory"),
-    "commbench": ("profiler.commbench", "time collectives and fit latency/bandwidth per link"),
-    "analyze": ("profiler.analyze_cli", "load and analyse per-rank Kineto traces"),
-    "lab": ("profiler.lab", "two-node lab: network namespaces joined by a shaped link"),
-    "tpsweep": ("profiler.tpsweep", "measure TP scaling across the lab's node boundary"),
-}
+from parallel.cli.dispatch import dispatch
+from profiler.cli import COMMANDS
 
 
 def main(argv=None) -> int:

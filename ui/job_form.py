@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from parallel.plan import RECOMPUTE, SCHEDULES
-from parallel.specs import MODELS
-from parallel.topology import DEFAULT_ORDER, ORDERS
-
-from .jobs import flags_of
+from parallel.core.plan import RECOMPUTE, SCHEDULES
+from parallel.core.specs import MODELS
+from parallel.core.topology import DEFAULT_ORDER, ORDERS
+from ui.jobs import flags_of
 
 K = "job."
 DEFAULTS = {"model": "tiny", "dp": 2, "tp": 2, "pp": 2, "cp": 1, "sp": True, "micro_batch": 1, "global_batch": 0,
@@ -69,7 +68,7 @@ def job_form() -> tuple[list[str], str] | None:
             _int(cols[1], "warmup steps", "warmup", lo=0, hi=1000, help="steps traced but dropped")
             cols[2].number_input("active steps", min_value=1, max_value=1000, step=1, key=K + "active", value=None,
                                  placeholder="the rest", help="steps recorded in the traces")
-        label = st.text_input("Run label (optional)", key=K + "label", placeholder="e.g. sp-vs-nosp",
+        st.text_input("Run label (optional)", key=K + "label", placeholder="e.g. sp-vs-nosp",
                               help="part of the run's directory name, after the time")
         submitted = st.form_submit_button("Start profiling", type="primary", icon=":material/play_arrow:")
     if not submitted:
@@ -86,7 +85,7 @@ def job_form() -> tuple[list[str], str] | None:
 def check(flags: list[str]) -> tuple[list[str], list[str]]:
     """`python -m profiler run`'s own validation of the flags (plan, model, schedule, launcher; no torch
     import): (errors, warnings)."""
-    from profiler.run_args import parse_run
+    from profiler.collect.spec import parse_run
 
     try:
         _, errors, warnings = parse_run(flags)

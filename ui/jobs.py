@@ -22,18 +22,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from profiler.rundir import log_tail
+from profiler.formats.rundir import log_tail, now_iso, slug
+from profiler.formats.rundir import write_json_atomic as _write
 
 JOBS = ".jobs"
 GRACE_S = 5.0  # between SIGTERM and SIGKILL on cancel
@@ -66,15 +65,6 @@ class Job:
         return Path(self.out) if self.out else self.runs_dir / self.name
 
 
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def slug(text: str) -> str:
-    """'DP2 TP2+SP PP2' -> 'dp2-tp2-sp-pp2' (a file-name-safe label)."""
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:48] or "run"
-
-
 def profile_argv(flags: list[str], out: Path, *, python: str | None = None) -> list[str]:
     """The command that profiles a job into `out`: python -m profiler run FLAGS --out OUT."""
     return [python or sys.executable, "-m", "profiler", "run", *flags, "--out", str(out)]
@@ -92,14 +82,6 @@ def flags_of(values: dict) -> list[str]:
     return out
 
 
-def _write(path: Path, data: dict) -> None:
-    """Atomically (temp file + rename): a reader never sees half a record."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
-
-
 def _record(job: Job) -> dict:
     data = dataclasses.asdict(job)
     data["runs_dir"] = str(job.runs_dir)
@@ -112,7 +94,7 @@ def reserve(runs_dir: Path, label: str) -> str:
     (O_EXCL) so two sessions reserving at once get different names."""
     jobs_dir = Path(runs_dir) / JOBS
     jobs_dir.mkdir(parents=True, exist_ok=True)
-    base = f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{slug(label)}"
+    base = f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{slug(label)}"
     for i in range(1, 1000):
         name = base if i == 1 else f"{base}-{i}"
         if (Path(runs_dir) / name).exists():
@@ -122,7 +104,7 @@ def reserve(runs_dir: Path, label: str) -> str:
         except FileExistsError:
             continue
         with os.fdopen(fd, "w") as f:
-            json.dump({"name": name, "runs_dir": str(runs_dir), "started_at": now_iso()}, f)
+            json.dump({"name": name, "runs_dir": str(runs_dir), "started_at": now_iso("seconds")}, f)
         return name
     raise RuntimeError(f"no free job name for {base!r} in {runs_dir}")
 
@@ -149,7 +131,7 @@ def start(argv: list[str], *, name: str, runs_dir: Path, cwd: str | Path | None 
     runs_dir = Path(runs_dir)
     (runs_dir / JOBS).mkdir(parents=True, exist_ok=True)
     job = Job(name=name, runs_dir=runs_dir, argv=tuple(argv), out=str(_out_of(argv) or runs_dir / name),
-              started_at=now_iso())
+              started_at=now_iso("seconds"))
     with open(job.log_path, "wb") as log:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -169,7 +151,7 @@ def _out_of(argv: list[str]) -> str | None:
 def _reap(proc: subprocess.Popen, job: Job) -> None:
     code = proc.wait()
     current = load(job.runs_dir, job.name) or job
-    _write(job.record_path, _record(dataclasses.replace(current, returncode=code, finished_at=now_iso())))
+    _write(job.record_path, _record(dataclasses.replace(current, returncode=code, finished_at=now_iso("seconds"))))
 
 
 def load(runs_dir: Path, name: str) -> Job | None:

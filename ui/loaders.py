@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import streamlit as st
 
-from parallel.memory import ActivationOptions, activation_bytes_per_layer
-from parallel.perf import PerfOptions
-from parallel import scaling
-from parallel.specs import Cluster, Model
-from parallel.plan import Plan
-from parallel.validate import check
-
-from . import memory_data, topology_data
-from .plan_params import plan_from_params
+from parallel.core import scaling
+from parallel.core.memory import ActivationOptions, activation_bytes_per_layer
+from parallel.core.perf import PerfOptions
+from parallel.core.plan import Plan
+from parallel.core.specs import Cluster, Model
+from parallel.core.validate import check
+from ui import memory_data, topology_data
+from ui.plan_params import plan_from_params
 
 
 def inputs(params: dict[str, str]) -> tuple[Model, Cluster, Plan]:
@@ -23,7 +22,7 @@ def inputs(params: dict[str, str]) -> tuple[Model, Cluster, Plan]:
 
 @st.cache_data(show_spinner=False, max_entries=512)
 def verdict(params: dict[str, str]) -> dict:
-    """errors, warnings and computable of parallel.validate.check for the plan."""
+    """errors, warnings and computable of parallel.core.validate.check for the plan."""
     model, cluster, plan = inputs(params)
     v = check(plan, model, cluster)
     return {"errors": list(v.errors), "warnings": list(v.warnings), "computable": v.computable}
@@ -76,7 +75,7 @@ def memory_view(params: dict[str, str], flash: bool, dropout: bool, act_bytes: i
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def scaling_view(params: dict[str, str], mfu: float) -> dict:
-    """parallel.scaling.tp_scaling for the plan's model, cluster, micro batch and recompute mode:
+    """parallel.core.scaling.tp_scaling for the plan's model, cluster, micro batch and recompute mode:
     frame (the prediction), table, highlights and notes (TP degrees left out, and why)."""
     model, cluster, plan = inputs(params)
     df = scaling.tp_scaling(model, cluster, micro_batch=plan.micro_batch, recompute=plan.recompute,

@@ -1,6 +1,6 @@
 """Altair chart builders for the Activation-memory page (frames of ui.memory_data in, charts out).
 
-Stacked bars: one segment per component of parallel.memory, coloured by the paper's group
+Stacked bars: one segment per component of parallel.core.memory, coloured by the paper's group
 (attention / MLP / LayerNorm-dropout-residual), without SP beside with SP. Pure: altair, pandas.
 """
 
@@ -9,10 +9,9 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from parallel.plan import RECOMPUTE
-
-from .memory_data import GROUPS, SP_LABEL, STATE_KINDS, capacity_drawn, stage_unit, with_units
-from .theme import GROUP_COLORS, MEMORY_COLORS, scale
+from parallel.core.plan import RECOMPUTE
+from ui.memory_data import GROUPS, SP_LABEL, STATE_KINDS, capacity_drawn, stage_unit, with_units
+from ui.theme import GROUP_COLORS, MEMORY_COLORS, scale
 
 _SP_ORDER = [SP_LABEL[False], SP_LABEL[True]]
 

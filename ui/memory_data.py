@@ -1,4 +1,4 @@
-"""Tables behind the Activation-memory page: parallel.memory's components, with and without SP.
+"""Tables behind the Activation-memory page: parallel.core.memory's components, with and without SP.
 
 Long-form frames (one row per bar segment) for Altair: per layer and per GPU, by recompute mode,
 against sequence length and against TP, model states by pipeline stage; and a run's measured
@@ -14,11 +14,19 @@ import dataclasses
 
 import pandas as pd
 
-from parallel.memory import (COMPONENT_GROUP, COMPONENTS, ActivationOptions, activation_components_bytes,
-                             first_stage_extra_bytes, inflight_chunks, last_stage_extra_bytes, memory_per_stage)
-from parallel.plan import RECOMPUTE, Plan
-from parallel.specs import GiB, Model
-from parallel.validate import _shape_errors
+from parallel.core.memory import (
+    COMPONENT_GROUP,
+    COMPONENTS,
+    ActivationOptions,
+    activation_components_bytes,
+    first_stage_extra_bytes,
+    inflight_chunks,
+    last_stage_extra_bytes,
+    memory_per_stage,
+)
+from parallel.core.plan import RECOMPUTE, Plan
+from parallel.core.specs import GiB, Model
+from parallel.core.validate import _shape_errors
 
 MiB = 2**20
 SP_LABEL = {False: "without SP", True: "with SP"}

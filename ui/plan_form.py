@@ -18,13 +18,12 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from parallel.plan import RECOMPUTE, Plan
-from parallel.specs import CLUSTERS, MODELS, Cluster, Model, SpecError
-from parallel.topology import ORDERS
-
-from . import loaders
-from .plan_params import DEFAULT_PARAMS, KEYS, plan_from_params, plan_to_params, usable_params
-from .topology_data import same_order
+from parallel.core.plan import RECOMPUTE, Plan
+from parallel.core.specs import CLUSTERS, MODELS, Cluster, Model, SpecError
+from parallel.core.topology import ORDERS
+from ui import loaders
+from ui.plan_params import DEFAULT_PARAMS, KEYS, plan_from_params, plan_to_params, usable_params
+from ui.topology_data import same_order
 
 _PREFIX = "plan."
 _WRITTEN = "_plan_params_written"  # the plan params this session last put in the URL

@@ -2,7 +2,7 @@
 
 Keys (all values are strings, as in `st.query_params`):
 
-    model     preset name (parallel.specs.MODELS)        cluster   preset name (parallel.specs.CLUSTERS)
+    model     preset name (parallel.core.specs.MODELS)        cluster   preset name (parallel.core.specs.CLUSTERS)
     nodes     nodes of the cluster                       dp tp pp cp   parallel degrees
     gpn       GPUs (CPU ranks) per node (default: the cluster preset's)
     sp        0 | 1 (Megatron sequence parallelism)      mb gb     micro batch, global batch (sequences)
@@ -19,8 +19,8 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from parallel.plan import Plan
-from parallel.specs import Cluster, Model, SpecError, cluster_preset, model_preset
+from parallel.core.plan import Plan
+from parallel.core.specs import Cluster, Model, SpecError, cluster_preset, model_preset
 
 KEYS = ("model", "cluster", "nodes", "gpn", "dp", "tp", "pp", "cp", "sp", "mb", "gb", "vpp", "zero", "recompute", "order")
 _INT_FIELDS = {"dp": "dp", "tp": "tp", "pp": "pp", "cp": "cp", "mb": "micro_batch", "gb": "global_batch",
@@ -127,7 +127,7 @@ class ReviewState:
     model: Model = field(default_factory=lambda: model_preset("gpt3-175b"))
     cluster: str = "dgx-h100"
     nodes: int = 64
-    plans: tuple = ()  # of parallel.review.NamedPlan
+    plans: tuple = ()  # of parallel.review.document.NamedPlan
     title: str = ""
     chosen: str | None = None
     verdict: str = ""
@@ -151,13 +151,13 @@ class ReviewState:
 
     @property
     def is_preset_model(self) -> bool:
-        from parallel.specs import MODELS
+        from parallel.core.specs import MODELS
 
         return MODELS.get(self.model.name) == self.model
 
 
 def default_review_state() -> ReviewState:
-    from parallel.review import NamedPlan
+    from parallel.review.document import NamedPlan
 
     _, _, plan = plan_from_params(DEFAULT_PARAMS)
     b = Plan(**{**plan.to_dict(), "vpp": 2, "zero": 1, "recompute": "selective"})
@@ -174,7 +174,7 @@ def plan_code(named) -> str:
 
 
 def parse_plan_code(text: str):
-    from parallel.review import NamedPlan
+    from parallel.review.document import NamedPlan
 
     name, sep, body = str(text).rpartition("|")
     if not sep or not name.strip():
@@ -292,7 +292,6 @@ def plan_rows_of(plans) -> list[dict]:
 
 def plans_from_rows(rows) -> tuple[tuple, list[str]]:
     """Plans from edited rows, and a message per row that cannot be a plan (that row is left out)."""
-    from parallel.review import NamedPlan
 
     if hasattr(rows, "to_dict"):  # the data editor hands back a DataFrame
         rows = rows.to_dict("records")
@@ -324,11 +323,11 @@ def plan_page_params(s: ReviewState, named) -> dict[str, str] | None:
 
 
 def review_of(s: ReviewState, *, author: str = "", created: str = "", notes: tuple = ()):
-    """The parallel.review.Review the page state describes."""
-    from parallel.memory import ActivationOptions
-    from parallel.perf import PerfOptions
-    from parallel.report import Options
-    from parallel.review import Review
+    """The parallel.review.document.Review the page state describes."""
+    from parallel.core.memory import ActivationOptions
+    from parallel.core.perf import PerfOptions
+    from parallel.core.report import Options
+    from parallel.review.document import Review
 
     options = Options(activations=ActivationOptions(flash_attention=s.flash, dropout=s.dropout),
                       perf=PerfOptions(mfu=s.mfu, dp_overlap=s.dp_overlap))

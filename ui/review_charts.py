@@ -1,4 +1,4 @@
-"""Chart builders and display frames for the Plan review page (frames of parallel.review / parallel.search
+"""Chart builders and display frames for the Plan review page (frames of parallel.review.document / parallel.search.space
 in, `alt.Chart`s and display-ready frames out). Encodings are channel objects (see ui.theme).
 
     memory_chart(cmp.memory, capacity)   stacked GiB per GPU by component, one bar per plan, capacity rule
@@ -15,10 +15,9 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from parallel.search import plan_of
-from parallel.specs import GiB
-
-from .theme import LINK_COLORS, MEMORY_COLORS, link_label, palette, scale
+from parallel.core.specs import GiB
+from parallel.search.space import plan_of
+from ui.theme import LINK_COLORS, MEMORY_COLORS, link_label, palette, scale
 
 COMPONENTS = ("params", "grads", "optimizer", "activations")
 PARTS = ("compute", "bubble", "exposed TP", "exposed SP", "exposed CP", "exposed PP", "exposed DP")
@@ -133,7 +132,7 @@ def search_rows(table: pd.DataFrame, global_batch: int, top: int) -> pd.DataFram
 
 
 def plan_cards(rows: pd.DataFrame) -> list[dict]:
-    """parallel.review.plan_rows as the page's metric cards: name, label, valid, and formatted numbers."""
+    """parallel.review.document.plan_rows as the page's metric cards: name, label, valid, and formatted numbers."""
     out = []
     for r in rows.to_dict("records"):
         out.append({"name": r["name"], "label": r["label"], "valid": bool(r["valid"]),
@@ -175,7 +174,7 @@ def import_frames(summary: dict) -> dict[str, pd.DataFrame]:
 
 
 def saved_frame(saved: list) -> pd.DataFrame:
-    """parallel.reviews_db.SavedReview rows as a table."""
+    """parallel.review.store.SavedReview rows as a table."""
     return pd.DataFrame([{"id": s.id, "title": s.title, "model": s.model, "cluster": s.cluster, "plans": ", ".join(s.plans),
                           "chosen": s.chosen or "", "by": s.created_by, "saved": s.updated_at,
                           "revisions": s.revisions, "notes": s.notes} for s in saved],

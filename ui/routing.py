@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import streamlit as st
 
-
 ROUTED_KEY = "_routed_by_app"
 
 

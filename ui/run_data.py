@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .theme import INFINIBAND, NVLINK
+from ui.theme import INFINIBAND, NVLINK
 
 ALL = -2  # the "all steps" choice of a step selector
 PARTS = ("compute", "comm overlapped with compute", "comm exposed", "memory copies", "idle")
@@ -245,7 +245,7 @@ def metrics_summary(metrics: dict | None) -> dict:
     loss = [float(x) for x in metrics.get("loss") or [] if isinstance(x, (int, float))]
     if loss:
         out["loss_first"], out["loss_last"] = loss[0], loss[-1]
-    from .memory_data import MetricsError, measured_vs_predicted
+    from ui.memory_data import MetricsError, measured_vs_predicted
 
     try:
         err = measured_vs_predicted(metrics)["error_pct"]

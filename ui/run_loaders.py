@@ -2,7 +2,7 @@
 table feeds every other analyzer), and each view's frames cached by plain arguments.
 
     key = set_key(trace_set)             # (path, file signature, plan JSON): changes when the files do
-    b = analysis(key)                    # Analysis: traces, table, offsets, breakdown, instances, ...
+    b = analysis(key)                    # Analysis: its TraceAnalysis (front) and the pages' derived frames
     overview_view(key, step, first_rank)           # the step, coarse (cached without the window)
     detail_view(key, step, window, first_rank)     # the brushed window in detail
 
@@ -20,8 +20,9 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from . import run_data
-from .trace_sets import TraceSet
+from profiler.analyzers.front import TraceAnalysis
+from ui import run_data
+from ui.trace_sets import TraceSet
 
 MAX_GANTT_RANKS = 64  # ranks drawn at once; larger sets pick a range
 OVERVIEW_RECTS = 2500  # rectangles in the overview, over all ranks shown
@@ -38,35 +39,47 @@ def set_key(s: TraceSet) -> tuple:
 
 @dataclass(frozen=True, eq=False)
 class Analysis:
-    traces: object
-    table: pd.DataFrame
-    offsets: pd.DataFrame
-    bd: pd.DataFrame
-    inst: pd.DataFrame
-    strag: pd.DataFrame
-    by_dim: pd.DataFrame
+    """A set's TraceAnalysis (every analyzer, computed once) and what the run pages derive from it."""
+
+    front: TraceAnalysis
+    strag: pd.DataFrame  # every straggler, the largest skew first
     steps: list[int]
     inst_steps: pd.Series
+
+    @property
+    def traces(self):
+        return self.front.traces
+
+    @property
+    def table(self) -> pd.DataFrame:
+        return self.front.collectives
+
+    @property
+    def offsets(self) -> pd.DataFrame:
+        return self.front.offsets
+
+    @property
+    def bd(self) -> pd.DataFrame:
+        return self.front.breakdown
+
+    @property
+    def inst(self) -> pd.DataFrame:
+        return self.front.instances
+
+    @property
+    def by_dim(self) -> pd.DataFrame:
+        return self.front.comm_by_dim
 
 
 @st.cache_resource(show_spinner="Analysing the traces (once per set) …", max_entries=6)
 def analysis(key: tuple) -> Analysis:
     """Load and analyse a set; raises profiler.TraceError with the loader's message when it cannot."""
-    from profiler import load_traces
-    from profiler.analyzers import breakdown, clock_offsets, collectives, comm_by_dim, instances
-
     path, _, plan_json = key
-    traces = load_traces(path)
-    plan = json.loads(plan_json) if plan_json else None
-    table = collectives(traces, plan)
-    offsets = clock_offsets(traces, table=table)
-    inst = instances(traces, plan, table=table)
-    strag = inst[(inst["n_ranks"] >= 2) & (inst["skew_ns"] > 0)].sort_values(
-        ["skew_ns", "first_start_ns"], ascending=[False, True]).reset_index(drop=True)
-    bd = breakdown(traces, plan, table=table)
-    return Analysis(traces=traces, table=table, offsets=offsets, bd=bd, inst=inst, strag=strag,
-                    by_dim=comm_by_dim(traces, plan, table=table), steps=run_data.steps_of(bd),
-                    inst_steps=run_data.instance_steps(table))
+    front = TraceAnalysis.load(path, json.loads(plan_json) if plan_json else None)
+    # the pages read every table, so compute them now, inside the spinner, not on first click
+    front.comm_by_dim  # noqa: B018
+    return Analysis(front=front, strag=front.stragglers(top=None), steps=run_data.steps_of(front.breakdown),
+                    inst_steps=run_data.instance_steps(front.collectives))
 
 
 def _budget(total: int, ranks: int, lo: int, hi: int) -> int:
@@ -81,13 +94,10 @@ def _ranks(b: Analysis, first_rank: int) -> list[int]:
 def overview_view(key: tuple, step: int, first_rank: int) -> dict:
     """The whole of `step` for ranks [first_rank, first_rank + MAX_GANTT_RANKS), coarse: frame (columns
     run_data.OVERVIEW_COLUMNS), span (0, step length in ms), t0_ns (the step's start), ranks."""
-    from profiler.analyzers import timeline
-
     b = analysis(key)
     t0, t1 = run_data.step_span(b.bd, b.offsets, step)
     ranks = _ranks(b, first_rank)
-    rects = timeline(b.traces, ranks=ranks, start_ns=t0, end_ns=t1, table=b.table, offsets=b.offsets,
-                     max_rects=_budget(OVERVIEW_RECTS, len(ranks), 8, 60))
+    rects = b.front.timeline(ranks=ranks, start_ns=t0, end_ns=t1, max_rects=_budget(OVERVIEW_RECTS, len(ranks), 8, 60))
     frame = run_data.gantt_frame(rects, b.table, t0_ns=t0)[run_data.OVERVIEW_COLUMNS]
     return {"frame": frame, "span": (0.0, (t1 - t0) / 1e6), "t0_ns": t0, "ranks": ranks}
 
@@ -96,8 +106,6 @@ def overview_view(key: tuple, step: int, first_rank: int) -> dict:
 def detail_view(key: tuple, step: int, window: tuple[float, float] | None, first_rank: int) -> dict:
     """`window` of `step` (ms from the step's start, clipped to it; None: the whole step) in detail,
     within the detail budget (timeline's level of detail): frame, window (None when the whole step)."""
-    from profiler.analyzers import timeline
-
     b = analysis(key)
     t0, t1 = run_data.step_span(b.bd, b.offsets, step)
     span = (0.0, (t1 - t0) / 1e6)
@@ -106,8 +114,8 @@ def detail_view(key: tuple, step: int, window: tuple[float, float] | None, first
         window = (lo, hi) if hi > lo else None
     w = window or span
     ranks = _ranks(b, first_rank)
-    rects = timeline(b.traces, ranks=ranks, start_ns=t0 + int(w[0] * 1e6), end_ns=t0 + int(w[1] * 1e6),
-                     table=b.table, offsets=b.offsets, max_rects=_budget(DETAIL_RECTS, len(ranks), 20, 400))
+    rects = b.front.timeline(ranks=ranks, start_ns=t0 + int(w[0] * 1e6), end_ns=t0 + int(w[1] * 1e6),
+                             max_rects=_budget(DETAIL_RECTS, len(ranks), 20, 400))
     return {"frame": run_data.gantt_frame(rects, b.table, t0_ns=t0), "window": window}
 
 
@@ -142,11 +150,8 @@ def tp_measured(key: tuple) -> pd.DataFrame:
 
 def perfetto_bytes(key: tuple) -> bytes:
     """The merged Perfetto trace (gzip JSON), made when the download button is clicked."""
-    from profiler.analyzers import export_perfetto
-
-    b = analysis(key)
     with tempfile.TemporaryDirectory() as tmp:
-        path = export_perfetto(b.traces, Path(tmp) / "merged.json.gz", offsets=b.offsets, table=b.table)
+        path = analysis(key).front.export_perfetto(Path(tmp) / "merged.json.gz")
         return path.read_bytes()
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from . import jobs, trace_sets
-from .trace_sets import TraceSet
+from ui import jobs, trace_sets
+from ui.trace_sets import TraceSet
 
 POLL_S = 2.0
 ACTIVE = ("starting", "running")

@@ -16,13 +16,13 @@ import json
 import pandas as pd
 import streamlit as st
 
-from . import memory_charts, run_data, run_loaders, topology_charts, trace_sets
-from .memory_data import MetricsError, measured_vs_predicted
-from .plan_form import PlanChoice
-from .run_data import RANK_VALUES
-from .selection import KEY, PAGES
-from .topology_data import with_rank_values
-from .trace_sets import TraceSet
+from ui import memory_charts, run_data, run_loaders, topology_charts, trace_sets
+from ui.memory_data import MetricsError, measured_vs_predicted
+from ui.plan_form import PlanChoice
+from ui.run_data import RANK_VALUES
+from ui.selection import KEY, PAGES
+from ui.topology_data import with_rank_values
+from ui.trace_sets import TraceSet
 
 
 def _named_set() -> TraceSet | None:
@@ -99,7 +99,7 @@ def memory_measured(choice: PlanChoice) -> None:
         return
     plan = metrics.get("plan") or {}
     st.caption(f"Bytes saved for backward by one microbatch on each rank, measured by the engine's saved-tensor hooks "
-               f"in {s.name} ({s.plan_label}, model {s.model or '?'}), beside parallel.memory's prediction for the "
+               f"in {s.name} ({s.plan_label}, model {s.model or '?'}), beside parallel.core.memory's prediction for the "
                f"same shapes; below, the error in %. Recompute {plan.get('recompute', '?')}.")
     st.altair_chart(memory_charts.measured_vs_predicted_chart(frame))
 

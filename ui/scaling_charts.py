@@ -1,4 +1,4 @@
-"""Altair chart builders for the TP-scaling page (frames of parallel.scaling.tp_scaling in).
+"""Altair chart builders for the TP-scaling page (frames of parallel.core.scaling.tp_scaling in).
 
 Every chart marks the NVLink/InfiniBand boundary: TP degrees whose group leaves the node sit on a
 shaded band. `layer_time_chart` and `busbw_chart` take an optional `measured` frame — columns tp,
@@ -13,7 +13,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from .theme import INFINIBAND, LINK_COLORS, link_label, scale
+from ui.theme import INFINIBAND, LINK_COLORS, link_label, scale
 
 SP_NAME = {False: "TP without SP", True: "TP + SP"}
 PARTS = {"compute": "#4c6ef5", "TP communication (exposed)": "#e8590c", "TP communication (overlapped)": "#ffc9a8"}

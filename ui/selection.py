@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from . import trace_sets
-from .trace_sets import TraceSet
+from ui import trace_sets
+from ui.trace_sets import TraceSet
 
 KEY = "run"  # the query parameter
 _REMEMBERED = "_selected_run"

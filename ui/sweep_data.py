@@ -4,7 +4,7 @@ found under the runs dir, measured beside the plan model's prediction for the la
     sweeps = find_sweeps(runs_dir)          # [{name, path, mtime_ns, status, created_at, points}], newest first
     view = sweep_view(load_sweep(path))     # {chart, table, gpus_per_node, caption, notes}
 
-The numbers come from profiler.sweep_model (measurement and prediction, one place for the CLI and
+The numbers come from profiler.lab.sweep_model (measurement and prediction, one place for the CLI and
 the page). Pure: pandas, json.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from profiler.sweep_model import compare, compute_rate, lab_cluster, prediction
+from profiler.lab.sweep_model import compare, compute_rate, lab_cluster, prediction
 
 SWEEP_JSON = "sweep.json"
 LAB_LINKS = {"intra": "inside a node (loopback)", "inter": "across nodes (shaped veth)"}
@@ -121,7 +121,7 @@ def caption(sweep: dict) -> str:
     text = (f"Model h={m['hidden']}, s={m['seq_len']}, {m['layers']} layers, micro batch {sweep.get('micro_batch', 1)} "
             f"(fp32: {sweep.get('micro_batch', 1) * m['seq_len'] * m['hidden'] * m['dtype_bytes'] / 2**20:.2f} MiB per TP "
             f"collective); {sweep['gpus_per_node']} ranks per lab node, inter-node link {link}. Prediction: "
-            f"parallel.scaling with the lab's commbench fit — inside a node α {c.intra.latency_s * 1e6:.0f} µs, "
+            f"parallel.core.scaling with the lab's commbench fit — inside a node α {c.intra.latency_s * 1e6:.0f} µs, "
             f"β {c.intra.bandwidth_bytes_per_s / 1e9:.2f} GB/s; across α {c.inter.latency_s * 1e6:.0f} µs, "
             f"β {c.inter.bandwidth_bytes_per_s / 1e9:.3f} GB/s")
     if rate:

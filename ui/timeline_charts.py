@@ -15,8 +15,8 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from .run_data import PARTS
-from .theme import ACTIVITY_COLORS, scale
+from ui.run_data import PARTS
+from ui.theme import ACTIVITY_COLORS, scale
 
 PART_COLORS = dict(zip(PARTS, ("#adb5bd", "#ffc9a8", "#e8590c", "#b197fc", "#f1f3f5")))
 BRUSH = "brush"  # the overview's interval selection: st.altair_chart(..., on_select=...) reports it by this name

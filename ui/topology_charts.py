@@ -10,7 +10,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from .theme import LINK_COLORS, palette, scale
+from ui.theme import LINK_COLORS, palette, scale
 
 _HALF = 0.44  # half a cell: cells are 0.88 wide, leaving a gap between GPUs
 _TOOLTIP = (("rank", "rank"), ("node", "node"), ("local", "local GPU"), ("dp", "dp"), ("pp", "pp"), ("cp", "cp"),

@@ -1,7 +1,7 @@
 """Tables behind the Topology page: GPU cells, group paths, node overview, per-dimension summary.
 
 Every GPU is a cell at (node, local GPU); the same rank <-> coordinate function as the engine and
-the analyzers (parallel.topology.Topology) places it. Nodes run along x and local GPUs along y, so
+the analyzers (parallel.core.topology.Topology) places it. Nodes run along x and local GPUs along y, so
 TP groups are short vertical strokes inside a node and DP/PP groups run across nodes. Large
 clusters are shown through a window of at most MAX_WINDOW_NODES nodes plus a one-cell-per-node
 overview, so the browser never receives more than about a thousand GPU cells.
@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from parallel.topology import DIMS, Topology, parse_order
-
-from .theme import INFINIBAND as INTER, NVLINK as INTRA
+from parallel.core.topology import DIMS, Topology, parse_order
+from ui.theme import INFINIBAND as INTER
+from ui.theme import NVLINK as INTRA
 
 MAX_GPU_CELLS = 1024  # per-GPU cells sent to the browser at most
 OVERVIEW_PER_ROW = 64  # nodes per row of the node overview

@@ -24,9 +24,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from parallel.plan import Plan
-
-from .jobs import now_iso
+from parallel.core.plan import Plan
+from profiler.formats.rundir import now_iso
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 TRACE_SUFFIXES = (".json", ".json.gz", ".zip", ".tar.gz", ".tgz", ".tar")
@@ -154,7 +153,7 @@ def store(name: str, accepted: list[Accepted], *, uploads: Path, plan: Plan | No
         (tmp / "traces").mkdir()
         for a in accepted:
             (tmp / "traces" / a.name).write_bytes(a.data)
-        manifest = {"name": name, "created_at": now_iso(), "world_size": checked.world_size, "ranks": checked.ranks,
+        manifest = {"name": name, "created_at": now_iso("seconds"), "world_size": checked.world_size, "ranks": checked.ranks,
                     "files": [{"name": a.name, "bytes": len(a.data), "ranks": list(a.ranks)} for a in accepted],
                     "rejected": [{"name": n, "message": m} for n, m in rejected]}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..specs import Cluster
-from .base import ImportFailed, Imported
-from .megatron import import_megatron
-from .plan_json import import_plan_json
-from .torchtitan import import_torchtitan
+from parallel.core.specs import Cluster
+from parallel.importers.base import Imported, ImportFailed
+from parallel.importers.megatron import import_megatron
+from parallel.importers.plan_json import import_plan_json
+from parallel.importers.torchtitan import import_torchtitan
 
 KINDS = ("megatron", "torchtitan", "plan-json")
 __all__ = ["KINDS", "ImportFailed", "Imported", "detect", "import_plan", "import_text", "place"]

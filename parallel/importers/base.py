@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ..plan import Plan
-from ..specs import Cluster, Model, SpecError
+from parallel.core.plan import Plan
+from parallel.core.specs import Cluster, Model, SpecError
 
 
 class ImportFailed(SpecError):

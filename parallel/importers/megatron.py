@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import re
 
-from ..plan import Plan
-from ..specs import MODELS, Model, SpecError
-from .base import Imported, failure
-from .shell_eval import UNRESOLVED, ShellError, Word, run
+from parallel.core.plan import Plan
+from parallel.core.specs import MODELS, Model, SpecError
+from parallel.importers.base import Imported, failure
+from parallel.importers.shell_eval import UNRESOLVED, ShellError, Word, run
 
 USED = {  # flag -> (type, key)
     "--tensor-model-parallel-size": ("int", "tp"), "--model-parallel-size": ("int", "tp"),

@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from ..plan import Plan
-from ..specs import Cluster, Link, Model, SpecError, cluster_preset, model_preset
-from .base import Imported, failure
+from parallel.core.plan import Plan
+from parallel.core.specs import Cluster, Link, Model, SpecError, cluster_preset, model_preset
+from parallel.importers.base import Imported, failure
 
 
 def _strip(cls, data: dict, where: str, unknown: list[str]) -> dict:

@@ -216,7 +216,7 @@ REDIRECTS = ("<", ">", ">>", "&>", ">&")
 DECLARE = ("export", "declare", "local", "readonly", "typeset")
 
 
-def plain(parts) -> str | None:
+def plain(parts: list) -> str | None:
     """The text of a word with no expansions (quotes removed), else None."""
     if all(kind == "lit" for kind, _, _ in parts):
         return "".join(text for _, text, _ in parts)
@@ -227,10 +227,10 @@ class Parser:
     def __init__(self, tokens: list[tuple]):
         self.t, self.i = tokens, 0
 
-    def peek(self, k: int = 0):
+    def peek(self, k: int = 0) -> tuple | None:
         return self.t[self.i + k] if self.i + k < len(self.t) else None
 
-    def at_word(self, *texts, k: int = 0) -> bool:
+    def at_word(self, *texts: str, k: int = 0) -> bool:
         tok = self.peek(k)
         return tok is not None and tok[0] == "word" and plain(tok[1]) in texts
 
@@ -253,7 +253,7 @@ class Parser:
             raise ShellError(opener[1], f"`{opener[0]}` is never closed (expected {' or '.join(stops)})")
         return nodes
 
-    def command(self):
+    def command(self) -> Simple | If | Skip | None:
         tok = self.peek()
         line = tok[2]
         if self.at_word("if"):
@@ -278,7 +278,7 @@ class Parser:
             return If(line, [([], body)], [])
         return self.simple()
 
-    def skip_block(self, openers, closer, what, line, start_depth=0) -> Skip:
+    def skip_block(self, openers: tuple[str, ...], closer: str, what: str, line: int, start_depth: int = 0) -> Skip:
         depth = start_depth
         while (tok := self.peek()) is not None:
             self.i += 1

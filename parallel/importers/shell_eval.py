@@ -18,7 +18,7 @@ import operator
 import re
 from dataclasses import dataclass, field
 
-from .shell import NAME, If, ShellError, Simple, Skip, lex, parse, plain
+from parallel.importers.shell import NAME, If, ShellError, Simple, Skip, lex, parse, plain
 
 UNRESOLVED = "\x00"  # prefix of text that came from a command this reader does not run
 __all__ = ["Result", "ShellError", "UNRESOLVED", "Word", "run"]
@@ -126,7 +126,7 @@ class Shell:
         if UNRESOLVED in text:
             self.note(line, "eval of text that holds an unresolved command substitution")
         tokens, _ = lex(text.replace(UNRESOLVED, ""), line)
-        from .shell import Parser
+        from parallel.importers.shell import Parser
 
         self.run(Parser([(k, v, line) for k, v, _ in tokens]).parse_list())
 

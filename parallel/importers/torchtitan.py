@@ -26,9 +26,9 @@ import dataclasses
 import re
 import tomllib
 
-from ..plan import Plan
-from ..specs import MODELS, SpecError
-from .base import Imported, failure
+from parallel.core.plan import Plan
+from parallel.core.specs import MODELS, SpecError
+from parallel.importers.base import Imported, failure
 
 FLAVOURS = {"llama3": {"8B": "llama3-8b", "70B": "llama3-70b", "405B": "llama3-405b"}}
 KNOWN = {  # section -> keys read (True) or known and without effect on the plan model (False)

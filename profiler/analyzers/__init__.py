@@ -7,14 +7,15 @@
     export_perfetto / export_collectives           merged trace, CSV/Parquet        (export.py)
 
 Every analyzer but `collectives` takes `table=` (a collectives table already computed for the same
-traces and plan) so a page computes it once.
+traces and plan). Callers do not chain them: `TraceAnalysis` (front.py) computes each once, on demand.
 """
 
-from .breakdown import breakdown, comm_by_dim
-from .collectives import collectives
-from .export import export_collectives, export_perfetto
-from .matching import clock_offsets, instances, per_rank_wait, stragglers
-from .timeline import timeline
+from profiler.analyzers.breakdown import breakdown, comm_by_dim
+from profiler.analyzers.collectives import collectives
+from profiler.analyzers.export import export_collectives, export_perfetto
+from profiler.analyzers.front import TraceAnalysis
+from profiler.analyzers.matching import clock_offsets, instances, per_rank_wait, stragglers
+from profiler.analyzers.timeline import timeline
 
-__all__ = ["breakdown", "clock_offsets", "collectives", "comm_by_dim", "export_collectives", "export_perfetto",
+__all__ = ["TraceAnalysis", "breakdown", "clock_offsets", "collectives", "comm_by_dim", "export_collectives", "export_perfetto",
            "instances", "per_rank_wait", "stragglers", "timeline"]

@@ -27,10 +27,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import intervals as iv
-from ..patterns import KINDS
-from .collectives import collectives
-from .steps import assign_steps, step_windows
+from profiler.analyzers.collectives import collectives
+from profiler.analyzers.labels import PlanLike
+from profiler.analyzers.steps import assign_steps, step_windows
+from profiler.traces import intervals as iv
+from profiler.traces.model import Traces
+from profiler.traces.patterns import KINDS
 
 COLUMNS = ["rank", "step", "device", "start_ns", "end_ns", "window_ns", "compute_ns", "comm_ns",
            "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns", "events"]
@@ -39,7 +41,7 @@ K = {k: i for i, k in enumerate(KINDS)}
 GPU_CODES = [K["compute"], K["comm"], K["memcpy"], K["memset"]]
 
 
-def cpu_compute(a: dict, lo: int, hi: int):
+def cpu_compute(a: dict, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """CPU-only compute of one rank's events a[..][lo:hi]: per thread, operators minus that thread's
     collective calls, then the union over threads. The threads are laid side by side on one time
     line (thread k shifted by k x the rank's span), so each set operation runs once for all of them."""
@@ -141,7 +143,7 @@ def _ranks(traces, table):
         yield _Rank(traces, rank, by_rank.get(rank, empty), windows)
 
 
-def breakdown(traces, plan=None, *, table: pd.DataFrame | None = None) -> pd.DataFrame:
+def breakdown(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (rank, step); see the module docstring for each column's definition."""
     table = table if table is not None else collectives(traces, plan)
     out = []
@@ -156,7 +158,7 @@ def breakdown(traces, plan=None, *, table: pd.DataFrame | None = None) -> pd.Dat
     return pd.DataFrame(out, columns=COLUMNS).astype({c: "int64" for c in COLUMNS if c != "device"})
 
 
-def comm_by_dim(traces, plan=None, *, table: pd.DataFrame | None = None) -> pd.DataFrame:
+def comm_by_dim(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (rank, step, dim) with collectives: count, bytes, comm_ns and exposed_comm_ns."""
     table = table if table is not None else collectives(traces, plan)
     out = []

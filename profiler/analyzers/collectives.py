@@ -32,10 +32,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..annotations import parse_comm
-from ..patterns import KINDS, RECORD_PARAM_COMMS, dtype_bytes, normalize_op
-from .labels import P2P_OPS, DimLabeler, bus_factor, plan_of
-from .steps import assign_steps, step_windows
+from parallel.core.comm import bus_factor
+from profiler.analyzers.labels import P2P_OPS, DimLabeler, PlanLike, plan_of
+from profiler.analyzers.steps import assign_steps, step_windows
+from profiler.formats.annotations import parse_comm
+from profiler.traces.model import Traces
+from profiler.traces.patterns import KINDS, RECORD_PARAM_COMMS, dtype_bytes, normalize_op
 
 META_FIELDS = ("coll_name", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "pg_desc", "pg_ranks",
                "seq", "src_rank", "dst_rank", "input_bytes")
@@ -58,7 +60,7 @@ class _Root:
     kernels: int = 0
 
 
-def collectives(traces, plan=None) -> pd.DataFrame:
+def collectives(traces: Traces, plan: PlanLike = None) -> pd.DataFrame:
     """The collectives table (see the module docstring); empty with the same columns if none."""
     labeler = DimLabeler(plan_of(plan, traces))
     ca = traces.comm_args

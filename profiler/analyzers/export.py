@@ -15,15 +15,17 @@ Pure: numpy, pandas, orjson.
 from __future__ import annotations
 
 import gzip
+from collections.abc import Iterable
 from pathlib import Path
 
 import orjson
 import pandas as pd
 
-from ..patterns import GPU_KINDS
+from profiler.traces.model import Traces
+from profiler.traces.patterns import GPU_KINDS
 
 
-def export_collectives(table: pd.DataFrame, path) -> Path:
+def export_collectives(table: pd.DataFrame, path: str | Path) -> Path:
     """The collectives table as CSV or Parquet, by the path's suffix."""
     path = Path(path)
     if path.suffix == ".parquet":
@@ -35,7 +37,8 @@ def export_collectives(table: pd.DataFrame, path) -> Path:
     return path
 
 
-def perfetto_events(traces, rank: int, *, t0_ns: int, offset_ns: int = 0, table: pd.DataFrame | None = None):
+def perfetto_events(traces: Traces, rank: int, *, t0_ns: int, offset_ns: int = 0,
+                    table: pd.DataFrame | None = None) -> list[dict]:
     """The Chrome-trace events (dicts) of one rank, metadata first."""
     sub = traces.events[traces.events["rank"] == rank]
     gpu = sub["kind"].isin(list(GPU_KINDS)).to_numpy()
@@ -74,7 +77,7 @@ def perfetto_events(traces, rank: int, *, t0_ns: int, offset_ns: int = 0, table:
     return out
 
 
-def export_perfetto(traces, path, *, ranks=None, offsets: pd.DataFrame | None = None,
+def export_perfetto(traces: Traces, path: str | Path, *, ranks: Iterable[int] | None = None, offsets: pd.DataFrame | None = None,
                     table: pd.DataFrame | None = None) -> Path:
     """Write the merged trace (see the module docstring); returns the path."""
     path = Path(path)

@@ -1,7 +1,7 @@
-"""Which parallel dimension a collective serves, and its nccl-tests bus bandwidth factor.
+"""Which parallel dimension a collective serves (its bus bandwidth factor: parallel.core.comm.bus_factor).
 
 Precedence for `dim` (recorded in `dim_source`):
-  1. 'annotation'  our own ``ps.comm dim=..`` name (profiler.annotations) -- the job said so;
+  1. 'annotation'  our own ``ps.comm dim=..`` name (profiler.formats.annotations) -- the job said so;
   2. 'plan'        the group's ranks equal one group of the plan's topology (send/recv: the two peers
                    lie inside one group). With plan.sp, a TP group collective stays 'tp' unless its
                    annotation says 'sp': on the wire SP and TP use the same group;
@@ -9,37 +9,24 @@ Precedence for `dim` (recorded in `dim_source`):
                    DeviceMesh mesh_tp, ...), see patterns.GROUP_DESC_DIMS;
   4. 'unknown'.
 
-Pure: numpy, and parallel.plan / parallel.topology (pure too).
+Pure: numpy, and parallel.core.plan / parallel.core.topology (pure too).
 """
 
 from __future__ import annotations
 
-from parallel.plan import Plan
-from parallel.specs import SpecError
-from parallel.topology import DIMS as PLAN_DIMS
-from parallel.topology import Topology
+from parallel.core.plan import Plan
+from parallel.core.specs import SpecError
+from parallel.core.topology import DIMS as PLAN_DIMS
+from parallel.core.topology import Topology
+from profiler.traces.errors import PlanMismatchError
+from profiler.traces.model import Traces
+from profiler.traces.patterns import dim_from_group_desc
 
-from ..errors import PlanMismatchError
-from ..patterns import dim_from_group_desc
-
+PlanLike = Plan | dict | None  # a Plan, its JSON dict, or None (run.json's plan, if any)
 P2P_OPS = frozenset({"send", "recv", "send_recv"})
 
 
-def bus_factor(op: str, n) -> float:
-    """nccl-tests' busbw/algbw factor (PERFORMANCE.md): all_reduce 2(n-1)/n; all_gather,
-    reduce_scatter, all_to_all (n-1)/n; send/recv, broadcast, reduce 1. NaN when n is unknown."""
-    if op in ("send", "recv", "send_recv", "broadcast", "reduce"):
-        return 1.0
-    if n is None or n != n or n < 1:
-        return float("nan")
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return float("nan")
-
-
-def plan_of(plan, traces) -> Plan | None:
+def plan_of(plan: PlanLike, traces: Traces) -> Plan | None:
     """The Plan to label with: the one given (Plan or dict), else run.json's, else None.
     PlanMismatchError when its world size differs from the traces'."""
     if plan is None:

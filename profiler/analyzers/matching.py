@@ -29,8 +29,9 @@ from collections import defaultdict, deque
 import numpy as np
 import pandas as pd
 
-from .collectives import collectives
-from .labels import P2P_OPS
+from profiler.analyzers.collectives import collectives
+from profiler.analyzers.labels import P2P_OPS, PlanLike
+from profiler.traces.model import Traces
 
 INSTANCE_COLUMNS = ["instance", "op", "dim", "group", "group_size", "seq", "n_ranks", "bytes", "first_start_ns",
                     "last_start_ns", "skew_ns", "late_rank", "early_rank", "end_ns", "max_dur_ns"]
@@ -53,7 +54,7 @@ def _per_rank(table: pd.DataFrame) -> pd.DataFrame:
                  start_ns=("start_ns", "min"), end_ns=("end_ns", "max")))
 
 
-def clock_offsets(traces, *, table: pd.DataFrame | None = None, align: str = "auto") -> pd.DataFrame:
+def clock_offsets(traces: Traces, *, table: pd.DataFrame | None = None, align: str = "auto") -> pd.DataFrame:
     """Per rank: the ns added to its times to put it on the lowest rank's clock, and how it was found."""
     if align not in ("auto", "ranks", "none"):
         raise ValueError(f"align must be 'auto', 'ranks' or 'none', got {align!r}")
@@ -100,10 +101,12 @@ def clock_offsets(traces, *, table: pd.DataFrame | None = None, align: str = "au
     return out.astype({"offset_ns": "int64", "instances": "int64"})
 
 
-def per_rank_wait(traces, plan=None, *, table: pd.DataFrame | None = None, align: str = "auto") -> pd.DataFrame:
-    """One row per (instance, rank): aligned start/end, wait_ns, transfer_ns, late (the last to arrive)."""
+def per_rank_wait(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | None = None, align: str = "auto",
+                  offsets: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per (instance, rank): aligned start/end, wait_ns, transfer_ns, late (the last to arrive).
+    `offsets`: clock_offsets already computed for the same table and align."""
     table = table if table is not None else collectives(traces, plan)
-    offsets = clock_offsets(traces, table=table, align=align)
+    offsets = offsets if offsets is not None else clock_offsets(traces, table=table, align=align)
     per = _per_rank(_comparable(traces, table))
     off = per["rank"].map(dict(zip(offsets["rank"], offsets["offset_ns"]))).fillna(0).astype("int64")
     per["offset_ns"] = off
@@ -119,9 +122,11 @@ def per_rank_wait(traces, plan=None, *, table: pd.DataFrame | None = None, align
     return per.sort_values(["start_ns", "rank"], ignore_index=True)
 
 
-def instances(traces, plan=None, *, table: pd.DataFrame | None = None, align: str = "auto") -> pd.DataFrame:
-    """One row per collective instance: ranks seen, arrival skew (last start - first start), late rank."""
-    per = per_rank_wait(traces, plan, table=table, align=align)
+def instances(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | None = None, align: str = "auto",
+              per: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per collective instance: ranks seen, arrival skew (last start - first start), late rank.
+    `per`: per_rank_wait already computed for the same table and align."""
+    per = per if per is not None else per_rank_wait(traces, plan, table=table, align=align)
     if per.empty:
         return pd.DataFrame(columns=INSTANCE_COLUMNS)
     per = per.sort_values(["instance", "start_ns", "rank"])
@@ -138,9 +143,11 @@ def instances(traces, plan=None, *, table: pd.DataFrame | None = None, align: st
     return out[INSTANCE_COLUMNS].sort_values("first_start_ns", ignore_index=True)
 
 
-def stragglers(traces, plan=None, *, table: pd.DataFrame | None = None, align: str = "auto",
-               top: int = 20) -> pd.DataFrame:
-    """The `top` instances seen on two or more ranks with the largest arrival skew."""
-    inst = instances(traces, plan, table=table, align=align)
+def stragglers(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | None = None, align: str = "auto",
+               top: int | None = 20, inst: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The `top` (None: all) instances seen on two or more ranks with the largest arrival skew, the
+    largest first (ties: the earliest first). `inst`: instances already computed."""
+    inst = inst if inst is not None else instances(traces, plan, table=table, align=align)
     inst = inst[(inst["n_ranks"] >= 2) & (inst["skew_ns"] > 0)]
-    return inst.sort_values(["skew_ns", "first_start_ns"], ascending=[False, True]).head(top).reset_index(drop=True)
+    ranked = inst.sort_values(["skew_ns", "first_start_ns"], ascending=[False, True])
+    return (ranked if top is None else ranked.head(top)).reset_index(drop=True)

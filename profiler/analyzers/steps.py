@@ -11,10 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..patterns import profiler_step
+from profiler.traces.model import Traces
+from profiler.traces.patterns import profiler_step
 
 
-def step_windows(traces) -> pd.DataFrame:
+def step_windows(traces: Traces) -> pd.DataFrame:
     ev = traces.events
     steps = ev.loc[ev["kind"] == "step", ["rank", "name", "ts_ns", "dur_ns"]]
     frame = pd.DataFrame({
@@ -28,7 +29,7 @@ def step_windows(traces) -> pd.DataFrame:
     return frame.sort_values(["rank", "start_ns"], ignore_index=True)
 
 
-def assign_steps(ranks, times, windows: pd.DataFrame) -> np.ndarray:
+def assign_steps(ranks: np.ndarray, times: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
     """Step number of each (rank, time), -1 when no window of that rank holds the time."""
     ranks = np.asarray(ranks, dtype=np.int64)
     times = np.asarray(times, dtype=np.int64)

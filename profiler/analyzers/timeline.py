@@ -24,14 +24,17 @@ Pure: numpy, pandas.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from .. import intervals as iv
-from ..patterns import KINDS
-from .collectives import collectives
+from profiler.analyzers.collectives import collectives
+from profiler.analyzers.labels import PlanLike
+from profiler.traces import intervals as iv
+from profiler.traces.model import Traces
+from profiler.traces.patterns import KINDS
 
 COLUMNS = ["rank", "lane", "start_ns", "end_ns", "name", "op", "dim", "instance", "bytes", "n_events", "busy_ns",
            "merged"]
@@ -175,7 +178,7 @@ def _clamp(x: int) -> int:
     return min(max(x, I64.min), I64.max)
 
 
-def timeline(traces, plan=None, *, ranks=None, start_ns: int | None = None, end_ns: int | None = None,
+def timeline(traces: Traces, plan: PlanLike = None, *, ranks: Iterable[int] | None = None, start_ns: int | None = None, end_ns: int | None = None,
              max_rects: int = 1000, table: pd.DataFrame | None = None,
              offsets: pd.DataFrame | None = None) -> pd.DataFrame:
     """Rectangles per rank (see the module docstring). `offsets` (matching.clock_offsets) shifts each

@@ -1,0 +1,139 @@
+"""Command-line flags shared by `python -m parallel plan | train | search` and the profiler.
+
+Model: a preset (`--model gpt3-175b`) and/or explicit shape flags, which override the preset.
+Cluster: a preset (`--cluster dgx-h100`), `--nodes` (default: just enough for the plan) and link
+flags, or links fitted by `python -m profiler commbench` (`--links FILE`).
+Plan: the degrees and schedule. Each `*_from_args` raises SpecError with a readable message.
+Pure: stdlib only (argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from parallel.core.plan import RECOMPUTE, SCHEDULES, Plan
+from parallel.core.specs import CLUSTERS, GB, MODELS, Cluster, GiB, Link, Model, SpecError, cluster_preset, model_preset
+from parallel.core.topology import DEFAULT_ORDER, ORDERS
+
+MODEL_SHAPE = {  # flag -> Model field
+    "layers": "layers", "hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
+    "ffn_hidden": "ffn_hidden", "seq_len": "seq_len", "vocab": "vocab", "dtype_bytes": "dtype_bytes",
+    "arch": "arch",
+}
+
+
+def add_model_args(parser: argparse.ArgumentParser, *, default: str | None = None) -> None:
+    g = parser.add_argument_group("model (a preset, and/or its shape)")
+    g.add_argument("--model", default=default, help=f"preset: {', '.join(MODELS)}")
+    for flag in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab", "dtype_bytes"):
+        g.add_argument("--" + flag.replace("_", "-"), dest=flag, type=int, default=None)
+    g.add_argument("--arch", choices=("gpt", "llama"), default=None)
+
+
+def model_from_args(args: argparse.Namespace) -> Model:
+    overrides = {field: getattr(args, flag) for flag, field in MODEL_SHAPE.items() if getattr(args, flag, None) is not None}
+    if args.model:
+        base = model_preset(args.model)
+        if not overrides:
+            return base
+        label = ",".join(f"{k}={v}" for k, v in overrides.items())
+        data = {**base.to_dict(), **overrides, "name": f"{base.name} ({label})"}
+        if "heads" in overrides and "kv_heads" not in overrides and base.kv_heads == base.heads:
+            data["kv_heads"] = None  # plain MHA stays MHA
+        if "hidden" in overrides and "ffn_hidden" not in overrides and base.ffn_hidden == 4 * base.hidden:
+            data["ffn_hidden"] = None
+        return Model.from_dict(data)
+    missing = [f"--{f.replace('_', '-')}" for f in ("layers", "hidden", "heads", "seq_len", "vocab") if f not in overrides]
+    if missing:
+        raise SpecError(f"give a model: --model PRESET ({', '.join(MODELS)}) or all of "
+                        f"--layers --hidden --heads --seq-len --vocab (missing {' '.join(missing)})")
+    return Model(name="custom", **overrides)
+
+
+def add_cluster_args(parser: argparse.ArgumentParser, *, default: str = "dgx-h100") -> None:
+    g = parser.add_argument_group("cluster (a preset, its size, and its links)")
+    g.add_argument("--cluster", default=default, help=f"preset: {', '.join(CLUSTERS)}")
+    g.add_argument("--nodes", type=int, default=None, help="nodes (default: just enough for the plan)")
+    g.add_argument("--gpus-per-node", type=int, default=None)
+    g.add_argument("--gpu-memory-gb", type=float, default=None, help="GPU memory in GiB")
+    g.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 TFLOP/s per GPU")
+    g.add_argument("--intra-bw", type=float, default=None, help="intra-node GB/s per GPU per direction")
+    g.add_argument("--inter-bw", type=float, default=None, help="inter-node GB/s per GPU per direction")
+    g.add_argument("--intra-latency-us", type=float, default=None)
+    g.add_argument("--inter-latency-us", type=float, default=None)
+    g.add_argument("--links", type=Path, default=None,
+                   help="JSON from `python -m profiler commbench`: use its fitted intra/inter links")
+
+
+def links_from_commbench(path: Path) -> dict[str, Link]:
+    """The fitted links of a commbench result: its `links` object, {intra|inter: {latency_s, bandwidth_bytes_per_s}}."""
+    try:
+        data = json.loads(Path(path).read_text())
+        links = data["links"]
+        return {name: Link(float(v["bandwidth_bytes_per_s"]), float(v["latency_s"]), v.get("name", f"fitted {name}"))
+                for name, v in links.items() if name in ("intra", "inter")}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise SpecError(f"--links {path}: not a commbench result with fitted links ({err})") from None
+
+
+def cluster_from_args(args: argparse.Namespace, world_size: int) -> Cluster:
+    c = cluster_preset(args.cluster)
+    if args.gpus_per_node is not None:
+        c = dataclasses.replace(c, gpus_per_node=args.gpus_per_node)
+    intra, inter = c.intra, c.inter
+    if getattr(args, "links", None):
+        fitted = links_from_commbench(args.links)
+        intra, inter = fitted.get("intra", intra), fitted.get("inter", inter)
+    if args.intra_bw is not None or args.intra_latency_us is not None:
+        intra = Link(args.intra_bw * GB if args.intra_bw is not None else intra.bandwidth_bytes_per_s,
+                     args.intra_latency_us * 1e-6 if args.intra_latency_us is not None else intra.latency_s, intra.name)
+    if args.inter_bw is not None or args.inter_latency_us is not None:
+        inter = Link(args.inter_bw * GB if args.inter_bw is not None else inter.bandwidth_bytes_per_s,
+                     args.inter_latency_us * 1e-6 if args.inter_latency_us is not None else inter.latency_s, inter.name)
+    c = dataclasses.replace(c, intra=intra, inter=inter)
+    if args.gpu_memory_gb is not None:
+        c = dataclasses.replace(c, gpu_memory_bytes=int(args.gpu_memory_gb * GiB))
+    if args.peak_tflops is not None:
+        c = dataclasses.replace(c, peak_flops=args.peak_tflops * 1e12)
+    return c.with_nodes(args.nodes) if args.nodes is not None else c.sized_for(world_size)
+
+
+def add_plan_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("plan")
+    for flag in ("dp", "tp", "pp", "cp"):
+        g.add_argument(f"--{flag}", type=int, default=1)
+    g.add_argument("--sp", action="store_true", help="Megatron sequence parallelism (needs tp > 1)")
+    g.add_argument("--micro-batch", type=int, default=1)
+    g.add_argument("--global-batch", type=int, default=None,
+                   help="sequences per optimizer step (default: dp×micro_batch×pp, one microbatch per stage)")
+    g.add_argument("--vpp", type=int, default=1, help="virtual pipeline stages per rank (interleaved 1F1B)")
+    g.add_argument("--zero", type=int, default=0, help="ZeRO stage 0-3 over the data-parallel ranks")
+    g.add_argument("--recompute", choices=RECOMPUTE, default="none")
+    g.add_argument("--order", default=DEFAULT_ORDER, help="rank order, fastest first: " + "; ".join(f"{k} ({v})" for k, v in ORDERS.items()))
+    g.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
+
+
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    gb = args.global_batch
+    if gb is None:
+        gb = max(args.dp, 1) * max(args.micro_batch, 1) * max(args.pp, 1)
+    return Plan(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, sp=args.sp, micro_batch=args.micro_batch,
+                global_batch=gb, vpp=args.vpp, zero=args.zero, recompute=args.recompute, order=args.order,
+                schedule=args.schedule)
+
+
+def unwritable_ancestor(path: Path) -> tuple[Path, str] | None:
+    """Where files under `path` cannot go, found before a job runs: the nearest existing ancestor of
+    `path` (itself included) with what is wrong with it ('is not a directory' | 'is not writable');
+    None when `path` can be created and written in."""
+    path = Path(path).absolute()
+    where = next(p for p in (path, *path.parents) if p.exists())  # the root always exists
+    if not where.is_dir():
+        return where, "is not a directory"
+    if not os.access(where, os.W_OK | os.X_OK):
+        return where, "is not writable"
+    return None

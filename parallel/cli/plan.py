@@ -1,0 +1,162 @@
+"""`python -m parallel plan`: validate a plan on a cluster; print its layout, memory, communication, time.
+
+    python -m parallel plan --model gpt3-175b --cluster dgx-h100 --nodes 64 \\
+        --dp 8 --tp 8 --pp 8 --sp --micro-batch 1 --global-batch 1536 [--json]
+
+Exit status: 0 for a valid plan, 2 for an invalid one or bad flags (its errors printed, never a
+traceback). Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from parallel.cli.args import (
+    add_cluster_args,
+    add_model_args,
+    add_plan_args,
+    cluster_from_args,
+    model_from_args,
+    plan_from_args,
+)
+from parallel.core.comm import CommOptions
+from parallel.core.memory import ActivationOptions
+from parallel.core.perf import PerfOptions
+from parallel.core.report import Options, plan_report
+from parallel.core.specs import GiB, SpecError
+
+
+def add_option_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("modelling assumptions")
+    g.add_argument("--mfu", type=float, default=PerfOptions.mfu, help="fraction of peak FLOP/s compute reaches")
+    g.add_argument("--dp-overlap", type=float, default=PerfOptions.dp_overlap,
+                   help="fraction of DP communication hidden behind backward (0..1)")
+    g.add_argument("--flash-attention", action="store_true", help="attention stores no s×s scores")
+    g.add_argument("--no-dropout", action="store_true", help="no dropout masks")
+    g.add_argument("--act-bytes", type=int, default=None, help="bytes per activation (default: the model's dtype)")
+
+
+def options_from_args(args: argparse.Namespace) -> Options:
+    for name in ("mfu", "dp_overlap"):
+        value = getattr(args, name)
+        if not (0 < value <= 1 if name == "mfu" else 0 <= value <= 1):
+            raise SpecError(f"--{name.replace('_', '-')} must be in {'(0, 1]' if name == 'mfu' else '[0, 1]'}, got {value}")
+    acts = ActivationOptions(act_bytes=args.act_bytes, dropout=not args.no_dropout, flash_attention=args.flash_attention)
+    return Options(activations=acts, comm=CommOptions(), perf=PerfOptions(mfu=args.mfu, dp_overlap=args.dp_overlap))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m parallel plan", description=__doc__.split("\n\n")[0])
+    add_model_args(parser)
+    add_cluster_args(parser)
+    add_plan_args(parser)
+    add_option_args(parser)
+    parser.add_argument("--import", dest="import_file", default=None, metavar="FILE",
+                        help="take model and plan from a Megatron-LM command line/script, a torchtitan TOML or a plan JSON")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def _gib(x: float) -> str:
+    return f"{x / GiB:8.2f} GiB"
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    cells = [headers] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def render_text(rep: dict) -> str:
+    p, m, c = rep["plan"], rep["model"], rep["cluster"]
+    out = [f"model {m['name']}: L={m['layers']} h={m['hidden']} a={m['heads']} kv={m['kv_heads']} "
+           f"ffn={m['ffn_hidden']} s={m['seq_len']} V={m['vocab']}",
+           f"cluster {c['name']}: {c['nodes']}×{c['gpus_per_node']} GPUs, "
+           f"{c['gpu_memory_bytes'] / GiB:.0f} GiB, intra {c['intra']['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, "
+           f"inter {c['inter']['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s",
+           f"plan: dp={p['dp']} tp={p['tp']} pp={p['pp']} cp={p['cp']} sp={p['sp']} vpp={p['vpp']} "
+           f"micro_batch={p['micro_batch']} global_batch={p['global_batch']} zero={p['zero']} "
+           f"recompute={p['recompute']} order={p['order']} schedule={p['schedule']}",
+           f"world size {rep['world_size']}: {'VALID' if rep['valid'] else 'INVALID'}"]
+    out += [f"  error: {e}" for e in rep["errors"]] + [f"  warning: {w}" for w in rep["warnings"]]
+    if rep["memory_per_gpu_bytes"] is None:
+        return "\n".join(out)
+    mem = rep["memory_per_gpu_bytes"]
+    out += ["", "memory per GPU (most loaded stage):",
+            _table(["stage", "params", "grads", "optimizer", "activations", "total"],
+                   [[r["stage"]] + [_gib(r[k]) for k in ("params", "grads", "optimizer", "activations", "total")]
+                    for r in rep["memory_per_stage"]]),
+            f"max total {_gib(mem['total']).strip()}; activations per layer per microbatch "
+            f"{rep['activation_bytes_per_layer'] / 2**20:.1f} MiB"]
+    out += ["", "groups:", _table(["dim", "size", "groups", "crossing nodes", "first group"],
+                                  [[d, p[d], len(g), rep["crossing_groups"][d], g[0]["ranks"][:16]]
+                                   for d, g in rep["groups"].items()])]
+    out += ["", "communication per step (one GPU):",
+            _table(["dim", "collective", "calls", "bytes/call", "link", "seconds", "overlapped"],
+                   [[r["dim"], r["collective"], r["calls"], f"{r['bytes_per_call'] / 2**20:.2f} MiB", r["link"],
+                     f"{r['seconds']:.4f}", "yes" if r["overlapped"] else ""] for r in rep["comm_per_step"]])]
+    t = rep["step_time"]
+    exposed = ", ".join(f"{d} {t[f'exposed_{d}_s']:.3f}" for d in ("tp", "sp", "cp", "pp", "dp") if t[f"exposed_{d}_s"])
+    out += ["", f"step time {t['step_time_s']:.3f} s = compute {t['compute_s']:.3f} + bubble {t['bubble_s']:.3f} "
+                f"(fraction {rep['bubble_fraction']:.3f}) + exposed comm ({exposed or 'none'}); MFU {t['mfu']:.1%}"]
+    return "\n".join(out)
+
+
+def _fail(message: str, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({"valid": False, "errors": [message], "warnings": []}, ensure_ascii=False))
+    else:
+        print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def _from_import(args: argparse.Namespace, argv: list[str]):
+    """Issue #7: model and plan from a Megatron-LM script, torchtitan TOML or plan JSON; the world size
+    from --nodes when given, else from the file (torchrun --nnodes x --nproc_per_node, ...)."""
+    from parallel.importers import import_plan, place
+
+    imported = import_plan(args.import_file)
+    model = imported.model or model_from_args(args)  # a bare plan JSON names no model
+    if imported.gpus_per_node and args.gpus_per_node is None and imported.cluster is None:
+        args.gpus_per_node = imported.gpus_per_node
+    if imported.cluster is not None and not any(a.split("=")[0] == "--cluster" for a in argv):
+        base = imported.cluster
+    else:
+        nodes, args.nodes = args.nodes, 1
+        base = cluster_from_args(args, 1)
+        args.nodes = nodes
+    imported, cluster = place(imported, base, args.nodes)
+    args.flash_attention = args.flash_attention or imported.options.get("flash_attention", False)
+    args.no_dropout = args.no_dropout or imported.options.get("dropout") is False
+    return model, imported.plan, cluster, imported
+
+
+def _import_text(summary: dict) -> str:
+    out = ["", f"imported from {summary['source']} ({summary['kind']}): world size from {summary['world_from']}"]
+    out += [f"  unknown: {', '.join(summary['unknown'])}"] if summary["unknown"] else []
+    out += [f"  note: {n}" for n in summary["notes"]]
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    try:
+        if args.import_file:
+            model, plan, cluster, imported = _from_import(args, argv)
+        else:
+            model, plan = model_from_args(args), plan_from_args(args)
+            cluster = cluster_from_args(args, plan.world_size)
+        options = options_from_args(args)
+    except (SpecError, ValueError, OSError) as err:
+        return _fail(str(err), args.json)
+    rep = plan_report(plan, model, cluster, options)
+    if args.import_file:
+        rep["imported"] = imported.summary()
+    text = None if args.json else render_text(rep) + (_import_text(rep["imported"]) if args.import_file else "")
+    print(json.dumps(rep, ensure_ascii=False) if args.json else text)
+    return 0 if rep["valid"] else 2

@@ -1,0 +1,97 @@
+"""`python -m parallel search`: enumerate valid plans for a model and cluster, best first (parallel.search.space).
+
+    python -m parallel search --model gpt3-175b --cluster dgx-h100 --gpus 512 --global-batch 1536 \\
+        [--top N] [--json] [--headroom 0.1] [--max-tp 8] [--require-sp] [--zero 0,1] [--recompute none,selective]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from parallel.cli.args import add_cluster_args, add_model_args, cluster_from_args, model_from_args
+from parallel.cli.plan import add_option_args, options_from_args
+from parallel.core.plan import RECOMPUTE
+from parallel.core.specs import Cluster, GiB, Model, SpecError
+from parallel.core.topology import DEFAULT_ORDER
+from parallel.search.space import Constraints, SearchResult, plan_of, result_json, search
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m parallel search", description="enumerate valid plans for a model and cluster, best first")
+    add_model_args(parser)
+    add_cluster_args(parser)
+    parser.add_argument("--gpus", type=int, default=None, help="GPUs to plan for (default: --nodes × GPUs per node)")
+    parser.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
+    g = parser.add_argument_group("constraints")
+    g.add_argument("--headroom", type=float, default=Constraints.headroom, help="fraction of GPU memory kept free")
+    for name in ("tp", "pp", "cp", "micro-batch"):
+        g.add_argument(f"--max-{name}", type=int, default=None)
+    g.add_argument("--require-sp", action="store_true", help="every plan with tp > 1 uses sequence parallelism")
+    g.add_argument("--zero", default="0,1,2,3", help="ZeRO stages to consider, e.g. 0,1")
+    g.add_argument("--recompute", default=",".join(RECOMPUTE), help="recompute modes to consider, e.g. none,selective")
+    g.add_argument("--order", default=DEFAULT_ORDER, help="rank order, fastest first")
+    add_option_args(parser)
+    parser.add_argument("--top", type=int, default=10, help="plans to print (0: all)")
+    parser.add_argument("--json", action="store_true", help="print a JSON list, best first")
+    return parser
+
+
+def constraints_from_args(args: argparse.Namespace) -> Constraints:
+    try:
+        zero = tuple(int(z) for z in args.zero.split(",") if z.strip())
+    except ValueError:
+        raise SpecError(f"--zero must list stages like 0,1,2,3, got {args.zero!r}") from None
+    return Constraints(headroom=args.headroom, max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp,
+                       max_micro_batch=args.max_micro_batch, require_sp=args.require_sp, zero=zero,
+                       recompute=tuple(r.strip() for r in args.recompute.split(",") if r.strip()), order=args.order)
+
+
+def cluster_for_gpus(args: argparse.Namespace) -> Cluster:
+    if args.gpus is None and args.nodes is None:
+        raise SpecError("give the GPUs to plan for: --gpus N (or --nodes N)")
+    if args.gpus is not None and args.gpus < 1:
+        raise SpecError(f"--gpus must be at least 1, got {args.gpus}")
+    cluster = cluster_from_args(args, args.gpus or 1)
+    if args.gpus is not None and cluster.gpus != args.gpus:
+        raise SpecError(f"--gpus {args.gpus} is not a whole number of {cluster.gpus_per_node}-GPU nodes"
+                        + (f" (--nodes {args.nodes} gives {cluster.gpus})" if args.nodes else ""))
+    return cluster
+
+
+def render_text(result: SearchResult, model: Model, cluster: Cluster, gb: int, top: int) -> str:
+    lines = [f"{model.name} on {cluster.nodes}×{cluster.gpus_per_node} {cluster.name} GPUs, global batch {gb}: "
+             f"{len(result.table):,} plans fit ({result.evaluated:,} evaluated in {result.seconds:.2f} s)", "", "funnel:"]
+    lines += [f"  {s['remaining']:>9,}  {s['constraint']}" for s in result.funnel]
+    table = result.table if not top else result.table.head(top)
+    labels = [plan_of(row, gb).label() for row in table.to_dict("records")]
+    w = max([len(x) for x in labels] + [4])
+    lines += ["", f"{'#':>4}  {'plan':<{w}} {'memory/GPU':>11} {'step s':>8} {'bubble':>7} {'MFU':>6}  pareto"]
+    for i, (label, row) in enumerate(zip(labels, table.to_dict("records"))):
+        lines.append(f"{i + 1:>4}  {label:<{w}} {row['memory_per_gpu_bytes'] / GiB:>7.1f} GiB "
+                     f"{row['step_time_s']:>8.3f} {row['bubble_fraction']:>7.3f} {row['mfu']:>6.1%}  "
+                     f"{'*' if row['pareto'] else ''}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        model = model_from_args(args)
+        cluster = cluster_for_gpus(args)
+        constraints = constraints_from_args(args)
+        options = options_from_args(args)
+        if args.global_batch < 1:
+            raise SpecError(f"--global-batch must be at least 1, got {args.global_batch}")
+        result = search(model, cluster, args.global_batch, constraints, options)
+    except SpecError as err:
+        if args.json:
+            print("[]")
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result_json(result, args.top), ensure_ascii=False))
+    else:
+        print(render_text(result, model, cluster, args.global_batch, args.top))
+    return 0

@@ -1,0 +1,213 @@
+"""Communication per training step, per parallel dimension, by the alpha-beta ring model.
+
+Time of one collective over n ranks of a buffer of S bytes on a link of bandwidth B (per GPU per
+direction) and latency alpha (Thakur et al. 2005, ring algorithms; the nccl-tests bus-bandwidth
+factors are the same (n-1)/n terms):
+
+    all-reduce                     2(n-1)/n * S/B + 2(n-1) alpha
+    all-gather, reduce-scatter     (n-1)/n * S/B + (n-1) alpha     (S = the full, gathered buffer)
+    all-to-all                     (n-1)/n * S/B + (n-1) alpha
+    send/recv                      S/B + alpha
+
+A group whose ranks span nodes is bound by the inter-node link. Volumes per step, for the GPU with
+the most layers of work (an interior pipeline stage), with m microbatches of b sequences:
+
+    TP, no SP   4 all-reduces per layer per microbatch of b*s*h elements (2 forward: after attention
+                and MLP; 2 backward: the conjugate f operators) — Shoeybi et al. 2019, Sec. 3.
+    TP + SP     forward 2 all-gathers + 2 reduce-scatters, backward 2 + 2, of the same b*s*h buffer:
+                the same volume as the all-reduces (Korthikanti et al. 2022, Sec. 4.2.2). Megatron-LM
+                also re-gathers each column-parallel GEMM's sequence-sharded input in backward for
+                the weight gradient (2 more all-gathers per layer), overlapped with the input-gradient
+                GEMM: listed as its own row, marked overlapped.
+    full recompute repeats the forward collectives once more.
+    PP          one send of the boundary activation b*s*h (/t under SP) forward and one of its
+                gradient backward per microbatch and virtual stage (Narayanan et al. 2021).
+    DP          the gradients of this GPU's parameters, reduced over the dp*cp ranks that hold the
+                same weights: all-reduce for ZeRO 0; reduce-scatter + all-gather of the updated
+                weights for ZeRO 1/2; ZeRO 3 also all-gathers the weights for forward and again for
+                backward (Rajbhandari et al. 2020, Sec. 7). ZeRO 2/3 keep only a shard of the
+                gradients, so with m microbatches they reduce-scatter after every microbatch's
+                backward, and ZeRO 3 gathers the weights for every microbatch (as DeepSpeed does);
+                ZeRO 0/1 accumulate full gradients and reduce once. Issued in buckets of `bucket_bytes`.
+    CP          all-gathered K/V: per layer per microbatch an all-gather of K and V (2*b*s*k
+                elements, gathered) forward, a reduce-scatter of their gradients backward
+                (Dubey et al. 2024, Sec. 3.3.2).
+
+Pure: stdlib and numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from parallel.core.memory import AnyPlan, max_params_per_stage
+from parallel.core.plan import Plan, PlanColumns
+from parallel.core.specs import Cluster, Link, Model
+from parallel.core.vector import ceil, is_array, maximum, minimum, where
+
+MiB = 2**20
+DIMS = ("tp", "sp", "cp", "pp", "dp")  # the rows of a step, in the order reports list them
+
+
+@dataclass(frozen=True)
+class CommOptions:
+    bucket_bytes: int = 25 * MiB  # gradient bucket (PyTorch DDP's default bucket_cap_mb = 25)
+    sp_regather: bool = True  # Megatron's backward re-gather of SP inputs (overlapped)
+
+
+# Ring steps of each collective: all-reduce is a reduce-scatter then an all-gather (Thakur et al. 2005).
+RING_STEPS = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1, "all_to_all": 1}
+UNIT_FACTOR_OPS = frozenset({"send", "recv", "send_recv", "broadcast", "reduce"})
+
+
+def bus_factor(op: str, n: Any) -> Any:
+    """nccl-tests' busbw/algbw factor (PERFORMANCE.md), which is also the ring model's bandwidth term:
+    all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; send/recv, broadcast, reduce 1.
+    NaN for an unknown op or group size (None, NaN or < 1). `n` may be a numpy array."""
+    if op in UNIT_FACTOR_OPS:
+        return 1.0
+    steps = RING_STEPS.get(op)
+    if steps is None or n is None:
+        return float("nan")
+    if is_array(n):
+        n = np.asarray(n, dtype=np.float64)
+        return np.where(n >= 1, steps * (n - 1) / np.maximum(n, 1), np.nan)
+    return steps * (n - 1) / n if n >= 1 else float("nan")  # NaN >= 1 is False
+
+
+def ring_seconds(op: str, n: Any, nbytes: Any, bandwidth: Any, latency: Any) -> Any:
+    """Seconds for one collective of `nbytes` over `n` ranks, ring alpha-beta model:
+    bus_factor(op, n) * S/B + steps (n-1) alpha; 0 for a group of one (but send/recv: S/B + alpha).
+    Every argument may be a numpy array (one value per plan)."""
+    if op == "send_recv":
+        return nbytes / bandwidth + latency
+    if op not in RING_STEPS:
+        raise ValueError(f"unknown collective {op!r}")
+    t = bus_factor(op, n) * nbytes / bandwidth + RING_STEPS[op] * (n - 1) * latency
+    return where(n > 1, t, 0.0)
+
+
+def collective_seconds(op: str, n: int, nbytes: float, link: Link) -> float:
+    """Seconds for one collective of `nbytes` over `n` ranks on `link` (ring alpha-beta model)."""
+    if n <= 1 and op != "send_recv":
+        return 0.0
+    return ring_seconds(op, n, nbytes, link.bandwidth_bytes_per_s, link.latency_s)
+
+
+def _link_of(plan: Plan, cluster: Cluster, dims: tuple[str, ...]) -> str:
+    """'inter' if any group over `dims` (ranks that differ only in those coordinates) spans nodes."""
+    topo = plan.topology(cluster.gpus_per_node)
+    grid = topo.grid  # [dp, pp, cp, tp]
+    axes = [("dp", "pp", "cp", "tp").index(d) for d in dims]
+    rest = [i for i in range(4) if i not in axes]
+    groups = grid.transpose(rest + axes).reshape(-1, math.prod(grid.shape[i] for i in axes))
+    nodes = groups // cluster.gpus_per_node
+    return "inter" if (nodes.min(axis=1) != nodes.max(axis=1)).any() else "intra"
+
+
+def crosses_nodes(plan: AnyPlan, cluster: Cluster, dims: tuple[str, ...]) -> Any:
+    """True where the groups over `dims` span nodes (`_link_of` == 'inter'); for a PlanColumns one
+    flag per plan, each distinct (dp, tp, pp, cp) laid out once."""
+    if not isinstance(plan, PlanColumns):
+        return _link_of(plan, cluster, dims) == "inter"
+    memo = plan.memo.setdefault(("crosses_nodes", cluster, dims), {})
+    if "flags" not in memo:
+        uniq, inverse = plan.distinct_degrees
+        flags = np.array([_link_of(Plan(dp=int(d), tp=int(t), pp=int(p), cp=int(c), order=plan.order), cluster, dims)
+                          == "inter" for d, t, p, c in uniq], dtype=bool)
+        memo["flags"] = flags[inverse]
+    return memo["flags"]
+
+
+@dataclass(frozen=True)
+class CommTerm:
+    """One kind of collective of a step: `calls` of `bytes_per_call` over the `n` ranks of the groups
+    over `group` (values are arrays for a PlanColumns; calls 0 where the term does not apply)."""
+
+    dim: str
+    collective: str
+    calls: Any
+    bytes_per_call: Any
+    group: tuple[str, ...]
+    n: Any
+    overlapped: bool = False
+
+
+def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -> list[CommTerm]:
+    """The volumes of the module docstring, per dimension, for the GPU with the most work."""
+    p, act = plan, model.dtype_bytes
+    m, v = maximum(p.microbatches, 1), p.vpp
+    layers = model.layers // p.pp  # layers on one GPU (all its virtual chunks)
+    s_q = model.seq_len // p.cp
+    fwd_passes = where(p.recompute == "full", 2, 1)
+    tp_bytes = p.micro_batch * s_q * model.hidden * act
+    tp_calls = (2 * fwd_passes + 2) * layers * m
+    terms = [CommTerm("tp", "all_reduce", where(p.sp, 0, tp_calls), tp_bytes, ("tp",), p.tp),
+             CommTerm("sp", "all_gather", where(p.sp, tp_calls, 0), tp_bytes, ("tp",), p.tp),
+             CommTerm("sp", "reduce_scatter", where(p.sp, tp_calls, 0), tp_bytes, ("tp",), p.tp)]
+    if opts.sp_regather:
+        terms.append(CommTerm("sp", "all_gather", where(p.sp, 2 * layers * m, 0), tp_bytes, ("tp",), p.tp,
+                              overlapped=True))
+    kv_bytes = 2 * p.micro_batch * model.seq_len * (model.kv_hidden / minimum(p.tp, model.kv_heads)) * act
+    terms += [CommTerm("cp", "all_gather", fwd_passes * layers * m, kv_bytes, ("cp",), p.cp),
+              CommTerm("cp", "reduce_scatter", layers * m, kv_bytes, ("cp",), p.cp),
+              CommTerm("pp", "send_recv", 2 * m * v, tp_bytes / where(p.sp, p.tp, 1), ("pp",), p.pp)]
+    nd = p.dp * p.cp
+    grad_bytes = max_params_per_stage(model, p) * act
+    weight_bytes = max_params_per_stage(model, p) * model.dtype_bytes
+    g_calls = maximum(1, ceil(grad_bytes / opts.bucket_bytes))  # buckets
+    w_calls = maximum(1, ceil(weight_bytes / opts.bucket_bytes))
+    zero = p.zero
+    terms += [CommTerm("dp", "all_reduce", where(zero == 0, g_calls, 0), grad_bytes / g_calls, ("dp", "cp"), nd),
+              CommTerm("dp", "reduce_scatter", where(zero == 0, 0, g_calls * where(zero >= 2, m, 1)),
+                       grad_bytes / g_calls, ("dp", "cp"), nd),
+              CommTerm("dp", "all_gather", where(zero == 0, 0, w_calls * where(zero == 3, 2 * m, 1)),
+                       weight_bytes / w_calls, ("dp", "cp"), nd)]
+    return terms
+
+
+def term_seconds(term: CommTerm, cluster: Cluster, inter: Any) -> Any:
+    """Seconds of all of a term's calls on the link its group uses (inter-node where `inter`)."""
+    bw = where(inter, cluster.inter.bandwidth_bytes_per_s, cluster.intra.bandwidth_bytes_per_s)
+    lat = where(inter, cluster.inter.latency_s, cluster.intra.latency_s)
+    each = ring_seconds(term.collective, term.n, term.bytes_per_call, bw, lat)
+    return where((term.n > 1) & (term.calls > 0), term.calls * each, 0.0)
+
+
+def comm_per_step(model: Model, plan: Plan, cluster: Cluster, opts: CommOptions = CommOptions()) -> list[dict]:
+    """Rows {dim, collective, calls, bytes_per_call, link, seconds, overlapped} for one GPU's step."""
+    rows: list[dict] = []
+    for t in comm_terms(model, plan, opts):
+        if t.calls <= 0 or t.n <= 1:
+            continue
+        link = _link_of(plan, cluster, t.group)
+        rows.append({"dim": t.dim, "collective": t.collective, "calls": int(t.calls),
+                     "bytes_per_call": int(t.bytes_per_call), "link": link,
+                     "seconds": term_seconds(t, cluster, link == "inter"), "overlapped": t.overlapped})
+    return rows
+
+
+def exposed_seconds_by_dim(model: Model, plan: AnyPlan, cluster: Cluster, opts: CommOptions = CommOptions()) -> dict:
+    """{tp, sp, cp, pp, dp: seconds not overlapped} -- arrays for a PlanColumns."""
+    out: dict[str, Any] = {d: 0.0 for d in DIMS}
+    links: dict[tuple[str, ...], Any] = {}
+    for t in comm_terms(model, plan, opts):
+        if t.overlapped:
+            continue
+        if t.group not in links:
+            links[t.group] = crosses_nodes(plan, cluster, t.group)
+        out[t.dim] = out[t.dim] + term_seconds(t, cluster, links[t.group])
+    return out
+
+
+def seconds_by_dim(rows: list[dict], *, exposed_only: bool = False) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for row in rows:
+        if exposed_only and row["overlapped"]:
+            continue
+        out[row["dim"]] = out.get(row["dim"], 0.0) + row["seconds"]
+    return out

@@ -1,0 +1,271 @@
+"""Memory per GPU: parameters, gradients, optimizer states and activations, per pipeline stage.
+
+Sources (symbols as in the papers: s sequence, b micro-batch, h hidden, a heads, L layers, t TP size,
+p PP size, v vocabulary, m interleaved stages):
+
+* Activations per layer — Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+  Transformer Models", Sec. 4.1 (the per-tensor account) and Table 2:
+
+      no parallelism             sbh (34 + 5as/h)
+      tensor parallel (TP)       sbh (10 + 24/t + 5as/(ht))
+      TP + sequence parallel     sbh (34/t + 5as/(ht))
+      TP + selective recompute   sbh (10 + 24/t)
+      TP + SP + selective        sbh (34/t)
+      full recompute             sbh (2)
+
+  assuming 2-byte activations, 1-byte dropout masks, dropout after the attention softmax and on
+  both residual branches, GeLU MLP of 4h, and attention that stores its s x s scores.
+* Activations of the whole stage — same paper, Sec. 4.3: 1F1B keeps p microbatches in flight on the
+  first stage (stage i: p - i), the interleaved schedule multiplies the first stage's memory by
+  (1 + (p - 1)/(p m)); plus sbhp/t of embedding-dropout masks on the first stage and
+  4sbh/t (1 + v/h) for the final LayerNorm, output projection and fp32 cross-entropy logits on the
+  last stage.
+* Model states — Rajbhandari et al. 2020, "ZeRO", Sec. 3.1 and 5: mixed-precision Adam keeps 2 + 2 +
+  K bytes per parameter (fp16 weights, fp16 gradients, K = 12 bytes of fp32 master weights,
+  momentum and variance); stage 1 partitions the K part over the N_d data-parallel ranks, stage 2
+  also the gradients, stage 3 also the weights.
+
+Variants the paper does not cover are explicit `ActivationOptions` (each writes its formula out in
+`activation_components_bytes`): grouped-query attention (K and V of width kv_heads * head_dim), a
+SwiGLU MLP, flash attention (no s x s tensors; an fp32 log-sum-exp per query row instead),
+activations wider than 2 bytes, no dropout, and context parallelism by all-gathered K/V (the query
+side keeps s/cp tokens, K and V are gathered to all s; Dubey et al. 2024, "The Llama 3 Herd of
+Models", Sec. 3.3.2).
+
+Every formula takes one Plan or a PlanColumns (the search evaluates the same functions over all
+its candidates at once).
+
+Pure: stdlib and numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from parallel.core.plan import Plan, PlanColumns
+from parallel.core.specs import Model
+from parallel.core.vector import is_array, maximum, minimum, where
+
+AnyPlan = Plan | PlanColumns  # one plan, or a column of plans (the search)
+
+ATTENTION = ("attention.qkv_input", "attention.qk", "attention.scores", "attention.dropout_mask",
+             "attention.dropout_output", "attention.softmax_stats", "attention.v", "attention.proj_input")
+MLP = ("mlp.fc1_input", "mlp.act_input", "mlp.fc2_input")
+NORM_DROPOUT_RESIDUAL = ("layernorm", "residual.dropout_masks")
+COMPONENTS = (*NORM_DROPOUT_RESIDUAL[:1], *ATTENTION, *MLP, NORM_DROPOUT_RESIDUAL[1], "layer_input")
+
+# The paper's three groups, for stacked bars: what SP shards is the "layernorm/dropout/residual" group.
+COMPONENT_GROUP = {**{c: "attention" for c in ATTENTION}, **{c: "mlp" for c in MLP},
+                   "layernorm": "layernorm/dropout/residual", "residual.dropout_masks": "layernorm/dropout/residual",
+                   "layer_input": "layer input (checkpoint)"}
+
+
+@dataclass(frozen=True)
+class ActivationOptions:
+    """What the activations look like. Defaults are Table 2's assumptions."""
+
+    act_bytes: int | None = None  # bytes per activation element; None = the model's dtype_bytes
+    mask_bytes: int = 1  # bytes per dropout-mask element (torch saves bool masks)
+    dropout: bool = True  # dropout after softmax and on both residual branches
+    flash_attention: bool = False  # fused attention: no s x s tensors saved
+
+    @classmethod
+    def table2(cls) -> "ActivationOptions":
+        """Exactly the paper's assumptions, whatever the model's dtype: 2-byte activations."""
+        return cls(act_bytes=2)
+
+
+def _sizes(model: Model, plan: AnyPlan, opts: ActivationOptions) -> tuple[int, Any, Any]:
+    act = opts.act_bytes or model.dtype_bytes
+    s_q = model.seq_len // plan.cp  # tokens of the query side on this rank
+    s_kv = where(plan.cp > 1, model.seq_len, s_q)  # K/V are all-gathered across CP
+    return act, s_q, s_kv
+
+
+def _kv_hidden_per_tp_rank(model: Model, tp: Any) -> Any:
+    """Model.kv_hidden_per_tp_rank over arrays: k/t, or one replicated head when tp > kv_heads."""
+    return model.kv_hidden / minimum(tp, model.kv_heads)
+
+
+def activation_components_bytes(model: Model, plan: AnyPlan,
+                                opts: ActivationOptions = ActivationOptions()) -> dict[str, Any]:
+    """Bytes saved for backward by ONE transformer layer for ONE microbatch on ONE GPU, by component.
+
+    Notation: b micro_batch, s_q = s/cp local tokens, s_kv = s if cp > 1 else s_q, h hidden,
+    k = kv_heads * head_dim (= h without GQA), f ffn_hidden, a heads, t tp, r = 1/t under SP else 1
+    (the tensors plain TP keeps whole on every rank), A act bytes, M mask bytes:
+
+        layernorm                 2 * A b s_q h r          inputs of the two LayerNorms
+        attention.qkv_input       A b s_q h r              QKV GEMM input (SP: stored sharded, re-gathered)
+        attention.qk              A b (s_q h + s_kv k)/t   Q and K for QK^T (K: k/t is k/min(t, kv_heads),
+                                                            one replicated head when tp > kv_heads)
+        attention.scores          A a b s_q s_kv / t       softmax output      (0 with flash attention)
+        attention.dropout_mask    M a b s_q s_kv / t       (0 without dropout or with flash attention)
+        attention.dropout_output  A a b s_q s_kv / t       input of scores @ V (0 without dropout: it is
+                                                            the softmax output, counted once)
+        attention.softmax_stats   4 a b s_q / t            fp32 log-sum-exp (flash attention only)
+        attention.v               A b s_kv k / t           V for scores @ V
+        attention.proj_input      A b s_q h / t            out-projection input
+        mlp.fc1_input             A b s_q h r
+        mlp.act_input             A b s_q f / t            GeLU input  (SwiGLU: gate and up, 2x)
+        mlp.fc2_input             A b s_q f / t            GeLU output (SwiGLU: silu(gate) and the product, 2x)
+        residual.dropout_masks    2 * M b s_q h r          (0 without dropout)
+
+    With A=2, M=1, dropout, f=4h, k=h, cp=1 the sum is Table 2's TP (sp off) and TP+SP rows.
+    Selective recompute drops scores, dropout_mask and dropout_output (recomputed in backward).
+    Full recompute keeps only the layer's input, A b s_q h r (Table 2 lists 2sbh without SP; with SP
+    the checkpointed input is the sequence shard, as in Megatron-LM).
+
+    `plan` may be a PlanColumns: every value is then an array, one per plan, and every component
+    is present (0 where it does not apply); for one Plan under full recompute only layer_input is.
+    """
+    act, s_q, s_kv = _sizes(model, plan, opts)
+    b, h, f, a, t = plan.micro_batch, model.hidden, model.ffn_hidden, model.heads, plan.tp
+    k_local = _kv_hidden_per_tp_rank(model, t)  # = k/t unless GQA replicates K/V heads (tp > kv_heads)
+    r = where(plan.sp, 1 / t, 1.0)
+    mask = opts.mask_bytes if opts.dropout else 0
+    full = plan.recompute == "full"
+    layer_input = act * b * s_q * h * r
+    if not is_array(full) and full:
+        return {"layer_input": layer_input}
+    scores = act * a * b * s_q * s_kv / t
+    flash = opts.flash_attention
+    keep_scores = (not flash) & (plan.recompute != "selective")
+    gate = 2 if model.gated_mlp else 1
+    parts = {
+        "layernorm": 2 * act * b * s_q * h * r,
+        "attention.qkv_input": act * b * s_q * h * r,
+        "attention.qk": act * b * (s_q * h / t + s_kv * k_local),
+        "attention.scores": where(keep_scores, scores, 0.0),
+        "attention.dropout_mask": where(keep_scores, mask * a * b * s_q * s_kv / t, 0.0),
+        "attention.dropout_output": where(keep_scores & opts.dropout, scores, 0.0),
+        "attention.softmax_stats": 4 * a * b * s_q / t if flash else 0.0,
+        "attention.v": act * b * s_kv * k_local,
+        "attention.proj_input": act * b * s_q * h / t,
+        "mlp.fc1_input": act * b * s_q * h * r,
+        "mlp.act_input": gate * act * b * s_q * f / t,
+        "mlp.fc2_input": gate * act * b * s_q * f / t,
+        "residual.dropout_masks": 2 * mask * b * s_q * h * r,
+    }
+    if not is_array(full):
+        return parts
+    return {**{k: where(full, 0.0, v) for k, v in parts.items()}, "layer_input": where(full, layer_input, 0.0)}
+
+
+def activation_bytes_per_layer(model: Model, plan: AnyPlan, opts: ActivationOptions = ActivationOptions()) -> Any:
+    """One layer, one microbatch, one GPU: the sum of `activation_components_bytes`."""
+    return sum(activation_components_bytes(model, plan, opts).values())
+
+
+def first_stage_extra_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions = ActivationOptions()) -> Any:
+    """Embedding-dropout mask of one microbatch on the first stage (Sec. 4.3: sbhp/t for p in flight)."""
+    _, s_q, _ = _sizes(model, plan, opts)
+    r = where(plan.sp, 1 / plan.tp, 1.0)
+    return (opts.mask_bytes if opts.dropout else 0) * plan.micro_batch * s_q * model.hidden * r
+
+
+def last_stage_extra_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions = ActivationOptions()) -> Any:
+    """Final LayerNorm input, output-projection input and fp32 logits of one microbatch on the last
+    stage: (A sbh + A sbh) r + 4 sbv/t, which is Sec. 4.3's 4sbh/t (1 + v/h) with A = 2 under SP."""
+    act, s_q, _ = _sizes(model, plan, opts)
+    r = where(plan.sp, 1 / plan.tp, 1.0)
+    b = plan.micro_batch
+    return 2 * act * b * s_q * model.hidden * r + 4 * b * s_q * model.vocab / plan.tp
+
+
+def inflight_chunks(plan: AnyPlan, stage: Any) -> Any:
+    """Microbatch-chunks whose activations stage `stage` holds at its peak.
+
+    GPipe: all m microbatches. 1F1B: p - stage (Narayanan et al. 2021). Interleaved (v > 1):
+    Megatron-LM's warm-up count + 1 = 2(p - stage - 1) + (v - 1)p + 1 chunks of L/(pv) layers, which
+    for stage 0 is Korthikanti's L(1 + (p - 1)/(pv)) layers. Never more than m*v.
+    """
+    p, v, m = plan.pp, plan.vpp, maximum(plan.microbatches, 1)
+    if plan.schedule == "gpipe":
+        return m * v
+    return where(v == 1, minimum(p - stage, m), minimum(2 * (p - stage - 1) + (v - 1) * p + 1, m * v))
+
+
+def _replicated_params_per_layer(model: Model) -> int:
+    """Parameters every TP rank keeps whole: norms, and GPT's out-projection and fc2 biases."""
+    h = model.hidden
+    return 2 * h if model.arch == "llama" else 4 * h + 2 * h
+
+
+def params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
+    """Parameters held by one GPU of pipeline stage `stage` (TP-sharded matrices, replicated norms)."""
+    t, p = plan.tp, plan.pp
+    rep = _replicated_params_per_layer(model)
+    layer = (model.params_per_layer() - rep) / t + rep
+    n = layer * model.layers / p
+    pos = model.seq_len * model.hidden if model.arch == "gpt" else 0
+    n = n + where(stage == 0, model.vocab * model.hidden / t + pos, 0.0)
+    head = model.output_params() - (0 if model.tied_embeddings else model.vocab * model.hidden)
+    # untied, or a tied copy on the last stage (Megatron)
+    head = head + where((not model.tied_embeddings) | (p > 1), model.vocab * model.hidden / t, 0.0)
+    return n + where(stage == p - 1, head, 0.0)
+
+
+def max_params_per_stage(model: Model, plan: AnyPlan) -> Any:
+    """The most parameters any stage holds: the first or the last (an interior stage holds only its
+    layers; the ends add the embedding or the output head)."""
+    return maximum(params_per_stage(model, plan, 0), params_per_stage(model, plan, plan.pp - 1))
+
+
+def model_state_bytes(model: Model, plan: AnyPlan, stage: Any) -> dict[str, Any]:
+    """Weights, gradients and optimizer states of one GPU of `stage`, split by ZeRO over dp*cp ranks.
+
+    Bytes per parameter: weights and gradients at the model's dtype; Adam keeps fp32 master weights,
+    momentum and variance (K = 12) for 2-byte training, and momentum and variance (8) for fp32.
+    Megatron-LM's distributed optimizer shards over the data-parallel group *with* context
+    parallelism (CP ranks hold the same weights), so ZeRO divides by N_d = dp * cp.
+    """
+    n = params_per_stage(model, plan, stage)
+    nd = plan.dp * plan.cp
+    w = model.dtype_bytes
+    k = 12 if w == 2 else 8
+    return {
+        "params": n * w / where(plan.zero >= 3, nd, 1),
+        "grads": n * w / where(plan.zero >= 2, nd, 1),
+        "optimizer": n * k / where(plan.zero >= 1, nd, 1),
+    }
+
+
+def activation_bytes_per_stage(model: Model, plan: AnyPlan, stage: Any,
+                               opts: ActivationOptions = ActivationOptions()) -> Any:
+    """Peak activation bytes on one GPU of `stage`: layers x in-flight chunks, plus the ends."""
+    layers_per_chunk = model.layers / (plan.pp * plan.vpp)
+    chunks = inflight_chunks(plan, stage)
+    total = activation_bytes_per_layer(model, plan, opts) * layers_per_chunk * chunks
+    first = first_stage_extra_bytes(model, plan, opts) * minimum(chunks, maximum(plan.microbatches, 1))
+    total = total + where(stage == 0, first, 0.0)
+    return total + where(stage == plan.pp - 1, last_stage_extra_bytes(model, plan, opts), 0.0)
+
+
+def stage_memory_bytes(model: Model, plan: AnyPlan, stage: Any,
+                       opts: ActivationOptions = ActivationOptions()) -> dict[str, Any]:
+    """params, grads, optimizer, activations and total (bytes) of one GPU of `stage`."""
+    row = {**model_state_bytes(model, plan, stage), "activations": activation_bytes_per_stage(model, plan, stage, opts)}
+    row["total"] = row["params"] + row["grads"] + row["optimizer"] + row["activations"]
+    return row
+
+
+def memory_per_stage(model: Model, plan: Plan, opts: ActivationOptions = ActivationOptions()) -> list[dict[str, float]]:
+    """One dict per pipeline stage: params, grads, optimizer, activations, total (bytes per GPU)."""
+    return [{"stage": stage, **stage_memory_bytes(model, plan, stage, opts)} for stage in range(plan.pp)]
+
+
+def memory_per_gpu_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions = ActivationOptions()) -> dict[str, Any]:
+    """The most loaded GPU's params, grads, optimizer, activations and total (bytes). For a
+    PlanColumns, per plan: the first or the last stage, whichever holds more (interior stages hold
+    neither the embedding nor more in-flight microbatches than stage 0)."""
+    keys = ("params", "grads", "optimizer", "activations", "total")
+    if not isinstance(plan, PlanColumns):
+        worst = max(memory_per_stage(model, plan, opts), key=lambda row: row["total"])
+        return {k: worst[k] for k in keys}
+    first, last = stage_memory_bytes(model, plan, 0, opts), stage_memory_bytes(model, plan, plan.pp - 1, opts)
+    pick = first["total"] >= last["total"]
+    return {k: np.where(pick, first[k], last[k]) for k in keys}

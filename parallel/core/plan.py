@@ -1,0 +1,134 @@
+"""The parallel plan: how a job splits one model over dp x tp x pp x cp ranks (frozen, JSON round trip).
+
+A Plan checks what it can on its own when it is built (positive degrees, known names); whether it
+fits a given model and cluster is `parallel.core.validate.check`'s job, which returns every problem at
+once with the numbers in the message.
+
+Pure: stdlib only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from parallel.core.specs import SpecError, _from_dict, _positive
+from parallel.core.topology import DEFAULT_ORDER, Topology, TopologyError, parse_order
+
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "gpipe")
+
+
+@dataclass(frozen=True)
+class Plan:
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    sp: bool = False  # Megatron sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2); needs tp > 1
+    micro_batch: int = 1
+    global_batch: int = 1
+    vpp: int = 1  # virtual pipeline stages per rank (interleaved 1F1B, Narayanan et al. 2021)
+    zero: int = 0  # ZeRO stage 0-3 over the DP group (Rajbhandari et al. 2020)
+    recompute: str = "none"  # activation recomputation: none | selective | full
+    order: str = DEFAULT_ORDER  # rank order, fastest axis first (see parallel.core.topology)
+    schedule: str = "1f1b"  # pipeline schedule: 1f1b | gpipe
+
+    def __post_init__(self):
+        _positive(self, "dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp")
+        if not isinstance(self.sp, bool):
+            raise SpecError(f"Plan.sp must be true or false, got {self.sp!r}")
+        if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
+            raise SpecError(f"Plan.zero must be a ZeRO stage 0, 1, 2 or 3, got {self.zero!r}")
+        if self.recompute not in RECOMPUTE:
+            raise SpecError(f"Plan.recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        if self.schedule not in SCHEDULES:
+            raise SpecError(f"Plan.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        try:
+            parse_order(self.order)
+        except TopologyError as err:
+            raise SpecError(str(err)) from None
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def microbatches(self) -> int:
+        """Microbatches per optimizer step on each pipeline: global_batch / (dp * micro_batch)."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    def topology(self, gpus_per_node: int) -> Topology:
+        return Topology(dp=self.dp, pp=self.pp, cp=self.cp, tp=self.tp, gpus_per_node=gpus_per_node, order=self.order)
+
+    def label(self) -> str:
+        """A short human name: 'DP8 TP8+SP PP8 v2 ZeRO-1 mb1'."""
+        parts = [f"DP{self.dp}", f"TP{self.tp}" + ("+SP" if self.sp else ""), f"PP{self.pp}"]
+        if self.cp > 1:
+            parts.append(f"CP{self.cp}")
+        if self.vpp > 1:
+            parts.append(f"v{self.vpp}")
+        if self.zero:
+            parts.append(f"ZeRO-{self.zero}")
+        if self.recompute != "none":
+            parts.append(f"rc-{self.recompute}")
+        parts.append(f"mb{self.micro_batch}")
+        return " ".join(parts)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Plan":
+        return _from_dict(cls, data)
+
+
+@dataclass(frozen=True)
+class PlanColumns:
+    """Many plans at once, one numpy array per field (the same names as Plan), so the plan model's
+    formulas (parallel.core.memory / comm / perf, written with parallel.core.vector) evaluate every
+    candidate of a search in one call. global_batch, order and schedule are shared by all rows."""
+
+    dp: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    cp: np.ndarray
+    sp: np.ndarray  # bool
+    micro_batch: np.ndarray
+    vpp: np.ndarray
+    zero: np.ndarray
+    recompute: np.ndarray  # str: none | selective | full
+    global_batch: int = 1
+    order: str = DEFAULT_ORDER
+    schedule: str = "1f1b"
+
+    @property
+    def world_size(self) -> np.ndarray:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def microbatches(self) -> np.ndarray:
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    def __len__(self) -> int:
+        return len(self.dp)
+
+    @cached_property
+    def memo(self) -> dict:
+        """Results that depend on these plans and hashable arguments alone (e.g. which groups cross
+        nodes on a cluster), kept for the other formulas of the same evaluation."""
+        return {}
+
+    @cached_property
+    def distinct_degrees(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the distinct (dp, tp, pp, cp) rows, each plan's index into them): what depends on the
+        degrees alone (the rank layout) is computed once per distinct row, not once per plan."""
+        cols = [np.asarray(x, dtype=np.int64) for x in (self.dp, self.tp, self.pp, self.cp)]
+        key = cols[0]
+        for c in cols[1:]:  # one int64 key per row: a 1-D unique is far faster than unique(axis=0)
+            key = key * (int(c.max()) + 1) + c
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        return np.stack(cols, axis=1)[first], inverse.reshape(-1)

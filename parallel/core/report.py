@@ -1,0 +1,76 @@
+"""One plan on one cluster, everything the plan model knows about it, as a JSON-ready dict.
+
+`plan_report` is what `python -m parallel plan --json` prints and what the pages show; its keys are
+a contract (issue #2): valid, errors, warnings, world_size, activation_bytes_per_layer,
+memory_per_gpu_bytes, ranks, groups, comm_per_step, bubble_fraction, step_time_s. Extra keys carry
+the inputs and the breakdowns behind those numbers. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from parallel.core.comm import CommOptions, comm_per_step
+from parallel.core.memory import (
+    ActivationOptions,
+    activation_bytes_per_layer,
+    activation_components_bytes,
+    memory_per_stage,
+)
+from parallel.core.perf import PerfOptions, bubble_fraction, step_time
+from parallel.core.plan import Plan
+from parallel.core.specs import Cluster, Model
+from parallel.core.topology import DIMS
+from parallel.core.validate import check
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every modelling assumption in one place (all defaults are the cited papers')."""
+
+    activations: ActivationOptions = field(default_factory=ActivationOptions)
+    comm: CommOptions = field(default_factory=CommOptions)
+    perf: PerfOptions = field(default_factory=PerfOptions)
+
+
+def groups_json(plan: Plan, cluster: Cluster) -> dict[str, list[dict]]:
+    topo = plan.topology(cluster.gpus_per_node)
+    return {dim: [{"ranks": list(g.ranks), "nodes": list(g.nodes), "link": g.link} for g in topo.groups(dim)]
+            for dim in ("tp", "pp", "dp", "cp")}
+
+
+def plan_report(plan: Plan, model: Model, cluster: Cluster, options: Options = Options()) -> dict:
+    verdict = check(plan, model, cluster, options.activations)
+    out = {
+        "valid": verdict.valid,
+        "errors": list(verdict.errors),
+        "warnings": list(verdict.warnings),
+        "world_size": plan.world_size,
+        "plan": plan.to_dict(),
+        "model": model.to_dict(),
+        "cluster": cluster.to_dict(),
+    }
+    if not verdict.computable:
+        # Numbers from a shape that cannot exist would mislead; the errors say what to fix.
+        out.update({k: None for k in ("activation_bytes_per_layer", "memory_per_gpu_bytes", "ranks", "groups",
+                                      "comm_per_step", "bubble_fraction", "step_time_s")})
+        return out
+    stages = memory_per_stage(model, plan, options.activations)
+    worst = max(stages, key=lambda r: r["total"])
+    rows = comm_per_step(model, plan, cluster, options.comm)
+    timing = step_time(model, plan, cluster, options.perf, options.comm, comm_rows=rows)
+    topo = plan.topology(cluster.gpus_per_node)
+    out.update({
+        "activation_bytes_per_layer": activation_bytes_per_layer(model, plan, options.activations),
+        "activation_components": activation_components_bytes(model, plan, options.activations),
+        "memory_per_gpu_bytes": {k: worst[k] for k in ("params", "grads", "optimizer", "activations", "total")},
+        "memory_per_stage": stages,
+        "ranks": topo.rank_table(),
+        "groups": groups_json(plan, cluster),
+        "crossing_groups": {d: topo.crossing(d) for d in DIMS},
+        "comm_per_step": rows,
+        "bubble_fraction": bubble_fraction(plan),
+        "step_time_s": timing["step_time_s"],
+        "step_time": timing,
+    })
+    return out

@@ -1,0 +1,130 @@
+"""How one transformer layer scales with tensor parallelism: compute vs TP communication, TP = 1…32.
+
+For one layer, one microbatch of b sequences of s tokens, on one GPU of a TP group of size t:
+
+    compute   hardware FLOPs of forward + backward (+ the recomputed forward) / t, at `mfu` of the
+              GPU's peak (parallel.core.perf: Narayanan et al. 2021, Eq. 3, term by term)
+    TP comm   the layer's TP collectives by the alpha-beta ring model (parallel.core.comm): without SP
+              4 all-reduces of b*s*h elements (Shoeybi et al. 2019, Sec. 3); with SP 4 all-gathers +
+              4 reduce-scatters of the same volume (Korthikanti et al. 2022, Sec. 4.2.2), plus the
+              backward re-gather of SP inputs, which Megatron-LM overlaps (reported, not on the
+              critical path). Exposed = not overlapped; TP comm is on the critical path.
+
+A TP group that does not fit in one node (t > gpus_per_node) is bound by the inter-node link: the
+NVLink/InfiniBand cliff. Speedup is against TP = 1 (no SP, which needs t > 1); efficiency = speedup/t.
+Degrees the model cannot be split by (heads % t, seq % t under SP, ...) are kept as rows with
+`valid` False and the reason, so charts can say why a point is missing.
+
+Pure: stdlib, pandas and parallel/ only.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from parallel.core.comm import CommOptions, bus_factor, collective_seconds, comm_per_step
+from parallel.core.perf import PerfOptions, layer_forward_flops
+from parallel.core.plan import Plan
+from parallel.core.specs import Cluster, Model
+from parallel.core.validate import _shape_errors
+
+TP_DEGREES = (1, 2, 4, 8, 16, 32)
+COLUMNS = ("tp", "sp", "valid", "reason", "link", "compute_s", "tp_comm_s", "overlapped_s", "layer_s",
+           "comm_fraction", "speedup", "efficiency", "bytes_per_call", "busbw_bytes_per_s")
+
+
+def layer_compute_seconds(model: Model, plan: Plan, cluster: Cluster, perf: PerfOptions = PerfOptions()) -> float:
+    """Forward + backward (+ recomputed forward) of one layer for one microbatch on one TP rank."""
+    f = layer_forward_flops(model, model.seq_len // plan.cp, plan.micro_batch)
+    fwd = f["gemm"] + f["attention"]
+    extra = {"none": 0.0, "selective": f["attention"], "full": fwd}[plan.recompute]
+    return (3 * fwd + extra) / plan.tp / (cluster.peak_flops * perf.mfu)
+
+
+def tp_busbw(n: int, nbytes: float, cluster: Cluster, link: str) -> float:
+    """Predicted bus bandwidth (nccl-tests convention) of an all-reduce of `nbytes` over n ranks:
+    algbw * bus_factor. All-gather/reduce-scatter give the same under the ring model."""
+    if n <= 1:
+        return float("nan")
+    seconds = collective_seconds("all_reduce", n, nbytes, cluster.inter if link == "inter" else cluster.intra)
+    return nbytes / seconds * bus_factor("all_reduce", n)
+
+
+def _row(model: Model, cluster: Cluster, tp: int, sp: bool, micro_batch: int, recompute: str,
+         perf: PerfOptions, comm: CommOptions) -> dict:
+    plan = Plan(tp=tp, sp=sp, micro_batch=micro_batch, global_batch=micro_batch, recompute=recompute)
+    row = dict.fromkeys(COLUMNS, float("nan"))
+    row.update(tp=tp, sp=sp, valid=True, reason="")
+    errors = _shape_errors(plan, model)
+    if errors:
+        row.update(valid=False, reason="; ".join(errors), link="")
+        return row
+    link = plan.topology(cluster.gpus_per_node).link("tp")  # a group of tp ranks from rank 0
+    rows = [r for r in comm_per_step(model, plan, cluster, comm) if r["dim"] in ("tp", "sp")]
+    exposed = sum(r["seconds"] for r in rows if not r["overlapped"]) / model.layers
+    hidden = sum(r["seconds"] for r in rows if r["overlapped"]) / model.layers
+    compute = layer_compute_seconds(model, plan, cluster, perf)
+    nbytes = micro_batch * model.seq_len * model.hidden * model.dtype_bytes
+    row.update(link=link, compute_s=compute, tp_comm_s=exposed, overlapped_s=hidden, layer_s=compute + exposed,
+               comm_fraction=exposed / (compute + exposed), bytes_per_call=nbytes,
+               busbw_bytes_per_s=tp_busbw(tp, nbytes, cluster, link))
+    return row
+
+
+def tp_scaling(model: Model, cluster: Cluster, *, tps: tuple[int, ...] = TP_DEGREES, micro_batch: int = 1,
+               recompute: str = "none", perf: PerfOptions = PerfOptions(),
+               comm: CommOptions = CommOptions()) -> pd.DataFrame:
+    """One row per (tp, sp) with COLUMNS; sp=True rows start at tp=2 (SP needs a TP group)."""
+    rows = [_row(model, cluster, t, sp, micro_batch, recompute, perf, comm)
+            for sp in (False, True) for t in tps if not (sp and t == 1)]
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    base = df.loc[(df.tp == 1) & ~df.sp, "layer_s"]
+    base_s = float(base.iloc[0]) if len(base) else float("nan")
+    df["speedup"] = base_s / df["layer_s"]
+    df["efficiency"] = df["speedup"] / df["tp"]
+    return df
+
+
+def highlights(df: pd.DataFrame, gpus_per_node: int, current_tp: int) -> list[dict]:
+    """Up to three rows worth a headline (without SP): the plan's TP, the largest TP inside a node
+    and the smallest that leaves it — each with label, tp, link, comm_fraction, efficiency, help."""
+    valid = df[df["valid"] & ~df["sp"]]
+    inside = valid[valid["tp"] <= gpus_per_node]["tp"]
+    outside = valid[valid["tp"] > gpus_per_node]["tp"]
+    picks = [(current_tp, f"TP {current_tp} (the plan's)")]
+    if len(inside):
+        picks.append((int(inside.max()), f"TP {int(inside.max())}: largest inside a node"))
+    if len(outside):
+        picks.append((int(outside.min()), f"TP {int(outside.min())}: first across nodes"))
+    out, seen = [], set()
+    for tp, label in picks:
+        row = valid[valid["tp"] == tp]
+        if tp in seen or row.empty:
+            continue
+        seen.add(tp)
+        r = row.iloc[0]
+        link = "NVLink" if r["link"] == "intra" else "InfiniBand"
+        out.append({"label": label, "tp": tp, "link": r["link"], "comm_fraction": float(r["comm_fraction"]),
+                    "efficiency": float(r["efficiency"]),
+                    "help": f"{link}: exposed TP communication is {r['comm_fraction']:.0%} of the layer's "
+                            f"{r['layer_s'] * 1e3:.2f} ms; speedup {r['speedup']:.2f}× over TP = 1"})
+    return out
+
+
+def summary_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The prediction as a readable table: milliseconds, shares and GB/s, one row per (TP, SP)."""
+    valid = df[df["valid"]]
+    return pd.DataFrame({
+        "TP": valid["tp"], "SP": valid["sp"].map({False: "off", True: "on"}),
+        "link": valid["link"].map({"intra": "NVLink", "inter": "InfiniBand"}),
+        "compute ms": valid["compute_s"] * 1e3, "TP comm ms (exposed)": valid["tp_comm_s"] * 1e3,
+        "TP comm ms (overlapped)": valid["overlapped_s"] * 1e3, "layer ms": valid["layer_s"] * 1e3,
+        "comm share": valid["comm_fraction"], "speedup": valid["speedup"], "efficiency": valid["efficiency"],
+        "busbw GB/s": valid["busbw_bytes_per_s"] / 1e9,
+    }).round(3)
+
+
+def invalid_notes(df: pd.DataFrame) -> list[str]:
+    """One line per TP degree left out, with the plan model's reason."""
+    bad = df[~df["valid"]]
+    return [f"TP {int(r.tp)}{' + SP' if r.sp else ''} left out: {r.reason}" for r in bad.itertuples()]

@@ -1,0 +1,248 @@
+"""Model and cluster descriptions (frozen dataclasses with JSON round trip) and their presets.
+
+Pure: stdlib only. A `Model` is the transformer's shape; a `Cluster` is nodes of GPUs joined by an
+intra-node link (NVLink) and an inter-node link (InfiniBand), each given per GPU per direction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+GB = 1e9
+GiB = 2**30
+
+
+class SpecError(ValueError):
+    """A model, cluster or plan field that cannot be right on its own (a negative size, an unknown name)."""
+
+
+def _positive(obj, *names):
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"{type(obj).__name__}.{name} must be a positive integer, got {value!r}")
+
+
+def _from_dict(cls, data: dict, nested: dict | None = None):
+    """Builds a dataclass from a dict, naming unknown keys instead of ignoring them."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{cls.__name__} must be a JSON object, got {type(data).__name__}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise SpecError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}")
+    kwargs = dict(data)
+    for key, sub in (nested or {}).items():
+        if key in kwargs and isinstance(kwargs[key], dict):
+            kwargs[key] = sub.from_dict(kwargs[key])
+    try:
+        return cls(**kwargs)
+    except TypeError as err:  # a missing required field
+        raise SpecError(f"{cls.__name__}: {err}") from None
+
+
+@dataclass(frozen=True)
+class Model:
+    """A decoder-only transformer. Activation-memory formulas read these names as the paper does:
+    L = layers, h = hidden, a = heads, s = seq_len, v = vocab."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int
+    seq_len: int
+    kv_heads: int | None = None  # GQA query groups; None = heads (plain multi-head attention)
+    ffn_hidden: int | None = None  # None = 4 * hidden (GPT)
+    dtype_bytes: int = 2  # bf16/fp16 activations and weights
+    # "gpt": LayerNorm, biases, GeLU MLP (2 matrices), learned positions, tied embeddings.
+    # "llama": RMSNorm, no biases, SwiGLU MLP (3 matrices), RoPE, untied output layer.
+    arch: str = "gpt"
+
+    def __post_init__(self):
+        _positive(self, "layers", "hidden", "heads", "vocab", "seq_len", "dtype_bytes")
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.ffn_hidden is None:
+            object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
+        _positive(self, "kv_heads", "ffn_hidden")
+        if self.hidden % self.heads:
+            raise SpecError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        if self.heads % self.kv_heads:
+            raise SpecError(f"heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
+        if self.arch not in ("gpt", "llama"):
+            raise SpecError(f"arch must be 'gpt' or 'llama', got {self.arch!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_hidden(self) -> int:
+        """Width of K (and of V): kv_heads * head_dim."""
+        return self.kv_heads * self.head_dim
+
+    def kv_hidden_per_tp_rank(self, tp: int) -> float:
+        """Width of K (or V) on one TP rank: split when tp divides kv_heads, one replicated head when
+        tp is a multiple of kv_heads (GQA with tp > kv_heads)."""
+        return self.kv_hidden / min(tp, self.kv_heads)
+
+    @property
+    def gated_mlp(self) -> bool:
+        return self.arch == "llama"
+
+    @property
+    def tied_embeddings(self) -> bool:
+        return self.arch == "gpt"
+
+    def params_per_layer(self) -> int:
+        """Weights (and GPT's biases) of one layer: QKV, out-projection, MLP, two norms."""
+        h, f, kv = self.hidden, self.ffn_hidden, self.kv_hidden
+        if self.arch == "llama":  # no biases, SwiGLU (gate, up, down), RMSNorm (weight only)
+            return h * (h + 2 * kv) + h * h + 3 * h * f + 2 * h
+        return h * (h + 2 * kv) + (h + 2 * kv) + h * h + h + 2 * h * f + f + h + 4 * h
+
+    def embedding_params(self) -> int:
+        """Input embedding (plus GPT's learned positions); the output layer is tied for GPT."""
+        pos = self.seq_len * self.hidden if self.arch == "gpt" else 0
+        return self.vocab * self.hidden + pos
+
+    def output_params(self) -> int:
+        """Final norm and, if untied, the output projection."""
+        norm = 2 * self.hidden if self.arch == "gpt" else self.hidden
+        return norm + (0 if self.tied_embeddings else self.vocab * self.hidden)
+
+    def params_total(self) -> int:
+        return self.layers * self.params_per_layer() + self.embedding_params() + self.output_params()
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Model":
+        return _from_dict(cls, data)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One link as a GPU sees it: bandwidth per GPU per direction, and per-message latency."""
+
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    name: str = ""
+
+    def __post_init__(self):
+        if not self.bandwidth_bytes_per_s > 0:
+            raise SpecError(f"link bandwidth must be > 0 bytes/s, got {self.bandwidth_bytes_per_s!r}")
+        if not self.latency_s >= 0:
+            raise SpecError(f"link latency must be >= 0 s, got {self.latency_s!r}")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Link":
+        return _from_dict(cls, data)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    nodes: int
+    gpus_per_node: int
+    gpu_memory_bytes: int
+    peak_flops: float  # dense bf16 FLOP/s per GPU
+    intra: Link  # inside a node (NVLink / loopback)
+    inter: Link  # between nodes (InfiniBand / the lab's shaped veth)
+    device: str = "gpu"  # "gpu" or "cpu" (gloo over loopback)
+
+    def __post_init__(self):
+        _positive(self, "nodes", "gpus_per_node", "gpu_memory_bytes")
+        if not self.peak_flops > 0:
+            raise SpecError(f"Cluster.peak_flops must be > 0, got {self.peak_flops!r}")
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def with_nodes(self, nodes: int) -> "Cluster":
+        return dataclasses.replace(self, nodes=nodes)
+
+    def sized_for(self, world_size: int) -> "Cluster":
+        """The cluster with just enough nodes for `world_size` ranks; one partial node when smaller."""
+        if world_size < self.gpus_per_node:
+            return dataclasses.replace(self, nodes=1, gpus_per_node=max(world_size, 1))
+        return dataclasses.replace(self, nodes=-(-world_size // self.gpus_per_node))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Cluster":
+        return _from_dict(cls, data, nested={"intra": Link, "inter": Link})
+
+
+def _gpt3(name, layers, hidden, heads):
+    return Model(name=name, layers=layers, hidden=hidden, heads=heads, vocab=51200, seq_len=2048)
+
+
+def _llama3(name, layers, hidden, heads, ffn):
+    return Model(name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=8, ffn_hidden=ffn,
+                 vocab=128256, seq_len=8192, arch="llama")
+
+
+MODELS: dict[str, Model] = {
+    # Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+    # Table 3 (model configurations): heads, hidden, layers; sequence 2048, vocabulary 51200.
+    "gpt3-22b": _gpt3("gpt3-22b", 48, 6144, 64),
+    "gpt3-175b": _gpt3("gpt3-175b", 96, 12288, 96),
+    "gpt3-530b": _gpt3("gpt3-530b", 105, 20480, 128),
+    "gpt3-1t": _gpt3("gpt3-1t", 128, 25600, 160),
+    # Dubey et al. 2024, "The Llama 3 Herd of Models", Table 3 (layers, model dim, FFN dim, heads,
+    # 8 key/value heads, GQA); vocabulary 128256 and context 8192 from the released params/config.
+    "llama3-8b": _llama3("llama3-8b", 32, 4096, 32, 14336),
+    "llama3-70b": _llama3("llama3-70b", 80, 8192, 64, 28672),
+    "llama3-405b": _llama3("llama3-405b", 126, 16384, 128, 53248),
+    # What the CPU jobs train: every degree in {1, 2, 4} of dp/tp/pp/cp divides it, SP and
+    # load-balanced CP included (seq 64 % (2*cp*tp) == 0 for cp, tp <= 4). fp32 on CPU.
+    "tiny": Model(name="tiny", layers=4, hidden=64, heads=4, vocab=512, seq_len=64, dtype_bytes=4),
+}
+
+
+def _dgx(name, memory_gib, peak_tflops, nvlink_gbps, ib_gbps):
+    # Latencies: order-of-magnitude per-hop NCCL latencies (NVLink ~ 3 us, IB ~ 8 us); fit your
+    # own with `python -m profiler commbench` for real numbers.
+    return Cluster(name=name, nodes=1, gpus_per_node=8, gpu_memory_bytes=int(memory_gib * GiB),
+                   peak_flops=peak_tflops * 1e12,
+                   intra=Link(nvlink_gbps * GB, 3e-6, "NVLink"), inter=Link(ib_gbps * GB, 8e-6, "InfiniBand"))
+
+
+CLUSTERS: dict[str, Cluster] = {
+    # DGX A100: NVLink3 600 GB/s bidirectional = 300 GB/s per direction; 8x HDR 200 Gb/s = 25 GB/s
+    # per GPU; A100 80GB, 312 TFLOP/s dense bf16 (NVIDIA A100 datasheet).
+    "dgx-a100": _dgx("dgx-a100", 80, 312, 300, 25),
+    # DGX H100: NVLink4 900 GB/s bidirectional = 450 GB/s per direction; 8x NDR 400 Gb/s = 50 GB/s
+    # per GPU; H100 SXM 80GB, 989 TFLOP/s dense bf16 (NVIDIA H100 datasheet).
+    "dgx-h100": _dgx("dgx-h100", 80, 989, 450, 50),
+    # DGX H200: as H100 (same NVLink4, NDR, 989 TFLOP/s) with 141 GB HBM3e (NVIDIA H200 datasheet).
+    "dgx-h200": Cluster(name="dgx-h200", nodes=1, gpus_per_node=8, gpu_memory_bytes=141 * 10**9,
+                        peak_flops=989e12, intra=Link(450 * GB, 3e-6, "NVLink"),
+                        inter=Link(50 * GB, 8e-6, "InfiniBand")),
+    # This machine: ranks are processes talking gloo over loopback (~2.2 GiB/s, ~50 us per message,
+    # measured here); "GPU memory" is the host's 24 GiB; peak ~ 2 cores x 32 fp32 FLOP/cycle x 3 GHz.
+    "local-cpu": Cluster(name="local-cpu", nodes=1, gpus_per_node=8, gpu_memory_bytes=24 * GiB,
+                         peak_flops=192e9, intra=Link(2.2 * GiB, 50e-6, "loopback"),
+                         inter=Link(0.115 * GiB, 100e-6, "shaped veth"), device="cpu"),
+}
+
+
+def model_preset(name: str) -> Model:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise SpecError(f"unknown model preset {name!r}; known: {', '.join(MODELS)}") from None
+
+
+def cluster_preset(name: str) -> Cluster:
+    try:
+        return CLUSTERS[name]
+    except KeyError:
+        raise SpecError(f"unknown cluster preset {name!r}; known: {', '.join(CLUSTERS)}") from None

@@ -1,0 +1,71 @@
+"""What a wrapper of the engine needs without importing torch: the job's config, the plans this engine
+accepts beyond the plan model's rules, torchrun's environment, and `run_rank` (torch is imported only
+when a rank actually trains).
+
+For wrappers (the profiler): `run_rank(cfg, rank=..., world_size=..., init_method=..., on_step=...)`
+trains one rank and returns the job's metrics on rank 0; `on_step(step, info)` runs on every rank
+after each optimizer step (info: step, steps, loss (last stage) or None, step_time_s), the place for
+`prof.step()`. `launch.run_local(fn, world_size=...)` forks ranks that call `fn(rank=, world_size=,
+init_method=)`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from parallel.core.plan import Plan
+from parallel.core.specs import Model
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: Model
+    plan: Plan
+    steps: int = 3
+    seed: int = 0
+    lr: float = 1e-3  # AdamW, betas (0.9, 0.95) as GPT-3 (Brown et al. 2020, Sec. B)
+    weight_decay: float = 0.0
+    dropout: float = 0.0  # off: every plan then computes exactly the serial model
+    bucket_mb: float = 25.0  # gradient bucket size (PyTorch DDP's default)
+    timeout_s: float = 60.0  # process-group timeout: a dead peer ends a collective within this
+    out: str | None = None
+    save_params: bool = False  # DIR/params/rank{r}.pt: each rank's shards (see metrics.full_state_dict)
+    launcher: str = "local"
+
+
+def engine_errors(model: Model, plan: Plan) -> list[str]:
+    """What the plan model accepts but this engine does not implement."""
+    errors = []
+    if model.arch != "gpt":
+        errors.append(f"the engine trains arch 'gpt' (LayerNorm, GeLU, learned positions, tied embeddings); got {model.arch!r}")
+    if model.kv_heads % plan.tp:
+        errors.append(f"kv_heads {model.kv_heads} is not divisible by tp {plan.tp}: the engine shards K/V heads, it does not replicate them")
+    if model.vocab % plan.tp:
+        errors.append(f"vocab {model.vocab} is not divisible by tp {plan.tp}: the engine does not pad the vocabulary")
+    if plan.zero >= 2:
+        errors.append(f"ZeRO-{plan.zero}: the engine implements ZeRO 0 and 1")
+    if model.dtype_bytes not in (2, 4):
+        errors.append(f"dtype_bytes {model.dtype_bytes}: the engine trains fp32 (4) or bf16 (2)")
+    return errors
+
+
+def torchrun_env() -> dict | None:
+    """Rank, world, local rank, node and ranks per node from torchrun's environment, or None."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ and "LOCAL_RANK" not in os.environ:
+        return None
+    return {"rank": int(os.environ["RANK"]), "world_size": int(os.environ["WORLD_SIZE"]),
+            "local_rank": int(os.environ["LOCAL_RANK"]),
+            "node": int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))),
+            "gpus_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))}
+
+
+def run_rank(cfg: TrainConfig, *, rank: int, world_size: int, init_method: str = "env://",
+             local_rank: int | None = None, node: int = 0, gpus_per_node: int | None = None,
+             on_step=None) -> dict | None:
+    """Train `cfg` as rank `rank`; returns the job's metrics on rank 0 (written to cfg.out), else None."""
+    from parallel.engine.job import train_rank  # torch, only when a rank trains
+
+    return train_rank(cfg, rank=rank, world_size=world_size, init_method=init_method,
+                      local_rank=rank if local_rank is None else local_rank, node=node,
+                      gpus_per_node=gpus_per_node or world_size, on_step=on_step)

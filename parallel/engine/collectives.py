@@ -1,0 +1,232 @@
+"""Every collective the engine issues, each labelled for the profiler, and the autograd operators built on them.
+
+One door for communication: the layers, the pipeline and the gradient reduction call only this
+module, and each call runs inside ``torch.profiler.record_function(comm_name(...))`` (the format of
+``profiler.formats.annotations``: dim, op, nccl-tests bytes, the group's global ranks, a per-group
+sequence number). Sequence numbers advance whether or not a profiler is on, so a trace that starts
+at step 5 still numbers collectives consistently across ranks; the name is only formatted while
+a profiler is recording, so the cost when it is off is one counter increment.
+
+Autograd operators (Shoeybi et al. 2019, "Megatron-LM", Sec. 3, Fig. 3; Korthikanti et al. 2022,
+"Reducing Activation Recomputation in Large Transformer Models", Sec. 4.2.2, Fig. 5):
+
+    copy_to_tp        f   forward identity,        backward all-reduce   (TP input of a column-parallel GEMM)
+    reduce_from_tp    f̄   forward all-reduce,      backward identity     (TP output of a row-parallel GEMM)
+    gather_seq        g   forward all-gather,      backward reduce-scatter  (SP: before a column-parallel GEMM;
+                                                                             CP: K and V for attention)
+    scatter_seq       ḡ   forward reduce-scatter,  backward all-gather   (SP: after a row-parallel GEMM)
+
+Tensors are (B, T, ...) and sequence collectives act on `axis` (T = 1 for activations, 2 for
+(B, heads, T, head_dim) K/V). A group of one rank makes every operation the identity.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack, nullcontext
+
+import torch
+import torch.distributed as dist
+
+from profiler.formats.annotations import comm_name
+
+_profiling = torch._C._autograd._profiler_enabled
+
+
+class Group:
+    """One process group of a parallel dimension: its global ranks (ascending by coordinate), this
+    rank's index in it, the torch handle, and the sequence counters of its collectives."""
+
+    def __init__(self, *, dim: str, ranks, pg, rank: int):
+        self.dim, self.ranks, self.pg = dim, tuple(int(r) for r in ranks), pg
+        self.size = len(self.ranks)
+        self.index = self.ranks.index(rank) if rank in self.ranks else -1
+        self._seq = 0
+        self._p2p_seq: dict[tuple[int, int], int] = {}  # (src, dst) -> next seq (pipeline pairs)
+
+    def __repr__(self):
+        return f"Group({self.dim}, ranks={list(self.ranks)})"
+
+    def _label(self, op: str, nbytes: int, dim: str | None):
+        seq, self._seq = self._seq, self._seq + 1
+        if not _profiling():
+            return nullcontext()
+        return torch.profiler.record_function(comm_name(dim or self.dim, op, nbytes, self.ranks, seq))
+
+    def _p2p_label(self, op: str, nbytes: int, src: int, dst: int):  # point-to-point: pipeline only
+        seq = self._p2p_seq.get((src, dst), 0)
+        self._p2p_seq[(src, dst)] = seq + 1
+        if not _profiling():
+            return nullcontext()
+        return torch.profiler.record_function(comm_name("pp", op, nbytes, (src, dst), seq))
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+# ---- plain collectives (no autograd) --------------------------------------------------------------
+
+def all_reduce(t: torch.Tensor, *, group: Group, dim: str | None = None, op=dist.ReduceOp.SUM) -> torch.Tensor:
+    """In-place all-reduce of `t` over `group` (bytes: the buffer)."""
+    if group.size == 1:
+        return t
+    with group._label("all_reduce", _nbytes(t), dim):
+        dist.all_reduce(t, op=op, group=group.pg)
+    return t
+
+
+def all_gather(t: torch.Tensor, *, group: Group, dim: str | None = None, axis: int = 0) -> torch.Tensor:
+    """Concatenation along `axis` of every rank's `t`, in group order (bytes: the full output)."""
+    if group.size == 1:
+        return t
+    t = t.contiguous()
+    flat = torch.empty(group.size * t.numel(), dtype=t.dtype, device=t.device)  # rank-major, 1-D for any backend
+    with group._label("all_gather", _nbytes(flat), dim):
+        dist.all_gather_single(flat, t.reshape(-1), group=group.pg)
+    out = flat.view(group.size, *t.shape)
+    # (n, ..., T_i, ...) -> (..., n*T_i, ...): move the rank axis next to `axis` and merge them
+    out = out.movedim(0, axis)
+    return out.reshape(*t.shape[:axis], group.size * t.shape[axis], *t.shape[axis + 1:])
+
+
+def reduce_scatter(t: torch.Tensor, *, group: Group, dim: str | None = None, axis: int = 0) -> torch.Tensor:
+    """Sum over ranks of `t`, split along `axis`; this rank keeps chunk `group.index` (bytes: the full input)."""
+    if group.size == 1:
+        return t
+    n = group.size
+    shape = (*t.shape[:axis], n, t.shape[axis] // n, *t.shape[axis + 1:])
+    inp = t.reshape(shape).movedim(axis, 0).contiguous()  # (n, ..., T/n, ...)
+    out = torch.empty(inp.shape[1:], dtype=t.dtype, device=t.device)
+    with group._label("reduce_scatter", _nbytes(inp), dim):
+        dist.reduce_scatter_single(out.view(-1), inp.view(-1), group=group.pg)
+    return out
+
+
+def all_gather_flat(out: torch.Tensor, shard: torch.Tensor, *, group: Group, dim: str | None = None) -> None:
+    """all_gather of equal 1-D shards straight into the flat `out` (ZeRO-1 parameter gather)."""
+    if group.size > 1:
+        with group._label("all_gather", _nbytes(out), dim):
+            dist.all_gather_single(out, shard, group=group.pg)
+
+
+def reduce_scatter_flat(out: torch.Tensor, flat: torch.Tensor, *, group: Group, dim: str | None = None) -> None:
+    """reduce_scatter of a flat buffer into this rank's equal 1-D shard `out` (ZeRO-1 gradients)."""
+    if group.size > 1:
+        with group._label("reduce_scatter", _nbytes(flat), dim):
+            dist.reduce_scatter_single(out, flat, group=group.pg)
+
+
+def _p2p_op(kind, item):
+    tensor, peer, tag = (*item, 0)[:3]
+    return dist.P2POp(kind, tensor, peer, tag=tag)
+
+
+def exchange(*, group: Group, send=(), recv=()) -> None:
+    """Point-to-point sends and receives with global peer ranks, `send` and `recv` lists of (tensor,
+    peer[, tag]), issued together by batch_isend_irecv so that stages sending to each other cannot
+    deadlock (Megatron-LM's p2p_communication does the same). Between one pair of ranks, messages
+    match in order (NCCL ignores tags) and, where the backend has them, by tag. Labels: the `send`
+    ranges enclose the issue of the batch (and, with nothing to receive, its completion); the
+    `recv` ranges the wait for data (and, with nothing to send, the issue too: every backend op
+    of the batch runs inside a label, so a trace never shows an unlabelled c10d::recv_)."""
+    send, recv = list(send), list(recv)
+    if not send and not recv:
+        return
+    me = dist.get_rank()
+    ops = [_p2p_op(dist.isend, item) for item in send] + [_p2p_op(dist.irecv, item) for item in recv]
+    sends = [group._p2p_label("send", _nbytes(t), me, peer) for t, peer, *_ in send]
+    recvs = [group._p2p_label("recv", _nbytes(t), peer, me) for t, peer, *_ in recv]
+    with ExitStack() as issuing:
+        for label in sends or recvs[:1]:  # the ranges that hold the issue of the batch
+            issuing.enter_context(label)
+        works = dist.batch_isend_irecv(ops) or []
+        if not send or not recv:  # one kind only: the same ranges hold its completion
+            for w in works:
+                w.wait()
+    for i, label in enumerate(recvs if send else recvs[1:]):
+        with label:
+            if i == 0 and send:  # sends and receives: the first recv range holds the wait
+                for w in works:
+                    w.wait()
+
+
+def gather_object(obj, *, world_size: int):
+    """Bookkeeping after training (per-rank metrics to rank 0): a list on rank 0, None elsewhere.
+    Not a training collective, so it carries no `ps.comm` label."""
+    if world_size == 1:
+        return [obj]
+    out = [None] * world_size if dist.get_rank() == 0 else None
+    with torch.profiler.record_function("ps.meta gather_object"):
+        dist.gather_object(obj, out, dst=0)
+    return out
+
+
+# ---- autograd operators (Megatron f / f̄, SP g / ḡ) ----------------------------------------------
+
+class _CopyToTP(torch.autograd.Function):
+    """Megatron's `f`: identity forward, all-reduce of the input gradient backward (Shoeybi et al. 2019, Fig. 3a)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return all_reduce(g.contiguous(), group=ctx.group, dim="tp"), None
+
+
+class _ReduceFromTP(torch.autograd.Function):
+    """Megatron's `f̄` (called `g` in the paper): all-reduce forward, identity backward (Fig. 3a)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        return all_reduce(x.contiguous().clone(), group=group, dim="tp")
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
+class _GatherSeq(torch.autograd.Function):
+    """All-gather along the sequence forward, reduce-scatter of the gradient backward: SP's `g`
+    (Korthikanti et al. 2022, Sec. 4.2.2) and context parallelism's K/V gather (Dubey et al. 2024,
+    "The Llama 3 Herd of Models", Sec. 3.3.2)."""
+
+    @staticmethod
+    def forward(ctx, x, group, dim, axis):
+        ctx.group, ctx.dim, ctx.axis = group, dim, axis
+        return all_gather(x, group=group, dim=dim, axis=axis)
+
+    @staticmethod
+    def backward(ctx, g):
+        return reduce_scatter(g, group=ctx.group, dim=ctx.dim, axis=ctx.axis), None, None, None
+
+
+class _ScatterSeq(torch.autograd.Function):
+    """Reduce-scatter along the sequence forward, all-gather backward: SP's `ḡ` (Korthikanti et al. 2022, Sec. 4.2.2)."""
+
+    @staticmethod
+    def forward(ctx, x, group, dim, axis):
+        ctx.group, ctx.dim, ctx.axis = group, dim, axis
+        return reduce_scatter(x, group=group, dim=dim, axis=axis)
+
+    @staticmethod
+    def backward(ctx, g):
+        return all_gather(g, group=ctx.group, dim=ctx.dim, axis=ctx.axis), None, None, None
+
+
+def copy_to_tp(x, *, group: Group):
+    return x if group.size == 1 else _CopyToTP.apply(x, group)
+
+
+def reduce_from_tp(x, *, group: Group):
+    return x if group.size == 1 else _ReduceFromTP.apply(x, group)
+
+
+def gather_seq(x, *, group: Group, dim: str, axis: int = 1):
+    return x if group.size == 1 else _GatherSeq.apply(x, group, dim, axis)
+
+
+def scatter_seq(x, *, group: Group, dim: str, axis: int = 1):
+    return x if group.size == 1 else _ScatterSeq.apply(x, group, dim, axis)

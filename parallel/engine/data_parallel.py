@@ -1,0 +1,108 @@
+"""Gradient reduction: bucketed all-reduce over the dp×cp replicas, the SP and tied-embedding partial
+gradients, and ZeRO-1.
+
+Gradients live in flat buckets (PyTorch DDP's design, Li et al. 2020, "PyTorch Distributed",
+Sec. 3.2.3; 25 MiB buckets by default as DDP), filled in reverse parameter order, the order
+backward produces them; each parameter's `.grad` is a view of its bucket, so autograd accumulates
+the microbatches in place and one collective per bucket reduces them. The reduction runs over the
+dp×cp group: context-parallel ranks hold the same weights and see different tokens (Megatron-LM's
+data-parallel group "with context parallel"). The loss is already divided by the global batch's
+tokens, so the reduction is a plain sum.
+
+Before it, two partial sums of the plan itself are completed:
+  * under SP, LayerNorm gains/biases, the row-parallel biases and the position embedding were
+    applied to s/t tokens per TP rank: their gradients are summed over TP (Korthikanti et al. 2022,
+    Sec. 4.2.2; Megatron-LM's allreduce of "sequence_parallel" gradients), one coalesced all-reduce;
+  * with pp > 1 the output layer is a copy of the token embedding on the last stage, and the two
+    copies' gradients are summed over the embedding group (Megatron-LM; Shoeybi et al. 2019).
+
+ZeRO-1 (Rajbhandari et al. 2020, "ZeRO", Sec. 5.1): each bucket is reduce-scattered instead, the
+optimizer updates only this rank's 1/N of every bucket (its states are 1/N), and the updated
+parameters are all-gathered back.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from parallel.engine.collectives import all_gather_flat, all_reduce, reduce_scatter_flat
+
+
+class _Bucket:
+    def __init__(self, params: list[nn.Parameter], *, n_shards: int, index: int):
+        numel = sum(p.numel() for p in params)
+        padded = -(-numel // n_shards) * n_shards  # a multiple of the dp×cp size, for ZeRO-1
+        p0 = params[0]
+        self.param = torch.zeros(padded, dtype=p0.dtype, device=p0.device)
+        self.grad = torch.zeros(padded, dtype=p0.dtype, device=p0.device)
+        off = 0
+        for p in params:  # parameters and gradients become views of the flat buffers
+            n = p.numel()
+            self.param[off:off + n].copy_(p.detach().reshape(-1))
+            p.data = self.param[off:off + n].view_as(p)
+            p.grad = self.grad[off:off + n].view_as(p)
+            off += n
+        size = padded // n_shards
+        self.lo, self.hi = index * size, (index + 1) * size
+
+
+class GradReducer:
+    """Owns the gradient buffers of a stage's parameters and reduces them before the optimizer step."""
+
+    def __init__(self, named_params, *, ctx, zero: int = 0, bucket_bytes: int = 25 * 2**20):
+        named = [(n, p) for n, p in named_params if p.requires_grad]
+        params = [p for _, p in named]
+        self.ctx, self.zero, self.params = ctx, zero, params
+        self.sp_params = [p for p in params if getattr(p, "sequence_parallel", False)]
+        # the tied embedding's two copies (first and last stage) when pp > 1
+        self.emb_params = [p for n, p in named if n == "wte.weight"] if ctx.emb.size > 1 else []
+        n, idx = ctx.dpcp.size, max(ctx.dpcp.index, 0)
+        self.buckets, cur, cur_bytes = [], [], 0
+        for p in reversed(params):
+            cur.append(p)
+            cur_bytes += p.numel() * p.element_size()
+            if cur_bytes >= bucket_bytes:
+                self.buckets.append(_Bucket(cur, n_shards=n, index=idx))
+                cur, cur_bytes = [], 0
+        if cur:
+            self.buckets.append(_Bucket(cur, n_shards=n, index=idx))
+        if zero >= 1:
+            # the optimizer sees one parameter per bucket: this rank's shard of the flat buffer
+            self.shards = [nn.Parameter(b.param[b.lo:b.hi]) for b in self.buckets]
+            for s in self.shards:
+                s.grad = torch.zeros_like(s)
+
+    def optimizer_params(self) -> list[nn.Parameter]:
+        """What the optimizer updates: the parameters, or under ZeRO-1 this rank's bucket shards."""
+        return self.shards if self.zero >= 1 else self.params
+
+    def zero_grad(self) -> None:
+        for b in self.buckets:
+            b.grad.zero_()
+
+    def reduce(self) -> None:
+        ctx = self.ctx
+        if self.sp_params and ctx.tp.size > 1:
+            flat = torch.cat([p.grad.reshape(-1) for p in self.sp_params])
+            all_reduce(flat, group=ctx.tp, dim="sp")
+            off = 0
+            for p in self.sp_params:
+                p.grad.copy_(flat[off:off + p.numel()].view_as(p))
+                off += p.numel()
+        for p in self.emb_params:
+            all_reduce(p.grad, group=ctx.emb, dim="pp")
+        for b, shard in zip(self.buckets, self.shards if self.zero >= 1 else [None] * len(self.buckets)):
+            if shard is None:
+                all_reduce(b.grad, group=ctx.dpcp, dim="dp")
+            elif ctx.dpcp.size > 1:
+                reduce_scatter_flat(shard.grad, b.grad, group=ctx.dpcp, dim="dp")
+            else:
+                shard.grad.copy_(b.grad)
+
+    def after_step(self) -> None:
+        """ZeRO-1: all-gather the updated shards into every replica's parameters."""
+        if self.zero >= 1 and self.ctx.dpcp.size > 1:
+            for b in self.buckets:
+                all_gather_flat(b.param, b.param[b.lo:b.hi].clone(), group=self.ctx.dpcp, dim="dp")
+

@@ -1,0 +1,112 @@
+"""The one front of the analyzers (HolisticTraceAnalysis' `TraceAnalysis` is the model): a trace set
+and an optional plan, each analysis computed once, on first use, from the pieces it shares with the
+others (the collectives table feeds all of them; clock offsets feed the matching and the timeline).
+
+    from profiler import TraceAnalysis
+    a = TraceAnalysis.load("runs/demo")            # or TraceAnalysis(traces, plan)
+    a.collectives, a.offsets, a.per_rank_wait, a.instances, a.breakdown, a.comm_by_dim
+    a.stragglers(top=20), a.timeline(ranks=..., start_ns=..., end_ns=...), a.export_perfetto(path)
+    a.summary(top=20)                              # `python -m profiler analyze --json`'s object
+
+The pages, `profiler analyze`, the TP sweep and the benches all ask this object; none chains the
+analyzers itself. Results are shared, never copied: callers must not mutate them.
+
+Pure: pandas and numpy.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from profiler.analyzers.breakdown import breakdown, comm_by_dim
+from profiler.analyzers.collectives import collectives
+from profiler.analyzers.export import export_collectives, export_perfetto
+from profiler.analyzers.matching import clock_offsets, instances, per_rank_wait, stragglers
+from profiler.analyzers.timeline import timeline
+from profiler.traces.loader import load_traces
+from profiler.traces.model import Traces
+
+
+class TraceAnalysis:
+    """Every analysis of one trace set under one plan (a Plan, its dict, or None: run.json's or none)
+    and one clock alignment ('auto' aligns hosts on collective ends, 'ranks' every rank, 'none')."""
+
+    def __init__(self, traces: Traces, plan: Any = None, *, align: str = "auto"):
+        self.traces = traces
+        self.plan = plan
+        self.align = align
+
+    @classmethod
+    def load(cls, source: Any, plan: Any = None, *, align: str = "auto", **load_options: Any) -> TraceAnalysis:
+        """Load `source` (a run directory, folder, files or archive; see load_traces) and analyse it."""
+        return cls(load_traces(source, **load_options), plan, align=align)
+
+    @cached_property
+    def collectives(self) -> pd.DataFrame:
+        return collectives(self.traces, self.plan)
+
+    @cached_property
+    def offsets(self) -> pd.DataFrame:
+        return clock_offsets(self.traces, table=self.collectives, align=self.align)
+
+    @cached_property
+    def per_rank_wait(self) -> pd.DataFrame:
+        return per_rank_wait(self.traces, self.plan, table=self.collectives, align=self.align, offsets=self.offsets)
+
+    @cached_property
+    def instances(self) -> pd.DataFrame:
+        return instances(self.traces, self.plan, table=self.collectives, align=self.align, per=self.per_rank_wait)
+
+    @cached_property
+    def breakdown(self) -> pd.DataFrame:
+        return breakdown(self.traces, self.plan, table=self.collectives)
+
+    @cached_property
+    def comm_by_dim(self) -> pd.DataFrame:
+        return comm_by_dim(self.traces, self.plan, table=self.collectives)
+
+    def stragglers(self, top: int | None = 20) -> pd.DataFrame:
+        """The `top` (None: all) instances with the largest arrival skew."""
+        return stragglers(self.traces, self.plan, table=self.collectives, align=self.align, top=top,
+                          inst=self.instances)
+
+    def timeline(self, *, ranks: Any = None, start_ns: int | None = None, end_ns: int | None = None,
+                 max_rects: int = 1000) -> pd.DataFrame:
+        """Level-of-detail rectangles of a window, on aligned clocks (see analyzers.timeline)."""
+        return timeline(self.traces, self.plan, ranks=ranks, start_ns=start_ns, end_ns=end_ns, max_rects=max_rects,
+                        table=self.collectives, offsets=self.offsets)
+
+    def export_perfetto(self, path: str | Path, *, ranks: Any = None) -> Path:
+        return export_perfetto(self.traces, path, ranks=ranks, offsets=self.offsets, table=self.collectives)
+
+    def export_collectives(self, path: str | Path) -> Path:
+        return export_collectives(self.collectives, path)
+
+    def summary(self, top: int = 20) -> dict:
+        """The `profiler analyze --json` object: world_size, ranks, steps, collectives (per op and
+        dim: count, bytes, time_us), per_rank (compute/comm/exposed/idle us over steps), stragglers."""
+        traces, table = self.traces, self.collectives
+        gpu = {r for r in traces.rank_ids if traces.device_of(r) == "gpu"}
+        counted = table[[(s == "kernel") if r in gpu else True for r, s in zip(table["rank"], table["source"])]]
+        agg = (counted.assign(b=counted["bytes"].fillna(0).astype("int64"))
+               .groupby(["op", "dim"], observed=True, sort=True)
+               .agg(count=("rank", "size"), bytes=("b", "sum"), time_ns=("dur_ns", "sum")).reset_index())
+        bd = self.breakdown.groupby("rank", sort=True)[["compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns"]].sum()
+        slow = self.stragglers(top=top)
+        return {
+            "world_size": traces.world_size,
+            "ranks": traces.rank_ids,
+            "steps": traces.steps,
+            "collectives": [{"op": str(r.op), "dim": str(r.dim), "count": int(r.count), "bytes": int(r.bytes),
+                             "time_us": round(float(r.time_ns) / 1000, 3)} for r in agg.itertuples()],
+            "per_rank": [{"rank": int(rank), "compute_us": round(float(r.compute_ns) / 1000, 3),
+                          "comm_us": round(float(r.comm_ns) / 1000, 3),
+                          "exposed_comm_us": round(float(r.exposed_comm_ns) / 1000, 3),
+                          "idle_us": round(float(r.idle_ns) / 1000, 3)} for rank, r in bd.iterrows()],
+            "stragglers": [{"op": str(r.op), "dim": str(r.dim), "seq": int(r.seq), "late_rank": int(r.late_rank),
+                            "skew_us": round(float(r.skew_ns) / 1000, 3)} for r in slow.itertuples()],
+        }

@@ -1,0 +1,10 @@
+"""The `python -m profiler <command>` commands: one module each, with `main(argv) -> int`, imported only
+when asked for (parallel.cli.dispatch). `parascope` (parascope/cli.py) serves the same table."""
+
+COMMANDS = {
+    "run": ("profiler.cli.run", "profile a parallel job on every rank into a run directory"),
+    "commbench": ("profiler.cli.commbench", "time collectives and fit latency/bandwidth per link"),
+    "analyze": ("profiler.cli.analyze", "load and analyse per-rank Kineto traces"),
+    "lab": ("profiler.cli.lab", "two-node lab: network namespaces joined by a shaped link"),
+    "tpsweep": ("profiler.cli.tpsweep", "measure TP scaling across the lab's node boundary"),
+}

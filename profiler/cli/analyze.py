@@ -1,0 +1,116 @@
+"""`python -m profiler analyze PATH [--plan PLAN.json] [--json]`: a trace set summarised.
+
+    python -m profiler analyze runs/demo                       # tables for a terminal
+    python -m profiler analyze traces.zip --plan plan.json --json
+
+With --json, one object (a contract other tools read):
+    world_size, ranks (sorted rank ids), steps (ProfilerStep numbers),
+    collectives [{op, dim, count, bytes, time_us}]   aggregated over all ranks; count is the number of
+        communication kernels on GPU ranks (one per launch), of CPU collectives on CPU-only ranks
+    per_rank [{rank, compute_us, comm_us, exposed_comm_us, idle_us}]   summed over steps
+    stragglers [{op, dim, seq, late_rank, skew_us}]   the largest arrival skews (--top)
+
+PATH is a run directory, a folder, trace files, or a .zip/.tar.gz. --plan takes a Plan JSON (or a
+run.json holding one). Bad input exits 2 with one line on stderr; never a traceback.
+Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import orjson
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m profiler analyze",
+                                 description="load and analyse per-rank Kineto traces")
+    ap.add_argument("path", nargs="+", help="run directory, folder, trace file(s), or .zip/.tar.gz")
+    ap.add_argument("--plan", help="Plan JSON (or a run.json with a 'plan') to label collectives by dimension")
+    ap.add_argument("--json", action="store_true", help="print one JSON object (see the module docstring)")
+    ap.add_argument("--rank", action="append", default=[], metavar="FILE=R",
+                    help="the rank of a file that has no distributedInfo and no rank in its name (repeatable)")
+    ap.add_argument("--top", type=int, default=20, help="stragglers to list (default 20)")
+    ap.add_argument("--align", choices=("auto", "ranks", "none"), default="auto",
+                    help="clock alignment across hosts (default auto: align hosts on collective ends)")
+    ap.add_argument("--no-cache", action="store_true", help="neither read nor write the parse cache")
+    return ap
+
+
+def _ranks(items: list[str]) -> dict | None:
+    from profiler.traces.errors import RankError
+
+    out = {}
+    for item in items:
+        name, sep, value = item.rpartition("=")
+        if not sep or not name or not value.isdigit():
+            raise RankError(f"--rank {item!r}: expected FILE=RANK, e.g. --rank trace.json.gz=0")
+        out[name] = int(value)
+    return out or None
+
+
+def _plan(path: str | None):
+    from profiler.traces.errors import PlanMismatchError
+
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            data = orjson.loads(f.read())
+    except OSError as err:
+        raise PlanMismatchError(f"--plan {path}: cannot read it ({err.strerror})") from None
+    except orjson.JSONDecodeError as err:
+        raise PlanMismatchError(f"--plan {path}: not valid JSON ({err})") from None
+    if isinstance(data, dict) and isinstance(data.get("plan"), dict):
+        data = data["plan"]
+    if not isinstance(data, dict):
+        raise PlanMismatchError(f"--plan {path}: expected a JSON object with dp, tp, pp, cp")
+    return data
+
+
+def _text(traces, summary: dict, not_collectives: dict) -> str:
+    lines = [traces.summary(), "", "collectives (all ranks):",
+             f"  {'op':<15}{'dim':<9}{'count':>8}{'bytes':>16}{'time_us':>14}"]
+    for c in summary["collectives"]:
+        lines.append(f"  {c['op']:<15}{c['dim']:<9}{c['count']:>8}{c['bytes']:>16,}{c['time_us']:>14,.1f}")
+    for reason, n in not_collectives.items():
+        lines.append(f"  (not counted: {n:,} {reason})")
+    lines += ["", "per rank (us, summed over steps):",
+              f"  {'rank':>6}{'compute':>14}{'comm':>14}{'exposed':>14}{'idle':>14}"]
+    for r in summary["per_rank"]:
+        lines.append(f"  {r['rank']:>6}{r['compute_us']:>14,.1f}{r['comm_us']:>14,.1f}"
+                     f"{r['exposed_comm_us']:>14,.1f}{r['idle_us']:>14,.1f}")
+    if summary["stragglers"]:
+        lines += ["", "largest arrival skews:", f"  {'op':<15}{'dim':<9}{'seq':>6}{'late rank':>11}{'skew_us':>12}"]
+        for s in summary["stragglers"]:
+            lines.append(f"  {s['op']:<15}{s['dim']:<9}{s['seq']:>6}{s['late_rank']:>11}{s['skew_us']:>12,.1f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.top < 0:  # head(-n) would silently drop the n smallest of the list instead
+        print(f"error: --top {args.top}: expected a count of 0 or more", file=sys.stderr)
+        return 2
+    from profiler.analyzers.front import TraceAnalysis
+    from profiler.traces.errors import TraceError
+
+    try:
+        ranks = _ranks(args.rank)
+        plan = _plan(args.plan)
+        source = args.path if len(args.path) > 1 else args.path[0]
+        analysis = TraceAnalysis.load(source, plan, align=args.align, ranks=ranks, cache=not args.no_cache)
+        summary = analysis.summary(top=args.top)
+    except TraceError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        sys.stdout.write(orjson.dumps(summary).decode() + "\n")
+    else:
+        print(_text(analysis.traces, summary, analysis.collectives.attrs.get("not_collectives", {})))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

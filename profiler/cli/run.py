@@ -1,0 +1,158 @@
+"""`python -m profiler run`: profile every rank of a parallel training job into a run directory.
+
+    python -m profiler run --dp 2 --tp 2 --pp 2 --sp --steps 4 --global-batch 8 --out runs/a
+    python -m profiler run ... --wait 1 --warmup 1 --active 2        # the profiler's schedule (steps)
+    python -m profiler run ... --launcher torchrun                   # one torchrun agent, this node
+    python -m profiler run ... --launcher torchrun --nnodes 2 --node-rank K --nproc-per-node 4 \\
+        --rdzv-endpoint HOST:29500 --rdzv-id job7 --out /shared/runs/job7      # on each node K
+    python -m profiler run --dp 2 --tp 2 --steps 4 --lab                   # both nodes of the lab (#8)
+
+The plan, model, cluster and training flags are `python -m parallel train`'s; see run_args.py for
+the rest. Writes DIR/run.json (progress while it runs; see supervisor.py for its keys), one Kineto
+trace per rank in DIR/traces/, DIR/metrics.json and DIR/logs/rank{r}.log (layout: rundir.py).
+Without --out, DIR is a new `<UTC time>-<plan>` directory under $PARASCOPE_RUNS (default ./runs).
+
+--lab: this one process starts a torchrun agent inside each of the lab's two network namespaces
+(profiler/lab/settings.py), half the ranks each; run.json adds `lab` (the link as shaped, namespaces,
+addresses) and each host's `lab_node` and `namespace`. Without a lab up, or without root: exit 2.
+
+Exit codes: 0 completed; 1 the job failed (run.json names the rank, its error and its log's last
+lines; a rank that raises or dies ends the job, a collective a peer never joins ends by --timeout,
+the whole job by --job-timeout); 2 bad flags, a plan the plan model rejects, or an --out that
+cannot be used -- reported before any process starts. SIGTERM / Ctrl-C stop the job (recorded as
+failed) and leave no process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+from profiler.collect.launchers import (
+    RUN_MARKER,
+    AgentLauncher,
+    JobStopped,
+    Outcome,
+    kill_leftovers,
+    local_commands,
+    local_outcome,
+    torchrun_commands,
+    torchrun_root_cause,
+)
+from profiler.collect.spec import RunSpec, parse_run
+from profiler.collect.supervisor import Supervisor, initial_record
+from profiler.formats import rundir
+from profiler.lab.settings import for_lab_flag
+
+
+def _print_invalid(errors: list[str]) -> None:
+    print("invalid plan:\n" + "\n".join(f"  error: {e}" for e in errors), file=sys.stderr)
+
+
+def claim_dir(spec: RunSpec, record: dict) -> Path:
+    """This run's directory, claimed (rundir.py's rules); RunDirError when it cannot be used."""
+    if spec.node_rank > 0:
+        out = spec.out or rundir.runs_root() / spec.rdzv_id
+        return rundir.claim_node(out.resolve(), record, node=spec.node_rank, force=spec.force)
+    if spec.out is None:
+        out = rundir.new_run_dir(rundir.runs_root(), spec.plan.label())
+        return rundir.claim(out, record, force=False).resolve()
+    return rundir.claim(spec.out.resolve(), record, force=spec.force,
+                        run_id=record["run_id"] if spec.multinode else None)
+
+
+def process_marker(spec: RunSpec, run_id: str) -> str:
+    """The RUN_MARKER value of this supervisor's processes. Per node, not per run: the nodes of one
+    multi-node run share its run_id, and on one host (loopback tests, the lab) node 0's clean-up must
+    not kill node 1's agent while it is still finishing."""
+    return f"{run_id}.node{spec.node_rank}"
+
+
+def make_launcher(spec: RunSpec, run_dir: Path, run_id: str, lab=None) -> AgentLauncher:
+    """This node's agent(s); with `lab` (a profiler.lab.settings.LabSettings) one torchrun agent per lab node,
+    each in its namespace, rendezvous on node 0's veth address."""
+    env = {RUN_MARKER: process_marker(spec, run_id)}
+    log = run_dir / "logs" / f"launcher-node{spec.node_rank}.log"
+    if lab is not None:
+        from profiler.lab.settings import LabError
+
+        try:
+            port = lab.free_port(0)
+        except LabError as err:  # the lab went down since main() checked it
+            raise JobStopped(f"--lab: {err}") from None
+        worker = ["-m", "profiler.collect.worker", "--", *spec.worker_argv(run_dir)]
+        commands = [lab.torchrun_command(node, spec.nproc_per_node, worker, port=port, rdzv_id=run_id,
+                                         launcher_args=["--max-restarts=0"]) for node in (0, 1)]
+        return AgentLauncher("torchrun", commands, log=run_dir / "logs" / "launcher-lab.log", env=env,
+                             outcome=torchrun_root_cause)
+    if spec.launcher == "local":
+        outcome = run_dir / "status" / "launcher.json"
+        commands = local_commands("profiler.collect.worker", spec.worker_argv(run_dir), nproc=spec.plan.world_size,
+                                  outcome=outcome)
+        return AgentLauncher("local", commands, log=log, env=env, outcome=local_outcome(outcome))
+    commands = torchrun_commands("profiler.collect.worker", spec.worker_argv(run_dir), nproc_per_node=spec.nproc_per_node, nnodes=spec.nnodes,
+                                 node_rank=spec.node_rank, rdzv_backend=spec.rdzv_backend,
+                                 rdzv_endpoint=spec.rdzv_endpoint, rdzv_id=spec.rdzv_id)
+    if not spec.multinode:
+        env["GLOO_SOCKET_IFNAME"] = os.environ.get("GLOO_SOCKET_IFNAME", "lo")  # one machine: loopback
+    return AgentLauncher("torchrun", commands, log=log, env=env, outcome=torchrun_root_cause)
+
+
+def _stop_on_signals() -> None:
+    def handler(signum, frame):
+        raise JobStopped(f"stopped by signal {signum} ({signal.Signals(signum).name}) sent to `profiler run`")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def supervise(spec: RunSpec, run_dir: Path, record: dict, lab=None) -> dict:
+    """Launch the ranks, keep the record current, and write the final one; returns it."""
+    sup = Supervisor(spec, run_dir, record)
+    _stop_on_signals()
+    try:
+        outcome = make_launcher(spec, run_dir, record["run_id"], lab).run(on_tick=sup.tick, tick_s=0.25)
+    except JobStopped as stop:
+        outcome = Outcome(False, None, str(stop))
+    except KeyboardInterrupt:
+        outcome = Outcome(False, None, "interrupted (Ctrl-C)")
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    kill_leftovers(process_marker(spec, record["run_id"]))
+    return sup.finish(outcome)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    spec, errors, warnings = parse_run(argv)
+    if errors:
+        _print_invalid(errors)
+        return 2
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    lab, lab_error = for_lab_flag(spec.lab)
+    if lab_error:
+        print(lab_error, file=sys.stderr)
+        return 2
+    record = initial_record(spec)
+    if lab is not None:
+        record["lab"] = lab.record()
+    try:
+        run_dir = claim_dir(spec, record)
+    except rundir.RunDirError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"run directory: {run_dir}", flush=True)
+    final = supervise(spec, run_dir, record, lab)
+    if final["status"] == "completed":
+        print(f"completed: {len(final['traces'])} traces in {run_dir / 'traces'}; "
+              f"python -m profiler analyze {run_dir}")
+        return 0
+    err = final["error"]
+    who = f"rank {err['rank']}" if err.get("rank") is not None else "the job"
+    print(f"error: {who} failed: {err['message']}", file=sys.stderr)
+    if err.get("log_tail"):
+        print(f"last lines of {run_dir / err['log']}:\n" + "\n".join("  " + ln for ln in err["log_tail"].split("\n")),
+              file=sys.stderr)
+    return 1

@@ -1,0 +1,37 @@
+"""metrics.json of a training run: a contract the engine writes (parallel.engine.metrics) and the
+profiler, the dashboard and the tests read.
+
+metrics.json (rank keys are strings, as JSON requires):
+
+    world_size                      int
+    plan, model                     the Plan and Model as JSON
+    steps, seed, lr, dropout        the run's settings
+    loss                            [float] per optimizer step: the global-batch mean loss
+    step_time_s                     [float] per step: the slowest rank's wall time
+    step_time_s_per_rank            {rank: [float]}
+    init_s                          {rank: seconds from the rank's start to its first step}
+    activation_bytes                {rank: bytes saved for backward by one microbatch on that rank}
+    activation_breakdown            {rank: {component: bytes}} memory.py's component names summed
+                                    over the rank's layers, plus first_stage_extra / last_stage_extra
+    activation_bytes_per_layer      {rank: {layer: bytes}}
+    predicted_activation_bytes      {rank: bytes} from parallel.core.memory for the same microbatch
+    predicted_activation_breakdown  {rank: {component: bytes}}, keyed like activation_breakdown
+    coords                          {rank: {dp, pp, cp, tp}}
+    hosts                           {rank: {hostname, node, local_rank}}
+    nodes                           number of distinct nodes
+    backend, torch_version, launcher
+
+Pure: stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from profiler.formats.rundir import METRICS_JSON
+
+
+def load_metrics(run_dir: str | Path) -> dict:
+    """A run's metrics.json (raises OSError / ValueError when it is missing or not JSON)."""
+    return json.loads((Path(run_dir) / METRICS_JSON).read_text())

@@ -1,0 +1,285 @@
+"""Where trace bytes come from: a run directory, a folder, a list of files, or a .zip / .tar(.gz).
+
+`resolve(path)` finds the files without reading them; `TraceSet.digest()` hashes their on-disk
+bytes (the cache key); `TraceSet.blobs()` yields one decompressed trace at a time, so a set never
+sits in memory all at once. Reading is hardened against hostile input:
+
+- gzip is decompressed in bounded chunks; more than `Limits.max_file_bytes` out of one file, or a
+  compression ratio above `Limits.max_ratio` past 16 MiB (a gzip or zip bomb), raises TooLargeError;
+- archive members are read into memory, never extracted to disk; a member whose path escapes the
+  archive's folder (absolute, `..`), a symlink, hard link or device raises UnsafeArchiveError;
+- truncated or corrupt gzip, zip and tar raise CompressionError.
+
+Pure: stdlib only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tarfile
+import zipfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import orjson
+
+from profiler.traces.errors import CompressionError, NoTracesError, TooLargeError, UnsafeArchiveError
+
+GZIP_MAGIC = b"\x1f\x8b"
+TRACE_SUFFIXES = (".json", ".json.gz")
+ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
+# JSON files a run directory or an upload folder holds next to traces; never traces themselves.
+NOT_TRACES = frozenset({"run.json", "metrics.json", "plan.json", "commbench.json", "manifest.json"})
+_CHUNK = 4 << 20  # decompress in 4 MiB pieces: a bomb is caught within one piece of the cap
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps on what reading may cost. Defaults: 4 GiB out of one trace file, 64 GiB out of one set,
+    ratios above 200 (JSON traces compress 5-30x; a bomb of zeros ~1000x) past 16 MiB."""
+
+    max_file_bytes: int = field(default_factory=lambda: _env_int("PARASCOPE_MAX_TRACE_BYTES", 4 << 30))
+    max_total_bytes: int = field(default_factory=lambda: _env_int("PARASCOPE_MAX_SET_BYTES", 64 << 30))
+    max_ratio: float = 200.0
+    ratio_floor_bytes: int = 16 << 20
+    max_members: int = 100_000
+
+
+def is_trace_name(name: str) -> bool:
+    low = name.lower()
+    return low.endswith(TRACE_SUFFIXES) and PurePosixPath(low).name not in NOT_TRACES
+
+
+def is_archive_name(name: str) -> bool:
+    return name.lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def _too_large(name: str, out: int, raw: int, limits: Limits) -> TooLargeError | None:
+    if out > limits.max_file_bytes:
+        return TooLargeError(
+            f"{name}: decompresses to more than {limits.max_file_bytes:,} bytes (the per-file cap); "
+            "refusing to read it (raise PARASCOPE_MAX_TRACE_BYTES if the trace is genuine)", path=name)
+    if out > limits.ratio_floor_bytes and raw and out / raw > limits.max_ratio:
+        return TooLargeError(
+            f"{name}: decompresses more than {limits.max_ratio:.0f}x ({raw:,} bytes -> over {out:,}); "
+            "that is a compression bomb, not a trace", path=name)
+    return None
+
+
+def _over_cap(name: str, size: int, limits: Limits) -> TooLargeError:
+    return TooLargeError(f"{name}: is {size:,} bytes, more than the per-file cap of {limits.max_file_bytes:,} "
+                         "(raise PARASCOPE_MAX_TRACE_BYTES if the trace is genuine)", path=name)
+
+
+def decompress(raw: bytes, name: str, limits: Limits) -> bytes | bytearray:
+    """The bytes of `raw`, gunzipped (all members) when it starts with the gzip magic, within caps."""
+    if not raw.startswith(GZIP_MAGIC):
+        if len(raw) > limits.max_file_bytes:
+            raise _over_cap(name, len(raw), limits)
+        return raw
+    out = bytearray()
+    data = memoryview(raw)
+    while True:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            while True:
+                piece = d.decompress(data, _CHUNK)
+                out += piece
+                consumed = len(raw) - len(d.unconsumed_tail) - len(d.unused_data)  # input read so far
+                err = _too_large(name, len(out), consumed, limits)
+                if err:
+                    raise err
+                data = d.unconsumed_tail
+                if d.eof or (not piece and not data):
+                    break
+        except zlib.error as exc:
+            raise CompressionError(f"{name}: corrupt gzip data ({exc})", path=name) from None
+        if not d.eof:
+            raise CompressionError(
+                f"{name}: gzip stream is truncated (it ends before its end marker); the file was cut "
+                "off while being written or copied", path=name)
+        rest = d.unused_data
+        if not rest.startswith(GZIP_MAGIC):  # trailing zero padding is tolerated, as gzip does
+            return out
+        data = memoryview(rest)
+
+
+def safe_member_name(archive: str, name: str) -> str:
+    """The member's normalised relative path, or UnsafeArchiveError if it could escape the folder."""
+    norm = name.replace("\\", "/")
+    parts = PurePosixPath(norm).parts
+    if norm.startswith("/") or (len(norm) > 1 and norm[1] == ":") or ".." in parts:
+        raise UnsafeArchiveError(
+            f"{archive}: member {name!r} escapes the archive's folder (absolute path or '..'); "
+            "refusing to read the archive", path=archive)
+    return "/".join(p for p in parts if p not in ("", "."))
+
+
+@dataclass(frozen=True)
+class TraceSet:
+    """The trace files of one input, found but not yet read."""
+
+    origin: str  # what the user passed, for messages
+    files: tuple[Path, ...]  # plain trace files on disk
+    archives: tuple[Path, ...]  # .zip / .tar(.gz) files on disk
+    run: dict | None = None  # run.json of a run directory (#4), when there is one
+    limits: Limits = field(default_factory=Limits)
+
+    def digest(self) -> str:
+        """sha256 over every input file's name and bytes (read in 1 MiB chunks)."""
+        h = hashlib.sha256()
+        for path in sorted(self.files + self.archives, key=lambda p: p.name + str(p)):
+            h.update(path.name.encode() + b"\0")
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            h.update(b"\0")
+        return h.hexdigest()
+
+    def blobs(self) -> Iterator[tuple[str, bytes | bytearray]]:
+        """(name, decompressed bytes) for each trace, one at a time; names are file or member names."""
+        total = 0
+        for name, raw in self._raw():
+            data = decompress(raw, name, self.limits)
+            total += len(data)
+            if total > self.limits.max_total_bytes:
+                raise TooLargeError(
+                    f"{self.origin}: the traces decompress to more than {self.limits.max_total_bytes:,} "
+                    "bytes in all (PARASCOPE_MAX_SET_BYTES)", path=self.origin)
+            yield name, data
+
+    def _raw(self) -> Iterator[tuple[str, bytes]]:
+        for path in self.files:
+            size = path.stat().st_size
+            if size > self.limits.max_file_bytes:
+                raise _over_cap(path.name, size, self.limits)
+            yield path.name, path.read_bytes()
+        for path in self.archives:
+            if zipfile.is_zipfile(path):
+                yield from _zip_members(path, self.limits)
+            else:
+                yield from _tar_members(path, self.limits)
+
+
+def _zip_members(path: Path, limits: Limits) -> Iterator[tuple[str, bytes]]:
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise CompressionError(f"{path.name}: not a readable zip archive ({exc})", path=str(path)) from None
+    with zf:
+        infos = zf.infolist()
+        if len(infos) > limits.max_members:
+            raise TooLargeError(f"{path.name}: more than {limits.max_members:,} members", path=str(path))
+        total = 0
+        for info in infos:
+            name = safe_member_name(path.name, info.filename)
+            mode = info.external_attr >> 16
+            if stat.S_ISLNK(mode):
+                raise UnsafeArchiveError(
+                    f"{path.name}: member {info.filename!r} is a symbolic link; archives of traces must "
+                    "hold plain files only", path=str(path))
+            if info.is_dir() or not is_trace_name(name):
+                continue
+            label = f"{path.name}:{name}"
+            total += info.file_size
+            err = _too_large(label, info.file_size, info.compress_size, limits)
+            if err or total > limits.max_total_bytes:
+                raise err or TooLargeError(f"{path.name}: members add up to more than "
+                                           f"{limits.max_total_bytes:,} bytes", path=str(path))
+            try:
+                with zf.open(info) as f:
+                    raw = f.read(limits.max_file_bytes + 1)
+            except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError) as exc:
+                raise CompressionError(f"{label}: corrupt zip member ({exc})", path=str(path)) from None
+            err = _too_large(label, len(raw), info.compress_size, limits)
+            if err:
+                raise err
+            yield label, raw
+
+
+def _tar_members(path: Path, limits: Limits) -> Iterator[tuple[str, bytes]]:
+    try:
+        tf = tarfile.open(path, mode="r:*")
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raise CompressionError(f"{path.name}: not a readable tar archive ({exc})", path=str(path)) from None
+    with tf:
+        total = count = 0
+        try:
+            for member in tf:
+                count += 1
+                if count > limits.max_members:
+                    raise TooLargeError(f"{path.name}: more than {limits.max_members:,} members", path=str(path))
+                name = safe_member_name(path.name, member.name)
+                if member.issym() or member.islnk():
+                    raise UnsafeArchiveError(
+                        f"{path.name}: member {member.name!r} is a {'symbolic' if member.issym() else 'hard'} "
+                        f"link (to {member.linkname!r}); archives of traces must hold plain files only",
+                        path=str(path))
+                if member.isdev():
+                    raise UnsafeArchiveError(f"{path.name}: member {member.name!r} is a device or FIFO",
+                                             path=str(path))
+                if not member.isfile() or not is_trace_name(name):
+                    continue
+                label = f"{path.name}:{name}"
+                total += member.size
+                if member.size > limits.max_file_bytes or total > limits.max_total_bytes:
+                    raise _too_large(label, member.size, 0, limits) or TooLargeError(
+                        f"{path.name}: members add up to more than {limits.max_total_bytes:,} bytes",
+                        path=str(path))
+                f = tf.extractfile(member)
+                yield label, f.read() if f else b""
+        except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
+            raise CompressionError(f"{path.name}: corrupt or truncated tar archive ({exc})",
+                                   path=str(path)) from None
+
+
+def _read_run_json(folder: Path) -> dict | None:
+    run = folder / "run.json"
+    if not run.is_file():
+        return None
+    try:
+        data = orjson.loads(run.read_bytes())
+    except (orjson.JSONDecodeError, OSError):
+        return None  # a run.json being rewritten is not a reason to refuse its traces
+    return data if isinstance(data, dict) else None
+
+
+def resolve(path: Any, *, limits: Limits | None = None) -> TraceSet:
+    """The TraceSet for a run directory, a folder, a trace file, an archive, or a list of these."""
+    limits = limits or Limits()
+    items = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+    if not items:
+        raise NoTracesError("no trace files given", path=None)
+    origin = str(items[0]) if len(items) == 1 else f"{len(items)} paths"
+    files: list[Path] = []
+    archives: list[Path] = []
+    run = None
+    for item in items:
+        p = Path(item)
+        if p.is_dir():
+            folder = p / "traces" if (p / "traces").is_dir() else p
+            run = run or _read_run_json(p)
+            found = sorted(q for q in folder.iterdir() if q.is_file() and is_trace_name(q.name))
+            found += sorted(q for q in folder.iterdir() if q.is_file() and is_archive_name(q.name))
+            if not found:
+                raise NoTracesError(
+                    f"{p}: no trace files (*.json, *.json.gz, or .zip/.tar.gz of them) in {folder}", path=str(p))
+            for q in found:
+                (archives if is_archive_name(q.name) else files).append(q)
+        elif p.is_file():
+            (archives if is_archive_name(p.name) or zipfile.is_zipfile(p) else files).append(p)
+        else:
+            raise NoTracesError(f"{p}: no such file or directory", path=str(p))
+    return TraceSet(origin=origin, files=tuple(files), archives=tuple(archives), run=run, limits=limits)

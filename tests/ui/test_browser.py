@@ -1,0 +1,265 @@
+"""A real browser over every page: `streamlit run app.py` in a subprocess, Debian's headless Chromium
+driven by Playwright's Python API (never `playwright install`).
+
+Pages are read from app.py's navigation (tests.support.apptest.registered_pages), so a page anyone registers
+is covered without editing this file. The server's runs folder (PARASCOPE_RUNS) holds a real run
+(tests/ui/test_pages_runs.py's sample) and a failed copy of it, so the run pages are also visited with a
+run selected through the URL (RUN_VIEWS). For each page: load it, wait until the script has finished,
+assert no exception box and no JavaScript error, every Vega chart drawn at a non-zero size, and
+save a full-page screenshot under test-artifacts/browser/.
+
+    .venv/bin/python -m pytest tests/ui/test_browser.py -m slow
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.support.apptest import ROOT, registered_pages
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = ROOT / "test-artifacts" / "browser"
+PAGES = registered_pages()
+START_TIMEOUT_S = 90
+PAGE_TIMEOUT_MS = 180_000  # generous: CI machines are shared and slow
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"streamlit did not answer within {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
+
+
+@contextlib.contextmanager
+def _streamlit(tmp_path_factory, env: dict | None = None):
+    """The dashboard on a free port; stopped (its whole process group) on exit."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+           "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none", "--server.runOnSave", "false"]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, log)
+        yield url
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def dashboard_data(tmp_path_factory) -> dict:
+    """Runs and uploads folders for the server: the sample run, and a failed copy with its rank's log."""
+    from tests.ui.test_pages_runs import install_run
+
+    root = tmp_path_factory.mktemp("dashboard")
+    runs = root / "runs"
+    runs.mkdir()
+    install_run(runs, "sample")
+    broken = install_run(runs, "broken", status="failed", error={"rank": 1, "message": "RuntimeError: injected at step 2"})
+    (broken / "logs").mkdir(exist_ok=True)
+    (broken / "logs" / "rank1.log").write_text("step 1 ok\nRuntimeError: injected at step 2\n")
+    return {"PARASCOPE_RUNS": str(runs), "PARASCOPE_UPLOADS": str(root / "uploads")}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, dashboard_data):
+    with _streamlit(tmp_path_factory, env=dashboard_data) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def _wait_for_script(page) -> None:
+    """Until the app has connected, run the page script, stopped, and drawn every element (lazy
+    element code replaces its grey `stSkeleton` placeholders, seconds later on a busy machine);
+    seen twice in a row 0.5 s apart, since the plan form's URL update can trigger one more run."""
+    page.wait_for_selector('[data-testid="stApp"][data-test-connection-state="CONNECTED"]', timeout=PAGE_TIMEOUT_MS)
+    deadline = time.monotonic() + PAGE_TIMEOUT_MS / 1000
+    settled, state, skeletons = 0, None, None
+    while time.monotonic() < deadline:
+        state = page.get_attribute('[data-testid="stApp"]', "data-test-script-state")
+        skeletons = page.locator('[data-testid="stSkeleton"]').count()
+        settled = settled + 1 if state == "notRunning" and skeletons == 0 else 0
+        if settled >= 2:
+            return
+        page.wait_for_timeout(500)
+    raise AssertionError(f"page not settled after {PAGE_TIMEOUT_MS / 1000:.0f} s: script {state!r}, "
+                         f"{skeletons} placeholders left")
+
+
+def _screenshot(page, path: Path) -> None:
+    """The whole page: Streamlit scrolls inside its main block, so grow the viewport to fit it."""
+    height = page.evaluate("() => Math.max(...[...document.querySelectorAll('[data-testid=stMain], "
+                           "[data-testid=stSidebarContent]')].map(e => e.scrollHeight), 1000)")
+    page.set_viewport_size({"width": 1500, "height": min(int(height) + 40, 9000)})
+    page.wait_for_timeout(500)  # charts re-lay out to the new size
+    page.screenshot(path=str(path), full_page=True)
+
+
+def _chart_sizes(page) -> list[tuple[float, float]]:
+    """(width, height) of the drawn canvas/svg of every Vega chart on the page."""
+    return page.eval_on_selector_all(
+        '[data-testid="stVegaLiteChart"]',
+        """charts => charts.map(c => {
+               const g = c.querySelector('canvas, svg.marks');
+               if (!g) return [0, 0];
+               const r = g.getBoundingClientRect();
+               return [r.width, r.height];
+           })""")
+
+
+# Heavier views of registered pages, drawn too: (screenshot name, page path, URL path + query).
+EXTRA_VIEWS = [("topology-4096-gpus", "pages/topology.py", "topology?nodes=512&dp=64&tp=8&pp=8&gb=1536")]
+# Run-dependent views, with the sample run (or its failed copy) named in the URL.
+_RUN_PLAN = "model=tiny&cluster=local-cpu&nodes=1&dp=2&tp=2&pp=1&cp=1&sp=1&mb=1&gb=4&run=sample"
+RUN_VIEWS = [("home-run", "pages/home.py", "?run=sample"), ("home-failed-run", "pages/home.py", "?run=broken"),
+             ("timeline-run", "pages/timeline.py", "timeline?run=sample"),
+             ("timeline-run-zoomed", "pages/timeline.py", "timeline?run=sample&tl_step=2&win=5,25"),
+             ("topology-run", "pages/topology.py", f"topology?{_RUN_PLAN}"),
+             ("activation_memory-run", "pages/activation_memory.py", f"activation_memory?{_RUN_PLAN}"),
+             ("tp_scaling-run", "pages/tp_scaling.py", f"tp_scaling?{_RUN_PLAN}")]
+EXTRA_VIEWS += RUN_VIEWS
+PLAN_PAGES_WITH_RUNS = {"pages/topology.py", "pages/activation_memory.py", "pages/tp_scaling.py"}
+VIEWS = [{"name": Path(p["path"]).stem, "path": p["path"], "url": p["url_path"]} for p in PAGES] + [
+    {"name": n, "path": p, "url": u} for n, p, u in EXTRA_VIEWS if any(e["path"] == p for e in PAGES)]
+
+
+@pytest.mark.parametrize("entry", VIEWS, ids=[v["name"] for v in VIEWS])
+def test_page_renders_in_chromium(server, browser, entry):
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    js_errors: list[str] = []
+    page.on("pageerror", lambda err: js_errors.append(str(err)))
+    try:
+        page.goto(f"{server}/{entry['url']}", wait_until="domcontentloaded", timeout=PAGE_TIMEOUT_MS)
+        _wait_for_script(page)
+        charts = page.locator('[data-testid="stVegaLiteChart"]')
+        for i in range(charts.count()):  # vega-embed draws asynchronously after the script ends
+            charts.nth(i).locator("canvas, svg.marks").first.wait_for(timeout=PAGE_TIMEOUT_MS)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        _screenshot(page, ARTIFACTS / f"{entry['name']}.png")
+        exceptions = page.locator('[data-testid="stException"]')
+        assert exceptions.count() == 0, exceptions.first.inner_text()
+        assert not js_errors, js_errors
+        sizes = _chart_sizes(page)
+        assert all(w > 0 and h > 0 for w, h in sizes), f"charts not drawn: {sizes}"
+        title = page.locator("h1").first.inner_text(timeout=PAGE_TIMEOUT_MS)
+        assert title.strip(), "page has no title"
+        if entry["name"] in {v[0] for v in RUN_VIEWS}:  # the URL's run was found and shown
+            body = page.inner_text("body")
+            assert "There is no run or uploaded set called" not in body
+            assert ("Measured:" in body) == (entry["path"] in PLAN_PAGES_WITH_RUNS)
+    finally:
+        page.close()
+
+
+def test_timeline_brush_zooms_the_detail_view(server, browser):
+    """Dragging across the overview re-queries the detail view for that window and puts it in the URL."""
+    if not any(p["path"] == "pages/timeline.py" for p in PAGES):
+        pytest.skip("Collective timeline not registered")
+    page = browser.new_page(viewport={"width": 1500, "height": 1200})
+    try:
+        page.goto(f"{server}/timeline?run=sample", timeout=PAGE_TIMEOUT_MS)
+        _wait_for_script(page)
+        plot = page.locator('[data-testid="stVegaLiteChart"]').first.locator("canvas, svg.marks").first
+        plot.wait_for(timeout=PAGE_TIMEOUT_MS)
+        box = plot.bounding_box()
+        y = box["y"] + box["height"] * 0.2  # inside the plot, above the axis and legend
+        page.mouse.move(box["x"] + box["width"] * 0.4, y)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] * 0.6, y, steps=8)
+        page.mouse.up()
+        page.wait_for_function("() => location.search.includes('win=')", timeout=PAGE_TIMEOUT_MS)
+        _wait_for_script(page)
+        heading = page.locator("h3", has_text="Detail:").first.inner_text()
+        assert not heading.startswith("Detail: 0.0–"), heading  # the detail view now starts inside the step
+        assert page.locator('[data-testid="stException"]').count() == 0
+    finally:
+        page.close()
+
+
+def test_plan_pages_share_the_plan_through_the_url(server, browser):
+    """A copied URL reopens the same plan and view; switching pages in the sidebar keeps the plan."""
+    if not any(p["path"] == "pages/topology.py" for p in PAGES):
+        pytest.skip("Topology page not registered")
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    try:
+        page.goto(f"{server}/topology?model=gpt3-22b&nodes=2&dp=2&tp=2&pp=4&gb=64&topo_color=DP&topo_groups=PP",
+                  timeout=PAGE_TIMEOUT_MS)
+        _wait_for_script(page)
+        body = page.inner_text("body")
+        assert "gpt3-22b on dgx-h100 2×8 GPUs · DP2 TP2+SP PP4" in body
+        assert "DP coordinate" in body and "PP group link" in body  # the view's choices came from the URL
+        assert "sp=1" in page.url and "order=" in page.url  # the whole plan is written back
+        page.get_by_role("link", name="Activation memory").click()
+        page.wait_for_function("() => location.pathname.endsWith('/activation_memory')", timeout=PAGE_TIMEOUT_MS)
+        _wait_for_script(page)
+        assert "DP2 TP2+SP PP4" in page.inner_text("body")
+        assert "dp=2" in page.url and "tp=2" in page.url
+    finally:
+        page.close()
+
+
+def test_shared_link_on_a_fresh_server_keeps_the_navigation(tmp_path_factory, browser):
+    """The first request of a fresh server is a deep link: Streamlit would run the page in its
+    legacy pages/ mode (file names in the sidebar, no app.py); ui.routing.ensure_navigation
+    reruns it through app.py, keeping the link's plan."""
+    if not any(p["path"] == "pages/topology.py" for p in PAGES):
+        pytest.skip("Topology page not registered")
+    with _streamlit(tmp_path_factory) as url:
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        try:
+            page.goto(f"{url}/topology?model=gpt3-22b&nodes=2&dp=2&tp=2&pp=4&gb=64", timeout=PAGE_TIMEOUT_MS)
+            _wait_for_script(page)
+            nav = page.locator('[data-testid="stSidebarNav"]').inner_text(timeout=PAGE_TIMEOUT_MS)
+            assert "Topology" in nav and "topology" not in nav.split()  # app.py's titles, not file names
+            assert "DP2 TP2+SP PP4" in page.inner_text("body")
+        finally:
+            page.close()

@@ -1,0 +1,174 @@
+"""AppTest of the plan pages (Topology, Activation memory, TP scaling) and their shared plan form.
+
+No browser: app.py runs in-process, switched to each page with the plan in the URL's query
+parameters; charts are checked through their Vega-Lite specs and Arrow data (tests.support.apptest).
+"""
+
+import pytest
+
+from parallel.core.memory import ActivationOptions, activation_bytes_per_layer
+from parallel.core.plan import Plan
+from parallel.core.specs import MODELS
+from tests.support.apptest import page_test, vega_charts
+from ui.plan_params import DEFAULT_PARAMS
+
+SMALL = {"model": "gpt3-22b", "cluster": "dgx-h100", "nodes": "2", "dp": "2", "tp": "2", "pp": "4", "gb": "64"}
+
+
+def _errors(at) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def _ok(at):
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+@pytest.mark.parametrize("query, world, nodes", [
+    (SMALL, 16, 2),
+    ({**SMALL, "order": "tp-cp-pp-dp", "cp": "1"}, 16, 2),
+    ({"model": "tiny", "cluster": "local-cpu", "nodes": "1", "dp": "2", "tp": "2", "pp": "2", "gb": "8", "sp": "0"}, 8, 1),
+])
+def test_topology_draws_one_cell_per_gpu(query, world, nodes):
+    at = _ok(page_test("pages/topology.py", query))
+    (grid,) = vega_charts(at)
+    assert {"rect", "line"} <= grid.marks()
+    cells = grid.frame()
+    assert len(cells) == world and sorted(cells["rank"]) == list(range(world))
+    assert cells["node"].nunique() == nodes
+    paths = [f for f in grid.datasets.values() if "step" in f.columns][0]
+    assert paths["group"].nunique() == world // 2  # TP groups (the default "groups of" dimension), TP = 2
+    assert set(paths["link"]) == {"NVLink (intra-node)"}
+
+
+def test_topology_shows_what_moves_under_another_order():
+    at = _ok(page_test("pages/topology.py", SMALL))
+    cells = vega_charts(at)[0].frame()
+    # default order tp-cp-ep-dp-pp vs the automatic comparison tp-cp-pp-dp: DP and PP swap places
+    assert cells["moved"].any() and not cells["moved"].all()
+    metric = [m for m in at.metric if m.label.startswith("Ranks that move")][0]
+    assert metric.value == f"{int(cells['moved'].sum())} of 16"
+
+
+def test_topology_group_dimension_and_crossing_links():
+    at = page_test("pages/topology.py", SMALL)
+    at.segmented_control(key="topo_groups").set_value("pp").run()
+    _ok(at)
+    paths = [f for f in vega_charts(at)[0].datasets.values() if "step" in f.columns][0]
+    assert paths.groupby("group").size().eq(4).all()  # PP = 4 ranks per group
+    assert set(paths["link"]) == {"InfiniBand (inter-node)"}  # stages 0,1 on node 0; 2,3 on node 1
+    summary = at.dataframe[0].value
+    assert summary.set_index("dimension").loc["PP", "link"] == "InfiniBand"
+
+
+def test_topology_4096_gpus_is_windowed_with_a_node_overview():
+    query = {**DEFAULT_PARAMS, "nodes": "512", "dp": "64"}
+    at = _ok(page_test("pages/topology.py", query))
+    overview, grid = vega_charts(at)
+    assert len(overview.frame()) == 512  # one cell per node
+    assert len(grid.frame()) == 1024  # a window of 128 nodes x 8 GPUs, not 4096 cells
+    assert not _errors(at)
+
+
+def test_activation_memory_stacks_components_with_and_without_sp():
+    at = _ok(page_test("pages/activation_memory.py", DEFAULT_PARAMS))
+    recompute, stages, seq, tp = vega_charts(at)
+    df = recompute.frame()
+    assert set(df["sp"]) == {"without SP", "with SP"}
+    assert set(df["recompute"]) == {"none", "selective", "full"}
+    assert {"attention", "mlp", "layernorm/dropout/residual"} <= set(df["group"])
+    model = MODELS["gpt3-175b"]
+    for sp in (False, True):
+        plan = Plan(dp=8, tp=8, pp=8, sp=sp, global_batch=1536)
+        rows = df[(df["sp"] == ("with SP" if sp else "without SP")) & (df["recompute"] == "none")]
+        assert rows["bytes"].sum() == pytest.approx(activation_bytes_per_layer(model, plan, ActivationOptions()))
+    assert stages.frame()["stage"].nunique() == 8
+    assert set(stages.frame()["kind"]) == {"params", "grads", "optimizer", "activations"}
+    assert {512, 2048, 32768} <= set(seq.frame()["x"])
+    assert set(tp.frame()["x"]) == {1, 2, 4, 8, 16, 32}
+    assert set(tp.frame().query("sp == 'with SP'")["x"]) == {2, 4, 8, 16, 32}  # SP needs TP > 1
+
+
+def test_activation_memory_options_change_the_bars():
+    at = page_test("pages/activation_memory.py", DEFAULT_PARAMS)
+    before = vega_charts(at)[0].frame()
+    at.toggle(key="mem_flash").set_value(True).run()
+    _ok(at)
+    after = vega_charts(at)[0].frame()
+    assert "attention.scores" in set(before["component"]) and "attention.scores" not in set(after["component"])
+    assert "attention.softmax_stats" in set(after["component"])
+
+
+def test_tp_scaling_covers_tp_1_to_32_with_the_boundary():
+    at = _ok(page_test("pages/tp_scaling.py", DEFAULT_PARAMS))
+    time, speedup, busbw = vega_charts(at)[:3]  # a lab TP sweep under the runs dir adds a 4th
+    df = time.frame()
+    assert sorted(df["tp"].unique()) == [1, 2, 4, 8, 16, 32]
+    assert set(df["variant"]) == {"TP without SP", "TP + SP"}
+    assert {"compute", "TP communication (exposed)"} <= set(df["part"])
+    assert set(df.loc[df["tp"] > 8, "link"]) == {"InfiniBand (inter-node)"}
+    assert set(df.loc[df["tp"] <= 8, "link"]) == {"NVLink (intra-node)"}
+    assert "datum.tp > 8" in time.text()  # the shaded InfiniBand band
+    assert set(speedup.frame()["metric"]) == {"speedup over TP = 1", "efficiency = speedup / TP"}
+    labels = [m.label for m in at.metric]  # TP 8 is both the plan's and the largest inside a node
+    assert labels == ["TP 8 (the plan's)", "TP 16: first across nodes"]
+
+
+def test_plan_round_trips_through_the_url():
+    at = _ok(page_test("pages/tp_scaling.py", SMALL))
+    assert at.number_input(key="plan.tp").value == 2 and at.selectbox(key="plan.model").value == "gpt3-22b"
+    at.number_input(key="plan.dp").set_value(4).run()
+    at.number_input(key="plan.nodes").set_value(4).run()
+    _ok(at)
+    assert at.query_params["dp"] == "4" and at.query_params["nodes"] == "4"
+    assert at.query_params["sp"] in ("1",) and at.query_params["model"] == "gpt3-22b"
+    # the same plan opens on another page of the session
+    at.switch_page("pages/activation_memory.py").run()
+    _ok(at)
+    assert at.number_input(key="plan.dp").value == 4 and "DP4 TP2+SP PP4" in at.caption[0].value
+    # and a fresh session opened with the URL shows it too
+    fresh = _ok(page_test("pages/topology.py", {k: at.query_params[k] for k in DEFAULT_PARAMS}))
+    assert len(vega_charts(fresh)[0].frame()) == 32
+
+
+@pytest.mark.parametrize("page", ["pages/topology.py", "pages/activation_memory.py", "pages/tp_scaling.py"])
+def test_invalid_plan_shows_the_plan_models_error(page):
+    at = _ok(page_test(page, {**DEFAULT_PARAMS, "tp": "7", "dp": "1"}))
+    assert any("not divisible by tp 7" in e for e in _errors(at))
+    assert not vega_charts(at)  # nothing drawn for a shape that cannot exist
+    assert any("Change the plan in the sidebar" in i.value for i in at.info)
+
+
+def test_bad_url_value_is_reported_and_the_page_still_draws():
+    at = _ok(page_test("pages/topology.py", {**DEFAULT_PARAMS, "tp": "eight"}))
+    assert any("tp='eight' must be an integer" in e for e in _errors(at))
+    assert len(vega_charts(at)[0].frame()) == 512  # the default plan
+    assert at.query_params["tp"] == "8"  # and the URL is repaired
+    at = _ok(page_test("pages/tp_scaling.py", {**SMALL, "sp": "maybe"}))
+    assert any("sp='maybe' must be 0 or 1" in e for e in _errors(at))
+    assert at.selectbox(key="plan.model").value == "gpt3-22b"  # the link's other values are kept
+
+
+def test_world_size_mismatch_offers_to_fit_the_nodes():
+    at = _ok(page_test("pages/topology.py", {**DEFAULT_PARAMS, "dp": "16", "gb": "1536"}))
+    assert any("= 1024, but the cluster has 64×8 = 512 GPUs" in e for e in _errors(at))
+    at.button(key="plan_fit_nodes").click().run()  # "Use 128 nodes (128×8 = 1024 GPUs)"
+    _ok(at)
+    assert at.number_input(key="plan.nodes").value == 128 and not _errors(at)
+
+
+def test_reset_returns_to_the_default_plan():
+    at = page_test("pages/activation_memory.py", SMALL)
+    at.button(key="plan_reset").click().run()
+    _ok(at)
+    assert {k: at.query_params[k] for k in DEFAULT_PARAMS} == DEFAULT_PARAMS
+
+
+def test_view_choices_come_from_the_url_too():
+    at = _ok(page_test("pages/topology.py", {**SMALL, "topo_color": "DP", "topo_groups": "PP", "topo_vs": "tp-cp-pp-dp"}))
+    assert at.segmented_control(key="topo_color").value == "dp"
+    assert at.segmented_control(key="topo_groups").value == "pp"
+    grid = vega_charts(at)[0]
+    assert '"field": "dp"' in grid.text() and "moves under tp-cp-pp-dp" in grid.text()
+    at = _ok(page_test("pages/activation_memory.py", {**SMALL, "mem_flash": "true", "mem_scope": "per GPU"}))
+    assert at.toggle(key="mem_flash").value is True and at.segmented_control(key="mem_scope").value == "gpu"

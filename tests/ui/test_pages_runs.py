@@ -1,0 +1,285 @@
+"""AppTest of the run pages (Home, Collective timeline) and of the measured views on the plan pages
+(Topology, Activation memory, TP scaling with `?run=`), over a real run directory.
+
+The run is real: `python -m profiler run` of a 4-rank DP2 x TP2 + SP job of the tiny model (4 steps,
+steps 2 and 3 traced) -- run.json, metrics.json, one Kineto trace and log per rank -- made once and
+cached under .cache/test-runs/ (about 10 s the first time). Each test copies it into its own runs
+folder (PARASCOPE_RUNS), edited where a test needs a failed or running run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.apptest import ROOT, page_test, vega_charts
+
+SAMPLE = ROOT / ".cache" / "test-runs" / "profiler-dp2-tp2-sp-v2"
+SAMPLE_PLAN = {"model": "tiny", "cluster": "local-cpu", "nodes": "1", "dp": "2", "tp": "2", "pp": "1", "cp": "1",
+               "sp": "1", "mb": "1", "gb": "4"}
+
+
+def sample_run() -> Path:
+    """The cached real run directory (made on first use; safe when two test workers race)."""
+    if (SAMPLE / "metrics.json").is_file() and len(list((SAMPLE / "traces").glob("rank*_trace.json.gz"))) == 4:
+        return SAMPLE
+    tmp = SAMPLE.with_name(f"{SAMPLE.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "profiler", "run", "--model", "tiny", "--dp", "2", "--tp", "2", "--sp",
+                    "--steps", "4", "--out", str(tmp)], cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                   check=True, capture_output=True)
+    try:
+        tmp.rename(SAMPLE)
+    except OSError:  # another worker won the race
+        shutil.rmtree(tmp, ignore_errors=True)
+    return SAMPLE
+
+
+def install_run(runs: Path, name: str = "sample", *, traces: bool = True, **run_json) -> Path:
+    """A copy of the sample run as runs/<name>, its run.json updated with `run_json` (a running one
+    gets a live supervisor: this process)."""
+    dest = runs / name
+    shutil.copytree(sample_run(), dest, ignore=None if traces else shutil.ignore_patterns("traces"))
+    if run_json:
+        run = json.loads((dest / "run.json").read_text())
+        run.update(run_json)
+        if run.get("status") == "running":
+            run["supervisor"] = {"pid": os.getpid(), "hostname": socket.gethostname(), "node_rank": 0}
+        (dest / "run.json").write_text(json.dumps(run))
+    return dest
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    monkeypatch.setenv("PARASCOPE_RUNS", str(folder))
+    monkeypatch.setenv("PARASCOPE_UPLOADS", str(tmp_path / "uploads"))
+    return folder
+
+
+def _ok(at):
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _text(at) -> str:
+    parts = [e.value for kind in ("markdown", "caption", "info", "error", "warning", "success", "subheader", "title")
+             for e in getattr(at, kind)]
+    return "\n".join(str(p) for p in parts)
+
+
+# ----------------------------------------------------------------------------------------------- Home
+
+def test_home_on_a_fresh_install_starts_the_demo_run(runs, monkeypatch):
+    """profiler.collect.demo starts the demo in the background; here a stand-in writes its first run.json."""
+    import profiler.collect.demo
+
+    calls = []
+
+    def fake_demo(runs_dir):
+        calls.append(runs_dir)
+        path = Path(runs_dir) / "demo"
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "run.json").write_text(json.dumps({"status": "running", "progress": {"step": 0, "steps": 4},
+                                                   "plan": {"dp": 2, "tp": 2, "pp": 2, "sp": True, "global_batch": 8},
+                                                   "world_size": 8, "model": "tiny"}))
+        return path
+
+    monkeypatch.setattr(profiler.collect.demo, "ensure_demo_run", fake_demo)
+    at = _ok(page_test("pages/home.py"))
+    assert calls == [runs] and at.query_params["run"] == "demo"
+    assert at.selectbox(key="home_pick").value == "demo"
+    (bar,) = at.get("progress")
+    assert "step 0 of 4" in bar.proto.text
+
+
+def test_home_lists_runs_and_keeps_the_choice_in_the_url(runs):
+    install_run(runs, "alpha", started_at="2025-01-01T00:00:00+00:00")
+    install_run(runs, "beta", started_at="2025-02-01T00:00:00+00:00")
+    at = _ok(page_test("pages/home.py"))
+    picker = at.selectbox(key="home_pick")
+    assert picker.options == ["beta · DP2 TP2+SP PP1 mb1 · 4 ranks", "alpha · DP2 TP2+SP PP1 mb1 · 4 ranks"]
+    assert at.query_params["run"] == "beta"  # the newest, written into the URL
+    rows = at.dataframe[0].value
+    assert list(rows["name"]) == ["beta", "alpha"] and set(rows["status"]) == {"completed"}
+    picker.set_value("alpha").run()
+    _ok(at)
+    assert at.query_params["run"] == "alpha" and at.subheader[0].value == "alpha"
+    # a copied URL reopens the same set
+    again = _ok(page_test("pages/home.py", {"run": "alpha"}))
+    assert again.selectbox(key="home_pick").value == "alpha"
+    assert "Steady step time" in [m.label for m in again.metric]
+
+
+def test_home_links_open_the_run_on_every_page(runs):
+    install_run(runs, "alpha")
+    at = _ok(page_test("pages/home.py", {"run": "alpha"}))
+    links = {link.proto.label: link.proto for link in at.get("page_link")}
+    assert {"Collective timeline", "Topology, measured", "Activation memory", "TP scaling"} <= set(links)
+    for label in ("Topology, measured", "Activation memory", "TP scaling"):
+        assert "run=alpha" in links[label].query_string and "dp=2" in links[label].query_string
+        assert not links[label].disabled
+    assert links["Collective timeline"].query_string == "run=alpha"
+
+
+def test_home_shows_a_failed_runs_rank_and_log(runs):
+    run = install_run(runs, "broken", status="failed",
+                      error={"rank": 1, "message": "RuntimeError: injected failure at step 2"})
+    (run / "logs").mkdir(exist_ok=True)
+    (run / "logs" / "rank1.log").write_text("step 1 ok\nTraceback (most recent call last):\nRuntimeError: injected\n")
+    at = _ok(page_test("pages/home.py", {"run": "broken"}))
+    assert any("failed on rank 1: RuntimeError: injected failure at step 2" in e.value for e in at.error)
+    assert "RuntimeError: injected" in at.code[0].value
+    assert list(at.dataframe[0].value["failing rank"]) == ["1"]
+
+
+def test_home_shows_progress_of_a_running_run(runs):
+    install_run(runs, "live", traces=False, status="running", progress={"step": 1, "steps": 4})
+    at = _ok(page_test("pages/home.py", {"run": "live"}))
+    (bar,) = at.get("progress")
+    assert bar.proto.value == 25 and "step 1 of 4" in bar.proto.text
+    assert at.dataframe[0].value["progress"].iloc[0] == 0.25
+
+
+# -------------------------------------------------------------------------------- Collective timeline
+
+def test_timeline_without_a_run_says_what_to_do(runs):
+    at = _ok(page_test("pages/timeline.py"))
+    assert "Pick a run on Home" in _text(at) and not vega_charts(at)
+    at = _ok(page_test("pages/timeline.py", {"run": "nope"}))
+    assert "There is no run or uploaded set called **nope**" in _text(at)
+
+
+def test_timeline_draws_every_rank_by_dimension(runs):
+    install_run(runs, "alpha")
+    at = _ok(page_test("pages/timeline.py", {"run": "alpha"}))
+    overview, detail, parts = vega_charts(at)
+    o, d = overview.frame(), detail.frame()
+    assert sorted(o["rank"].unique()) == [0, 1, 2, 3] and sorted(d["rank"].unique()) == [0, 1, 2, 3]
+    assert set(d["lane"]) == {"compute", "comm"}
+    comm = d[d["lane"] == "comm"]
+    assert {"sp", "dp"} <= set(comm["category"]) <= {"tp", "sp", "dp"}  # SP gathers/scatters, DP all-reduce
+    unmerged = comm[~comm["instance"].astype(str).str.startswith("merged")]
+    assert unmerged["group"].astype(str).isin(["0,1", "2,3", "0,2", "1,3"]).all()
+    assert (unmerged["busbw_gbps"] > 0).all() and (unmerged["bytes"] > 0).all()
+    assert (d["start_ms"] >= -1e-6).all() and (d["end_ms"] >= d["start_ms"]).all()
+    # one instance of a 2-rank group: on both of its ranks
+    inst = unmerged.groupby("instance", observed=True)["rank"].nunique()
+    assert (inst == 2).any()
+    assert "brush" in overview.text() and '"pick"' in detail.text()
+    p = parts.frame()
+    assert p.groupby("rank").size().eq(5).all()  # compute / overlapped / exposed / memory / idle
+    assert {"Per rank", "Skew by dimension", "Stragglers", "By dimension"} == {t.label for t in at.tabs}
+    assert len(at.dataframe[0].value) == 4  # one breakdown row per rank
+    assert {"sp", "dp"} <= set(at.dataframe[3].value["dim"]) <= {"tp", "sp", "dp"}
+    downloads = [b.proto.label for b in at.get("download_button")]
+    assert downloads == ["Merged Perfetto trace (.json.gz)", "Collectives table (.csv)"]
+
+
+def test_timeline_window_step_and_highlight_come_from_the_url(runs):
+    install_run(runs, "alpha")
+    at = _ok(page_test("pages/timeline.py", {"run": "alpha"}))
+    assert at.selectbox(key="tl_step").options == ["2", "3", "all"]  # --wait 1 --warmup 1: steps 2, 3 traced
+    # highlight the worst straggler: the picker lists them, the URL keeps the choice
+    worst = at.dataframe[2].value["instance"].iloc[0]  # the stragglers table, worst first
+    assert "skew" in at.selectbox(key="tl_inst").options[1]
+    at.selectbox(key="tl_inst").set_value(worst).run()
+    _ok(at)
+    assert at.query_params["inst"] == worst
+    assert f'"value": [{{"instance": "{worst}"}}]' in vega_charts(at)[1].text()
+    shared = _ok(page_test("pages/timeline.py", {"run": "alpha", "inst": worst}))
+    assert shared.selectbox(key="tl_inst").value == worst
+    # a brushed window and another step, from a copied URL
+    span = vega_charts(at)[0].spec["encoding"]["x"]["scale"]["domain"]
+    lo, hi = round(span[1] * 0.25, 3), round(span[1] * 0.5, 3)
+    at = _ok(page_test("pages/timeline.py", {"run": "alpha", "win": f"{lo},{hi}", "tl_step": "3"}))
+    assert at.selectbox(key="tl_step").value == "3"
+    overview, detail, _ = vega_charts(at)
+    assert overview.spec["params"][0]["value"] == {"x": [lo, hi]}
+    assert detail.spec["layer"][0]["encoding"]["x"]["scale"]["domain"] == [lo, hi]
+    d = detail.frame()
+    assert d["end_ms"].max() <= hi + 1e-6 and d["start_ms"].min() >= lo - 1e-6
+    assert at.subheader[1].value.startswith(f"Detail: {lo:,.1f}")
+    at.button(key="tl_reset").click().run()
+    assert "win" not in at.query_params
+    assert vega_charts(at)[1].spec["layer"][0]["encoding"]["x"]["scale"]["domain"][0] == 0
+
+
+def test_timeline_of_a_failed_run_shows_its_traces_and_the_failure(runs):
+    install_run(runs, "broken", status="failed", error={"rank": 3, "message": "killed by SIGKILL"})
+    at = _ok(page_test("pages/timeline.py", {"run": "broken"}))
+    assert any("failed on rank 3" in e.value for e in at.error)
+    assert len(vega_charts(at)) == 3  # traces already written are still shown
+
+
+def test_timeline_of_a_run_without_traces_waits_for_them(runs):
+    install_run(runs, "live", traces=False, status="running", progress={"step": 3, "steps": 4})
+    at = _ok(page_test("pages/timeline.py", {"run": "live"}))
+    assert "No traces yet" in _text(at) and len(at.get("progress")) == 1 and not vega_charts(at)
+
+
+# ------------------------------------------------------------------------- measured views, plan pages
+
+def test_topology_colours_the_grid_by_measured_values(runs):
+    install_run(runs, "alpha")
+    at = _ok(page_test("pages/topology.py", {**SAMPLE_PLAN, "run": "alpha"}))
+    grid, measured = vega_charts(at)
+    cells = measured.frame()
+    assert sorted(cells["rank"]) == [0, 1, 2, 3] and (cells["exposed_comm_ms"] > 0).all()
+    assert at.subheader[-1].value == "Measured: per-rank values on alpha"
+    at.segmented_control(key="topo_measure").set_value("busbw_gbps").run()
+    _ok(at)
+    assert (vega_charts(at)[1].frame()["busbw_gbps"] > 0).all()
+    # without ?run= the page is pure planning
+    assert len(vega_charts(_ok(page_test("pages/topology.py", SAMPLE_PLAN)))) == 1
+
+
+def test_topology_with_a_run_of_another_size_offers_its_plan(runs):
+    install_run(runs, "alpha")
+    at = _ok(page_test("pages/topology.py", {**SAMPLE_PLAN, "dp": "4", "gb": "8", "run": "alpha"}))
+    assert any("ran on 4 ranks" in i.value for i in at.info) and len(vega_charts(at)) == 1
+
+
+def test_activation_memory_shows_measured_beside_predicted(runs):
+    run = install_run(runs, "alpha")
+    metrics = json.loads((run / "metrics.json").read_text())
+    at = _ok(page_test("pages/activation_memory.py", {**SAMPLE_PLAN, "run": "alpha"}))
+    chart = vega_charts(at)[-1]
+    assert {"bar"} == chart.marks()
+    frame = chart.frame()
+    assert sorted(frame["rank"].unique()) == [0, 1, 2, 3]
+    per_rank = frame[frame["source"] == "measured"].set_index("rank")["MiB"] if "source" in frame else None
+    if per_rank is not None:
+        assert per_rank[0] == pytest.approx(metrics["activation_bytes"]["0"] / 2**20)
+
+
+def test_tp_scaling_overlays_the_runs_tp_group_busbw(runs):
+    install_run(runs, "alpha")
+    at = _ok(page_test("pages/tp_scaling.py", {**SAMPLE_PLAN, "run": "alpha"}))
+    busbw = vega_charts(at)[2].frame()
+    measured = busbw[busbw["source"] == "measured"]
+    assert len(measured) >= 1 and set(measured["tp"]) == {2} and (measured["busbw_gbs"] > 0).all()
+    assert set(measured["link"]) == {"NVLink (intra-node)"}
+
+
+def test_tp_scaling_overlays_commbench_results(runs, tmp_path):
+    # the shape of `python -m profiler commbench`'s JSON: results (one row per op, group size, link, bytes), fits, links
+    bench = {"results": [{"op": "all_reduce", "group_size": 2, "bytes": 1 << 20, "busbw_gbps": 2.0, "link": "intra"},
+                         {"op": "all_reduce", "group_size": 2, "bytes": 1 << 24, "busbw_gbps": 3.0, "link": "intra"},
+                         {"op": "all_gather", "group_size": 4, "bytes": 1 << 24, "busbw_gbps": 9.0, "link": "intra"}],
+             "links": {"intra": {"latency_s": 5e-5, "bandwidth_bytes_per_s": 3.0e9}}}
+    run = install_run(runs, "alpha")
+    (run / "commbench.json").write_text(json.dumps(bench))
+    at = _ok(page_test("pages/tp_scaling.py", {**SAMPLE_PLAN, "run": "alpha"}))
+    measured = vega_charts(at)[2].frame().query("source == 'measured'")
+    assert 3.0 in set(measured["busbw_gbs"].round(3))  # the largest all_reduce message of group size 2
+    assert 9.0 not in set(measured["busbw_gbs"].round(3))  # all_gather rows are not the layer's all-reduce

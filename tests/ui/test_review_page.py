@@ -1,0 +1,177 @@
+"""AppTest of the Plan review page (issue #7): compare, search, import, saved reviews, and the URL that
+reproduces the view. No browser: app.py in-process, switched to the page (tests.support.apptest)."""
+
+import pytest
+
+from parallel.core.specs import GiB
+from tests.support.apptest import page_test, vega_charts
+from tests.unit.test_import import DATA
+from ui.plan_params import review_from_params, review_to_params
+
+PAGE = "pages/plan_review.py"
+SMALL = {"model": "gpt3-22b", "cluster": "dgx-h100", "nodes": "2",
+         "plan": ["A|dp=2,tp=8,pp=1,sp=1,gb=64", "B|dp=2,tp=4,pp=2,sp=1,gb=64,zero=1,recompute=selective",
+                  "C|dp=1,tp=16,sp=1,gb=64"]}
+
+
+@pytest.fixture(autouse=True)
+def _data_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv("PARASCOPE_REVIEWS_DB", raising=False)
+    monkeypatch.setenv("PARASCOPE_DATA", str(tmp_path))
+
+
+def ok(at):
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def button(at, prefix: str):
+    return next(b for b in at.button if b.label.startswith(prefix))
+
+
+def frame_with(at, column: str):
+    """The first table of the page (st.dataframe / st.data_editor) that has `column`."""
+    return next(d.value for d in at.dataframe if column in d.value.columns)
+
+
+def url(at) -> dict:
+    return {k: at.query_params.get_all(k) if hasattr(at.query_params, "get_all") else at.query_params[k]
+            for k in at.query_params}
+
+
+def test_compare_draws_every_chart_with_one_row_per_plan_and_component():
+    at = ok(page_test(PAGE, SMALL))
+    memory, time, comm = vega_charts(at)
+    assert {"bar", "rule"} <= memory.marks()
+    bars = memory.frame()
+    assert len(bars) == 3 * 4 and set(bars["plan"]) == {"A", "B", "C"}
+    assert set(bars["component"]) == {"params", "grads", "optimizer", "activations"}
+    rules = [f for f in memory.datasets.values() if "what" in f.columns][0]
+    assert rules["gib"].iloc[0] == pytest.approx(80.0)  # the H100's memory
+    assert set(time.frame()["plan"]) == {"A", "B", "C"} and "compute" in set(time.frame()["part"])
+    assert {"NVLink (intra-node)", "InfiniBand (inter-node)"} <= set(comm.frame()["link"])  # C's TP 16 crosses nodes
+    table = frame_with(at, "metric")
+    assert {"section", "metric", "A", "B", "C"} <= set(table.columns) and len(table) > 30
+    assert list(frame_with(at, "recompute")["name"]) == ["A", "B", "C"]  # the plan editor
+    assert any("cross nodes" in w.value for w in at.warning)  # C's TP groups span the two nodes
+
+
+def test_links_open_each_plan_in_the_plan_pages():
+    at = ok(page_test(PAGE, SMALL))
+    links = at.get("page_link")
+    assert len(links) == 3 * 3
+    topo = [link.proto for link in links if link.proto.label == "Topology"]
+    assert "dp=2&tp=4&pp=2&cp=1&sp=1&mb=1&gb=64&vpp=1&zero=1&recompute=selective" in topo[1].query_string
+    assert "model=gpt3-22b&cluster=dgx-h100&nodes=2" in topo[1].query_string
+
+
+def test_the_url_reproduces_the_view():
+    query = {**SMALL, "title": "22B on 2 nodes", "chosen": "B", "verdict": "B: half the memory", "mfu": "0.4",
+             "s_max_tp": "8", "s_sp": "1", "s_zero": "1,2", "dropout": "0"}
+    at = ok(page_test(PAGE, query))
+    written = url(at)
+    assert review_from_params(written) == review_from_params(query)
+    assert at.text_input(key="rv.title").value == "22B on 2 nodes"
+    assert at.selectbox(key="rv.chosen").value == "B" and at.text_area(key="rv.verdict").value == "B: half the memory"
+    # a second session opening the written URL sees the same state
+    again = ok(page_test(PAGE, {k: v if len(v) > 1 or k == "plan" else v[0] for k, v in written.items()}))
+    assert review_from_params(url(again)) == review_from_params(written)
+    # editing a widget goes back into the URL
+    at.text_input(key="rv.title").input("renamed").run()
+    assert ok(at).query_params["title"] == "renamed"
+
+
+def test_a_bad_link_is_explained_not_a_traceback():
+    at = ok(page_test(PAGE, {"plan": ["A|tp=eight"]}))
+    assert any("The link's review could not be used" in e.value and "tp='eight'" in e.value for e in at.error)
+    assert len(vega_charts(at)) == 3  # the default review instead
+
+
+def test_search_pareto_chart_and_send_to_compare():
+    at = ok(page_test(PAGE, {**SMALL, "view": "search"}))
+    (pareto,) = vega_charts(at)
+    points = pareto.frame()
+    assert {"circle", "line", "rule"} <= pareto.marks()
+    assert {"gib", "step_time_s", "label", "front"} <= set(points.columns)
+    assert points["gib"].max() <= 0.9 * 80 + 1e-9 and (points["front"] == "Pareto front").any()
+    assert len(points) <= 300 + (points["front"] == "Pareto front").sum()
+    button(at, "Add to compare").click().run()
+    ok(at)
+    assert at.query_params["view"] == "compare"
+    plans = url(at)["plan"]
+    assert len(plans) == 4 and plans[-1].startswith("search #1|")
+    assert len(vega_charts(at)[0].frame()) == 4 * 4
+
+
+def test_search_that_finds_nothing_says_why():
+    at = ok(page_test(PAGE, {"model": "gpt3-175b", "nodes": "1", "plan": ["A|dp=1,tp=8,gb=16"], "view": "search",
+                             "s_zero": "0"}))
+    assert any("no plan fits" in e.value and "allowing ZeRO-3" in e.value for e in at.error)
+    assert len(frame_with(at, "constraint")) >= 5  # the funnel
+
+
+def test_import_a_megatron_script_then_add_it():
+    at = ok(page_test(PAGE, {**SMALL, "view": "import"}))
+    at.text_area(key="rv.i_text").input((DATA / "megatron_gpt3_175b.sh").read_text()).run()
+    at.number_input(key="rv.i_nodes").set_value(64).run()
+    button(at, "Read it").click().run()
+    ok(at)
+    assert any("gpt3-175b, DP4 TP8 PP16" in s.value for s in at.success)
+    recognised = frame_with(at, "flag or key")
+    assert "--tensor-model-parallel-size" in set(recognised["flag or key"])
+    button(at, "Add to compare").click().run()
+    ok(at)
+    assert at.query_params["model"] == "gpt3-175b" and at.query_params["nodes"] == "64"
+    assert url(at)["plan"][-1].startswith("imported|dp=4,tp=8,pp=16")
+
+
+def test_import_bad_input_points_at_the_line():
+    at = ok(page_test(PAGE, {**SMALL, "view": "import"}))
+    at.text_area(key="rv.i_text").input('torchrun pretrain_gpt.py --num-layers 2 \\\n  --tensor-model-parallel-size "8\n').run()
+    button(at, "Read it").click().run()
+    ok(at)
+    assert any("line 2: unterminated double quote" in e.value for e in at.error)
+
+
+def test_save_list_reopen_and_notes():
+    at = ok(page_test(PAGE, {**SMALL, "view": "saved", "title": "to keep", "chosen": "A"}))
+    assert any("No saved reviews yet" in i.value for i in at.info)
+    at.text_input(key="rv.author").input("ana")
+    button(at, "Save as a new review").click().run()
+    ok(at)
+    assert at.query_params["review"] == "1" and any("Saved as review #1" in s.value for s in at.success)
+    saved = frame_with(at, "revisions")
+    assert list(saved["title"]) == ["to keep"] and saved["chosen"][0] == "A"
+    at.text_area(key="rv.note_text").input("B would free memory for a longer sequence")
+    button(at, "Add note").click().run()
+    assert any("**ana**" in m.value and "longer sequence" in m.value for m in ok(at).markdown)
+    # another session opens it from the list
+    other = ok(page_test(PAGE, {"view": "saved"}))
+    button(other, "Open").click().run()
+    ok(other)
+    assert other.query_params["view"] == "compare" and other.query_params["title"] == "to keep"
+    assert len(url(other)["plan"]) == 3
+
+
+def test_custom_model_rides_in_the_url_and_disables_the_links():
+    at = ok(page_test(PAGE, {"view": "import", "nodes": "8"}))
+    at.text_area(key="rv.i_text").input((DATA / "megatron_sc21_figure15.sh").read_text()).run()
+    button(at, "Read it").click().run()
+    button(ok(at), "Add to compare").click().run()
+    ok(at)
+    assert at.query_params["model"] == "custom" and at.query_params["shape"].startswith("L=32,h=3840,a=32")
+    assert all(link.proto.disabled for link in at.get("page_link")[-3:])
+    state = review_from_params(url(at))
+    assert review_to_params(state)["mname"] == "megatron L32 h3840 a32"
+    assert state.plans[-1].plan.tp == 2 and state.nodes == 8
+    assert vega_charts(at)[0].frame()["bytes"].max() < 80 * GiB
+
+
+def test_a_link_opens_the_plan_in_the_topology_page():
+    from urllib.parse import parse_qsl
+
+    at = ok(page_test(PAGE, SMALL))
+    topo = [link.proto for link in at.get("page_link") if link.proto.label == "Topology"][1]  # plan B
+    other = ok(page_test("pages/topology.py", dict(parse_qsl(topo.query_string))))
+    assert other.query_params["tp"] == "4" and other.query_params["pp"] == "2" and other.query_params["zero"] == "1"
+    assert len(vega_charts(other)[0].frame()) == 16  # one cell per GPU of the review's 2 nodes

@@ -1,0 +1,213 @@
+"""The engine's pieces in one process: sharding, token layout, operators, optimizer, activation meter, CLI errors.
+
+Multi-process correctness (every plan against the serial model) is tests/integration/test_engine_matrix.py.
+"""
+
+import dataclasses
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from parallel.core.plan import Plan
+from parallel.core.specs import MODELS
+from parallel.engine import data
+from parallel.engine.actmem import ActivationMeter, predicted_breakdown
+from parallel.engine.api import engine_errors
+from parallel.engine.context_parallel import causal_bias, sp_ranges, token_ranges
+from parallel.engine.dist import local_context
+from parallel.engine.gpt import GPTStage, LayerNorm, full_shapes, init_tensor
+from parallel.engine.optim import AdamW
+from parallel.engine.tensor_parallel import shard_tensor, unshard_tensor, vocab_parallel_cross_entropy
+from tests.conftest import ROOT
+
+TINY = MODELS["tiny"]
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+@pytest.mark.parametrize("axis,parts", [(0, (64, 32, 32)), (0, (256,)), (1, (64,))])
+def test_shard_unshard_round_trip(tp, axis, parts):
+    shape = (sum(parts), 8) if axis == 0 else (8, sum(parts))
+    full = torch.randn(shape)
+    shards = [shard_tensor(full, axis=axis, parts=parts, index=i, size=tp) for i in range(tp)]
+    assert all(s.shape[axis] == sum(parts) // tp for s in shards)
+    torch.testing.assert_close(unshard_tensor(shards, axis=axis, parts=parts), full, rtol=0, atol=0)
+
+
+def test_qkv_shard_keeps_heads_together():
+    """TP rank i gets rows of q, k and v for the same heads: [q_i | k_i | v_i]."""
+    h = 8
+    full = torch.arange(3 * h).float().unsqueeze(1)  # row r holds r
+    s1 = shard_tensor(full, axis=0, parts=(h, h, h), index=1, size=2).squeeze(1).tolist()
+    assert s1 == [4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23]
+
+
+@pytest.mark.parametrize("cp", [1, 2, 4])
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_token_layout_covers_the_sequence_once(cp, tp):
+    s = 64
+    seen = []
+    for c in range(cp):
+        ranges = token_ranges(seq_len=s, cp=cp, index=c)
+        assert sum(b - a for a, b in ranges) == s // cp
+        for t in range(tp):
+            for a, b in sp_ranges(ranges, tp=tp, index=t):
+                seen.extend(range(a, b))
+    assert sorted(seen) == list(range(s))
+
+
+def test_load_balanced_chunks_and_causal_mask():
+    assert token_ranges(seq_len=64, cp=2, index=0) == [(0, 16), (48, 64)]
+    assert token_ranges(seq_len=64, cp=2, index=1) == [(16, 32), (32, 48)]
+    # rank 0's queries at positions 0..15 and 48..63 against keys of ranks 0, 1 (0-15, 48-63, 16-47)
+    bias = causal_bias(seq_len=64, cp=2, index=0)
+    assert bias.shape == (32, 64)
+    allowed = (bias == 0).sum(1)
+    assert allowed[0] == 1 and allowed[15] == 16  # first chunk: causal within itself
+    assert allowed[16] == 49 and allowed[31] == 64  # position 48 sees 0..48; 63 sees everything
+    # equal work on both ranks: the point of the 2*cp chunking
+    assert int((bias == 0).sum()) == int((causal_bias(seq_len=64, cp=2, index=1) == 0).sum())
+
+
+def test_vocab_parallel_cross_entropy_matches_torch():
+    ctx = local_context()
+    logits = torch.randn(2, 5, 11, requires_grad=True)
+    target = torch.randint(11, (2, 5))
+    ours = vocab_parallel_cross_entropy(logits, target, start=0, group=ctx.tp)
+    ref = F.cross_entropy(logits.view(-1, 11), target.view(-1), reduction="none").view(2, 5)
+    torch.testing.assert_close(ours, ref)
+    w = torch.randn(2, 5)
+    g1, = torch.autograd.grad((ours * w).sum(), logits)
+    g2, = torch.autograd.grad((ref * w).sum(), logits)
+    torch.testing.assert_close(g1, g2)
+
+
+def test_layernorm_keeps_only_its_input_and_matches_torch():
+    x = torch.randn(2, 7, 16, requires_grad=True)
+    ln = LayerNorm(16, sp=False)
+    with torch.no_grad():
+        ln.weight.normal_(), ln.bias.normal_()
+    y = ln(x)
+    gx, gw, gb = torch.autograd.grad(y.square().sum(), (x, ln.weight, ln.bias))
+    ref = F.layer_norm(x, (16,), ln.weight, ln.bias, 1e-5)
+    rx, rw, rb = torch.autograd.grad(ref.square().sum(), (x, ln.weight, ln.bias))
+    for a, b in ((y, ref), (gx, rx), (gw, rw), (gb, rb)):
+        torch.testing.assert_close(a, b)
+
+
+def test_adamw_is_torch_adamw_bit_for_bit():
+    torch.manual_seed(0)
+    p1 = torch.nn.Parameter(torch.randn(50))
+    p2 = torch.nn.Parameter(p1.detach().clone())
+    theirs = torch.optim.AdamW([p1], lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    ours = AdamW([p2], lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    for _ in range(4):
+        g = torch.randn(50)
+        p1.grad, p2.grad = g.clone(), g.clone()
+        theirs.step()
+        ours.step()
+    torch.testing.assert_close(p2, p1, rtol=0, atol=0)
+
+
+def test_init_is_a_function_of_seed_and_name():
+    a = init_tensor("h.0.attn.c_attn.weight", (192, 64), seed=0, layers=4)
+    assert torch.equal(a, init_tensor("h.0.attn.c_attn.weight", (192, 64), seed=0, layers=4))
+    assert not torch.equal(a, init_tensor("h.1.attn.c_attn.weight", (192, 64), seed=0, layers=4))
+    assert abs(a.std().item() - 0.02) < 0.002
+    assert set(full_shapes(TINY)) == {n for n, _ in GPTStage(model=TINY, ctx=local_context()).named_parameters()}
+
+
+# ---- activation memory: the meter against memory.py, exactly ------------------------------------
+
+@pytest.mark.parametrize("plan_kw,model_kw,dropout", [
+    ({}, {}, 0.0),
+    ({}, {}, 0.1),
+    ({"recompute": "selective"}, {}, 0.1),
+    ({"recompute": "full"}, {}, 0.1),
+    ({"micro_batch": 2, "global_batch": 2}, {"kv_heads": 2}, 0.1),  # GQA, two sequences per microbatch
+    ({}, {"layers": 2, "hidden": 96, "heads": 6, "kv_heads": 6, "ffn_hidden": 200, "seq_len": 48, "vocab": 300}, 0.0),
+], ids=["plain", "dropout", "selective", "recompute-all", "gqa-mb2", "other-shape"])
+def test_meter_equals_formula_in_one_process(plan_kw, model_kw, dropout):
+    plan = Plan(**plan_kw)
+    model = dataclasses.replace(TINY, **model_kw)
+    stage = GPTStage(model=model, ctx=local_context(plan), dropout=dropout)
+    stage.init_weights(seed=0)
+    meter = ActivationMeter(exclude=list(stage.parameters()))
+    batch = data.global_batch(step=0, seed=0, global_batch=plan.global_batch, seq_len=model.seq_len, vocab=model.vocab)
+    mb = data.microbatches(batch, plan=plan, dp_index=0, cp_index=0)[0]
+    with meter.measure(inputs=list(mb.values())):
+        loss = stage(ids=mb["ids"], targets=mb["targets"], tokens=model.seq_len)
+    loss.backward()  # the saved tensors are the ones backward needs
+    predicted = predicted_breakdown(model, plan, stage=0, dropout=dropout)
+    assert meter.breakdown() == pytest.approx(predicted, rel=0, abs=0)
+    assert "other" not in meter.breakdown()
+    assert set(meter.per_layer()) == set(range(model.layers))
+
+
+def test_meter_counts_a_shared_storage_once_and_skips_parameters():
+    w = torch.nn.Parameter(torch.randn(8, 8))
+    x = torch.randn(4, 8, requires_grad=True)
+    meter = ActivationMeter(exclude=[w])
+    with meter.measure():
+        y = x @ w  # saves x and w
+        z = (y * y).sum() + (y.sin()).sum()  # y saved twice (mul saves both operands), sin saves y
+    z.backward()
+    assert meter.total() == 4 * 8 * 4 + 4 * 8 * 4  # x and y, once each; w excluded
+
+
+# ---- CLI: bad plans exit 2 before any process starts --------------------------------------------
+
+def test_engine_errors_name_what_is_missing():
+    assert engine_errors(TINY, Plan(tp=2)) == []
+    msgs = engine_errors(dataclasses.replace(TINY, arch="llama", kv_heads=1, vocab=511), Plan(pp=2, tp=2, vpp=2, zero=2))
+    assert any("arch" in m for m in msgs) and any("kv_heads 1" in m for m in msgs)
+    assert any("vocab 511" in m for m in msgs) and any("ZeRO-2" in m for m in msgs)
+
+
+def test_validating_a_train_command_does_not_import_torch():
+    code = ("import sys\nfrom parallel.cli.train import config_from_args\n"
+            "cfg, errors, _ = config_from_args(['--dp', '2', '--tp', '2', '--sp', '--global-batch', '4'])\n"
+            "assert not errors, errors\nprint(any(m.split('.')[0] == 'torch' for m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--tp", "3"], "heads 4 are not divisible by tp 3"),
+    (["--sp"], "sequence parallelism (sp) needs tp > 1"),
+    (["--dp", "2", "--global-batch", "3"], "global_batch 3 is not divisible"),
+    (["--pp", "2", "--vpp", "2", "--global-batch", "3"], "interleaved schedule: microbatches 3"),
+    (["--zero", "2", "--dp", "2"], "ZeRO-2: the engine implements ZeRO 0 and 1"),
+    (["--dp", "2", "--global-batch", "2", "--timeout", "-1"], "--timeout -1 must be > 0"),  # was gloo's traceback
+    (["--tp", "2", "--layers", "3"], None),  # fine for TP: not an error
+])
+def test_cli_rejects_a_bad_plan_with_exit_2(flags, needle, tmp_path):
+    start = time.monotonic()
+    args = ["--out", str(tmp_path / "run"), "--steps", "1"]
+    if needle is None:  # only check that the plan model does not object; do not train
+        from parallel.cli.train import config_from_args
+        _, errors, _ = config_from_args(flags + args)
+        assert errors == []
+        return
+    r = subprocess.run([sys.executable, "-m", "parallel", "train", *flags, *args], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "run").exists()  # nothing ran
+    assert time.monotonic() - start < 30
+
+
+@pytest.mark.parametrize("out,needle", [("file", "exists and is not a directory"),
+                                        ("file/run", "cannot be created (")])
+def test_an_out_that_cannot_hold_the_run_exits_2_before_any_rank_starts(out, needle, tmp_path):
+    """rank 0 writes metrics.json only after the last step: a bad --out must not cost the whole job."""
+    (tmp_path / "file").write_text("")
+    r = subprocess.run([sys.executable, "-m", "parallel", "train", "--dp", "2", "--global-batch", "2", "--steps", "1",
+                        "--out", str(tmp_path / out)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "step 0" not in r.stdout

@@ -1,0 +1,105 @@
+"""ui.plan_params, the review page's part (issue #7): plan codes, custom model shapes, the whole page
+state <-> URL round trip, the plan table, and links to the plan pages."""
+
+import dataclasses
+
+import pytest
+
+from parallel.core.plan import Plan
+from parallel.core.specs import MODELS, Model, SpecError
+from parallel.review.document import NamedPlan
+from ui.plan_params import (
+    ReviewState,
+    default_review_state,
+    model_code,
+    model_from_code,
+    parse_plan_code,
+    plan_code,
+    plan_from_params,
+    plan_page_params,
+    plan_rows_of,
+    plans_from_rows,
+    review_from_params,
+    review_of,
+    review_to_params,
+    state_of_review,
+)
+
+PLANS = (NamedPlan("baseline", Plan(dp=8, tp=8, pp=8, sp=True, global_batch=1536)),
+         NamedPlan("lean, v2", Plan(dp=4, tp=8, pp=8, cp=2, sp=True, vpp=2, micro_batch=2, global_batch=1536, zero=1,
+                                   recompute="selective", order="tp-cp-pp-dp")))
+
+
+@pytest.mark.parametrize("named", PLANS)
+def test_plan_code_round_trip(named):
+    assert parse_plan_code(plan_code(named)) == named
+
+
+def test_plan_code_defaults_and_errors():
+    assert parse_plan_code("x|tp=4,dp=2").plan == Plan(dp=2, tp=4, global_batch=2)
+    for bad, message in (("no-separator", "must look like"), ("x|tp=4,foo=1", "unknown key"), ("x|tp=four", "tp='four'"),
+                         ("|tp=2", "must look like")):
+        with pytest.raises(SpecError, match=message):
+            parse_plan_code(bad)
+
+
+def test_custom_model_shape_round_trip():
+    m = Model(name="megatron L32 h3840 a32", layers=32, hidden=3840, heads=32, vocab=50432, seq_len=2048)
+    assert model_from_code(model_code(m), m.name) == m
+    with pytest.raises(SpecError, match="shape="):
+        model_from_code("L=3,zz=1")
+
+
+STATES = [
+    default_review_state(),
+    ReviewState(model=MODELS["llama3-70b"], cluster="dgx-a100", nodes=32, plans=PLANS, title="70B & friends: a/b?",
+                chosen="lean, v2", verdict="CP 2 keeps 8k tokens; ok.", view="search", review_id=7, search_gb=512,
+                headroom=0.2, max_tp=8, require_sp=True, zero=(1, 3), recompute=("selective",), top=5, mfu=0.45,
+                dp_overlap=0.5, flash=True, dropout=False),
+    ReviewState(model=Model(name="custom 24L", layers=24, hidden=2048, heads=16, vocab=32000, seq_len=4096, arch="llama"),
+                nodes=2, plans=(NamedPlan("A", Plan(dp=4, tp=4, global_batch=64)),), view="import"),
+]
+
+
+@pytest.mark.parametrize("state", STATES, ids=["default", "everything-set", "custom-model"])
+def test_review_state_url_round_trip(state):
+    params = review_to_params(state)
+    assert all(isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)) for v in params.values())
+    assert review_from_params(params) == state
+    # as parse_qs / st.query_params.get_all hand it back: every value a list
+    assert review_from_params({k: v if isinstance(v, list) else [v] for k, v in params.items()}) == state
+
+
+def test_review_state_defaults_and_bad_urls():
+    assert review_from_params({}) == default_review_state()
+    assert review_from_params({"chosen": "nobody"}).chosen is None  # a stale choice is dropped, not fatal
+    for params, message in (({"plan": ["A|tp=2", "A|tp=4"]}, "different names"), ({"view": "nope"}, "view='nope'"),
+                            ({"model": "gpt9"}, "unknown model preset"), ({"s_headroom": "2"}, "s_headroom=2.0"),
+                            ({"mfu": "fast"}, "mfu='fast'"), ({"s_zero": "0,7"}, "s_zero / s_recompute"),
+                            ({"nodes": "0"}, "nodes=0")):
+        with pytest.raises(SpecError, match=message.replace("(", r"\(")):
+            review_from_params(params)
+
+
+def test_plan_table_rows_round_trip_and_errors():
+    assert plans_from_rows(plan_rows_of(PLANS)) == (PLANS, [])
+    rows = plan_rows_of(PLANS) + [{**plan_rows_of(PLANS)[0]}, {"name": "bad", "dp": 1, "tp": 0}]
+    plans, errors = plans_from_rows(rows)
+    assert plans == PLANS
+    assert errors[0] == "row 3: the name 'baseline' is used twice" and errors[1].startswith("row 4 (bad):")
+
+
+def test_links_to_the_plan_pages_use_their_keys():
+    s = dataclasses.replace(default_review_state(), plans=PLANS)
+    params = plan_page_params(s, PLANS[1])
+    model, cluster, plan = plan_from_params(params)
+    assert (model.name, cluster.name, cluster.nodes, plan) == ("gpt3-175b", "dgx-h100", 64, PLANS[1].plan)
+    assert plan_page_params(STATES[2], STATES[2].plans[0]) is None  # custom models: the pages take presets only
+
+
+def test_review_of_and_back():
+    s = STATES[1]
+    r = review_of(s, author="ana")
+    assert r.cluster.nodes == 32 and r.options.perf.mfu == 0.45 and r.options.activations.flash_attention
+    back = state_of_review(r, review_id=7, view="search", base=s)
+    assert back == s

@@ -1,0 +1,68 @@
+"""parallel.core.scaling: one layer's compute vs TP communication for TP = 1…32, and the node boundary."""
+
+import pytest
+
+from parallel.core.comm import collective_seconds
+from parallel.core.scaling import TP_DEGREES, highlights, invalid_notes, summary_table, tp_scaling
+from parallel.core.specs import CLUSTERS, MODELS, Model
+
+H100 = CLUSTERS["dgx-h100"]
+GPT175 = MODELS["gpt3-175b"]
+
+
+def test_rows_cover_tp_1_to_32_with_and_without_sp():
+    df = tp_scaling(GPT175, H100)
+    assert sorted(df.loc[~df.sp, "tp"]) == list(TP_DEGREES)
+    assert sorted(df.loc[df.sp, "tp"]) == [2, 4, 8, 16, 32]  # SP needs a TP group
+    assert df["valid"].all()
+    base = df[(df.tp == 1) & ~df.sp].iloc[0]
+    assert base.speedup == pytest.approx(1.0) and base.tp_comm_s == 0 and base.efficiency == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("cluster, inside", [("dgx-h100", (1, 2, 4, 8)), ("local-cpu", (1, 2, 4, 8))])
+def test_link_changes_at_the_node_boundary(cluster, inside):
+    df = tp_scaling(GPT175, CLUSTERS[cluster])
+    valid = df[~df.sp & (df.tp > 1)]
+    assert set(valid.loc[valid.tp.isin(inside), "link"]) == {"intra"}
+    assert set(valid.loc[~valid.tp.isin(inside), "link"]) == {"inter"}
+    # the cliff: TP communication's share jumps when the group leaves the node
+    share = valid.set_index("tp")["comm_fraction"]
+    assert share[16] > 3 * share[8]
+
+
+def test_tp_comm_is_four_all_reduces_of_bsh_per_layer():
+    df = tp_scaling(GPT175, H100, micro_batch=2)
+    row = df[(df.tp == 8) & ~df.sp].iloc[0]
+    nbytes = 2 * GPT175.seq_len * GPT175.hidden * GPT175.dtype_bytes
+    assert row.bytes_per_call == nbytes
+    assert row.tp_comm_s == pytest.approx(4 * collective_seconds("all_reduce", 8, nbytes, H100.intra))
+    sp = df[(df.tp == 8) & df.sp].iloc[0]
+    assert sp.tp_comm_s == pytest.approx(row.tp_comm_s)  # AG + RS move what the all-reduce moved
+    assert sp.overlapped_s > 0 and row.overlapped_s == 0  # Megatron's backward re-gather, overlapped
+
+
+def test_compute_splits_by_tp_and_recompute_adds_a_forward():
+    df = tp_scaling(GPT175, H100)
+    c = df[~df.sp].set_index("tp")["compute_s"]
+    assert c[8] == pytest.approx(c[1] / 8)
+    full = tp_scaling(GPT175, H100, recompute="full")
+    assert full.loc[(full.tp == 1) & ~full.sp, "compute_s"].iloc[0] == pytest.approx(c[1] * 4 / 3)
+
+
+def test_degrees_the_model_cannot_use_are_kept_with_the_reason():
+    odd = Model(name="odd", layers=4, hidden=768, heads=12, vocab=1000, seq_len=1024)
+    df = tp_scaling(odd, H100)
+    bad = df[~df["valid"]]
+    assert set(bad.tp) == {8, 16, 32}
+    assert all("heads 12 are not divisible" in r for r in bad.reason)
+    notes = invalid_notes(df)
+    assert len(notes) == len(bad) and notes[0].startswith("TP 8 left out: heads 12")
+    assert len(summary_table(df)) == int(df["valid"].sum())
+
+
+def test_highlights_name_the_plans_tp_and_both_sides_of_the_boundary():
+    df = tp_scaling(GPT175, H100)
+    rows = highlights(df, 8, 4)
+    assert [r["tp"] for r in rows] == [4, 8, 16]
+    assert [r["link"] for r in rows] == ["intra", "intra", "inter"]
+    assert [r["tp"] for r in highlights(df, 8, 8)] == [8, 16]  # no duplicate

@@ -1,0 +1,144 @@
+"""`parallel.search.space` (issue #7): the vectorised search equals the plain loop over plan_report, the
+`--json` contract, Pareto front, and an empty space that names the constraint that emptied it."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from parallel.cli import search as search_cli
+from parallel.core.memory import ActivationOptions
+from parallel.core.perf import PerfOptions
+from parallel.core.report import Options
+from parallel.core.specs import CLUSTERS, MODELS, GiB, Model
+from parallel.search import space as S
+
+GQA = Model(name="gqa", layers=4, hidden=256, heads=8, kv_heads=2, ffn_hidden=704, vocab=1000, seq_len=128, arch="llama")
+GPT = Model(name="gpt", layers=4, hidden=512, heads=4, vocab=1000, seq_len=64)
+# 2 nodes of 4 GPUs (so groups land on both links) with a memory small enough that some plans do not fit
+SMALL = dataclasses.replace(CLUSTERS["dgx-h100"], nodes=2, gpus_per_node=4, gpu_memory_bytes=int(0.03 * GiB))
+VARIANT = Options(activations=ActivationOptions(flash_attention=True, dropout=False), perf=PerfOptions(dp_overlap=0.5))
+
+
+@pytest.mark.parametrize("model", [GQA, GPT], ids=["llama-gqa", "gpt"])
+@pytest.mark.parametrize("options", [Options(), VARIANT], ids=["table2", "flash-nodropout-overlap"])
+def test_fast_search_equals_plain_loop_over_plan_report(model, options):
+    constraints = S.Constraints(headroom=0.0)
+    fast = S.search(model, SMALL, 8, constraints, options)
+    slow = S.search_naive(model, SMALL, 8, constraints, options)
+    assert fast.funnel[-1]["remaining"] < fast.funnel[-2]["remaining"], "the memory limit should bite"
+    keys = list(S.PLAN_KEYS)
+    both = fast.table.merge(slow, on=keys, how="outer", suffixes=("_fast", "_slow"), indicator=True)
+    assert (both["_merge"] == "both").all(), both[both["_merge"] != "both"][keys]
+    for col in ("memory_per_gpu_bytes", "step_time_s", "bubble_fraction", "mfu"):
+        np.testing.assert_allclose(both[f"{col}_fast"], both[f"{col}_slow"], rtol=1e-12)
+
+
+def test_ranked_fastest_first_and_pareto_flags_undominated():
+    result = S.search(GQA, SMALL, 8, S.Constraints(headroom=0.0))
+    t = result.table
+    assert t["step_time_s"].is_monotonic_increasing or (t["step_time_s"].round(9).diff().dropna() >= 0).all()
+    front = t[t["pareto"]]
+    for row in front.itertuples():
+        dominated = (t["memory_per_gpu_bytes"] < row.memory_per_gpu_bytes) & (t["step_time_s"] < row.step_time_s)
+        assert not dominated.any()
+    assert bool(t["pareto"].iloc[0])  # the fastest plan is always on the front
+
+
+def test_pareto_front_by_hand():
+    t = pd.DataFrame({"memory_per_gpu_bytes": [5, 3, 4, 1, 3], "step_time_s": [1, 2, 3, 4, 2]})
+    assert S.pareto_front(t).tolist() == [True, True, False, True, False]
+
+
+def run(capsys, argv):
+    code = search_cli.main(argv)
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def test_cli_json_contract_175b_on_512(capsys):
+    code, out, _ = run(capsys, "--model gpt3-175b --cluster dgx-h100 --gpus 512 --global-batch 1536 --top 7 --json".split())
+    rows = json.loads(out)
+    assert code == 0 and len(rows) == 7
+    for row in rows:
+        assert set(row["plan"]) == {"dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "recompute"}
+        p = row["plan"]
+        assert p["dp"] * p["tp"] * p["pp"] * p["cp"] == 512
+        assert isinstance(p["sp"], bool) and p["recompute"] in ("none", "selective", "full")
+        assert 0 < row["memory_per_gpu_bytes"] <= 0.9 * 80 * GiB and row["step_time_s"] > 0
+        assert 0 <= row["bubble_fraction"] < 1
+    times = [r["step_time_s"] for r in rows]
+    assert times == sorted(times)
+
+
+def test_cli_text_and_constraints(capsys):
+    code, out, _ = run(capsys, "--model gpt3-175b --gpus 64 --global-batch 512 --max-tp 8 --require-sp --zero 0,1 "
+                               "--recompute none,selective --top 5".split())
+    assert code == 0 and "SP required whenever tp > 1" in out and "max TP 8" in out
+    table = S.search(MODELS["gpt3-175b"], CLUSTERS["dgx-h100"].with_nodes(8), 512,
+                     S.Constraints(max_tp=8, require_sp=True, zero=(0, 1), recompute=("none", "selective"))).table
+    assert table["tp"].max() <= 8 and table.loc[table["tp"] > 1, "sp"].all()
+    assert set(table["zero"]) <= {0, 1} and "full" not in set(table["recompute"])
+
+
+@pytest.mark.parametrize("model,gpus,gb,constraints,message", [
+    (MODELS["gpt3-175b"], 8, 512, S.Constraints(),
+     "no plan fits: all 14,592 valid plans of gpt3-175b on 8 GPUs need more than 72.0 GiB per GPU"),
+    (MODELS["tiny"], 8, 1, S.Constraints(max_tp=1, max_pp=1, max_cp=1),
+     "the constraint 'global batch 1 divisible by dp' removed the last 1 candidates"),
+    (Model(name="odd", layers=1, hidden=64, heads=8, vocab=64, seq_len=12), 8, 1, S.Constraints(require_sp=True),
+     "the constraint 'SP required whenever tp > 1' removed the last"),
+    (MODELS["gpt3-22b"], 8, 64, S.Constraints(max_tp=1, max_pp=1, max_cp=1, zero=(0,)),
+     "try more GPUs, allowing ZeRO-3, a --max-tp above 1, a --max-pp above 1, a --max-cp above 1 or less headroom"),
+])
+def test_impossible_space_names_the_constraint(model, gpus, gb, constraints, message):
+    cluster = CLUSTERS["dgx-h100"].with_nodes(gpus // 8)
+    with pytest.raises(S.SearchEmpty) as err:
+        S.search(model, cluster, gb, constraints)
+    assert message in str(err.value)
+
+
+def test_memory_hints_name_the_levers_left(capsys):
+    code, out, err = run(capsys, "--model gpt3-175b --gpus 8 --global-batch 512 --zero 0,1 --json".split())
+    assert code == 2 and json.loads(out) == []
+    assert "try more GPUs, allowing ZeRO-3 or less headroom" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv,message", [
+    ("--model gpt3-175b --gpus 12 --global-batch 8", "--gpus 12 is not a whole number of 8-GPU nodes"),
+    ("--model gpt3-175b --global-batch 8", "give the GPUs to plan for"),
+    ("--model gpt3-175b --gpus 8 --global-batch 8 --zero x", "--zero must list stages"),
+    ("--model gpt3-175b --gpus 8 --global-batch 8 --recompute some", "recompute modes must be among"),
+    ("--model gpt3-175b --gpus 8 --global-batch 8 --headroom 1.5", "headroom must be in [0, 1)"),
+])
+def test_bad_flags_are_one_clear_line(capsys, argv, message):
+    code, _, err = run(capsys, argv.split())
+    assert code == 2 and message in err
+
+
+def test_plan_of_row_round_trips_through_plan_report():
+    result = S.search(MODELS["gpt3-22b"], CLUSTERS["dgx-h100"].with_nodes(4), 256)
+    from parallel.core.report import plan_report
+    row = result.table.iloc[0].to_dict()
+    rep = plan_report(S.plan_of(row, 256), MODELS["gpt3-22b"], CLUSTERS["dgx-h100"].with_nodes(4))
+    assert rep["valid"] and rep["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
+
+
+def test_zero2_and_3_pay_per_microbatch_with_gradient_accumulation():
+    """ZeRO-2/3 keep a shard of the gradients, so m microbatches mean m reduce-scatters (and ZeRO-3 2m
+    weight all-gathers); ZeRO 0/1 accumulate full gradients and reduce once. So with m > 1, ZeRO-2 no
+    longer ties ZeRO-1 for free (it used to top the 175B search, with PP 16 that DeepSpeed forbids for it)."""
+    from parallel.core.comm import comm_per_step
+    from parallel.core.plan import Plan
+
+    cluster = CLUSTERS["dgx-h100"].with_nodes(2)
+    for zero, rs, ag in ((1, 1, 1), (2, 4, 1), (3, 4, 4)):
+        rows = comm_per_step(GPT, Plan(dp=16, global_batch=64, zero=zero), cluster)  # m = 64 / 16 = 4
+        calls = {r["collective"]: r["calls"] for r in rows if r["dim"] == "dp"}
+        base = {r["collective"]: r["calls"] for r in comm_per_step(GPT, Plan(dp=16, global_batch=16, zero=zero), cluster)
+                if r["dim"] == "dp"}  # m = 1
+        assert calls == {"reduce_scatter": rs * base["reduce_scatter"], "all_gather": ag * base["all_gather"]}
+    top = S.search(MODELS["gpt3-175b"], CLUSTERS["dgx-h100"].with_nodes(64), 1536).table.head(5)
+    assert (top["zero"] <= 1).all(), top[list(S.PLAN_KEYS)]
