@@ -92,8 +92,14 @@ def bench(path: Path, *, windows: int, repeat: int) -> dict:
         times.append(timed(lambda lo=lo, width=width: tl(lo, lo + width, DETAIL_RECTS))[0])
     out["timeline: new window, median"] = statistics.median(times)
     out["timeline: new window, worst"] = max(times)
-    out["_info"] = {"set": str(path), "ranks": len(traces.rank_ids), "events": len(traces.events),
-                    "collectives": len(table), "overview_rects": len(rects), "detail_rects": len(detail)}
+    out["_info"] = {
+        "set": str(path),
+        "ranks": len(traces.rank_ids),
+        "events": len(traces.events),
+        "collectives": len(table),
+        "overview_rects": len(rects),
+        "detail_rects": len(detail),
+    }
     return out
 
 
@@ -108,14 +114,17 @@ def main() -> None:
         path = Path(args.set)
     else:
         from bench.ingest import ensure_ours
+
         path = ensure_ours(args.set)
     out = bench(path, windows=args.windows, repeat=args.repeat)
     if args.json:
         print(json.dumps(out, indent=2))
         return
     info = out.pop("_info")
-    print(f"{info['set']}: {info['ranks']} ranks, {info['events']:,} events, {info['collectives']:,} collective rows; "
-          f"overview {info['overview_rects']:,} rects, detail {info['detail_rects']:,} rects")
+    print(
+        f"{info['set']}: {info['ranks']} ranks, {info['events']:,} events, {info['collectives']:,} collective rows; "
+        f"overview {info['overview_rects']:,} rects, detail {info['detail_rects']:,} rects"
+    )
     for name, s in out.items():
         print(f"  {name:34s} {s * 1e3:8.1f} ms")
 

@@ -60,11 +60,32 @@ def ensure_ours(name: str) -> Path:
         return out  # made by the profiler (sets of the older tests/support/tracegen.py are made again)
     print(f"generating {name} (a {world}-rank profile run of the tiny GPT) ...", file=sys.stderr)
     out.parent.mkdir(parents=True, exist_ok=True)
-    flags = ["--dp", str(dims["dp"]), "--tp", str(dims["tp"]), "--pp", str(dims["pp"]), "--sp",
-             "--global-batch", str(dims["dp"] * MICROBATCHES), "--steps", "4", "--wait", "1", "--warmup", "1",
-             "--timeout", "900"]  # 64 ranks on 2 cores: a rank may wait minutes for its peers
-    subprocess.run([sys.executable, "-m", "profiler", "run", *flags, "--out", str(out), "--force"], cwd=ROOT,
-                   check=True, stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    flags = [
+        "--dp",
+        str(dims["dp"]),
+        "--tp",
+        str(dims["tp"]),
+        "--pp",
+        str(dims["pp"]),
+        "--sp",
+        "--global-batch",
+        str(dims["dp"] * MICROBATCHES),
+        "--steps",
+        "4",
+        "--wait",
+        "1",
+        "--warmup",
+        "1",
+        "--timeout",
+        "900",
+    ]  # 64 ranks on 2 cores: a rank may wait minutes for its peers
+    subprocess.run(
+        [sys.executable, "-m", "profiler", "run", *flags, "--out", str(out), "--force"],
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     return out
 
 
@@ -119,8 +140,9 @@ def measure(name: str, path: Path, repeat: int, memory: bool) -> dict:
     trace_dir = files[0].parent
     ranks = _ranks_for(path)
     gz = sum(p.stat().st_size for p in files)
-    raw = sum(len(gzip.decompress(p.read_bytes())) if p.read_bytes()[:2] == b"\x1f\x8b" else p.stat().st_size
-              for p in files)
+    raw = sum(
+        len(gzip.decompress(p.read_bytes())) if p.read_bytes()[:2] == b"\x1f\x8b" else p.stat().st_size for p in files
+    )
     row = {"set": name, "files": len(files), "gz_mb": gz / 1e6, "json_mb": raw / 1e6}
     row["orjson_s"] = best(lambda: bare_orjson(files), repeat)
     gc.disable()  # the same parse with the cyclic GC paused, as load_traces pauses it (for honesty)
@@ -154,16 +176,29 @@ def measure(name: str, path: Path, repeat: int, memory: bool) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| set | ranks | events | gz MB | JSON MB | orjson s | orjson no-GC s | cold s | warm s | HTA s "
-            "| HTA/cold | HTA/warm | cold/orjson | cold/orjson no-GC |")
+    head = (
+        "| set | ranks | events | gz MB | JSON MB | orjson s | orjson no-GC s | cold s | warm s | HTA s "
+        "| HTA/cold | HTA/warm | cold/orjson | cold/orjson no-GC |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         hta = r["hta_s"]
-        cells = [r["set"], r["ranks"], f"{r['events']:,}", f"{r['gz_mb']:.1f}", f"{r['json_mb']:.1f}",
-                 f"{r['orjson_s']:.3f}", f"{r['orjson_nogc_s']:.3f}", f"{r['cold_s']:.3f}", f"{r['warm_s']:.3f}",
-                 f"{hta:.2f}" if hta else "n/a", f"{hta / r['cold_s']:.1f}x" if hta else "n/a",
-                 f"{hta / r['warm_s']:.0f}x" if hta else "n/a", f"{r['cold_s'] / r['orjson_s']:.2f}",
-                 f"{r['cold_s'] / r['orjson_nogc_s']:.2f}"]
+        cells = [
+            r["set"],
+            r["ranks"],
+            f"{r['events']:,}",
+            f"{r['gz_mb']:.1f}",
+            f"{r['json_mb']:.1f}",
+            f"{r['orjson_s']:.3f}",
+            f"{r['orjson_nogc_s']:.3f}",
+            f"{r['cold_s']:.3f}",
+            f"{r['warm_s']:.3f}",
+            f"{hta:.2f}" if hta else "n/a",
+            f"{hta / r['cold_s']:.1f}x" if hta else "n/a",
+            f"{hta / r['warm_s']:.0f}x" if hta else "n/a",
+            f"{r['cold_s'] / r['orjson_s']:.2f}",
+            f"{r['cold_s'] / r['orjson_nogc_s']:.2f}",
+        ]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     if rows and "load_peak_mb" in rows[0]:
         lines += ["", "| set | orjson peak MB | load_traces peak MB |", "|---|---|---|"]
@@ -188,9 +223,11 @@ def main(argv=None) -> int:
         print(table(rows))
         ok = [r for r in rows if r["hta_s"]]
         if ok:
-            print(f"\nmedian HTA/cold {statistics.median(r['hta_s'] / r['cold_s'] for r in ok):.1f}x, "
-                  f"HTA/warm {statistics.median(r['hta_s'] / r['warm_s'] for r in ok):.0f}x, "
-                  f"cold/orjson {statistics.median(r['cold_s'] / r['orjson_s'] for r in rows):.2f}")
+            print(
+                f"\nmedian HTA/cold {statistics.median(r['hta_s'] / r['cold_s'] for r in ok):.1f}x, "
+                f"HTA/warm {statistics.median(r['hta_s'] / r['warm_s'] for r in ok):.0f}x, "
+                f"cold/orjson {statistics.median(r['cold_s'] / r['orjson_s'] for r in rows):.2f}"
+            )
     return 0
 
 

@@ -32,9 +32,12 @@ def measure(s: lab.LabSettings, sizes: list[int], iters: int) -> dict:
 
 def report(m: dict) -> str:
     s = m["settings"]
-    lines = [f"lab {s['prefix']}: shaped to {s['bandwidth_bytes_per_s'] / MiB:,.0f} MiB/s "
-             f"({s['bandwidth_bytes_per_s'] * 8 / 1e9:.2f} Gbit/s) each way, +{s['latency_s'] * 1e6:.0f} µs",
-             "", "raw TCP (one stream)             MiB/s"]
+    lines = [
+        f"lab {s['prefix']}: shaped to {s['bandwidth_bytes_per_s'] / MiB:,.0f} MiB/s "
+        f"({s['bandwidth_bytes_per_s'] * 8 / 1e9:.2f} Gbit/s) each way, +{s['latency_s'] * 1e6:.0f} µs",
+        "",
+        "raw TCP (one stream)             MiB/s",
+    ]
     for r in m["socket"]:
         path = "node0 local route" if r["src"] == r["dst"] else f"node{r['src']} -> node{r['dst']} (link)"
         lines.append(f"  {path:<30} {r['bytes_per_s'] / MiB:>7,.0f}")
@@ -42,12 +45,17 @@ def report(m: dict) -> str:
     for r in m["rtt"]:
         path = "node0 local route" if r["src"] == r["dst"] else f"node{r['src']} <-> node{r['dst']} (link)"
         lines.append(f"  {path:<30} {r['rtt_s'] * 1e6:>7.0f}")
-    lines += ["", f"gloo all_reduce, 2 nodes x 2 ranks (nodes by rank: {m['gloo']['nodes']})",
-              f"  {'group':<22} {'MiB':>6} {'ms':>8} {'busbw MiB/s':>12} {'veth bytes/op':>14}"]
+    lines += [
+        "",
+        f"gloo all_reduce, 2 nodes x 2 ranks (nodes by rank: {m['gloo']['nodes']})",
+        f"  {'group':<22} {'MiB':>6} {'ms':>8} {'busbw MiB/s':>12} {'veth bytes/op':>14}",
+    ]
     for r in m["gloo"]["rows"]:
         group = f"{r['kind']} {r['ranks']}"
-        lines.append(f"  {group:<22} {r['bytes'] / MiB:>6g} {r['time_s'] * 1e3:>8.1f} "
-                     f"{r['busbw_bytes_per_s'] / MiB:>12,.0f} {r['link_bytes']:>14,.0f}")
+        lines.append(
+            f"  {group:<22} {r['bytes'] / MiB:>6g} {r['time_s'] * 1e3:>8.1f} "
+            f"{r['busbw_bytes_per_s'] / MiB:>12,.0f} {r['link_bytes']:>14,.0f}"
+        )
     return "\n".join(lines)
 
 

@@ -27,10 +27,25 @@ from ui.plan_params import DEFAULT_PARAMS
 
 HEAVY = [  # plans that stress a page beyond the default
     ("pages/topology.py", "4096 GPUs", {**DEFAULT_PARAMS, "nodes": "512", "dp": "64"}),
-    ("pages/activation_memory.py", "llama3-405b", {"model": "llama3-405b", "nodes": "112", "dp": "8", "tp": "8",
-                                                   "pp": "14", "gb": "512", "sp": "1", "recompute": "selective"}),
-    ("pages/tp_scaling.py", "llama3-70b a100", {"model": "llama3-70b", "cluster": "dgx-a100", "nodes": "16", "dp": "4",
-                                                "tp": "8", "pp": "4", "gb": "256"}),
+    (
+        "pages/activation_memory.py",
+        "llama3-405b",
+        {
+            "model": "llama3-405b",
+            "nodes": "112",
+            "dp": "8",
+            "tp": "8",
+            "pp": "14",
+            "gb": "512",
+            "sp": "1",
+            "recompute": "selective",
+        },
+    ),
+    (
+        "pages/tp_scaling.py",
+        "llama3-70b a100",
+        {"model": "llama3-70b", "cluster": "dgx-a100", "nodes": "16", "dp": "4", "tp": "8", "pp": "4", "gb": "256"},
+    ),
 ]
 
 
@@ -45,10 +60,15 @@ def run_cases() -> list[tuple[str, str, dict]]:
     os.environ["PARASCOPE_UPLOADS"] = str(runs / "uploads")
     run = {"run": "ours64"}
     plan = {**trace_sets.plan_params(trace_sets.find_set("ours64")), **run}
-    return [("pages/timeline.py", "64 ranks", run), ("pages/timeline.py", "64 ranks, zoom", {**run, "win": "300,900"}),
-            ("pages/timeline.py", "64 ranks, all steps", {**run, "tl_step": "all"}),
-            ("pages/home.py", "64 ranks", run), ("pages/topology.py", "64 ranks measured", plan),
-            ("pages/activation_memory.py", "64 ranks measured", plan), ("pages/tp_scaling.py", "64 ranks measured", plan)]
+    return [
+        ("pages/timeline.py", "64 ranks", run),
+        ("pages/timeline.py", "64 ranks, zoom", {**run, "win": "300,900"}),
+        ("pages/timeline.py", "64 ranks, all steps", {**run, "tl_step": "all"}),
+        ("pages/home.py", "64 ranks", run),
+        ("pages/topology.py", "64 ranks measured", plan),
+        ("pages/activation_memory.py", "64 ranks measured", plan),
+        ("pages/tp_scaling.py", "64 ranks measured", plan),
+    ]
 
 
 def chart_bytes(at) -> tuple[int, int, int]:
@@ -79,8 +99,15 @@ def bench_page(path: str, query: dict, reruns: int) -> dict:
     if at.exception:
         raise RuntimeError(f"{path}: {at.exception[0].value}")
     n, data, spec = chart_bytes(at)
-    return {"page": path, "cold_s": cold, "warm_median_s": statistics.median(warm), "warm_min_s": min(warm),
-            "charts": n, "chart_data_kb": data / 1e3, "chart_spec_kb": spec / 1e3}
+    return {
+        "page": path,
+        "cold_s": cold,
+        "warm_median_s": statistics.median(warm),
+        "warm_min_s": min(warm),
+        "charts": n,
+        "chart_data_kb": data / 1e3,
+        "chart_spec_kb": spec / 1e3,
+    }
 
 
 def main() -> None:
@@ -98,9 +125,12 @@ def main() -> None:
         row["case"] = label
         rows.append(row)
         if not args.json:
-            print(f"{path:30s} {label:20s} cold {row['cold_s']:6.2f} s   warm {row['warm_median_s']:5.2f} s "
-                  f"(min {row['warm_min_s']:4.2f})   {row['charts']} charts, {row['chart_data_kb']:6.1f} kB data, "
-                  f"{row['chart_spec_kb']:5.1f} kB specs", flush=True)
+            print(
+                f"{path:30s} {label:20s} cold {row['cold_s']:6.2f} s   warm {row['warm_median_s']:5.2f} s "
+                f"(min {row['warm_min_s']:4.2f})   {row['charts']} charts, {row['chart_data_kb']:6.1f} kB data, "
+                f"{row['chart_spec_kb']:5.1f} kB specs",
+                flush=True,
+            )
     if args.json:
         print(json.dumps(rows, indent=2))
 

@@ -40,8 +40,23 @@ def run_once(launcher: str, steps: int, extra: list[str]) -> dict:
         out = Path(tmp) / "run"
         load = os.getloadavg()[0]
         t0 = time.time()
-        r = subprocess.run([sys.executable, "-m", "profiler", "run", *PLAN, "--steps", str(steps), *extra,
-                            f"--launcher={launcher}", f"--out={out}"], cwd=ROOT, capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "profiler",
+                "run",
+                *PLAN,
+                "--steps",
+                str(steps),
+                *extra,
+                f"--launcher={launcher}",
+                f"--out={out}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         wall = time.time() - t0
         if r.returncode != 0:
             raise SystemExit(f"{launcher} failed:\n{r.stderr[-3000:]}")
@@ -53,20 +68,32 @@ def run_once(launcher: str, steps: int, extra: list[str]) -> dict:
     start0 = max(s["step_end"][0] - s["step_time_s"][0] for s in status)
     last_end = max(s["step_end"][-1] for s in status)
     return {
-        "launcher": launcher, "wall_s": wall, "startup_s": start0 - t0, "first_step_s": step_times[0],
+        "launcher": launcher,
+        "wall_s": wall,
+        "startup_s": start0 - t0,
+        "first_step_s": step_times[0],
         "steady_unprofiled_s": statistics.median(step_times[1:first_recorded]) if first_recorded > 1 else None,
         "steady_profiled_s": statistics.median(step_times[first_recorded:]),
-        "export_s": max(s["export_s"] for s in status), "exit_s": t0 + wall - last_end,
+        "export_s": max(s["export_s"] for s in status),
+        "exit_s": t0 + wall - last_end,
         "trace_kb_per_rank_step": statistics.mean(s["trace_bytes"] for s in status) / active / 1e3,
         "trace_json_kb_per_rank_step": statistics.mean(s["trace_json_bytes"] for s in status) / active / 1e3,
-        "ranks": len(status), "loadavg": load,
+        "ranks": len(status),
+        "loadavg": load,
     }
 
 
-COLUMNS = [("wall_s", "wall s"), ("startup_s", "start-up s"), ("first_step_s", "first step s"),
-           ("steady_unprofiled_s", "steady s (wait)"), ("steady_profiled_s", "steady s (recorded)"),
-           ("export_s", "export s"), ("exit_s", "exit s"), ("trace_kb_per_rank_step", "trace KB/rank/step (gz)"),
-           ("trace_json_kb_per_rank_step", "JSON KB/rank/step")]
+COLUMNS = [
+    ("wall_s", "wall s"),
+    ("startup_s", "start-up s"),
+    ("first_step_s", "first step s"),
+    ("steady_unprofiled_s", "steady s (wait)"),
+    ("steady_profiled_s", "steady s (recorded)"),
+    ("export_s", "export s"),
+    ("exit_s", "exit s"),
+    ("trace_kb_per_rank_step", "trace KB/rank/step (gz)"),
+    ("trace_json_kb_per_rank_step", "JSON KB/rank/step"),
+]
 
 
 def table(samples: list[dict]) -> str:
@@ -95,15 +122,20 @@ def main(argv=None) -> int:
     launchers = args.launchers.split(",")
     samples = []
     for i in range(args.repeat):
-        for launcher in (launchers if i % 2 == 0 else launchers[::-1]):
+        for launcher in launchers if i % 2 == 0 else launchers[::-1]:
             s = run_once(launcher, args.steps, extra)
             samples.append(s)
-            print(f"{launcher:9s} wall {s['wall_s']:5.1f} s  start-up {s['startup_s']:4.1f}  first step "
-                  f"{s['first_step_s']:.2f}  steady {s['steady_profiled_s']:.2f} (recorded)  export {s['export_s']:.2f}"
-                  f"  exit {s['exit_s']:.2f}  trace {s['trace_kb_per_rank_step']:.0f} KB/rank/step  "
-                  f"load {s['loadavg']:.1f}", flush=True)
-    print(f"\nmedian of {args.repeat}: 8 ranks, DP2×TP2×PP2+SP, tiny, {args.steps} steps (wait 1, warmup 1), "
-          f"{os.cpu_count()} CPUs\n")
+            print(
+                f"{launcher:9s} wall {s['wall_s']:5.1f} s  start-up {s['startup_s']:4.1f}  first step "
+                f"{s['first_step_s']:.2f}  steady {s['steady_profiled_s']:.2f} (recorded)  export {s['export_s']:.2f}"
+                f"  exit {s['exit_s']:.2f}  trace {s['trace_kb_per_rank_step']:.0f} KB/rank/step  "
+                f"load {s['loadavg']:.1f}",
+                flush=True,
+            )
+    print(
+        f"\nmedian of {args.repeat}: 8 ranks, DP2×TP2×PP2+SP, tiny, {args.steps} steps (wait 1, warmup 1), "
+        f"{os.cpu_count()} CPUs\n"
+    )
     print(table(samples))
     if args.json:
         args.json.write_text(json.dumps({"plan": PLAN, "steps": args.steps, "samples": samples}, indent=1))

@@ -52,10 +52,12 @@ def main() -> int:
         naive = naive_seconds_per_plan(model, cluster, args.global_batch) * result.evaluated
         best = min(times)
         slow |= gpus >= 4096 and best > GOAL_S
-        print(f"{model.name} on {gpus:>5} GPUs, global batch {args.global_batch}: search {best:.2f} s "
-              f"(best of {args.repeat}; {result.evaluated:,} plans evaluated, {len(result.table):,} fit); "
-              f"plain loop over plan_report ≈ {naive:,.0f} s; goal ≤ {GOAL_S:.0f} s at 4096: "
-              f"{'n/a' if gpus < 4096 else 'OK' if best <= GOAL_S else 'MISSED'}")
+        print(
+            f"{model.name} on {gpus:>5} GPUs, global batch {args.global_batch}: search {best:.2f} s "
+            f"(best of {args.repeat}; {result.evaluated:,} plans evaluated, {len(result.table):,} fit); "
+            f"plain loop over plan_report ≈ {naive:,.0f} s; goal ≤ {GOAL_S:.0f} s at 4096: "
+            f"{'n/a' if gpus < 4096 else 'OK' if best <= GOAL_S else 'MISSED'}"
+        )
     return 1 if slow else 0
 
 

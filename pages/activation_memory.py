@@ -14,17 +14,35 @@ def activation_memory_page(choice: PlanChoice) -> None:
     model, plan = choice.model, choice.plan
     c1, c2, c3, c4 = st.columns([3, 2, 2, 2])
     url = {"bind": "query-params"}  # the view's choices live in the URL beside the plan
-    scope = c1.segmented_control("Scope", list(SCOPES), default="layer", required=True, key="mem_scope",
-                                 format_func=SCOPES.get, **url,
-                                 help="per layer: one layer, one microbatch. per GPU: the first pipeline stage's "
-                                      "layers times the microbatches it holds in flight, plus the embedding terms")
-    flash = c2.toggle("Flash attention", value=False, key="mem_flash", **url,
-                      help="fused attention saves no s×s scores, only an fp32 log-sum-exp per query row")
-    dropout = c3.toggle("Dropout", value=True, key="mem_dropout", **url,
-                        help="dropout masks after softmax and on both residuals")
-    act_bytes = c4.selectbox("Activation bytes", [0, 2, 4], key="mem_act", **url,
-                             format_func=lambda b: "model dtype" if b == 0 else f"{b} B",
-                             help=f"bytes per saved activation; the model's dtype is {model.dtype_bytes} B")
+    scope = c1.segmented_control(
+        "Scope",
+        list(SCOPES),
+        default="layer",
+        required=True,
+        key="mem_scope",
+        format_func=SCOPES.get,
+        **url,
+        help="per layer: one layer, one microbatch. per GPU: the first pipeline stage's "
+        "layers times the microbatches it holds in flight, plus the embedding terms",
+    )
+    flash = c2.toggle(
+        "Flash attention",
+        value=False,
+        key="mem_flash",
+        **url,
+        help="fused attention saves no s×s scores, only an fp32 log-sum-exp per query row",
+    )
+    dropout = c3.toggle(
+        "Dropout", value=True, key="mem_dropout", **url, help="dropout masks after softmax and on both residuals"
+    )
+    act_bytes = c4.selectbox(
+        "Activation bytes",
+        [0, 2, 4],
+        key="mem_act",
+        **url,
+        format_func=lambda b: "model dtype" if b == 0 else f"{b} B",
+        help=f"bytes per saved activation; the model's dtype is {model.dtype_bytes} B",
+    )
     view = loaders.memory_view(choice.params, flash, dropout, act_bytes, scope)
 
     cols = st.columns(3)
@@ -39,27 +57,38 @@ def activation_memory_page(choice: PlanChoice) -> None:
 
     unit_note = "per layer for one microbatch" if scope == "layer" else "on the first pipeline stage's GPU"
     st.subheader("By recompute mode")
-    st.caption(f"Activations saved for backward {unit_note}, stacked by component (hover a segment); "
-               "Korthikanti et al. 2022, Table 2. Selective recompute drops the s×s attention tensors; "
-               "full recompute keeps only each layer's input.")
+    st.caption(
+        f"Activations saved for backward {unit_note}, stacked by component (hover a segment); "
+        "Korthikanti et al. 2022, Table 2. Selective recompute drops the s×s attention tensors; "
+        "full recompute keeps only each layer's input."
+    )
     st.altair_chart(memory_charts.recompute_chart(view["recompute"], scope=scope))
 
     st.subheader("Per GPU, by pipeline stage")
-    st.caption(f"Parameters, gradients, optimizer states (ZeRO-{plan.zero}) and activations "
-               f"(recompute: {plan.recompute}, {plan.schedule}, vpp {plan.vpp}) on one GPU of each stage; "
-               + ("the dashed line is the GPU's memory." if capacity_drawn(view["stages"]) else
-                  f"all far below the GPU's {choice.cluster.gpu_memory_bytes / GiB:,.0f} GiB (not drawn)."))
+    st.caption(
+        f"Parameters, gradients, optimizer states (ZeRO-{plan.zero}) and activations "
+        f"(recompute: {plan.recompute}, {plan.schedule}, vpp {plan.vpp}) on one GPU of each stage; "
+        + (
+            "the dashed line is the GPU's memory."
+            if capacity_drawn(view["stages"])
+            else f"all far below the GPU's {choice.cluster.gpu_memory_bytes / GiB:,.0f} GiB (not drawn)."
+        )
+    )
     st.altair_chart(memory_charts.stage_chart(view["stages"]))
 
     st.subheader("Against sequence length")
-    st.caption(f"The plan's micro batch, TP and recompute mode ({plan.recompute}); the model's own length "
-               f"({model.seq_len}) is marked ▼. The s×s attention tensors grow quadratically; flash attention "
-               "removes them. Lengths the plan cannot split are left out.")
+    st.caption(
+        f"The plan's micro batch, TP and recompute mode ({plan.recompute}); the model's own length "
+        f"({model.seq_len}) is marked ▼. The s×s attention tensors grow quadratically; flash attention "
+        "removes them. Lengths the plan cannot split are left out."
+    )
     st.altair_chart(memory_charts.sweep_chart(view["seq_len"], axis="seq_len", scope=scope))
 
     st.subheader("Against TP")
-    st.caption(f"TP = 1 … 32 for this model (the plan's TP = {plan.tp} marked ▼); without SP the "
-               "LayerNorm/dropout/residual group stays whole on every rank, with SP it shrinks with TP.")
+    st.caption(
+        f"TP = 1 … 32 for this model (the plan's TP = {plan.tp} marked ▼); without SP the "
+        "LayerNorm/dropout/residual group stays whole on every rank, with SP it shrinks with TP."
+    )
     st.altair_chart(memory_charts.sweep_chart(view["tp"], axis="tp", scope=scope))
     run_views.memory_measured(choice)  # only when the URL names a run (?run=)
 

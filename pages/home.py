@@ -22,9 +22,15 @@ def _start_demo() -> None:
 
 def _table(was_active: bool) -> None:
     sets = trace_sets.list_sets()
-    st.dataframe(trace_sets.table_rows(sets), hide_index=True, key="home_table", column_config={
-        "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
-        "ranks": st.column_config.NumberColumn("ranks", format="%d")})
+    st.dataframe(
+        trace_sets.table_rows(sets),
+        hide_index=True,
+        key="home_table",
+        column_config={
+            "progress": st.column_config.ProgressColumn("progress", min_value=0.0, max_value=1.0, format="percent"),
+            "ranks": st.column_config.NumberColumn("ranks", format="%d"),
+        },
+    )
     if was_active and not any(s.status in run_status.ACTIVE for s in sets):
         st.rerun(scope="app")  # a run just ended: refresh the whole page
 
@@ -40,24 +46,54 @@ def _links(s: TraceSet) -> None:
     plan = trace_sets.plan_params(s)
     no_plan = "this set has no plan: attach one when uploading, for dimension labels and the plan pages"
     c = st.columns(4)
-    c[0].page_link(selection.PAGES["timeline"], label="Collective timeline", icon=":material/view_timeline:",
-                   query_params=run, disabled=not s.has_traces, help="per-rank Gantt, skew, stragglers, breakdown")
-    c[1].page_link(selection.PAGES["topology"], label="Topology, measured", icon=":material/grid_view:",
-                   query_params={**(plan or {}), **run}, disabled=plan is None or not s.has_traces,
-                   help=no_plan if plan is None else "the rank grid coloured by exposed comm, busbw, ... per rank")
-    c[2].page_link(selection.PAGES["memory"], label="Activation memory", icon=":material/memory:",
-                   query_params={**(plan or {}), **run}, disabled=plan is None,
-                   help=no_plan if plan is None else "measured (metrics.json) beside predicted")
-    c[3].page_link(selection.PAGES["scaling"], label="TP scaling", icon=":material/trending_up:",
-                   query_params={**(plan or {}), **run}, disabled=not s.has_traces,
-                   help="its TP-group collectives' busbw (by group size and link) over the prediction")
+    c[0].page_link(
+        selection.PAGES["timeline"],
+        label="Collective timeline",
+        icon=":material/view_timeline:",
+        query_params=run,
+        disabled=not s.has_traces,
+        help="per-rank Gantt, skew, stragglers, breakdown",
+    )
+    c[1].page_link(
+        selection.PAGES["topology"],
+        label="Topology, measured",
+        icon=":material/grid_view:",
+        query_params={**(plan or {}), **run},
+        disabled=plan is None or not s.has_traces,
+        help=no_plan if plan is None else "the rank grid coloured by exposed comm, busbw, ... per rank",
+    )
+    c[2].page_link(
+        selection.PAGES["memory"],
+        label="Activation memory",
+        icon=":material/memory:",
+        query_params={**(plan or {}), **run},
+        disabled=plan is None,
+        help=no_plan if plan is None else "measured (metrics.json) beside predicted",
+    )
+    c[3].page_link(
+        selection.PAGES["scaling"],
+        label="TP scaling",
+        icon=":material/trending_up:",
+        query_params={**(plan or {}), **run},
+        disabled=not s.has_traces,
+        help="its TP-group collectives' busbw (by group size and link) over the prediction",
+    )
 
 
 def _details(s: TraceSet) -> None:
     st.subheader(s.name)
     facts = [run_status.badge(s), s.plan_label, f"{s.world_size} ranks" if s.world_size else "ranks unknown"]
-    facts += [f"{k} {v}" for k, v in (("model", s.model), ("cluster", s.cluster), ("nodes", s.nodes),
-                                      ("backend", s.run.get("backend")), ("torch", s.run.get("torch_version"))) if v]
+    facts += [
+        f"{k} {v}"
+        for k, v in (
+            ("model", s.model),
+            ("cluster", s.cluster),
+            ("nodes", s.nodes),
+            ("backend", s.run.get("backend")),
+            ("torch", s.run.get("torch_version")),
+        )
+        if v
+    ]
     st.markdown(" · ".join(str(f) for f in facts))
     when = " → ".join(t.replace("T", " ")[:19] for t in (s.started_at, s.finished_at) if t)
     if when:
@@ -75,24 +111,36 @@ def _details(s: TraceSet) -> None:
         if head["step_time_s"] is not None:
             m[0].metric("Steady step time", f"{head['step_time_s']:.3f} s", help="median after the first step")
         if head["loss_last"] is not None:
-            m[1].metric("Loss", f"{head['loss_last']:.4f}", delta=f"{head['loss_last'] - head['loss_first']:+.4f}",
-                        delta_color="inverse", help="last step, and its change since the first")
+            m[1].metric(
+                "Loss",
+                f"{head['loss_last']:.4f}",
+                delta=f"{head['loss_last'] - head['loss_first']:+.4f}",
+                delta_color="inverse",
+                help="last step, and its change since the first",
+            )
         if head["act_error_pct"] is not None:
-            m[2].metric("Activation memory vs model", f"{head['act_error_pct']:.1f} % off",
-                        help="largest per-rank error of parallel.core.memory's prediction against the measured bytes")
+            m[2].metric(
+                "Activation memory vs model",
+                f"{head['act_error_pct']:.1f} % off",
+                help="largest per-rank error of parallel.core.memory's prediction against the measured bytes",
+            )
     _links(s)
 
 
 def home_page() -> None:
     sets = trace_sets.list_sets()
     if not sets:  # a fresh install: profile the demo job, so the dashboard shows real data at once
-        st.info("No runs or uploaded traces yet, so ParaScope is profiling a small real job to start with: a tiny "
-                "GPT trained DP2 × TP2 + SP × PP2 on 8 CPU processes (gloo), every rank traced (well under a minute).")
+        st.info(
+            "No runs or uploaded traces yet, so ParaScope is profiling a small real job to start with: a tiny "
+            "GPT trained DP2 × TP2 + SP × PP2 on 8 CPU processes (gloo), every rank traced (well under a minute)."
+        )
         try:
             _start_demo()
         except OSError as err:
-            st.error(f"The demo run cannot start in {trace_sets.runs_dir()}: {err}. Set PARASCOPE_RUNS to a writable "
-                     "folder, or upload traces.")
+            st.error(
+                f"The demo run cannot start in {trace_sets.runs_dir()}: {err}. Set PARASCOPE_RUNS to a writable "
+                "folder, or upload traces."
+            )
             st.page_link(selection.PAGES["upload"], label="Upload traces", icon=":material/upload:")
             return
         st.rerun()
@@ -104,8 +152,14 @@ def home_page() -> None:
     if st.session_state.get(PICK) != current:
         st.session_state[PICK] = current  # the URL wins: a copied link, or one from another page
     labels = {s.id: s.label for s in sets}
-    st.selectbox("Run or uploaded trace set", ids, key=PICK, on_change=_on_pick, format_func=labels.get,
-                 help="newest first; the choice is kept in the URL (?run=…), so a copied link reopens it")
+    st.selectbox(
+        "Run or uploaded trace set",
+        ids,
+        key=PICK,
+        on_change=_on_pick,
+        format_func=labels.get,
+        help="newest first; the choice is kept in the URL (?run=…), so a copied link reopens it",
+    )
     _details(next(s for s in sets if s.id == current))
     st.subheader("All runs and uploads")
     sets_table(sets)

@@ -38,11 +38,15 @@ from ui.routing import ensure_navigation
 STATE, WRITTEN, VERSION, BASE, IMPORTED = "rv.state", "rv.url", "rv.version", "rv.editor_base", "rv.imported"
 MAX_PLANS = 4
 VIEW_TITLES = {"compare": "Compare & share", "search": "Search", "import": "Import", "saved": "Saved reviews"}
-PAGES = (("pages/topology.py", "Topology"), ("pages/activation_memory.py", "Activation memory"),
-         ("pages/tp_scaling.py", "TP scaling"))
+PAGES = (
+    ("pages/topology.py", "Topology"),
+    ("pages/activation_memory.py", "Activation memory"),
+    ("pages/tp_scaling.py", "TP scaling"),
+)
 
 
 # ------------------------------------------------------------------ cached loaders (plain arguments)
+
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def comparison(review_json: str):
@@ -71,13 +75,28 @@ def store() -> ReviewStore:
 
 # ------------------------------------------------------------------ state <-> widgets <-> URL
 
+
 def widget_values(s: ReviewState) -> dict:
-    return {"rv.view": s.view, "rv.model": s.model.name, "rv.cluster": s.cluster, "rv.nodes": s.nodes,
-            "rv.title": s.title, "rv.verdict": s.verdict, "rv.chosen": s.chosen or "—", "rv.mfu": s.mfu,
-            "rv.dp_overlap": s.dp_overlap, "rv.flash": s.flash, "rv.dropout": s.dropout,
-            "rv.s_gb": s.search_gb or (s.plans[0].plan.global_batch if s.plans else 1536), "rv.s_headroom": s.headroom,
-            "rv.s_max_tp": s.max_tp or 0, "rv.s_sp": s.require_sp, "rv.s_zero": list(s.zero),
-            "rv.s_recompute": list(s.recompute), "rv.s_top": s.top}
+    return {
+        "rv.view": s.view,
+        "rv.model": s.model.name,
+        "rv.cluster": s.cluster,
+        "rv.nodes": s.nodes,
+        "rv.title": s.title,
+        "rv.verdict": s.verdict,
+        "rv.chosen": s.chosen or "—",
+        "rv.mfu": s.mfu,
+        "rv.dp_overlap": s.dp_overlap,
+        "rv.flash": s.flash,
+        "rv.dropout": s.dropout,
+        "rv.s_gb": s.search_gb or (s.plans[0].plan.global_batch if s.plans else 1536),
+        "rv.s_headroom": s.headroom,
+        "rv.s_max_tp": s.max_tp or 0,
+        "rv.s_sp": s.require_sp,
+        "rv.s_zero": list(s.zero),
+        "rv.s_recompute": list(s.recompute),
+        "rv.s_top": s.top,
+    }
 
 
 def set_state(s: ReviewState) -> None:
@@ -119,42 +138,64 @@ def review_json(s: ReviewState) -> str:
 
 # ------------------------------------------------------------------ the review's machine and assumptions
 
+
 def machine(s: ReviewState) -> ReviewState:
     models = list(MODELS) + ([] if s.is_preset_model else [s.model.name])
     c1, c2, c3 = st.columns([3, 2, 1])
-    name = c1.selectbox("Model", models, key="rv.model",
-                        format_func=lambda n: n if n in MODELS else f"{n} (imported)")
+    name = c1.selectbox("Model", models, key="rv.model", format_func=lambda n: n if n in MODELS else f"{n} (imported)")
     cluster = c2.selectbox("Cluster", list(CLUSTERS), key="rv.cluster")
     nodes = c3.number_input("Nodes", min_value=1, max_value=65536, step=1, key="rv.nodes")
     with st.expander("Modelling assumptions"):
         a1, a2, a3, a4 = st.columns(4)
-        mfu = a1.slider("MFU of compute", 0.1, 1.0, step=0.05, key="rv.mfu", help="fraction of peak FLOP/s the GEMMs reach")
-        overlap = a2.slider("DP overlap", 0.0, 1.0, step=0.05, key="rv.dp_overlap",
-                            help="fraction of gradient reduction hidden behind backward")
+        mfu = a1.slider(
+            "MFU of compute", 0.1, 1.0, step=0.05, key="rv.mfu", help="fraction of peak FLOP/s the GEMMs reach"
+        )
+        overlap = a2.slider(
+            "DP overlap",
+            0.0,
+            1.0,
+            step=0.05,
+            key="rv.dp_overlap",
+            help="fraction of gradient reduction hidden behind backward",
+        )
         flash = a3.toggle("Flash attention", key="rv.flash", help="no s×s attention scores kept")
         dropout = a4.toggle("Dropout", key="rv.dropout", help="dropout masks kept for backward")
     model = MODELS.get(name, s.model)
-    return dataclasses.replace(s, model=model, cluster=cluster, nodes=int(nodes), mfu=float(mfu),
-                               dp_overlap=float(overlap), flash=bool(flash), dropout=bool(dropout))
+    return dataclasses.replace(
+        s,
+        model=model,
+        cluster=cluster,
+        nodes=int(nodes),
+        mfu=float(mfu),
+        dp_overlap=float(overlap),
+        flash=bool(flash),
+        dropout=bool(dropout),
+    )
 
 
 # ------------------------------------------------------------------ compare & share
+
 
 def plan_editor(s: ReviewState) -> ReviewState:
     key = f"rv.plans.{st.session_state.get(VERSION, 0)}"
     if key not in st.session_state:
         st.session_state[BASE] = plan_rows_of(s.plans)
-    cfg = {"name": st.column_config.TextColumn("name", required=True, width="small"),
-           **{k: st.column_config.NumberColumn(k.upper(), min_value=1, step=1, required=True)
-              for k in ("dp", "tp", "pp", "cp", "vpp")},
-           "sp": st.column_config.CheckboxColumn("SP"),
-           "mb": st.column_config.NumberColumn("micro batch", min_value=1, step=1, required=True),
-           "gb": st.column_config.NumberColumn("global batch", min_value=1, step=1, required=True),
-           "zero": st.column_config.SelectboxColumn("ZeRO", options=[0, 1, 2, 3], required=True),
-           "recompute": st.column_config.SelectboxColumn("recompute", options=list(RECOMPUTE), required=True),
-           "order": st.column_config.SelectboxColumn("rank order", options=list(ORDERS), required=True)}
-    edited = st.data_editor(st.session_state[BASE], key=key, num_rows="dynamic", column_config=cfg, hide_index=True,
-                            width="stretch")
+    cfg = {
+        "name": st.column_config.TextColumn("name", required=True, width="small"),
+        **{
+            k: st.column_config.NumberColumn(k.upper(), min_value=1, step=1, required=True)
+            for k in ("dp", "tp", "pp", "cp", "vpp")
+        },
+        "sp": st.column_config.CheckboxColumn("SP"),
+        "mb": st.column_config.NumberColumn("micro batch", min_value=1, step=1, required=True),
+        "gb": st.column_config.NumberColumn("global batch", min_value=1, step=1, required=True),
+        "zero": st.column_config.SelectboxColumn("ZeRO", options=[0, 1, 2, 3], required=True),
+        "recompute": st.column_config.SelectboxColumn("recompute", options=list(RECOMPUTE), required=True),
+        "order": st.column_config.SelectboxColumn("rank order", options=list(ORDERS), required=True),
+    }
+    edited = st.data_editor(
+        st.session_state[BASE], key=key, num_rows="dynamic", column_config=cfg, hide_index=True, width="stretch"
+    )
     plans, errors = plans_from_rows(edited)
     for e in errors:
         st.error(e)
@@ -192,8 +233,11 @@ def compare_section(s: ReviewState) -> ReviewState:
     cards = st.columns(len(s.plans))
     for col, card, named in zip(cards, rc.plan_cards(plan_rows(cmp)), s.plans):
         with col.container(border=True):
-            st.markdown(f"**{card['name']}** " + (":green[valid]" if card["valid"] else ":red[**invalid**]") +
-                        (" · :blue[chosen]" if card["name"] == s.chosen else ""))
+            st.markdown(
+                f"**{card['name']}** "
+                + (":green[valid]" if card["valid"] else ":red[**invalid**]")
+                + (" · :blue[chosen]" if card["name"] == s.chosen else "")
+            )
             st.caption(card["label"])
             st.metric("step time", card["step"], help=card["issues"])
             st.metric("memory per GPU", card["memory"])
@@ -222,13 +266,22 @@ def compare_section(s: ReviewState) -> ReviewState:
     st.caption("The page's URL holds this review (plans, verdict, search settings): copy it to share the view.")
     d1, d2 = st.columns(2)
     stem = (s.title or "plan-review").strip().replace(" ", "_")[:60]
-    d1.download_button("Download Markdown", markdown(text), file_name=f"{stem}.md", mime="text/markdown", width="stretch")
-    d2.download_button("Download JSON", review_of(s).to_json(), file_name=f"{stem}.json", mime="application/json",
-                       width="stretch", help="imports back: Import → upload, or python -m parallel plan --import")
+    d1.download_button(
+        "Download Markdown", markdown(text), file_name=f"{stem}.md", mime="text/markdown", width="stretch"
+    )
+    d2.download_button(
+        "Download JSON",
+        review_of(s).to_json(),
+        file_name=f"{stem}.json",
+        mime="application/json",
+        width="stretch",
+        help="imports back: Import → upload, or python -m parallel plan --import",
+    )
     return s
 
 
 # ------------------------------------------------------------------ search
+
 
 def _add_plan(named: NamedPlan, **changes) -> None:
     s = st.session_state[STATE]
@@ -239,22 +292,38 @@ def _add_plan(named: NamedPlan, **changes) -> None:
 def search_section(s: ReviewState) -> ReviewState:
     c1, c2, c3, c4 = st.columns(4)
     gb = c1.number_input("Global batch", min_value=1, step=1, key="rv.s_gb", help="sequences per optimizer step")
-    headroom = c2.slider("Memory headroom", 0.0, 0.5, step=0.05, key="rv.s_headroom",
-                         help="fraction of GPU memory kept free (allocator, NCCL buffers)")
-    max_tp = c3.selectbox("Max TP", [0, 1, 2, 4, 8, 16, 32, 64], key="rv.s_max_tp",
-                          format_func=lambda t: "no limit" if t == 0 else str(t))
+    headroom = c2.slider(
+        "Memory headroom",
+        0.0,
+        0.5,
+        step=0.05,
+        key="rv.s_headroom",
+        help="fraction of GPU memory kept free (allocator, NCCL buffers)",
+    )
+    max_tp = c3.selectbox(
+        "Max TP", [0, 1, 2, 4, 8, 16, 32, 64], key="rv.s_max_tp", format_func=lambda t: "no limit" if t == 0 else str(t)
+    )
     sp = c4.toggle("SP required", key="rv.s_sp", help="every plan with TP > 1 uses sequence parallelism")
     c1, c2, c3 = st.columns([2, 2, 1])
     zero = c1.multiselect("ZeRO stages", [0, 1, 2, 3], key="rv.s_zero")
     recompute = c2.multiselect("Recompute modes", list(RECOMPUTE), key="rv.s_recompute")
     top = c3.number_input("Show top", min_value=1, max_value=200, step=1, key="rv.s_top")
-    s = dataclasses.replace(s, search_gb=int(gb), headroom=float(headroom), max_tp=int(max_tp) or None,
-                            require_sp=bool(sp), zero=tuple(sorted(zero)), recompute=tuple(recompute), top=int(top))
+    s = dataclasses.replace(
+        s,
+        search_gb=int(gb),
+        headroom=float(headroom),
+        max_tp=int(max_tp) or None,
+        require_sp=bool(sp),
+        zero=tuple(sorted(zero)),
+        recompute=tuple(recompute),
+        top=int(top),
+    )
     if not zero or not recompute:
         st.info("Pick at least one ZeRO stage and one recompute mode.")
         return s
-    constraints = Constraints(headroom=s.headroom, max_tp=s.max_tp, require_sp=s.require_sp, zero=s.zero,
-                              recompute=s.recompute)
+    constraints = Constraints(
+        headroom=s.headroom, max_tp=s.max_tp, require_sp=s.require_sp, zero=s.zero, recompute=s.recompute
+    )
     try:
         result = search_result(review_json(s), s.search_gb, constraints)
     except SearchEmpty as err:
@@ -268,8 +337,10 @@ def search_section(s: ReviewState) -> ReviewState:
     m3.metric("Search time", f"{result.seconds:.2f} s")
     budget = cluster.gpu_memory_bytes * (1 - s.headroom)
     st.altair_chart(rc.pareto_chart(rc.pareto_points(result.table, s.search_gb), budget))
-    st.caption("Each dot is a plan that fits; dark dots and the line are the Pareto front (no plan is both "
-               "leaner and faster). Red dashes: the memory budget.")
+    st.caption(
+        "Each dot is a plan that fits; dark dots and the line are the Pareto front (no plan is both "
+        "leaner and faster). Red dashes: the memory budget."
+    )
     rows = rc.search_rows(result.table, s.search_gb, s.top)
     st.dataframe(rows, hide_index=True)
     with st.expander("How the space was narrowed"):
@@ -278,26 +349,42 @@ def search_section(s: ReviewState) -> ReviewState:
     c1, c2 = st.columns([4, 1])
     rank = c1.selectbox("Send to compare", ranks, key="rv.s_pick", format_func=lambda r: f"#{r}: {rows['plan'][r - 1]}")
     named = NamedPlan(f"search #{rank}", plan_of(result.table.iloc[rank - 1].to_dict(), s.search_gb))
-    c2.button("Add to compare", on_click=_add_plan, args=(named,), width="stretch",
-              help=f"compare holds {MAX_PLANS} plans; the last one is replaced when full")
+    c2.button(
+        "Add to compare",
+        on_click=_add_plan,
+        args=(named,),
+        width="stretch",
+        help=f"compare holds {MAX_PLANS} plans; the last one is replaced when full",
+    )
     return s
 
 
 # ------------------------------------------------------------------ import
 
+
 def import_section(s: ReviewState) -> ReviewState:
-    st.caption("A Megatron-LM launch script or command line, a torchtitan TOML, or a ParaScope plan/review JSON. "
-               "Flags it does not know are listed, never fatal.")
+    st.caption(
+        "A Megatron-LM launch script or command line, a torchtitan TOML, or a ParaScope plan/review JSON. "
+        "Flags it does not know are listed, never fatal."
+    )
     how = st.radio("Source", ["Paste", "Upload"], horizontal=True, key="rv.i_how")
     if how == "Paste":
-        text, name = st.text_area("Paste the script, command line, TOML or JSON", key="rv.i_text", height=220), "pasted text"
+        text, name = (
+            st.text_area("Paste the script, command line, TOML or JSON", key="rv.i_text", height=220),
+            "pasted text",
+        )
     else:
         up = st.file_uploader("File", type=["sh", "bash", "slurm", "txt", "toml", "json"], key="rv.i_file")
         text, name = (up.getvalue().decode("utf-8", "replace"), up.name) if up else ("", "")
     c1, c2, c3 = st.columns([2, 1, 1])
     kind = c1.selectbox("Kind", ["auto", *KINDS], key="rv.i_kind")
-    nodes = c2.number_input("Nodes (0: from the file)", min_value=0, step=1, key="rv.i_nodes",
-                            help=f"nodes of {cluster_preset(s.cluster).gpus_per_node} GPUs of the review's cluster")
+    nodes = c2.number_input(
+        "Nodes (0: from the file)",
+        min_value=0,
+        step=1,
+        key="rv.i_nodes",
+        help=f"nodes of {cluster_preset(s.cluster).gpus_per_node} GPUs of the review's cluster",
+    )
     if c3.button("Read it", disabled=not text.strip(), width="stretch"):
         try:
             imported = import_text(text, name, None if kind == "auto" else kind)
@@ -305,16 +392,23 @@ def import_section(s: ReviewState) -> ReviewState:
             if imported.gpus_per_node and imported.cluster is None:
                 base = dataclasses.replace(base, gpus_per_node=imported.gpus_per_node)
             placed, cluster = place(imported, base, int(nodes) or None)
-            st.session_state[IMPORTED] = {"summary": placed.summary(), "plan": placed.plan, "model": placed.model,
-                                          "nodes": cluster.nodes, "name": name}
+            st.session_state[IMPORTED] = {
+                "summary": placed.summary(),
+                "plan": placed.plan,
+                "model": placed.model,
+                "nodes": cluster.nodes,
+                "name": name,
+            }
         except (ImportFailed, SpecError) as err:
             st.session_state.pop(IMPORTED, None)
             st.error(str(err))
     got = st.session_state.get(IMPORTED)
     if got:
         model = got["model"] or s.model
-        st.success(f"{got['summary']['kind']}: {model.name}, {got['plan'].label()}, global batch "
-                   f"{got['plan'].global_batch}, {got['summary']['world_size']} GPUs ({got['summary']['world_from']})")
+        st.success(
+            f"{got['summary']['kind']}: {model.name}, {got['plan'].label()}, global batch "
+            f"{got['plan'].global_batch}, {got['summary']['world_size']} GPUs ({got['summary']['world_from']})"
+        )
         frames = rc.import_frames(got["summary"])
         t1, t2 = st.columns(2)
         t1.dataframe(frames["recognised"], hide_index=True)
@@ -324,14 +418,19 @@ def import_section(s: ReviewState) -> ReviewState:
         stem = "imported" if got["name"] == "pasted text" else got["name"].rsplit(".", 1)[0] or "imported"
         options = got["summary"]["options"]
         named = NamedPlan(stem[:40], got["plan"])
-        changes = {"model": model, "nodes": got["nodes"], "flash": options.get("flash_attention", s.flash),
-                   "dropout": options.get("dropout", s.dropout)}
+        changes = {
+            "model": model,
+            "nodes": got["nodes"],
+            "flash": options.get("flash_attention", s.flash),
+            "dropout": options.get("dropout", s.dropout),
+        }
         note = "" if model == s.model else f" (the review's model becomes {model.name})"
         st.button(f"Add to compare as {named.name!r}{note}", on_click=_add_plan, args=(named,), kwargs=changes)
     return s
 
 
 # ------------------------------------------------------------------ saved reviews
+
 
 def _save(as_new: bool) -> None:
     s, author = st.session_state[STATE], st.session_state.get("rv.author") or "anonymous"
@@ -363,13 +462,20 @@ def _note(rid: int) -> None:
 
 def saved_section(s: ReviewState) -> ReviewState:
     db = store()
-    st.caption(f"Stored in {db.url.split('://')[0]} at {db.url.split('://', 1)[-1] or 'memory'} "
-               "(set PARASCOPE_REVIEWS_DB to a team server's database URL).")
+    st.caption(
+        f"Stored in {db.url.split('://')[0]} at {db.url.split('://', 1)[-1] or 'memory'} "
+        "(set PARASCOPE_REVIEWS_DB to a team server's database URL)."
+    )
     st.text_input("Your name (for saves and notes)", key="rv.author")
     c1, c2 = st.columns(2)
     c1.button("Save as a new review", on_click=_save, args=(True,), width="stretch")
-    c2.button(f"Save a new revision of #{s.review_id}" if s.review_id else "Save a new revision",
-              on_click=_save, args=(False,), disabled=s.review_id is None, width="stretch")
+    c2.button(
+        f"Save a new revision of #{s.review_id}" if s.review_id else "Save a new revision",
+        on_click=_save,
+        args=(False,),
+        disabled=s.review_id is None,
+        width="stretch",
+    )
     saved = db.list()
     if not saved:
         st.info("No saved reviews yet: save this one to start.")
@@ -400,8 +506,9 @@ def plan_review_page() -> None:
     if kind:
         (st.success if kind == "success" else st.error)(message)
     state = machine(state)
-    view = st.segmented_control("Section", REVIEW_VIEWS, key="rv.view", required=True,
-                                format_func=VIEW_TITLES.get, label_visibility="collapsed")
+    view = st.segmented_control(
+        "Section", REVIEW_VIEWS, key="rv.view", required=True, format_func=VIEW_TITLES.get, label_visibility="collapsed"
+    )
     state = dataclasses.replace(state, view=view or "compare")
     state = SECTIONS[state.view](state)
     write_state(state)

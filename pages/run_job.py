@@ -25,8 +25,9 @@ def _job_card(job: jobs.Job) -> None:
             if log:
                 st.code(log, language=None)
         elif s is not None and status == "completed":
-            c2.page_link(selection.PAGES["home"], label="Open", icon=":material/open_in_new:",
-                         query_params={selection.KEY: s.id})
+            c2.page_link(
+                selection.PAGES["home"], label="Open", icon=":material/open_in_new:", query_params={selection.KEY: s.id}
+            )
         elif s is not None:
             run_status.failure(s)
         else:
@@ -71,6 +72,8 @@ def run_job_page() -> None:
 
 ensure_navigation()
 st.title("Run a job")
-st.caption("Profiles every rank with torch.profiler into a run directory under "
-           f"`{trace_sets.runs_dir()}` (set PARASCOPE_RUNS to change it).")
+st.caption(
+    "Profiles every rank with torch.profiler into a run directory under "
+    f"`{trace_sets.runs_dir()}` (set PARASCOPE_RUNS to change it)."
+)
 run_job_page()

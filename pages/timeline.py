@@ -53,26 +53,40 @@ def timeline_page(s: TraceSet) -> None:
     url = {"bind": "query-params"}
     steps = ["whole" if x == -1 else str(x) for x in a.steps] + (["all"] if len(a.steps) > 1 else [])
     c1, c2, c3 = st.columns([2, 2, 4])
-    step_text = c1.selectbox("Profiler step", steps, key="tl_step", **url,  # the option itself is the URL's value
-                             help="the ProfilerStep#N window of the traces; all: every step; whole: a trace "
-                                  "without ProfilerStep annotations, shown whole")
+    step_text = c1.selectbox(
+        "Profiler step",
+        steps,
+        key="tl_step",
+        **url,  # the option itself is the URL's value
+        help="the ProfilerStep#N window of the traces; all: every step; whole: a trace "
+        "without ProfilerStep annotations, shown whole",
+    )
     step = {"all": ALL, "whole": -1}[step_text] if step_text in ("all", "whole") else int(step_text)
     first = 0
     ranks = a.traces.rank_ids
     if len(ranks) > run_loaders.MAX_GANTT_RANKS:
         starts = list(range(0, max(ranks) + 1, run_loaders.MAX_GANTT_RANKS))
-        first = c2.select_slider("Ranks shown", starts, key="tl_ranks", **url,
-                                 format_func=lambda r: f"{r}–{r + run_loaders.MAX_GANTT_RANKS - 1}")
+        first = c2.select_slider(
+            "Ranks shown",
+            starts,
+            key="tl_ranks",
+            **url,
+            format_func=lambda r: f"{r}–{r + run_loaders.MAX_GANTT_RANKS - 1}",
+        )
     tables = run_loaders.step_tables(key, step)
     labels = tables["labels"]
     picks = ["", *labels]
     wanted = st.query_params.get(INSTANCE, "")
     if wanted in picks and st.session_state.get(INST_KEY) != wanted:
         st.session_state[INST_KEY] = wanted  # the URL (a shared link) wins
-    highlight = c3.selectbox("Highlight a collective on all its ranks", picks, key=INST_KEY, on_change=_on_highlight,
-                             format_func=lambda i: labels.get(i, "none (or click one in the detail view)"),
-                             help="the worst stragglers of the step; clicking a collective in the detail view "
-                                  "highlights it too")
+    highlight = c3.selectbox(
+        "Highlight a collective on all its ranks",
+        picks,
+        key=INST_KEY,
+        on_change=_on_highlight,
+        format_func=lambda i: labels.get(i, "none (or click one in the detail view)"),
+        help="the worst stragglers of the step; clicking a collective in the detail view highlights it too",
+    )
     over = run_loaders.overview_view(key, step, first)
     detail = run_loaders.detail_view(key, step, _window(), first)
 
@@ -80,29 +94,46 @@ def timeline_page(s: TraceSet) -> None:
     m = st.columns(4)
     m[0].metric("Ranks", f"{len(ranks):,}", help=f"world size {a.traces.world_size}")
     m[1].metric("Collectives", f"{head['collectives']:,}", help="collective calls on all ranks in the chosen steps")
-    m[2].metric("Exposed communication", "—" if head["exposed_share"] is None else f"{head['exposed_share']:.0%}",
-                help="mean over ranks of exposed comm / step window")
-    m[3].metric("Worst arrival skew", "—" if head["worst_skew_ms"] is None else f"{head['worst_skew_ms']:,.2f} ms",
-                help="last start − first start of one collective instance across its group")
+    m[2].metric(
+        "Exposed communication",
+        "—" if head["exposed_share"] is None else f"{head['exposed_share']:.0%}",
+        help="mean over ranks of exposed comm / step window",
+    )
+    m[3].metric(
+        "Worst arrival skew",
+        "—" if head["worst_skew_ms"] is None else f"{head['worst_skew_ms']:,.2f} ms",
+        help="last start − first start of one collective instance across its group",
+    )
 
     st.subheader("Overview")
-    st.caption("Every rank (rows) over the step; drag across it to zoom the detail view below, double-click to reset. "
-               "Short events are merged so the chart stays light (hover: events merged, busy %).")
-    st.altair_chart(timeline_charts.gantt_overview_chart(over["frame"], span=over["span"], window=detail["window"]),
-                    key=BRUSH_KEY, on_select=_on_brush, selection_mode=timeline_charts.BRUSH)
+    st.caption(
+        "Every rank (rows) over the step; drag across it to zoom the detail view below, double-click to reset. "
+        "Short events are merged so the chart stays light (hover: events merged, busy %)."
+    )
+    st.altair_chart(
+        timeline_charts.gantt_overview_chart(over["frame"], span=over["span"], window=detail["window"]),
+        key=BRUSH_KEY,
+        on_select=_on_brush,
+        selection_mode=timeline_charts.BRUSH,
+    )
     lo, hi = detail["window"] or over["span"]
     c1, c2 = st.columns([5, 1], vertical_alignment="bottom")
     c1.subheader(f"Detail: {lo:,.1f}–{hi:,.1f} ms")
     c2.button("Whole step", on_click=_whole_step, disabled=detail["window"] is None, key="tl_reset")
-    st.caption("Per rank a compute lane and a collective lane. Click a collective to highlight the same instance on "
-               "every rank of its group (double-click clears); hover for op, bytes, group and busbw.")
+    st.caption(
+        "Per rank a compute lane and a collective lane. Click a collective to highlight the same instance on "
+        "every rank of its group (double-click clears); hover for op, bytes, group and busbw."
+    )
     st.altair_chart(timeline_charts.gantt_detail_chart(detail["frame"], window=(lo, hi), highlight=highlight or None))
 
     st.subheader("Where each rank's time goes")
     st.altair_chart(timeline_charts.breakdown_chart(tables["parts"]))
     t1, t2, t3, t4 = st.tabs(["Per rank", "Skew by dimension", "Stragglers", "By dimension"])
-    t1.dataframe(tables["breakdown"], hide_index=True,
-                 column_config={"exposed share": st.column_config.NumberColumn(format="percent")})
+    t1.dataframe(
+        tables["breakdown"],
+        hide_index=True,
+        column_config={"exposed share": st.column_config.NumberColumn(format="percent")},
+    )
     t2.caption("Arrival skew = last start − first start of a collective instance across its group (aligned clocks).")
     t2.dataframe(tables["skew"], hide_index=True)
     t3.dataframe(tables["stragglers"], hide_index=True)
@@ -110,11 +141,23 @@ def timeline_page(s: TraceSet) -> None:
     if tables["clock_note"]:
         st.caption(tables["clock_note"])
     d1, d2 = st.columns(2)
-    d1.download_button("Merged Perfetto trace (.json.gz)", data=lambda: run_loaders.perfetto_bytes(key),
-                       file_name=f"{s.name}-merged.json.gz", mime="application/gzip", key="tl_perfetto",
-                       help="one process per rank; opens in ui.perfetto.dev", on_click="ignore")
-    d2.download_button("Collectives table (.csv)", data=lambda: run_loaders.collectives_csv(key),
-                       file_name=f"{s.name}-collectives.csv", mime="text/csv", key="tl_csv", on_click="ignore")
+    d1.download_button(
+        "Merged Perfetto trace (.json.gz)",
+        data=lambda: run_loaders.perfetto_bytes(key),
+        file_name=f"{s.name}-merged.json.gz",
+        mime="application/gzip",
+        key="tl_perfetto",
+        help="one process per rank; opens in ui.perfetto.dev",
+        on_click="ignore",
+    )
+    d2.download_button(
+        "Collectives table (.csv)",
+        data=lambda: run_loaders.collectives_csv(key),
+        file_name=f"{s.name}-collectives.csv",
+        mime="text/csv",
+        key="tl_csv",
+        on_click="ignore",
+    )
 
 
 ensure_navigation()

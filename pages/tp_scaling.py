@@ -19,44 +19,65 @@ def _gbps(bytes_per_s: float) -> str:
 
 def tp_scaling_page(choice: PlanChoice) -> None:
     model, cluster, plan = choice.model, choice.cluster, choice.plan
-    mfu = st.slider("MFU of the GEMMs", min_value=0.1, max_value=0.9, value=0.5, step=0.05, key="tps_mfu",
-                    bind="query-params", help="fraction of the GPU's peak FLOP/s the layer's compute reaches")
+    mfu = st.slider(
+        "MFU of the GEMMs",
+        min_value=0.1,
+        max_value=0.9,
+        value=0.5,
+        step=0.05,
+        key="tps_mfu",
+        bind="query-params",
+        help="fraction of the GPU's peak FLOP/s the layer's compute reaches",
+    )
     view = loaders.scaling_view(choice.params, mfu)
     gpn = cluster.gpus_per_node
-    st.caption(f"{model.name}: one layer, micro batch {plan.micro_batch} × {model.seq_len} tokens, recompute "
-               f"{plan.recompute}, on {cluster.name} ({gpn} GPUs per node: {cluster.intra.name} "
-               f"{_gbps(cluster.intra.bandwidth_bytes_per_s)} inside, {cluster.inter.name} "
-               f"{_gbps(cluster.inter.bandwidth_bytes_per_s)} across, per GPU per direction). "
-               f"TP > {gpn} leaves the node.")
+    st.caption(
+        f"{model.name}: one layer, micro batch {plan.micro_batch} × {model.seq_len} tokens, recompute "
+        f"{plan.recompute}, on {cluster.name} ({gpn} GPUs per node: {cluster.intra.name} "
+        f"{_gbps(cluster.intra.bandwidth_bytes_per_s)} inside, {cluster.inter.name} "
+        f"{_gbps(cluster.inter.bandwidth_bytes_per_s)} across, per GPU per direction). "
+        f"TP > {gpn} leaves the node."
+    )
     if view["notes"]:  # one box, not one per TP degree: a small model can leave out half the sweep
         st.info("\n".join(f"- {note}" for note in view["notes"]))
 
     cols = st.columns(3)
     for col, row in zip(cols, view["highlights"]):
-        col.metric(row["label"], f"{row['comm_fraction']:.0%} communication",
-                   delta=f"efficiency {row['efficiency']:.0%}", delta_color="off", delta_arrow="off",
-                   help=row["help"])
+        col.metric(
+            row["label"],
+            f"{row['comm_fraction']:.0%} communication",
+            delta=f"efficiency {row['efficiency']:.0%}",
+            delta_color="off",
+            delta_arrow="off",
+            help=row["help"],
+        )
 
     st.subheader("Per-layer time: compute vs TP communication")
-    st.caption("TP without SP all-reduces twice forward and twice backward; TP + SP moves the same bytes as "
-               "all-gathers and reduce-scatters, so its exposed time matches, and Megatron's backward re-gather "
-               "overlaps compute (light segment). SP's gain is memory (see Activation memory).")
+    st.caption(
+        "TP without SP all-reduces twice forward and twice backward; TP + SP moves the same bytes as "
+        "all-gathers and reduce-scatters, so its exposed time matches, and Megatron's backward re-gather "
+        "overlaps compute (light segment). SP's gain is memory (see Activation memory)."
+    )
     st.altair_chart(scaling_charts.layer_time_chart(view["frame"], gpn))
     st.subheader("Speedup and efficiency")
     st.altair_chart(scaling_charts.speedup_chart(view["frame"], gpn))
     st.subheader("Bus bandwidth of the TP collective")
-    st.caption("Bus bandwidth by the nccl-tests convention (algbw × 2(n−1)/n), ring model: it approaches the "
-               "link's bandwidth for large messages, and latency pulls it down as the group grows. Black diamonds: "
-               "measured points (a run's or an uploaded set's TP-group collectives, commbench results).")
+    st.caption(
+        "Bus bandwidth by the nccl-tests convention (algbw × 2(n−1)/n), ring model: it approaches the "
+        "link's bandwidth for large messages, and latency pulls it down as the group grows. Black diamonds: "
+        "measured points (a run's or an uploaded set's TP-group collectives, commbench results)."
+    )
     measured = run_views.tp_measured(choice)  # a run's TP-group collectives, commbench results
     st.altair_chart(scaling_charts.busbw_chart(view["frame"], gpn, measured))
     st.dataframe(view["table"], hide_index=True)
 
 
-LAB_LINE = ("**The lab**: two network namespaces on this machine joined by a veth link shaped with tc, so ranks on "
-            "one node talk over loopback and ranks on different nodes over a deliberately slower link — the "
-            "NVLink/InfiniBand cliff in miniature. Reproduce: `sudo python -m profiler lab up --like dgx-h100 && "
-            "sudo python -m profiler tpsweep --lab`.")
+LAB_LINE = (
+    "**The lab**: two network namespaces on this machine joined by a veth link shaped with tc, so ranks on "
+    "one node talk over loopback and ranks on different nodes over a deliberately slower link — the "
+    "NVLink/InfiniBand cliff in miniature. Reproduce: `sudo python -m profiler lab up --like dgx-h100 && "
+    "sudo python -m profiler tpsweep --lab`."
+)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -69,12 +90,18 @@ def lab_sweep_section() -> None:
     st.caption(LAB_LINE)
     sweeps = sweep_data.find_sweeps(trace_sets.runs_dir())
     if not sweeps:
-        st.info(f"No TP sweep under {trace_sets.runs_dir()} yet. As root: `python -m profiler lab up --like dgx-h100`, "
-                "then `python -m profiler tpsweep --lab` (about 4 minutes on 2 cores) writes one there.")
+        st.info(
+            f"No TP sweep under {trace_sets.runs_dir()} yet. As root: `python -m profiler lab up --like dgx-h100`, "
+            "then `python -m profiler tpsweep --lab` (about 4 minutes on 2 cores) writes one there."
+        )
         return
     names = [s["name"] for s in sweeps]
-    name = st.selectbox("Sweep", names, key="tps_sweep", format_func=lambda n: next(
-        f"{n} ({s['status']}, {s['points']} runs)" for s in sweeps if s["name"] == n))
+    name = st.selectbox(
+        "Sweep",
+        names,
+        key="tps_sweep",
+        format_func=lambda n: next(f"{n} ({s['status']}, {s['points']} runs)" for s in sweeps if s["name"] == n),
+    )
     chosen = next(s for s in sweeps if s["name"] == name)
     try:
         view = _sweep_view(chosen["path"], chosen["mtime_ns"])
@@ -83,8 +110,10 @@ def lab_sweep_section() -> None:
         return
     for note in view["notes"]:
         st.warning(note)
-    st.caption(view["caption"] + " Diamonds: measured (TP comm with its p25–p75 bar), labelled with the error "
-               "vs the prediction; shaded: TP groups that span both lab nodes.")
+    st.caption(
+        view["caption"] + " Diamonds: measured (TP comm with its p25–p75 bar), labelled with the error "
+        "vs the prediction; shaded: TP groups that span both lab nodes."
+    )
     st.altair_chart(scaling_charts.sweep_chart(view["chart"], view["gpus_per_node"]))
     st.dataframe(view["table"], hide_index=True)
 

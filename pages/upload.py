@@ -28,13 +28,23 @@ def _checked(files) -> uploads.Checked:
 
 def _plan(checked: uploads.Checked):
     """(plan, model name) from the chosen source, or (None, None); shows what is wrong with a bad one."""
-    how = st.radio("Plan, for dimension labels", [NO_PLAN, PLAN_FILE, PLAN_DEGREES], horizontal=True, key="up_plan",
-                   format_func={NO_PLAN: "none: label by the traces' group names",
-                                PLAN_FILE: "a plan file", PLAN_DEGREES: "enter the degrees"}.get,
-                   help="with the plan, each collective's group is matched to a TP/SP/CP/PP/DP group of it")
+    how = st.radio(
+        "Plan, for dimension labels",
+        [NO_PLAN, PLAN_FILE, PLAN_DEGREES],
+        horizontal=True,
+        key="up_plan",
+        format_func={
+            NO_PLAN: "none: label by the traces' group names",
+            PLAN_FILE: "a plan file",
+            PLAN_DEGREES: "enter the degrees",
+        }.get,
+        help="with the plan, each collective's group is matched to a TP/SP/CP/PP/DP group of it",
+    )
     world = checked.world_size
     if how == PLAN_FILE:
-        f = st.file_uploader("ParaScope plan / run.json, Megatron-LM launch script or torchtitan TOML", key="up_plan_file")
+        f = st.file_uploader(
+            "ParaScope plan / run.json, Megatron-LM launch script or torchtitan TOML", key="up_plan_file"
+        )
         if f is None:
             return None, None
         try:
@@ -46,9 +56,12 @@ def _plan(checked: uploads.Checked):
         from parallel.core.plan import Plan
 
         cols = st.columns(6)
-        values = {d: cols[i].number_input(d.upper(), min_value=1, max_value=65536, step=1, key=f"up_{d}",
-                                          value=(world or 1) if d == "dp" else 1)
-                  for i, d in enumerate(("dp", "tp", "pp", "cp"))}
+        values = {
+            d: cols[i].number_input(
+                d.upper(), min_value=1, max_value=65536, step=1, key=f"up_{d}", value=(world or 1) if d == "dp" else 1
+            )
+            for i, d in enumerate(("dp", "tp", "pp", "cp"))
+        }
         sp = cols[4].toggle("SP", key="up_sp")
         order = cols[5].selectbox("Rank order", list(ORDERS), key="up_order", index=list(ORDERS).index(DEFAULT_ORDER))
         try:
@@ -60,31 +73,46 @@ def _plan(checked: uploads.Checked):
 
 def _store(checked: uploads.Checked, name: str, plan, model) -> None:
     try:
-        path = uploads.store(name, checked.accepted, uploads=trace_sets.uploads_dir(), plan=plan, model=model,
-                             rejected=checked.rejected)
+        path = uploads.store(
+            name, checked.accepted, uploads=trace_sets.uploads_dir(), plan=plan, model=model, rejected=checked.rejected
+        )
     except uploads.UploadError as err:
         st.error(str(err))
         return
     set_id = trace_sets.UPLOAD + path.name
     selection.select(set_id)
-    st.success(f"Stored **{path.name}**: {len(checked.accepted)} file(s), ranks {checked.ranks[0]}–{checked.ranks[-1]}.")
+    st.success(
+        f"Stored **{path.name}**: {len(checked.accepted)} file(s), ranks {checked.ranks[0]}–{checked.ranks[-1]}."
+    )
     c1, c2 = st.columns(2)
-    c1.page_link(selection.PAGES["timeline"], label="Open in the Collective timeline", icon=":material/view_timeline:",
-                 query_params={selection.KEY: set_id})
-    c2.page_link(selection.PAGES["home"], label="See it on Home", icon=":material/list:",
-                 query_params={selection.KEY: set_id})
+    c1.page_link(
+        selection.PAGES["timeline"],
+        label="Open in the Collective timeline",
+        icon=":material/view_timeline:",
+        query_params={selection.KEY: set_id},
+    )
+    c2.page_link(
+        selection.PAGES["home"], label="See it on Home", icon=":material/list:", query_params={selection.KEY: set_id}
+    )
 
 
 def upload_page() -> None:
     limit = st.get_option("server.maxUploadSize")
     files = st.file_uploader(
-        "Trace files (.json, .json.gz, one per rank) or an archive (.zip, .tar.gz)", accept_multiple_files=True,
-        key="up_files", help=f"at most {limit} MB per file (server.maxUploadSize in .streamlit/config.toml)")
-    st.caption(f"Size limit: **{limit:,} MB per file** (server.maxUploadSize). Rank from each trace's distributedInfo, "
-               "else from its name (rank3_trace.json.gz, rank-3.json.gz).")
+        "Trace files (.json, .json.gz, one per rank) or an archive (.zip, .tar.gz)",
+        accept_multiple_files=True,
+        key="up_files",
+        help=f"at most {limit} MB per file (server.maxUploadSize in .streamlit/config.toml)",
+    )
+    st.caption(
+        f"Size limit: **{limit:,} MB per file** (server.maxUploadSize). Rank from each trace's distributedInfo, "
+        "else from its name (rank3_trace.json.gz, rank-3.json.gz)."
+    )
     if not files:
-        st.info("Drop the traces of one job here: one Kineto trace per rank, as torch.profiler's "
-                "export_chrome_trace or tensorboard_trace_handler writes them, or a .zip / .tar.gz of them.")
+        st.info(
+            "Drop the traces of one job here: one Kineto trace per rank, as torch.profiler's "
+            "export_chrome_trace or tensorboard_trace_handler writes them, or a .zip / .tar.gz of them."
+        )
         return
     checked = _checked(files)
     for name, message in checked.rejected:
@@ -92,16 +120,19 @@ def upload_page() -> None:
     if not checked.accepted:
         st.warning("No file could be read as a trace; nothing to store.")
         return
-    st.success(f"Kept {len(checked.accepted)} file(s): ranks {checked.ranks[0]}–{checked.ranks[-1]} of a job of world "
-               f"size {checked.world_size}." + (f" {len(checked.rejected)} rejected (above)." if checked.rejected else ""))
+    st.success(
+        f"Kept {len(checked.accepted)} file(s): ranks {checked.ranks[0]}–{checked.ranks[-1]} of a job of world "
+        f"size {checked.world_size}." + (f" {len(checked.rejected)} rejected (above)." if checked.rejected else "")
+    )
     st.dataframe(checked.rows(), hide_index=True, column_config={"MB": st.column_config.NumberColumn(format="%.2f")})
     missing = sorted(set(range(checked.world_size or 0)) - set(checked.ranks))
     if missing:
         st.caption(f"{len(missing)} rank(s) of the job have no trace here; the set opens with the ranks it has.")
     plan, model = _plan(checked)
     st.session_state.setdefault("up_name", f"traces-{datetime.now():%Y%m%d-%H%M%S}")
-    name = st.text_input("Name of the set", key="up_name",
-                         help="letters, digits, '.', '_', '-'; an existing set is never overwritten")
+    name = st.text_input(
+        "Name of the set", key="up_name", help="letters, digits, '.', '_', '-'; an existing set is never overwritten"
+    )
     if st.button("Store the set", type="primary", key="up_store", icon=":material/save:"):
         _store(checked, name, plan, model)
 

@@ -26,8 +26,12 @@ COMMANDS = {
 }
 # Server settings of the repository's .streamlit/config.toml, given as flags so that an installed
 # `parascope dashboard` started from any directory serves the same way.
-DASHBOARD_DEFAULTS = {"--server.address": "127.0.0.1", "--server.port": "8501", "--server.maxUploadSize": "1024",
-                      "--browser.gatherUsageStats": "false"}
+DASHBOARD_DEFAULTS = {
+    "--server.address": "127.0.0.1",
+    "--server.port": "8501",
+    "--server.maxUploadSize": "1024",
+    "--browser.gatherUsageStats": "false",
+}
 
 
 def app_path() -> Path:

@@ -9,8 +9,12 @@ SHARED_TRACES = ROOT.parent / "shared" / "traces"
 
 
 def pytest_addoption(parser):
-    parser.addoption("--full-matrix", action="store_true", default=False,
-                     help="run the full DPxTPxPPxCP correctness matrix of the engine (slow)")
+    parser.addoption(
+        "--full-matrix",
+        action="store_true",
+        default=False,
+        help="run the full DPxTPxPPxCP correctness matrix of the engine (slow)",
+    )
 
 
 def pytest_collection_modifyitems(config, items):

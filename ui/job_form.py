@@ -17,10 +17,31 @@ from parallel.core.topology import DEFAULT_ORDER, ORDERS
 from ui.jobs import flags_of
 
 K = "job."
-DEFAULTS = {"model": "tiny", "dp": 2, "tp": 2, "pp": 2, "cp": 1, "sp": True, "micro_batch": 1, "global_batch": 0,
-            "vpp": 1, "zero": 0, "recompute": "none", "order": DEFAULT_ORDER, "schedule": "1f1b", "steps": 4,
-            "launcher": "local", "timeout": 60.0, "wait": 1, "warmup": 1, "active": None,
-            "layers": None, "hidden": None, "heads": None, "seq_len": None}
+DEFAULTS = {
+    "model": "tiny",
+    "dp": 2,
+    "tp": 2,
+    "pp": 2,
+    "cp": 1,
+    "sp": True,
+    "micro_batch": 1,
+    "global_batch": 0,
+    "vpp": 1,
+    "zero": 0,
+    "recompute": "none",
+    "order": DEFAULT_ORDER,
+    "schedule": "1f1b",
+    "steps": 4,
+    "launcher": "local",
+    "timeout": 60.0,
+    "wait": 1,
+    "warmup": 1,
+    "active": None,
+    "layers": None,
+    "hidden": None,
+    "heads": None,
+    "seq_len": None,
+}
 
 
 def _int(container, label: str, key: str, lo: int = 1, hi: int = 4096, **kw):
@@ -34,12 +55,16 @@ def job_form() -> tuple[list[str], str] | None:
             ss.setdefault(K + key, value)
     with st.form("job_form", border=True):
         c1, c2 = st.columns([3, 2])
-        c1.selectbox("Model", list(MODELS), key=K + "model",
-                     format_func=lambda n: f"{n} ({MODELS[n].layers} layers, h {MODELS[n].hidden})",
-                     help="tiny trains in seconds on CPU; the others are the planning presets (shape flags below "
-                          "shrink them)")
-        c2.number_input("Steps", min_value=1, max_value=1000, step=1, key=K + "steps",
-                        help="optimizer steps to train and profile")
+        c1.selectbox(
+            "Model",
+            list(MODELS),
+            key=K + "model",
+            format_func=lambda n: f"{n} ({MODELS[n].layers} layers, h {MODELS[n].hidden})",
+            help="tiny trains in seconds on CPU; the others are the planning presets (shape flags below shrink them)",
+        )
+        c2.number_input(
+            "Steps", min_value=1, max_value=1000, step=1, key=K + "steps", help="optimizer steps to train and profile"
+        )
         cols = st.columns(5)
         for col, (dim, name) in zip(cols, (("dp", "DP"), ("tp", "TP"), ("pp", "PP"), ("cp", "CP"))):
             _int(col, name, dim, hi=64)
@@ -54,22 +79,53 @@ def job_form() -> tuple[list[str], str] | None:
             c1, c2, c3 = st.columns(3)
             c1.selectbox("Rank order", list(ORDERS), key=K + "order", format_func=lambda o: f"{o} — {ORDERS[o]}")
             c2.selectbox("Pipeline schedule", list(SCHEDULES), key=K + "schedule")
-            c3.selectbox("Launcher", ["local", "torchrun"], key=K + "launcher",
-                         help="local: fork the ranks from one process (fast); torchrun: one-node torchrun")
+            c3.selectbox(
+                "Launcher",
+                ["local", "torchrun"],
+                key=K + "launcher",
+                help="local: fork the ranks from one process (fast); torchrun: one-node torchrun",
+            )
             cols = st.columns(5)
-            for col, (flag, name) in zip(cols, (("layers", "Layers"), ("hidden", "Hidden"), ("heads", "Heads"),
-                                                ("seq_len", "Sequence length"))):
-                col.number_input(name, min_value=1, max_value=1 << 20, step=1, key=K + flag, value=None,
-                                 placeholder="preset", help="overrides the preset's value")
-            cols[4].number_input("Group timeout, s", min_value=5.0, max_value=3600.0, step=5.0, key=K + "timeout",
-                                 help="a dead or hung peer ends the job within this")
+            for col, (flag, name) in zip(
+                cols, (("layers", "Layers"), ("hidden", "Hidden"), ("heads", "Heads"), ("seq_len", "Sequence length"))
+            ):
+                col.number_input(
+                    name,
+                    min_value=1,
+                    max_value=1 << 20,
+                    step=1,
+                    key=K + flag,
+                    value=None,
+                    placeholder="preset",
+                    help="overrides the preset's value",
+                )
+            cols[4].number_input(
+                "Group timeout, s",
+                min_value=5.0,
+                max_value=3600.0,
+                step=5.0,
+                key=K + "timeout",
+                help="a dead or hung peer ends the job within this",
+            )
             cols = st.columns(5)
             _int(cols[0], "Profiler: wait steps", "wait", lo=0, hi=1000, help="steps before tracing starts")
             _int(cols[1], "warmup steps", "warmup", lo=0, hi=1000, help="steps traced but dropped")
-            cols[2].number_input("active steps", min_value=1, max_value=1000, step=1, key=K + "active", value=None,
-                                 placeholder="the rest", help="steps recorded in the traces")
-        st.text_input("Run label (optional)", key=K + "label", placeholder="e.g. sp-vs-nosp",
-                              help="part of the run's directory name, after the time")
+            cols[2].number_input(
+                "active steps",
+                min_value=1,
+                max_value=1000,
+                step=1,
+                key=K + "active",
+                value=None,
+                placeholder="the rest",
+                help="steps recorded in the traces",
+            )
+        st.text_input(
+            "Run label (optional)",
+            key=K + "label",
+            placeholder="e.g. sp-vs-nosp",
+            help="part of the run's directory name, after the time",
+        )
         submitted = st.form_submit_button("Start profiling", type="primary", icon=":material/play_arrow:")
     if not submitted:
         return None
@@ -78,7 +134,8 @@ def job_form() -> tuple[list[str], str] | None:
         values["global_batch"] = None
     flags = flags_of(values)
     plan = f"{values['model']} DP{values['dp']} TP{values['tp']}{'+SP' if values['sp'] else ''} PP{values['pp']}" + (
-        f" CP{values['cp']}" if values["cp"] > 1 else "")
+        f" CP{values['cp']}" if values["cp"] > 1 else ""
+    )
     return flags, (ss.get(K + "label") or "").strip() or plan
 
 

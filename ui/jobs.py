@@ -124,17 +124,28 @@ def _proc_state(pid: int) -> str | None:
         return None
 
 
-def start(argv: list[str], *, name: str, runs_dir: Path, cwd: str | Path | None = None,
-          env: dict | None = None) -> Job:
+def start(argv: list[str], *, name: str, runs_dir: Path, cwd: str | Path | None = None, env: dict | None = None) -> Job:
     """Start `argv` in a new session (its own process group), output to the job's log; returns at
     once. A thread of this process reaps it and records its exit code."""
     runs_dir = Path(runs_dir)
     (runs_dir / JOBS).mkdir(parents=True, exist_ok=True)
-    job = Job(name=name, runs_dir=runs_dir, argv=tuple(argv), out=str(_out_of(argv) or runs_dir / name),
-              started_at=now_iso("seconds"))
+    job = Job(
+        name=name,
+        runs_dir=runs_dir,
+        argv=tuple(argv),
+        out=str(_out_of(argv) or runs_dir / name),
+        started_at=now_iso("seconds"),
+    )
     with open(job.log_path, "wb") as log:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     job = dataclasses.replace(job, pid=proc.pid, pgid=proc.pid, start_ticks=_start_ticks(proc.pid))
     _write(job.record_path, _record(job))
     threading.Thread(target=_reap, args=(proc, job), daemon=True, name=f"reap-{name}").start()

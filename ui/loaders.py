@@ -40,8 +40,9 @@ def topology_view(params: dict[str, str], color_dim: str, group_dim: str, compar
     first = max(0, min(first_node, total - window))
     compare = None if topology_data.same_order(plan.order, compare_order) else compare_order
     return {
-        "cells": topology_data.gpu_cells(topo, group_dim=group_dim, compare_order=compare or plan.order,
-                                         first_node=first, nodes=window),
+        "cells": topology_data.gpu_cells(
+            topo, group_dim=group_dim, compare_order=compare or plan.order, first_node=first, nodes=window
+        ),
         "paths": topology_data.group_paths(topo, group_dim, first_node=first, nodes=window),
         "overview": topology_data.node_overview(topo, color_dim) if window < total else None,
         "summary": topology_data.dim_summary(topo, compare_order),
@@ -62,8 +63,9 @@ def memory_view(params: dict[str, str], flash: bool, dropout: bool, act_bytes: i
     """Everything the Activation-memory page draws (act_bytes 0 = the model's dtype)."""
     model, cluster, plan = inputs(params)
     opts = _activation_options(flash, dropout, act_bytes)
-    per_layer = {memory_data.SP_LABEL[p.sp]: activation_bytes_per_layer(model, p, opts)
-                 for p in memory_data.sp_variants(plan)}
+    per_layer = {
+        memory_data.SP_LABEL[p.sp]: activation_bytes_per_layer(model, p, opts) for p in memory_data.sp_variants(plan)
+    }
     return {
         "recompute": memory_data.layer_components(model, plan, opts, scope=scope),
         "seq_len": memory_data.components_sweep(model, plan, opts, axis="seq_len", scope=scope),
@@ -78,7 +80,12 @@ def scaling_view(params: dict[str, str], mfu: float) -> dict:
     """parallel.core.scaling.tp_scaling for the plan's model, cluster, micro batch and recompute mode:
     frame (the prediction), table, highlights and notes (TP degrees left out, and why)."""
     model, cluster, plan = inputs(params)
-    df = scaling.tp_scaling(model, cluster, micro_batch=plan.micro_batch, recompute=plan.recompute,
-                            perf=PerfOptions(mfu=mfu))
-    return {"frame": df, "table": scaling.summary_table(df), "notes": scaling.invalid_notes(df),
-            "highlights": scaling.highlights(df, cluster.gpus_per_node, plan.tp)}
+    df = scaling.tp_scaling(
+        model, cluster, micro_batch=plan.micro_batch, recompute=plan.recompute, perf=PerfOptions(mfu=mfu)
+    )
+    return {
+        "frame": df,
+        "table": scaling.summary_table(df),
+        "notes": scaling.invalid_notes(df),
+        "highlights": scaling.highlights(df, cluster.gpus_per_node, plan.tp),
+    }

@@ -30,15 +30,29 @@ def _stack(data: pd.DataFrame, x: alt.X, scope: str, x_tooltip: alt.Tooltip) -> 
     so the caller can layer it with others on the same data."""
     unit, title = _y_title(scope)
     value = f"bytes_{unit}"
-    return alt.Chart().mark_bar(stroke="white", strokeWidth=0.6).encode(
-        x=x,
-        y=alt.Y(f"sum({value}):Q", title=title, stack="zero"),
-        color=alt.Color("group:N", title="component group", scale=scale(GROUP_COLORS, data["group"]), sort=list(GROUPS),
-                        legend=alt.Legend(labelLimit=260)),
-        order=alt.Order("order:Q"),
-        detail=alt.Detail("component:N"),
-        tooltip=[alt.Tooltip("sp:N", title="SP"), x_tooltip, alt.Tooltip("component:N", title="component"),
-                 alt.Tooltip("group:N", title="group"), alt.Tooltip(f"{value}:Q", title=unit, format=",.1f")],
+    return (
+        alt.Chart()
+        .mark_bar(stroke="white", strokeWidth=0.6)
+        .encode(
+            x=x,
+            y=alt.Y(f"sum({value}):Q", title=title, stack="zero"),
+            color=alt.Color(
+                "group:N",
+                title="component group",
+                scale=scale(GROUP_COLORS, data["group"]),
+                sort=list(GROUPS),
+                legend=alt.Legend(labelLimit=260),
+            ),
+            order=alt.Order("order:Q"),
+            detail=alt.Detail("component:N"),
+            tooltip=[
+                alt.Tooltip("sp:N", title="SP"),
+                x_tooltip,
+                alt.Tooltip("component:N", title="component"),
+                alt.Tooltip("group:N", title="group"),
+                alt.Tooltip(f"{value}:Q", title=unit, format=",.1f"),
+            ],
+        )
     )
 
 
@@ -61,11 +75,19 @@ def sweep_chart(df: pd.DataFrame, *, axis: str, scope: str = "layer") -> alt.Fac
     small = len(data) and data.groupby(["sp", "x"])[f"bytes_{unit}"].sum().max() < 10  # tiny: 0.24 MiB, not 0
     fmt = ",.2f" if small else ",.0f" if unit == "MiB" else ",.1f"
     totals = alt.Chart().transform_aggregate(total=f"sum(bytes_{unit})", groupby=["sp", "x", "current"])
-    labels = [totals.transform_filter(("" if current else "!") + "datum.current").transform_calculate(
-        label=("'▼ ' + " if current else "") + f"format(datum.total, '{fmt}')").mark_text(
-        baseline="bottom", dy=-3, fontSize=11 if current else 10, fontWeight="bold" if current else "normal",
-        color="#212529" if current else "#868e96").encode(x=x, y=alt.Y("total:Q"), text=alt.Text("label:N"))
-        for current in (False, True)]
+    labels = [
+        totals.transform_filter(("" if current else "!") + "datum.current")
+        .transform_calculate(label=("'▼ ' + " if current else "") + f"format(datum.total, '{fmt}')")
+        .mark_text(
+            baseline="bottom",
+            dy=-3,
+            fontSize=11 if current else 10,
+            fontWeight="bold" if current else "normal",
+            color="#212529" if current else "#868e96",
+        )
+        .encode(x=x, y=alt.Y("total:Q"), text=alt.Text("label:N"))
+        for current in (False, True)
+    ]
     return alt.layer(bars, *labels, data=data, width=300, height=260).facet(column=_sp_column())
 
 
@@ -76,20 +98,33 @@ def stage_chart(df: pd.DataFrame) -> alt.FacetChart:
     unit = stage_unit(df)
     data = with_units(df, unit, "bytes", "total_bytes", "capacity_bytes")
     data["kind_order"] = data["kind"].map({k: i for i, k in enumerate(STATE_KINDS)})
-    bars = alt.Chart().mark_bar().encode(
-        x=alt.X("stage:O", title="pipeline stage", axis=alt.Axis(labelAngle=0)),
-        y=alt.Y(f"sum(bytes_{unit}):Q", title=f"{unit} per GPU"),
-        color=alt.Color("kind:N", title="memory", scale=scale(MEMORY_COLORS), sort=list(STATE_KINDS)),
-        order=alt.Order("kind_order:Q"),
-        tooltip=[alt.Tooltip("sp:N", title="SP"), alt.Tooltip("stage:O", title="stage"), alt.Tooltip("kind:N", title="kind"),
-                 alt.Tooltip(f"bytes_{unit}:Q", title=unit, format=",.2f"),
-                 alt.Tooltip(f"total_bytes_{unit}:Q", title=f"stage total {unit}", format=",.2f")],
+    bars = (
+        alt.Chart()
+        .mark_bar()
+        .encode(
+            x=alt.X("stage:O", title="pipeline stage", axis=alt.Axis(labelAngle=0)),
+            y=alt.Y(f"sum(bytes_{unit}):Q", title=f"{unit} per GPU"),
+            color=alt.Color("kind:N", title="memory", scale=scale(MEMORY_COLORS), sort=list(STATE_KINDS)),
+            order=alt.Order("kind_order:Q"),
+            tooltip=[
+                alt.Tooltip("sp:N", title="SP"),
+                alt.Tooltip("stage:O", title="stage"),
+                alt.Tooltip("kind:N", title="kind"),
+                alt.Tooltip(f"bytes_{unit}:Q", title=unit, format=",.2f"),
+                alt.Tooltip(f"total_bytes_{unit}:Q", title=f"stage total {unit}", format=",.2f"),
+            ],
+        )
     )
     layers = [bars]
     if capacity_drawn(df):
-        layers.append(alt.Chart().mark_rule(color="#c92a2a", strokeDash=[6, 3], strokeWidth=2).encode(
-            y=alt.Y(f"max(capacity_bytes_{unit}):Q"),
-            tooltip=[alt.Tooltip(f"max(capacity_bytes_{unit}):Q", title=f"GPU memory {unit}", format=",.1f")]))
+        layers.append(
+            alt.Chart()
+            .mark_rule(color="#c92a2a", strokeDash=[6, 3], strokeWidth=2)
+            .encode(
+                y=alt.Y(f"max(capacity_bytes_{unit}):Q"),
+                tooltip=[alt.Tooltip(f"max(capacity_bytes_{unit}):Q", title=f"GPU memory {unit}", format=",.1f")],
+            )
+        )
     width = max(160, min(420, 26 * int(df["stage"].nunique())))
     return alt.layer(*layers, data=data, width=width, height=280).facet(column=_sp_column())
 
@@ -98,26 +133,51 @@ def measured_vs_predicted_chart(df: pd.DataFrame) -> alt.VConcatChart:
     """Per rank, measured activation bytes beside predicted, and the error in % below
     (frame of memory_data.measured_vs_predicted)."""
     data = with_units(df, "MiB", "measured_bytes", "predicted_bytes", "error_bytes")
-    long = data.melt(id_vars=["rank", "error_pct"], value_vars=["measured_bytes_MiB", "predicted_bytes_MiB"],
-                     var_name="source", value_name="MiB")
+    long = data.melt(
+        id_vars=["rank", "error_pct"],
+        value_vars=["measured_bytes_MiB", "predicted_bytes_MiB"],
+        var_name="source",
+        value_name="MiB",
+    )
     long["source"] = long["source"].str.removesuffix("_bytes_MiB")
     rank_x = alt.X("rank:O", title="rank", axis=alt.Axis(labelAngle=0))
-    bars = alt.Chart(long, height=240).mark_bar().encode(
-        x=rank_x,
-        xOffset=alt.XOffset("source:N", sort=["measured", "predicted"]),
-        y=alt.Y("MiB:Q", title="activation MiB (peak, one GPU)"),
-        color=alt.Color("source:N", title=None, scale=alt.Scale(domain=["measured", "predicted"], range=["#f59f00", "#adb5bd"])),
-        tooltip=[alt.Tooltip("rank:O", title="rank"), alt.Tooltip("source:N", title="source"),
-                 alt.Tooltip("MiB:Q", title="MiB", format=",.1f"), alt.Tooltip("error_pct:Q", title="error %", format="+.1f")],
+    bars = (
+        alt.Chart(long, height=240)
+        .mark_bar()
+        .encode(
+            x=rank_x,
+            xOffset=alt.XOffset("source:N", sort=["measured", "predicted"]),
+            y=alt.Y("MiB:Q", title="activation MiB (peak, one GPU)"),
+            color=alt.Color(
+                "source:N", title=None, scale=alt.Scale(domain=["measured", "predicted"], range=["#f59f00", "#adb5bd"])
+            ),
+            tooltip=[
+                alt.Tooltip("rank:O", title="rank"),
+                alt.Tooltip("source:N", title="source"),
+                alt.Tooltip("MiB:Q", title="MiB", format=",.1f"),
+                alt.Tooltip("error_pct:Q", title="error %", format="+.1f"),
+            ],
+        )
     )
     # symmetric around 0 and at least ±1 %, so an exact match reads as 0 and not as an empty axis
     lim = max(1.0, float(data["error_pct"].abs().max()) * 1.1) if len(data) else 1.0
-    error = alt.Chart(data, height=140).mark_bar().encode(
-        x=rank_x,
-        y=alt.Y("error_pct:Q", title="error vs predicted, %", scale=alt.Scale(domain=[-lim, lim]),
-                axis=alt.Axis(format="+.2~f")),
-        color=alt.ColorValue("#4c6ef5", condition={"test": "datum.error_pct >= 0", "value": "#e8590c"}),
-        tooltip=[alt.Tooltip("rank:O", title="rank"), alt.Tooltip("error_pct:Q", title="error %", format="+.1f"),
-                 alt.Tooltip("error_bytes_MiB:Q", title="error MiB", format="+,.1f")],
+    error = (
+        alt.Chart(data, height=140)
+        .mark_bar()
+        .encode(
+            x=rank_x,
+            y=alt.Y(
+                "error_pct:Q",
+                title="error vs predicted, %",
+                scale=alt.Scale(domain=[-lim, lim]),
+                axis=alt.Axis(format="+.2~f"),
+            ),
+            color=alt.ColorValue("#4c6ef5", condition={"test": "datum.error_pct >= 0", "value": "#e8590c"}),
+            tooltip=[
+                alt.Tooltip("rank:O", title="rank"),
+                alt.Tooltip("error_pct:Q", title="error %", format="+.1f"),
+                alt.Tooltip("error_bytes_MiB:Q", title="error MiB", format="+,.1f"),
+            ],
+        )
     )
     return alt.vconcat(bars, error)

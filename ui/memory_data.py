@@ -61,8 +61,11 @@ def _component_rows(model: Model, plan: Plan, opts: ActivationOptions, scope: st
             extra += last_stage_extra_bytes(model, plan, opts)
         parts[EMBEDDING] = extra
     order = {c: i for i, c in enumerate((*COMPONENTS, EMBEDDING))}
-    return [{"component": c, "group": COMPONENT_GROUP.get(c, EMBEDDING), "order": order[c], "bytes": float(b)}
-            for c, b in parts.items() if b > 0]
+    return [
+        {"component": c, "group": COMPONENT_GROUP.get(c, EMBEDDING), "order": order[c], "bytes": float(b)}
+        for c, b in parts.items()
+        if b > 0
+    ]
 
 
 def layer_components(model: Model, plan: Plan, opts: ActivationOptions, *, scope: str = "layer") -> pd.DataFrame:
@@ -75,8 +78,15 @@ def layer_components(model: Model, plan: Plan, opts: ActivationOptions, *, scope
     return pd.DataFrame(rows)
 
 
-def components_sweep(model: Model, plan: Plan, opts: ActivationOptions, *, axis: str, scope: str = "layer",
-                     values: tuple[int, ...] | None = None) -> pd.DataFrame:
+def components_sweep(
+    model: Model,
+    plan: Plan,
+    opts: ActivationOptions,
+    *,
+    axis: str,
+    scope: str = "layer",
+    values: tuple[int, ...] | None = None,
+) -> pd.DataFrame:
     """The plan's components as `axis` ('seq_len' or 'tp') varies, without and with SP:
     sp, x, current (the plan's own value), component, group, order, bytes. Values the model cannot
     be split by (heads % tp, seq % tp under SP, ...) are left out."""
@@ -94,8 +104,9 @@ def components_sweep(model: Model, plan: Plan, opts: ActivationOptions, *, axis:
             p = dataclasses.replace(plan, tp=tp, sp=sp)
             if _shape_errors(p, m):
                 continue
-            rows += [{"sp": SP_LABEL[sp], "x": x, "current": x == current, **r}
-                     for r in _component_rows(m, p, opts, scope)]
+            rows += [
+                {"sp": SP_LABEL[sp], "x": x, "current": x == current, **r} for r in _component_rows(m, p, opts, scope)
+            ]
     return pd.DataFrame(rows)
 
 
@@ -105,8 +116,17 @@ def stage_memory(model: Model, plan: Plan, opts: ActivationOptions, capacity_byt
     rows = []
     for variant in sp_variants(plan):
         for st in memory_per_stage(model, variant, opts):
-            rows += [{"sp": SP_LABEL[variant.sp], "stage": st["stage"], "kind": k, "bytes": st[k],
-                      "total_bytes": st["total"], "capacity_bytes": capacity_bytes} for k in STATE_KINDS]
+            rows += [
+                {
+                    "sp": SP_LABEL[variant.sp],
+                    "stage": st["stage"],
+                    "kind": k,
+                    "bytes": st[k],
+                    "total_bytes": st["total"],
+                    "capacity_bytes": capacity_bytes,
+                }
+                for k in STATE_KINDS
+            ]
     return pd.DataFrame(rows)
 
 
@@ -139,8 +159,10 @@ def with_units(df: pd.DataFrame, unit: str, *columns: str) -> pd.DataFrame:
 def _by_rank(metrics: dict, key: str) -> pd.Series:
     value = metrics.get(key)
     if not isinstance(value, dict):
-        raise MetricsError(f"metrics.json has no {key!r} object ({{rank: bytes}}); keys present: "
-                           f"{', '.join(sorted(metrics)) or 'none'}")
+        raise MetricsError(
+            f"metrics.json has no {key!r} object ({{rank: bytes}}); keys present: "
+            f"{', '.join(sorted(metrics)) or 'none'}"
+        )
     try:
         return pd.Series({int(r): float(b) for r, b in value.items()}, dtype="float64")
     except (TypeError, ValueError) as err:
@@ -162,6 +184,9 @@ def measured_vs_predicted(metrics: dict) -> pd.DataFrame:
 def measured_breakdown(metrics: dict) -> pd.DataFrame:
     """activation_breakdown {rank: {component: bytes}} long-form: rank, component, group, bytes."""
     data = metrics.get("activation_breakdown") or {}
-    rows = [{"rank": int(r), "component": c, "group": COMPONENT_GROUP.get(c, "other"), "bytes": float(b)}
-            for r, parts in data.items() for c, b in parts.items()]
+    rows = [
+        {"rank": int(r), "component": c, "group": COMPONENT_GROUP.get(c, "other"), "bytes": float(b)}
+        for r, parts in data.items()
+        for c, b in parts.items()
+    ]
     return pd.DataFrame(rows, columns=["rank", "component", "group", "bytes"])

@@ -43,15 +43,22 @@ class PlanChoice:
     @property
     def label(self) -> str:
         c = self.cluster
-        return (f"{self.model.name} on {c.name} {c.nodes}×{c.gpus_per_node} GPUs · {self.plan.label()} · "
-                f"global batch {self.plan.global_batch} · order {self.plan.order}")
+        return (
+            f"{self.model.name} on {c.name} {c.nodes}×{c.gpus_per_node} GPUs · {self.plan.label()} · "
+            f"global batch {self.plan.global_batch} · order {self.plan.order}"
+        )
 
 
 def _widget_values(params: dict[str, str]) -> dict[str, object]:
     """Query-param strings -> the widgets' typed values."""
     out: dict[str, object] = {k: int(params[k]) for k in _INTS}
-    out.update(model=params["model"], cluster=params["cluster"], sp=params["sp"] in ("1", "true"),
-               recompute=params["recompute"], order=params["order"])
+    out.update(
+        model=params["model"],
+        cluster=params["cluster"],
+        sp=params["sp"] in ("1", "true"),
+        recompute=params["recompute"],
+        order=params["order"],
+    )
     return out
 
 
@@ -92,36 +99,67 @@ def _reset() -> None:
 def _widgets() -> dict[str, str]:
     sb, k = st.sidebar, _PREFIX
     sb.header("Plan")
-    sb.selectbox("Model", list(MODELS), key=k + "model",
-                 format_func=lambda n: f"{n} ({MODELS[n].layers} layers, h {MODELS[n].hidden})")
+    sb.selectbox(
+        "Model",
+        list(MODELS),
+        key=k + "model",
+        format_func=lambda n: f"{n} ({MODELS[n].layers} layers, h {MODELS[n].hidden})",
+    )
     c0, c1, c2 = sb.columns([4, 2, 2])
     c0.selectbox("Cluster", list(CLUSTERS), key=k + "cluster")
     c1.number_input("Nodes", min_value=1, max_value=65536, step=1, key=k + "nodes")
-    c2.number_input("GPUs/node", min_value=1, max_value=1024, step=1, key=k + "gpn",
-                    help="GPUs (CPU: ranks) per node; the presets have 8")
+    c2.number_input(
+        "GPUs/node",
+        min_value=1,
+        max_value=1024,
+        step=1,
+        key=k + "gpn",
+        help="GPUs (CPU: ranks) per node; the presets have 8",
+    )
     c1, c2 = sb.columns(2)
     for i, (dim, title) in enumerate((("dp", "DP"), ("tp", "TP"), ("pp", "PP"), ("cp", "CP"))):
-        (c1 if i % 2 == 0 else c2).number_input(title, min_value=1, max_value=65536, step=1, key=k + dim,
-                                                help={"dp": "data parallel", "tp": "tensor parallel",
-                                                      "pp": "pipeline parallel", "cp": "context parallel"}[dim])
-    sb.toggle("Sequence parallelism (SP)", key=k + "sp",
-              help="Megatron SP (Korthikanti et al. 2022): LayerNorm/dropout on s/tp tokens; needs TP > 1")
+        (c1 if i % 2 == 0 else c2).number_input(
+            title,
+            min_value=1,
+            max_value=65536,
+            step=1,
+            key=k + dim,
+            help={"dp": "data parallel", "tp": "tensor parallel", "pp": "pipeline parallel", "cp": "context parallel"}[
+                dim
+            ],
+        )
+    sb.toggle(
+        "Sequence parallelism (SP)",
+        key=k + "sp",
+        help="Megatron SP (Korthikanti et al. 2022): LayerNorm/dropout on s/tp tokens; needs TP > 1",
+    )
     c1, c2 = sb.columns(2)
     c1.number_input("Micro batch", min_value=1, max_value=65536, step=1, key=k + "mb")
-    c2.number_input("Global batch", min_value=1, max_value=10**7, step=1, key=k + "gb",
-                    help="sequences per optimizer step")
+    c2.number_input(
+        "Global batch", min_value=1, max_value=10**7, step=1, key=k + "gb", help="sequences per optimizer step"
+    )
     with sb.expander("Schedule, ZeRO, recompute, rank order"):
         st.number_input("Virtual stages per rank (vpp)", min_value=1, max_value=128, step=1, key=k + "vpp")
-        st.selectbox("ZeRO stage", [0, 1, 2, 3], key=k + "zero",
-                     format_func=lambda z: ["0 (none)", "1 (optimizer)", "2 (+ gradients)", "3 (+ weights)"][z])
+        st.selectbox(
+            "ZeRO stage",
+            [0, 1, 2, 3],
+            key=k + "zero",
+            format_func=lambda z: ["0 (none)", "1 (optimizer)", "2 (+ gradients)", "3 (+ weights)"][z],
+        )
         st.selectbox("Activation recompute", list(RECOMPUTE), key=k + "recompute")
-        st.selectbox("Rank order (fastest first)", list(ORDERS), key=k + "order",
-                     format_func=lambda o: f"{o} — {ORDERS[o]}")
+        st.selectbox(
+            "Rank order (fastest first)", list(ORDERS), key=k + "order", format_func=lambda o: f"{o} — {ORDERS[o]}"
+        )
     ss = st.session_state
     values = {key: ss[k + key] for key in KEYS}
     out = {key: str(int(values[key])) for key in _INTS}
-    out.update(model=values["model"], cluster=values["cluster"], sp="1" if values["sp"] else "0",
-               recompute=values["recompute"], order=values["order"])
+    out.update(
+        model=values["model"],
+        cluster=values["cluster"],
+        sp="1" if values["sp"] else "0",
+        recompute=values["recompute"],
+        order=values["order"],
+    )
     return {key: out[key] for key in KEYS}
 
 
@@ -139,8 +177,9 @@ def plan_form() -> PlanChoice:
         params = dict(DEFAULT_PARAMS)
         model, cluster, plan = plan_from_params(params)
     verdict = loaders.verdict(params)
-    choice = PlanChoice(params, model, cluster, plan, tuple(verdict["errors"]), tuple(verdict["warnings"]),
-                        verdict["computable"])
+    choice = PlanChoice(
+        params, model, cluster, plan, tuple(verdict["errors"]), tuple(verdict["warnings"]), verdict["computable"]
+    )
     st.sidebar.button("Reset to the default plan", on_click=_reset, width="stretch", key="plan_reset")
     st.sidebar.caption("The URL holds this plan: copy it to share the view.")
     st.caption(choice.label)
@@ -151,8 +190,12 @@ def plan_form() -> PlanChoice:
     if plan.world_size != cluster.gpus:
         need = -(-plan.world_size // cluster.gpus_per_node)
         if need * cluster.gpus_per_node == plan.world_size:
-            st.button(f"Use {need} nodes ({need}×{cluster.gpus_per_node} = {plan.world_size} GPUs)",
-                      on_click=_fit_nodes, args=(need,), key="plan_fit_nodes")
+            st.button(
+                f"Use {need} nodes ({need}×{cluster.gpus_per_node} = {plan.world_size} GPUs)",
+                on_click=_fit_nodes,
+                args=(need,),
+                key="plan_fit_nodes",
+            )
     for message in choice.warnings:
         st.warning(message)
     if not choice.computable:

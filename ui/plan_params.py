@@ -22,28 +22,77 @@ from dataclasses import dataclass, field
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Model, SpecError, cluster_preset, model_preset
 
-KEYS = ("model", "cluster", "nodes", "gpn", "dp", "tp", "pp", "cp", "sp", "mb", "gb", "vpp", "zero", "recompute", "order")
-_INT_FIELDS = {"dp": "dp", "tp": "tp", "pp": "pp", "cp": "cp", "mb": "micro_batch", "gb": "global_batch",
-               "vpp": "vpp", "zero": "zero"}
+KEYS = (
+    "model",
+    "cluster",
+    "nodes",
+    "gpn",
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "sp",
+    "mb",
+    "gb",
+    "vpp",
+    "zero",
+    "recompute",
+    "order",
+)
+_INT_FIELDS = {
+    "dp": "dp",
+    "tp": "tp",
+    "pp": "pp",
+    "cp": "cp",
+    "mb": "micro_batch",
+    "gb": "global_batch",
+    "vpp": "vpp",
+    "zero": "zero",
+}
 
 # The dashboard's opening plan: GPT-3 175B on 64 DGX H100 nodes, Megatron-style 8-way TP inside each
 # node with SP, 8 pipeline stages, 8-way DP, batch 1536 (Narayanan et al. 2021, Table 1's 175B row).
 DEFAULT_PARAMS: dict[str, str] = {
-    "model": "gpt3-175b", "cluster": "dgx-h100", "nodes": "64", "gpn": "8", "dp": "8", "tp": "8", "pp": "8", "cp": "1",
-    "sp": "1", "mb": "1", "gb": "1536", "vpp": "1", "zero": "0", "recompute": "none", "order": Plan().order,
+    "model": "gpt3-175b",
+    "cluster": "dgx-h100",
+    "nodes": "64",
+    "gpn": "8",
+    "dp": "8",
+    "tp": "8",
+    "pp": "8",
+    "cp": "1",
+    "sp": "1",
+    "mb": "1",
+    "gb": "1536",
+    "vpp": "1",
+    "zero": "0",
+    "recompute": "none",
+    "order": Plan().order,
 }
 
 
-def plan_to_params(model_name: str, cluster_name: str, nodes: int, plan: Plan,
-                   gpus_per_node: int | None = None) -> dict[str, str]:
+def plan_to_params(
+    model_name: str, cluster_name: str, nodes: int, plan: Plan, gpus_per_node: int | None = None
+) -> dict[str, str]:
     """The query parameters of a plan: every key of KEYS, as strings. `gpus_per_node` defaults to
     the cluster preset's (a 4-rank CPU run is one node of 4, not half of a preset's 8)."""
     gpn = gpus_per_node or cluster_preset(cluster_name).gpus_per_node
     return {
-        "model": model_name, "cluster": cluster_name, "nodes": str(int(nodes)), "gpn": str(int(gpn)),
-        "dp": str(plan.dp), "tp": str(plan.tp), "pp": str(plan.pp), "cp": str(plan.cp),
-        "sp": "1" if plan.sp else "0", "mb": str(plan.micro_batch), "gb": str(plan.global_batch),
-        "vpp": str(plan.vpp), "zero": str(plan.zero), "recompute": plan.recompute, "order": plan.order,
+        "model": model_name,
+        "cluster": cluster_name,
+        "nodes": str(int(nodes)),
+        "gpn": str(int(gpn)),
+        "dp": str(plan.dp),
+        "tp": str(plan.tp),
+        "pp": str(plan.pp),
+        "cp": str(plan.cp),
+        "sp": "1" if plan.sp else "0",
+        "mb": str(plan.micro_batch),
+        "gb": str(plan.global_batch),
+        "vpp": str(plan.vpp),
+        "zero": str(plan.zero),
+        "recompute": plan.recompute,
+        "order": plan.order,
     }
 
 
@@ -116,10 +165,29 @@ def usable_params(params: Mapping) -> tuple[dict[str, str], list[str]]:
 
 REVIEW_VIEWS = ("compare", "search", "import", "saved")
 _PLAN_CODE_KEYS = ("dp", "tp", "pp", "cp", "sp", "mb", "gb", "vpp", "zero", "recompute", "order")
-_PLAN_CODE_DEFAULTS = {"dp": "1", "tp": "1", "pp": "1", "cp": "1", "sp": "0", "mb": "1", "vpp": "1", "zero": "0",
-                       "recompute": "none", "order": DEFAULT_PARAMS["order"]}
-_SHAPE = {"L": "layers", "h": "hidden", "a": "heads", "kv": "kv_heads", "f": "ffn_hidden", "s": "seq_len", "V": "vocab",
-          "d": "dtype_bytes", "arch": "arch"}
+_PLAN_CODE_DEFAULTS = {
+    "dp": "1",
+    "tp": "1",
+    "pp": "1",
+    "cp": "1",
+    "sp": "0",
+    "mb": "1",
+    "vpp": "1",
+    "zero": "0",
+    "recompute": "none",
+    "order": DEFAULT_PARAMS["order"],
+}
+_SHAPE = {
+    "L": "layers",
+    "h": "hidden",
+    "a": "heads",
+    "kv": "kv_heads",
+    "f": "ffn_hidden",
+    "s": "seq_len",
+    "V": "vocab",
+    "d": "dtype_bytes",
+    "arch": "arch",
+}
 
 
 @dataclass(frozen=True)
@@ -161,15 +229,25 @@ def default_review_state() -> ReviewState:
 
     _, _, plan = plan_from_params(DEFAULT_PARAMS)
     b = Plan(**{**plan.to_dict(), "vpp": 2, "zero": 1, "recompute": "selective"})
-    return ReviewState(plans=(NamedPlan("A", plan), NamedPlan("B", b)),
-                       title="GPT-3 175B on 64 DGX H100 nodes")
+    return ReviewState(plans=(NamedPlan("A", plan), NamedPlan("B", b)), title="GPT-3 175B on 64 DGX H100 nodes")
 
 
 def plan_code(named) -> str:
     """'name|dp=8,tp=8,...' for one NamedPlan (the `plan` URL parameter)."""
     p = named.plan
-    values = {"dp": p.dp, "tp": p.tp, "pp": p.pp, "cp": p.cp, "sp": int(p.sp), "mb": p.micro_batch,
-              "gb": p.global_batch, "vpp": p.vpp, "zero": p.zero, "recompute": p.recompute, "order": p.order}
+    values = {
+        "dp": p.dp,
+        "tp": p.tp,
+        "pp": p.pp,
+        "cp": p.cp,
+        "sp": int(p.sp),
+        "mb": p.micro_batch,
+        "gb": p.global_batch,
+        "vpp": p.vpp,
+        "zero": p.zero,
+        "recompute": p.recompute,
+        "order": p.order,
+    }
     return f"{named.name}|" + ",".join(f"{k}={values[k]}" for k in _PLAN_CODE_KEYS)
 
 
@@ -202,7 +280,9 @@ def model_from_code(text: str, name: str = "custom") -> Model:
     try:
         fields = {_SHAPE[k]: (v if k == "arch" else int(v)) for k, v in pairs.items()}
     except (KeyError, ValueError):
-        raise SpecError(f"URL parameter shape={text!r} must look like '{model_code(model_preset('gpt3-22b'))}'") from None
+        raise SpecError(
+            f"URL parameter shape={text!r} must look like '{model_code(model_preset('gpt3-22b'))}'"
+        ) from None
     return Model(name=name, **fields)
 
 
@@ -218,18 +298,39 @@ def _float(key: str, text: str, lo: float, hi: float) -> float:
 
 def review_to_params(s: ReviewState) -> dict[str, str | list[str]]:
     """The URL of the review page: every value a string, `plan` a list (repeated key)."""
-    out: dict[str, str | list[str]] = {"view": s.view, "model": s.model.name if s.is_preset_model else "custom",
-                                       "cluster": s.cluster, "nodes": str(s.nodes), "plan": [plan_code(p) for p in s.plans]}
+    out: dict[str, str | list[str]] = {
+        "view": s.view,
+        "model": s.model.name if s.is_preset_model else "custom",
+        "cluster": s.cluster,
+        "nodes": str(s.nodes),
+        "plan": [plan_code(p) for p in s.plans],
+    }
     if not s.is_preset_model:
         out["shape"] = model_code(s.model)
         out["mname"] = s.model.name
-    for key, value in (("title", s.title), ("chosen", s.chosen), ("verdict", s.verdict), ("review", s.review_id),
-                       ("s_gb", s.search_gb), ("s_max_tp", s.max_tp)):
+    for key, value in (
+        ("title", s.title),
+        ("chosen", s.chosen),
+        ("verdict", s.verdict),
+        ("review", s.review_id),
+        ("s_gb", s.search_gb),
+        ("s_max_tp", s.max_tp),
+    ):
         if value not in (None, ""):
             out[key] = str(value)
-    out.update({"s_headroom": f"{s.headroom:g}", "s_sp": str(int(s.require_sp)), "s_zero": ",".join(map(str, s.zero)),
-                "s_recompute": ",".join(s.recompute), "s_top": str(s.top), "mfu": f"{s.mfu:g}",
-                "dp_overlap": f"{s.dp_overlap:g}", "flash": str(int(s.flash)), "dropout": str(int(s.dropout))})
+    out.update(
+        {
+            "s_headroom": f"{s.headroom:g}",
+            "s_sp": str(int(s.require_sp)),
+            "s_zero": ",".join(map(str, s.zero)),
+            "s_recompute": ",".join(s.recompute),
+            "s_top": str(s.top),
+            "mfu": f"{s.mfu:g}",
+            "dp_overlap": f"{s.dp_overlap:g}",
+            "flash": str(int(s.flash)),
+            "dropout": str(int(s.dropout)),
+        }
+    )
     return out
 
 
@@ -256,7 +357,13 @@ def review_from_params(params: Mapping) -> ReviewState:
     view = get("view") or d.view
     if view not in REVIEW_VIEWS:
         raise SpecError(f"URL parameter view={view!r} must be one of {', '.join(REVIEW_VIEWS)}")
-    nodes = _int("nodes", get("nodes")) if get("nodes") else max(1, -(-plans[0].plan.world_size // cluster_preset(cluster).gpus_per_node)) if plans else d.nodes
+    nodes = (
+        _int("nodes", get("nodes"))
+        if get("nodes")
+        else max(1, -(-plans[0].plan.world_size // cluster_preset(cluster).gpus_per_node))
+        if plans
+        else d.nodes
+    )
     if nodes < 1:
         raise SpecError(f"URL parameter nodes={nodes} must be at least 1")
     chosen = get("chosen") or None
@@ -272,12 +379,27 @@ def review_from_params(params: Mapping) -> ReviewState:
         raise SpecError("URL parameters s_zero / s_recompute name stages or modes that do not exist")
     opt_int = lambda key: _int(key, get(key)) if get(key) else None  # noqa: E731
     return ReviewState(
-        model=model, cluster=cluster, nodes=nodes, plans=plans, title=get("title") or ("" if codes else d.title), chosen=chosen,
-        verdict=get("verdict") or "", view=view, review_id=opt_int("review"), search_gb=opt_int("s_gb"),
-        headroom=_float("s_headroom", get("s_headroom") or "0.1", 0, 0.95), max_tp=opt_int("s_max_tp"),
-        require_sp=flag("s_sp", False), zero=zero, recompute=recompute, top=opt_int("s_top") or d.top,
-        mfu=_float("mfu", get("mfu") or "0.5", 0.01, 1), dp_overlap=_float("dp_overlap", get("dp_overlap") or "0", 0, 1),
-        flash=flag("flash", False), dropout=flag("dropout", True))
+        model=model,
+        cluster=cluster,
+        nodes=nodes,
+        plans=plans,
+        title=get("title") or ("" if codes else d.title),
+        chosen=chosen,
+        verdict=get("verdict") or "",
+        view=view,
+        review_id=opt_int("review"),
+        search_gb=opt_int("s_gb"),
+        headroom=_float("s_headroom", get("s_headroom") or "0.1", 0, 0.95),
+        max_tp=opt_int("s_max_tp"),
+        require_sp=flag("s_sp", False),
+        zero=zero,
+        recompute=recompute,
+        top=opt_int("s_top") or d.top,
+        mfu=_float("mfu", get("mfu") or "0.5", 0.01, 1),
+        dp_overlap=_float("dp_overlap", get("dp_overlap") or "0", 0, 1),
+        flash=flag("flash", False),
+        dropout=flag("dropout", True),
+    )
 
 
 def plan_rows_of(plans) -> list[dict]:
@@ -285,8 +407,22 @@ def plan_rows_of(plans) -> list[dict]:
     rows = []
     for named in plans:
         p = named.plan
-        rows.append({"name": named.name, "dp": p.dp, "tp": p.tp, "pp": p.pp, "cp": p.cp, "sp": p.sp, "mb": p.micro_batch,
-                     "gb": p.global_batch, "vpp": p.vpp, "zero": p.zero, "recompute": p.recompute, "order": p.order})
+        rows.append(
+            {
+                "name": named.name,
+                "dp": p.dp,
+                "tp": p.tp,
+                "pp": p.pp,
+                "cp": p.cp,
+                "sp": p.sp,
+                "mb": p.micro_batch,
+                "gb": p.global_batch,
+                "vpp": p.vpp,
+                "zero": p.zero,
+                "recompute": p.recompute,
+                "order": p.order,
+            }
+        )
     return rows
 
 
@@ -305,7 +441,9 @@ def plans_from_rows(rows) -> tuple[tuple, list[str]]:
             values = {k: row.get(k) for k in _PLAN_CODE_KEYS}
             if any(v is None or (isinstance(v, float) and v != v) for v in values.values()):
                 raise SpecError("fill every column")
-            named = parse_plan_code(f"{name}|" + ",".join(f"{k}={int(v) if k == 'sp' else v}" for k, v in values.items()))
+            named = parse_plan_code(
+                f"{name}|" + ",".join(f"{k}={int(v) if k == 'sp' else v}" for k, v in values.items())
+            )
         except (SpecError, ValueError, TypeError) as err:
             errors.append(f"row {i} ({name}): {err}")
             continue
@@ -329,18 +467,43 @@ def review_of(s: ReviewState, *, author: str = "", created: str = "", notes: tup
     from parallel.core.report import Options
     from parallel.review.document import Review
 
-    options = Options(activations=ActivationOptions(flash_attention=s.flash, dropout=s.dropout),
-                      perf=PerfOptions(mfu=s.mfu, dp_overlap=s.dp_overlap))
-    return Review(title=s.title, model=s.model, cluster=s.cluster_spec, plans=s.plans, verdict=s.verdict,
-                  chosen=s.chosen, notes=notes, author=author, created=created, options=options)
+    options = Options(
+        activations=ActivationOptions(flash_attention=s.flash, dropout=s.dropout),
+        perf=PerfOptions(mfu=s.mfu, dp_overlap=s.dp_overlap),
+    )
+    return Review(
+        title=s.title,
+        model=s.model,
+        cluster=s.cluster_spec,
+        plans=s.plans,
+        verdict=s.verdict,
+        chosen=s.chosen,
+        notes=notes,
+        author=author,
+        created=created,
+        options=options,
+    )
 
 
-def state_of_review(review, *, review_id: int | None = None, view: str = "compare", base: ReviewState | None = None) -> ReviewState:
+def state_of_review(
+    review, *, review_id: int | None = None, view: str = "compare", base: ReviewState | None = None
+) -> ReviewState:
     """The page state that shows `review` (its cluster must be one of the presets, by name)."""
     cluster = cluster_preset(review.cluster.name)
     o = review.options
-    return dataclasses.replace(base or ReviewState(), model=review.model, cluster=cluster.name, nodes=review.cluster.nodes,
-                               plans=tuple(review.plans), title=review.title, chosen=review.chosen,
-                               verdict=review.verdict, view=view, review_id=review_id, mfu=o.perf.mfu,
-                               dp_overlap=o.perf.dp_overlap, flash=o.activations.flash_attention,
-                               dropout=o.activations.dropout)
+    return dataclasses.replace(
+        base or ReviewState(),
+        model=review.model,
+        cluster=cluster.name,
+        nodes=review.cluster.nodes,
+        plans=tuple(review.plans),
+        title=review.title,
+        chosen=review.chosen,
+        verdict=review.verdict,
+        view=view,
+        review_id=review_id,
+        mfu=o.perf.mfu,
+        dp_overlap=o.perf.dp_overlap,
+        flash=o.activations.flash_attention,
+        dropout=o.activations.dropout,
+    )

@@ -35,20 +35,35 @@ def memory_chart(memory: pd.DataFrame, capacity_bytes: float, budget_bytes: floa
     a red rule (and the search budget, if given, dashed)."""
     data = memory.assign(gib=memory["bytes"] / GiB, order=memory["component"].map(COMPONENTS.index))
     plans = list(dict.fromkeys(data["plan"]))
-    bars = alt.Chart(data).mark_bar().encode(
-        y=alt.Y("plan:N", sort=plans, title=None),
-        x=alt.X("sum(gib):Q", title="memory per GPU (GiB, most loaded stage)", stack="zero"),
-        color=alt.Color("component:N", scale=scale(MEMORY_COLORS, data["component"]), sort=list(COMPONENTS),
-                        title="component"),
-        order=alt.Order("order:Q"),
-        tooltip=[alt.Tooltip("plan:N"), alt.Tooltip("component:N"), alt.Tooltip("gib:Q", title="GiB", format=".2f")],
+    bars = (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            y=alt.Y("plan:N", sort=plans, title=None),
+            x=alt.X("sum(gib):Q", title="memory per GPU (GiB, most loaded stage)", stack="zero"),
+            color=alt.Color(
+                "component:N", scale=scale(MEMORY_COLORS, data["component"]), sort=list(COMPONENTS), title="component"
+            ),
+            order=alt.Order("order:Q"),
+            tooltip=[
+                alt.Tooltip("plan:N"),
+                alt.Tooltip("component:N"),
+                alt.Tooltip("gib:Q", title="GiB", format=".2f"),
+            ],
+        )
     )
     lines = [{"what": "GPU memory", "gib": capacity_bytes / GiB}]
     if budget_bytes is not None:
         lines.append({"what": "budget (less headroom)", "gib": budget_bytes / GiB})
-    rules = alt.Chart(pd.DataFrame(lines)).mark_rule(color="#e03131", strokeWidth=2).encode(
-        x=alt.X("gib:Q"), strokeDash=alt.StrokeDash("what:N", title=None, legend=alt.Legend(orient="bottom")),
-        tooltip=[alt.Tooltip("what:N"), alt.Tooltip("gib:Q", title="GiB", format=".1f")])
+    rules = (
+        alt.Chart(pd.DataFrame(lines))
+        .mark_rule(color="#e03131", strokeWidth=2)
+        .encode(
+            x=alt.X("gib:Q"),
+            strokeDash=alt.StrokeDash("what:N", title=None, legend=alt.Legend(orient="bottom")),
+            tooltip=[alt.Tooltip("what:N"), alt.Tooltip("gib:Q", title="GiB", format=".1f")],
+        )
+    )
     return alt.layer(bars, rules).properties(height=_bar_height(len(plans)), title="Memory per GPU")
 
 
@@ -56,32 +71,53 @@ def time_chart(time: pd.DataFrame) -> alt.Chart:
     """Seconds per step: compute, the pipeline bubble and each dimension's exposed communication."""
     data = time[time["seconds"] > 0].assign(order=lambda d: d["part"].map(PARTS.index))
     plans = list(dict.fromkeys(time["plan"]))
-    return alt.Chart(data).mark_bar().encode(
-        y=alt.Y("plan:N", sort=plans, title=None),
-        x=alt.X("sum(seconds):Q", title="seconds per training step", stack="zero"),
-        color=alt.Color("part:N", scale=scale(PART_COLORS, data["part"]), sort=list(PARTS), title="part of the step"),
-        order=alt.Order("order:Q"),
-        tooltip=[alt.Tooltip("plan:N"), alt.Tooltip("part:N"), alt.Tooltip("seconds:Q", format=".3f")],
-    ).properties(height=_bar_height(len(plans)), title="Step time")
+    return (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            y=alt.Y("plan:N", sort=plans, title=None),
+            x=alt.X("sum(seconds):Q", title="seconds per training step", stack="zero"),
+            color=alt.Color(
+                "part:N", scale=scale(PART_COLORS, data["part"]), sort=list(PARTS), title="part of the step"
+            ),
+            order=alt.Order("order:Q"),
+            tooltip=[alt.Tooltip("plan:N"), alt.Tooltip("part:N"), alt.Tooltip("seconds:Q", format=".3f")],
+        )
+        .properties(height=_bar_height(len(plans)), title="Step time")
+    )
 
 
 def comm_chart(comm: pd.DataFrame) -> alt.Chart:
     """Communication seconds per step by dimension (and plan), coloured by the link it runs on;
     overlapped traffic drawn faint."""
-    data = comm.assign(link=comm["link"].map(link_label), dim=comm["dim"].str.upper(),
-                       hidden=comm["overlapped"].map({True: "overlapped", False: "exposed"}))
+    data = comm.assign(
+        link=comm["link"].map(link_label),
+        dim=comm["dim"].str.upper(),
+        hidden=comm["overlapped"].map({True: "overlapped", False: "exposed"}),
+    )
     data = data.groupby(["plan", "dim", "link", "hidden"], as_index=False)["seconds"].sum()
     plans = list(dict.fromkeys(comm["plan"]))
-    return alt.Chart(data).mark_bar().encode(
-        x=alt.X("dim:N", title=None, sort=["TP", "SP", "CP", "PP", "DP"], axis=alt.Axis(labelAngle=0)),
-        y=alt.Y("sum(seconds):Q", title="seconds per step", stack="zero"),
-        color=alt.Color("link:N", scale=scale(LINK_COLORS, data["link"]), title="link"),
-        opacity=alt.Opacity("hidden:N", scale=alt.Scale(domain=["exposed", "overlapped"], range=[1.0, 0.35]),
-                            title=None),
-        column=alt.Column("plan:N", sort=plans, title=None, header=alt.Header(labelFontWeight="bold")),
-        tooltip=[alt.Tooltip("plan:N"), alt.Tooltip("dim:N", title="dimension"), alt.Tooltip("link:N"),
-                 alt.Tooltip("hidden:N", title="exposed?"), alt.Tooltip("seconds:Q", format=".3f")],
-    ).properties(width=150, height=220, title="Communication per step")
+    return (
+        alt.Chart(data)
+        .mark_bar()
+        .encode(
+            x=alt.X("dim:N", title=None, sort=["TP", "SP", "CP", "PP", "DP"], axis=alt.Axis(labelAngle=0)),
+            y=alt.Y("sum(seconds):Q", title="seconds per step", stack="zero"),
+            color=alt.Color("link:N", scale=scale(LINK_COLORS, data["link"]), title="link"),
+            opacity=alt.Opacity(
+                "hidden:N", scale=alt.Scale(domain=["exposed", "overlapped"], range=[1.0, 0.35]), title=None
+            ),
+            column=alt.Column("plan:N", sort=plans, title=None, header=alt.Header(labelFontWeight="bold")),
+            tooltip=[
+                alt.Tooltip("plan:N"),
+                alt.Tooltip("dim:N", title="dimension"),
+                alt.Tooltip("link:N"),
+                alt.Tooltip("hidden:N", title="exposed?"),
+                alt.Tooltip("seconds:Q", format=".3f"),
+            ],
+        )
+        .properties(width=150, height=220, title="Communication per step")
+    )
 
 
 def pareto_points(table: pd.DataFrame, global_batch: int, n_other: int = 300) -> pd.DataFrame:
@@ -105,41 +141,59 @@ def pareto_chart(points: pd.DataFrame, budget_bytes: float) -> alt.LayerChart:
         y=alt.Y("step_time_s:Q", title="step time (s, log scale)", scale=alt.Scale(type="log")),  # the front spans 100×
         color=alt.Color("tp:O", title="TP", scale=alt.Scale(domain=tps, range=palette(len(tps)))),
         opacity=alt.OpacityValue(0.35, condition={"test": "datum.front == 'Pareto front'", "value": 1.0}),
-        tooltip=[alt.Tooltip("rank:Q", title="rank"), alt.Tooltip("label:N", title="plan"),
-                 alt.Tooltip("gib:Q", title="GiB", format=".1f"), alt.Tooltip("step_time_s:Q", title="step s", format=".3f"),
-                 alt.Tooltip("mfu:Q", title="MFU", format=".1%"), alt.Tooltip("bubble_fraction:Q", title="bubble", format=".1%")],
+        tooltip=[
+            alt.Tooltip("rank:Q", title="rank"),
+            alt.Tooltip("label:N", title="plan"),
+            alt.Tooltip("gib:Q", title="GiB", format=".1f"),
+            alt.Tooltip("step_time_s:Q", title="step s", format=".3f"),
+            alt.Tooltip("mfu:Q", title="MFU", format=".1%"),
+            alt.Tooltip("bubble_fraction:Q", title="bubble", format=".1%"),
+        ],
     )
-    front = base.transform_filter("datum.front == 'Pareto front'").mark_line(color="#212529", strokeWidth=1.5,
-                                                                             interpolate="step-after").encode(
-        x=alt.X("gib:Q"), y=alt.Y("step_time_s:Q"), order=alt.Order("gib:Q"))
-    budget = alt.Chart(pd.DataFrame([{"gib": budget_bytes / GiB}])).mark_rule(color="#e03131", strokeDash=[4, 3]).encode(
-        x=alt.X("gib:Q"), tooltip=[alt.Tooltip("gib:Q", title="memory budget (GiB)", format=".1f")])
+    front = (
+        base.transform_filter("datum.front == 'Pareto front'")
+        .mark_line(color="#212529", strokeWidth=1.5, interpolate="step-after")
+        .encode(x=alt.X("gib:Q"), y=alt.Y("step_time_s:Q"), order=alt.Order("gib:Q"))
+    )
+    budget = (
+        alt.Chart(pd.DataFrame([{"gib": budget_bytes / GiB}]))
+        .mark_rule(color="#e03131", strokeDash=[4, 3])
+        .encode(x=alt.X("gib:Q"), tooltip=[alt.Tooltip("gib:Q", title="memory budget (GiB)", format=".1f")])
+    )
     return alt.layer(dots, front, budget).properties(height=380, title="Plans that fit: memory against step time")
 
 
 def search_rows(table: pd.DataFrame, global_batch: int, top: int) -> pd.DataFrame:
     """The best `top` search results as a display table."""
     head = table.head(top)
-    return pd.DataFrame({
-        "rank": range(1, len(head) + 1),
-        "plan": [plan_of(r, global_batch).label() for r in head.to_dict("records")],
-        "memory/GPU (GiB)": (head["memory_per_gpu_bytes"] / GiB).round(1).to_numpy(),
-        "step (s)": head["step_time_s"].round(3).to_numpy(),
-        "MFU": (head["mfu"] * 100).round(1).to_numpy(),
-        "bubble %": (head["bubble_fraction"] * 100).round(1).to_numpy(),
-        "Pareto": head["pareto"].to_numpy(),
-    })
+    return pd.DataFrame(
+        {
+            "rank": range(1, len(head) + 1),
+            "plan": [plan_of(r, global_batch).label() for r in head.to_dict("records")],
+            "memory/GPU (GiB)": (head["memory_per_gpu_bytes"] / GiB).round(1).to_numpy(),
+            "step (s)": head["step_time_s"].round(3).to_numpy(),
+            "MFU": (head["mfu"] * 100).round(1).to_numpy(),
+            "bubble %": (head["bubble_fraction"] * 100).round(1).to_numpy(),
+            "Pareto": head["pareto"].to_numpy(),
+        }
+    )
 
 
 def plan_cards(rows: pd.DataFrame) -> list[dict]:
     """parallel.review.document.plan_rows as the page's metric cards: name, label, valid, and formatted numbers."""
     out = []
     for r in rows.to_dict("records"):
-        out.append({"name": r["name"], "label": r["label"], "valid": bool(r["valid"]),
-                    "memory": "—" if r["memory_gib"] is None else f"{r['memory_gib']:.1f} GiB",
-                    "step": "—" if r["step_time_s"] is None else f"{r['step_time_s']:.2f} s",
-                    "mfu": "—" if r["mfu"] is None else f"{r['mfu']:.1%}",
-                    "issues": f"{r['errors']} errors, {r['warnings']} warnings"})
+        out.append(
+            {
+                "name": r["name"],
+                "label": r["label"],
+                "valid": bool(r["valid"]),
+                "memory": "—" if r["memory_gib"] is None else f"{r['memory_gib']:.1f} GiB",
+                "step": "—" if r["step_time_s"] is None else f"{r['step_time_s']:.2f} s",
+                "mfu": "—" if r["mfu"] is None else f"{r['mfu']:.1%}",
+                "issues": f"{r['errors']} errors, {r['warnings']} warnings",
+            }
+        )
     return out
 
 
@@ -168,14 +222,30 @@ def funnel_frame(funnel: list[dict]) -> pd.DataFrame:
 
 def import_frames(summary: dict) -> dict[str, pd.DataFrame]:
     """An import's summary as small tables: recognised flags/keys, unknown ones, notes."""
-    return {"recognised": pd.DataFrame([{"flag or key": k, "value": str(v)} for k, v in summary["recognised"].items()]),
-            "unknown": pd.DataFrame({"not understood (ignored)": summary["unknown"]}),
-            "notes": pd.DataFrame({"note": summary["notes"]})}
+    return {
+        "recognised": pd.DataFrame([{"flag or key": k, "value": str(v)} for k, v in summary["recognised"].items()]),
+        "unknown": pd.DataFrame({"not understood (ignored)": summary["unknown"]}),
+        "notes": pd.DataFrame({"note": summary["notes"]}),
+    }
 
 
 def saved_frame(saved: list) -> pd.DataFrame:
     """parallel.review.store.SavedReview rows as a table."""
-    return pd.DataFrame([{"id": s.id, "title": s.title, "model": s.model, "cluster": s.cluster, "plans": ", ".join(s.plans),
-                          "chosen": s.chosen or "", "by": s.created_by, "saved": s.updated_at,
-                          "revisions": s.revisions, "notes": s.notes} for s in saved],
-                        columns=["id", "title", "model", "cluster", "plans", "chosen", "by", "saved", "revisions", "notes"])
+    return pd.DataFrame(
+        [
+            {
+                "id": s.id,
+                "title": s.title,
+                "model": s.model,
+                "cluster": s.cluster,
+                "plans": ", ".join(s.plans),
+                "chosen": s.chosen or "",
+                "by": s.created_by,
+                "saved": s.updated_at,
+                "revisions": s.revisions,
+                "notes": s.notes,
+            }
+            for s in saved
+        ],
+        columns=["id", "title", "model", "cluster", "plans", "chosen", "by", "saved", "revisions", "notes"],
+    )

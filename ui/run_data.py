@@ -35,8 +35,11 @@ def steps_of(bd: pd.DataFrame) -> list[int]:
 
 
 def _shift(bd: pd.DataFrame, offsets: pd.DataFrame | None) -> pd.DataFrame:
-    off = bd["rank"].map(dict(zip(offsets["rank"], offsets["offset_ns"]))).fillna(0).astype("int64") \
-        if offsets is not None and len(offsets) else 0
+    off = (
+        bd["rank"].map(dict(zip(offsets["rank"], offsets["offset_ns"]))).fillna(0).astype("int64")
+        if offsets is not None and len(offsets)
+        else 0
+    )
     return bd.assign(start_ns=bd["start_ns"] + off, end_ns=bd["end_ns"] + off)
 
 
@@ -64,8 +67,23 @@ def gantt_frame(rects: pd.DataFrame, table: pd.DataFrame, *, t0_ns: int) -> pd.D
     (unique for merged rectangles, so selecting one never selects another). Narrow dtypes and Arrow
     dictionaries: this is what the browser receives."""
     if rects.empty:
-        return pd.DataFrame(columns=["rank", "lane", "start_ms", "end_ms", "category", "label", "dim", "bytes", "group",
-                                     "busbw_gbps", "n_events", "busy_pct", "instance"])
+        return pd.DataFrame(
+            columns=[
+                "rank",
+                "lane",
+                "start_ms",
+                "end_ms",
+                "category",
+                "label",
+                "dim",
+                "bytes",
+                "group",
+                "busbw_gbps",
+                "n_events",
+                "busy_pct",
+                "instance",
+            ]
+        )
     comm = (rects["lane"] == "comm").to_numpy()
     busbw = table.groupby(["rank", "instance"], observed=True)["busbw_gbps"].median() if len(table) else None
     keys = pd.MultiIndex.from_arrays([rects["rank"], rects["instance"]])
@@ -74,21 +92,25 @@ def gantt_frame(rects: pd.DataFrame, table: pd.DataFrame, *, t0_ns: int) -> pd.D
     instance = rects["instance"].astype(str)
     instance = instance.where(~merged, "merged " + rects["rank"].astype(str) + ":" + rects["start_ns"].astype(str))
     dims = rects["dim"].astype(str).replace({"": "unknown"})
-    out = pd.DataFrame({
-        "rank": rects["rank"].astype("int32"),
-        "lane": pd.Categorical(rects["lane"], categories=["compute", "memory", "comm"]),
-        "start_ms": ((rects["start_ns"] - t0_ns) / 1e6).astype("float32"),
-        "end_ms": ((rects["end_ns"] - t0_ns) / 1e6).astype("float32"),
-        "category": np.where(comm, dims, rects["lane"]),
-        "label": np.where(comm, rects["op"].astype(str), rects["name"].astype(str).str.slice(0, 80)),
-        "dim": np.where(comm, dims, ""),
-        "bytes": rects["bytes"].to_numpy(dtype="float64", na_value=np.nan).astype("float32"),
-        "group": np.where(comm & ~merged, _group_of(rects["instance"]), ""),
-        "busbw_gbps": np.where(comm, bw, np.nan).astype("float32"),
-        "n_events": rects["n_events"].clip(upper=np.iinfo(np.int16).max).astype("int16"),
-        "busy_pct": (100 * rects["busy_ns"] / (rects["end_ns"] - rects["start_ns"]).clip(lower=1)).round().astype("uint8"),
-        "instance": np.where(comm, instance, ""),
-    })
+    out = pd.DataFrame(
+        {
+            "rank": rects["rank"].astype("int32"),
+            "lane": pd.Categorical(rects["lane"], categories=["compute", "memory", "comm"]),
+            "start_ms": ((rects["start_ns"] - t0_ns) / 1e6).astype("float32"),
+            "end_ms": ((rects["end_ns"] - t0_ns) / 1e6).astype("float32"),
+            "category": np.where(comm, dims, rects["lane"]),
+            "label": np.where(comm, rects["op"].astype(str), rects["name"].astype(str).str.slice(0, 80)),
+            "dim": np.where(comm, dims, ""),
+            "bytes": rects["bytes"].to_numpy(dtype="float64", na_value=np.nan).astype("float32"),
+            "group": np.where(comm & ~merged, _group_of(rects["instance"]), ""),
+            "busbw_gbps": np.where(comm, bw, np.nan).astype("float32"),
+            "n_events": rects["n_events"].clip(upper=np.iinfo(np.int16).max).astype("int16"),
+            "busy_pct": (100 * rects["busy_ns"] / (rects["end_ns"] - rects["start_ns"]).clip(lower=1))
+            .round()
+            .astype("uint8"),
+            "instance": np.where(comm, instance, ""),
+        }
+    )
     for col in ("category", "label", "dim", "group", "instance"):
         out[col] = out[col].astype("category")  # Arrow dictionaries: each string sent once
     return out
@@ -104,8 +126,9 @@ def breakdown_table(bd: pd.DataFrame, step: int) -> pd.DataFrame:
     rows = step_rows(bd, step)
     cols = ["window_ns", "compute_ns", "comm_ns", "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns"]
     g = rows.groupby("rank")[cols].sum()
-    out = pd.DataFrame({c.removesuffix("_ns").replace("_comm", " comm").replace("_", " ") + " ms": g[c] / 1e6
-                        for c in cols})
+    out = pd.DataFrame(
+        {c.removesuffix("_ns").replace("_comm", " comm").replace("_", " ") + " ms": g[c] / 1e6 for c in cols}
+    )
     out = out.round(3)
     out["exposed share"] = g["exposed_comm_ns"] / g["window_ns"].clip(lower=1)
     return out.reset_index()
@@ -114,8 +137,11 @@ def breakdown_table(bd: pd.DataFrame, step: int) -> pd.DataFrame:
 def breakdown_parts(bd: pd.DataFrame, step: int) -> pd.DataFrame:
     """Long form for a stacked bar per rank whose parts sum to the step's window: rank, part, order, ms.
     compute = compute not overlapped by comm; memory copies = time only memcpy/memset were busy."""
-    g = step_rows(bd, step).groupby("rank")[["window_ns", "compute_ns", "overlapped_comm_ns", "exposed_comm_ns",
-                                              "idle_ns"]].sum()
+    g = (
+        step_rows(bd, step)
+        .groupby("rank")[["window_ns", "compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "idle_ns"]]
+        .sum()
+    )
     values = {
         PARTS[0]: g["compute_ns"] - g["overlapped_comm_ns"],
         PARTS[1]: g["overlapped_comm_ns"],
@@ -123,8 +149,13 @@ def breakdown_parts(bd: pd.DataFrame, step: int) -> pd.DataFrame:
         PARTS[3]: (g["window_ns"] - g["idle_ns"] - g["compute_ns"] - g["exposed_comm_ns"]).clip(lower=0),
         PARTS[4]: g["idle_ns"],
     }
-    long = pd.concat([pd.DataFrame({"rank": g.index.astype("int32"), "part": part, "order": i, "ms": v.to_numpy() / 1e6})
-                      for i, (part, v) in enumerate(values.items())], ignore_index=True)
+    long = pd.concat(
+        [
+            pd.DataFrame({"rank": g.index.astype("int32"), "part": part, "order": i, "ms": v.to_numpy() / 1e6})
+            for i, (part, v) in enumerate(values.items())
+        ],
+        ignore_index=True,
+    )
     long["part"] = pd.Categorical(long["part"], categories=list(PARTS))
     return long
 
@@ -140,61 +171,114 @@ def skew_table(inst: pd.DataFrame, steps: pd.Series, step: int) -> pd.DataFrame:
     if step != ALL:
         rows = rows[rows["instance"].map(steps) == step]
     if rows.empty:
-        return pd.DataFrame(columns=["dim", "op", "instances", "median skew ms", "p95 skew ms", "max skew ms",
-                                     "most often late", "times late"])
+        return pd.DataFrame(
+            columns=[
+                "dim",
+                "op",
+                "instances",
+                "median skew ms",
+                "p95 skew ms",
+                "max skew ms",
+                "most often late",
+                "times late",
+            ]
+        )
     rows = rows.assign(skew_ms=rows["skew_ns"] / 1e6)
     g = rows.groupby(["dim", "op"], observed=True)
     late = g["late_rank"].agg(lambda s: s.value_counts().idxmax())
     times = g["late_rank"].agg(lambda s: int(s.value_counts().max()))
-    out = pd.DataFrame({"instances": g.size(), "median skew ms": g["skew_ms"].median(),
-                        "p95 skew ms": g["skew_ms"].quantile(0.95), "max skew ms": g["skew_ms"].max(),
-                        "most often late": late, "times late": times})
+    out = pd.DataFrame(
+        {
+            "instances": g.size(),
+            "median skew ms": g["skew_ms"].median(),
+            "p95 skew ms": g["skew_ms"].quantile(0.95),
+            "max skew ms": g["skew_ms"].max(),
+            "most often late": late,
+            "times late": times,
+        }
+    )
     return out.round(3).reset_index().sort_values("max skew ms", ascending=False, ignore_index=True)
 
 
 def straggler_table(strag: pd.DataFrame, steps: pd.Series, step: int) -> pd.DataFrame:
     """The worst instances (largest arrival skew): op, dim, group, seq, skew ms, late rank, early rank, bytes."""
     rows = strag if step == ALL else strag[strag["instance"].map(steps) == step]
-    return pd.DataFrame({"instance": rows["instance"].astype(str), "op": rows["op"].astype(str),
-                         "dim": rows["dim"].astype(str), "group": rows["group"].astype(str),
-                         "seq": rows["seq"], "skew ms": (rows["skew_ns"] / 1e6).round(3), "late rank": rows["late_rank"],
-                         "early rank": rows["early_rank"], "bytes": rows["bytes"]}).reset_index(drop=True)
+    return pd.DataFrame(
+        {
+            "instance": rows["instance"].astype(str),
+            "op": rows["op"].astype(str),
+            "dim": rows["dim"].astype(str),
+            "group": rows["group"].astype(str),
+            "seq": rows["seq"],
+            "skew ms": (rows["skew_ns"] / 1e6).round(3),
+            "late rank": rows["late_rank"],
+            "early rank": rows["early_rank"],
+            "bytes": rows["bytes"],
+        }
+    ).reset_index(drop=True)
 
 
 def straggler_labels(worst: pd.DataFrame) -> dict[str, str]:
     """instance -> a one-line description, for a picker of the worst stragglers."""
-    return {str(i): f"{d} {o} · group {g} · #{q} · skew {k:,.2f} ms · late rank {r}"
-            for i, d, o, g, q, k, r in zip(worst["instance"], worst["dim"], worst["op"], worst["group"], worst["seq"],
-                                           worst["skew ms"], worst["late rank"])}
+    return {
+        str(i): f"{d} {o} · group {g} · #{q} · skew {k:,.2f} ms · late rank {r}"
+        for i, d, o, g, q, k, r in zip(
+            worst["instance"],
+            worst["dim"],
+            worst["op"],
+            worst["group"],
+            worst["seq"],
+            worst["skew ms"],
+            worst["late rank"],
+        )
+    }
 
 
 def step_summary(breakdown: pd.DataFrame, dims: pd.DataFrame, skew: pd.DataFrame) -> dict:
     """Headline numbers of a step: collectives (all ranks), mean exposed share, worst arrival skew (ms)."""
-    return {"collectives": int(dims["collectives"].sum()) if len(dims) else 0,
-            "exposed_share": float(breakdown["exposed share"].mean()) if len(breakdown) else None,
-            "worst_skew_ms": float(skew["max skew ms"].max()) if len(skew) else None}
+    return {
+        "collectives": int(dims["collectives"].sum()) if len(dims) else 0,
+        "exposed_share": float(breakdown["exposed share"].mean()) if len(breakdown) else None,
+        "worst_skew_ms": float(skew["max skew ms"].max()) if len(skew) else None,
+    }
 
 
 def dim_table(by_dim: pd.DataFrame, step: int) -> pd.DataFrame:
     """Per parallel dimension, over all ranks: collectives, bytes, comm and exposed ms (summed over ranks)."""
     rows = step_rows(by_dim, step)
     g = rows.groupby("dim", observed=True)[["count", "bytes", "comm_ns", "exposed_comm_ns"]].sum()
-    return pd.DataFrame({"collectives": g["count"], "bytes": g["bytes"], "comm ms (all ranks)": g["comm_ns"] / 1e6,
-                         "exposed ms (all ranks)": g["exposed_comm_ns"] / 1e6}).round(3).reset_index()
+    return (
+        pd.DataFrame(
+            {
+                "collectives": g["count"],
+                "bytes": g["bytes"],
+                "comm ms (all ranks)": g["comm_ns"] / 1e6,
+                "exposed ms (all ranks)": g["exposed_comm_ns"] / 1e6,
+            }
+        )
+        .round(3)
+        .reset_index()
+    )
 
 
 def rank_values(bd: pd.DataFrame, table: pd.DataFrame, inst: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per rank: exposed_comm_ms, comm_ms, compute_ms, idle_ms (mean per step), busbw_gbps (median
     over its collectives with a known size), late_count (instances it arrived last at)."""
     g = bd.groupby("rank")
-    out = pd.DataFrame({"exposed_comm_ms": g["exposed_comm_ns"].mean() / 1e6, "comm_ms": g["comm_ns"].mean() / 1e6,
-                        "compute_ms": g["compute_ns"].mean() / 1e6, "idle_ms": g["idle_ns"].mean() / 1e6})
+    out = pd.DataFrame(
+        {
+            "exposed_comm_ms": g["exposed_comm_ns"].mean() / 1e6,
+            "comm_ms": g["comm_ns"].mean() / 1e6,
+            "compute_ms": g["compute_ns"].mean() / 1e6,
+            "idle_ms": g["idle_ns"].mean() / 1e6,
+        }
+    )
     if len(table):
         out["busbw_gbps"] = table.dropna(subset=["busbw_gbps"]).groupby("rank")["busbw_gbps"].median()
     else:
         out["busbw_gbps"] = np.nan
     late = inst.loc[inst["late_rank"] >= 0, "late_rank"].value_counts() if inst is not None and len(inst) else None
-    out["late_count"] = (late.reindex(out.index).fillna(0) if late is not None else 0)
+    out["late_count"] = late.reindex(out.index).fillna(0) if late is not None else 0
     out.index = out.index.astype("int64")
     return out
 
@@ -214,8 +298,12 @@ def tp_measured(table: pd.DataFrame, node_of: dict[int, object]) -> pd.DataFrame
     if rows.empty:
         return pd.DataFrame(columns=["tp", "sp", "link", "op", "n", "bytes", "busbw_bytes_per_s"])
     links = {g: _link(g, node_of) for g in rows["group"].astype(str).unique()}
-    rows = rows.assign(link=rows["group"].astype(str).map(links), sp=rows["dim"].astype(str) == "sp",
-                       op=rows["op"].astype(str), tp=rows["group_size"].astype("int64"))
+    rows = rows.assign(
+        link=rows["group"].astype(str).map(links),
+        sp=rows["dim"].astype(str) == "sp",
+        op=rows["op"].astype(str),
+        tp=rows["group_size"].astype("int64"),
+    )
     g = rows.groupby(["tp", "sp", "link", "op"])
     out = pd.DataFrame({"n": g.size(), "bytes": g["bytes"].median(), "busbw_gbps": g["busbw_gbps"].median()})
     out["busbw_bytes_per_s"] = out["busbw_gbps"] * 1e9

@@ -78,8 +78,12 @@ def analysis(key: tuple) -> Analysis:
     front = TraceAnalysis.load(path, json.loads(plan_json) if plan_json else None)
     # the pages read every table, so compute them now, inside the spinner, not on first click
     front.comm_by_dim  # noqa: B018
-    return Analysis(front=front, strag=front.stragglers(top=None), steps=run_data.steps_of(front.breakdown),
-                    inst_steps=run_data.instance_steps(front.collectives))
+    return Analysis(
+        front=front,
+        strag=front.stragglers(top=None),
+        steps=run_data.steps_of(front.breakdown),
+        inst_steps=run_data.instance_steps(front.collectives),
+    )
 
 
 def _budget(total: int, ranks: int, lo: int, hi: int) -> int:
@@ -114,8 +118,12 @@ def detail_view(key: tuple, step: int, window: tuple[float, float] | None, first
         window = (lo, hi) if hi > lo else None
     w = window or span
     ranks = _ranks(b, first_rank)
-    rects = b.front.timeline(ranks=ranks, start_ns=t0 + int(w[0] * 1e6), end_ns=t0 + int(w[1] * 1e6),
-                             max_rects=_budget(DETAIL_RECTS, len(ranks), 20, 400))
+    rects = b.front.timeline(
+        ranks=ranks,
+        start_ns=t0 + int(w[0] * 1e6),
+        end_ns=t0 + int(w[1] * 1e6),
+        max_rects=_budget(DETAIL_RECTS, len(ranks), 20, 400),
+    )
     return {"frame": run_data.gantt_frame(rects, b.table, t0_ns=t0), "window": window}
 
 
@@ -124,15 +132,22 @@ def step_tables(key: tuple, step: int) -> dict:
     """The step's tables: per-rank breakdown (and its stacked parts), per-dimension totals, skew by
     (dim, op), the worst stragglers."""
     b = analysis(key)
-    out = {"breakdown": run_data.breakdown_table(b.bd, step), "parts": run_data.breakdown_parts(b.bd, step),
-           "dims": run_data.dim_table(b.by_dim, step), "skew": run_data.skew_table(b.inst, b.inst_steps, step),
-           "stragglers": run_data.straggler_table(b.strag, b.inst_steps, step).head(20)}
+    out = {
+        "breakdown": run_data.breakdown_table(b.bd, step),
+        "parts": run_data.breakdown_parts(b.bd, step),
+        "dims": run_data.dim_table(b.by_dim, step),
+        "skew": run_data.skew_table(b.inst, b.inst_steps, step),
+        "stragglers": run_data.straggler_table(b.strag, b.inst_steps, step).head(20),
+    }
     out["labels"] = run_data.straggler_labels(out["stragglers"])
     out["summary"] = run_data.step_summary(out["breakdown"], out["dims"], out["skew"])
     moved = b.offsets[b.offsets["offset_ns"] != 0]
-    out["clock_note"] = (f"Clocks of {len(moved)} ranks shifted onto rank {int(b.offsets['rank'].min())}'s clock "
-                         f"(aligned on collective ends; up to {moved['offset_ns'].abs().max() / 1e6:,.3f} ms)."
-                         if len(moved) else "")
+    out["clock_note"] = (
+        f"Clocks of {len(moved)} ranks shifted onto rank {int(b.offsets['rank'].min())}'s clock "
+        f"(aligned on collective ends; up to {moved['offset_ns'].abs().max() / 1e6:,.3f} ms)."
+        if len(moved)
+        else ""
+    )
     return out
 
 

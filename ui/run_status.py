@@ -15,8 +15,14 @@ from ui.trace_sets import TraceSet
 
 POLL_S = 2.0
 ACTIVE = ("starting", "running")
-_COLOURS = {"starting": "gray", "running": "blue", "completed": "green", "failed": "red", "cancelled": "orange",
-            "uploaded": "violet"}
+_COLOURS = {
+    "starting": "gray",
+    "running": "blue",
+    "completed": "green",
+    "failed": "red",
+    "cancelled": "orange",
+    "uploaded": "violet",
+}
 
 
 def badge(s: TraceSet) -> str:

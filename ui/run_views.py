@@ -38,17 +38,25 @@ def _forget() -> None:
 def _header(s: TraceSet, what: str) -> None:
     c1, c2 = st.columns([5, 1], vertical_alignment="bottom")
     c1.subheader(f"Measured: {what} on {s.name}")
-    c2.button("Hide", key=f"hide_measured_{what}", on_click=_forget, help="plan without the run (drops ?run= from the URL)")
+    c2.button(
+        "Hide", key=f"hide_measured_{what}", on_click=_forget, help="plan without the run (drops ?run= from the URL)"
+    )
 
 
 def _same_size(s: TraceSet, choice: PlanChoice) -> bool:
     if s.world_size and s.world_size != choice.plan.world_size:
-        st.info(f"{s.name} ran on {s.world_size} ranks ({s.plan_label}) but the plan in the sidebar has "
-                f"{choice.plan.world_size}; open the run's own plan to compare rank by rank.")
+        st.info(
+            f"{s.name} ran on {s.world_size} ranks ({s.plan_label}) but the plan in the sidebar has "
+            f"{choice.plan.world_size}; open the run's own plan to compare rank by rank."
+        )
         params = trace_sets.plan_params(s)
         if params:
-            st.page_link(PAGES["topology"], label=f"Open {s.name}'s plan", icon=":material/grid_view:",
-                         query_params={**params, KEY: s.id})
+            st.page_link(
+                PAGES["topology"],
+                label=f"Open {s.name}'s plan",
+                icon=":material/grid_view:",
+                query_params={**params, KEY: s.id},
+            )
         return False
     return True
 
@@ -70,15 +78,24 @@ def topology_measured(choice: PlanChoice, cells: pd.DataFrame) -> None:
     except TraceError as err:
         st.error(f"The traces of {s.name} cannot be analysed: {err}")
         return
-    column = st.segmented_control("Colour GPUs by", list(RANK_VALUES), default="exposed_comm_ms", required=True,
-                                  key="topo_measure", bind="query-params",
-                                  format_func=lambda c: RANK_VALUES[c][0])
+    column = st.segmented_control(
+        "Colour GPUs by",
+        list(RANK_VALUES),
+        default="exposed_comm_ms",
+        required=True,
+        key="topo_measure",
+        bind="query-params",
+        format_func=lambda c: RANK_VALUES[c][0],
+    )
     _, title, fmt = RANK_VALUES[column]
-    st.caption(f"The same grid as above, each GPU coloured by its rank's {title} in {s.name} (per step: the mean over "
-               "the traced steps; busbw: the median over its collectives); grey: no value. A rank that waits on a "
-               "slow peer shows high exposed communication; the slow peer itself is often the last to arrive.")
-    st.altair_chart(topology_charts.rank_values_chart(with_rank_values(cells, values[column], column), column,
-                                                      title=title, fmt=fmt))
+    st.caption(
+        f"The same grid as above, each GPU coloured by its rank's {title} in {s.name} (per step: the mean over "
+        "the traced steps; busbw: the median over its collectives); grey: no value. A rank that waits on a "
+        "slow peer shows high exposed communication; the slow peer itself is often the last to arrive."
+    )
+    st.altair_chart(
+        topology_charts.rank_values_chart(with_rank_values(cells, values[column], column), column, title=title, fmt=fmt)
+    )
 
 
 def memory_measured(choice: PlanChoice) -> None:
@@ -87,9 +104,12 @@ def memory_measured(choice: PlanChoice) -> None:
         return
     _header(s, "activation memory")
     if not s.has_metrics:
-        st.info(f"{s.name} has no metrics.json" + (" yet" if s.status in ("starting", "running") else "") +
-                ": runs of `python -m profiler run` (and `python -m parallel train`) write one with the measured "
-                "activation bytes per rank.")
+        st.info(
+            f"{s.name} has no metrics.json"
+            + (" yet" if s.status in ("starting", "running") else "")
+            + ": runs of `python -m profiler run` (and `python -m parallel train`) write one with the measured "
+            "activation bytes per rank."
+        )
         return
     metrics = run_loaders.metrics(str(s.path), (s.path / "metrics.json").stat().st_mtime_ns) or {}
     try:
@@ -98,9 +118,11 @@ def memory_measured(choice: PlanChoice) -> None:
         st.warning(f"{s.name}'s metrics.json cannot be compared: {err}")
         return
     plan = metrics.get("plan") or {}
-    st.caption(f"Bytes saved for backward by one microbatch on each rank, measured by the engine's saved-tensor hooks "
-               f"in {s.name} ({s.plan_label}, model {s.model or '?'}), beside parallel.core.memory's prediction for the "
-               f"same shapes; below, the error in %. Recompute {plan.get('recompute', '?')}.")
+    st.caption(
+        f"Bytes saved for backward by one microbatch on each rank, measured by the engine's saved-tensor hooks "
+        f"in {s.name} ({s.plan_label}, model {s.model or '?'}), beside parallel.core.memory's prediction for the "
+        f"same shapes; below, the error in %. Recompute {plan.get('recompute', '?')}."
+    )
     st.altair_chart(memory_charts.measured_vs_predicted_chart(frame))
 
 
@@ -117,8 +139,11 @@ def tp_measured(choice: PlanChoice) -> pd.DataFrame | None:
     commbench.json)."""
     parts = []
     s = _named_set()
-    title = (f"Measured: {s.name}'s TP-group collectives, commbench results" if s is not None else
-             "Measured points: a run's TP-group collectives, commbench results")
+    title = (
+        f"Measured: {s.name}'s TP-group collectives, commbench results"
+        if s is not None
+        else "Measured points: a run's TP-group collectives, commbench results"
+    )
     with st.expander(title, expanded=s is not None):
         if s is not None and s.has_traces:
             from profiler import TraceError
@@ -130,18 +155,30 @@ def tp_measured(choice: PlanChoice) -> pd.DataFrame | None:
                 ours = None
             if ours is not None and len(ours):
                 st.caption(f"{s.name}: median busbw of its TP/SP-group collectives by group size and link (diamonds).")
-                st.dataframe(ours, hide_index=True, column_config={"busbw_bytes_per_s": None,
-                                                                   "busbw_gbps": st.column_config.NumberColumn(
-                                                                       "busbw GB/s", format="%.4g")})
+                st.dataframe(
+                    ours,
+                    hide_index=True,
+                    column_config={
+                        "busbw_bytes_per_s": None,
+                        "busbw_gbps": st.column_config.NumberColumn("busbw GB/s", format="%.4g"),
+                    },
+                )
                 parts.append(ours.assign(source=s.name))
             elif ours is not None:
                 st.caption(f"{s.name} has no TP/SP-group collectives with a known size.")
         elif s is None:
             st.caption("Open a run from Home (its TP scaling link) to overlay its TP-group collectives.")
-        files = ([s.path / "commbench.json"] if s is not None else []) + sorted(trace_sets.runs_dir().glob("commbench*.json"))
-        found = {f.name if f.parent == trace_sets.runs_dir() else f"{s.name}/{f.name}": _json(f.read_bytes())
-                 for f in files if f.is_file()}
-        up = st.file_uploader("commbench JSON (python -m profiler commbench --out FILE)", type=["json"], key="tps_commbench")
+        files = ([s.path / "commbench.json"] if s is not None else []) + sorted(
+            trace_sets.runs_dir().glob("commbench*.json")
+        )
+        found = {
+            f.name if f.parent == trace_sets.runs_dir() else f"{s.name}/{f.name}": _json(f.read_bytes())
+            for f in files
+            if f.is_file()
+        }
+        up = st.file_uploader(
+            "commbench JSON (python -m profiler commbench --out FILE)", type=["json"], key="tps_commbench"
+        )
         if up is not None:
             found[up.name] = _json(up.getvalue())
         for name, data in found.items():

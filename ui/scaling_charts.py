@@ -17,8 +17,11 @@ from ui.theme import INFINIBAND, LINK_COLORS, link_label, scale
 
 SP_NAME = {False: "TP without SP", True: "TP + SP"}
 PARTS = {"compute": "#4c6ef5", "TP communication (exposed)": "#e8590c", "TP communication (overlapped)": "#ffc9a8"}
-_PART_OF = {"compute_s": "compute", "tp_comm_s": "TP communication (exposed)",
-            "overlapped_s": "TP communication (overlapped)"}
+_PART_OF = {
+    "compute_s": "compute",
+    "tp_comm_s": "TP communication (exposed)",
+    "overlapped_s": "TP communication (overlapped)",
+}
 
 
 def _tp_x(pred: pd.DataFrame, title: str = "tensor-parallel size (TP)") -> alt.X:
@@ -30,10 +33,21 @@ def _boundary(gpus_per_node: int, x: alt.X, first_inter) -> list[alt.Chart]:
     spans nodes and label the first of them."""
     base = alt.Chart().transform_filter(f"datum.tp > {gpus_per_node}").transform_aggregate(n="count()", groupby=["tp"])
     band = base.mark_rect(color=LINK_COLORS[INFINIBAND], opacity=0.08).encode(
-        x=x, tooltip=[alt.Tooltip("tp:O", title=f"TP group crosses nodes ({gpus_per_node} GPUs/node) at TP")])
-    text = base.transform_filter(f"datum.tp == {first_inter if pd.notna(first_inter) else -1}").mark_text(
-        align="left", baseline="top", dx=4, dy=4, color=LINK_COLORS[INFINIBAND], fontWeight="bold",
-        text=f"> {gpus_per_node} GPUs: {INFINIBAND}").encode(x=x, y=alt.YValue(0))
+        x=x, tooltip=[alt.Tooltip("tp:O", title=f"TP group crosses nodes ({gpus_per_node} GPUs/node) at TP")]
+    )
+    text = (
+        base.transform_filter(f"datum.tp == {first_inter if pd.notna(first_inter) else -1}")
+        .mark_text(
+            align="left",
+            baseline="top",
+            dx=4,
+            dy=4,
+            color=LINK_COLORS[INFINIBAND],
+            fontWeight="bold",
+            text=f"> {gpus_per_node} GPUs: {INFINIBAND}",
+        )
+        .encode(x=x, y=alt.YValue(0))
+    )
     return [band, text]
 
 
@@ -46,38 +60,79 @@ def _first_inter(pred: pd.DataFrame, gpus_per_node: int):
 
 
 def _sp_column() -> alt.Column:
-    return alt.Column("variant:N", sort=list(SP_NAME.values()), title=None,
-                      header=alt.Header(labelFontSize=14, labelFontWeight="bold"))
+    return alt.Column(
+        "variant:N",
+        sort=list(SP_NAME.values()),
+        title=None,
+        header=alt.Header(labelFontSize=14, labelFontWeight="bold"),
+    )
 
 
 def layer_time_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame | None = None) -> alt.FacetChart:
     """Per-layer time on one GPU, split into compute and TP communication, for each TP degree:
     without SP | with SP. Measured `seconds` (TP comm per layer) drawn as black diamonds."""
     data = _valid(pred)
-    long = data.melt(id_vars=["tp", "sp", "link", "layer_s", "comm_fraction"], value_vars=list(_PART_OF),
-                     var_name="part", value_name="seconds")
+    long = data.melt(
+        id_vars=["tp", "sp", "link", "layer_s", "comm_fraction"],
+        value_vars=list(_PART_OF),
+        var_name="part",
+        value_name="seconds",
+    )
     long["part"] = long["part"].map(_PART_OF)
     long = long[long["seconds"] > 0]
     if measured is not None and "seconds" in measured and len(measured):
-        long = pd.concat([long, measured[["tp", "sp", "link", "seconds"]].assign(
-            part="measured", link=lambda d: d["link"].map(link_label))], ignore_index=True)
-    long = long.assign(ms=long["seconds"] * 1e3, layer_ms=long["layer_s"] * 1e3,
-                       order=long["part"].map({p: i for i, p in enumerate(PARTS)}), variant=long["sp"].map(SP_NAME))
+        long = pd.concat(
+            [
+                long,
+                measured[["tp", "sp", "link", "seconds"]].assign(
+                    part="measured", link=lambda d: d["link"].map(link_label)
+                ),
+            ],
+            ignore_index=True,
+        )
+    long = long.assign(
+        ms=long["seconds"] * 1e3,
+        layer_ms=long["layer_s"] * 1e3,
+        order=long["part"].map({p: i for i, p in enumerate(PARTS)}),
+        variant=long["sp"].map(SP_NAME),
+    )
     x = _tp_x(pred)
     y_title = "ms per layer per microbatch (one GPU)"
-    bars = alt.Chart().transform_filter("datum.part != 'measured'").mark_bar().encode(
-        x=x, y=alt.Y("sum(ms):Q", title=y_title),
-        color=alt.Color("part:N", title=None, scale=scale(PARTS), sort=list(PARTS), legend=alt.Legend(labelLimit=260)),
-        order=alt.Order("order:Q"),
-        tooltip=[alt.Tooltip("tp:O", title="TP"), alt.Tooltip("link:N", title="link"), alt.Tooltip("part:N", title="part"),
-                 alt.Tooltip("ms:Q", title="ms", format=",.3f"),
-                 alt.Tooltip("layer_ms:Q", title="layer ms (compute + exposed)", format=",.3f"),
-                 alt.Tooltip("comm_fraction:Q", title="exposed comm share", format=".0%")])
-    points = alt.Chart().transform_filter("datum.part == 'measured'").mark_point(
-        shape="diamond", filled=True, size=90, color="#212529").encode(
-        x=x, y=alt.Y("ms:Q", title=y_title),
-        tooltip=[alt.Tooltip("tp:O", title="TP"), alt.Tooltip("link:N", title="link"),
-                 alt.Tooltip("ms:Q", title="measured TP comm ms", format=",.3f")])
+    bars = (
+        alt.Chart()
+        .transform_filter("datum.part != 'measured'")
+        .mark_bar()
+        .encode(
+            x=x,
+            y=alt.Y("sum(ms):Q", title=y_title),
+            color=alt.Color(
+                "part:N", title=None, scale=scale(PARTS), sort=list(PARTS), legend=alt.Legend(labelLimit=260)
+            ),
+            order=alt.Order("order:Q"),
+            tooltip=[
+                alt.Tooltip("tp:O", title="TP"),
+                alt.Tooltip("link:N", title="link"),
+                alt.Tooltip("part:N", title="part"),
+                alt.Tooltip("ms:Q", title="ms", format=",.3f"),
+                alt.Tooltip("layer_ms:Q", title="layer ms (compute + exposed)", format=",.3f"),
+                alt.Tooltip("comm_fraction:Q", title="exposed comm share", format=".0%"),
+            ],
+        )
+    )
+    points = (
+        alt.Chart()
+        .transform_filter("datum.part == 'measured'")
+        .mark_point(shape="diamond", filled=True, size=90, color="#212529")
+        .encode(
+            x=x,
+            y=alt.Y("ms:Q", title=y_title),
+            tooltip=[
+                alt.Tooltip("tp:O", title="TP"),
+                alt.Tooltip("link:N", title="link"),
+                alt.Tooltip("ms:Q", title="measured TP comm ms", format=",.3f"),
+            ],
+        )
+    )
     layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node)), bars, points]
     return alt.layer(*layers, data=long, width=300, height=280).facet(column=_sp_column())
 
@@ -88,27 +143,58 @@ def speedup_chart(pred: pd.DataFrame, gpus_per_node: int) -> alt.FacetChart:
     data = _valid(pred).assign(variant=lambda d: d["sp"].map(SP_NAME))
     metrics = {"speedup": "speedup over TP = 1", "efficiency": "efficiency = speedup / TP"}
     cols = ["tp", "variant", "link", "comm_fraction", "speedup", "efficiency"]
-    long = pd.concat([data[cols].assign(metric=label, value=data[field], ideal=data["tp"] if field == "speedup" else 1.0)
-                      for field, label in metrics.items()], ignore_index=True)
+    long = pd.concat(
+        [
+            data[cols].assign(metric=label, value=data[field], ideal=data["tp"] if field == "speedup" else 1.0)
+            for field, label in metrics.items()
+        ],
+        ignore_index=True,
+    )
     x = _tp_x(pred)
     variants = list(SP_NAME.values())
     y = alt.Y("value:Q", title=None)
-    ideal = alt.Chart().transform_filter(f"datum.variant == '{variants[0]}'").mark_line(
-        strokeDash=[4, 4], color="#adb5bd").encode(x=x, y=alt.Y("ideal:Q", title=None))
-    line = alt.Chart().mark_line(color="#495057").encode(
-        x=x, y=y, strokeDash=alt.StrokeDash("variant:N", title=None, sort=variants))
-    dots = alt.Chart().mark_point(filled=True, size=70).encode(
-        x=x, y=y, shape=alt.Shape("variant:N", title=None, sort=variants),
-        color=alt.Color("link:N", title="TP group link", scale=scale(LINK_COLORS)),
-        tooltip=[alt.Tooltip("tp:O", title="TP"), alt.Tooltip("variant:N", title="variant"),
-                 alt.Tooltip("link:N", title="link"), alt.Tooltip("speedup:Q", title="speedup", format=".2f"),
-                 alt.Tooltip("efficiency:Q", title="efficiency", format=".0%"),
-                 alt.Tooltip("comm_fraction:Q", title="exposed comm share", format=".0%")])
+    ideal = (
+        alt.Chart()
+        .transform_filter(f"datum.variant == '{variants[0]}'")
+        .mark_line(strokeDash=[4, 4], color="#adb5bd")
+        .encode(x=x, y=alt.Y("ideal:Q", title=None))
+    )
+    line = (
+        alt.Chart()
+        .mark_line(color="#495057")
+        .encode(x=x, y=y, strokeDash=alt.StrokeDash("variant:N", title=None, sort=variants))
+    )
+    dots = (
+        alt.Chart()
+        .mark_point(filled=True, size=70)
+        .encode(
+            x=x,
+            y=y,
+            shape=alt.Shape("variant:N", title=None, sort=variants),
+            color=alt.Color("link:N", title="TP group link", scale=scale(LINK_COLORS)),
+            tooltip=[
+                alt.Tooltip("tp:O", title="TP"),
+                alt.Tooltip("variant:N", title="variant"),
+                alt.Tooltip("link:N", title="link"),
+                alt.Tooltip("speedup:Q", title="speedup", format=".2f"),
+                alt.Tooltip("efficiency:Q", title="efficiency", format=".0%"),
+                alt.Tooltip("comm_fraction:Q", title="exposed comm share", format=".0%"),
+            ],
+        )
+    )
     layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node)), ideal, line, dots]
-    return alt.layer(*layers, data=long, width=300, height=260).facet(
-        column=alt.Column("metric:N", sort=list(metrics.values()), title=None,
-                          header=alt.Header(labelFontSize=14, labelFontWeight="bold"))
-    ).resolve_scale(y="independent")
+    return (
+        alt.layer(*layers, data=long, width=300, height=260)
+        .facet(
+            column=alt.Column(
+                "metric:N",
+                sort=list(metrics.values()),
+                title=None,
+                header=alt.Header(labelFontSize=14, labelFontWeight="bold"),
+            )
+        )
+        .resolve_scale(y="independent")
+    )
 
 
 def busbw_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame | None = None) -> alt.LayerChart:
@@ -119,24 +205,47 @@ def busbw_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame |
     data = data[(data["tp"] > 1) & ~data["sp"]].assign(source="predicted")
     if measured is not None and "busbw_bytes_per_s" in measured and len(measured):
         extra = [c for c in ("source", "op") if c in measured]  # who measured it, which collective
-        data = pd.concat([data, measured[["tp", "link", "busbw_bytes_per_s", *extra]].rename(
-            columns={"source": "measured_by"}).assign(source="measured", link=lambda d: d["link"].map(link_label))],
-            ignore_index=True)
+        data = pd.concat(
+            [
+                data,
+                measured[["tp", "link", "busbw_bytes_per_s", *extra]]
+                .rename(columns={"source": "measured_by"})
+                .assign(source="measured", link=lambda d: d["link"].map(link_label)),
+            ],
+            ignore_index=True,
+        )
     data = data.assign(busbw_gbs=data["busbw_bytes_per_s"] / 1e9, msg_mib=data["bytes_per_call"] / 2**20)
     x = _tp_x(pred, "TP group size")
     y = alt.Y("busbw_gbs:Q", title="busbw, GB/s")  # short: a long title squeezes the plot
     predicted = alt.Chart().transform_filter("datum.source == 'predicted'")
     line = predicted.mark_line(color="#adb5bd").encode(x=x, y=y)
     dots = predicted.mark_point(filled=True, size=80).encode(
-        x=x, y=y, color=alt.Color("link:N", title="link", scale=scale(LINK_COLORS)),
-        tooltip=[alt.Tooltip("tp:O", title="TP"), alt.Tooltip("link:N", title="link"),
-                 alt.Tooltip("busbw_gbs:Q", title="predicted busbw GB/s", format=",.1f"),
-                 alt.Tooltip("msg_mib:Q", title="message MiB", format=",.1f")])
-    points = alt.Chart().transform_filter("datum.source == 'measured'").mark_point(
-        shape="diamond", filled=True, size=90, color="#212529").encode(
-        x=x, y=y, tooltip=[alt.Tooltip("tp:O", title="TP"), alt.Tooltip("link:N", title="link"),
-                           alt.Tooltip("busbw_gbs:Q", title="measured busbw GB/s", format=",.3g"),
-                           alt.Tooltip("measured_by:N", title="measured by"), alt.Tooltip("op:N", title="collective")])
+        x=x,
+        y=y,
+        color=alt.Color("link:N", title="link", scale=scale(LINK_COLORS)),
+        tooltip=[
+            alt.Tooltip("tp:O", title="TP"),
+            alt.Tooltip("link:N", title="link"),
+            alt.Tooltip("busbw_gbs:Q", title="predicted busbw GB/s", format=",.1f"),
+            alt.Tooltip("msg_mib:Q", title="message MiB", format=",.1f"),
+        ],
+    )
+    points = (
+        alt.Chart()
+        .transform_filter("datum.source == 'measured'")
+        .mark_point(shape="diamond", filled=True, size=90, color="#212529")
+        .encode(
+            x=x,
+            y=y,
+            tooltip=[
+                alt.Tooltip("tp:O", title="TP"),
+                alt.Tooltip("link:N", title="link"),
+                alt.Tooltip("busbw_gbs:Q", title="measured busbw GB/s", format=",.3g"),
+                alt.Tooltip("measured_by:N", title="measured by"),
+                alt.Tooltip("op:N", title="collective"),
+            ],
+        )
+    )
     layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node)), line, dots, points]
     return alt.layer(*layers, data=data, width=420, height=280)
 
@@ -145,36 +254,78 @@ def sweep_chart(frame: pd.DataFrame, gpus_per_node: int) -> alt.FacetChart:
     """The lab's TP sweep (ui.sweep_data.chart_frame): per metric (rows) and SP variant (columns), the
     plan model's prediction for the lab's fitted links (grey line, dots coloured by link) and the
     measured points (black diamonds; TP comm with a p25–p75 bar) labelled with their error."""
-    x = alt.X("tp:O", title="tensor-parallel size (TP)", axis=alt.Axis(labelAngle=0),
-              scale=alt.Scale(domain=sorted(frame["tp"].unique())))
+    x = alt.X(
+        "tp:O",
+        title="tensor-parallel size (TP)",
+        axis=alt.Axis(labelAngle=0),
+        scale=alt.Scale(domain=sorted(frame["tp"].unique())),
+    )
     y = alt.Y("value:Q", title=None)
     first_inter = frame.loc[frame["tp"] > gpus_per_node, "tp"].min()
     predicted = alt.Chart().transform_filter("datum.source == 'predicted'")
     measured = alt.Chart().transform_filter("datum.source == 'measured'")
-    tip = [alt.Tooltip("tp:O", title="TP"), alt.Tooltip("link:N", title="TP group"),
-           alt.Tooltip("source:N", title="source"), alt.Tooltip("value:Q", title="value", format=",.4g")]
-    colors = alt.Scale(domain=["inside a node (loopback)", "across nodes (shaped veth)"],
-                       range=[LINK_COLORS[k] for k in LINK_COLORS])
+    tip = [
+        alt.Tooltip("tp:O", title="TP"),
+        alt.Tooltip("link:N", title="TP group"),
+        alt.Tooltip("source:N", title="source"),
+        alt.Tooltip("value:Q", title="value", format=",.4g"),
+    ]
+    colors = alt.Scale(
+        domain=["inside a node (loopback)", "across nodes (shaped veth)"], range=[LINK_COLORS[k] for k in LINK_COLORS]
+    )
     line = predicted.mark_line(color="#adb5bd").encode(x=x, y=y)
     dots = predicted.mark_point(filled=True, size=70).encode(
-        x=x, y=y, color=alt.Color("link:N", title="predicted, TP group", scale=colors), tooltip=tip)
-    bars = measured.transform_filter("isValid(datum.lo) && isFinite(datum.lo)").mark_rule(color="#212529").encode(
-        x=x, y=alt.Y("lo:Q", title=None), y2=alt.Y2("hi:Q"),
-        tooltip=[alt.Tooltip("lo:Q", title="p25", format=",.4g"), alt.Tooltip("hi:Q", title="p75", format=",.4g")])
+        x=x, y=y, color=alt.Color("link:N", title="predicted, TP group", scale=colors), tooltip=tip
+    )
+    bars = (
+        measured.transform_filter("isValid(datum.lo) && isFinite(datum.lo)")
+        .mark_rule(color="#212529")
+        .encode(
+            x=x,
+            y=alt.Y("lo:Q", title=None),
+            y2=alt.Y2("hi:Q"),
+            tooltip=[alt.Tooltip("lo:Q", title="p25", format=",.4g"), alt.Tooltip("hi:Q", title="p75", format=",.4g")],
+        )
+    )
     points = measured.mark_point(shape="diamond", filled=True, size=90, color="#212529").encode(
-        x=x, y=y, tooltip=[*tip, alt.Tooltip("error_pct:Q", title="error vs predicted, %", format="+.0f")])
+        x=x, y=y, tooltip=[*tip, alt.Tooltip("error_pct:Q", title="error vs predicted, %", format="+.0f")]
+    )
     labels = measured.mark_text(align="left", dx=8, fontSize=11, color="#212529").encode(
-        x=x, y=y, text=alt.Text("error_label:N"))
+        x=x, y=y, text=alt.Text("error_label:N")
+    )
     base = alt.Chart().transform_filter(f"datum.tp > {gpus_per_node}").transform_aggregate(n="count()", groupby=["tp"])
     band = base.mark_rect(color=LINK_COLORS[INFINIBAND], opacity=0.08).encode(
-        x=x, tooltip=[alt.Tooltip("tp:O", title=f"TP group spans both lab nodes ({gpus_per_node} ranks each) at TP")])
-    mark = base.transform_filter(f"datum.tp == {first_inter if pd.notna(first_inter) else -1}").mark_text(
-        align="right", baseline="top", dx=-4, dy=4, color=LINK_COLORS[INFINIBAND], fontWeight="bold",
-        text=f"> {gpus_per_node} ranks: across nodes").encode(x=x, y=alt.YValue(0))
+        x=x, tooltip=[alt.Tooltip("tp:O", title=f"TP group spans both lab nodes ({gpus_per_node} ranks each) at TP")]
+    )
+    mark = (
+        base.transform_filter(f"datum.tp == {first_inter if pd.notna(first_inter) else -1}")
+        .mark_text(
+            align="right",
+            baseline="top",
+            dx=-4,
+            dy=4,
+            color=LINK_COLORS[INFINIBAND],
+            fontWeight="bold",
+            text=f"> {gpus_per_node} ranks: across nodes",
+        )
+        .encode(x=x, y=alt.YValue(0))
+    )
     layers = [band, mark, line, dots, bars, points, labels]
-    return alt.layer(*layers, data=frame, width=300, height=200).facet(
-        row=alt.Row("metric:N", title=None, sort=list(dict.fromkeys(frame["metric"])), header=alt.Header(labelFontWeight="bold", labelAngle=0,
-                                                                          labelAlign="left", labelLimit=120)),
-        column=alt.Column("variant:N", sort=list(SP_NAME.values()), title=None,
-                          header=alt.Header(labelFontSize=14, labelFontWeight="bold")),
-    ).resolve_scale(y="independent")
+    return (
+        alt.layer(*layers, data=frame, width=300, height=200)
+        .facet(
+            row=alt.Row(
+                "metric:N",
+                title=None,
+                sort=list(dict.fromkeys(frame["metric"])),
+                header=alt.Header(labelFontWeight="bold", labelAngle=0, labelAlign="left", labelLimit=120),
+            ),
+            column=alt.Column(
+                "variant:N",
+                sort=list(SP_NAME.values()),
+                title=None,
+                header=alt.Header(labelFontSize=14, labelFontWeight="bold"),
+            ),
+        )
+        .resolve_scale(y="independent")
+    )

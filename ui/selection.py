@@ -17,9 +17,15 @@ from ui.trace_sets import TraceSet
 KEY = "run"  # the query parameter
 _REMEMBERED = "_selected_run"
 
-PAGES = {"home": "pages/home.py", "timeline": "pages/timeline.py", "run_job": "pages/run_job.py",
-         "upload": "pages/upload.py", "topology": "pages/topology.py", "memory": "pages/activation_memory.py",
-         "scaling": "pages/tp_scaling.py"}
+PAGES = {
+    "home": "pages/home.py",
+    "timeline": "pages/timeline.py",
+    "run_job": "pages/run_job.py",
+    "upload": "pages/upload.py",
+    "topology": "pages/topology.py",
+    "memory": "pages/activation_memory.py",
+    "scaling": "pages/tp_scaling.py",
+}
 
 
 def current_id() -> str | None:
@@ -50,8 +56,10 @@ def no_set(reason: str | None = None) -> None:
     """The empty state of a run page: why nothing is shown, and where to go."""
     sid = current_id()
     if sid and reason is None:
-        reason = f"There is no run or uploaded set called **{sid}** here (runs: `{trace_sets.runs_dir()}`, " \
-                 f"uploads: `{trace_sets.uploads_dir()}`)."
+        reason = (
+            f"There is no run or uploaded set called **{sid}** here (runs: `{trace_sets.runs_dir()}`, "
+            f"uploads: `{trace_sets.uploads_dir()}`)."
+        )
     st.info((reason + " " if reason else "") + "Pick a run on Home, start one in Run a job, or upload traces.")
     c1, c2, c3 = st.columns(3)
     c1.page_link(PAGES["home"], label="Home: pick a run", icon=":material/list:")

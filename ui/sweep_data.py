@@ -56,9 +56,16 @@ def find_sweeps(root: Path) -> list[dict]:
             data = load_sweep(path)
         except SweepError:
             continue
-        out.append({"name": path.parent.name, "path": str(path), "mtime_ns": path.stat().st_mtime_ns,
-                    "status": data.get("status"), "created_at": data.get("created_at") or "",
-                    "points": len(data.get("points") or [])})
+        out.append(
+            {
+                "name": path.parent.name,
+                "path": str(path),
+                "mtime_ns": path.stat().st_mtime_ns,
+                "status": data.get("status"),
+                "created_at": data.get("created_at") or "",
+                "points": len(data.get("points") or []),
+            }
+        )
     return sorted(out, key=lambda s: (s["created_at"], s["name"]), reverse=True)
 
 
@@ -72,25 +79,52 @@ def chart_frame(sweep: dict) -> pd.DataFrame:
     cmp, pred = compare(sweep), prediction(sweep)
     rows = []
     for r in pred[pred["valid"]].itertuples():  # the model's curve at every TP degree of the sweep
-        base = {"tp": int(r.tp), "variant": VARIANTS[bool(r.sp)], "link": LAB_LINKS.get(r.link, r.link),
-                "source": "predicted", "lo": math.nan, "hi": math.nan, "error_pct": math.nan}
+        base = {
+            "tp": int(r.tp),
+            "variant": VARIANTS[bool(r.sp)],
+            "link": LAB_LINKS.get(r.link, r.link),
+            "source": "predicted",
+            "lo": math.nan,
+            "hi": math.nan,
+            "error_pct": math.nan,
+        }
         rows.append({**base, "metric": METRICS["tp_comm"][0], "value": (r.tp_comm_s + r.overlapped_s) * 1e3})
         if r.tp > 1 and _finite(r.busbw_bytes_per_s):
             rows.append({**base, "metric": METRICS["busbw"][0], "value": r.busbw_bytes_per_s * 1e-9})
     for r in cmp.itertuples():
         base = {"tp": int(r.tp), "variant": VARIANTS[bool(r.sp)], "link": LAB_LINKS.get(r.link, r.link)}
         if _finite(r.predicted_step_s):
-            rows.append({**base, "source": "predicted", "metric": METRICS["step"][0], "value": r.predicted_step_s,
-                         "lo": math.nan, "hi": math.nan, "error_pct": math.nan})
+            rows.append(
+                {
+                    **base,
+                    "source": "predicted",
+                    "metric": METRICS["step"][0],
+                    "value": r.predicted_step_s,
+                    "lo": math.nan,
+                    "hi": math.nan,
+                    "error_pct": math.nan,
+                }
+            )
         if r.status != "completed":
             continue
-        for key, measured, lo, hi in (("tp_comm", r.measured_tp_comm_s, r.measured_tp_comm_lo_s, r.measured_tp_comm_hi_s),
-                                      ("busbw", r.measured_busbw_bytes_per_s, math.nan, math.nan),
-                                      ("step", r.measured_step_s, math.nan, math.nan)):
+        for key, measured, lo, hi in (
+            ("tp_comm", r.measured_tp_comm_s, r.measured_tp_comm_lo_s, r.measured_tp_comm_hi_s),
+            ("busbw", r.measured_busbw_bytes_per_s, math.nan, math.nan),
+            ("step", r.measured_step_s, math.nan, math.nan),
+        ):
             title, unit = METRICS[key]
             if _finite(measured) and not (key != "step" and r.tp == 1):
-                rows.append({**base, "source": "measured", "metric": title, "value": measured * unit,
-                             "lo": lo * unit, "hi": hi * unit, "error_pct": getattr(r, f"{key}_error_pct")})
+                rows.append(
+                    {
+                        **base,
+                        "source": "measured",
+                        "metric": title,
+                        "value": measured * unit,
+                        "lo": lo * unit,
+                        "hi": hi * unit,
+                        "error_pct": getattr(r, f"{key}_error_pct"),
+                    }
+                )
     df = pd.DataFrame(rows, columns=["tp", "variant", "link", "source", "metric", "value", "lo", "hi", "error_pct"])
     df["error_label"] = df["error_pct"].map(lambda e: f"{e:+.0f}%" if _finite(e) else "")
     return df
@@ -99,15 +133,23 @@ def chart_frame(sweep: dict) -> pd.DataFrame:
 def error_table(sweep: dict) -> pd.DataFrame:
     """Measured beside predicted, one row per run, in ms, GB/s and s, errors in %."""
     c = compare(sweep)
-    return pd.DataFrame({
-        "TP": c["tp"], "SP": c["sp"].map({False: "off", True: "on"}), "link": c["link"].map(LAB_LINKS),
-        "status": c["status"],
-        "TP comm ms/layer": c["measured_tp_comm_s"] * 1e3, "predicted ms": c["predicted_tp_comm_s"] * 1e3,
-        "TP comm error %": c["tp_comm_error_pct"],
-        "busbw GB/s": c["measured_busbw_bytes_per_s"] / 1e9, "predicted GB/s": c["predicted_busbw_bytes_per_s"] / 1e9,
-        "busbw error %": c["busbw_error_pct"],
-        "step s": c["measured_step_s"], "predicted s": c["predicted_step_s"], "step error %": c["step_error_pct"],
-    }).round(3)
+    return pd.DataFrame(
+        {
+            "TP": c["tp"],
+            "SP": c["sp"].map({False: "off", True: "on"}),
+            "link": c["link"].map(LAB_LINKS),
+            "status": c["status"],
+            "TP comm ms/layer": c["measured_tp_comm_s"] * 1e3,
+            "predicted ms": c["predicted_tp_comm_s"] * 1e3,
+            "TP comm error %": c["tp_comm_error_pct"],
+            "busbw GB/s": c["measured_busbw_bytes_per_s"] / 1e9,
+            "predicted GB/s": c["predicted_busbw_bytes_per_s"] / 1e9,
+            "busbw error %": c["busbw_error_pct"],
+            "step s": c["measured_step_s"],
+            "predicted s": c["predicted_step_s"],
+            "step error %": c["step_error_pct"],
+        }
+    ).round(3)
 
 
 def caption(sweep: dict) -> str:
@@ -116,18 +158,25 @@ def caption(sweep: dict) -> str:
     rate, how = compute_rate(sweep)
     c = lab_cluster(sweep, rate)
     like = (lab.get("like") or {}).get("cluster")
-    link = (f"shaped to {lab['bandwidth_bytes_per_s'] * 8 / 1e9:.2f} Gbit/s each way"
-            + (f" (like {like})" if like else "") if lab.get("bandwidth_bytes_per_s") else "shaped link")
-    text = (f"Model h={m['hidden']}, s={m['seq_len']}, {m['layers']} layers, micro batch {sweep.get('micro_batch', 1)} "
-            f"(fp32: {sweep.get('micro_batch', 1) * m['seq_len'] * m['hidden'] * m['dtype_bytes'] / 2**20:.2f} MiB per TP "
-            f"collective); {sweep['gpus_per_node']} ranks per lab node, inter-node link {link}. Prediction: "
-            f"parallel.core.scaling with the lab's commbench fit — inside a node α {c.intra.latency_s * 1e6:.0f} µs, "
-            f"β {c.intra.bandwidth_bytes_per_s / 1e9:.2f} GB/s; across α {c.inter.latency_s * 1e6:.0f} µs, "
-            f"β {c.inter.bandwidth_bytes_per_s / 1e9:.3f} GB/s")
+    link = (
+        f"shaped to {lab['bandwidth_bytes_per_s'] * 8 / 1e9:.2f} Gbit/s each way" + (f" (like {like})" if like else "")
+        if lab.get("bandwidth_bytes_per_s")
+        else "shaped link"
+    )
+    text = (
+        f"Model h={m['hidden']}, s={m['seq_len']}, {m['layers']} layers, micro batch {sweep.get('micro_batch', 1)} "
+        f"(fp32: {sweep.get('micro_batch', 1) * m['seq_len'] * m['hidden'] * m['dtype_bytes'] / 2**20:.2f} MiB per TP "
+        f"collective); {sweep['gpus_per_node']} ranks per lab node, inter-node link {link}. Prediction: "
+        f"parallel.core.scaling with the lab's commbench fit — inside a node α {c.intra.latency_s * 1e6:.0f} µs, "
+        f"β {c.intra.bandwidth_bytes_per_s / 1e9:.2f} GB/s; across α {c.inter.latency_s * 1e6:.0f} µs, "
+        f"β {c.inter.bandwidth_bytes_per_s / 1e9:.3f} GB/s"
+    )
     if rate:
-        text += (f"; compute {rate / 1e9:.1f} GFLOP/s per core, {sweep.get('machine', {}).get('cpus', '?')} cores "
-                 f"shared by the ranks (calibrated on the TP {how.get('tp', '?')} run, whose step-time error is 0 by "
-                 "construction)")
+        text += (
+            f"; compute {rate / 1e9:.1f} GFLOP/s per core, {sweep.get('machine', {}).get('cpus', '?')} cores "
+            f"shared by the ranks (calibrated on the TP {how.get('tp', '?')} run, whose step-time error is 0 by "
+            "construction)"
+        )
     return text + "."
 
 
@@ -138,8 +187,10 @@ def notes(sweep: dict) -> list[str]:
         out.append("This sweep is still running; the page shows the runs finished so far.")
     cb = sweep.get("commbench") or {}
     if cb.get("error"):
-        out.append(f"commbench failed ({cb['error']}): the prediction uses the link as shaped and the local-cpu "
-                   "preset's loopback instead of fitted links.")
+        out.append(
+            f"commbench failed ({cb['error']}): the prediction uses the link as shaped and the local-cpu "
+            "preset's loopback instead of fitted links."
+        )
     for p in sweep.get("points") or []:
         if p.get("status") != "completed":
             out.append(f"TP {p.get('tp')}{' + SP' if p.get('sp') else ''} failed: {p.get('error')}")
@@ -147,5 +198,10 @@ def notes(sweep: dict) -> list[str]:
 
 
 def sweep_view(sweep: dict) -> dict:
-    return {"chart": chart_frame(sweep), "table": error_table(sweep), "gpus_per_node": int(sweep["gpus_per_node"]),
-            "caption": caption(sweep), "notes": notes(sweep)}
+    return {
+        "chart": chart_frame(sweep),
+        "table": error_table(sweep),
+        "gpus_per_node": int(sweep["gpus_per_node"]),
+        "caption": caption(sweep),
+        "notes": notes(sweep),
+    }

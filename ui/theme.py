@@ -16,16 +16,48 @@ import altair as alt
 NVLINK, INFINIBAND = "NVLink (intra-node)", "InfiniBand (inter-node)"
 LINK_COLORS = {NVLINK: "#2f9e44", INFINIBAND: "#e8590c"}
 MEMORY_COLORS = {"params": "#4c6ef5", "grads": "#15aabf", "optimizer": "#868e96", "activations": "#f59f00"}
-GROUP_COLORS = {"attention": "#e8590c", "mlp": "#4c6ef5", "layernorm/dropout/residual": "#2f9e44",
-                "layer input (checkpoint)": "#868e96", "embedding/output": "#ae3ec9", "other": "#ced4da"}
+GROUP_COLORS = {
+    "attention": "#e8590c",
+    "mlp": "#4c6ef5",
+    "layernorm/dropout/residual": "#2f9e44",
+    "layer input (checkpoint)": "#868e96",
+    "embedding/output": "#ae3ec9",
+    "other": "#ced4da",
+}
 # Collectives by the parallel dimension they serve (timeline, per-dimension tables); compute and
 # memory copies stay quiet greys so the communication stands out.
-DIM_COLORS = {"tp": "#e8590c", "sp": "#f59f00", "cp": "#ae3ec9", "pp": "#1c7ed6", "dp": "#2f9e44", "ep": "#0ca678",
-              "unknown": "#495057"}
+DIM_COLORS = {
+    "tp": "#e8590c",
+    "sp": "#f59f00",
+    "cp": "#ae3ec9",
+    "pp": "#1c7ed6",
+    "dp": "#2f9e44",
+    "ep": "#0ca678",
+    "unknown": "#495057",
+}
 ACTIVITY_COLORS = {"compute": "#ced4da", "memory": "#b197fc", **DIM_COLORS}
-TABLEAU20 = ["#4c78a8", "#9ecae9", "#f58518", "#ffbf79", "#54a24b", "#88d27a", "#b79a20", "#f2cf5b",
-             "#439894", "#83bcb6", "#e45756", "#ff9d98", "#79706e", "#bab0ac", "#d67195", "#fcbfd2",
-             "#b279a2", "#d6a5c9", "#9e765f", "#d8b5a5"]
+TABLEAU20 = [
+    "#4c78a8",
+    "#9ecae9",
+    "#f58518",
+    "#ffbf79",
+    "#54a24b",
+    "#88d27a",
+    "#b79a20",
+    "#f2cf5b",
+    "#439894",
+    "#83bcb6",
+    "#e45756",
+    "#ff9d98",
+    "#79706e",
+    "#bab0ac",
+    "#d67195",
+    "#fcbfd2",
+    "#b279a2",
+    "#d6a5c9",
+    "#9e765f",
+    "#d8b5a5",
+]
 
 
 def scale(colors: dict[str, str], present=None) -> alt.Scale:

@@ -28,17 +28,29 @@ def _tooltip(detail: bool = True) -> list[alt.Tooltip]:
     """Hover text; the overview's frame has fewer columns (run_data.OVERVIEW_COLUMNS), and compute or
     memory-copy rectangles have no collective fields (detail=False), so they show no empty ones."""
     head = [alt.Tooltip("rank:O", title="rank"), alt.Tooltip("label:N", title="op / kernel")]
-    comm = [alt.Tooltip("dim:N", title="dimension"), alt.Tooltip("bytes:Q", title="bytes", format=",d"),
-            alt.Tooltip("group:N", title="group ranks"), alt.Tooltip("busbw_gbps:Q", title="busbw GB/s", format=",.3g")]
-    tail = [alt.Tooltip("start_ms:Q", title="start ms", format=",.3f"), alt.Tooltip("dur_ms:Q", title="ms", format=",.3f"),
-            alt.Tooltip("n_events:Q", title="events merged"), alt.Tooltip("busy_pct:Q", title="busy %")]
+    comm = [
+        alt.Tooltip("dim:N", title="dimension"),
+        alt.Tooltip("bytes:Q", title="bytes", format=",d"),
+        alt.Tooltip("group:N", title="group ranks"),
+        alt.Tooltip("busbw_gbps:Q", title="busbw GB/s", format=",.3g"),
+    ]
+    tail = [
+        alt.Tooltip("start_ms:Q", title="start ms", format=",.3f"),
+        alt.Tooltip("dur_ms:Q", title="ms", format=",.3f"),
+        alt.Tooltip("n_events:Q", title="events merged"),
+        alt.Tooltip("busy_pct:Q", title="busy %"),
+    ]
     return head + (comm if detail else []) + tail
 
 
 def _color(frame: pd.DataFrame) -> alt.Color:
     present = set(frame["category"].astype(str)) if len(frame) else set()
-    return alt.Color("category:N", title=None, scale=scale(ACTIVITY_COLORS, present),
-                     legend=alt.Legend(orient="bottom", direction="horizontal", columns=9))
+    return alt.Color(
+        "category:N",
+        title=None,
+        scale=scale(ACTIVITY_COLORS, present),
+        legend=alt.Legend(orient="bottom", direction="horizontal", columns=9),
+    )
 
 
 def _x(window: tuple[float, float], title: str = "ms from the step's start") -> alt.X:
@@ -47,12 +59,16 @@ def _x(window: tuple[float, float], title: str = "ms from the step's start") -> 
 
 def _rank_y(n_ranks: int) -> alt.Y:
     step = max(1, n_ranks // 32)  # label every rank up to 32, then thin out
-    return alt.Y("rank:O", title="rank", axis=alt.Axis(labelExpr=f"datum.value % {step} == 0 ? datum.value : ''",
-                                                          ticks=False, labelFontSize=10))
+    return alt.Y(
+        "rank:O",
+        title="rank",
+        axis=alt.Axis(labelExpr=f"datum.value % {step} == 0 ? datum.value : ''", ticks=False, labelFontSize=10),
+    )
 
 
-def gantt_overview_chart(frame: pd.DataFrame, *, span: tuple[float, float],
-                         window: tuple[float, float] | None = None) -> alt.Chart | alt.LayerChart:
+def gantt_overview_chart(
+    frame: pd.DataFrame, *, span: tuple[float, float], window: tuple[float, float] | None = None
+) -> alt.Chart | alt.LayerChart:
     """The whole step, one thin row per rank; an x-interval brush named BRUSH picks the detail window.
     The window shown in detail is outlined (a dashed box), since a brush does not survive a reload."""
     n = int(frame["rank"].nunique()) if len(frame) else 1
@@ -60,38 +76,84 @@ def gantt_overview_chart(frame: pd.DataFrame, *, span: tuple[float, float],
     # Streamlit fits the axes and the legend below into `height` too: ~130 px on top of the plot.
     height = min(360, max(60, 12 * n)) + LEGEND_PX
     x = _x(span, "ms from the step's start (drag to zoom the detail view)")
-    rects = alt.Chart(frame, width="container", height=height).transform_calculate(
-        dur_ms="datum.end_ms - datum.start_ms",
-    ).mark_rect().encode(
-        x=x, x2=alt.X2("end_ms"), y=_rank_y(n), color=_color(frame), tooltip=_tooltip(detail=False),
-    ).add_params(brush)
+    rects = (
+        alt.Chart(frame, width="container", height=height)
+        .transform_calculate(
+            dur_ms="datum.end_ms - datum.start_ms",
+        )
+        .mark_rect()
+        .encode(
+            x=x,
+            x2=alt.X2("end_ms"),
+            y=_rank_y(n),
+            color=_color(frame),
+            tooltip=_tooltip(detail=False),
+        )
+        .add_params(brush)
+    )
     if window is None:
         return rects
-    box = alt.Chart(pd.DataFrame({"start_ms": [window[0]], "end_ms": [window[1]]})).mark_rect(
-        fill="#212529", fillOpacity=0.06, stroke="#212529", strokeDash=[4, 3], strokeWidth=1.5,
-    ).encode(x=x, x2=alt.X2("end_ms"), tooltip=[alt.Tooltip("start_ms:Q", title="detail from ms", format=",.2f"),
-                                                alt.Tooltip("end_ms:Q", title="to ms", format=",.2f")])
+    box = (
+        alt.Chart(pd.DataFrame({"start_ms": [window[0]], "end_ms": [window[1]]}))
+        .mark_rect(
+            fill="#212529",
+            fillOpacity=0.06,
+            stroke="#212529",
+            strokeDash=[4, 3],
+            strokeWidth=1.5,
+        )
+        .encode(
+            x=x,
+            x2=alt.X2("end_ms"),
+            tooltip=[
+                alt.Tooltip("start_ms:Q", title="detail from ms", format=",.2f"),
+                alt.Tooltip("end_ms:Q", title="to ms", format=",.2f"),
+            ],
+        )
+    )
     return alt.layer(rects, box)
 
 
-def gantt_detail_chart(frame: pd.DataFrame, *, window: tuple[float, float], highlight: str | None = None) -> alt.LayerChart:
+def gantt_detail_chart(
+    frame: pd.DataFrame, *, window: tuple[float, float], highlight: str | None = None
+) -> alt.LayerChart:
     """The window, one row per rank with a lane per activity; click a collective to highlight its
     instance on every rank (double-click clears)."""
     n = int(frame["rank"].nunique()) if len(frame) else 1
     lanes = [lane for lane in ("compute", "memory", "comm") if len(frame) and (frame["lane"] == lane).any()]
-    pick = alt.selection_point(fields=["instance"], on="click", clear="dblclick", name=PICK,
-                               value=[{"instance": highlight}] if highlight else alt.Undefined)
-    base = alt.Chart().transform_calculate(dur_ms="datum.end_ms - datum.start_ms").encode(
-        x=_x(window), x2=alt.X2("end_ms"), y=_rank_y(n),
-        yOffset=alt.YOffset("lane:N", scale=alt.Scale(domain=lanes or ["comm"], paddingInner=0.15)),
-        color=_color(frame))
-    work = base.transform_filter("datum.lane != 'comm'").mark_rect(opacity=0.9, clip=True).encode(
-        tooltip=_tooltip(detail=False))
-    comm = base.transform_filter("datum.lane == 'comm'").mark_rect(clip=True, strokeWidth=1.5).encode(
-        tooltip=_tooltip(),
-        opacity=alt.OpacityValue(0.35, condition={"param": PICK, "value": 1.0}),
-        stroke=alt.StrokeValue("#ffffff00", condition={"param": PICK, "empty": False, "value": "#212529"}),
-    ).add_params(pick)
+    pick = alt.selection_point(
+        fields=["instance"],
+        on="click",
+        clear="dblclick",
+        name=PICK,
+        value=[{"instance": highlight}] if highlight else alt.Undefined,
+    )
+    base = (
+        alt.Chart()
+        .transform_calculate(dur_ms="datum.end_ms - datum.start_ms")
+        .encode(
+            x=_x(window),
+            x2=alt.X2("end_ms"),
+            y=_rank_y(n),
+            yOffset=alt.YOffset("lane:N", scale=alt.Scale(domain=lanes or ["comm"], paddingInner=0.15)),
+            color=_color(frame),
+        )
+    )
+    work = (
+        base.transform_filter("datum.lane != 'comm'")
+        .mark_rect(opacity=0.9, clip=True)
+        .encode(tooltip=_tooltip(detail=False))
+    )
+    comm = (
+        base.transform_filter("datum.lane == 'comm'")
+        .mark_rect(clip=True, strokeWidth=1.5)
+        .encode(
+            tooltip=_tooltip(),
+            opacity=alt.OpacityValue(0.35, condition={"param": PICK, "value": 1.0}),
+            stroke=alt.StrokeValue("#ffffff00", condition={"param": PICK, "empty": False, "value": "#212529"}),
+        )
+        .add_params(pick)
+    )
     plot = max(90, 9 * n * max(1, len(lanes)))
     return alt.layer(work, comm, data=frame, width="container", height=plot + LEGEND_PX)
 
@@ -100,12 +162,24 @@ def breakdown_chart(parts: pd.DataFrame) -> alt.Chart:
     """Per rank, the step's window split into compute, comm overlapped with compute, exposed comm,
     memory copies and idle (ms), stacked."""
     present = set(parts["part"].astype(str))
-    return alt.Chart(parts, width="container", height=260 + LEGEND_PX).mark_bar().encode(
-        x=alt.X("rank:O", title="rank", axis=alt.Axis(labelAngle=0, labelOverlap=True)),
-        y=alt.Y("ms:Q", title="ms", stack="zero"),
-        color=alt.Color("part:N", title=None, scale=scale(PART_COLORS, present), sort=list(PARTS),
-                        legend=alt.Legend(orient="bottom", direction="horizontal", labelLimit=260)),
-        order=alt.Order("order:Q"),
-        tooltip=[alt.Tooltip("rank:O", title="rank"), alt.Tooltip("part:N", title="part"),
-                 alt.Tooltip("ms:Q", title="ms", format=",.2f")],
+    return (
+        alt.Chart(parts, width="container", height=260 + LEGEND_PX)
+        .mark_bar()
+        .encode(
+            x=alt.X("rank:O", title="rank", axis=alt.Axis(labelAngle=0, labelOverlap=True)),
+            y=alt.Y("ms:Q", title="ms", stack="zero"),
+            color=alt.Color(
+                "part:N",
+                title=None,
+                scale=scale(PART_COLORS, present),
+                sort=list(PARTS),
+                legend=alt.Legend(orient="bottom", direction="horizontal", labelLimit=260),
+            ),
+            order=alt.Order("order:Q"),
+            tooltip=[
+                alt.Tooltip("rank:O", title="rank"),
+                alt.Tooltip("part:N", title="part"),
+                alt.Tooltip("ms:Q", title="ms", format=",.2f"),
+            ],
+        )
     )

@@ -13,8 +13,15 @@ import pandas as pd
 from ui.theme import LINK_COLORS, palette, scale
 
 _HALF = 0.44  # half a cell: cells are 0.88 wide, leaving a gap between GPUs
-_TOOLTIP = (("rank", "rank"), ("node", "node"), ("local", "local GPU"), ("dp", "dp"), ("pp", "pp"), ("cp", "cp"),
-            ("tp", "tp"))
+_TOOLTIP = (
+    ("rank", "rank"),
+    ("node", "node"),
+    ("local", "local GPU"),
+    ("dp", "dp"),
+    ("pp", "pp"),
+    ("cp", "cp"),
+    ("tp", "tp"),
+)
 
 
 def _cell_tooltip() -> list[alt.Tooltip]:
@@ -25,57 +32,107 @@ def _cells_base(cells: pd.DataFrame) -> alt.Chart:
     first, last = int(cells["node"].min()), int(cells["node"].max())
     gpn = int(cells["local"].max()) + 1
     # Streamlit fits axes and the legends below into `height` too: leave them ~120 px.
-    return alt.Chart(cells, width="container", height=max(160, gpn * 30) + 120).transform_calculate(
-        x0=f"datum.node - {_HALF}", x1=f"datum.node + {_HALF}", y0=f"datum.local - {_HALF}", y1=f"datum.local + {_HALF}",
-    ).encode(
-        x=alt.X("x0:Q", title="node", scale=alt.Scale(domain=[first - 0.5, last + 0.5], nice=False, zero=False),
-                axis=alt.Axis(tickMinStep=1, format="d", grid=False)),
-        x2=alt.X2("x1"),
-        y=alt.Y("y0:Q", title="local GPU", scale=alt.Scale(domain=[gpn - 0.5, -0.5], nice=False, zero=False),
-                axis=alt.Axis(tickMinStep=1, format="d", grid=False)),
-        y2=alt.Y2("y1"),
+    return (
+        alt.Chart(cells, width="container", height=max(160, gpn * 30) + 120)
+        .transform_calculate(
+            x0=f"datum.node - {_HALF}",
+            x1=f"datum.node + {_HALF}",
+            y0=f"datum.local - {_HALF}",
+            y1=f"datum.local + {_HALF}",
+        )
+        .encode(
+            x=alt.X(
+                "x0:Q",
+                title="node",
+                scale=alt.Scale(domain=[first - 0.5, last + 0.5], nice=False, zero=False),
+                axis=alt.Axis(tickMinStep=1, format="d", grid=False),
+            ),
+            x2=alt.X2("x1"),
+            y=alt.Y(
+                "y0:Q",
+                title="local GPU",
+                scale=alt.Scale(domain=[gpn - 0.5, -0.5], nice=False, zero=False),
+                axis=alt.Axis(tickMinStep=1, format="d", grid=False),
+            ),
+            y2=alt.Y2("y1"),
+        )
     )
 
 
 def _coordinate_color(dim: str, size: int) -> alt.Color:
     """Coordinate k of `dim` always gets palette colour k, whichever window of nodes is shown."""
-    return alt.Color(f"{dim}:O", title=f"{dim.upper()} coordinate",
-                     scale=alt.Scale(domain=list(range(size)), range=palette(size)),
-                     legend=alt.Legend(orient="bottom", direction="horizontal", columns=min(size, 16), symbolLimit=64))
+    return alt.Color(
+        f"{dim}:O",
+        title=f"{dim.upper()} coordinate",
+        scale=alt.Scale(domain=list(range(size)), range=palette(size)),
+        legend=alt.Legend(orient="bottom", direction="horizontal", columns=min(size, 16), symbolLimit=64),
+    )
 
 
-def gpu_grid_chart(cells: pd.DataFrame, paths: pd.DataFrame, *, color_dim: str, color_size: int, group_dim: str,
-                   compare_order: str | None) -> alt.LayerChart:
+def gpu_grid_chart(
+    cells: pd.DataFrame,
+    paths: pd.DataFrame,
+    *,
+    color_dim: str,
+    color_size: int,
+    group_dim: str,
+    compare_order: str | None,
+) -> alt.LayerChart:
     """Every GPU of the window coloured by its `color_dim` coordinate, the `group_dim` groups drawn
     (of `color_size` values) as lines coloured by their link, ranks whose coordinates change under `compare_order` marked
     with a dot. Click a GPU to highlight its group; double-click to clear."""
     pick = alt.selection_point(fields=["group"], on="click", clear="dblclick", name="group_pick")
     dim = group_dim.upper()
-    tooltip = [*_cell_tooltip(), alt.Tooltip("group_ranks:N", title=f"{dim} group"),
-               alt.Tooltip("group_link:N", title="its link")]
-    encode = {"color": _coordinate_color(color_dim, color_size),
-              "opacity": alt.OpacityValue(0.25, condition={"param": "group_pick", "value": 1.0})}
+    tooltip = [
+        *_cell_tooltip(),
+        alt.Tooltip("group_ranks:N", title=f"{dim} group"),
+        alt.Tooltip("group_link:N", title="its link"),
+    ]
+    encode = {
+        "color": _coordinate_color(color_dim, color_size),
+        "opacity": alt.OpacityValue(0.25, condition={"param": "group_pick", "value": 1.0}),
+    }
     base = _cells_base(cells)
     layers = []
     if compare_order:
         base = base.transform_calculate(
-            compare="'dp ' + datum.c_dp + ' · pp ' + datum.c_pp + ' · cp ' + datum.c_cp + ' · tp ' + datum.c_tp")
+            compare="'dp ' + datum.c_dp + ' · pp ' + datum.c_pp + ' · cp ' + datum.c_cp + ' · tp ' + datum.c_tp"
+        )
         tooltip.append(alt.Tooltip("compare:N", title=f"under {compare_order}"))
         moved = f"moves under {compare_order}"
-        layers.append(alt.Chart(cells).transform_filter("datum.moved").transform_calculate(mark=f"'{moved}'").mark_point(
-            filled=True, size=14, color="#212529", opacity=0.8).encode(
-            x=alt.X("node:Q"), y=alt.Y("local:Q"),
-            shape=alt.Shape("mark:N", title="vs another rank order", scale=alt.Scale(domain=[moved], range=["circle"]),
-                            legend=alt.Legend(orient="bottom")),
-            tooltip=tooltip))
+        layers.append(
+            alt.Chart(cells)
+            .transform_filter("datum.moved")
+            .transform_calculate(mark=f"'{moved}'")
+            .mark_point(filled=True, size=14, color="#212529", opacity=0.8)
+            .encode(
+                x=alt.X("node:Q"),
+                y=alt.Y("local:Q"),
+                shape=alt.Shape(
+                    "mark:N",
+                    title="vs another rank order",
+                    scale=alt.Scale(domain=[moved], range=["circle"]),
+                    legend=alt.Legend(orient="bottom"),
+                ),
+                tooltip=tooltip,
+            )
+        )
     cell_layer = base.mark_rect().encode(**encode, tooltip=tooltip).add_params(pick)
-    links = alt.Chart(paths).mark_line(strokeCap="round", strokeJoin="round",
-                                       point=alt.OverlayMarkDef(size=12, filled=True)).encode(
-        x=alt.X("x:Q"), y=alt.Y("y:Q"), detail=alt.Detail("group:N"), order=alt.Order("step:Q"),
-        color=alt.Color("link:N", title=f"{dim} group link", scale=scale(LINK_COLORS), legend=alt.Legend(orient="bottom")),
-        strokeWidth=alt.StrokeWidthValue(2.4, condition={"param": "group_pick", "empty": False, "value": 4}),
-        opacity=alt.OpacityValue(0.15, condition={"param": "group_pick", "value": 0.95}),
-        tooltip=[alt.Tooltip("group:Q", title=f"{dim} group"), alt.Tooltip("link:N", title="link")],
+    links = (
+        alt.Chart(paths)
+        .mark_line(strokeCap="round", strokeJoin="round", point=alt.OverlayMarkDef(size=12, filled=True))
+        .encode(
+            x=alt.X("x:Q"),
+            y=alt.Y("y:Q"),
+            detail=alt.Detail("group:N"),
+            order=alt.Order("step:Q"),
+            color=alt.Color(
+                "link:N", title=f"{dim} group link", scale=scale(LINK_COLORS), legend=alt.Legend(orient="bottom")
+            ),
+            strokeWidth=alt.StrokeWidthValue(2.4, condition={"param": "group_pick", "empty": False, "value": 4}),
+            opacity=alt.OpacityValue(0.15, condition={"param": "group_pick", "value": 0.95}),
+            tooltip=[alt.Tooltip("group:Q", title=f"{dim} group"), alt.Tooltip("link:N", title="link")],
+        )
     )
     return alt.layer(cell_layer, links, *layers).resolve_scale(color="independent")
 
@@ -83,9 +140,13 @@ def gpu_grid_chart(cells: pd.DataFrame, paths: pd.DataFrame, *, color_dim: str, 
 def rank_values_chart(cells: pd.DataFrame, column: str, *, title: str, fmt: str = ",.3g") -> alt.Chart:
     """The GPU grid coloured by a measured per-rank value (ui.topology_data.with_rank_values);
     ranks without a measurement are grey. The hook for runs: exposed communication, busbw, ..."""
-    return _cells_base(cells).mark_rect().encode(
-        color=alt.Color(f"{column}:Q", title=title, scale=alt.Scale(scheme="viridis")),
-        tooltip=[*_cell_tooltip(), alt.Tooltip(f"{column}:Q", title=title, format=fmt)],
+    return (
+        _cells_base(cells)
+        .mark_rect()
+        .encode(
+            color=alt.Color(f"{column}:Q", title=title, scale=alt.Scale(scheme="viridis")),
+            tooltip=[*_cell_tooltip(), alt.Tooltip(f"{column}:Q", title=title, format=fmt)],
+        )
     )
 
 
@@ -97,16 +158,26 @@ def node_overview_chart(nodes: pd.DataFrame, *, color_dim: str, window: tuple[in
     values = [str(v) for v in range(size)]  # the same colour per coordinate as the GPU grid
     mixed = ["mixed"] if (nodes["value"] == "mixed").any() else []
     per_row, rows = int(nodes["col"].max()) + 1, int(nodes["row"].max()) + 1
-    return alt.Chart(nodes, width=min(1000, per_row * 15), height=max(60, rows * 16) + 110).transform_calculate(
-        shown=f"datum.node >= {lo} && datum.node <= {hi}",
-    ).mark_rect(strokeWidth=1.5).encode(
-        x=alt.X("col:O", title=f"node mod {per_row}", axis=alt.Axis(labelOverlap=True, labelAngle=0)),
-        y=alt.Y("row:O", title=f"node ÷ {per_row}"),
-        color=alt.Color("value:N", title=f"{color_dim.upper()} of the node",
-                        scale=alt.Scale(domain=values + mixed, range=palette(len(values)) + ["#dee2e6"] * len(mixed)),
-                        legend=alt.Legend(orient="bottom", direction="horizontal", columns=min(size + 1, 17),
-                                          symbolLimit=80)),
-        stroke=alt.StrokeValue("#ffffff00", condition={"test": "datum.shown", "value": "#212529"}),
-        tooltip=[alt.Tooltip("node:Q", title="node"), alt.Tooltip("ranks:N", title="ranks"),
-                 *[alt.Tooltip(f"{d}:N", title=d) for d in ("dp", "pp", "cp", "tp")]],
+    return (
+        alt.Chart(nodes, width=min(1000, per_row * 15), height=max(60, rows * 16) + 110)
+        .transform_calculate(
+            shown=f"datum.node >= {lo} && datum.node <= {hi}",
+        )
+        .mark_rect(strokeWidth=1.5)
+        .encode(
+            x=alt.X("col:O", title=f"node mod {per_row}", axis=alt.Axis(labelOverlap=True, labelAngle=0)),
+            y=alt.Y("row:O", title=f"node ÷ {per_row}"),
+            color=alt.Color(
+                "value:N",
+                title=f"{color_dim.upper()} of the node",
+                scale=alt.Scale(domain=values + mixed, range=palette(len(values)) + ["#dee2e6"] * len(mixed)),
+                legend=alt.Legend(orient="bottom", direction="horizontal", columns=min(size + 1, 17), symbolLimit=80),
+            ),
+            stroke=alt.StrokeValue("#ffffff00", condition={"test": "datum.shown", "value": "#212529"}),
+            tooltip=[
+                alt.Tooltip("node:Q", title="node"),
+                alt.Tooltip("ranks:N", title="ranks"),
+                *[alt.Tooltip(f"{d}:N", title=d) for d in ("dp", "pp", "cp", "tp")],
+            ],
+        )
     )

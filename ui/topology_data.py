@@ -49,8 +49,9 @@ def node_count(world_size: int, gpus_per_node: int) -> int:
     return -(-world_size // gpus_per_node)
 
 
-def gpu_cells(topo: Topology, *, group_dim: str, compare_order: str, first_node: int = 0,
-              nodes: int | None = None) -> pd.DataFrame:
+def gpu_cells(
+    topo: Topology, *, group_dim: str, compare_order: str, first_node: int = 0, nodes: int | None = None
+) -> pd.DataFrame:
     """One row per GPU of nodes [first_node, first_node + nodes): rank, node, local, dp, pp, cp, tp,
     group (its `group_dim` group), group_ranks, group_link, moved (its coordinates differ under
     `compare_order`), c_dp, c_pp, c_cp, c_tp (its coordinates there)."""
@@ -64,8 +65,9 @@ def gpu_cells(topo: Topology, *, group_dim: str, compare_order: str, first_node:
     gid, groups = _group_index(topo, group_dim)
     node_of_group = groups // gpn
     crosses = node_of_group.min(axis=1) != node_of_group.max(axis=1)
-    df = pd.DataFrame({"rank": ranks, "node": ranks // gpn, "local": ranks % gpn,
-                       **{d: coords[:, i] for i, d in enumerate(DIMS)}})
+    df = pd.DataFrame(
+        {"rank": ranks, "node": ranks // gpn, "local": ranks % gpn, **{d: coords[:, i] for i, d in enumerate(DIMS)}}
+    )
     df["group"] = gid[ranks]
     labels = {g: _ranks_label(groups[g]) for g in np.unique(df["group"])}
     df["group_ranks"] = df["group"].map(labels).astype("category")  # categorical: sent once per group
@@ -87,9 +89,19 @@ def group_paths(topo: Topology, dim: str, *, first_node: int = 0, nodes: int | N
     lo, hi = first_node * gpn, min(topo.world_size, (first_node + nodes) * gpn)
     groups = topo.group_ranks(dim)
     if groups.shape[1] < 2:  # a dimension of size 1 has nothing to connect
-        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in
-                             (("group", "int64"), ("step", "int64"), ("rank", "int64"), ("x", "float64"),
-                              ("y", "float64"), ("link", "object"))})
+        return pd.DataFrame(
+            {
+                c: pd.Series(dtype=t)
+                for c, t in (
+                    ("group", "int64"),
+                    ("step", "int64"),
+                    ("rank", "int64"),
+                    ("x", "float64"),
+                    ("y", "float64"),
+                    ("link", "object"),
+                )
+            }
+        )
     node_of = groups // gpn
     link = np.where(node_of.min(axis=1) != node_of.max(axis=1), INTER, INTRA)
     inside = (groups >= lo) & (groups < hi)
@@ -99,9 +111,16 @@ def group_paths(topo: Topology, dim: str, *, first_node: int = 0, nodes: int | N
     steps = (np.cumsum(inside[keep], axis=1) - 1)[inside[keep]]
     lanes = min(len(groups), 6)
     offset = ((gids % lanes) - (lanes - 1) / 2) * (0.5 / lanes)
-    return pd.DataFrame({"group": gids.astype("int32"), "step": steps.astype("int32"), "rank": ranks.astype("int32"),
-                         "x": (ranks // gpn + offset).astype("float32"), "y": (ranks % gpn + offset).astype("float32"),
-                         "link": pd.Categorical(link[gids], categories=[INTRA, INTER])})
+    return pd.DataFrame(
+        {
+            "group": gids.astype("int32"),
+            "step": steps.astype("int32"),
+            "rank": ranks.astype("int32"),
+            "x": (ranks // gpn + offset).astype("float32"),
+            "y": (ranks % gpn + offset).astype("float32"),
+            "link": pd.Categorical(link[gids], categories=[INTRA, INTER]),
+        }
+    )
 
 
 def node_overview(topo: Topology, color_dim: str, *, per_row: int = OVERVIEW_PER_ROW) -> pd.DataFrame:
@@ -111,8 +130,16 @@ def node_overview(topo: Topology, color_dim: str, *, per_row: int = OVERVIEW_PER
     df = pd.DataFrame(topo.coords, columns=list(DIMS))
     df["node"] = np.arange(topo.world_size) // gpn
     df["rank"] = np.arange(topo.world_size)
-    agg = df.groupby("node").agg(**{f"{d}_min": (d, "min") for d in DIMS}, **{f"{d}_max": (d, "max") for d in DIMS},
-                                 rank_min=("rank", "min"), rank_max=("rank", "max")).reset_index()
+    agg = (
+        df.groupby("node")
+        .agg(
+            **{f"{d}_min": (d, "min") for d in DIMS},
+            **{f"{d}_max": (d, "max") for d in DIMS},
+            rank_min=("rank", "min"),
+            rank_max=("rank", "max"),
+        )
+        .reset_index()
+    )
     out = pd.DataFrame({"node": agg["node"], "col": agg["node"] % per_row, "row": agg["node"] // per_row})
     lo, hi = agg[f"{color_dim}_min"], agg[f"{color_dim}_max"]
     out["value"] = np.where(lo == hi, lo.astype(str), "mixed")
@@ -127,23 +154,31 @@ def node_overview(topo: Topology, color_dim: str, *, per_row: int = OVERVIEW_PER
 def dim_summary(topo: Topology, compare_order: str) -> pd.DataFrame:
     """Per dimension: size, groups, how many cross nodes (and so use the inter-node link), under the
     plan's order and under `compare_order`."""
-    other = Topology(dp=topo.dp, pp=topo.pp, cp=topo.cp, tp=topo.tp, gpus_per_node=topo.gpus_per_node,
-                     order=compare_order)
+    other = Topology(
+        dp=topo.dp, pp=topo.pp, cp=topo.cp, tp=topo.tp, gpus_per_node=topo.gpus_per_node, order=compare_order
+    )
     rows = []
     for d in ("tp", "cp", "pp", "dp"):
         size, n = topo.sizes[d], len(topo.group_ranks(d))
         crossing, crossing_other = topo.crossing(d), other.crossing(d)
-        rows.append({"dimension": d.upper(), "size": size, "groups": n,
-                     "crossing nodes": crossing if size > 1 else 0,
-                     "link": "—" if size == 1 else ("InfiniBand" if crossing else "NVLink"),
-                     f"crossing under {compare_order}": crossing_other if size > 1 else 0})
+        rows.append(
+            {
+                "dimension": d.upper(),
+                "size": size,
+                "groups": n,
+                "crossing nodes": crossing if size > 1 else 0,
+                "link": "—" if size == 1 else ("InfiniBand" if crossing else "NVLink"),
+                f"crossing under {compare_order}": crossing_other if size > 1 else 0,
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def moved_count(topo: Topology, compare_order: str) -> int:
     """Ranks whose (dp, pp, cp, tp) coordinates differ between the plan's order and `compare_order`."""
-    other = Topology(dp=topo.dp, pp=topo.pp, cp=topo.cp, tp=topo.tp, gpus_per_node=topo.gpus_per_node,
-                     order=compare_order)
+    other = Topology(
+        dp=topo.dp, pp=topo.pp, cp=topo.cp, tp=topo.tp, gpus_per_node=topo.gpus_per_node, order=compare_order
+    )
     return int((topo.coords != other.coords).any(axis=1).sum())
 
 

@@ -26,7 +26,15 @@ from ui import jobs as jobs_mod
 from ui.plan_params import DEFAULT_PARAMS, plan_to_params
 
 UPLOAD = "upload:"
-STATUSES = ("starting", "running", "completed", "failed", "cancelled", "uploaded", "unknown")  # unknown: traces, no run.json
+STATUSES = (
+    "starting",
+    "running",
+    "completed",
+    "failed",
+    "cancelled",
+    "uploaded",
+    "unknown",
+)  # unknown: traces, no run.json
 
 
 def runs_dir() -> Path:
@@ -111,8 +119,13 @@ def _read_json(path: Path) -> dict | None:
 def _trace_count(folder: Path) -> int:
     if not folder.is_dir():
         return 0
-    return sum(1 for p in folder.iterdir() if p.name.endswith((".json", ".json.gz", ".zip", ".tar.gz", ".tgz"))
-               and not p.name.startswith(".") and p.name not in ("manifest.json", "plan.json"))
+    return sum(
+        1
+        for p in folder.iterdir()
+        if p.name.endswith((".json", ".json.gz", ".zip", ".tar.gz", ".tgz"))
+        and not p.name.startswith(".")
+        and p.name not in ("manifest.json", "plan.json")
+    )
 
 
 def _name_of(value) -> str | None:
@@ -150,14 +163,27 @@ def read_run(path: Path, job: jobs_mod.Job | None = None) -> TraceSet | None:
     status, job_error = _job_status(info.status if info else None, job)
     error = (info.error if info else None) or {}
     return TraceSet(
-        id=path.name, kind="run", name=path.name, path=path, status=status,
-        step=info.step if info else None, steps=info.steps if info else None, plan=info.plan if info else None,
-        model=info.model if info else None, cluster=info.cluster if info else None,
-        world_size=info.world_size if info else None, nodes=info.nodes if info else None,
-        error_rank=info.error_rank if info else None, error=error.get("message") or job_error,
+        id=path.name,
+        kind="run",
+        name=path.name,
+        path=path,
+        status=status,
+        step=info.step if info else None,
+        steps=info.steps if info else None,
+        plan=info.plan if info else None,
+        model=info.model if info else None,
+        cluster=info.cluster if info else None,
+        world_size=info.world_size if info else None,
+        nodes=info.nodes if info else None,
+        error_rank=info.error_rank if info else None,
+        error=error.get("message") or job_error,
         started_at=(info.started_at if info else "") or (job.started_at if job else ""),
-        finished_at=info.finished_at if info else "", trace_files=info.traces if info else 0,
-        has_metrics=bool(info and info.has_metrics), job=job, run=info.run if info else {})
+        finished_at=info.finished_at if info else "",
+        trace_files=info.traces if info else 0,
+        has_metrics=bool(info and info.has_metrics),
+        job=job,
+        run=info.run if info else {},
+    )
 
 
 def read_upload(path: Path) -> TraceSet | None:
@@ -166,11 +192,19 @@ def read_upload(path: Path) -> TraceSet | None:
         return None
     plan_file = _read_json(path / "plan.json") or {}
     return TraceSet(
-        id=UPLOAD + path.name, kind="upload", name=path.name, path=path, status="uploaded",
+        id=UPLOAD + path.name,
+        kind="upload",
+        name=path.name,
+        path=path,
+        status="uploaded",
         plan=plan_file.get("plan") if isinstance(plan_file.get("plan"), dict) else None,
-        model=_name_of(plan_file.get("model")), cluster=_name_of(plan_file.get("cluster")),
-        world_size=manifest.get("world_size"), started_at=str(manifest.get("created_at") or ""),
-        trace_files=_trace_count(path / "traces"), run=manifest)
+        model=_name_of(plan_file.get("model")),
+        cluster=_name_of(plan_file.get("cluster")),
+        world_size=manifest.get("world_size"),
+        started_at=str(manifest.get("created_at") or ""),
+        trace_files=_trace_count(path / "traces"),
+        run=manifest,
+    )
 
 
 def _runs(folder: Path) -> list[TraceSet]:
@@ -195,8 +229,12 @@ def list_sets(runs: Path | None = None, uploads: Path | None = None) -> list[Tra
     runs, uploads = runs or runs_dir(), uploads or uploads_dir()
     found = _runs(runs)
     if uploads.is_dir():
-        found += [s for p in uploads.iterdir() if p.is_dir() and not p.name.startswith(".")
-                  if (s := read_upload(p)) is not None]
+        found += [
+            s
+            for p in uploads.iterdir()
+            if p.is_dir() and not p.name.startswith(".")
+            if (s := read_upload(p)) is not None
+        ]
     return sorted(found, key=lambda s: (s.started_at, s.name), reverse=True)
 
 
@@ -205,7 +243,7 @@ def find_set(set_id: str | None, runs: Path | None = None, uploads: Path | None 
     if not set_id:
         return None
     if set_id.startswith(UPLOAD):
-        name, folder = set_id[len(UPLOAD):], uploads or uploads_dir()
+        name, folder = set_id[len(UPLOAD) :], uploads or uploads_dir()
     else:
         name, folder = set_id, runs or runs_dir()
     if not name or name.startswith(".") or "/" in name or "\\" in name:
@@ -235,7 +273,16 @@ def plan_params(s: TraceSet) -> dict[str, str] | None:
 
 def table_rows(sets: list[TraceSet]) -> list[dict]:
     """The picker's table: one plain row per set."""
-    return [{"name": s.name, "kind": s.kind, "status": s.status, "progress": s.progress, "plan": s.plan_label,
-             "ranks": s.world_size,
-             "failing rank": "" if s.error_rank is None else str(s.error_rank), "started": s.started_at.replace("T", " ")[:19]}
-            for s in sets]
+    return [
+        {
+            "name": s.name,
+            "kind": s.kind,
+            "status": s.status,
+            "progress": s.progress,
+            "plan": s.plan_label,
+            "ranks": s.world_size,
+            "failing rank": "" if s.error_rank is None else str(s.error_rank),
+            "started": s.started_at.replace("T", " ")[:19],
+        }
+        for s in sets
+    ]

@@ -64,9 +64,18 @@ class Checked:
 
     def rows(self) -> list[dict]:
         """The accepted files as table rows."""
-        return [{"file": a.name, "ranks": ", ".join(map(str, a.ranks)) if len(a.ranks) <= 8 else
-                 f"{a.ranks[0]}–{a.ranks[-1]} ({len(a.ranks)})", "world size": a.world_size, "events": a.events,
-                 "MB": len(a.data) / 1e6} for a in self.accepted]
+        return [
+            {
+                "file": a.name,
+                "ranks": ", ".join(map(str, a.ranks))
+                if len(a.ranks) <= 8
+                else f"{a.ranks[0]}–{a.ranks[-1]} ({len(a.ranks)})",
+                "world size": a.world_size,
+                "events": a.events,
+                "MB": len(a.data) / 1e6,
+            }
+            for a in self.accepted
+        ]
 
 
 def _check_one(name: str, data: bytes, folder: Path) -> Accepted:
@@ -93,8 +102,12 @@ def check_files(files: list[tuple[str, bytes]]) -> Checked:
                 out.rejected.append((name, f"{name}: uploaded twice; the first copy is kept"))
                 continue
             if name.lower() in NOT_TRACES or not name.lower().endswith(TRACE_SUFFIXES):
-                out.rejected.append((name, f"{name}: not a trace file; upload Kineto traces (.json, .json.gz) "
-                                           "or a .zip / .tar.gz of them"))
+                out.rejected.append(
+                    (
+                        name,
+                        f"{name}: not a trace file; upload Kineto traces (.json, .json.gz) or a .zip / .tar.gz of them",
+                    )
+                )
                 continue
             try:
                 got = _check_one(name, data, Path(tmp))
@@ -114,11 +127,15 @@ def _clash(kept: Checked, new: Accepted) -> str | None:
     for other in kept.accepted:
         both = sorted(set(other.ranks) & set(new.ranks))
         if both:
-            return (f"{new.name}: rank {both[0]} appears twice: in {other.name} and in {new.name}; a set holds one "
-                    "trace per rank, so the first is kept")
+            return (
+                f"{new.name}: rank {both[0]} appears twice: in {other.name} and in {new.name}; a set holds one "
+                "trace per rank, so the first is kept"
+            )
         if other.world_size and new.world_size and other.world_size != new.world_size:
-            return (f"{new.name}: comes from a job of world size {new.world_size}, but {other.name} from one of "
-                    f"{other.world_size}; files from different jobs cannot be mixed")
+            return (
+                f"{new.name}: comes from a job of world size {new.world_size}, but {other.name} from one of "
+                f"{other.world_size}; files from different jobs cannot be mixed"
+            )
     return None
 
 
@@ -135,11 +152,19 @@ def check_plan(plan: Plan | None, world_size: int | None) -> None:
     if plan is not None and world_size and plan.world_size != world_size:
         raise UploadError(
             f"the plan is dp×tp×pp×cp = {plan.dp}×{plan.tp}×{plan.pp}×{plan.cp} = {plan.world_size} ranks, but the "
-            f"traces come from a job of world size {world_size}; fix the plan or store the set without one")
+            f"traces come from a job of world size {world_size}; fix the plan or store the set without one"
+        )
 
 
-def store(name: str, accepted: list[Accepted], *, uploads: Path, plan: Plan | None = None, model: str | None = None,
-          rejected: list[tuple[str, str]] = ()) -> Path:
+def store(
+    name: str,
+    accepted: list[Accepted],
+    *,
+    uploads: Path,
+    plan: Plan | None = None,
+    model: str | None = None,
+    rejected: list[tuple[str, str]] = (),
+) -> Path:
     """Write the accepted files as set `name` (see the module docstring); returns its folder."""
     uploads = Path(uploads)
     uploads.mkdir(parents=True, exist_ok=True)
@@ -153,9 +178,14 @@ def store(name: str, accepted: list[Accepted], *, uploads: Path, plan: Plan | No
         (tmp / "traces").mkdir()
         for a in accepted:
             (tmp / "traces" / a.name).write_bytes(a.data)
-        manifest = {"name": name, "created_at": now_iso("seconds"), "world_size": checked.world_size, "ranks": checked.ranks,
-                    "files": [{"name": a.name, "bytes": len(a.data), "ranks": list(a.ranks)} for a in accepted],
-                    "rejected": [{"name": n, "message": m} for n, m in rejected]}
+        manifest = {
+            "name": name,
+            "created_at": now_iso("seconds"),
+            "world_size": checked.world_size,
+            "ranks": checked.ranks,
+            "files": [{"name": a.name, "bytes": len(a.data), "ranks": list(a.ranks)} for a in accepted],
+            "rejected": [{"name": n, "message": m} for n, m in rejected],
+        }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
         if plan is not None:
             (tmp / "plan.json").write_text(json.dumps({"plan": plan.to_dict(), "model": model}, indent=1))

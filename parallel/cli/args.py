@@ -20,8 +20,14 @@ from parallel.core.specs import CLUSTERS, GB, MODELS, Cluster, GiB, Link, Model,
 from parallel.core.topology import DEFAULT_ORDER, ORDERS
 
 MODEL_SHAPE = {  # flag -> Model field
-    "layers": "layers", "hidden": "hidden", "heads": "heads", "kv_heads": "kv_heads",
-    "ffn_hidden": "ffn_hidden", "seq_len": "seq_len", "vocab": "vocab", "dtype_bytes": "dtype_bytes",
+    "layers": "layers",
+    "hidden": "hidden",
+    "heads": "heads",
+    "kv_heads": "kv_heads",
+    "ffn_hidden": "ffn_hidden",
+    "seq_len": "seq_len",
+    "vocab": "vocab",
+    "dtype_bytes": "dtype_bytes",
     "arch": "arch",
 }
 
@@ -35,7 +41,9 @@ def add_model_args(parser: argparse.ArgumentParser, *, default: str | None = Non
 
 
 def model_from_args(args: argparse.Namespace) -> Model:
-    overrides = {field: getattr(args, flag) for flag, field in MODEL_SHAPE.items() if getattr(args, flag, None) is not None}
+    overrides = {
+        field: getattr(args, flag) for flag, field in MODEL_SHAPE.items() if getattr(args, flag, None) is not None
+    }
     if args.model:
         base = model_preset(args.model)
         if not overrides:
@@ -47,10 +55,14 @@ def model_from_args(args: argparse.Namespace) -> Model:
         if "hidden" in overrides and "ffn_hidden" not in overrides and base.ffn_hidden == 4 * base.hidden:
             data["ffn_hidden"] = None
         return Model.from_dict(data)
-    missing = [f"--{f.replace('_', '-')}" for f in ("layers", "hidden", "heads", "seq_len", "vocab") if f not in overrides]
+    missing = [
+        f"--{f.replace('_', '-')}" for f in ("layers", "hidden", "heads", "seq_len", "vocab") if f not in overrides
+    ]
     if missing:
-        raise SpecError(f"give a model: --model PRESET ({', '.join(MODELS)}) or all of "
-                        f"--layers --hidden --heads --seq-len --vocab (missing {' '.join(missing)})")
+        raise SpecError(
+            f"give a model: --model PRESET ({', '.join(MODELS)}) or all of "
+            f"--layers --hidden --heads --seq-len --vocab (missing {' '.join(missing)})"
+        )
     return Model(name="custom", **overrides)
 
 
@@ -65,8 +77,12 @@ def add_cluster_args(parser: argparse.ArgumentParser, *, default: str = "dgx-h10
     g.add_argument("--inter-bw", type=float, default=None, help="inter-node GB/s per GPU per direction")
     g.add_argument("--intra-latency-us", type=float, default=None)
     g.add_argument("--inter-latency-us", type=float, default=None)
-    g.add_argument("--links", type=Path, default=None,
-                   help="JSON from `python -m profiler commbench`: use its fitted intra/inter links")
+    g.add_argument(
+        "--links",
+        type=Path,
+        default=None,
+        help="JSON from `python -m profiler commbench`: use its fitted intra/inter links",
+    )
 
 
 def links_from_commbench(path: Path) -> dict[str, Link]:
@@ -74,8 +90,11 @@ def links_from_commbench(path: Path) -> dict[str, Link]:
     try:
         data = json.loads(Path(path).read_text())
         links = data["links"]
-        return {name: Link(float(v["bandwidth_bytes_per_s"]), float(v["latency_s"]), v.get("name", f"fitted {name}"))
-                for name, v in links.items() if name in ("intra", "inter")}
+        return {
+            name: Link(float(v["bandwidth_bytes_per_s"]), float(v["latency_s"]), v.get("name", f"fitted {name}"))
+            for name, v in links.items()
+            if name in ("intra", "inter")
+        }
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise SpecError(f"--links {path}: not a commbench result with fitted links ({err})") from None
 
@@ -89,11 +108,17 @@ def cluster_from_args(args: argparse.Namespace, world_size: int) -> Cluster:
         fitted = links_from_commbench(args.links)
         intra, inter = fitted.get("intra", intra), fitted.get("inter", inter)
     if args.intra_bw is not None or args.intra_latency_us is not None:
-        intra = Link(args.intra_bw * GB if args.intra_bw is not None else intra.bandwidth_bytes_per_s,
-                     args.intra_latency_us * 1e-6 if args.intra_latency_us is not None else intra.latency_s, intra.name)
+        intra = Link(
+            args.intra_bw * GB if args.intra_bw is not None else intra.bandwidth_bytes_per_s,
+            args.intra_latency_us * 1e-6 if args.intra_latency_us is not None else intra.latency_s,
+            intra.name,
+        )
     if args.inter_bw is not None or args.inter_latency_us is not None:
-        inter = Link(args.inter_bw * GB if args.inter_bw is not None else inter.bandwidth_bytes_per_s,
-                     args.inter_latency_us * 1e-6 if args.inter_latency_us is not None else inter.latency_s, inter.name)
+        inter = Link(
+            args.inter_bw * GB if args.inter_bw is not None else inter.bandwidth_bytes_per_s,
+            args.inter_latency_us * 1e-6 if args.inter_latency_us is not None else inter.latency_s,
+            inter.name,
+        )
     c = dataclasses.replace(c, intra=intra, inter=inter)
     if args.gpu_memory_gb is not None:
         c = dataclasses.replace(c, gpu_memory_bytes=int(args.gpu_memory_gb * GiB))
@@ -108,12 +133,20 @@ def add_plan_args(parser: argparse.ArgumentParser) -> None:
         g.add_argument(f"--{flag}", type=int, default=1)
     g.add_argument("--sp", action="store_true", help="Megatron sequence parallelism (needs tp > 1)")
     g.add_argument("--micro-batch", type=int, default=1)
-    g.add_argument("--global-batch", type=int, default=None,
-                   help="sequences per optimizer step (default: dp×micro_batch×pp, one microbatch per stage)")
+    g.add_argument(
+        "--global-batch",
+        type=int,
+        default=None,
+        help="sequences per optimizer step (default: dp×micro_batch×pp, one microbatch per stage)",
+    )
     g.add_argument("--vpp", type=int, default=1, help="virtual pipeline stages per rank (interleaved 1F1B)")
     g.add_argument("--zero", type=int, default=0, help="ZeRO stage 0-3 over the data-parallel ranks")
     g.add_argument("--recompute", choices=RECOMPUTE, default="none")
-    g.add_argument("--order", default=DEFAULT_ORDER, help="rank order, fastest first: " + "; ".join(f"{k} ({v})" for k, v in ORDERS.items()))
+    g.add_argument(
+        "--order",
+        default=DEFAULT_ORDER,
+        help="rank order, fastest first: " + "; ".join(f"{k} ({v})" for k, v in ORDERS.items()),
+    )
     g.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
 
 
@@ -121,9 +154,20 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     gb = args.global_batch
     if gb is None:
         gb = max(args.dp, 1) * max(args.micro_batch, 1) * max(args.pp, 1)
-    return Plan(dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, sp=args.sp, micro_batch=args.micro_batch,
-                global_batch=gb, vpp=args.vpp, zero=args.zero, recompute=args.recompute, order=args.order,
-                schedule=args.schedule)
+    return Plan(
+        dp=args.dp,
+        tp=args.tp,
+        pp=args.pp,
+        cp=args.cp,
+        sp=args.sp,
+        micro_batch=args.micro_batch,
+        global_batch=gb,
+        vpp=args.vpp,
+        zero=args.zero,
+        recompute=args.recompute,
+        order=args.order,
+        schedule=args.schedule,
+    )
 
 
 def unwritable_ancestor(path: Path) -> tuple[Path, str] | None:

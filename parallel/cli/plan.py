@@ -31,8 +31,12 @@ from parallel.core.specs import GiB, SpecError
 def add_option_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("modelling assumptions")
     g.add_argument("--mfu", type=float, default=PerfOptions.mfu, help="fraction of peak FLOP/s compute reaches")
-    g.add_argument("--dp-overlap", type=float, default=PerfOptions.dp_overlap,
-                   help="fraction of DP communication hidden behind backward (0..1)")
+    g.add_argument(
+        "--dp-overlap",
+        type=float,
+        default=PerfOptions.dp_overlap,
+        help="fraction of DP communication hidden behind backward (0..1)",
+    )
     g.add_argument("--flash-attention", action="store_true", help="attention stores no s×s scores")
     g.add_argument("--no-dropout", action="store_true", help="no dropout masks")
     g.add_argument("--act-bytes", type=int, default=None, help="bytes per activation (default: the model's dtype)")
@@ -42,8 +46,12 @@ def options_from_args(args: argparse.Namespace) -> Options:
     for name in ("mfu", "dp_overlap"):
         value = getattr(args, name)
         if not (0 < value <= 1 if name == "mfu" else 0 <= value <= 1):
-            raise SpecError(f"--{name.replace('_', '-')} must be in {'(0, 1]' if name == 'mfu' else '[0, 1]'}, got {value}")
-    acts = ActivationOptions(act_bytes=args.act_bytes, dropout=not args.no_dropout, flash_attention=args.flash_attention)
+            raise SpecError(
+                f"--{name.replace('_', '-')} must be in {'(0, 1]' if name == 'mfu' else '[0, 1]'}, got {value}"
+            )
+    acts = ActivationOptions(
+        act_bytes=args.act_bytes, dropout=not args.no_dropout, flash_attention=args.flash_attention
+    )
     return Options(activations=acts, comm=CommOptions(), perf=PerfOptions(mfu=args.mfu, dp_overlap=args.dp_overlap))
 
 
@@ -53,8 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_cluster_args(parser)
     add_plan_args(parser)
     add_option_args(parser)
-    parser.add_argument("--import", dest="import_file", default=None, metavar="FILE",
-                        help="take model and plan from a Megatron-LM command line/script, a torchtitan TOML or a plan JSON")
+    parser.add_argument(
+        "--import",
+        dest="import_file",
+        default=None,
+        metavar="FILE",
+        help="take model and plan from a Megatron-LM command line/script, a torchtitan TOML or a plan JSON",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -73,36 +86,68 @@ def _table(headers: list[str], rows: list[list]) -> str:
 
 def render_text(rep: dict) -> str:
     p, m, c = rep["plan"], rep["model"], rep["cluster"]
-    out = [f"model {m['name']}: L={m['layers']} h={m['hidden']} a={m['heads']} kv={m['kv_heads']} "
-           f"ffn={m['ffn_hidden']} s={m['seq_len']} V={m['vocab']}",
-           f"cluster {c['name']}: {c['nodes']}×{c['gpus_per_node']} GPUs, "
-           f"{c['gpu_memory_bytes'] / GiB:.0f} GiB, intra {c['intra']['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, "
-           f"inter {c['inter']['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s",
-           f"plan: dp={p['dp']} tp={p['tp']} pp={p['pp']} cp={p['cp']} sp={p['sp']} vpp={p['vpp']} "
-           f"micro_batch={p['micro_batch']} global_batch={p['global_batch']} zero={p['zero']} "
-           f"recompute={p['recompute']} order={p['order']} schedule={p['schedule']}",
-           f"world size {rep['world_size']}: {'VALID' if rep['valid'] else 'INVALID'}"]
+    out = [
+        f"model {m['name']}: L={m['layers']} h={m['hidden']} a={m['heads']} kv={m['kv_heads']} "
+        f"ffn={m['ffn_hidden']} s={m['seq_len']} V={m['vocab']}",
+        f"cluster {c['name']}: {c['nodes']}×{c['gpus_per_node']} GPUs, "
+        f"{c['gpu_memory_bytes'] / GiB:.0f} GiB, intra {c['intra']['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, "
+        f"inter {c['inter']['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s",
+        f"plan: dp={p['dp']} tp={p['tp']} pp={p['pp']} cp={p['cp']} sp={p['sp']} vpp={p['vpp']} "
+        f"micro_batch={p['micro_batch']} global_batch={p['global_batch']} zero={p['zero']} "
+        f"recompute={p['recompute']} order={p['order']} schedule={p['schedule']}",
+        f"world size {rep['world_size']}: {'VALID' if rep['valid'] else 'INVALID'}",
+    ]
     out += [f"  error: {e}" for e in rep["errors"]] + [f"  warning: {w}" for w in rep["warnings"]]
     if rep["memory_per_gpu_bytes"] is None:
         return "\n".join(out)
     mem = rep["memory_per_gpu_bytes"]
-    out += ["", "memory per GPU (most loaded stage):",
-            _table(["stage", "params", "grads", "optimizer", "activations", "total"],
-                   [[r["stage"]] + [_gib(r[k]) for k in ("params", "grads", "optimizer", "activations", "total")]
-                    for r in rep["memory_per_stage"]]),
-            f"max total {_gib(mem['total']).strip()}; activations per layer per microbatch "
-            f"{rep['activation_bytes_per_layer'] / 2**20:.1f} MiB"]
-    out += ["", "groups:", _table(["dim", "size", "groups", "crossing nodes", "first group"],
-                                  [[d, p[d], len(g), rep["crossing_groups"][d], g[0]["ranks"][:16]]
-                                   for d, g in rep["groups"].items()])]
-    out += ["", "communication per step (one GPU):",
-            _table(["dim", "collective", "calls", "bytes/call", "link", "seconds", "overlapped"],
-                   [[r["dim"], r["collective"], r["calls"], f"{r['bytes_per_call'] / 2**20:.2f} MiB", r["link"],
-                     f"{r['seconds']:.4f}", "yes" if r["overlapped"] else ""] for r in rep["comm_per_step"]])]
+    out += [
+        "",
+        "memory per GPU (most loaded stage):",
+        _table(
+            ["stage", "params", "grads", "optimizer", "activations", "total"],
+            [
+                [r["stage"]] + [_gib(r[k]) for k in ("params", "grads", "optimizer", "activations", "total")]
+                for r in rep["memory_per_stage"]
+            ],
+        ),
+        f"max total {_gib(mem['total']).strip()}; activations per layer per microbatch "
+        f"{rep['activation_bytes_per_layer'] / 2**20:.1f} MiB",
+    ]
+    out += [
+        "",
+        "groups:",
+        _table(
+            ["dim", "size", "groups", "crossing nodes", "first group"],
+            [[d, p[d], len(g), rep["crossing_groups"][d], g[0]["ranks"][:16]] for d, g in rep["groups"].items()],
+        ),
+    ]
+    out += [
+        "",
+        "communication per step (one GPU):",
+        _table(
+            ["dim", "collective", "calls", "bytes/call", "link", "seconds", "overlapped"],
+            [
+                [
+                    r["dim"],
+                    r["collective"],
+                    r["calls"],
+                    f"{r['bytes_per_call'] / 2**20:.2f} MiB",
+                    r["link"],
+                    f"{r['seconds']:.4f}",
+                    "yes" if r["overlapped"] else "",
+                ]
+                for r in rep["comm_per_step"]
+            ],
+        ),
+    ]
     t = rep["step_time"]
     exposed = ", ".join(f"{d} {t[f'exposed_{d}_s']:.3f}" for d in ("tp", "sp", "cp", "pp", "dp") if t[f"exposed_{d}_s"])
-    out += ["", f"step time {t['step_time_s']:.3f} s = compute {t['compute_s']:.3f} + bubble {t['bubble_s']:.3f} "
-                f"(fraction {rep['bubble_fraction']:.3f}) + exposed comm ({exposed or 'none'}); MFU {t['mfu']:.1%}"]
+    out += [
+        "",
+        f"step time {t['step_time_s']:.3f} s = compute {t['compute_s']:.3f} + bubble {t['bubble_s']:.3f} "
+        f"(fraction {rep['bubble_fraction']:.3f}) + exposed comm ({exposed or 'none'}); MFU {t['mfu']:.1%}",
+    ]
     return "\n".join(out)
 
 

@@ -19,7 +19,9 @@ from parallel.search.space import Constraints, SearchResult, plan_of, result_jso
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m parallel search", description="enumerate valid plans for a model and cluster, best first")
+    parser = argparse.ArgumentParser(
+        prog="python -m parallel search", description="enumerate valid plans for a model and cluster, best first"
+    )
     add_model_args(parser)
     add_cluster_args(parser)
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to plan for (default: --nodes × GPUs per node)")
@@ -43,9 +45,17 @@ def constraints_from_args(args: argparse.Namespace) -> Constraints:
         zero = tuple(int(z) for z in args.zero.split(",") if z.strip())
     except ValueError:
         raise SpecError(f"--zero must list stages like 0,1,2,3, got {args.zero!r}") from None
-    return Constraints(headroom=args.headroom, max_tp=args.max_tp, max_pp=args.max_pp, max_cp=args.max_cp,
-                       max_micro_batch=args.max_micro_batch, require_sp=args.require_sp, zero=zero,
-                       recompute=tuple(r.strip() for r in args.recompute.split(",") if r.strip()), order=args.order)
+    return Constraints(
+        headroom=args.headroom,
+        max_tp=args.max_tp,
+        max_pp=args.max_pp,
+        max_cp=args.max_cp,
+        max_micro_batch=args.max_micro_batch,
+        require_sp=args.require_sp,
+        zero=zero,
+        recompute=tuple(r.strip() for r in args.recompute.split(",") if r.strip()),
+        order=args.order,
+    )
 
 
 def cluster_for_gpus(args: argparse.Namespace) -> Cluster:
@@ -55,23 +65,31 @@ def cluster_for_gpus(args: argparse.Namespace) -> Cluster:
         raise SpecError(f"--gpus must be at least 1, got {args.gpus}")
     cluster = cluster_from_args(args, args.gpus or 1)
     if args.gpus is not None and cluster.gpus != args.gpus:
-        raise SpecError(f"--gpus {args.gpus} is not a whole number of {cluster.gpus_per_node}-GPU nodes"
-                        + (f" (--nodes {args.nodes} gives {cluster.gpus})" if args.nodes else ""))
+        raise SpecError(
+            f"--gpus {args.gpus} is not a whole number of {cluster.gpus_per_node}-GPU nodes"
+            + (f" (--nodes {args.nodes} gives {cluster.gpus})" if args.nodes else "")
+        )
     return cluster
 
 
 def render_text(result: SearchResult, model: Model, cluster: Cluster, gb: int, top: int) -> str:
-    lines = [f"{model.name} on {cluster.nodes}×{cluster.gpus_per_node} {cluster.name} GPUs, global batch {gb}: "
-             f"{len(result.table):,} plans fit ({result.evaluated:,} evaluated in {result.seconds:.2f} s)", "", "funnel:"]
+    lines = [
+        f"{model.name} on {cluster.nodes}×{cluster.gpus_per_node} {cluster.name} GPUs, global batch {gb}: "
+        f"{len(result.table):,} plans fit ({result.evaluated:,} evaluated in {result.seconds:.2f} s)",
+        "",
+        "funnel:",
+    ]
     lines += [f"  {s['remaining']:>9,}  {s['constraint']}" for s in result.funnel]
     table = result.table if not top else result.table.head(top)
     labels = [plan_of(row, gb).label() for row in table.to_dict("records")]
     w = max([len(x) for x in labels] + [4])
     lines += ["", f"{'#':>4}  {'plan':<{w}} {'memory/GPU':>11} {'step s':>8} {'bubble':>7} {'MFU':>6}  pareto"]
     for i, (label, row) in enumerate(zip(labels, table.to_dict("records"))):
-        lines.append(f"{i + 1:>4}  {label:<{w}} {row['memory_per_gpu_bytes'] / GiB:>7.1f} GiB "
-                     f"{row['step_time_s']:>8.3f} {row['bubble_fraction']:>7.3f} {row['mfu']:>6.1%}  "
-                     f"{'*' if row['pareto'] else ''}")
+        lines.append(
+            f"{i + 1:>4}  {label:<{w}} {row['memory_per_gpu_bytes'] / GiB:>7.1f} GiB "
+            f"{row['step_time_s']:>8.3f} {row['bubble_fraction']:>7.3f} {row['mfu']:>6.1%}  "
+            f"{'*' if row['pareto'] else ''}"
+        )
     return "\n".join(lines)
 
 

@@ -32,8 +32,11 @@ from parallel.engine.api import TrainConfig, engine_errors, run_rank, torchrun_e
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m parallel train", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m parallel train",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     cli_args.add_model_args(p, default="tiny")
     cli_args.add_plan_args(p)
     cli_args.add_cluster_args(p, default="local-cpu")
@@ -47,8 +50,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--timeout", type=float, default=60.0, help="process-group timeout in seconds")
     g.add_argument("--out", default=None, help="run directory for metrics.json")
     g.add_argument("--save-params", action="store_true", help="write each rank's parameter shards to OUT/params/")
-    g.add_argument("--launcher", choices=("local", "torchrun"), default="local",
-                   help="local: fork the ranks from one process (fast); torchrun: one-node torchrun")
+    g.add_argument(
+        "--launcher",
+        choices=("local", "torchrun"),
+        default="local",
+        help="local: fork the ranks from one process (fast); torchrun: one-node torchrun",
+    )
     return p
 
 
@@ -88,9 +95,20 @@ def config_from_namespace(args: argparse.Namespace) -> tuple[TrainConfig | None,
         errors.append(f"--timeout {args.timeout:g} must be > 0 (seconds a collective may wait for its peers)")
     if args.out and (why := out_error(Path(args.out))):
         errors.append(why)
-    cfg = TrainConfig(model=model, plan=plan, steps=args.steps, seed=args.seed, lr=args.lr,
-                      weight_decay=args.weight_decay, dropout=args.dropout, bucket_mb=args.bucket_mb,
-                      timeout_s=args.timeout, out=args.out, save_params=args.save_params, launcher=args.launcher)
+    cfg = TrainConfig(
+        model=model,
+        plan=plan,
+        steps=args.steps,
+        seed=args.seed,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        dropout=args.dropout,
+        bucket_mb=args.bucket_mb,
+        timeout_s=args.timeout,
+        out=args.out,
+        save_params=args.save_params,
+        launcher=args.launcher,
+    )
     return cfg, errors, verdict.warnings
 
 
@@ -108,13 +126,21 @@ def main(argv=None) -> int:
             print(f"warning: {w}", file=sys.stderr)
     if env is not None:  # we are one rank of a torchrun job
         if env["world_size"] != cfg.plan.world_size:
-            print(f"dp×tp×pp×cp = {cfg.plan.world_size}, but torchrun started {env['world_size']} ranks", file=sys.stderr)
+            print(
+                f"dp×tp×pp×cp = {cfg.plan.world_size}, but torchrun started {env['world_size']} ranks", file=sys.stderr
+            )
             return 2
         from torch.distributed.elastic.multiprocessing.errors import record  # torchrun reports the traceback
 
         cfg = dataclasses.replace(cfg, launcher="torchrun")
-        record(run_rank)(cfg, rank=env["rank"], world_size=env["world_size"], local_rank=env["local_rank"],
-                         node=env["node"], gpus_per_node=env["gpus_per_node"])
+        record(run_rank)(
+            cfg,
+            rank=env["rank"],
+            world_size=env["world_size"],
+            local_rank=env["local_rank"],
+            node=env["node"],
+            gpus_per_node=env["gpus_per_node"],
+        )
         return 0
     try:  # before any rank starts: rank 0 writes metrics.json there only after the last step
         if cfg.out:
@@ -124,11 +150,14 @@ def main(argv=None) -> int:
         return 2
     if cfg.launcher == "torchrun":
         from parallel.engine.launch import run_torchrun  # the ranks see torchrun's environment and ignore --launcher
+
         return run_torchrun(argv, nproc=cfg.plan.world_size)
     from parallel.engine import job as engine  # noqa: F401 - import torch and the engine once, before forking the ranks
+
     if cfg.plan.pp > 1:  # autograd.backward(grad_tensors=...) imports this and sympy on first use: once, here
         import torch.fx.experimental.symbolic_shapes  # noqa: F401
     from parallel.engine.launch import RankFailure, run_local
+
     try:
         run_local(functools.partial(_local_rank, cfg), world_size=cfg.plan.world_size)
     except RankFailure as err:

@@ -117,8 +117,13 @@ def crosses_nodes(plan: AnyPlan, cluster: Cluster, dims: tuple[str, ...]) -> Any
     memo = plan.memo.setdefault(("crosses_nodes", cluster, dims), {})
     if "flags" not in memo:
         uniq, inverse = plan.distinct_degrees
-        flags = np.array([_link_of(Plan(dp=int(d), tp=int(t), pp=int(p), cp=int(c), order=plan.order), cluster, dims)
-                          == "inter" for d, t, p, c in uniq], dtype=bool)
+        flags = np.array(
+            [
+                _link_of(Plan(dp=int(d), tp=int(t), pp=int(p), cp=int(c), order=plan.order), cluster, dims) == "inter"
+                for d, t, p, c in uniq
+            ],
+            dtype=bool,
+        )
         memo["flags"] = flags[inverse]
     return memo["flags"]
 
@@ -146,27 +151,46 @@ def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -
     fwd_passes = where(p.recompute == "full", 2, 1)
     tp_bytes = p.micro_batch * s_q * model.hidden * act
     tp_calls = (2 * fwd_passes + 2) * layers * m
-    terms = [CommTerm("tp", "all_reduce", where(p.sp, 0, tp_calls), tp_bytes, ("tp",), p.tp),
-             CommTerm("sp", "all_gather", where(p.sp, tp_calls, 0), tp_bytes, ("tp",), p.tp),
-             CommTerm("sp", "reduce_scatter", where(p.sp, tp_calls, 0), tp_bytes, ("tp",), p.tp)]
+    terms = [
+        CommTerm("tp", "all_reduce", where(p.sp, 0, tp_calls), tp_bytes, ("tp",), p.tp),
+        CommTerm("sp", "all_gather", where(p.sp, tp_calls, 0), tp_bytes, ("tp",), p.tp),
+        CommTerm("sp", "reduce_scatter", where(p.sp, tp_calls, 0), tp_bytes, ("tp",), p.tp),
+    ]
     if opts.sp_regather:
-        terms.append(CommTerm("sp", "all_gather", where(p.sp, 2 * layers * m, 0), tp_bytes, ("tp",), p.tp,
-                              overlapped=True))
+        terms.append(
+            CommTerm("sp", "all_gather", where(p.sp, 2 * layers * m, 0), tp_bytes, ("tp",), p.tp, overlapped=True)
+        )
     kv_bytes = 2 * p.micro_batch * model.seq_len * (model.kv_hidden / minimum(p.tp, model.kv_heads)) * act
-    terms += [CommTerm("cp", "all_gather", fwd_passes * layers * m, kv_bytes, ("cp",), p.cp),
-              CommTerm("cp", "reduce_scatter", layers * m, kv_bytes, ("cp",), p.cp),
-              CommTerm("pp", "send_recv", 2 * m * v, tp_bytes / where(p.sp, p.tp, 1), ("pp",), p.pp)]
+    terms += [
+        CommTerm("cp", "all_gather", fwd_passes * layers * m, kv_bytes, ("cp",), p.cp),
+        CommTerm("cp", "reduce_scatter", layers * m, kv_bytes, ("cp",), p.cp),
+        CommTerm("pp", "send_recv", 2 * m * v, tp_bytes / where(p.sp, p.tp, 1), ("pp",), p.pp),
+    ]
     nd = p.dp * p.cp
     grad_bytes = max_params_per_stage(model, p) * act
     weight_bytes = max_params_per_stage(model, p) * model.dtype_bytes
     g_calls = maximum(1, ceil(grad_bytes / opts.bucket_bytes))  # buckets
     w_calls = maximum(1, ceil(weight_bytes / opts.bucket_bytes))
     zero = p.zero
-    terms += [CommTerm("dp", "all_reduce", where(zero == 0, g_calls, 0), grad_bytes / g_calls, ("dp", "cp"), nd),
-              CommTerm("dp", "reduce_scatter", where(zero == 0, 0, g_calls * where(zero >= 2, m, 1)),
-                       grad_bytes / g_calls, ("dp", "cp"), nd),
-              CommTerm("dp", "all_gather", where(zero == 0, 0, w_calls * where(zero == 3, 2 * m, 1)),
-                       weight_bytes / w_calls, ("dp", "cp"), nd)]
+    terms += [
+        CommTerm("dp", "all_reduce", where(zero == 0, g_calls, 0), grad_bytes / g_calls, ("dp", "cp"), nd),
+        CommTerm(
+            "dp",
+            "reduce_scatter",
+            where(zero == 0, 0, g_calls * where(zero >= 2, m, 1)),
+            grad_bytes / g_calls,
+            ("dp", "cp"),
+            nd,
+        ),
+        CommTerm(
+            "dp",
+            "all_gather",
+            where(zero == 0, 0, w_calls * where(zero == 3, 2 * m, 1)),
+            weight_bytes / w_calls,
+            ("dp", "cp"),
+            nd,
+        ),
+    ]
     return terms
 
 
@@ -185,9 +209,17 @@ def comm_per_step(model: Model, plan: Plan, cluster: Cluster, opts: CommOptions 
         if t.calls <= 0 or t.n <= 1:
             continue
         link = _link_of(plan, cluster, t.group)
-        rows.append({"dim": t.dim, "collective": t.collective, "calls": int(t.calls),
-                     "bytes_per_call": int(t.bytes_per_call), "link": link,
-                     "seconds": term_seconds(t, cluster, link == "inter"), "overlapped": t.overlapped})
+        rows.append(
+            {
+                "dim": t.dim,
+                "collective": t.collective,
+                "calls": int(t.calls),
+                "bytes_per_call": int(t.bytes_per_call),
+                "link": link,
+                "seconds": term_seconds(t, cluster, link == "inter"),
+                "overlapped": t.overlapped,
+            }
+        )
     return rows
 
 

@@ -51,16 +51,28 @@ from parallel.core.vector import is_array, maximum, minimum, where
 
 AnyPlan = Plan | PlanColumns  # one plan, or a column of plans (the search)
 
-ATTENTION = ("attention.qkv_input", "attention.qk", "attention.scores", "attention.dropout_mask",
-             "attention.dropout_output", "attention.softmax_stats", "attention.v", "attention.proj_input")
+ATTENTION = (
+    "attention.qkv_input",
+    "attention.qk",
+    "attention.scores",
+    "attention.dropout_mask",
+    "attention.dropout_output",
+    "attention.softmax_stats",
+    "attention.v",
+    "attention.proj_input",
+)
 MLP = ("mlp.fc1_input", "mlp.act_input", "mlp.fc2_input")
 NORM_DROPOUT_RESIDUAL = ("layernorm", "residual.dropout_masks")
 COMPONENTS = (*NORM_DROPOUT_RESIDUAL[:1], *ATTENTION, *MLP, NORM_DROPOUT_RESIDUAL[1], "layer_input")
 
 # The paper's three groups, for stacked bars: what SP shards is the "layernorm/dropout/residual" group.
-COMPONENT_GROUP = {**{c: "attention" for c in ATTENTION}, **{c: "mlp" for c in MLP},
-                   "layernorm": "layernorm/dropout/residual", "residual.dropout_masks": "layernorm/dropout/residual",
-                   "layer_input": "layer input (checkpoint)"}
+COMPONENT_GROUP = {
+    **{c: "attention" for c in ATTENTION},
+    **{c: "mlp" for c in MLP},
+    "layernorm": "layernorm/dropout/residual",
+    "residual.dropout_masks": "layernorm/dropout/residual",
+    "layer_input": "layer input (checkpoint)",
+}
 
 
 @dataclass(frozen=True)
@@ -90,8 +102,9 @@ def _kv_hidden_per_tp_rank(model: Model, tp: Any) -> Any:
     return model.kv_hidden / minimum(tp, model.kv_heads)
 
 
-def activation_components_bytes(model: Model, plan: AnyPlan,
-                                opts: ActivationOptions = ActivationOptions()) -> dict[str, Any]:
+def activation_components_bytes(
+    model: Model, plan: AnyPlan, opts: ActivationOptions = ActivationOptions()
+) -> dict[str, Any]:
     """Bytes saved for backward by ONE transformer layer for ONE microbatch on ONE GPU, by component.
 
     Notation: b micro_batch, s_q = s/cp local tokens, s_kv = s if cp > 1 else s_q, h hidden,
@@ -234,8 +247,9 @@ def model_state_bytes(model: Model, plan: AnyPlan, stage: Any) -> dict[str, Any]
     }
 
 
-def activation_bytes_per_stage(model: Model, plan: AnyPlan, stage: Any,
-                               opts: ActivationOptions = ActivationOptions()) -> Any:
+def activation_bytes_per_stage(
+    model: Model, plan: AnyPlan, stage: Any, opts: ActivationOptions = ActivationOptions()
+) -> Any:
     """Peak activation bytes on one GPU of `stage`: layers x in-flight chunks, plus the ends."""
     layers_per_chunk = model.layers / (plan.pp * plan.vpp)
     chunks = inflight_chunks(plan, stage)
@@ -245,8 +259,9 @@ def activation_bytes_per_stage(model: Model, plan: AnyPlan, stage: Any,
     return total + where(stage == plan.pp - 1, last_stage_extra_bytes(model, plan, opts), 0.0)
 
 
-def stage_memory_bytes(model: Model, plan: AnyPlan, stage: Any,
-                       opts: ActivationOptions = ActivationOptions()) -> dict[str, Any]:
+def stage_memory_bytes(
+    model: Model, plan: AnyPlan, stage: Any, opts: ActivationOptions = ActivationOptions()
+) -> dict[str, Any]:
     """params, grads, optimizer, activations and total (bytes) of one GPU of `stage`."""
     row = {**model_state_bytes(model, plan, stage), "activations": activation_bytes_per_stage(model, plan, stage, opts)}
     row["total"] = row["params"] + row["grads"] + row["optimizer"] + row["activations"]

@@ -54,8 +54,11 @@ def flops_per_step(model: Model, plan: AnyPlan) -> dict[str, Any]:
     layer = layer_forward_flops(model, s, B)
     fwd = L * (layer["gemm"] + layer["attention"]) + 2 * B * s * model.hidden * model.vocab
     model_flops = 3 * fwd
-    extra = where(plan.recompute == "selective", L * layer["attention"],
-                  where(plan.recompute == "full", L * (layer["gemm"] + layer["attention"]), 0.0))
+    extra = where(
+        plan.recompute == "selective",
+        L * layer["attention"],
+        where(plan.recompute == "full", L * (layer["gemm"] + layer["attention"]), 0.0),
+    )
     return {"model_flops": model_flops, "hardware_flops": model_flops + extra}
 
 
@@ -64,8 +67,14 @@ def bubble_fraction(plan: AnyPlan) -> Any:
     return where(plan.pp == 1, 0.0, (plan.pp - 1) / (plan.vpp * maximum(plan.microbatches, 1)))
 
 
-def step_time(model: Model, plan: AnyPlan, cluster: Cluster, perf: PerfOptions = PerfOptions(),
-              comm: CommOptions = CommOptions(), comm_rows: list[dict] | None = None) -> dict[str, Any]:
+def step_time(
+    model: Model,
+    plan: AnyPlan,
+    cluster: Cluster,
+    perf: PerfOptions = PerfOptions(),
+    comm: CommOptions = CommOptions(),
+    comm_rows: list[dict] | None = None,
+) -> dict[str, Any]:
     """Seconds per step and its parts: compute, bubble, exposed comm per dim; plus achieved MFU.
     `plan` may be a PlanColumns (every value is then an array); `comm_rows`: comm_per_step's rows
     when the caller has them already."""

@@ -35,8 +35,10 @@ class Options:
 
 def groups_json(plan: Plan, cluster: Cluster) -> dict[str, list[dict]]:
     topo = plan.topology(cluster.gpus_per_node)
-    return {dim: [{"ranks": list(g.ranks), "nodes": list(g.nodes), "link": g.link} for g in topo.groups(dim)]
-            for dim in ("tp", "pp", "dp", "cp")}
+    return {
+        dim: [{"ranks": list(g.ranks), "nodes": list(g.nodes), "link": g.link} for g in topo.groups(dim)]
+        for dim in ("tp", "pp", "dp", "cp")
+    }
 
 
 def plan_report(plan: Plan, model: Model, cluster: Cluster, options: Options = Options()) -> dict:
@@ -52,25 +54,39 @@ def plan_report(plan: Plan, model: Model, cluster: Cluster, options: Options = O
     }
     if not verdict.computable:
         # Numbers from a shape that cannot exist would mislead; the errors say what to fix.
-        out.update({k: None for k in ("activation_bytes_per_layer", "memory_per_gpu_bytes", "ranks", "groups",
-                                      "comm_per_step", "bubble_fraction", "step_time_s")})
+        out.update(
+            {
+                k: None
+                for k in (
+                    "activation_bytes_per_layer",
+                    "memory_per_gpu_bytes",
+                    "ranks",
+                    "groups",
+                    "comm_per_step",
+                    "bubble_fraction",
+                    "step_time_s",
+                )
+            }
+        )
         return out
     stages = memory_per_stage(model, plan, options.activations)
     worst = max(stages, key=lambda r: r["total"])
     rows = comm_per_step(model, plan, cluster, options.comm)
     timing = step_time(model, plan, cluster, options.perf, options.comm, comm_rows=rows)
     topo = plan.topology(cluster.gpus_per_node)
-    out.update({
-        "activation_bytes_per_layer": activation_bytes_per_layer(model, plan, options.activations),
-        "activation_components": activation_components_bytes(model, plan, options.activations),
-        "memory_per_gpu_bytes": {k: worst[k] for k in ("params", "grads", "optimizer", "activations", "total")},
-        "memory_per_stage": stages,
-        "ranks": topo.rank_table(),
-        "groups": groups_json(plan, cluster),
-        "crossing_groups": {d: topo.crossing(d) for d in DIMS},
-        "comm_per_step": rows,
-        "bubble_fraction": bubble_fraction(plan),
-        "step_time_s": timing["step_time_s"],
-        "step_time": timing,
-    })
+    out.update(
+        {
+            "activation_bytes_per_layer": activation_bytes_per_layer(model, plan, options.activations),
+            "activation_components": activation_components_bytes(model, plan, options.activations),
+            "memory_per_gpu_bytes": {k: worst[k] for k in ("params", "grads", "optimizer", "activations", "total")},
+            "memory_per_stage": stages,
+            "ranks": topo.rank_table(),
+            "groups": groups_json(plan, cluster),
+            "crossing_groups": {d: topo.crossing(d) for d in DIMS},
+            "comm_per_step": rows,
+            "bubble_fraction": bubble_fraction(plan),
+            "step_time_s": timing["step_time_s"],
+            "step_time": timing,
+        }
+    )
     return out

@@ -29,8 +29,22 @@ from parallel.core.specs import Cluster, Model
 from parallel.core.validate import _shape_errors
 
 TP_DEGREES = (1, 2, 4, 8, 16, 32)
-COLUMNS = ("tp", "sp", "valid", "reason", "link", "compute_s", "tp_comm_s", "overlapped_s", "layer_s",
-           "comm_fraction", "speedup", "efficiency", "bytes_per_call", "busbw_bytes_per_s")
+COLUMNS = (
+    "tp",
+    "sp",
+    "valid",
+    "reason",
+    "link",
+    "compute_s",
+    "tp_comm_s",
+    "overlapped_s",
+    "layer_s",
+    "comm_fraction",
+    "speedup",
+    "efficiency",
+    "bytes_per_call",
+    "busbw_bytes_per_s",
+)
 
 
 def layer_compute_seconds(model: Model, plan: Plan, cluster: Cluster, perf: PerfOptions = PerfOptions()) -> float:
@@ -50,8 +64,16 @@ def tp_busbw(n: int, nbytes: float, cluster: Cluster, link: str) -> float:
     return nbytes / seconds * bus_factor("all_reduce", n)
 
 
-def _row(model: Model, cluster: Cluster, tp: int, sp: bool, micro_batch: int, recompute: str,
-         perf: PerfOptions, comm: CommOptions) -> dict:
+def _row(
+    model: Model,
+    cluster: Cluster,
+    tp: int,
+    sp: bool,
+    micro_batch: int,
+    recompute: str,
+    perf: PerfOptions,
+    comm: CommOptions,
+) -> dict:
     plan = Plan(tp=tp, sp=sp, micro_batch=micro_batch, global_batch=micro_batch, recompute=recompute)
     row = dict.fromkeys(COLUMNS, float("nan"))
     row.update(tp=tp, sp=sp, valid=True, reason="")
@@ -65,18 +87,36 @@ def _row(model: Model, cluster: Cluster, tp: int, sp: bool, micro_batch: int, re
     hidden = sum(r["seconds"] for r in rows if r["overlapped"]) / model.layers
     compute = layer_compute_seconds(model, plan, cluster, perf)
     nbytes = micro_batch * model.seq_len * model.hidden * model.dtype_bytes
-    row.update(link=link, compute_s=compute, tp_comm_s=exposed, overlapped_s=hidden, layer_s=compute + exposed,
-               comm_fraction=exposed / (compute + exposed), bytes_per_call=nbytes,
-               busbw_bytes_per_s=tp_busbw(tp, nbytes, cluster, link))
+    row.update(
+        link=link,
+        compute_s=compute,
+        tp_comm_s=exposed,
+        overlapped_s=hidden,
+        layer_s=compute + exposed,
+        comm_fraction=exposed / (compute + exposed),
+        bytes_per_call=nbytes,
+        busbw_bytes_per_s=tp_busbw(tp, nbytes, cluster, link),
+    )
     return row
 
 
-def tp_scaling(model: Model, cluster: Cluster, *, tps: tuple[int, ...] = TP_DEGREES, micro_batch: int = 1,
-               recompute: str = "none", perf: PerfOptions = PerfOptions(),
-               comm: CommOptions = CommOptions()) -> pd.DataFrame:
+def tp_scaling(
+    model: Model,
+    cluster: Cluster,
+    *,
+    tps: tuple[int, ...] = TP_DEGREES,
+    micro_batch: int = 1,
+    recompute: str = "none",
+    perf: PerfOptions = PerfOptions(),
+    comm: CommOptions = CommOptions(),
+) -> pd.DataFrame:
     """One row per (tp, sp) with COLUMNS; sp=True rows start at tp=2 (SP needs a TP group)."""
-    rows = [_row(model, cluster, t, sp, micro_batch, recompute, perf, comm)
-            for sp in (False, True) for t in tps if not (sp and t == 1)]
+    rows = [
+        _row(model, cluster, t, sp, micro_batch, recompute, perf, comm)
+        for sp in (False, True)
+        for t in tps
+        if not (sp and t == 1)
+    ]
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     base = df.loc[(df.tp == 1) & ~df.sp, "layer_s"]
     base_s = float(base.iloc[0]) if len(base) else float("nan")
@@ -104,24 +144,38 @@ def highlights(df: pd.DataFrame, gpus_per_node: int, current_tp: int) -> list[di
         seen.add(tp)
         r = row.iloc[0]
         link = "NVLink" if r["link"] == "intra" else "InfiniBand"
-        out.append({"label": label, "tp": tp, "link": r["link"], "comm_fraction": float(r["comm_fraction"]),
-                    "efficiency": float(r["efficiency"]),
-                    "help": f"{link}: exposed TP communication is {r['comm_fraction']:.0%} of the layer's "
-                            f"{r['layer_s'] * 1e3:.2f} ms; speedup {r['speedup']:.2f}× over TP = 1"})
+        out.append(
+            {
+                "label": label,
+                "tp": tp,
+                "link": r["link"],
+                "comm_fraction": float(r["comm_fraction"]),
+                "efficiency": float(r["efficiency"]),
+                "help": f"{link}: exposed TP communication is {r['comm_fraction']:.0%} of the layer's "
+                f"{r['layer_s'] * 1e3:.2f} ms; speedup {r['speedup']:.2f}× over TP = 1",
+            }
+        )
     return out
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
     """The prediction as a readable table: milliseconds, shares and GB/s, one row per (TP, SP)."""
     valid = df[df["valid"]]
-    return pd.DataFrame({
-        "TP": valid["tp"], "SP": valid["sp"].map({False: "off", True: "on"}),
-        "link": valid["link"].map({"intra": "NVLink", "inter": "InfiniBand"}),
-        "compute ms": valid["compute_s"] * 1e3, "TP comm ms (exposed)": valid["tp_comm_s"] * 1e3,
-        "TP comm ms (overlapped)": valid["overlapped_s"] * 1e3, "layer ms": valid["layer_s"] * 1e3,
-        "comm share": valid["comm_fraction"], "speedup": valid["speedup"], "efficiency": valid["efficiency"],
-        "busbw GB/s": valid["busbw_bytes_per_s"] / 1e9,
-    }).round(3)
+    return pd.DataFrame(
+        {
+            "TP": valid["tp"],
+            "SP": valid["sp"].map({False: "off", True: "on"}),
+            "link": valid["link"].map({"intra": "NVLink", "inter": "InfiniBand"}),
+            "compute ms": valid["compute_s"] * 1e3,
+            "TP comm ms (exposed)": valid["tp_comm_s"] * 1e3,
+            "TP comm ms (overlapped)": valid["overlapped_s"] * 1e3,
+            "layer ms": valid["layer_s"] * 1e3,
+            "comm share": valid["comm_fraction"],
+            "speedup": valid["speedup"],
+            "efficiency": valid["efficiency"],
+            "busbw GB/s": valid["busbw_bytes_per_s"] / 1e9,
+        }
+    ).round(3)
 
 
 def invalid_notes(df: pd.DataFrame) -> list[str]:

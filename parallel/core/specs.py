@@ -185,8 +185,17 @@ def _gpt3(name, layers, hidden, heads):
 
 
 def _llama3(name, layers, hidden, heads, ffn):
-    return Model(name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=8, ffn_hidden=ffn,
-                 vocab=128256, seq_len=8192, arch="llama")
+    return Model(
+        name=name,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=8,
+        ffn_hidden=ffn,
+        vocab=128256,
+        seq_len=8192,
+        arch="llama",
+    )
 
 
 MODELS: dict[str, Model] = {
@@ -210,9 +219,15 @@ MODELS: dict[str, Model] = {
 def _dgx(name, memory_gib, peak_tflops, nvlink_gbps, ib_gbps):
     # Latencies: order-of-magnitude per-hop NCCL latencies (NVLink ~ 3 us, IB ~ 8 us); fit your
     # own with `python -m profiler commbench` for real numbers.
-    return Cluster(name=name, nodes=1, gpus_per_node=8, gpu_memory_bytes=int(memory_gib * GiB),
-                   peak_flops=peak_tflops * 1e12,
-                   intra=Link(nvlink_gbps * GB, 3e-6, "NVLink"), inter=Link(ib_gbps * GB, 8e-6, "InfiniBand"))
+    return Cluster(
+        name=name,
+        nodes=1,
+        gpus_per_node=8,
+        gpu_memory_bytes=int(memory_gib * GiB),
+        peak_flops=peak_tflops * 1e12,
+        intra=Link(nvlink_gbps * GB, 3e-6, "NVLink"),
+        inter=Link(ib_gbps * GB, 8e-6, "InfiniBand"),
+    )
 
 
 CLUSTERS: dict[str, Cluster] = {
@@ -223,14 +238,27 @@ CLUSTERS: dict[str, Cluster] = {
     # per GPU; H100 SXM 80GB, 989 TFLOP/s dense bf16 (NVIDIA H100 datasheet).
     "dgx-h100": _dgx("dgx-h100", 80, 989, 450, 50),
     # DGX H200: as H100 (same NVLink4, NDR, 989 TFLOP/s) with 141 GB HBM3e (NVIDIA H200 datasheet).
-    "dgx-h200": Cluster(name="dgx-h200", nodes=1, gpus_per_node=8, gpu_memory_bytes=141 * 10**9,
-                        peak_flops=989e12, intra=Link(450 * GB, 3e-6, "NVLink"),
-                        inter=Link(50 * GB, 8e-6, "InfiniBand")),
+    "dgx-h200": Cluster(
+        name="dgx-h200",
+        nodes=1,
+        gpus_per_node=8,
+        gpu_memory_bytes=141 * 10**9,
+        peak_flops=989e12,
+        intra=Link(450 * GB, 3e-6, "NVLink"),
+        inter=Link(50 * GB, 8e-6, "InfiniBand"),
+    ),
     # This machine: ranks are processes talking gloo over loopback (~2.2 GiB/s, ~50 us per message,
     # measured here); "GPU memory" is the host's 24 GiB; peak ~ 2 cores x 32 fp32 FLOP/cycle x 3 GHz.
-    "local-cpu": Cluster(name="local-cpu", nodes=1, gpus_per_node=8, gpu_memory_bytes=24 * GiB,
-                         peak_flops=192e9, intra=Link(2.2 * GiB, 50e-6, "loopback"),
-                         inter=Link(0.115 * GiB, 100e-6, "shaped veth"), device="cpu"),
+    "local-cpu": Cluster(
+        name="local-cpu",
+        nodes=1,
+        gpus_per_node=8,
+        gpu_memory_bytes=24 * GiB,
+        peak_flops=192e9,
+        intra=Link(2.2 * GiB, 50e-6, "loopback"),
+        inter=Link(0.115 * GiB, 100e-6, "shaped veth"),
+        device="cpu",
+    ),
 }
 
 

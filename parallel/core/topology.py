@@ -144,8 +144,17 @@ class Topology:
         rows = []
         for r in range(self.world_size):
             dp, pp, cp, tp = (int(c) for c in self.coords[r])
-            rows.append({"rank": r, "node": self.node_of(r), "local_rank": self.local_rank_of(r),
-                         "dp": dp, "pp": pp, "cp": cp, "tp": tp})
+            rows.append(
+                {
+                    "rank": r,
+                    "node": self.node_of(r),
+                    "local_rank": self.local_rank_of(r),
+                    "dp": dp,
+                    "pp": pp,
+                    "cp": cp,
+                    "tp": tp,
+                }
+            )
         return rows
 
     def crossing(self, dim: str) -> int:

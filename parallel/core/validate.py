@@ -31,8 +31,10 @@ def _size_error(plan: Plan, cluster: Cluster) -> list[str]:
     p, world, gpus = plan, plan.world_size, cluster.gpus
     if world == gpus:
         return []
-    return [f"dp×tp×pp×cp = {p.dp}×{p.tp}×{p.pp}×{p.cp} = {world}, but the cluster has "
-            f"{cluster.nodes}×{cluster.gpus_per_node} = {gpus} GPUs"]
+    return [
+        f"dp×tp×pp×cp = {p.dp}×{p.tp}×{p.pp}×{p.cp} = {world}, but the cluster has "
+        f"{cluster.nodes}×{cluster.gpus_per_node} = {gpus} GPUs"
+    ]
 
 
 def _shape_errors(plan: Plan, model: Model) -> list[str]:
@@ -41,30 +43,42 @@ def _shape_errors(plan: Plan, model: Model) -> list[str]:
     if m.heads % p.tp:
         errors.append(f"heads {m.heads} are not divisible by tp {p.tp}: each TP rank needs whole attention heads")
     if m.kv_heads % p.tp and p.tp % m.kv_heads:
-        errors.append(f"kv_heads {m.kv_heads} and tp {p.tp}: neither divides the other, so K/V heads "
-                      f"can be neither split nor replicated evenly across TP ranks")
+        errors.append(
+            f"kv_heads {m.kv_heads} and tp {p.tp}: neither divides the other, so K/V heads "
+            f"can be neither split nor replicated evenly across TP ranks"
+        )
     if m.ffn_hidden % p.tp:
         errors.append(f"ffn_hidden {m.ffn_hidden} is not divisible by tp {p.tp}")
     if m.layers % (p.pp * p.vpp):
-        errors.append(f"layers {m.layers} are not divisible by pp×vpp = {p.pp}×{p.vpp} = {p.pp * p.vpp}: "
-                      f"every (virtual) pipeline stage needs the same number of layers")
+        errors.append(
+            f"layers {m.layers} are not divisible by pp×vpp = {p.pp}×{p.vpp} = {p.pp * p.vpp}: "
+            f"every (virtual) pipeline stage needs the same number of layers"
+        )
     if p.sp and p.tp == 1:
         errors.append("sequence parallelism (sp) needs tp > 1: it shards along the sequence across the TP group")
     if p.cp > 1 and m.seq_len % (2 * p.cp):
-        errors.append(f"seq_len {m.seq_len} is not divisible by 2×cp = {2 * p.cp}: load-balanced causal "
-                      f"context parallelism splits the sequence into 2·cp chunks")
+        errors.append(
+            f"seq_len {m.seq_len} is not divisible by 2×cp = {2 * p.cp}: load-balanced causal "
+            f"context parallelism splits the sequence into 2·cp chunks"
+        )
     if p.sp and (m.seq_len // p.cp) % p.tp:
-        errors.append(f"seq_len/cp = {m.seq_len}/{p.cp} = {m.seq_len // p.cp} is not divisible by tp {p.tp}: "
-                      f"sequence parallelism gives each TP rank s/tp tokens")
+        errors.append(
+            f"seq_len/cp = {m.seq_len}/{p.cp} = {m.seq_len // p.cp} is not divisible by tp {p.tp}: "
+            f"sequence parallelism gives each TP rank s/tp tokens"
+        )
     if p.global_batch % (p.dp * p.micro_batch):
-        errors.append(f"global_batch {p.global_batch} is not divisible by dp×micro_batch = "
-                      f"{p.dp}×{p.micro_batch} = {p.dp * p.micro_batch}")
+        errors.append(
+            f"global_batch {p.global_batch} is not divisible by dp×micro_batch = "
+            f"{p.dp}×{p.micro_batch} = {p.dp * p.micro_batch}"
+        )
     if p.vpp > 1:
         if p.pp == 1:
             errors.append(f"vpp {p.vpp} > 1 (interleaved schedule) needs pp > 1")
         elif p.microbatches % p.pp:
-            errors.append(f"interleaved schedule: microbatches {p.microbatches} "
-                          f"(= global_batch/(dp×micro_batch)) must be divisible by pp {p.pp}")
+            errors.append(
+                f"interleaved schedule: microbatches {p.microbatches} "
+                f"(= global_batch/(dp×micro_batch)) must be divisible by pp {p.pp}"
+            )
         if p.schedule == "gpipe":
             errors.append("vpp > 1 is an interleaved 1F1B schedule; it cannot be combined with gpipe")
     return errors
@@ -80,18 +94,25 @@ def _layout_warnings(plan: Plan, model: Model, cluster: Cluster) -> list[str]:
         n = topo.crossing(dim)
         if n and getattr(p, dim) > 1:
             total = len(topo.group_ranks(dim))
-            warnings.append(f"{n} of {total} {dim.upper()} groups cross nodes ({dim}={getattr(p, dim)}, "
-                            f"{cluster.gpus_per_node} GPUs per node): {why} over {slow.name or 'the inter-node link'}, "
-                            f"{ratio:.0f}× slower than {fast.name or 'the intra-node link'}")
+            warnings.append(
+                f"{n} of {total} {dim.upper()} groups cross nodes ({dim}={getattr(p, dim)}, "
+                f"{cluster.gpus_per_node} GPUs per node): {why} over {slow.name or 'the inter-node link'}, "
+                f"{ratio:.0f}× slower than {fast.name or 'the intra-node link'}"
+            )
     if p.pp > 1 and p.microbatches < p.pp:
-        warnings.append(f"{p.microbatches} microbatches for {p.pp} pipeline stages: the pipeline never fills "
-                        f"(bubble {(p.pp - 1) / (p.vpp * max(p.microbatches, 1)):.0%} of ideal)")
+        warnings.append(
+            f"{p.microbatches} microbatches for {p.pp} pipeline stages: the pipeline never fills "
+            f"(bubble {(p.pp - 1) / (p.vpp * max(p.microbatches, 1)):.0%} of ideal)"
+        )
     elif p.pp > 1 and p.microbatches < 4 * p.pp:
-        warnings.append(f"bubble (pp−1)/(vpp·m) = ({p.pp}−1)/({p.vpp}·{p.microbatches}) = "
-                        f"{(p.pp - 1) / (p.vpp * p.microbatches):.0%}: more microbatches (m ≥ 4·pp) would hide it")
+        warnings.append(
+            f"bubble (pp−1)/(vpp·m) = ({p.pp}−1)/({p.vpp}·{p.microbatches}) = "
+            f"{(p.pp - 1) / (p.vpp * p.microbatches):.0%}: more microbatches (m ≥ 4·pp) would hide it"
+        )
     if p.tp > 1 and model.kv_heads % p.tp and p.tp % model.kv_heads == 0:
-        warnings.append(f"tp {p.tp} > kv_heads {model.kv_heads}: each K/V head is replicated on "
-                        f"{p.tp // model.kv_heads} TP ranks")
+        warnings.append(
+            f"tp {p.tp} > kv_heads {model.kv_heads}: each K/V head is replicated on {p.tp // model.kv_heads} TP ranks"
+        )
     if model.vocab % p.tp:
         warnings.append(f"vocab {model.vocab} is not divisible by tp {p.tp}: the embedding is padded")
     if p.zero >= 1 and p.dp * p.cp == 1:
@@ -109,9 +130,12 @@ def check(plan: Plan, model: Model, cluster: Cluster, opts: ActivationOptions | 
         cap = cluster.gpu_memory_bytes
         parts = ", ".join(f"{k} {mem[k] / GiB:.1f}" for k in ("params", "grads", "optimizer", "activations"))
         if mem["total"] > cap:
-            errors.append(f"memory per GPU {mem['total'] / GiB:.1f} GiB ({parts} GiB) exceeds the GPU's "
-                          f"{cap / GiB:.1f} GiB")
+            errors.append(
+                f"memory per GPU {mem['total'] / GiB:.1f} GiB ({parts} GiB) exceeds the GPU's {cap / GiB:.1f} GiB"
+            )
         elif mem["total"] > 0.9 * cap:
-            warnings.append(f"memory per GPU {mem['total'] / GiB:.1f} GiB is over 90% of the GPU's "
-                            f"{cap / GiB:.1f} GiB; allocator fragmentation and buffers may not fit")
+            warnings.append(
+                f"memory per GPU {mem['total'] / GiB:.1f} GiB is over 90% of the GPU's "
+                f"{cap / GiB:.1f} GiB; allocator fragmentation and buffers may not fit"
+            )
     return Verdict(errors, warnings, computable=not shape)

@@ -100,10 +100,18 @@ class ActivationMeter:
         self._seen.add(key)
         comp = _component
         if isinstance(comp, dict):
-            comp = next((name for name, refs in comp.items()
-                         for ref in (refs if isinstance(refs, (tuple, list)) else (refs,)) if _key(ref) == key), "other")
-        self.bytes[(_layer if comp is None or not comp.startswith(("embedding.", "output."))
-                    else None, comp or "other")] += t.untyped_storage().nbytes()
+            comp = next(
+                (
+                    name
+                    for name, refs in comp.items()
+                    for ref in (refs if isinstance(refs, (tuple, list)) else (refs,))
+                    if _key(ref) == key
+                ),
+                "other",
+            )
+        self.bytes[
+            (_layer if comp is None or not comp.startswith(("embedding.", "output.")) else None, comp or "other")
+        ] += t.untyped_storage().nbytes()
         return t
 
     def total(self) -> int:
@@ -120,8 +128,13 @@ class ActivationMeter:
         """{component: bytes} summed over layers; the pipeline ends as first/last_stage_extra."""
         out: dict[str, int] = defaultdict(int)
         for (_, comp), n in self.bytes.items():
-            name = ("first_stage_extra" if comp.startswith("embedding.") else
-                    "last_stage_extra" if comp.startswith("output.") else comp)
+            name = (
+                "first_stage_extra"
+                if comp.startswith("embedding.")
+                else "last_stage_extra"
+                if comp.startswith("output.")
+                else comp
+            )
             out[name] += n
         return dict(out)
 

@@ -38,9 +38,13 @@ def engine_errors(model: Model, plan: Plan) -> list[str]:
     """What the plan model accepts but this engine does not implement."""
     errors = []
     if model.arch != "gpt":
-        errors.append(f"the engine trains arch 'gpt' (LayerNorm, GeLU, learned positions, tied embeddings); got {model.arch!r}")
+        errors.append(
+            f"the engine trains arch 'gpt' (LayerNorm, GeLU, learned positions, tied embeddings); got {model.arch!r}"
+        )
     if model.kv_heads % plan.tp:
-        errors.append(f"kv_heads {model.kv_heads} is not divisible by tp {plan.tp}: the engine shards K/V heads, it does not replicate them")
+        errors.append(
+            f"kv_heads {model.kv_heads} is not divisible by tp {plan.tp}: the engine shards K/V heads, it does not replicate them"
+        )
     if model.vocab % plan.tp:
         errors.append(f"vocab {model.vocab} is not divisible by tp {plan.tp}: the engine does not pad the vocabulary")
     if plan.zero >= 2:
@@ -54,18 +58,36 @@ def torchrun_env() -> dict | None:
     """Rank, world, local rank, node and ranks per node from torchrun's environment, or None."""
     if "TORCHELASTIC_RUN_ID" not in os.environ and "LOCAL_RANK" not in os.environ:
         return None
-    return {"rank": int(os.environ["RANK"]), "world_size": int(os.environ["WORLD_SIZE"]),
-            "local_rank": int(os.environ["LOCAL_RANK"]),
-            "node": int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))),
-            "gpus_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))}
+    return {
+        "rank": int(os.environ["RANK"]),
+        "world_size": int(os.environ["WORLD_SIZE"]),
+        "local_rank": int(os.environ["LOCAL_RANK"]),
+        "node": int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", "0"))),
+        "gpus_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])),
+    }
 
 
-def run_rank(cfg: TrainConfig, *, rank: int, world_size: int, init_method: str = "env://",
-             local_rank: int | None = None, node: int = 0, gpus_per_node: int | None = None,
-             on_step=None) -> dict | None:
+def run_rank(
+    cfg: TrainConfig,
+    *,
+    rank: int,
+    world_size: int,
+    init_method: str = "env://",
+    local_rank: int | None = None,
+    node: int = 0,
+    gpus_per_node: int | None = None,
+    on_step=None,
+) -> dict | None:
     """Train `cfg` as rank `rank`; returns the job's metrics on rank 0 (written to cfg.out), else None."""
     from parallel.engine.job import train_rank  # torch, only when a rank trains
 
-    return train_rank(cfg, rank=rank, world_size=world_size, init_method=init_method,
-                      local_rank=rank if local_rank is None else local_rank, node=node,
-                      gpus_per_node=gpus_per_node or world_size, on_step=on_step)
+    return train_rank(
+        cfg,
+        rank=rank,
+        world_size=world_size,
+        init_method=init_method,
+        local_rank=rank if local_rank is None else local_rank,
+        node=node,
+        gpus_per_node=gpus_per_node or world_size,
+        on_step=on_step,
+    )

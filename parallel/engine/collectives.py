@@ -66,6 +66,7 @@ def _nbytes(t: torch.Tensor) -> int:
 
 # ---- plain collectives (no autograd) --------------------------------------------------------------
 
+
 def all_reduce(t: torch.Tensor, *, group: Group, dim: str | None = None, op=dist.ReduceOp.SUM) -> torch.Tensor:
     """In-place all-reduce of `t` over `group` (bytes: the buffer)."""
     if group.size == 1:
@@ -86,7 +87,7 @@ def all_gather(t: torch.Tensor, *, group: Group, dim: str | None = None, axis: i
     out = flat.view(group.size, *t.shape)
     # (n, ..., T_i, ...) -> (..., n*T_i, ...): move the rank axis next to `axis` and merge them
     out = out.movedim(0, axis)
-    return out.reshape(*t.shape[:axis], group.size * t.shape[axis], *t.shape[axis + 1:])
+    return out.reshape(*t.shape[:axis], group.size * t.shape[axis], *t.shape[axis + 1 :])
 
 
 def reduce_scatter(t: torch.Tensor, *, group: Group, dim: str | None = None, axis: int = 0) -> torch.Tensor:
@@ -94,7 +95,7 @@ def reduce_scatter(t: torch.Tensor, *, group: Group, dim: str | None = None, axi
     if group.size == 1:
         return t
     n = group.size
-    shape = (*t.shape[:axis], n, t.shape[axis] // n, *t.shape[axis + 1:])
+    shape = (*t.shape[:axis], n, t.shape[axis] // n, *t.shape[axis + 1 :])
     inp = t.reshape(shape).movedim(axis, 0).contiguous()  # (n, ..., T/n, ...)
     out = torch.empty(inp.shape[1:], dtype=t.dtype, device=t.device)
     with group._label("reduce_scatter", _nbytes(inp), dim):
@@ -162,6 +163,7 @@ def gather_object(obj, *, world_size: int):
 
 
 # ---- autograd operators (Megatron f / f̄, SP g / ḡ) ----------------------------------------------
+
 
 class _CopyToTP(torch.autograd.Function):
     """Megatron's `f`: identity forward, all-reduce of the input gradient backward (Shoeybi et al. 2019, Fig. 3a)."""

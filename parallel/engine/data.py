@@ -29,11 +29,11 @@ def global_batch(*, step: int, seed: int, global_batch: int, seq_len: int, vocab
 def microbatches(tokens: torch.Tensor, *, plan, dp_index: int, cp_index: int, device=None) -> list[dict]:
     """This rank's microbatches: [{"ids": (b, s/cp), "targets": (b, s/cp)}] for its dp and cp coordinates."""
     per = tokens.size(0) // plan.dp
-    rows = tokens[dp_index * per:(dp_index + 1) * per]
+    rows = tokens[dp_index * per : (dp_index + 1) * per]
     ranges = token_ranges(seq_len=tokens.size(1) - 1, cp=plan.cp, index=cp_index)
     out = []
     for i in range(0, per, plan.micro_batch):
-        mb = rows[i:i + plan.micro_batch]
+        mb = rows[i : i + plan.micro_batch]
         ids, targets = take(mb[:, :-1], ranges), take(mb[:, 1:], ranges)
         out.append({"ids": ids.contiguous().to(device), "targets": targets.contiguous().to(device)})
     return out

@@ -39,9 +39,9 @@ class _Bucket:
         off = 0
         for p in params:  # parameters and gradients become views of the flat buffers
             n = p.numel()
-            self.param[off:off + n].copy_(p.detach().reshape(-1))
-            p.data = self.param[off:off + n].view_as(p)
-            p.grad = self.grad[off:off + n].view_as(p)
+            self.param[off : off + n].copy_(p.detach().reshape(-1))
+            p.data = self.param[off : off + n].view_as(p)
+            p.grad = self.grad[off : off + n].view_as(p)
             off += n
         size = padded // n_shards
         self.lo, self.hi = index * size, (index + 1) * size
@@ -69,7 +69,7 @@ class GradReducer:
             self.buckets.append(_Bucket(cur, n_shards=n, index=idx))
         if zero >= 1:
             # the optimizer sees one parameter per bucket: this rank's shard of the flat buffer
-            self.shards = [nn.Parameter(b.param[b.lo:b.hi]) for b in self.buckets]
+            self.shards = [nn.Parameter(b.param[b.lo : b.hi]) for b in self.buckets]
             for s in self.shards:
                 s.grad = torch.zeros_like(s)
 
@@ -88,7 +88,7 @@ class GradReducer:
             all_reduce(flat, group=ctx.tp, dim="sp")
             off = 0
             for p in self.sp_params:
-                p.grad.copy_(flat[off:off + p.numel()].view_as(p))
+                p.grad.copy_(flat[off : off + p.numel()].view_as(p))
                 off += p.numel()
         for p in self.emb_params:
             all_reduce(p.grad, group=ctx.emb, dim="pp")
@@ -104,5 +104,4 @@ class GradReducer:
         """ZeRO-1: all-gather the updated shards into every replica's parameters."""
         if self.zero >= 1 and self.ctx.dpcp.size > 1:
             for b in self.buckets:
-                all_gather_flat(b.param, b.param[b.lo:b.hi].clone(), group=self.ctx.dpcp, dim="dp")
-
+                all_gather_flat(b.param, b.param[b.lo : b.hi].clone(), group=self.ctx.dpcp, dim="dp")

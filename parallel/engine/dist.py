@@ -112,12 +112,22 @@ def build_groups(topo: Topology, rank: int, backend: str, timeout: timedelta) ->
     return mine
 
 
-def init(*, plan: Plan, rank: int, world_size: int, local_rank: int, gpus_per_node: int,
-         init_method: str = "env://", timeout_s: float = 60.0) -> ParallelContext:
+def init(
+    *,
+    plan: Plan,
+    rank: int,
+    world_size: int,
+    local_rank: int,
+    gpus_per_node: int,
+    init_method: str = "env://",
+    timeout_s: float = 60.0,
+) -> ParallelContext:
     """init_process_group for this rank and all groups of `plan`; returns the rank's context."""
     if plan.world_size != world_size:
-        raise ValueError(f"dp×tp×pp×cp = {plan.dp}×{plan.tp}×{plan.pp}×{plan.cp} = {plan.world_size}, "
-                         f"but {world_size} processes were started")
+        raise ValueError(
+            f"dp×tp×pp×cp = {plan.dp}×{plan.tp}×{plan.pp}×{plan.cp} = {plan.world_size}, "
+            f"but {world_size} processes were started"
+        )
     backend = backend_for_device()
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
@@ -125,14 +135,19 @@ def init(*, plan: Plan, rank: int, world_size: int, local_rank: int, gpus_per_no
     else:
         device = torch.device("cpu")
     timeout = timedelta(seconds=timeout_s)  # new_group does not inherit it: pass it to every group
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout,
-                            device_id=device if backend == "nccl" else None)
+    dist.init_process_group(
+        backend,
+        init_method=init_method,
+        rank=rank,
+        world_size=world_size,
+        timeout=timeout,
+        device_id=device if backend == "nccl" else None,
+    )
     if backend == "nccl":  # batch_isend_irecv needs the world group's first collective to involve every rank
         dist.barrier(device_ids=[local_rank])
     topo = plan.topology(gpus_per_node)
     g = build_groups(topo, rank, backend, timeout)
-    return ParallelContext(plan=plan, topo=topo, rank=rank, world_size=world_size, device=device,
-                           backend=backend, **g)
+    return ParallelContext(plan=plan, topo=topo, rank=rank, world_size=world_size, device=device, backend=backend, **g)
 
 
 def shutdown() -> None:
@@ -146,7 +161,10 @@ def local_context(plan: Plan | None = None, *, device: str = "cpu") -> ParallelC
     plan = plan or Plan()
     if plan.world_size != 1:
         raise ValueError(f"local_context is for one rank; the plan has {plan.world_size}")
-    one = {name: Group(dim=label, ranks=(0,), pg=None, rank=0)
-           for name, label in (("tp", "tp"), ("cp", "cp"), ("pp", "pp"), ("dp", "dp"), ("dpcp", "dp"), ("emb", "pp"))}
-    return ParallelContext(plan=plan, topo=plan.topology(1), rank=0, world_size=1, device=torch.device(device),
-                           backend="none", **one)
+    one = {
+        name: Group(dim=label, ranks=(0,), pg=None, rank=0)
+        for name, label in (("tp", "tp"), ("cp", "cp"), ("pp", "pp"), ("dp", "dp"), ("dpcp", "dp"), ("emb", "pp"))
+    }
+    return ParallelContext(
+        plan=plan, topo=plan.topology(1), rank=0, world_size=1, device=torch.device(device), backend="none", **one
+    )

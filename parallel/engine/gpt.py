@@ -47,12 +47,22 @@ def full_shapes(model: Model) -> dict[str, tuple[int, ...]]:
     shapes = {"wte.weight": (v, h), "wpe.weight": (s, h)}
     for i in range(model.layers):
         p = f"h.{i}."
-        shapes.update({p + "ln_1.weight": (h,), p + "ln_1.bias": (h,),
-                       p + "attn.c_attn.weight": (h + 2 * k, h), p + "attn.c_attn.bias": (h + 2 * k,),
-                       p + "attn.c_proj.weight": (h, h), p + "attn.c_proj.bias": (h,),
-                       p + "ln_2.weight": (h,), p + "ln_2.bias": (h,),
-                       p + "mlp.c_fc.weight": (f, h), p + "mlp.c_fc.bias": (f,),
-                       p + "mlp.c_proj.weight": (h, f), p + "mlp.c_proj.bias": (h,)})
+        shapes.update(
+            {
+                p + "ln_1.weight": (h,),
+                p + "ln_1.bias": (h,),
+                p + "attn.c_attn.weight": (h + 2 * k, h),
+                p + "attn.c_attn.bias": (h + 2 * k,),
+                p + "attn.c_proj.weight": (h, h),
+                p + "attn.c_proj.bias": (h,),
+                p + "ln_2.weight": (h,),
+                p + "ln_2.bias": (h,),
+                p + "mlp.c_fc.weight": (f, h),
+                p + "mlp.c_fc.bias": (f,),
+                p + "mlp.c_proj.weight": (h, f),
+                p + "mlp.c_proj.bias": (h,),
+            }
+        )
     shapes.update({"ln_f.weight": (h,), "ln_f.bias": (h,)})
     return shapes
 
@@ -126,8 +136,9 @@ class CausalSelfAttention(nn.Module):
         self.tp, self.cp, self.dropout = ctx.tp, ctx.cp, dropout
         self.head_dim = model.head_dim
         self.heads, self.kv_heads = model.heads // t, model.kv_heads // t  # this rank's heads
-        self.c_attn = ColumnParallelLinear(model.hidden, [model.hidden, model.kv_hidden, model.kv_hidden],
-                                           group=ctx.tp, sp=plan.sp)
+        self.c_attn = ColumnParallelLinear(
+            model.hidden, [model.hidden, model.kv_hidden, model.kv_hidden], group=ctx.tp, sp=plan.sp
+        )
         self.c_proj = RowParallelLinear(model.hidden, model.hidden, group=ctx.tp, sp=plan.sp)
         self.selective = plan.recompute == "selective"
 
@@ -223,14 +234,17 @@ class GPTStage(nn.Module):
             self.wpe = nn.Embedding(model.seq_len, model.hidden)  # its weight, sliced by position ranges
             self.wpe.weight.sequence_parallel = plan.sp
         per = model.layers // n_virtual
-        self.h = nn.ModuleDict({str(i): Block(model, ctx, dropout=dropout)
-                                for i in range(virtual * per, (virtual + 1) * per)})
+        self.h = nn.ModuleDict(
+            {str(i): Block(model, ctx, dropout=dropout) for i in range(virtual * per, (virtual + 1) * per)}
+        )
         if self.last:
             self.ln_f = LayerNorm(model.hidden, sp=plan.sp)
         self.ranges = token_ranges(seq_len=model.seq_len, cp=plan.cp, index=ctx.cp.index)  # this CP rank's tokens
         self.local_ranges = sp_ranges(self.ranges, tp=tp.size, index=tp.index) if plan.sp else self.ranges
         # the causal mask of this CP rank's queries; a buffer so .to() moves and casts it with the weights
-        self.register_buffer("bias", causal_bias(seq_len=model.seq_len, cp=plan.cp, index=ctx.cp.index), persistent=False)
+        self.register_buffer(
+            "bias", causal_bias(seq_len=model.seq_len, cp=plan.cp, index=ctx.cp.index), persistent=False
+        )
 
     @torch.no_grad()
     def init_weights(self, *, seed: int) -> None:

@@ -55,12 +55,20 @@ def _fail(rank: int, step: int) -> None:
     raise RuntimeError(f"injected failure on rank {rank} at step {step} (PARASCOPE_FAIL_RANK)")
 
 
-def train_rank(cfg, *, rank: int, world_size: int, init_method: str, local_rank: int, node: int,
-               gpus_per_node: int, on_step=None) -> dict | None:
+def train_rank(
+    cfg, *, rank: int, world_size: int, init_method: str, local_rank: int, node: int, gpus_per_node: int, on_step=None
+) -> dict | None:
     t_start = time.perf_counter()
     _threads()
-    ctx = dist.init(plan=cfg.plan, rank=rank, world_size=world_size, local_rank=local_rank,
-                    gpus_per_node=gpus_per_node, init_method=init_method, timeout_s=cfg.timeout_s)
+    ctx = dist.init(
+        plan=cfg.plan,
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        gpus_per_node=gpus_per_node,
+        init_method=init_method,
+        timeout_s=cfg.timeout_s,
+    )
     metrics = _train(cfg, ctx, node=node, local_rank=local_rank, on_step=on_step, t_start=t_start)
     dist.shutdown()  # only on success: after a failure the launcher stops the peers
     return metrics
@@ -78,8 +86,7 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
         chunk.to(device=ctx.device, dtype=dtype)
     named = [(n, p) for chunk in chunks for n, p in chunk.named_parameters()]  # the serial model's names
     reducer = GradReducer(named, ctx=ctx, zero=plan.zero, bucket_bytes=int(cfg.bucket_mb * 2**20))
-    optimizer = AdamW(reducer.optimizer_params(), lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
-                      weight_decay=cfg.weight_decay)
+    optimizer = AdamW(reducer.optimizer_params(), lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=cfg.weight_decay)
     meter = ActivationMeter(exclude=[p for _, p in named])
     t_local = model.seq_len // plan.cp // (plan.tp if plan.sp else 1)  # tokens per rank between layers
     pipe = Pipeline(models=chunks, ctx=ctx, act_shape=(plan.micro_batch, t_local, model.hidden), dtype=dtype)
@@ -91,8 +98,9 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
         if step == fail_step:
             _fail(rank, step)
         t0 = time.perf_counter()
-        batch = data.global_batch(step=step, seed=cfg.seed, global_batch=plan.global_batch,
-                                  seq_len=model.seq_len, vocab=model.vocab)
+        batch = data.global_batch(
+            step=step, seed=cfg.seed, global_batch=plan.global_batch, seq_len=model.seq_len, vocab=model.vocab
+        )
         mbs = data.microbatches(batch, plan=plan, dp_index=ctx.dp.index, cp_index=ctx.cp.index, device=ctx.device)
         reducer.zero_grad()
         loss = pipe.step(mbs, schedule=plan.schedule, tokens=tokens, meter=meter if step == 0 else None)
@@ -116,11 +124,21 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
 
     if cfg.save_params and cfg.out:
         _save_shards(named, ctx, Path(cfg.out), grads=first_grads)
-    result = {"rank": rank, "coords": ctx.coords, "stage": ctx.stage, "node": node, "local_rank": local_rank,
-              "hostname": socket.gethostname(), "loss": losses if ctx.is_last else None, "step_time_s": times,
-              "init_s": init_s, "activation_bytes": meter.total(), "activation_breakdown": meter.breakdown(),
-              "activation_bytes_per_layer": meter.per_layer(),
-              "predicted_activation_breakdown": predicted_breakdown(model, plan, stage=ctx.stage, dropout=cfg.dropout)}
+    result = {
+        "rank": rank,
+        "coords": ctx.coords,
+        "stage": ctx.stage,
+        "node": node,
+        "local_rank": local_rank,
+        "hostname": socket.gethostname(),
+        "loss": losses if ctx.is_last else None,
+        "step_time_s": times,
+        "init_s": init_s,
+        "activation_bytes": meter.total(),
+        "activation_breakdown": meter.breakdown(),
+        "activation_bytes_per_layer": meter.per_layer(),
+        "predicted_activation_breakdown": predicted_breakdown(model, plan, stage=ctx.stage, dropout=cfg.dropout),
+    }
     results = gather_object(result, world_size=ctx.world_size)
     if rank != 0:
         return None
@@ -134,10 +152,13 @@ def _save_shards(named, ctx, out: Path, *, grads: dict) -> None:
     """This rank's parameter shards after training, and its first step's reduced gradients (not kept
     under ZeRO-1, where each rank has only its shard of them); metrics.full_state_dict reassembles."""
     (out / "params").mkdir(parents=True, exist_ok=True)
-    payload = {"coords": ctx.coords, "tp": ctx.tp.size,
-               "params": {n: p.detach().cpu().clone() for n, p in named},
-               "grads": grads,
-               "tp_shard": {n: p.tp_shard for n, p in named if hasattr(p, "tp_shard")}}
+    payload = {
+        "coords": ctx.coords,
+        "tp": ctx.tp.size,
+        "params": {n: p.detach().cpu().clone() for n, p in named},
+        "grads": grads,
+        "tp_shard": {n: p.tp_shard for n, p in named if hasattr(p, "tp_shard")},
+    }
     tmp = out / "params" / f".rank{ctx.rank}.pt.tmp"
     torch.save(payload, tmp)
     os.replace(tmp, out / "params" / f"rank{ctx.rank}.pt")

@@ -44,7 +44,9 @@ def _die_with_parent() -> None:
 
 def _worker(fn, rank: int, world_size: int, init_method: str, errors) -> None:
     _die_with_parent()
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size))
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size)
+    )
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # one machine: gloo over loopback
     try:
         fn(rank=rank, world_size=world_size, init_method=init_method)
@@ -135,8 +137,20 @@ def _stop(procs, grace_s: float) -> None:
 
 def run_torchrun(args: list[str], *, nproc: int) -> int:
     """`torchrun --standalone --nproc-per-node N -m parallel train ARGS` (one node); its exit code."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", "parallel", "train", *args]
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "parallel",
+        "train",
+        *args,
+    ]
+    env = {
+        **os.environ,
+        "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    }
     return subprocess.call(cmd, env=env)

@@ -17,19 +17,27 @@ def build_metrics(cfg, results: list[dict], *, backend: str) -> dict:
         "world_size": len(results),
         "plan": cfg.plan.to_dict(),
         "model": cfg.model.to_dict(),
-        "steps": cfg.steps, "seed": cfg.seed, "lr": cfg.lr, "dropout": cfg.dropout,
+        "steps": cfg.steps,
+        "seed": cfg.seed,
+        "lr": cfg.lr,
+        "dropout": cfg.dropout,
         "loss": loss,
         "step_time_s": [max(r["step_time_s"][i] for r in results) for i in range(n_steps)],
         "step_time_s_per_rank": {k: r["step_time_s"] for k, r in by_rank.items()},
         "init_s": {k: r["init_s"] for k, r in by_rank.items()},
         "activation_bytes": {k: r["activation_bytes"] for k, r in by_rank.items()},
         "activation_breakdown": {k: r["activation_breakdown"] for k, r in by_rank.items()},
-        "activation_bytes_per_layer": {k: {str(lay): n for lay, n in r["activation_bytes_per_layer"].items()}
-                                       for k, r in by_rank.items()},
-        "predicted_activation_bytes": {k: sum(r["predicted_activation_breakdown"].values()) for k, r in by_rank.items()},
+        "activation_bytes_per_layer": {
+            k: {str(lay): n for lay, n in r["activation_bytes_per_layer"].items()} for k, r in by_rank.items()
+        },
+        "predicted_activation_bytes": {
+            k: sum(r["predicted_activation_breakdown"].values()) for k, r in by_rank.items()
+        },
         "predicted_activation_breakdown": {k: r["predicted_activation_breakdown"] for k, r in by_rank.items()},
         "coords": {k: r["coords"] for k, r in by_rank.items()},
-        "hosts": {k: {"hostname": r["hostname"], "node": r["node"], "local_rank": r["local_rank"]} for k, r in by_rank.items()},
+        "hosts": {
+            k: {"hostname": r["hostname"], "node": r["node"], "local_rank": r["local_rank"]} for k, r in by_rank.items()
+        },
         "nodes": len({r["node"] for r in results}),
         "backend": backend,
         "torch_version": torch.__version__,

@@ -24,8 +24,8 @@ class AdamW:
     def step(self) -> None:
         self.steps += 1
         lr, b1, b2 = self.lr, self.beta1, self.beta2
-        bias_correction1 = 1 - b1 ** self.steps
-        bias_correction2_sqrt = math.sqrt(1 - b2 ** self.steps)
+        bias_correction1 = 1 - b1**self.steps
+        bias_correction2_sqrt = math.sqrt(1 - b2**self.steps)
         for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):
             g = p.grad
             p.mul_(1 - lr * self.weight_decay)  # decoupled weight decay

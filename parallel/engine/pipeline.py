@@ -70,7 +70,9 @@ class Pipeline:
         if self.ctx.is_last:
             return None
         g = self._buf()
-        exchange(group=self.ctx.pp, send=[(y.detach().contiguous(), self.ctx.next_rank)], recv=[(g, self.ctx.next_rank)])
+        exchange(
+            group=self.ctx.pp, send=[(y.detach().contiguous(), self.ctx.next_rank)], recv=[(g, self.ctx.next_rank)]
+        )
         return g
 
     def send_backward_recv_forward(self, gx):
@@ -85,8 +87,11 @@ class Pipeline:
         """Microbatch i through model chunk `chunk` (microbatch 0 of every chunk under the meter, if any)."""
         model = self.models[chunk]
         with phase("fwd", mb=i, stage=self.ctx.stage, chunk=chunk):
-            measure = self.meter.measure(inputs=[t for t in mb.values() if t is not None]) \
-                if self.meter is not None and i == 0 else nullcontext()
+            measure = (
+                self.meter.measure(inputs=[t for t in mb.values() if t is not None])
+                if self.meter is not None and i == 0
+                else nullcontext()
+            )
             with measure:
                 y = model(x, ids=mb.get("ids"), targets=mb.get("targets"), tokens=self.tokens)
         if model.last:

@@ -37,8 +37,11 @@ def detect(text: str, name: str = "") -> str:
     if stripped.startswith("{"):
         return "plan-json"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-    if lines and all(ln.startswith("[") or "=" in ln and " --" not in ln for ln in lines) and \
-            any(ln.startswith("[") for ln in lines):
+    if (
+        lines
+        and all(ln.startswith("[") or "=" in ln and " --" not in ln for ln in lines)
+        and any(ln.startswith("[") for ln in lines)
+    ):
         return "torchtitan"
     return "megatron"
 
@@ -49,7 +52,9 @@ def import_text(text: str, name: str = "pasted text", kind: str | None = None) -
         raise ImportFailed(f"unknown import kind {kind!r}; known: {', '.join(KINDS)}")
     if not text.strip():
         raise ImportFailed(f"{name}: empty")
-    return {"megatron": import_megatron, "torchtitan": import_torchtitan, "plan-json": import_plan_json}[kind](text, name)
+    return {"megatron": import_megatron, "torchtitan": import_torchtitan, "plan-json": import_plan_json}[kind](
+        text, name
+    )
 
 
 def import_plan(path: str | Path, kind: str | None = None) -> Imported:
@@ -64,7 +69,6 @@ def import_plan(path: str | Path, kind: str | None = None) -> Imported:
     return import_text(text, path.name, kind)
 
 
-
 def place(imported: Imported, cluster: Cluster, nodes: int | None = None) -> tuple[Imported, Cluster]:
     """The import laid out on `cluster`: the world size from `nodes` when given (it overrides the
     file's), else the file's own; the cluster gets just enough nodes. ImportFailed if neither says."""
@@ -77,8 +81,14 @@ def place(imported: Imported, cluster: Cluster, nodes: int | None = None) -> tup
             why += f" (overrides the file's {imported.world_size} GPUs)"
         return imported.with_world_size(nodes * gpn, why), cluster.with_nodes(nodes)
     if imported.world_size is None:
-        raise ImportFailed(f"{imported.source}: {imported.world_from}; give --nodes N (nodes of "
-                           f"{gpn} GPUs) to say how many GPUs the job runs on")
+        raise ImportFailed(
+            f"{imported.source}: {imported.world_from}; give --nodes N (nodes of "
+            f"{gpn} GPUs) to say how many GPUs the job runs on"
+        )
     world = imported.world_size
-    sized = cluster.with_nodes(imported.nodes) if imported.nodes and imported.nodes * gpn == world else cluster.sized_for(world)
+    sized = (
+        cluster.with_nodes(imported.nodes)
+        if imported.nodes and imported.nodes * gpn == world
+        else cluster.sized_for(world)
+    )
     return imported, sized

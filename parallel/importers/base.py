@@ -49,16 +49,20 @@ class Imported:
         p = self.plan
         replica = p.tp * p.pp * p.cp
         if world < 1 or world % replica:
-            raise ImportFailed(f"{self.source}: {why or 'the world size'} gives {world} GPUs, but one model replica "
-                               f"needs tp×pp×cp = {p.tp}×{p.pp}×{p.cp} = {replica}, which does not divide it; "
-                               f"give --nodes so that nodes × GPUs per node is a multiple of {replica}")
+            raise ImportFailed(
+                f"{self.source}: {why or 'the world size'} gives {world} GPUs, but one model replica "
+                f"needs tp×pp×cp = {p.tp}×{p.pp}×{p.cp} = {replica}, which does not divide it; "
+                f"give --nodes so that nodes × GPUs per node is a multiple of {replica}"
+            )
         dp = world // replica
         gb = self.global_batch or (self.local_batch or p.micro_batch) * dp
         zero = p.zero
         if self.fsdp_replicate is not None:
             if dp % self.fsdp_replicate:
-                raise ImportFailed(f"{self.source}: dp = {world}/{replica} = {dp} is not divisible by "
-                                   f"data_parallel_replicate_degree {self.fsdp_replicate}")
+                raise ImportFailed(
+                    f"{self.source}: dp = {world}/{replica} = {dp} is not divisible by "
+                    f"data_parallel_replicate_degree {self.fsdp_replicate}"
+                )
             zero = 3 if dp // self.fsdp_replicate * p.cp > 1 else 0
         plan = dataclasses.replace(p, dp=dp, global_batch=gb, zero=zero)
         return dataclasses.replace(self, plan=plan, world_size=world, world_from=why or self.world_from)
@@ -66,10 +70,15 @@ class Imported:
     def summary(self) -> dict:
         """JSON-ready account of the import (the `imported` key of `python -m parallel plan --import --json`)."""
         return {
-            "kind": self.kind, "source": self.source,
+            "kind": self.kind,
+            "source": self.source,
             "model": self.model.name if self.model else None,
-            "world_size": self.world_size, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
+            "world_size": self.world_size,
+            "nodes": self.nodes,
+            "gpus_per_node": self.gpus_per_node,
             "world_from": self.world_from,
-            "recognised": dict(self.recognised), "unknown": list(self.unknown), "notes": list(self.notes),
+            "recognised": dict(self.recognised),
+            "unknown": list(self.unknown),
+            "notes": list(self.notes),
             "options": dict(self.options),
         }

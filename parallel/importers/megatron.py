@@ -30,33 +30,59 @@ from parallel.importers.base import Imported, failure
 from parallel.importers.shell_eval import UNRESOLVED, ShellError, Word, run
 
 USED = {  # flag -> (type, key)
-    "--tensor-model-parallel-size": ("int", "tp"), "--model-parallel-size": ("int", "tp"),
-    "--pipeline-model-parallel-size": ("int", "pp"), "--context-parallel-size": ("int", "cp"),
-    "--sequence-parallel": ("true", "sp"), "--micro-batch-size": ("int", "micro_batch"),
+    "--tensor-model-parallel-size": ("int", "tp"),
+    "--model-parallel-size": ("int", "tp"),
+    "--pipeline-model-parallel-size": ("int", "pp"),
+    "--context-parallel-size": ("int", "cp"),
+    "--sequence-parallel": ("true", "sp"),
+    "--micro-batch-size": ("int", "micro_batch"),
     "--global-batch-size": ("int", "global_batch"),
     "--num-layers-per-virtual-pipeline-stage": ("int", "layers_per_virtual_stage"),
-    "--virtual-pipeline-model-parallel-size": ("int", "vpp"), "--num-virtual-stages-per-pipeline-rank": ("int", "vpp"),
-    "--num-layers": ("int", "layers"), "--hidden-size": ("int", "hidden"), "--num-attention-heads": ("int", "heads"),
-    "--group-query-attention": ("true", "gqa"), "--num-query-groups": ("int", "kv_heads"),
-    "--ffn-hidden-size": ("int", "ffn_hidden"), "--seq-length": ("int", "seq_len"),
-    "--encoder-seq-length": ("int", "seq_len"), "--max-position-embeddings": ("int", "max_pos"),
-    "--vocab-size": ("int", "vocab"), "--make-vocab-size-divisible-by": ("int", "vocab_divisor"),
-    "--kv-channels": ("int", "kv_channels"), "--swiglu": ("true", "swiglu"),
-    "--untie-embeddings-and-output-weights": ("true", "untied"), "--disable-bias-linear": ("true", "no_bias"),
-    "--normalization": ("str", "norm"), "--bf16": ("true", "bf16"), "--fp16": ("true", "fp16"),
-    "--recompute-granularity": ("str", "recompute"), "--recompute-activations": ("true", "recompute_activations"),
+    "--virtual-pipeline-model-parallel-size": ("int", "vpp"),
+    "--num-virtual-stages-per-pipeline-rank": ("int", "vpp"),
+    "--num-layers": ("int", "layers"),
+    "--hidden-size": ("int", "hidden"),
+    "--num-attention-heads": ("int", "heads"),
+    "--group-query-attention": ("true", "gqa"),
+    "--num-query-groups": ("int", "kv_heads"),
+    "--ffn-hidden-size": ("int", "ffn_hidden"),
+    "--seq-length": ("int", "seq_len"),
+    "--encoder-seq-length": ("int", "seq_len"),
+    "--max-position-embeddings": ("int", "max_pos"),
+    "--vocab-size": ("int", "vocab"),
+    "--make-vocab-size-divisible-by": ("int", "vocab_divisor"),
+    "--kv-channels": ("int", "kv_channels"),
+    "--swiglu": ("true", "swiglu"),
+    "--untie-embeddings-and-output-weights": ("true", "untied"),
+    "--disable-bias-linear": ("true", "no_bias"),
+    "--normalization": ("str", "norm"),
+    "--bf16": ("true", "bf16"),
+    "--fp16": ("true", "fp16"),
+    "--recompute-granularity": ("str", "recompute"),
+    "--recompute-activations": ("true", "recompute_activations"),
     "--checkpoint-activations": ("true", "checkpoint_activations"),
-    "--activations-checkpoint-method": ("str", "checkpoint_method"), "--recompute-method": ("str", "recompute_method"),
+    "--activations-checkpoint-method": ("str", "checkpoint_method"),
+    "--recompute-method": ("str", "recompute_method"),
     "--recompute-num-layers": ("int", "recompute_layers"),
-    "--use-distributed-optimizer": ("true", "distributed_optimizer"), "--use-torch-fsdp2": ("true", "fsdp2"),
-    "--data-parallel-sharding-strategy": ("str", "sharding"), "--use-tp-pp-dp-mapping": ("true", "tp_pp_dp"),
-    "--attention-backend": ("str", "attention_backend"), "--use-flash-attn": ("true", "flash"),
-    "--attention-dropout": ("float", "attention_dropout"), "--hidden-dropout": ("float", "hidden_dropout"),
-    "--tokenizer-type": ("str", "tokenizer"), "--vocab-file": ("path", "vocab_file"), "--merge-file": ("path", "merge_file"),
-    "--num-experts": ("int", "experts"), "--expert-model-parallel-size": ("int", "ep"),
-    "--overlap-grad-reduce": ("true", "overlap_grad_reduce"), "--tp-comm-overlap": ("true", "tp_comm_overlap"),
-    "--rampup-batch-size": ("list", "rampup"), "--cp-comm-type": ("str", "cp_comm_type"),
-    "--fp8-format": ("str", "fp8"), "--decoder-first-pipeline-num-layers": ("int", "first_stage_layers"),
+    "--use-distributed-optimizer": ("true", "distributed_optimizer"),
+    "--use-torch-fsdp2": ("true", "fsdp2"),
+    "--data-parallel-sharding-strategy": ("str", "sharding"),
+    "--use-tp-pp-dp-mapping": ("true", "tp_pp_dp"),
+    "--attention-backend": ("str", "attention_backend"),
+    "--use-flash-attn": ("true", "flash"),
+    "--attention-dropout": ("float", "attention_dropout"),
+    "--hidden-dropout": ("float", "hidden_dropout"),
+    "--tokenizer-type": ("str", "tokenizer"),
+    "--vocab-file": ("path", "vocab_file"),
+    "--merge-file": ("path", "merge_file"),
+    "--num-experts": ("int", "experts"),
+    "--expert-model-parallel-size": ("int", "ep"),
+    "--overlap-grad-reduce": ("true", "overlap_grad_reduce"),
+    "--tp-comm-overlap": ("true", "tp_comm_overlap"),
+    "--rampup-batch-size": ("list", "rampup"),
+    "--cp-comm-type": ("str", "cp_comm_type"),
+    "--fp8-format": ("str", "fp8"),
+    "--decoder-first-pipeline-num-layers": ("int", "first_stage_layers"),
     "--decoder-last-pipeline-num-layers": ("int", "last_stage_layers"),
 }
 # Recognised, and without effect on memory, communication or time in the plan model.
@@ -73,11 +99,20 @@ IGNORED = re.compile(
     r"eod-mask|reset-|kv-lora|q-lora|multi-latent|cuda-graph|enable-|disable-|te-|nccl-|high-priority|"
     r"deterministic|num-dataset|object-storage|full-validation|timing|barrier|use-dist-ckpt|auto-detect|"
     r"dist-ckpt|async-save|non-persistent|pretrained-checkpoint|tensorboard-dir|use-fused|"
-    r"gradient-accumulation-fusion)")
+    r"gradient-accumulation-fusion)"
+)
 LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed", "srun", "mpirun")
-WORLD_FLAGS = {"--nnodes": "nodes", "--num_nodes": "nodes", "--nodes": "nodes", "-N": "nodes",
-               "--nproc_per_node": "gpus", "--nproc-per-node": "gpus", "--num_gpus": "gpus",
-               "--ntasks-per-node": "gpus", "--gpus-per-node": "gpus"}
+WORLD_FLAGS = {
+    "--nnodes": "nodes",
+    "--num_nodes": "nodes",
+    "--nodes": "nodes",
+    "-N": "nodes",
+    "--nproc_per_node": "gpus",
+    "--nproc-per-node": "gpus",
+    "--num_gpus": "gpus",
+    "--ntasks-per-node": "gpus",
+    "--gpus-per-node": "gpus",
+}
 
 
 def _is_flag(text: str) -> bool:
@@ -114,8 +149,9 @@ class _Reader:
         pat = re.compile(rf"(?<![\w-]){re.escape(flag)}(?![\w-])")
         if 0 < line <= len(self.lines) and pat.search(self.lines[line - 1]):
             return line
-        return next((i + 1 for i, ln in enumerate(self.lines) if pat.search(ln) and not ln.lstrip().startswith("#")),
-                    line)
+        return next(
+            (i + 1 for i, ln in enumerate(self.lines) if pat.search(ln) and not ln.lstrip().startswith("#")), line
+        )
 
     def value(self, flag: str, kind: str, words: list[Word], line: int):
         ln = self.where(flag, line)
@@ -127,8 +163,11 @@ class _Reader:
             raise self.fail(ln, f"{flag} needs a value{why}")
         text = words[0].text
         if UNRESOLVED in text:
-            raise self.fail(ln, f"{flag} takes its value from `{text.replace(UNRESOLVED, '')}`, a command this "
-                                f"importer does not run; write the number in the script")
+            raise self.fail(
+                ln,
+                f"{flag} takes its value from `{text.replace(UNRESOLVED, '')}`, a command this "
+                f"importer does not run; write the number in the script",
+            )
         if kind == "int":
             try:
                 value = int(text)
@@ -167,8 +206,10 @@ class _Reader:
             if kind == "true":
                 out[key] = (True, self.where(flag, w.line))
                 if vals:
-                    self.notes.append(f"line {self.where(flag, w.line)}: {flag} takes no value; "
-                                      f"{' '.join(v.text for v in vals)!r} after it is ignored")
+                    self.notes.append(
+                        f"line {self.where(flag, w.line)}: {flag} takes no value; "
+                        f"{' '.join(v.text for v in vals)!r} after it is ignored"
+                    )
                 continue
             out[key] = (self.value(flag, kind, vals if kind == "list" else vals[:1], w.line), self.where(flag, w.line))
             self.seen[flag] = out[key][0]
@@ -177,6 +218,7 @@ class _Reader:
 
 def _launch(commands: list[list[Word]]) -> tuple[list[Word], list[Word]]:
     """(launcher words, Megatron words) of the command carrying the most Megatron flags."""
+
     def score(cmd):
         return sum(1 for w in cmd if w.text.partition("=")[0] in USED)
 
@@ -187,7 +229,7 @@ def _launch(commands: list[list[Word]]) -> tuple[list[Word], list[Word]]:
     if script is None:
         first = next(i for i, w in enumerate(best) if _is_flag(w.text))
         return best[:first], best[first:]
-    return best[:script], best[script + 1:]
+    return best[:script], best[script + 1 :]
 
 
 def _world(r: _Reader, launcher: list[Word], sbatch: dict[str, str]) -> tuple[int | None, int | None, int | None, str]:
@@ -218,8 +260,10 @@ def _world(r: _Reader, launcher: list[Word], sbatch: dict[str, str]) -> tuple[in
             values[key] = int(text)
         except ValueError:
             shown = text.replace(UNRESOLVED, "")
-            r.notes.append(f"line {line}: the {'nodes' if key == 'nodes' else 'GPUs per node'} come from {shown!r}, "
-                           f"which this importer cannot evaluate")
+            r.notes.append(
+                f"line {line}: the {'nodes' if key == 'nodes' else 'GPUs per node'} come from {shown!r}, "
+                f"which this importer cannot evaluate"
+            )
     nodes, gpus = values.get("nodes"), values.get("gpus")
     if nodes and gpus:
         line = found["gpus"][1] or found["nodes"][1]
@@ -230,8 +274,11 @@ def _world(r: _Reader, launcher: list[Word], sbatch: dict[str, str]) -> tuple[in
 
 def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
     get = {k: v for k, (v, _) in f.items()}
-    missing = [flag for flag, key in (("--num-layers", "layers"), ("--hidden-size", "hidden"),
-                                      ("--num-attention-heads", "heads")) if key not in get]
+    missing = [
+        flag
+        for flag, key in (("--num-layers", "layers"), ("--hidden-size", "hidden"), ("--num-attention-heads", "heads"))
+        if key not in get
+    ]
     seq = get.get("seq_len") or get.get("max_pos")
     if seq is None:
         missing.append("--seq-length")
@@ -244,8 +291,10 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
     if "kv_heads" in get and get.get("gqa"):
         kv = get["kv_heads"]
     elif "kv_heads" in get:
-        r.notes.append(f"line {f['kv_heads'][1]}: --num-query-groups without --group-query-attention "
-                       f"is ignored by Megatron-LM: plain multi-head attention")
+        r.notes.append(
+            f"line {f['kv_heads'][1]}: --num-query-groups without --group-query-attention "
+            f"is ignored by Megatron-LM: plain multi-head attention"
+        )
     llama = bool(get.get("swiglu"))
     ffn = get.get("ffn_hidden") or (int(4 * h * 2 / 3 / 64) * 64 if llama else 4 * h)
     if llama and not get.get("untied"):
@@ -253,33 +302,55 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
     if not llama and get.get("untied"):
         r.notes.append("--untie-embeddings-and-output-weights with a GeLU MLP: modelled as the gpt architecture (tied)")
     if "kv_channels" in get and get["kv_channels"] != h // heads:
-        r.notes.append(f"--kv-channels {get['kv_channels']} differs from hidden/heads = {h // heads}: "
-                       f"the plan model uses hidden/heads")
+        r.notes.append(
+            f"--kv-channels {get['kv_channels']} differs from hidden/heads = {h // heads}: "
+            f"the plan model uses hidden/heads"
+        )
     dtype = 2 if get.get("bf16") or get.get("fp16") else 4
     if dtype == 4:
-        r.notes.append("neither --bf16 nor --fp16: fp32 training (Megatron-LM's default), 4-byte weights and activations")
+        r.notes.append(
+            "neither --bf16 nor --fp16: fp32 training (Megatron-LM's default), 4-byte weights and activations"
+        )
     if get.get("fp8"):
         r.notes.append(f"--fp8-format {get['fp8']}: FP8 GEMMs are not modelled; bf16 activations assumed")
-    shape = dict(layers=layers, hidden=h, heads=heads, kv_heads=kv, ffn_hidden=ffn, seq_len=seq, dtype_bytes=dtype,
-                 arch="llama" if llama else "gpt")
-    like = next((m for m in MODELS.values() if all(getattr(m, k) == shape[k] for k in
-                                                   ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "arch"))), None)
+    shape = dict(
+        layers=layers,
+        hidden=h,
+        heads=heads,
+        kv_heads=kv,
+        ffn_hidden=ffn,
+        seq_len=seq,
+        dtype_bytes=dtype,
+        arch="llama" if llama else "gpt",
+    )
+    like = next(
+        (
+            m
+            for m in MODELS.values()
+            if all(getattr(m, k) == shape[k] for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "arch"))
+        ),
+        None,
+    )
     vocab = get.get("vocab")
     if vocab is None and (get.get("tokenizer") == "GPT2BPETokenizer" or "vocab_file" in get or "merge_file" in get):
         vocab = 50257
         r.notes.append("GPT-2 BPE tokenizer (--vocab-file/--merge-file): vocabulary 50257")
     elif vocab is None and like is not None:
         vocab = like.vocab
-        r.notes.append(f"no --vocab-size (tokenizer {get.get('tokenizer', 'unknown')}): {vocab}, the vocabulary of "
-                       f"the preset {like.name} with the same shape")
+        r.notes.append(
+            f"no --vocab-size (tokenizer {get.get('tokenizer', 'unknown')}): {vocab}, the vocabulary of "
+            f"the preset {like.name} with the same shape"
+        )
     elif vocab is None:
         vocab = 51200
         r.notes.append("no --vocab-size and an unknown tokenizer: vocabulary 51200 assumed")
     divisor = get.get("vocab_divisor", 128) * tp
     padded = -(-vocab // divisor) * divisor
     if padded != vocab:
-        r.notes.append(f"vocabulary {vocab} padded to {padded}, a multiple of make-vocab-size-divisible-by × tp = "
-                       f"{divisor}, as Megatron-LM pads it")
+        r.notes.append(
+            f"vocabulary {vocab} padded to {padded}, a multiple of make-vocab-size-divisible-by × tp = "
+            f"{divisor}, as Megatron-LM pads it"
+        )
     shape["vocab"] = padded
     exact = next((m for m in MODELS.values() if m.to_dict() == {**shape, "name": m.name}), None)
     if exact:
@@ -307,8 +378,11 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
     if "layers_per_virtual_stage" in get:
         per = get["layers_per_virtual_stage"]
         if layers % (pp * per):
-            raise r.fail(line["layers_per_virtual_stage"], f"--num-layers-per-virtual-pipeline-stage {per}: layers "
-                                                           f"{layers} are not divisible by pp×{per} = {pp * per}")
+            raise r.fail(
+                line["layers_per_virtual_stage"],
+                f"--num-layers-per-virtual-pipeline-stage {per}: layers "
+                f"{layers} are not divisible by pp×{per} = {pp * per}",
+            )
         vpp = layers // (pp * per)
     zero = 1 if get.get("distributed_optimizer") else 0
     if get.get("fsdp2"):
@@ -322,22 +396,43 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         recompute = "full"
     if "recompute" in get:
         if get["recompute"] not in ("full", "selective"):
-            raise r.fail(line["recompute"], f"--recompute-granularity must be full or selective, got {get['recompute']!r}")
+            raise r.fail(
+                line["recompute"], f"--recompute-granularity must be full or selective, got {get['recompute']!r}"
+            )
         recompute = get["recompute"]
-    if recompute == "full" and "recompute_layers" in get and get.get("recompute_method") == "block" \
-            and get["recompute_layers"] < layers // (pp * vpp):
-        r.notes.append(f"--recompute-method block --recompute-num-layers {get['recompute_layers']}: only some layers "
-                       f"recomputed; modelled as full recompute of every layer")
-    plan = dict(tp=tp, pp=pp, cp=cp, sp=sp, micro_batch=get.get("micro_batch", 1), vpp=vpp, zero=zero,
-                recompute=recompute, order="tp-cp-ep-pp-dp" if get.get("tp_pp_dp") else "tp-cp-ep-dp-pp")
-    for key, text in (("experts", "mixture of experts (--num-experts) is not modelled: the MLP is counted dense"),
-                      ("overlap_grad_reduce", "--overlap-grad-reduce: give the plan --dp-overlap to model the hidden "
-                                              "gradient reduction"),
-                      ("tp_comm_overlap", "--tp-comm-overlap: TP communication overlap is not modelled (it counts as exposed)"),
-                      ("rampup", "--rampup-batch-size: the plan uses the final global batch"),
-                      ("cp_comm_type", "--cp-comm-type: CP is modelled as all-gathered K/V"),
-                      ("first_stage_layers", "uneven pipeline stages are not modelled: layers split evenly"),
-                      ("last_stage_layers", "uneven pipeline stages are not modelled: layers split evenly")):
+    if (
+        recompute == "full"
+        and "recompute_layers" in get
+        and get.get("recompute_method") == "block"
+        and get["recompute_layers"] < layers // (pp * vpp)
+    ):
+        r.notes.append(
+            f"--recompute-method block --recompute-num-layers {get['recompute_layers']}: only some layers "
+            f"recomputed; modelled as full recompute of every layer"
+        )
+    plan = dict(
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        sp=sp,
+        micro_batch=get.get("micro_batch", 1),
+        vpp=vpp,
+        zero=zero,
+        recompute=recompute,
+        order="tp-cp-ep-pp-dp" if get.get("tp_pp_dp") else "tp-cp-ep-dp-pp",
+    )
+    for key, text in (
+        ("experts", "mixture of experts (--num-experts) is not modelled: the MLP is counted dense"),
+        (
+            "overlap_grad_reduce",
+            "--overlap-grad-reduce: give the plan --dp-overlap to model the hidden gradient reduction",
+        ),
+        ("tp_comm_overlap", "--tp-comm-overlap: TP communication overlap is not modelled (it counts as exposed)"),
+        ("rampup", "--rampup-batch-size: the plan uses the final global batch"),
+        ("cp_comm_type", "--cp-comm-type: CP is modelled as all-gathered K/V"),
+        ("first_stage_layers", "uneven pipeline stages are not modelled: layers split evenly"),
+        ("last_stage_layers", "uneven pipeline stages are not modelled: layers split evenly"),
+    ):
         if key in get:
             r.notes.append(f"line {line[key]}: {text}")
     options = {}
@@ -359,8 +454,11 @@ def import_megatron(text: str, source: str = "pasted text") -> Imported:
     r.unset = result.unset
     launcher, words = _launch(result.commands)
     if not words:
-        raise r.fail(None, "no Megatron-LM launch found: expected a command such as `torchrun ... pretrain_gpt.py "
-                           "--tensor-model-parallel-size 8 ...` (a script or a pasted command line)")
+        raise r.fail(
+            None,
+            "no Megatron-LM launch found: expected a command such as `torchrun ... pretrain_gpt.py "
+            "--tensor-model-parallel-size 8 ...` (a script or a pasted command line)",
+        )
     flags = r.flags(words)
     launch_line = (launcher or words)[0].line
     world, nodes, gpus, world_from = _world(r, launcher, sbatch)
@@ -373,15 +471,31 @@ def import_megatron(text: str, source: str = "pasted text") -> Imported:
         plan = Plan(dp=1, global_batch=gb or plan_fields["micro_batch"], **plan_fields)
     except SpecError as err:
         raise r.fail(launch_line, str(err)) from None
-    imported = Imported(kind="megatron", source=source, model=model, plan=plan, world_size=None, nodes=nodes,
-                        gpus_per_node=gpus, world_from=world_from,
-                        recognised=dict(r.seen), unknown=tuple(r.unknown),
-                        notes=tuple(result.notes + r.notes), options=options, global_batch=gb)
+    imported = Imported(
+        kind="megatron",
+        source=source,
+        model=model,
+        plan=plan,
+        world_size=None,
+        nodes=nodes,
+        gpus_per_node=gpus,
+        world_from=world_from,
+        recognised=dict(r.seen),
+        unknown=tuple(r.unknown),
+        notes=tuple(result.notes + r.notes),
+        options=options,
+        global_batch=gb,
+    )
     if world is None:
         return imported
     replica = plan.tp * plan.pp * plan.cp
     if world % replica:  # e.g. an example published for one node, to be scaled up by its user
-        return Imported(**{**imported.__dict__, "world_from": f"{world_from} = {world} GPUs, which cannot hold "
-                                                               f"tp×pp×cp = {replica}: not used",
-                           "nodes": None, "gpus_per_node": gpus})
+        return Imported(
+            **{
+                **imported.__dict__,
+                "world_from": f"{world_from} = {world} GPUs, which cannot hold tp×pp×cp = {replica}: not used",
+                "nodes": None,
+                "gpus_per_node": gpus,
+            }
+        )
     return imported.with_world_size(world, world_from)

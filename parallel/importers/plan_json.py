@@ -50,15 +50,23 @@ def import_plan_json(text: str, source: str = "pasted text", plan_name: str | No
         names = [p.get("name") for p in plans]
         pick = names.index(plan_name) if plan_name in names else 0
         if plan_name and plan_name not in names:
-            raise failure(source, None, f"no plan named {plan_name!r} in the review (plans: {', '.join(map(str, names))})")
+            raise failure(
+                source, None, f"no plan named {plan_name!r} in the review (plans: {', '.join(map(str, names))})"
+            )
         if len(plans) > 1:
             notes.append(f"review with {len(plans)} plans ({', '.join(map(str, names))}): {names[pick]!r} imported")
         name = names[pick]
         data = {**data, "plan": plans[pick]["plan"]}
-    plan_data = data.get("plan") if isinstance(data.get("plan"), dict) else data if "dp" in data or "tp" in data else None
+    plan_data = (
+        data.get("plan") if isinstance(data.get("plan"), dict) else data if "dp" in data or "tp" in data else None
+    )
     if plan_data is None:
-        raise failure(source, None, "no plan in this JSON: expected {\"plan\": {...}, \"model\": ..., \"cluster\": ...}, "
-                                    "a plan object with dp/tp/pp/..., or a review export")
+        raise failure(
+            source,
+            None,
+            'no plan in this JSON: expected {"plan": {...}, "model": ..., "cluster": ...}, '
+            "a plan object with dp/tp/pp/..., or a review export",
+        )
     bare = plan_data is data
     plan_data = _strip(Plan, plan_data, "plan", unknown)
     if "global_batch" not in plan_data:
@@ -66,8 +74,13 @@ def import_plan_json(text: str, source: str = "pasted text", plan_name: str | No
     try:
         plan = Plan(**plan_data)
         model_value = None if bare else data.get("model")
-        model = (model_preset(model_value) if isinstance(model_value, str)
-                 else Model(**_strip(Model, model_value, "model", unknown)) if isinstance(model_value, dict) else None)
+        model = (
+            model_preset(model_value)
+            if isinstance(model_value, str)
+            else Model(**_strip(Model, model_value, "model", unknown))
+            if isinstance(model_value, dict)
+            else None
+        )
         cluster = None if bare else _cluster(data.get("cluster"), unknown)
     except (SpecError, TypeError) as err:
         raise failure(source, None, str(err)) from None
@@ -75,16 +88,57 @@ def import_plan_json(text: str, source: str = "pasted text", plan_name: str | No
         cluster = cluster.with_nodes(data["nodes"])
     if model is None:
         notes.append("a bare plan: the model comes from --model")
-    known = {"plan", "model", "cluster", "nodes", "plans", "name", "verdict", "notes", "kind", "version", "title",
-             "author", "created", "id", "options", "selected"}
-    report_keys = {"valid", "errors", "warnings", "world_size", "activation_bytes_per_layer", "activation_components",
-                   "memory_per_gpu_bytes", "memory_per_stage", "ranks", "groups", "crossing_groups", "comm_per_step",
-                   "bubble_fraction", "step_time_s", "step_time", "imported"}
+    known = {
+        "plan",
+        "model",
+        "cluster",
+        "nodes",
+        "plans",
+        "name",
+        "verdict",
+        "notes",
+        "kind",
+        "version",
+        "title",
+        "author",
+        "created",
+        "id",
+        "options",
+        "selected",
+    }
+    report_keys = {
+        "valid",
+        "errors",
+        "warnings",
+        "world_size",
+        "activation_bytes_per_layer",
+        "activation_components",
+        "memory_per_gpu_bytes",
+        "memory_per_stage",
+        "ranks",
+        "groups",
+        "crossing_groups",
+        "comm_per_step",
+        "bubble_fraction",
+        "step_time_s",
+        "step_time",
+        "imported",
+    }
     if not bare:
         unknown += [k for k in data if k not in known | report_keys]
     nodes = cluster.nodes if cluster and cluster.gpus == plan.world_size else None
-    return Imported(kind="plan-json", source=source if not name else f"{source} [{name}]", model=model, plan=plan,
-                    world_size=plan.world_size, nodes=nodes, gpus_per_node=cluster.gpus_per_node if cluster else None,
-                    cluster=cluster, world_from="dp×tp×pp×cp of the plan",
-                    recognised={k: v for k, v in plan.to_dict().items()}, unknown=tuple(unknown), notes=tuple(notes),
-                    global_batch=plan.global_batch)
+    return Imported(
+        kind="plan-json",
+        source=source if not name else f"{source} [{name}]",
+        model=model,
+        plan=plan,
+        world_size=plan.world_size,
+        nodes=nodes,
+        gpus_per_node=cluster.gpus_per_node if cluster else None,
+        cluster=cluster,
+        world_from="dp×tp×pp×cp of the plan",
+        recognised={k: v for k, v in plan.to_dict().items()},
+        unknown=tuple(unknown),
+        notes=tuple(notes),
+        global_batch=plan.global_batch,
+    )

@@ -64,13 +64,13 @@ def _dollar(s: str, i: int, line: int, quoted: bool):
     """Parse the expansion at s[i] == '$'; returns (part, next index)."""
     if s.startswith("$((", i):
         end = _closing(s, i + 3, "((", "))", line, "$(( arithmetic")
-        return ("arith", s[i + 3:end - 2], quoted), end
+        return ("arith", s[i + 3 : end - 2], quoted), end
     if s.startswith("$(", i):
         end = _closing(s, i + 2, "(", ")", line, "$( command substitution")
         return ("cmd", s[i:end], quoted), end
     if s.startswith("${", i):
         end = _closing(s, i + 2, "{", "}", line, "${ expansion")
-        return ("var", s[i + 2:end - 1], quoted), end
+        return ("var", s[i + 2 : end - 1], quoted), end
     m = NAME.match(s, i + 1)
     if m:
         return ("var", m.group(0), quoted), m.end()
@@ -111,13 +111,13 @@ def lex(s: str, first_line: int = 1) -> tuple[list[tuple], list[tuple[int, str]]
                     if s.startswith("\n", i + 1):
                         line += 1
                     else:
-                        parts.append(("lit", s[i + 1:i + 2], True))
+                        parts.append(("lit", s[i + 1 : i + 2], True))
                     i += 2
                 elif c == "'":
                     end = s.find("'", i + 1)
                     if end < 0:
                         raise ShellError(line, "unterminated single quote")
-                    parts.append(("lit", s[i + 1:end], True))
+                    parts.append(("lit", s[i + 1 : end], True))
                     line += s.count("\n", i, end)
                     i = end + 1
                 elif c == '"':
@@ -131,7 +131,7 @@ def lex(s: str, first_line: int = 1) -> tuple[list[tuple], list[tuple[int, str]]
                     end = s.find("`", i + 1)
                     if end < 0:
                         raise ShellError(line, "unterminated backtick command substitution")
-                    parts.append(("cmd", s[i:end + 1], False))
+                    parts.append(("cmd", s[i : end + 1], False))
                     line += s.count("\n", i, end)
                     i = end + 1
                 else:
@@ -140,8 +140,14 @@ def lex(s: str, first_line: int = 1) -> tuple[list[tuple], list[tuple[int, str]]
                         j += 1
                     parts.append(("lit", s[i:j], False))
                     i = j
-            if i < n and s[i] in "<>" and len(parts) == 1 and parts[0][0] == "lit" and not parts[0][2] \
-                    and parts[0][1].isdigit():
+            if (
+                i < n
+                and s[i] in "<>"
+                and len(parts) == 1
+                and parts[0][0] == "lit"
+                and not parts[0][2]
+                and parts[0][1].isdigit()
+            ):
                 continue  # a file descriptor, as in 2>&1
             tokens.append(("word", parts, start))
             if parts == [("lit", "[[", False)] or parts == [("lit", "]]", False)]:
@@ -175,7 +181,7 @@ def _double(s: str, i: int, line: int, parts: list) -> tuple[int, int]:
                 raise ShellError(line, "unterminated backtick command substitution")
             parts.append(("lit", "".join(buf), True))
             buf = []
-            parts.append(("cmd", s[i:end + 1], True))
+            parts.append(("cmd", s[i : end + 1], True))
             i = end + 1
         else:
             if c == "\n":
@@ -186,6 +192,7 @@ def _double(s: str, i: int, line: int, parts: list) -> tuple[int, int]:
 
 
 # ------------------------------------------------------------------ parser
+
 
 @dataclass
 class Simple:
@@ -262,9 +269,14 @@ class Parser:
             return self.skip_block(("do",), "done", "loop", line)
         if self.at_word("case"):
             return self.skip_block(("case",), "esac", "case", line, start_depth=0)
-        if self.at_word("function") or (tok[0] == "word" and NAME.fullmatch(plain(tok[1]) or "")
-                                         and self.peek(1) is not None and self.peek(1)[:2] == ("op", "(")
-                                         and self.peek(2) is not None and self.peek(2)[:2] == ("op", ")")):
+        if self.at_word("function") or (
+            tok[0] == "word"
+            and NAME.fullmatch(plain(tok[1]) or "")
+            and self.peek(1) is not None
+            and self.peek(1)[:2] == ("op", "(")
+            and self.peek(2) is not None
+            and self.peek(2)[:2] == ("op", ")")
+        ):
             return self.skip_block(("{",), "}", "function", line)
         if tok[0] == "op" and tok[1] == "(":
             self.i += 1
@@ -328,7 +340,7 @@ class Parser:
                 continue
             m = ASSIGN.match(parts[0][1]) if parts and parts[0][0] == "lit" and not parts[0][2] else None
             if m and (not node.words or declaring):
-                rest = [("lit", parts[0][1][m.end():], False)] + list(parts[1:])
+                rest = [("lit", parts[0][1][m.end() :], False)] + list(parts[1:])
                 if plain(rest) == "" and self.peek() is not None and self.peek()[:2] == ("op", "("):
                     node.assigns.append((m.group(1), bool(m.group(2)), self.array(line), line))
                 else:

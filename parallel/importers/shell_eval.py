@@ -39,8 +39,15 @@ class Result:
     comments: list[tuple[int, str]] = field(default_factory=list)
 
 
-_ARITH = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: lambda a, b: int(a / b),
-          ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_ARITH = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: lambda a, b: int(a / b),
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 
 
 def _arith(node):
@@ -108,14 +115,22 @@ class Shell:
         if not argv:
             return
         head = argv[0].text
-        shell_c = next((i for i in range(len(argv) - 2) if argv[i].text.rsplit("/", 1)[-1] in ("sh", "bash")
-                        and argv[i + 1].text == "-c"), None)
+        shell_c = next(
+            (
+                i
+                for i in range(len(argv) - 2)
+                if argv[i].text.rsplit("/", 1)[-1] in ("sh", "bash") and argv[i + 1].text == "-c"
+            ),
+            None,
+        )
         if head == "eval":
             self.nested(" ".join(w.text for w in argv[1:]), node.line)
         elif shell_c is not None:  # sh -c "...", also behind srun / docker exec
             self.nested(argv[shell_c + 2].text, node.line)
         elif head in (".", "source"):
-            self.note(node.line, f"`{head} {argv[1].text if len(argv) > 1 else ''}` not followed (other files are not read)")
+            self.note(
+                node.line, f"`{head} {argv[1].text if len(argv) > 1 else ''}` not followed (other files are not read)"
+            )
         elif head == "unset":
             for w in argv[1:]:
                 self.r.env.pop(w.text, None)
@@ -132,8 +147,13 @@ class Shell:
 
     def assign(self, node: Simple) -> None:
         for name, append, value, line in node.assigns:
-            if isinstance(value, list) and value and isinstance(value[0], tuple) and len(value[0]) == 2 \
-                    and isinstance(value[0][0], list):
+            if (
+                isinstance(value, list)
+                and value
+                and isinstance(value[0], tuple)
+                and len(value[0]) == 2
+                and isinstance(value[0][0], list)
+            ):
                 words = [w for parts, ln in value for w in self.expand(parts, ln)]
             elif isinstance(value, list) and value == []:
                 words = []
@@ -142,8 +162,9 @@ class Shell:
                 words = [Word(text, line)]
                 if append and name in self.r.env:
                     old = self.r.env[name]
-                    words = [Word((old[0].text if old else "") + text, line)] + old[1:] if len(old) <= 1 \
-                        else old + words
+                    words = (
+                        [Word((old[0].text if old else "") + text, line)] + old[1:] if len(old) <= 1 else old + words
+                    )
                     append = False
             self.r.env[name] = (self.r.env.get(name, []) + words) if append else words
 
@@ -248,7 +269,7 @@ class Shell:
         if op:
             for sym in (":-", ":=", ":+", ":?", "-", "=", "+", "?"):
                 if op.startswith(sym):
-                    arg = op[len(sym):]
+                    arg = op[len(sym) :]
                     missing = (not is_set or empty) if sym.startswith(":") else not is_set
                     if sym.endswith("+"):
                         return [Word(self.expand_text(arg, line), 0)] if not missing else [Word("", 0)]
@@ -308,7 +329,7 @@ def _test(w: list[str]) -> bool | None:
     for ors in ("||", "-o"), ("&&", "-a"):
         for i in range(len(w) - 1, 0, -1):
             if w[i] in ors:
-                left, right = _test(w[:i]), _test(w[i + 1:])
+                left, right = _test(w[:i]), _test(w[i + 1 :])
                 if ors[0] == "||":
                     return True if True in (left, right) else None if None in (left, right) else False
                 return False if False in (left, right) else None if None in (left, right) else True
@@ -328,8 +349,14 @@ def _test(w: list[str]) -> bool | None:
             return a == b
         if op == "!=":
             return a != b
-        ops = {"-eq": operator.eq, "-ne": operator.ne, "-gt": operator.gt, "-lt": operator.lt, "-ge": operator.ge,
-               "-le": operator.le}
+        ops = {
+            "-eq": operator.eq,
+            "-ne": operator.ne,
+            "-gt": operator.gt,
+            "-lt": operator.lt,
+            "-ge": operator.ge,
+            "-le": operator.le,
+        }
         if op in ops:
             try:
                 return ops[op](int(a), int(b))

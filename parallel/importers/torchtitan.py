@@ -32,28 +32,83 @@ from parallel.importers.base import Imported, failure
 
 FLAVOURS = {"llama3": {"8B": "llama3-8b", "70B": "llama3-70b", "405B": "llama3-405b"}}
 KNOWN = {  # section -> keys read (True) or known and without effect on the plan model (False)
-    "model": {"name": True, "flavor": True, "tokenizer_path": False, "hf_assets_path": False, "converters": True,
-              "print_after_conversion": False},
-    "training": {"local_batch_size": True, "batch_size": True, "global_batch_size": True, "seq_len": True,
-                 "mixed_precision_param": True, "mixed_precision_reduce": False, "max_norm": False, "steps": False,
-                 "dataset": False, "dataset_path": False, "compile": False, "gc_freq": False, "gc_debug": False,
-                 "seed": False, "deterministic": False, "enable_cpu_offload": True, "warmup_steps": False,
-                 "data_parallel_degree": True, "tensor_parallel_degree": True, "pipeline_parallel_degree": True},
-    "parallelism": {"data_parallel_replicate_degree": True, "data_parallel_shard_degree": True,
-                    "tensor_parallel_degree": True, "pipeline_parallel_degree": True, "context_parallel_degree": True,
-                    "pipeline_parallel_microbatch_size": True, "pipeline_parallel_schedule": True,
-                    "pipeline_parallel_layers_per_stage": True, "enable_sequence_parallel": True,
-                    "expert_parallel_degree": True, "expert_tensor_parallel_degree": False,
-                    "enable_async_tensor_parallel": True, "disable_loss_parallel": False,
-                    "enable_compiled_autograd": False, "fsdp_reshard_after_forward": True,
-                    "pipeline_parallel_split_points": False, "module_fqns_per_model_part": False,
-                    "pipeline_parallel_first_stage_less_layers": False, "pipeline_parallel_last_stage_less_layers": False,
-                    "pipeline_parallel_schedule_csv": False, "context_parallel_rotate_method": True},
-    "activation_checkpoint": {"mode": True, "selective_ac_option": True,
-                              "per_op_sac_force_recompute_mm_shapes_by_fqns": False},
+    "model": {
+        "name": True,
+        "flavor": True,
+        "tokenizer_path": False,
+        "hf_assets_path": False,
+        "converters": True,
+        "print_after_conversion": False,
+    },
+    "training": {
+        "local_batch_size": True,
+        "batch_size": True,
+        "global_batch_size": True,
+        "seq_len": True,
+        "mixed_precision_param": True,
+        "mixed_precision_reduce": False,
+        "max_norm": False,
+        "steps": False,
+        "dataset": False,
+        "dataset_path": False,
+        "compile": False,
+        "gc_freq": False,
+        "gc_debug": False,
+        "seed": False,
+        "deterministic": False,
+        "enable_cpu_offload": True,
+        "warmup_steps": False,
+        "data_parallel_degree": True,
+        "tensor_parallel_degree": True,
+        "pipeline_parallel_degree": True,
+    },
+    "parallelism": {
+        "data_parallel_replicate_degree": True,
+        "data_parallel_shard_degree": True,
+        "tensor_parallel_degree": True,
+        "pipeline_parallel_degree": True,
+        "context_parallel_degree": True,
+        "pipeline_parallel_microbatch_size": True,
+        "pipeline_parallel_schedule": True,
+        "pipeline_parallel_layers_per_stage": True,
+        "enable_sequence_parallel": True,
+        "expert_parallel_degree": True,
+        "expert_tensor_parallel_degree": False,
+        "enable_async_tensor_parallel": True,
+        "disable_loss_parallel": False,
+        "enable_compiled_autograd": False,
+        "fsdp_reshard_after_forward": True,
+        "pipeline_parallel_split_points": False,
+        "module_fqns_per_model_part": False,
+        "pipeline_parallel_first_stage_less_layers": False,
+        "pipeline_parallel_last_stage_less_layers": False,
+        "pipeline_parallel_schedule_csv": False,
+        "context_parallel_rotate_method": True,
+    },
+    "activation_checkpoint": {
+        "mode": True,
+        "selective_ac_option": True,
+        "per_op_sac_force_recompute_mm_shapes_by_fqns": False,
+    },
 }
-OTHER_SECTIONS = {"job", "profiling", "metrics", "optimizer", "lr_scheduler", "checkpoint", "compile", "float8", "mx",
-                  "comm", "memory_estimation", "fault_tolerance", "experimental", "validation", "quantize", "debug"}
+OTHER_SECTIONS = {
+    "job",
+    "profiling",
+    "metrics",
+    "optimizer",
+    "lr_scheduler",
+    "checkpoint",
+    "compile",
+    "float8",
+    "mx",
+    "comm",
+    "memory_estimation",
+    "fault_tolerance",
+    "experimental",
+    "validation",
+    "quantize",
+    "debug",
+}
 LOOPED = {"interleaved1f1b", "loopedbfs", "interleavedzerobubble", "zbvzerobubble", "dualpipev"}
 
 
@@ -78,7 +133,9 @@ class _Toml:
 
     def int(self, data: dict, section: str, key: str, default: int, allow_minus_one: bool = False) -> int:
         value = data.get(section, {}).get(key, default)
-        ok = isinstance(value, int) and not isinstance(value, bool) and (value >= 1 or (allow_minus_one and value == -1))
+        ok = (
+            isinstance(value, int) and not isinstance(value, bool) and (value >= 1 or (allow_minus_one and value == -1))
+        )
         if not ok:
             want = "a positive integer" + (" or -1" if allow_minus_one else "")
             raise self.fail(section, key, f"[{section}] {key} = {value!r} must be {want}")
@@ -109,8 +166,11 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
     preset = FLAVOURS.get(name, {}).get(flavor)
     if preset is None:
         known = "; ".join(f"{n}: {', '.join(f)}" for n, f in FLAVOURS.items())
-        raise t.fail("model", "flavor" if name in FLAVOURS else "name",
-                     f"no preset for torchtitan model {name!r} flavour {flavor!r} (known: {known})")
+        raise t.fail(
+            "model",
+            "flavor" if name in FLAVOURS else "name",
+            f"no preset for torchtitan model {name!r} flavour {flavor!r} (known: {known})",
+        )
     model = MODELS[preset]
     train = data.get("training", {})
     seq = t.int(data, "training", "seq_len", 2048)
@@ -118,11 +178,17 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
         notes.append("[training] seq_len not set: torchtitan's default 2048")
     dtype = {"bfloat16": 2, "float32": 4}.get(train.get("mixed_precision_param", "bfloat16"))
     if dtype is None:
-        raise t.fail("training", "mixed_precision_param", f"[training] mixed_precision_param = "
-                                                          f"{train['mixed_precision_param']!r} must be bfloat16 or float32")
+        raise t.fail(
+            "training",
+            "mixed_precision_param",
+            f"[training] mixed_precision_param = {train['mixed_precision_param']!r} must be bfloat16 or float32",
+        )
     if (seq, dtype) != (model.seq_len, model.dtype_bytes):
-        diff = ",".join(f"{k}={v}" for k, v, base in (("seq_len", seq, model.seq_len), ("dtype_bytes", dtype, model.dtype_bytes))
-                        if v != base)
+        diff = ",".join(
+            f"{k}={v}"
+            for k, v, base in (("seq_len", seq, model.seq_len), ("dtype_bytes", dtype, model.dtype_bytes))
+            if v != base
+        )
         model = dataclasses.replace(model, seq_len=seq, dtype_bytes=dtype, name=f"{model.name} ({diff})")
     if model_sec.get("converters"):
         notes.append(f"[model] converters = {model_sec['converters']!r}: float8/MX GEMMs are not modelled")
@@ -131,8 +197,13 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
     par_section = "parallelism"
     if "parallelism" not in data and any(k.endswith("_degree") for k in train):
         par_section = "training"
-        data = {**data, "parallelism": {"data_parallel_shard_degree": train.get("data_parallel_degree", -1),
-                                        **{k: v for k, v in train.items() if k.endswith("_parallel_degree")}}}
+        data = {
+            **data,
+            "parallelism": {
+                "data_parallel_shard_degree": train.get("data_parallel_degree", -1),
+                **{k: v for k, v in train.items() if k.endswith("_parallel_degree")},
+            },
+        }
         notes.append("parallel degrees read from [training] (torchtitan's older layout)")
     par = data.get("parallelism", {})
     replicate = t.int(data, "parallelism", "data_parallel_replicate_degree", 1)
@@ -145,8 +216,11 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
     gb = gb if isinstance(gb, int) and gb > 0 else None
     mb = t.int(data, "parallelism", "pipeline_parallel_microbatch_size", 1) if pp > 1 else local
     if pp > 1 and local % mb:
-        raise t.fail("parallelism", "pipeline_parallel_microbatch_size",
-                     f"local batch {local} is not divisible by pipeline_parallel_microbatch_size {mb}")
+        raise t.fail(
+            "parallelism",
+            "pipeline_parallel_microbatch_size",
+            f"local batch {local} is not divisible by pipeline_parallel_microbatch_size {mb}",
+        )
     schedule, vpp = "1f1b", 1
     sched = str(par.get("pipeline_parallel_schedule", "1F1B"))
     if pp > 1 and sched.lower() == "gpipe":
@@ -154,44 +228,77 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
     elif pp > 1 and sched.lower() in LOOPED:
         per = par.get("pipeline_parallel_layers_per_stage")
         vpp = model.layers // (pp * per) if isinstance(per, int) and per > 0 else 2
-        notes.append(f"pipeline_parallel_schedule {sched}: interleaved 1F1B with {vpp} stages per rank"
-                     + ("" if isinstance(per, int) else " (torchtitan's default for looped schedules)")
-                     + ("; its zero-bubble split of backward is not modelled" if "zero" in sched.lower() or "dual" in sched.lower() else ""))
+        notes.append(
+            f"pipeline_parallel_schedule {sched}: interleaved 1F1B with {vpp} stages per rank"
+            + ("" if isinstance(per, int) else " (torchtitan's default for looped schedules)")
+            + (
+                "; its zero-bubble split of backward is not modelled"
+                if "zero" in sched.lower() or "dual" in sched.lower()
+                else ""
+            )
+        )
     elif pp > 1 and sched.lower() != "1f1b":
         notes.append(f"pipeline_parallel_schedule {sched}: modelled as 1F1B")
     sp = tp > 1 and par.get("enable_sequence_parallel", True) is not False
     ac = data.get("activation_checkpoint", {})
     mode = ac.get("mode", "selective")
     if mode not in ("none", "selective", "full"):
-        raise t.fail("activation_checkpoint", "mode", f"[activation_checkpoint] mode = {mode!r} must be none, selective or full")
+        raise t.fail(
+            "activation_checkpoint", "mode", f"[activation_checkpoint] mode = {mode!r} must be none, selective or full"
+        )
     if "mode" not in ac:
         notes.append("[activation_checkpoint] mode not set: torchtitan's default 'selective'")
     if mode == "selective":
         option = str(ac.get("selective_ac_option", "2"))
-        notes.append(f"torchtitan selective AC ({'per-op policy' if option == 'op' else f'every {option}th layer'}) "
-                     f"modelled as Megatron-LM's selective recompute (the attention core recomputed)")
+        notes.append(
+            f"torchtitan selective AC ({'per-op policy' if option == 'op' else f'every {option}th layer'}) "
+            f"modelled as Megatron-LM's selective recompute (the attention core recomputed)"
+        )
     if replicate > 1 and shard != 1:
-        notes.append(f"HSDP: ZeRO-3 over data_parallel_shard_degree × cp ranks, replicated {replicate}×; the plan "
-                     f"model shards over all dp × cp ranks, so model-state memory is underestimated")
-    for key, why in (("enable_async_tensor_parallel", "async TP overlaps TP communication; it is counted as exposed"),
-                      ("fsdp_reshard_after_forward", "FSDP reshard policy not modelled (ZeRO-3 gathers twice)"),
-                      ("context_parallel_rotate_method", "CP is modelled as all-gathered K/V"),
-                      ("expert_parallel_degree", "expert parallelism is not modelled")):
+        notes.append(
+            f"HSDP: ZeRO-3 over data_parallel_shard_degree × cp ranks, replicated {replicate}×; the plan "
+            f"model shards over all dp × cp ranks, so model-state memory is underestimated"
+        )
+    for key, why in (
+        ("enable_async_tensor_parallel", "async TP overlaps TP communication; it is counted as exposed"),
+        ("fsdp_reshard_after_forward", "FSDP reshard policy not modelled (ZeRO-3 gathers twice)"),
+        ("context_parallel_rotate_method", "CP is modelled as all-gathered K/V"),
+        ("expert_parallel_degree", "expert parallelism is not modelled"),
+    ):
         if par.get(key) not in (None, False, 1, "default", "allgather"):
             notes.append(f"line {t.line_of(par_section, key)}: {key} = {par[key]!r}: {why}")
     try:
-        plan = Plan(dp=1, tp=tp, pp=pp, cp=cp, sp=sp, micro_batch=mb, global_batch=gb or mb, vpp=vpp,
-                    recompute=mode, schedule=schedule)
+        plan = Plan(
+            dp=1,
+            tp=tp,
+            pp=pp,
+            cp=cp,
+            sp=sp,
+            micro_batch=mb,
+            global_batch=gb or mb,
+            vpp=vpp,
+            recompute=mode,
+            schedule=schedule,
+        )
     except SpecError as err:
         raise t.fail("parallelism", None, str(err)) from None
     hint = re.search(r"preset for (\d+) ([\w-]+ )?GPUs", text)
-    imported = Imported(kind="torchtitan", source=source, model=model, plan=plan, world_size=None,
-                        world_from="data_parallel_shard_degree = -1 (the GPUs left over) leaves the world size open"
-                                   + (f" (the file's comment: a preset for {hint.group(1)} {hint.group(2) or ''}GPUs)"
-                                      if hint else ""),
-                        recognised=seen, unknown=tuple(unknown), notes=tuple(notes),
-                        options={"flash_attention": True, "dropout": False}, global_batch=gb, local_batch=local,
-                        fsdp_replicate=replicate)
+    imported = Imported(
+        kind="torchtitan",
+        source=source,
+        model=model,
+        plan=plan,
+        world_size=None,
+        world_from="data_parallel_shard_degree = -1 (the GPUs left over) leaves the world size open"
+        + (f" (the file's comment: a preset for {hint.group(1)} {hint.group(2) or ''}GPUs)" if hint else ""),
+        recognised=seen,
+        unknown=tuple(unknown),
+        notes=tuple(notes),
+        options={"flash_attention": True, "dropout": False},
+        global_batch=gb,
+        local_batch=local,
+        fsdp_replicate=replicate,
+    )
     if shard == -1:
         return imported
     world = replicate * shard * tp * pp * cp

@@ -53,8 +53,11 @@ def options_to_dict(o: Options) -> dict:
 
 def options_from_dict(d: dict | None) -> Options:
     d = d or {}
-    return Options(activations=ActivationOptions(**d.get("activations", {})), comm=CommOptions(**d.get("comm", {})),
-                   perf=PerfOptions(**d.get("perf", {})))
+    return Options(
+        activations=ActivationOptions(**d.get("activations", {})),
+        comm=CommOptions(**d.get("comm", {})),
+        perf=PerfOptions(**d.get("perf", {})),
+    )
 
 
 @dataclass(frozen=True)
@@ -81,30 +84,48 @@ class Review:
         return dataclasses.replace(self, notes=self.notes + (Note(author, text, at or now()),))
 
     def to_dict(self) -> dict:
-        return {"kind": KIND, "version": VERSION, "title": self.title, "author": self.author, "created": self.created,
-                "model": self.model.to_dict(), "cluster": self.cluster.to_dict(),
-                "plans": [{"name": p.name, "plan": p.plan.to_dict()} for p in self.plans],
-                "verdict": self.verdict, "chosen": self.chosen,
-                "notes": [dataclasses.asdict(n) for n in self.notes], "options": options_to_dict(self.options)}
+        return {
+            "kind": KIND,
+            "version": VERSION,
+            "title": self.title,
+            "author": self.author,
+            "created": self.created,
+            "model": self.model.to_dict(),
+            "cluster": self.cluster.to_dict(),
+            "plans": [{"name": p.name, "plan": p.plan.to_dict()} for p in self.plans],
+            "verdict": self.verdict,
+            "chosen": self.chosen,
+            "notes": [dataclasses.asdict(n) for n in self.notes],
+            "options": options_to_dict(self.options),
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "Review":
         if not isinstance(d, dict) or d.get("kind") != KIND:
-            raise SpecError(f"not a ParaScope review (expected \"kind\": \"{KIND}\")")
+            raise SpecError(f'not a ParaScope review (expected "kind": "{KIND}")')
         try:
-            return cls(title=d.get("title", ""), model=Model.from_dict(d["model"]), cluster=Cluster.from_dict(d["cluster"]),
-                       plans=tuple(NamedPlan(p["name"], Plan.from_dict(p["plan"])) for p in d["plans"]),
-                       verdict=d.get("verdict", ""), chosen=d.get("chosen"),
-                       notes=tuple(Note(**n) for n in d.get("notes", [])), author=d.get("author", ""),
-                       created=d.get("created", ""), options=options_from_dict(d.get("options")))
+            return cls(
+                title=d.get("title", ""),
+                model=Model.from_dict(d["model"]),
+                cluster=Cluster.from_dict(d["cluster"]),
+                plans=tuple(NamedPlan(p["name"], Plan.from_dict(p["plan"])) for p in d["plans"]),
+                verdict=d.get("verdict", ""),
+                chosen=d.get("chosen"),
+                notes=tuple(Note(**n) for n in d.get("notes", [])),
+                author=d.get("author", ""),
+                created=d.get("created", ""),
+                options=options_from_dict(d.get("options")),
+            )
         except (KeyError, TypeError) as err:
             raise SpecError(f"review JSON is missing or has a wrong field: {err}") from None
 
     def to_json(self, *, with_summary: bool = True) -> str:
         d = self.to_dict()
         if with_summary:  # for readers of the file; ignored on import
-            d["summary"] = [{k: row[k] for k in ("name", "label", "valid", "memory_gib", "step_time_s", "mfu")}
-                            for row in plan_rows(compare(self)).to_dict("records")]
+            d["summary"] = [
+                {k: row[k] for k in ("name", "label", "valid", "memory_gib", "step_time_s", "mfu")}
+                for row in plan_rows(compare(self)).to_dict("records")
+            ]
         return json.dumps(d, indent=2, ensure_ascii=False)
 
     @classmethod
@@ -116,6 +137,7 @@ class Review:
 
 
 # ------------------------------------------------------------------ compare
+
 
 @dataclass
 class Comparison:
@@ -135,17 +157,28 @@ def _gib(x) -> float | None:
 
 def _rows(plan: Plan, rep: dict) -> list[tuple[str, str, object]]:
     """(section, metric, value) for one plan: what the compare table shows, in its order."""
-    rows = [("plan", k, getattr(plan, k)) for k in ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "global_batch",
-                                                   "zero", "recompute", "order")]
-    rows += [("plan", "microbatches per step", plan.microbatches),
-             ("verdict", "valid", rep["valid"]), ("verdict", "errors", len(rep["errors"])),
-             ("verdict", "warnings", len(rep["warnings"]))]
+    rows = [
+        ("plan", k, getattr(plan, k))
+        for k in ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "global_batch", "zero", "recompute", "order")
+    ]
+    rows += [
+        ("plan", "microbatches per step", plan.microbatches),
+        ("verdict", "valid", rep["valid"]),
+        ("verdict", "errors", len(rep["errors"])),
+        ("verdict", "warnings", len(rep["warnings"])),
+    ]
     mem = rep["memory_per_gpu_bytes"] or {}
-    rows += [("memory per GPU (GiB)", k, _gib(mem.get(k))) for k in ("params", "grads", "optimizer", "activations", "total")]
+    rows += [
+        ("memory per GPU (GiB)", k, _gib(mem.get(k))) for k in ("params", "grads", "optimizer", "activations", "total")
+    ]
     t = rep.get("step_time") or {}
-    rows += [("time", "step time (s)", t.get("step_time_s")), ("time", "MFU", t.get("mfu")),
-             ("time", "bubble fraction", rep["bubble_fraction"]), ("time", "compute (s)", t.get("compute_s")),
-             ("time", "bubble (s)", t.get("bubble_s"))]
+    rows += [
+        ("time", "step time (s)", t.get("step_time_s")),
+        ("time", "MFU", t.get("mfu")),
+        ("time", "bubble fraction", rep["bubble_fraction"]),
+        ("time", "compute (s)", t.get("compute_s")),
+        ("time", "bubble (s)", t.get("bubble_s")),
+    ]
     rows += [("time", f"exposed {d.upper()} comm (s)", t.get(f"exposed_{d}_s")) for d in ("tp", "sp", "cp", "pp", "dp")]
     per_dim = {}
     for r in rep["comm_per_step"] or []:
@@ -159,8 +192,9 @@ def _rows(plan: Plan, rep: dict) -> list[tuple[str, str, object]]:
     return rows
 
 
-def compare_plans(model: Model, cluster: Cluster, plans: list[NamedPlan] | tuple[NamedPlan, ...],
-                  options: Options = Options()) -> Comparison:
+def compare_plans(
+    model: Model, cluster: Cluster, plans: list[NamedPlan] | tuple[NamedPlan, ...], options: Options = Options()
+) -> Comparison:
     """Everything the plan model says about each plan, side by side; `table.differs` flags metrics
     whose value is not the same for every plan."""
     if not plans:
@@ -174,23 +208,52 @@ def compare_plans(model: Model, cluster: Cluster, plans: list[NamedPlan] | tuple
     table = table[~comm | table[names].notna().any(axis=1)].reset_index(drop=True)  # drop traffic no plan has
     values = table[names].astype(object).where(table[names].notna(), None)
     table["differs"] = [len({json.dumps(v, default=str) for v in row}) > 1 for row in values.itertuples(index=False)]
-    mem = [{"plan": n, "component": k, "bytes": float(reports[n]["memory_per_gpu_bytes"][k])}
-           for n in names if reports[n]["memory_per_gpu_bytes"] for k in ("params", "grads", "optimizer", "activations")]
-    traffic = [{"plan": n, **{k: r[k] for k in ("dim", "collective", "link", "calls", "bytes_per_call", "seconds",
-                                                "overlapped")}} for n in names for r in reports[n]["comm_per_step"] or []]
-    time = [{"plan": n, "part": part, "seconds": float(reports[n]["step_time"][key])}
-            for n in names if reports[n].get("step_time")
-            for part, key in (("compute", "compute_s"), ("bubble", "bubble_s"), ("exposed TP", "exposed_tp_s"),
-                              ("exposed SP", "exposed_sp_s"), ("exposed CP", "exposed_cp_s"),
-                              ("exposed PP", "exposed_pp_s"), ("exposed DP", "exposed_dp_s"))]
-    issues = [{"plan": n, "level": level, "message": msg} for n in names
-              for level, key in (("error", "errors"), ("warning", "warnings")) for msg in reports[n][key]]
-    return Comparison(names, {p.name: p.plan for p in plans}, reports, table,
-                      pd.DataFrame(mem, columns=["plan", "component", "bytes"]),
-                      pd.DataFrame(traffic, columns=["plan", "dim", "collective", "link", "calls", "bytes_per_call",
-                                                     "seconds", "overlapped"]),
-                      pd.DataFrame(time, columns=["plan", "part", "seconds"]),
-                      pd.DataFrame(issues, columns=["plan", "level", "message"]))
+    mem = [
+        {"plan": n, "component": k, "bytes": float(reports[n]["memory_per_gpu_bytes"][k])}
+        for n in names
+        if reports[n]["memory_per_gpu_bytes"]
+        for k in ("params", "grads", "optimizer", "activations")
+    ]
+    traffic = [
+        {
+            "plan": n,
+            **{k: r[k] for k in ("dim", "collective", "link", "calls", "bytes_per_call", "seconds", "overlapped")},
+        }
+        for n in names
+        for r in reports[n]["comm_per_step"] or []
+    ]
+    time = [
+        {"plan": n, "part": part, "seconds": float(reports[n]["step_time"][key])}
+        for n in names
+        if reports[n].get("step_time")
+        for part, key in (
+            ("compute", "compute_s"),
+            ("bubble", "bubble_s"),
+            ("exposed TP", "exposed_tp_s"),
+            ("exposed SP", "exposed_sp_s"),
+            ("exposed CP", "exposed_cp_s"),
+            ("exposed PP", "exposed_pp_s"),
+            ("exposed DP", "exposed_dp_s"),
+        )
+    ]
+    issues = [
+        {"plan": n, "level": level, "message": msg}
+        for n in names
+        for level, key in (("error", "errors"), ("warning", "warnings"))
+        for msg in reports[n][key]
+    ]
+    return Comparison(
+        names,
+        {p.name: p.plan for p in plans},
+        reports,
+        table,
+        pd.DataFrame(mem, columns=["plan", "component", "bytes"]),
+        pd.DataFrame(
+            traffic, columns=["plan", "dim", "collective", "link", "calls", "bytes_per_call", "seconds", "overlapped"]
+        ),
+        pd.DataFrame(time, columns=["plan", "part", "seconds"]),
+        pd.DataFrame(issues, columns=["plan", "level", "message"]),
+    )
 
 
 def compare(review: Review) -> Comparison:
@@ -203,16 +266,28 @@ def plan_rows(cmp: Comparison) -> pd.DataFrame:
     for n in cmp.names:
         rep, plan = cmp.reports[n], cmp.plans[n]
         t = rep.get("step_time") or {}
-        rows.append({"name": n, "label": plan.label(), "valid": rep["valid"],
-                     "memory_gib": _gib((rep["memory_per_gpu_bytes"] or {}).get("total")),
-                     "step_time_s": t.get("step_time_s"), "mfu": t.get("mfu"), "bubble": rep["bubble_fraction"],
-                     "warnings": len(rep["warnings"]), "errors": len(rep["errors"])})
+        rows.append(
+            {
+                "name": n,
+                "label": plan.label(),
+                "valid": rep["valid"],
+                "memory_gib": _gib((rep["memory_per_gpu_bytes"] or {}).get("total")),
+                "step_time_s": t.get("step_time_s"),
+                "mfu": t.get("mfu"),
+                "bubble": rep["bubble_fraction"],
+                "warnings": len(rep["warnings"]),
+                "errors": len(rep["errors"]),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 # ------------------------------------------------------------------ justification, from the numbers
 
-def justify(plan: Plan, rep: dict, model: Model, cluster: Cluster, options: Options = Options()) -> list[tuple[str, str]]:
+
+def justify(
+    plan: Plan, rep: dict, model: Model, cluster: Cluster, options: Options = Options()
+) -> list[tuple[str, str]]:
     """One sentence per dimension (TP, SP, PP, DP, CP, ZeRO, recompute, memory), each with its numbers."""
     if rep.get("step_time") is None:
         return [("plan", "cannot be evaluated: " + "; ".join(rep["errors"]))]
@@ -224,77 +299,140 @@ def justify(plan: Plan, rep: dict, model: Model, cluster: Cluster, options: Opti
 
     def link(dim: str) -> str:
         n, total = rep["crossing_groups"][dim], len(rep["groups"][dim])
-        return (f"stays inside a node on {cluster.intra.name or 'the intra-node link'}" if n == 0 else
-                f"spans nodes ({n} of {total} groups), so it runs on {cluster.inter.name or 'the inter-node link'}")
+        return (
+            f"stays inside a node on {cluster.intra.name or 'the intra-node link'}"
+            if n == 0
+            else f"spans nodes ({n} of {total} groups), so it runs on {cluster.inter.name or 'the inter-node link'}"
+        )
 
     out = []
     if p.tp > 1:
-        out.append(("TP", f"TP={p.tp}: the group {link('tp')}; its exposed communication is "
-                          f"{pct(t['exposed_tp_s'] + t['exposed_sp_s'])}."))
+        out.append(
+            (
+                "TP",
+                f"TP={p.tp}: the group {link('tp')}; its exposed communication is "
+                f"{pct(t['exposed_tp_s'] + t['exposed_sp_s'])}.",
+            )
+        )
     else:
         out.append(("TP", "TP=1: every GPU holds whole layers; there is no tensor-parallel communication."))
     other = activation_bytes_per_layer(model, dataclasses.replace(p, sp=not p.sp), ao) if p.tp > 1 else None
     act = rep["activation_bytes_per_layer"]
     if p.sp:
-        out.append(("SP", f"SP on: LayerNorm and dropout activations are split across the {p.tp} TP ranks, "
-                          f"{act / MiB:.0f} MiB per layer per microbatch instead of {other / MiB:.0f} MiB "
-                          f"(−{1 - act / other:.0%}), for the same communication volume."))
+        out.append(
+            (
+                "SP",
+                f"SP on: LayerNorm and dropout activations are split across the {p.tp} TP ranks, "
+                f"{act / MiB:.0f} MiB per layer per microbatch instead of {other / MiB:.0f} MiB "
+                f"(−{1 - act / other:.0%}), for the same communication volume.",
+            )
+        )
     elif p.tp > 1:
-        out.append(("SP", f"SP off: turning it on would cut activations per layer from {act / MiB:.0f} to "
-                          f"{other / MiB:.0f} MiB per microbatch at the same communication volume."))
+        out.append(
+            (
+                "SP",
+                f"SP off: turning it on would cut activations per layer from {act / MiB:.0f} to "
+                f"{other / MiB:.0f} MiB per microbatch at the same communication volume.",
+            )
+        )
     else:
         out.append(("SP", "SP off: sequence parallelism needs TP > 1."))
     if p.pp > 1:
-        out.append(("PP", f"PP={p.pp}{f' with {p.vpp} interleaved stages per rank' if p.vpp > 1 else ''}: "
-                          f"{model.layers // p.pp} layers per GPU; the pipeline {link('pp')}; bubble "
-                          f"(p−1)/(v·m) = ({p.pp}−1)/({p.vpp}·{p.microbatches}) = {rep['bubble_fraction']:.1%}, "
-                          f"{pct(t['bubble_s'])}; point-to-point traffic {pct(t['exposed_pp_s'])}."))
+        out.append(
+            (
+                "PP",
+                f"PP={p.pp}{f' with {p.vpp} interleaved stages per rank' if p.vpp > 1 else ''}: "
+                f"{model.layers // p.pp} layers per GPU; the pipeline {link('pp')}; bubble "
+                f"(p−1)/(v·m) = ({p.pp}−1)/({p.vpp}·{p.microbatches}) = {rep['bubble_fraction']:.1%}, "
+                f"{pct(t['bubble_s'])}; point-to-point traffic {pct(t['exposed_pp_s'])}.",
+            )
+        )
     else:
         out.append(("PP", "PP=1: no pipeline, no bubble; every GPU holds all layers."))
     nd = p.dp * p.cp
     if nd > 1:
         dp_link = next((r["link"] for r in rep["comm_per_step"] if r["dim"] == "dp"), "intra")
         how = "all-reduce" if p.zero == 0 else "reduce-scatter + all-gather"
-        out.append(("DP", f"DP={p.dp}: gradients are reduced over dp×cp = {nd} ranks on {LINK[dp_link]} ({how}); "
-                          f"exposed {pct(t['exposed_dp_s'])}, with {options.perf.dp_overlap:.0%} assumed hidden "
-                          f"behind backward."))
+        out.append(
+            (
+                "DP",
+                f"DP={p.dp}: gradients are reduced over dp×cp = {nd} ranks on {LINK[dp_link]} ({how}); "
+                f"exposed {pct(t['exposed_dp_s'])}, with {options.perf.dp_overlap:.0%} assumed hidden "
+                f"behind backward.",
+            )
+        )
     else:
         out.append(("DP", "DP=1: one model replica; no gradient reduction."))
     if p.cp > 1:
-        out.append(("CP", f"CP={p.cp}: each rank holds {model.seq_len // p.cp} of the {model.seq_len} tokens; "
-                          f"K/V are gathered by a group that {link('cp')}: {pct(t['exposed_cp_s'])}."))
+        out.append(
+            (
+                "CP",
+                f"CP={p.cp}: each rank holds {model.seq_len // p.cp} of the {model.seq_len} tokens; "
+                f"K/V are gathered by a group that {link('cp')}: {pct(t['exposed_cp_s'])}.",
+            )
+        )
     else:
         out.append(("CP", f"CP=1: each rank holds the whole {model.seq_len}-token sequence."))
     mem = rep["memory_per_gpu_bytes"]
     states = mem["params"] + mem["grads"] + mem["optimizer"]
     if p.zero:
         plain = memory_per_gpu_bytes(model, dataclasses.replace(p, zero=0), ao)
-        what = {1: "optimizer states", 2: "optimizer states and gradients", 3: "optimizer states, gradients and weights"}
-        out.append(("ZeRO", f"ZeRO-{p.zero}: {what[p.zero]} sharded over {nd} ranks: model states "
-                            f"{states / GiB:.1f} GiB per GPU instead of "
-                            f"{(plain['params'] + plain['grads'] + plain['optimizer']) / GiB:.1f} GiB."))
+        what = {
+            1: "optimizer states",
+            2: "optimizer states and gradients",
+            3: "optimizer states, gradients and weights",
+        }
+        out.append(
+            (
+                "ZeRO",
+                f"ZeRO-{p.zero}: {what[p.zero]} sharded over {nd} ranks: model states "
+                f"{states / GiB:.1f} GiB per GPU instead of "
+                f"{(plain['params'] + plain['grads'] + plain['optimizer']) / GiB:.1f} GiB.",
+            )
+        )
     elif nd > 1:
-        out.append(("ZeRO", f"ZeRO-0: each of the {nd} data-parallel ranks keeps full optimizer states "
-                            f"({mem['optimizer'] / GiB:.1f} GiB); ZeRO-1 would cut them to "
-                            f"{mem['optimizer'] / nd / GiB:.1f} GiB at the same traffic."))
+        out.append(
+            (
+                "ZeRO",
+                f"ZeRO-0: each of the {nd} data-parallel ranks keeps full optimizer states "
+                f"({mem['optimizer'] / GiB:.1f} GiB); ZeRO-1 would cut them to "
+                f"{mem['optimizer'] / nd / GiB:.1f} GiB at the same traffic.",
+            )
+        )
     else:
         out.append(("ZeRO", "ZeRO: nothing to shard with a single data-parallel rank."))
     acts = {r: memory_per_gpu_bytes(model, dataclasses.replace(p, recompute=r), ao)["activations"] for r in RECOMPUTE}
     cost = {r: flops_per_step(model, dataclasses.replace(p, recompute=r)) for r in RECOMPUTE}
     extra = {r: c["hardware_flops"] / c["model_flops"] - 1 for r, c in cost.items()}
     alts = ", ".join(f"{r} {acts[r] / GiB:.1f} GiB (+{extra[r]:.0%} FLOPs)" for r in RECOMPUTE if r != p.recompute)
-    out.append(("recompute", f"recompute {p.recompute}: activations {acts[p.recompute] / GiB:.1f} GiB per GPU "
-                             f"(+{extra[p.recompute]:.0%} FLOPs); the alternatives: {alts}."))
+    out.append(
+        (
+            "recompute",
+            f"recompute {p.recompute}: activations {acts[p.recompute] / GiB:.1f} GiB per GPU "
+            f"(+{extra[p.recompute]:.0%} FLOPs); the alternatives: {alts}.",
+        )
+    )
     cap = cluster.gpu_memory_bytes
-    out.append(("memory", f"memory per GPU {mem['total'] / GiB:.1f} GiB of {cap / GiB:.0f} GiB "
-                          f"({mem['total'] / cap:.0%}): params {mem['params'] / GiB:.1f}, grads {mem['grads'] / GiB:.1f}, "
-                          f"optimizer {mem['optimizer'] / GiB:.1f}, activations {mem['activations'] / GiB:.1f} GiB."))
-    out.append(("time", f"step time {step:.3f} s at MFU {t['mfu']:.1%} (compute {t['compute_s']:.3f} s at an assumed "
-                        f"{options.perf.mfu:.0%} of peak)."))
+    out.append(
+        (
+            "memory",
+            f"memory per GPU {mem['total'] / GiB:.1f} GiB of {cap / GiB:.0f} GiB "
+            f"({mem['total'] / cap:.0%}): params {mem['params'] / GiB:.1f}, grads {mem['grads'] / GiB:.1f}, "
+            f"optimizer {mem['optimizer'] / GiB:.1f}, activations {mem['activations'] / GiB:.1f} GiB.",
+        )
+    )
+    out.append(
+        (
+            "time",
+            f"step time {step:.3f} s at MFU {t['mfu']:.1%} (compute {t['compute_s']:.3f} s at an assumed "
+            f"{options.perf.mfu:.0%} of peak).",
+        )
+    )
     return out
 
 
 # ------------------------------------------------------------------ Markdown
+
 
 def _cell(v) -> str:
     if v is None:
@@ -316,24 +454,46 @@ def review_markdown(review: Review, cmp: Comparison | None = None) -> str:
     why each plan's dimensions are what they are, errors and warnings, notes."""
     cmp = cmp or compare(review)
     m, c = review.model, review.cluster
-    lines = [f"# {review.title or 'Plan review'}", "",
-             f"**Model** {m.name}: {m.layers} layers, hidden {m.hidden}, {m.heads} heads ({m.kv_heads} KV), "
-             f"FFN {m.ffn_hidden}, sequence {m.seq_len}, vocabulary {m.vocab}, {m.arch}.  ",
-             f"**Cluster** {c.name}: {c.nodes} nodes × {c.gpus_per_node} GPUs = {c.gpus}, "
-             f"{c.gpu_memory_bytes / GiB:.0f} GiB each, {c.intra.name} {c.intra.bandwidth_bytes_per_s / 1e9:.0f} GB/s, "
-             f"{c.inter.name} {c.inter.bandwidth_bytes_per_s / 1e9:.0f} GB/s per GPU per direction.  ",
-             f"**Assumptions** MFU {review.options.perf.mfu:.0%}, DP overlap {review.options.perf.dp_overlap:.0%}, "
-             f"flash attention {'on' if review.options.activations.flash_attention else 'off'}, "
-             f"dropout {'on' if review.options.activations.dropout else 'off'}."]
+    lines = [
+        f"# {review.title or 'Plan review'}",
+        "",
+        f"**Model** {m.name}: {m.layers} layers, hidden {m.hidden}, {m.heads} heads ({m.kv_heads} KV), "
+        f"FFN {m.ffn_hidden}, sequence {m.seq_len}, vocabulary {m.vocab}, {m.arch}.  ",
+        f"**Cluster** {c.name}: {c.nodes} nodes × {c.gpus_per_node} GPUs = {c.gpus}, "
+        f"{c.gpu_memory_bytes / GiB:.0f} GiB each, {c.intra.name} {c.intra.bandwidth_bytes_per_s / 1e9:.0f} GB/s, "
+        f"{c.inter.name} {c.inter.bandwidth_bytes_per_s / 1e9:.0f} GB/s per GPU per direction.  ",
+        f"**Assumptions** MFU {review.options.perf.mfu:.0%}, DP overlap {review.options.perf.dp_overlap:.0%}, "
+        f"flash attention {'on' if review.options.activations.flash_attention else 'off'}, "
+        f"dropout {'on' if review.options.activations.dropout else 'off'}.",
+    ]
     if review.author or review.created:
         lines.append(f"*{review.author or 'unknown author'}, {review.created or 'undated'}*")
-    lines += ["", "## Verdict", "", (f"**{review.chosen}** — " if review.chosen else "") + (review.verdict or "_no verdict yet_"),
-              "", "## Plans", ""]
+    lines += [
+        "",
+        "## Verdict",
+        "",
+        (f"**{review.chosen}** — " if review.chosen else "") + (review.verdict or "_no verdict yet_"),
+        "",
+        "## Plans",
+        "",
+    ]
     rows = plan_rows(cmp)
-    lines += _md_table(["plan", "layout", "valid", "memory/GPU (GiB)", "step (s)", "MFU", "bubble", "warnings"],
-                       [[r["name"], r["label"], r["valid"], r["memory_gib"], r["step_time_s"],
-                         None if r["mfu"] is None else f"{r['mfu']:.1%}", r["bubble"], r["warnings"]]
-                        for r in rows.to_dict("records")])
+    lines += _md_table(
+        ["plan", "layout", "valid", "memory/GPU (GiB)", "step (s)", "MFU", "bubble", "warnings"],
+        [
+            [
+                r["name"],
+                r["label"],
+                r["valid"],
+                r["memory_gib"],
+                r["step_time_s"],
+                None if r["mfu"] is None else f"{r['mfu']:.1%}",
+                r["bubble"],
+                r["warnings"],
+            ]
+            for r in rows.to_dict("records")
+        ],
+    )
     lines += ["", "## Side by side", "", "Rows in **bold** differ between the plans.", ""]
     body = []
     for r in cmp.table.to_dict("records"):

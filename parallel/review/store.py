@@ -47,14 +47,16 @@ ENV_URL, ENV_DATA = "PARASCOPE_REVIEWS_DB", "PARASCOPE_DATA"
 
 metadata = MetaData()
 reviews = Table(
-    "reviews", metadata,
+    "reviews",
+    metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("title", String(300), nullable=False),
     Column("created_by", String(120), nullable=False),
     Column("created_at", String(40), nullable=False),  # ISO 8601 UTC, as in the review JSON
 )
 revisions = Table(
-    "review_revisions", metadata,
+    "review_revisions",
+    metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("review_id", Integer, ForeignKey("reviews.id"), nullable=False, index=True),
     Column("saved_by", String(120), nullable=False),
@@ -62,7 +64,8 @@ revisions = Table(
     Column("body", Text, nullable=False),  # Review.to_dict() without notes, as JSON
 )
 notes = Table(
-    "review_notes", metadata,
+    "review_notes",
+    metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("review_id", Integer, ForeignKey("reviews.id"), nullable=False, index=True),
     Column("author", String(120), nullable=False),
@@ -117,7 +120,9 @@ class ReviewStore:
     def __init__(self, url: str | None = None):
         self.url = url or default_url()
         sqlite = self.url.startswith("sqlite")
-        self.engine = create_engine(self.url, **({"connect_args": {"timeout": 30}} if sqlite else {"pool_pre_ping": True}))
+        self.engine = create_engine(
+            self.url, **({"connect_args": {"timeout": 30}} if sqlite else {"pool_pre_ping": True})
+        )
         if sqlite:
             _sqlite_setup(self.engine)
         self._retry(lambda: metadata.create_all(self.engine))
@@ -142,17 +147,30 @@ class ReviewStore:
             with self.engine.begin() as conn:
                 rid = review_id
                 if rid is None:
-                    rid = conn.execute(insert(reviews).values(title=review.title or "untitled review", created_by=author,
-                                                              created_at=review.created or stamp)).inserted_primary_key[0]
+                    rid = conn.execute(
+                        insert(reviews).values(
+                            title=review.title or "untitled review",
+                            created_by=author,
+                            created_at=review.created or stamp,
+                        )
+                    ).inserted_primary_key[0]
                 elif conn.execute(select(reviews.c.id).where(reviews.c.id == rid)).first() is None:
                     raise SpecError(f"no saved review {rid}")
-                conn.execute(insert(revisions).values(review_id=rid, saved_by=author, saved_at=stamp, body=json.dumps(body)))
-                known = {(r.author, r.at, r.text) for r in conn.execute(
-                    select(notes.c.author, notes.c.at, notes.c.text).where(notes.c.review_id == rid))}
+                conn.execute(
+                    insert(revisions).values(review_id=rid, saved_by=author, saved_at=stamp, body=json.dumps(body))
+                )
+                known = {
+                    (r.author, r.at, r.text)
+                    for r in conn.execute(
+                        select(notes.c.author, notes.c.at, notes.c.text).where(notes.c.review_id == rid)
+                    )
+                }
                 fresh = [n for n in review.notes if (n.author, n.at, n.text) not in known]
                 if fresh:
-                    conn.execute(insert(notes), [{"review_id": rid, "author": n.author, "at": n.at, "text": n.text}
-                                                 for n in fresh])
+                    conn.execute(
+                        insert(notes),
+                        [{"review_id": rid, "author": n.author, "at": n.at, "text": n.text} for n in fresh],
+                    )
                 return int(rid)
 
         return self._retry(tx)
@@ -179,36 +197,61 @@ class ReviewStore:
             row = conn.execute(q).first()
             if row is None:
                 raise SpecError(f"no saved review {review_id}" + (f" revision {revision}" if revision else ""))
-            rows = conn.execute(select(notes.c.author, notes.c.at, notes.c.text).where(notes.c.review_id == review_id)
-                                .order_by(notes.c.at, notes.c.id)).all()
+            rows = conn.execute(
+                select(notes.c.author, notes.c.at, notes.c.text)
+                .where(notes.c.review_id == review_id)
+                .order_by(notes.c.at, notes.c.id)
+            ).all()
         body = json.loads(row.body)
         body["notes"] = [{"author": r.author, "at": r.at, "text": r.text} for r in rows]
         return Review.from_dict(body)
 
     def revisions(self, review_id: int) -> list[dict]:
         with self.engine.connect() as conn:
-            rows = conn.execute(select(revisions.c.id, revisions.c.saved_by, revisions.c.saved_at)
-                                .where(revisions.c.review_id == review_id).order_by(revisions.c.id)).all()
+            rows = conn.execute(
+                select(revisions.c.id, revisions.c.saved_by, revisions.c.saved_at)
+                .where(revisions.c.review_id == review_id)
+                .order_by(revisions.c.id)
+            ).all()
         return [{"revision": r.id, "saved_by": r.saved_by, "saved_at": r.saved_at} for r in rows]
 
     def list(self, limit: int = 200) -> list[SavedReview]:
         """Saved reviews, most recently saved first."""
-        latest = (select(revisions.c.review_id, func.max(revisions.c.id).label("rev"), func.count().label("n"))
-                  .group_by(revisions.c.review_id).subquery())
+        latest = (
+            select(revisions.c.review_id, func.max(revisions.c.id).label("rev"), func.count().label("n"))
+            .group_by(revisions.c.review_id)
+            .subquery()
+        )
         counts = select(notes.c.review_id, func.count().label("n")).group_by(notes.c.review_id).subquery()
-        q = (select(reviews, revisions.c.body, revisions.c.saved_at, latest.c.n.label("revs"), counts.c.n.label("notes"))
-             .join(latest, latest.c.review_id == reviews.c.id).join(revisions, revisions.c.id == latest.c.rev)
-             .outerjoin(counts, counts.c.review_id == reviews.c.id).order_by(latest.c.rev.desc()).limit(limit))
+        q = (
+            select(reviews, revisions.c.body, revisions.c.saved_at, latest.c.n.label("revs"), counts.c.n.label("notes"))
+            .join(latest, latest.c.review_id == reviews.c.id)
+            .join(revisions, revisions.c.id == latest.c.rev)
+            .outerjoin(counts, counts.c.review_id == reviews.c.id)
+            .order_by(latest.c.rev.desc())
+            .limit(limit)
+        )
         with self.engine.connect() as conn:
             rows = conn.execute(q).all()
         out = []
         for r in rows:
             body = json.loads(r.body)
-            out.append(SavedReview(id=r.id, title=r.title, created_by=r.created_by, created_at=r.created_at,
-                                   updated_at=r.saved_at, revisions=r.revs, notes=r.notes or 0,
-                                   model=body["model"]["name"], cluster=f"{body['cluster']['name']} × {body['cluster']['nodes']}",
-                                   plans=[p["name"] for p in body["plans"]], chosen=body.get("chosen"),
-                                   verdict=body.get("verdict", "")))
+            out.append(
+                SavedReview(
+                    id=r.id,
+                    title=r.title,
+                    created_by=r.created_by,
+                    created_at=r.created_at,
+                    updated_at=r.saved_at,
+                    revisions=r.revs,
+                    notes=r.notes or 0,
+                    model=body["model"]["name"],
+                    cluster=f"{body['cluster']['name']} × {body['cluster']['nodes']}",
+                    plans=[p["name"] for p in body["plans"]],
+                    chosen=body.get("chosen"),
+                    verdict=body.get("verdict", ""),
+                )
+            )
         return out
 
     def dispose(self) -> None:

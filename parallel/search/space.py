@@ -85,26 +85,48 @@ def divisors(n: int) -> list[int]:
 
 def plan_of(row: dict, global_batch: int, order: str = DEFAULT_ORDER) -> Plan:
     """The Plan of one row of a search table."""
-    return Plan(dp=int(row["dp"]), tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row["cp"]), sp=bool(row["sp"]),
-                vpp=int(row["vpp"]), micro_batch=int(row["micro_batch"]), zero=int(row["zero"]),
-                recompute=str(row["recompute"]), global_batch=global_batch, order=order)
+    return Plan(
+        dp=int(row["dp"]),
+        tp=int(row["tp"]),
+        pp=int(row["pp"]),
+        cp=int(row["cp"]),
+        sp=bool(row["sp"]),
+        vpp=int(row["vpp"]),
+        micro_batch=int(row["micro_batch"]),
+        zero=int(row["zero"]),
+        recompute=str(row["recompute"]),
+        global_batch=global_batch,
+        order=order,
+    )
 
 
 # ---------------------------------------------------------------- candidates, rule by rule
 
+
 def _degrees(model: Model, world: int, gb: int, c: Constraints, funnel: list[dict]) -> list[tuple[int, int, int, int]]:
     m = model
-    combos = [(tp, pp, cp, world // (tp * pp * cp)) for tp in divisors(world) for pp in divisors(world // tp)
-              for cp in divisors(world // (tp * pp))]
+    combos = [
+        (tp, pp, cp, world // (tp * pp * cp))
+        for tp in divisors(world)
+        for pp in divisors(world // tp)
+        for cp in divisors(world // (tp * pp))
+    ]
     rules = [
         (f"dp×tp×pp×cp = {world} GPUs", lambda tp, pp, cp, dp: True),
         (f"max TP {c.max_tp}", lambda tp, pp, cp, dp: c.max_tp is None or tp <= c.max_tp),
         (f"max PP {c.max_pp}", lambda tp, pp, cp, dp: c.max_pp is None or pp <= c.max_pp),
         (f"max CP {c.max_cp}", lambda tp, pp, cp, dp: c.max_cp is None or cp <= c.max_cp),
-        (f"tp divides heads {m.heads} and ffn_hidden {m.ffn_hidden}; tp and kv_heads {m.kv_heads} divide one another",
-         lambda tp, pp, cp, dp: m.heads % tp == 0 and m.ffn_hidden % tp == 0 and (m.kv_heads % tp == 0 or tp % m.kv_heads == 0)),
+        (
+            f"tp divides heads {m.heads} and ffn_hidden {m.ffn_hidden}; tp and kv_heads {m.kv_heads} divide one another",
+            lambda tp, pp, cp, dp: (
+                m.heads % tp == 0 and m.ffn_hidden % tp == 0 and (m.kv_heads % tp == 0 or tp % m.kv_heads == 0)
+            ),
+        ),
         (f"pp divides layers {m.layers}", lambda tp, pp, cp, dp: m.layers % pp == 0),
-        (f"seq_len {m.seq_len} divisible by 2·cp (load-balanced CP)", lambda tp, pp, cp, dp: cp == 1 or m.seq_len % (2 * cp) == 0),
+        (
+            f"seq_len {m.seq_len} divisible by 2·cp (load-balanced CP)",
+            lambda tp, pp, cp, dp: cp == 1 or m.seq_len % (2 * cp) == 0,
+        ),
         (f"global batch {gb} divisible by dp", lambda tp, pp, cp, dp: gb % dp == 0),
     ]
     for name, keep in rules:
@@ -115,7 +137,9 @@ def _degrees(model: Model, world: int, gb: int, c: Constraints, funnel: list[dic
     return combos
 
 
-def candidates(model: Model, world: int, global_batch: int, c: Constraints = Constraints()) -> tuple[pd.DataFrame, list[dict]]:
+def candidates(
+    model: Model, world: int, global_batch: int, c: Constraints = Constraints()
+) -> tuple[pd.DataFrame, list[dict]]:
     """Every structurally valid plan (all of validate's shape rules hold) and the funnel that built it."""
     funnel: list[dict] = []
     base = []  # (dp, tp, pp, cp, mb, vpp)
@@ -131,8 +155,12 @@ def candidates(model: Model, world: int, global_batch: int, c: Constraints = Con
                     base.append((dp, tp, pp, cp, mb, v))
     if c.max_micro_batch is not None:
         funnel.append({"constraint": f"max micro batch {c.max_micro_batch}", "remaining": n_mb})
-    funnel.append({"constraint": "vpp divides layers/pp; vpp > 1 needs pp > 1 and microbatches divisible by pp",
-                   "remaining": len(base)})
+    funnel.append(
+        {
+            "constraint": "vpp divides layers/pp; vpp > 1 needs pp > 1 and microbatches divisible by pp",
+            "remaining": len(base),
+        }
+    )
     cols = ["dp", "tp", "pp", "cp", "micro_batch", "vpp"]
     b = np.array(base, dtype=np.int64).reshape(-1, len(cols))
     zero = np.array(c.zero, dtype=np.int64)
@@ -146,8 +174,13 @@ def candidates(model: Model, world: int, global_batch: int, c: Constraints = Con
     tp, cp, sp = rows["tp"], rows["cp"], rows["sp"]
     ok = ~sp | ((tp > 1) & ((model.seq_len // cp) % tp == 0))
     rows = {k: v[ok] for k, v in rows.items()}
-    funnel.append({"constraint": f"× sp, ZeRO {list(c.zero)}, recompute {list(c.recompute)}; SP needs tp > 1 and "
-                                 f"tp dividing seq_len/cp", "remaining": len(rows["dp"])})
+    funnel.append(
+        {
+            "constraint": f"× sp, ZeRO {list(c.zero)}, recompute {list(c.recompute)}; SP needs tp > 1 and "
+            f"tp dividing seq_len/cp",
+            "remaining": len(rows["dp"]),
+        }
+    )
     if c.require_sp:
         keep = rows["sp"] | (rows["tp"] == 1)
         rows = {k: v[keep] for k, v in rows.items()}
@@ -157,15 +190,27 @@ def candidates(model: Model, world: int, global_batch: int, c: Constraints = Con
 
 # ---------------------------------------------------------------- the plan model over columns
 
+
 def columns_of(cands: pd.DataFrame, global_batch: int, order: str = DEFAULT_ORDER) -> PlanColumns:
     """The candidates as a PlanColumns, for parallel.core's formulas."""
     ints = {k: cands[k].to_numpy(np.int64) for k in ("dp", "tp", "pp", "cp", "micro_batch", "vpp", "zero")}
-    return PlanColumns(**ints, sp=cands["sp"].to_numpy(bool), recompute=np.array(RECOMPUTE)[cands["rc"].to_numpy()],
-                       global_batch=global_batch, order=order)
+    return PlanColumns(
+        **ints,
+        sp=cands["sp"].to_numpy(bool),
+        recompute=np.array(RECOMPUTE)[cands["rc"].to_numpy()],
+        global_batch=global_batch,
+        order=order,
+    )
 
 
-def evaluate(model: Model, cluster: Cluster, global_batch: int, cands: pd.DataFrame, options: Options = Options(),
-             order: str = DEFAULT_ORDER) -> pd.DataFrame:
+def evaluate(
+    model: Model,
+    cluster: Cluster,
+    global_batch: int,
+    cands: pd.DataFrame,
+    options: Options = Options(),
+    order: str = DEFAULT_ORDER,
+) -> pd.DataFrame:
     """Memory of the most loaded GPU and step time of every candidate row: parallel.core's own
     formulas (memory_per_gpu_bytes, step_time), evaluated over the columns at once."""
     plans = columns_of(cands, global_batch, order)
@@ -178,21 +223,30 @@ def evaluate(model: Model, cluster: Cluster, global_batch: int, cands: pd.DataFr
         out[f"{name}_bytes"] = memory[name]
     out["memory_per_gpu_bytes"] = memory["total"]
     out["activation_bytes_per_layer"] = activation_bytes_per_layer(model, plans, options.activations)
-    out.update({"step_time_s": timing["step_time_s"], "bubble_fraction": bubble_fraction(plans), "mfu": timing["mfu"],
-                "compute_s": timing["compute_s"], "bubble_s": timing["bubble_s"],
-                **{f"exposed_{d}_s": timing[f"exposed_{d}_s"] for d in ("tp", "sp", "cp", "pp", "dp")},
-                "tp_link": np.where(crosses_nodes(plans, cluster, ("tp",)), "inter", "intra"),
-                "dp_link": np.where(crosses_nodes(plans, cluster, ("dp", "cp")), "inter", "intra")})
+    out.update(
+        {
+            "step_time_s": timing["step_time_s"],
+            "bubble_fraction": bubble_fraction(plans),
+            "mfu": timing["mfu"],
+            "compute_s": timing["compute_s"],
+            "bubble_s": timing["bubble_s"],
+            **{f"exposed_{d}_s": timing[f"exposed_{d}_s"] for d in ("tp", "sp", "cp", "pp", "dp")},
+            "tp_link": np.where(crosses_nodes(plans, cluster, ("tp",)), "inter", "intra"),
+            "dp_link": np.where(crosses_nodes(plans, cluster, ("dp", "cp")), "inter", "intra"),
+        }
+    )
     return pd.DataFrame({k: np.broadcast_to(v, len(plans)) if np.ndim(v) == 0 else v for k, v in out.items()})
 
 
 # ---------------------------------------------------------------- the search
 
+
 def _rank(table: pd.DataFrame) -> pd.DataFrame:
     """Fastest first; ties (e.g. ZeRO 0 vs 1 cost the same traffic) broken by memory, then simpler plans."""
     key = table.assign(_t=table["step_time_s"].round(9), _rc=table["recompute"].map(RECOMPUTE.index))
-    key = key.sort_values(["_t", "memory_per_gpu_bytes", "_rc", "zero", "vpp", "cp", "pp", "tp", "micro_batch"],
-                          kind="stable")
+    key = key.sort_values(
+        ["_t", "memory_per_gpu_bytes", "_rc", "zero", "vpp", "cp", "pp", "tp", "micro_batch"], kind="stable"
+    )
     return key.drop(columns=["_t", "_rc"]).reset_index(drop=True)
 
 
@@ -212,8 +266,13 @@ def _gib(x: float) -> str:
     return f"{x / GiB:.1f} GiB"
 
 
-def search(model: Model, cluster: Cluster, global_batch: int, constraints: Constraints = Constraints(),
-           options: Options = Options()) -> SearchResult:
+def search(
+    model: Model,
+    cluster: Cluster,
+    global_batch: int,
+    constraints: Constraints = Constraints(),
+    options: Options = Options(),
+) -> SearchResult:
     """Every plan for `model` on all of `cluster`'s GPUs that fits in memory, fastest first.
 
     Raises SearchEmpty naming the constraint that removed the last candidates."""
@@ -226,15 +285,21 @@ def search(model: Model, cluster: Cluster, global_batch: int, constraints: Const
     table = evaluate(model, cluster, global_batch, cands, options, constraints.order)
     budget = cluster.gpu_memory_bytes * (1 - constraints.headroom)
     fits = table["memory_per_gpu_bytes"].to_numpy() <= budget
-    name = (f"memory per GPU ≤ {_gib(budget)} ({_gib(cluster.gpu_memory_bytes)} less {constraints.headroom:.0%} headroom)"
-            if constraints.headroom else f"memory per GPU ≤ {_gib(budget)}")
+    name = (
+        f"memory per GPU ≤ {_gib(budget)} ({_gib(cluster.gpu_memory_bytes)} less {constraints.headroom:.0%} headroom)"
+        if constraints.headroom
+        else f"memory per GPU ≤ {_gib(budget)}"
+    )
     funnel.append({"constraint": name, "remaining": int(fits.sum())})
     if not fits.any():
         least = table.loc[table["memory_per_gpu_bytes"].idxmin()]
-        raise SearchEmpty(f"no plan fits: all {len(table):,} valid plans of {model.name} on {world} GPUs need more than "
-                          f"{_gib(budget)} per GPU ({_gib(cluster.gpu_memory_bytes)} less {constraints.headroom:.0%} "
-                          f"headroom); the leanest, {plan_of(least, global_batch).label()}, needs "
-                          f"{_gib(least['memory_per_gpu_bytes'])}; try {_memory_hints(constraints)}", funnel)
+        raise SearchEmpty(
+            f"no plan fits: all {len(table):,} valid plans of {model.name} on {world} GPUs need more than "
+            f"{_gib(budget)} per GPU ({_gib(cluster.gpu_memory_bytes)} less {constraints.headroom:.0%} "
+            f"headroom); the leanest, {plan_of(least, global_batch).label()}, needs "
+            f"{_gib(least['memory_per_gpu_bytes'])}; try {_memory_hints(constraints)}",
+            funnel,
+        )
     ranked = _rank(table[fits])
     ranked["pareto"] = pareto_front(ranked)
     return SearchResult(ranked, funnel, evaluated=len(table), seconds=time.perf_counter() - t0)
@@ -256,12 +321,19 @@ def _empty_message(model: Model, cluster: Cluster, gb: int, funnel: list[dict], 
     i = funnel.index(step)
     if i == 0:
         return f"no plan: {cluster.gpus} GPUs cannot be split into dp×tp×pp×cp"
-    return (f"no plan for {model.name} on {cluster.gpus} GPUs (global batch {gb}): the constraint "
-            f"'{step['constraint']}' removed the last {funnel[i - 1]['remaining']:,} candidates")
+    return (
+        f"no plan for {model.name} on {cluster.gpus} GPUs (global batch {gb}): the constraint "
+        f"'{step['constraint']}' removed the last {funnel[i - 1]['remaining']:,} candidates"
+    )
 
 
-def search_naive(model: Model, cluster: Cluster, global_batch: int, constraints: Constraints = Constraints(),
-                 options: Options = Options()) -> pd.DataFrame:
+def search_naive(
+    model: Model,
+    cluster: Cluster,
+    global_batch: int,
+    constraints: Constraints = Constraints(),
+    options: Options = Options(),
+) -> pd.DataFrame:
     """The same search as a plain loop over every degree combination through parallel.core.report.plan_report:
     the reference `search` is tested against (slow: ~1 ms a plan)."""
     c, world = constraints, cluster.gpus
@@ -273,20 +345,38 @@ def search_naive(model: Model, cluster: Cluster, global_batch: int, constraints:
         dp = world // (tp * pp * cp)
         if any(lim is not None and x > lim for x, lim in ((tp, c.max_tp), (pp, c.max_pp), (cp, c.max_cp))):
             continue
-        for mb, v, sp, zero, rc in itertools.product(divisors(global_batch), divisors(model.layers), (False, True),
-                                                     c.zero, c.recompute):
+        for mb, v, sp, zero, rc in itertools.product(
+            divisors(global_batch), divisors(model.layers), (False, True), c.zero, c.recompute
+        ):
             if (c.max_micro_batch and mb > c.max_micro_batch) or (c.require_sp and tp > 1 and not sp):
                 continue
-            plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, sp=sp, vpp=v, micro_batch=mb, zero=zero, recompute=rc,
-                        global_batch=global_batch, order=c.order)
+            plan = Plan(
+                dp=dp,
+                tp=tp,
+                pp=pp,
+                cp=cp,
+                sp=sp,
+                vpp=v,
+                micro_batch=mb,
+                zero=zero,
+                recompute=rc,
+                global_batch=global_batch,
+                order=c.order,
+            )
             rep = plan_report(plan, model, cluster, options)
             if rep["memory_per_gpu_bytes"] is None:
                 continue
             shape_ok = not [e for e in rep["errors"] if not e.startswith("memory per GPU")]
             if shape_ok and rep["memory_per_gpu_bytes"]["total"] <= budget:
-                rows.append({**{k: getattr(plan, k) for k in PLAN_KEYS}, "memory_per_gpu_bytes": rep["memory_per_gpu_bytes"]["total"],
-                             "step_time_s": rep["step_time_s"], "bubble_fraction": rep["bubble_fraction"],
-                             "mfu": rep["step_time"]["mfu"]})
+                rows.append(
+                    {
+                        **{k: getattr(plan, k) for k in PLAN_KEYS},
+                        "memory_per_gpu_bytes": rep["memory_per_gpu_bytes"]["total"],
+                        "step_time_s": rep["step_time_s"],
+                        "bubble_fraction": rep["bubble_fraction"],
+                        "mfu": rep["step_time"]["mfu"],
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -296,9 +386,19 @@ def result_json(result: SearchResult, top: int | None = None) -> list[dict]:
     out = []
     for i, row in enumerate(table.to_dict("records")):
         plan = {k: (bool(row[k]) if k == "sp" else str(row[k]) if k == "recompute" else int(row[k])) for k in PLAN_KEYS}
-        out.append({"rank": i + 1, "plan": plan, "memory_per_gpu_bytes": float(row["memory_per_gpu_bytes"]),
-                    "step_time_s": float(row["step_time_s"]), "bubble_fraction": float(row["bubble_fraction"]),
-                    "mfu": float(row["mfu"]), "pareto": bool(row["pareto"]),
-                    "memory_by_component_bytes": {k: float(row[f"{k}_bytes"]) for k in ("params", "grads", "optimizer", "activations")},
-                    "exposed_comm_s": {d: float(row[f"exposed_{d}_s"]) for d in ("tp", "sp", "cp", "pp", "dp")}})
+        out.append(
+            {
+                "rank": i + 1,
+                "plan": plan,
+                "memory_per_gpu_bytes": float(row["memory_per_gpu_bytes"]),
+                "step_time_s": float(row["step_time_s"]),
+                "bubble_fraction": float(row["bubble_fraction"]),
+                "mfu": float(row["mfu"]),
+                "pareto": bool(row["pareto"]),
+                "memory_by_component_bytes": {
+                    k: float(row[f"{k}_bytes"]) for k in ("params", "grads", "optimizer", "activations")
+                },
+                "exposed_comm_s": {d: float(row[f"exposed_{d}_s"]) for d in ("tp", "sp", "cp", "pp", "dp")},
+            }
+        )
     return out

@@ -17,5 +17,16 @@ from profiler.analyzers.front import TraceAnalysis
 from profiler.analyzers.matching import clock_offsets, instances, per_rank_wait, stragglers
 from profiler.analyzers.timeline import timeline
 
-__all__ = ["TraceAnalysis", "breakdown", "clock_offsets", "collectives", "comm_by_dim", "export_collectives", "export_perfetto",
-           "instances", "per_rank_wait", "stragglers", "timeline"]
+__all__ = [
+    "TraceAnalysis",
+    "breakdown",
+    "clock_offsets",
+    "collectives",
+    "comm_by_dim",
+    "export_collectives",
+    "export_perfetto",
+    "instances",
+    "per_rank_wait",
+    "stragglers",
+    "timeline",
+]

@@ -34,8 +34,21 @@ from profiler.traces import intervals as iv
 from profiler.traces.model import Traces
 from profiler.traces.patterns import KINDS
 
-COLUMNS = ["rank", "step", "device", "start_ns", "end_ns", "window_ns", "compute_ns", "comm_ns",
-           "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns", "events"]
+COLUMNS = [
+    "rank",
+    "step",
+    "device",
+    "start_ns",
+    "end_ns",
+    "window_ns",
+    "compute_ns",
+    "comm_ns",
+    "overlapped_comm_ns",
+    "exposed_comm_ns",
+    "memory_ns",
+    "idle_ns",
+    "events",
+]
 DIM_COLUMNS = ["rank", "step", "dim", "count", "bytes", "comm_ns", "exposed_comm_ns"]
 K = {k: i for i, k in enumerate(KINDS)}
 GPU_CODES = [K["compute"], K["comm"], K["memcpy"], K["memset"]]
@@ -55,10 +68,16 @@ def cpu_compute(a: dict, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     thread = pd.factorize(a["thread"][lo:hi][both])[0]  # 0, 1, ... for this rank's threads
     base = int(ts.min())
     span = max(int(end.max()), int(ts.max())) - base + 1
-    if (int(thread.max()) + 1) * span >= 2 ** 62:  # too wide to lay side by side: one thread at a time
-        return iv.merge(*(iv.minus(iv.union(ts[(thread == k) & op], end[(thread == k) & op]),
-                                   iv.union(ts[(thread == k) & ~op], end[(thread == k) & ~op]))
-                          for k in range(int(thread.max()) + 1)))
+    if (int(thread.max()) + 1) * span >= 2**62:  # too wide to lay side by side: one thread at a time
+        return iv.merge(
+            *(
+                iv.minus(
+                    iv.union(ts[(thread == k) & op], end[(thread == k) & op]),
+                    iv.union(ts[(thread == k) & ~op], end[(thread == k) & ~op]),
+                )
+                for k in range(int(thread.max()) + 1)
+            )
+        )
     lift = thread.astype(np.int64) * span - base
     s, e = ts + lift, end + lift
     free_s, free_e = iv.minus(iv.union(s[op], e[op]), iv.union(s[~op], e[~op]))
@@ -104,14 +123,17 @@ class _Rank:
         w = self.windows
         if self.gpu:
             out = []
-            for step in (w["step"].tolist() if len(w) else [-1]):
+            for step in w["step"].tolist() if len(w) else [-1]:
                 m = self.g_step == step
                 if m.any():
                     out.append((step, int(self.g_ts[m].min()), int(self.g_end[m].max())))
                 else:
                     row = w[w["step"] == step]
-                    out.append((step, int(row["start_ns"].iloc[0]), int(row["end_ns"].iloc[0])) if len(row)
-                               else (step, int(self.ts.min()), int(self.end.max())))
+                    out.append(
+                        (step, int(row["start_ns"].iloc[0]), int(row["end_ns"].iloc[0]))
+                        if len(row)
+                        else (step, int(self.ts.min()), int(self.end.max()))
+                    )
             return out
         if len(w):
             return [(int(s), int(lo), int(hi)) for s, lo, hi in zip(w["step"], w["start_ns"], w["end_ns"])]
@@ -153,8 +175,23 @@ def breakdown(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | No
             overlapped = iv.overlap(comm, compute)
             busy = iv.length(iv.merge(compute, comm, memory))
             window = max(hi - lo, busy)
-            out.append((r.rank, step, "gpu" if r.gpu else "cpu", lo, hi, window, iv.length(compute), iv.length(comm),
-                        overlapped, iv.length(comm) - overlapped, iv.length(memory), window - busy, n))
+            out.append(
+                (
+                    r.rank,
+                    step,
+                    "gpu" if r.gpu else "cpu",
+                    lo,
+                    hi,
+                    window,
+                    iv.length(compute),
+                    iv.length(comm),
+                    overlapped,
+                    iv.length(comm) - overlapped,
+                    iv.length(memory),
+                    window - busy,
+                    n,
+                )
+            )
     return pd.DataFrame(out, columns=COLUMNS).astype({c: "int64" for c in COLUMNS if c != "device"})
 
 
@@ -168,8 +205,24 @@ def comm_by_dim(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | 
             for dim in np.unique(r.r_dim[rows]):
                 g = rows & (r.r_dim == dim)
                 comm = iv.clip(iv.union(r.r_start[g], r.r_end[g]), lo, hi)
-                out.append((r.rank, step, str(dim), int(g.sum()), int(r.r_bytes[g].sum()), iv.length(comm),
-                            iv.length(iv.minus(comm, compute))))
+                out.append(
+                    (
+                        r.rank,
+                        step,
+                        str(dim),
+                        int(g.sum()),
+                        int(r.r_bytes[g].sum()),
+                        iv.length(comm),
+                        iv.length(iv.minus(comm, compute)),
+                    )
+                )
     return pd.DataFrame(out, columns=DIM_COLUMNS).astype(
-        {"rank": "int64", "step": "int64", "count": "int64", "bytes": "int64", "comm_ns": "int64",
-         "exposed_comm_ns": "int64"})
+        {
+            "rank": "int64",
+            "step": "int64",
+            "count": "int64",
+            "bytes": "int64",
+            "comm_ns": "int64",
+            "exposed_comm_ns": "int64",
+        }
+    )

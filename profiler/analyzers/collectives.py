@@ -39,12 +39,48 @@ from profiler.formats.annotations import parse_comm
 from profiler.traces.model import Traces
 from profiler.traces.patterns import KINDS, RECORD_PARAM_COMMS, dtype_bytes, normalize_op
 
-META_FIELDS = ("coll_name", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "pg_desc", "pg_ranks",
-               "seq", "src_rank", "dst_rank", "input_bytes")
+META_FIELDS = (
+    "coll_name",
+    "in_nelems",
+    "out_nelems",
+    "dtype",
+    "group_size",
+    "pg_name",
+    "pg_desc",
+    "pg_ranks",
+    "seq",
+    "src_rank",
+    "dst_rank",
+    "input_bytes",
+)
 INPUT_IS_SIZE = frozenset({"all_reduce", "broadcast", "reduce", "all_to_all", "send"})
-COLUMNS = ["rank", "source", "op", "dim", "dim_source", "name", "start_ns", "end_ns", "dur_ns", "issue_ns", "bytes",
-           "bytes_source", "group", "group_size", "group_desc", "pg_name", "seq", "seq_source", "instance",
-           "algbw_gbps", "busbw_gbps", "stream", "step", "event", "cpu_event"]
+COLUMNS = [
+    "rank",
+    "source",
+    "op",
+    "dim",
+    "dim_source",
+    "name",
+    "start_ns",
+    "end_ns",
+    "dur_ns",
+    "issue_ns",
+    "bytes",
+    "bytes_source",
+    "group",
+    "group_size",
+    "group_desc",
+    "pg_name",
+    "seq",
+    "seq_source",
+    "instance",
+    "algbw_gbps",
+    "busbw_gbps",
+    "stream",
+    "step",
+    "event",
+    "cpu_event",
+]
 
 
 @dataclass(eq=False)  # identity: list.remove must not compare every field of every pending root
@@ -76,8 +112,15 @@ def collectives(traces: Traces, plan: PlanLike = None) -> pd.DataFrame:
     not_collectives: Counter = Counter()
     for rank, (lo, hi) in traces.rank_slices().items():
         a, b = np.searchsorted(want, [lo, hi])
-        rows += _rank_rows(sub.iloc[a:b], {c: v[a:b] for c, v in strings.items()}, rank, meta, labels,
-                           gpu=traces.device_of(rank) == "gpu", not_collectives=not_collectives)
+        rows += _rank_rows(
+            sub.iloc[a:b],
+            {c: v[a:b] for c, v in strings.items()},
+            rank,
+            meta,
+            labels,
+            gpu=traces.device_of(rank) == "gpu",
+            not_collectives=not_collectives,
+        )
     if not rows:
         table = pd.DataFrame({c: pd.Series(dtype=_DTYPES.get(c, "object")) for c in COLUMNS})
     else:
@@ -91,12 +134,33 @@ def collectives(traces: Traces, plan: PlanLike = None) -> pd.DataFrame:
 
 _KINDS = ("ps_comm", "cpu_comm", "runtime", "comm")  # the events a row is made of
 
-_DTYPES = {"rank": "int64", "start_ns": "int64", "end_ns": "int64", "dur_ns": "int64", "issue_ns": "int64",
-           "bytes": "Int64", "group_size": "Int64", "seq": "int64", "algbw_gbps": "float64",
-           "busbw_gbps": "float64", "stream": "int64", "step": "int64", "event": "int64", "cpu_event": "int64",
-           "source": "category", "op": "category", "dim": "category", "dim_source": "category",
-           "bytes_source": "category", "seq_source": "category", "name": "str", "group": "str",
-           "group_desc": "str", "pg_name": "str", "instance": "str"}
+_DTYPES = {
+    "rank": "int64",
+    "start_ns": "int64",
+    "end_ns": "int64",
+    "dur_ns": "int64",
+    "issue_ns": "int64",
+    "bytes": "Int64",
+    "group_size": "Int64",
+    "seq": "int64",
+    "algbw_gbps": "float64",
+    "busbw_gbps": "float64",
+    "stream": "int64",
+    "step": "int64",
+    "event": "int64",
+    "cpu_event": "int64",
+    "source": "category",
+    "op": "category",
+    "dim": "category",
+    "dim_source": "category",
+    "bytes_source": "category",
+    "seq_source": "category",
+    "name": "str",
+    "group": "str",
+    "group_desc": "str",
+    "pg_name": "str",
+    "instance": "str",
+}
 
 
 def _roots(cpu: pd.DataFrame, names: np.ndarray) -> dict[int, _Root]:
@@ -183,12 +247,16 @@ def _pair_workers(roots: dict[int, _Root]) -> None:
 
 def _compatible(worker_op: str, caller_op: str) -> bool:
     # gloo runs reduce_scatter as an all_reduce (the annotation says which it was)
-    return "other" in (worker_op, caller_op) or worker_op == caller_op or (
-        worker_op == "all_reduce" and caller_op == "reduce_scatter")
+    return (
+        "other" in (worker_op, caller_op)
+        or worker_op == caller_op
+        or (worker_op == "all_reduce" and caller_op == "reduce_scatter")
+    )
 
 
-def _rank_rows(sub: pd.DataFrame, strings: dict, rank: int, meta: dict, labels: dict, *, gpu: bool,
-               not_collectives: Counter) -> list[dict]:
+def _rank_rows(
+    sub: pd.DataFrame, strings: dict, rank: int, meta: dict, labels: dict, *, gpu: bool, not_collectives: Counter
+) -> list[dict]:
     """The rows of one rank; `sub`: its events of _KINDS, `strings`: their kind, op, name as objects."""
     kind = strings["kind"]
     is_cpu = (kind == "ps_comm") | (kind == "cpu_comm")
@@ -208,13 +276,23 @@ def _rank_rows(sub: pd.DataFrame, strings: dict, rank: int, meta: dict, labels: 
     out = []
     if gpu:
         runtime = sub[(kind == "runtime") & (sub["correlation"].to_numpy() >= 0)]
-        launch = dict(zip(runtime["correlation"].tolist(), zip(runtime["pid"].tolist(), runtime["tid"].tolist(),
-                                                               runtime["ts_ns"].tolist())))
+        launch = dict(
+            zip(
+                runtime["correlation"].tolist(),
+                zip(runtime["pid"].tolist(), runtime["tid"].tolist(), runtime["ts_ns"].tolist()),
+            )
+        )
         kernels = sub[kind == "comm"]
         for row, corr, ext, ts, dur, tid, name, kop in zip(
-                kernels.index.tolist(), kernels["correlation"].tolist(), kernels["external_id"].tolist(),
-                kernels["ts_ns"].tolist(), kernels["dur_ns"].tolist(), kernels["tid"].tolist(),
-                strings["name"][kind == "comm"].tolist(), strings["op"][kind == "comm"]):
+            kernels.index.tolist(),
+            kernels["correlation"].tolist(),
+            kernels["external_id"].tolist(),
+            kernels["ts_ns"].tolist(),
+            kernels["dur_ns"].tolist(),
+            kernels["tid"].tolist(),
+            strings["name"][kind == "comm"].tolist(),
+            strings["op"][kind == "comm"],
+        ):
             root, issue = None, int(ts)
             if corr >= 0 and corr in launch:
                 lpid, ltid, lts = launch[corr]
@@ -272,21 +350,52 @@ def _pick_op(root: _Root | None, md: dict, kernel_op) -> str:
 
 def _row(rank, row, source, name, start, end, issue, stream, root: _Root | None, md: dict, op: str) -> dict:
     label = root.label if root is not None else None
-    return {"rank": rank, "source": source, "op": op, "name": name, "start_ns": start,
-            "end_ns": end, "dur_ns": end - start, "issue_ns": issue, "stream": stream, "event": int(row),
-            "cpu_event": root.row if root is not None else -1, "unit": root.row if root is not None else -1 - row,
-            "label": label, **md}
+    return {
+        "rank": rank,
+        "source": source,
+        "op": op,
+        "name": name,
+        "start_ns": start,
+        "end_ns": end,
+        "dur_ns": end - start,
+        "issue_ns": issue,
+        "stream": stream,
+        "event": int(row),
+        "cpu_event": root.row if root is not None else -1,
+        "unit": root.row if root is not None else -1 - row,
+        "label": label,
+        **md,
+    }
 
 
 def _label(table: pd.DataFrame, rows: list[dict], traces, labeler: DimLabeler) -> None:
     """Fill group, bytes, dim, seq, instance and bandwidths in place (table is ours, not the input),
     from `rows`, the table's rows as plain Python values (a column with a missing value would turn
     its ints into floats: a p2p group '0.0,1.0')."""
-    pg = {(int(r), str(n)): (ranks, desc, size) for r, n, ranks, desc, size in zip(
-        traces.pg_config["rank"], traces.pg_config["pg_name"], traces.pg_config["ranks"],
-        traces.pg_config["pg_desc"], traces.pg_config["pg_size"])}
-    cols = {c: [] for c in ("group", "group_size", "group_desc", "bytes", "bytes_source", "dim", "dim_source",
-                            "seq", "seq_source")}
+    pg = {
+        (int(r), str(n)): (ranks, desc, size)
+        for r, n, ranks, desc, size in zip(
+            traces.pg_config["rank"],
+            traces.pg_config["pg_name"],
+            traces.pg_config["ranks"],
+            traces.pg_config["pg_desc"],
+            traces.pg_config["pg_size"],
+        )
+    }
+    cols = {
+        c: []
+        for c in (
+            "group",
+            "group_size",
+            "group_desc",
+            "bytes",
+            "bytes_source",
+            "dim",
+            "dim_source",
+            "seq",
+            "seq_source",
+        )
+    }
     parsed: dict[str, tuple] = {}  # group -> its ranks; (dim, group, op, desc) -> label: a few distinct ones
     dims: dict[tuple, tuple[str, str]] = {}
     for rec in rows:
@@ -313,10 +422,17 @@ def _label(table: pd.DataFrame, rows: list[dict], traces, labeler: DimLabeler) -
         # A trace's p2p Seq counts all p2p ops of the process group on one rank, not per pair of peers:
         # the pair's order of issue matches sender and receiver instead.
         seq = label.seq if label else (None if p2p else rec["seq"])
-        for key, value in (("group", group or ""), ("group_size", size), ("group_desc", desc or ""),
-                           ("bytes", nbytes), ("bytes_source", source), ("dim", dim), ("dim_source", dim_source),
-                           ("seq", -1 if seq is None else int(seq)),
-                           ("seq_source", "none" if seq is None else ("annotation" if label else "trace"))):
+        for key, value in (
+            ("group", group or ""),
+            ("group_size", size),
+            ("group_desc", desc or ""),
+            ("bytes", nbytes),
+            ("bytes_source", source),
+            ("dim", dim),
+            ("dim_source", dim_source),
+            ("seq", -1 if seq is None else int(seq)),
+            ("seq_source", "none" if seq is None else ("annotation" if label else "trace")),
+        ):
             cols[key].append(value)
     for key, values in cols.items():
         table[key] = values
@@ -343,16 +459,25 @@ def _bytes(rec: dict, label) -> tuple[int | None, str]:
 
 def _ordinal_seq(table: pd.DataFrame) -> None:
     """Where no seq was recorded: the order of issue within (rank, group), counting each call once."""
-    key = np.where(table["group"] != "", table["group"],
-                   np.where(table["pg_name"].notna() & (table["pg_name"] != ""), "pg:" + table["pg_name"].astype(str),
-                            "?" + table["op"].astype(str)))
+    key = np.where(
+        table["group"] != "",
+        table["group"],
+        np.where(
+            table["pg_name"].notna() & (table["pg_name"] != ""),
+            "pg:" + table["pg_name"].astype(str),
+            "?" + table["op"].astype(str),
+        ),
+    )
     table["_key"] = key
     missing = table["seq"] < 0
     if missing.any():
         calls = table[missing].groupby(["rank", "_key", "unit"], sort=False)["issue_ns"].min().reset_index()
         calls["ord"] = calls.groupby(["rank", "_key"])["issue_ns"].rank(method="first").astype(np.int64) - 1
-        ords = table[missing].merge(calls[["rank", "_key", "unit", "ord"]], on=["rank", "_key", "unit"],
-                                    how="left")["ord"].to_numpy()
+        ords = (
+            table[missing]
+            .merge(calls[["rank", "_key", "unit", "ord"]], on=["rank", "_key", "unit"], how="left")["ord"]
+            .to_numpy()
+        )
         table.loc[missing, "seq"] = ords
         table.loc[missing, "seq_source"] = "order"
     # The same call on every rank of its group: group (or pg name; else the op) and seq.

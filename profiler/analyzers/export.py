@@ -37,8 +37,9 @@ def export_collectives(table: pd.DataFrame, path: str | Path) -> Path:
     return path
 
 
-def perfetto_events(traces: Traces, rank: int, *, t0_ns: int, offset_ns: int = 0,
-                    table: pd.DataFrame | None = None) -> list[dict]:
+def perfetto_events(
+    traces: Traces, rank: int, *, t0_ns: int, offset_ns: int = 0, table: pd.DataFrame | None = None
+) -> list[dict]:
     """The Chrome-trace events (dicts) of one rank, metadata first."""
     sub = traces.events[traces.events["rank"] == rank]
     gpu = sub["kind"].isin(list(GPU_KINDS)).to_numpy()
@@ -46,8 +47,10 @@ def perfetto_events(traces: Traces, rank: int, *, t0_ns: int, offset_ns: int = 0
     lanes = pd.DataFrame({"gpu": gpu, "pid": sub["pid"].to_numpy(), "tid": sub["tid"].to_numpy()}).drop_duplicates()
     lanes = lanes.sort_values(["gpu", "pid", "tid"], ignore_index=True)
     lane_id = {(bool(g), int(p), int(t)): i + 1 for i, (g, p, t) in enumerate(lanes.itertuples(index=False))}
-    out = [{"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}},
-           {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}}]
+    out = [
+        {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}},
+        {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}},
+    ]
     for (g, p, t), i in lane_id.items():
         label = f"gpu {p} stream {t}" if g else f"cpu {t}" + (f" ({names[(p, t)]})" if (p, t) in names else "")
         out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": i, "args": {"name": label}})
@@ -57,8 +60,13 @@ def perfetto_events(traces: Traces, rank: int, *, t0_ns: int, offset_ns: int = 0
         rows = table[table["rank"] == rank]
         cols = ["event", "cpu_event", "op", "dim", "bytes", "group", "seq", "instance"]
         for rec in rows[cols].itertuples(index=False):
-            args = {"op": str(rec.op), "dim": str(rec.dim), "group": rec.group, "seq": int(rec.seq),
-                    "instance": rec.instance}
+            args = {
+                "op": str(rec.op),
+                "dim": str(rec.dim),
+                "group": rec.group,
+                "seq": int(rec.seq),
+                "instance": rec.instance,
+            }
             if not pd.isna(rec.bytes):
                 args["bytes"] = int(rec.bytes)
             comm[int(rec.event)] = args
@@ -67,25 +75,47 @@ def perfetto_events(traces: Traces, rank: int, *, t0_ns: int, offset_ns: int = 0
     ts = (sub["ts_ns"].to_numpy() + offset_ns - t0_ns) / 1000.0
     dur = sub["dur_ns"].to_numpy() / 1000.0
     for row, name, cat, kind, p, t, g, start, length in zip(
-            sub.index, sub["name"].astype(str), sub["cat"].astype(str), sub["kind"].astype(str), sub["pid"], sub["tid"],
-            gpu, ts, dur):
-        event = {"ph": "X", "name": name, "cat": cat, "pid": rank, "tid": lane_id[(bool(g), int(p), int(t))],
-                 "ts": round(float(start), 3), "dur": round(float(length), 3)}
+        sub.index,
+        sub["name"].astype(str),
+        sub["cat"].astype(str),
+        sub["kind"].astype(str),
+        sub["pid"],
+        sub["tid"],
+        gpu,
+        ts,
+        dur,
+    ):
+        event = {
+            "ph": "X",
+            "name": name,
+            "cat": cat,
+            "pid": rank,
+            "tid": lane_id[(bool(g), int(p), int(t))],
+            "ts": round(float(start), 3),
+            "dur": round(float(length), 3),
+        }
         args = comm.get(row)
         event["args"] = {"kind": kind, **args} if args else {"kind": kind}
         out.append(event)
     return out
 
 
-def export_perfetto(traces: Traces, path: str | Path, *, ranks: Iterable[int] | None = None, offsets: pd.DataFrame | None = None,
-                    table: pd.DataFrame | None = None) -> Path:
+def export_perfetto(
+    traces: Traces,
+    path: str | Path,
+    *,
+    ranks: Iterable[int] | None = None,
+    offsets: pd.DataFrame | None = None,
+    table: pd.DataFrame | None = None,
+) -> Path:
     """Write the merged trace (see the module docstring); returns the path."""
     path = Path(path)
     shift = dict(zip(offsets["rank"], offsets["offset_ns"])) if offsets is not None else {}
     ranks = list(ranks) if ranks is not None else traces.rank_ids
     ev = traces.events
-    starts = [int(ev.loc[ev["rank"] == r, "ts_ns"].min()) + int(shift.get(r, 0)) for r in ranks
-              if (ev["rank"] == r).any()]
+    starts = [
+        int(ev.loc[ev["rank"] == r, "ts_ns"].min()) + int(shift.get(r, 0)) for r in ranks if (ev["rank"] == r).any()
+    ]
     t0 = min(starts) if starts else 0
     opener = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "wb") as f:

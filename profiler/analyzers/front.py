@@ -71,14 +71,24 @@ class TraceAnalysis:
 
     def stragglers(self, top: int | None = 20) -> pd.DataFrame:
         """The `top` (None: all) instances with the largest arrival skew."""
-        return stragglers(self.traces, self.plan, table=self.collectives, align=self.align, top=top,
-                          inst=self.instances)
+        return stragglers(
+            self.traces, self.plan, table=self.collectives, align=self.align, top=top, inst=self.instances
+        )
 
-    def timeline(self, *, ranks: Any = None, start_ns: int | None = None, end_ns: int | None = None,
-                 max_rects: int = 1000) -> pd.DataFrame:
+    def timeline(
+        self, *, ranks: Any = None, start_ns: int | None = None, end_ns: int | None = None, max_rects: int = 1000
+    ) -> pd.DataFrame:
         """Level-of-detail rectangles of a window, on aligned clocks (see analyzers.timeline)."""
-        return timeline(self.traces, self.plan, ranks=ranks, start_ns=start_ns, end_ns=end_ns, max_rects=max_rects,
-                        table=self.collectives, offsets=self.offsets)
+        return timeline(
+            self.traces,
+            self.plan,
+            ranks=ranks,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            max_rects=max_rects,
+            table=self.collectives,
+            offsets=self.offsets,
+        )
 
     def export_perfetto(self, path: str | Path, *, ranks: Any = None) -> Path:
         return export_perfetto(self.traces, path, ranks=ranks, offsets=self.offsets, table=self.collectives)
@@ -92,21 +102,46 @@ class TraceAnalysis:
         traces, table = self.traces, self.collectives
         gpu = {r for r in traces.rank_ids if traces.device_of(r) == "gpu"}
         counted = table[[(s == "kernel") if r in gpu else True for r, s in zip(table["rank"], table["source"])]]
-        agg = (counted.assign(b=counted["bytes"].fillna(0).astype("int64"))
-               .groupby(["op", "dim"], observed=True, sort=True)
-               .agg(count=("rank", "size"), bytes=("b", "sum"), time_ns=("dur_ns", "sum")).reset_index())
+        agg = (
+            counted.assign(b=counted["bytes"].fillna(0).astype("int64"))
+            .groupby(["op", "dim"], observed=True, sort=True)
+            .agg(count=("rank", "size"), bytes=("b", "sum"), time_ns=("dur_ns", "sum"))
+            .reset_index()
+        )
         bd = self.breakdown.groupby("rank", sort=True)[["compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns"]].sum()
         slow = self.stragglers(top=top)
         return {
             "world_size": traces.world_size,
             "ranks": traces.rank_ids,
             "steps": traces.steps,
-            "collectives": [{"op": str(r.op), "dim": str(r.dim), "count": int(r.count), "bytes": int(r.bytes),
-                             "time_us": round(float(r.time_ns) / 1000, 3)} for r in agg.itertuples()],
-            "per_rank": [{"rank": int(rank), "compute_us": round(float(r.compute_ns) / 1000, 3),
-                          "comm_us": round(float(r.comm_ns) / 1000, 3),
-                          "exposed_comm_us": round(float(r.exposed_comm_ns) / 1000, 3),
-                          "idle_us": round(float(r.idle_ns) / 1000, 3)} for rank, r in bd.iterrows()],
-            "stragglers": [{"op": str(r.op), "dim": str(r.dim), "seq": int(r.seq), "late_rank": int(r.late_rank),
-                            "skew_us": round(float(r.skew_ns) / 1000, 3)} for r in slow.itertuples()],
+            "collectives": [
+                {
+                    "op": str(r.op),
+                    "dim": str(r.dim),
+                    "count": int(r.count),
+                    "bytes": int(r.bytes),
+                    "time_us": round(float(r.time_ns) / 1000, 3),
+                }
+                for r in agg.itertuples()
+            ],
+            "per_rank": [
+                {
+                    "rank": int(rank),
+                    "compute_us": round(float(r.compute_ns) / 1000, 3),
+                    "comm_us": round(float(r.comm_ns) / 1000, 3),
+                    "exposed_comm_us": round(float(r.exposed_comm_ns) / 1000, 3),
+                    "idle_us": round(float(r.idle_ns) / 1000, 3),
+                }
+                for rank, r in bd.iterrows()
+            ],
+            "stragglers": [
+                {
+                    "op": str(r.op),
+                    "dim": str(r.dim),
+                    "seq": int(r.seq),
+                    "late_rank": int(r.late_rank),
+                    "skew_us": round(float(r.skew_ns) / 1000, 3),
+                }
+                for r in slow.itertuples()
+            ],
         }

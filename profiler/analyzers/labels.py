@@ -45,7 +45,8 @@ def plan_of(plan: PlanLike, traces: Traces) -> Plan | None:
     if plan.world_size != traces.world_size:
         raise PlanMismatchError(
             f"the plan is dp×tp×pp×cp = {plan.dp}×{plan.tp}×{plan.pp}×{plan.cp} = {plan.world_size} ranks, "
-            f"but the traces come from a job of world size {traces.world_size}")
+            f"but the traces come from a job of world size {traces.world_size}"
+        )
     return plan
 
 

@@ -33,8 +33,23 @@ from profiler.analyzers.collectives import collectives
 from profiler.analyzers.labels import P2P_OPS, PlanLike
 from profiler.traces.model import Traces
 
-INSTANCE_COLUMNS = ["instance", "op", "dim", "group", "group_size", "seq", "n_ranks", "bytes", "first_start_ns",
-                    "last_start_ns", "skew_ns", "late_rank", "early_rank", "end_ns", "max_dur_ns"]
+INSTANCE_COLUMNS = [
+    "instance",
+    "op",
+    "dim",
+    "group",
+    "group_size",
+    "seq",
+    "n_ranks",
+    "bytes",
+    "first_start_ns",
+    "last_start_ns",
+    "skew_ns",
+    "late_rank",
+    "early_rank",
+    "end_ns",
+    "max_dur_ns",
+]
 
 
 def _comparable(traces, table: pd.DataFrame) -> pd.DataFrame:
@@ -46,12 +61,19 @@ def _comparable(traces, table: pd.DataFrame) -> pd.DataFrame:
 def _per_rank(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (instance, rank): first start, last end of its rows (a call may launch several kernels)."""
     if table.empty:
-        return pd.DataFrame(columns=["instance", "rank", "op", "dim", "group", "group_size", "seq", "bytes",
-                                     "start_ns", "end_ns"])
-    return (table.groupby(["instance", "rank"], as_index=False, observed=True)
-            .agg(op=("op", "first"), dim=("dim", "first"), group=("group", "first"),
-                 group_size=("group_size", "first"), seq=("seq", "first"), bytes=("bytes", "first"),
-                 start_ns=("start_ns", "min"), end_ns=("end_ns", "max")))
+        return pd.DataFrame(
+            columns=["instance", "rank", "op", "dim", "group", "group_size", "seq", "bytes", "start_ns", "end_ns"]
+        )
+    return table.groupby(["instance", "rank"], as_index=False, observed=True).agg(
+        op=("op", "first"),
+        dim=("dim", "first"),
+        group=("group", "first"),
+        group_size=("group_size", "first"),
+        seq=("seq", "first"),
+        bytes=("bytes", "first"),
+        start_ns=("start_ns", "min"),
+        end_ns=("end_ns", "max"),
+    )
 
 
 def clock_offsets(traces: Traces, *, table: pd.DataFrame | None = None, align: str = "auto") -> pd.DataFrame:
@@ -61,8 +83,9 @@ def clock_offsets(traces: Traces, *, table: pd.DataFrame | None = None, align: s
     hosts = traces.hosts()
     ranks = traces.rank_ids
     domain = {r: (hosts.get(r) if align == "auto" and hosts.get(r) else f"rank {r}") for r in ranks}
-    out = pd.DataFrame({"rank": ranks, "host": [hosts.get(r) for r in ranks], "offset_ns": 0, "instances": 0,
-                        "method": "none"})
+    out = pd.DataFrame(
+        {"rank": ranks, "host": [hosts.get(r) for r in ranks], "offset_ns": 0, "instances": 0, "method": "none"}
+    )
     domains = sorted(set(domain.values()), key=lambda d: min(r for r in ranks if domain[r] == d))
     if align == "none" or len(domains) < 2:
         out["method"] = "no alignment" if align == "none" else "one clock (same host)"
@@ -79,7 +102,7 @@ def clock_offsets(traces: Traces, *, table: pd.DataFrame | None = None, align: s
         sink = p2p_diffs if g["op"].iloc[0] in P2P_OPS else diffs
         names = list(ends.index)
         for i, a in enumerate(names):
-            for b in names[i + 1:]:
+            for b in names[i + 1 :]:
                 sink[(a, b)].append(float(ends[b] - ends[a]))
                 sink[(b, a)].append(float(ends[a] - ends[b]))
     offset = {domains[0]: (0, 0, "reference clock")}
@@ -101,8 +124,14 @@ def clock_offsets(traces: Traces, *, table: pd.DataFrame | None = None, align: s
     return out.astype({"offset_ns": "int64", "instances": "int64"})
 
 
-def per_rank_wait(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | None = None, align: str = "auto",
-                  offsets: pd.DataFrame | None = None) -> pd.DataFrame:
+def per_rank_wait(
+    traces: Traces,
+    plan: PlanLike = None,
+    *,
+    table: pd.DataFrame | None = None,
+    align: str = "auto",
+    offsets: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """One row per (instance, rank): aligned start/end, wait_ns, transfer_ns, late (the last to arrive).
     `offsets`: clock_offsets already computed for the same table and align."""
     table = table if table is not None else collectives(traces, plan)
@@ -122,8 +151,14 @@ def per_rank_wait(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame 
     return per.sort_values(["start_ns", "rank"], ignore_index=True)
 
 
-def instances(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | None = None, align: str = "auto",
-              per: pd.DataFrame | None = None) -> pd.DataFrame:
+def instances(
+    traces: Traces,
+    plan: PlanLike = None,
+    *,
+    table: pd.DataFrame | None = None,
+    align: str = "auto",
+    per: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """One row per collective instance: ranks seen, arrival skew (last start - first start), late rank.
     `per`: per_rank_wait already computed for the same table and align."""
     per = per if per is not None else per_rank_wait(traces, plan, table=table, align=align)
@@ -131,11 +166,21 @@ def instances(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | No
         return pd.DataFrame(columns=INSTANCE_COLUMNS)
     per = per.sort_values(["instance", "start_ns", "rank"])
     g = per.groupby("instance", sort=False)
-    out = g.agg(op=("op", "first"), dim=("dim", "first"), group=("group", "first"),
-                group_size=("group_size", "first"), seq=("seq", "first"), n_ranks=("rank", "size"),
-                bytes=("bytes", "first"), first_start_ns=("start_ns", "min"), last_start_ns=("start_ns", "max"),
-                early_rank=("rank", "first"), late_rank=("rank", "last"), end_ns=("end_ns", "max"),
-                max_dur_ns=("dur_ns", "max")).reset_index()
+    out = g.agg(
+        op=("op", "first"),
+        dim=("dim", "first"),
+        group=("group", "first"),
+        group_size=("group_size", "first"),
+        seq=("seq", "first"),
+        n_ranks=("rank", "size"),
+        bytes=("bytes", "first"),
+        first_start_ns=("start_ns", "min"),
+        last_start_ns=("start_ns", "max"),
+        early_rank=("rank", "first"),
+        late_rank=("rank", "last"),
+        end_ns=("end_ns", "max"),
+        max_dur_ns=("dur_ns", "max"),
+    ).reset_index()
     out["skew_ns"] = out["last_start_ns"] - out["first_start_ns"]
     single = out["n_ranks"] < 2
     out.loc[single, "late_rank"] = -1
@@ -143,8 +188,15 @@ def instances(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | No
     return out[INSTANCE_COLUMNS].sort_values("first_start_ns", ignore_index=True)
 
 
-def stragglers(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | None = None, align: str = "auto",
-               top: int | None = 20, inst: pd.DataFrame | None = None) -> pd.DataFrame:
+def stragglers(
+    traces: Traces,
+    plan: PlanLike = None,
+    *,
+    table: pd.DataFrame | None = None,
+    align: str = "auto",
+    top: int | None = 20,
+    inst: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """The `top` (None: all) instances seen on two or more ranks with the largest arrival skew, the
     largest first (ties: the earliest first). `inst`: instances already computed."""
     inst = inst if inst is not None else instances(traces, plan, table=table, align=align)

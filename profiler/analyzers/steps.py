@@ -18,12 +18,14 @@ from profiler.traces.patterns import profiler_step
 def step_windows(traces: Traces) -> pd.DataFrame:
     ev = traces.events
     steps = ev.loc[ev["kind"] == "step", ["rank", "name", "ts_ns", "dur_ns"]]
-    frame = pd.DataFrame({
-        "rank": steps["rank"].to_numpy(dtype=np.int64),
-        "step": [profiler_step(str(n)) for n in steps["name"]],
-        "start_ns": steps["ts_ns"].to_numpy(),
-        "end_ns": (steps["ts_ns"] + steps["dur_ns"]).to_numpy(),
-    })
+    frame = pd.DataFrame(
+        {
+            "rank": steps["rank"].to_numpy(dtype=np.int64),
+            "step": [profiler_step(str(n)) for n in steps["name"]],
+            "start_ns": steps["ts_ns"].to_numpy(),
+            "end_ns": (steps["ts_ns"] + steps["dur_ns"]).to_numpy(),
+        }
+    )
     # One window per (rank, step): a step recorded twice (nested exports) keeps its widest span.
     frame = frame.groupby(["rank", "step"], as_index=False).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
     return frame.sort_values(["rank", "start_ns"], ignore_index=True)
@@ -41,7 +43,7 @@ def assign_steps(ranks: np.ndarray, times: np.ndarray, windows: pd.DataFrame) ->
         w = w.sort_values("start_ns")
         starts, ends, steps = (w[c].to_numpy() for c in ("start_ns", "end_ns", "step"))
         i = np.searchsorted(starts, times[sel], side="right") - 1
-        ok = (i >= 0)
+        ok = i >= 0
         ok[ok] = times[sel][ok] < ends[i[ok]]
         out[sel[ok]] = steps[i[ok]]
     return out

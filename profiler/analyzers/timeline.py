@@ -36,8 +36,20 @@ from profiler.traces import intervals as iv
 from profiler.traces.model import Traces
 from profiler.traces.patterns import KINDS
 
-COLUMNS = ["rank", "lane", "start_ns", "end_ns", "name", "op", "dim", "instance", "bytes", "n_events", "busy_ns",
-           "merged"]
+COLUMNS = [
+    "rank",
+    "lane",
+    "start_ns",
+    "end_ns",
+    "name",
+    "op",
+    "dim",
+    "instance",
+    "bytes",
+    "n_events",
+    "busy_ns",
+    "merged",
+]
 LANES = ("compute", "memory", "comm")
 LANE_WEIGHT = {"comm": 4, "compute": 1, "memory": 1}  # collectives are what the chart is about
 K = {k: i for i, k in enumerate(KINDS)}
@@ -47,6 +59,7 @@ I64 = np.iinfo(np.int64)
 @dataclass(frozen=True)
 class _Index:
     """All ranks' lanes, one row per event: segment (rank, lane) -> rows [a, b), each sorted by start."""
+
     segments: dict  # (rank, lane number) -> (a, b)
     start: np.ndarray
     end: np.ndarray
@@ -67,7 +80,7 @@ def _outermost(thread, ts, end) -> np.ndarray:
     """Mask of events not nested inside an earlier event of the same thread (`thread`: a small int per
     event). Events come sorted by start within each thread (traces.events is, by rank then start), so
     a stable sort by thread is enough; equal starts are put longest first (it encloses the others)."""
-    small = thread.astype(np.uint16) if len(thread) and thread.max() < 2 ** 16 else thread  # radix sort
+    small = thread.astype(np.uint16) if len(thread) and thread.max() < 2**16 else thread  # radix sort
     order = np.argsort(small, kind="stable")
     s, t = ts[order], thread[order]
     same = t[1:] == t[:-1]
@@ -107,7 +120,8 @@ def _event_rows(traces) -> tuple[np.ndarray, np.ndarray]:
 def _comm_labels(rows: pd.DataFrame) -> tuple[np.ndarray, list[tuple[str, str, str]]]:
     """(label code per row, sorted distinct (name, op, dim))."""
     joined = (rows["name"].astype(str) + "\0" + rows["op"].astype(str) + "\0" + rows["dim"].astype(str)).to_numpy(
-        dtype=object)
+        dtype=object
+    )
     codes, uniques = pd.factorize(joined, sort=True)  # '\0' sorts first: the order of the tuples
     return codes.astype(np.int64), [tuple(u.split("\0")) for u in uniques]
 
@@ -138,10 +152,19 @@ def _build(traces, table: pd.DataFrame) -> _Index:
     segments = {(int(rank[a]), int(lane[a])): (int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])}
     names = np.concatenate([cats.categories.to_numpy(dtype=object), [""], [x[0] for x in comm_labels]]).astype(object)
     blank = [""] * (n_cats + 1)
-    return _Index(segments, start, end, iv.running_max(end, new), label.astype(np.int64), ref.astype(np.int64),
-                  names, np.array(blank + [x[1] for x in comm_labels], dtype=object),
-                  np.array(blank + [x[2] for x in comm_labels], dtype=object),
-                  rows["instance"].to_numpy(dtype=object), rows["bytes"].to_numpy(dtype=float, na_value=np.nan))
+    return _Index(
+        segments,
+        start,
+        end,
+        iv.running_max(end, new),
+        label.astype(np.int64),
+        ref.astype(np.int64),
+        names,
+        np.array(blank + [x[1] for x in comm_labels], dtype=object),
+        np.array(blank + [x[2] for x in comm_labels], dtype=object),
+        rows["instance"].to_numpy(dtype=object),
+        rows["bytes"].to_numpy(dtype=float, na_value=np.nan),
+    )
 
 
 def _index(traces, table: pd.DataFrame) -> _Index:
@@ -178,9 +201,17 @@ def _clamp(x: int) -> int:
     return min(max(x, I64.min), I64.max)
 
 
-def timeline(traces: Traces, plan: PlanLike = None, *, ranks: Iterable[int] | None = None, start_ns: int | None = None, end_ns: int | None = None,
-             max_rects: int = 1000, table: pd.DataFrame | None = None,
-             offsets: pd.DataFrame | None = None) -> pd.DataFrame:
+def timeline(
+    traces: Traces,
+    plan: PlanLike = None,
+    *,
+    ranks: Iterable[int] | None = None,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    max_rects: int = 1000,
+    table: pd.DataFrame | None = None,
+    offsets: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """Rectangles per rank (see the module docstring). `offsets` (matching.clock_offsets) shifts each
     rank's clock first; the window is in the shifted time."""
     if max_rects < 1:
@@ -193,7 +224,7 @@ def timeline(traces: Traces, plan: PlanLike = None, *, ranks: Iterable[int] | No
     # Pieces: the part of one (rank, lane) segment inside the window, in the rank's own clock.
     p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off = ([] for _ in range(7))
     present = traces.rank_slices()
-    for rank in (ranks if ranks is not None else traces.rank_ids):
+    for rank in ranks if ranks is not None else traces.rank_ids:
         rank = int(rank)
         if rank not in present:
             continue
@@ -209,8 +240,9 @@ def timeline(traces: Traces, plan: PlanLike = None, *, ranks: Iterable[int] | No
             if j > i:
                 for lst, v in zip((p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off), (rank, lane, i, j, r_lo, r_hi, off)):
                     lst.append(v)
-    p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off = (np.array(v, dtype=np.int64) for v in
-                                                   (p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off))
+    p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off = (
+        np.array(v, dtype=np.int64) for v in (p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off)
+    )
     rows, piece = iv.index_runs(p_a, p_b)
     inside = x.end[rows] > p_lo[piece]  # a nested event may end before lo although its segment reached past
     rows, piece = rows[inside], piece[inside]
@@ -247,7 +279,7 @@ def _lod(x: _Index, rows, piece, budget, p_lo, p_hi, p_off, p_rank, p_lane) -> p
         if b - a <= k:
             cut[a:b] = True
         elif k > 1:
-            g = gaps[a + 1:b]
+            g = gaps[a + 1 : b]
             top = np.argpartition(-g, k - 2)[: k - 1]
             cut[a + 1 + top[g[top] > 0]] = True
     group = np.cumsum(cut) - 1
@@ -280,10 +312,20 @@ def _lod(x: _Index, rows, piece, budget, p_lo, p_hi, p_off, p_rank, p_lane) -> p
     nbytes[has] = x.nbytes[ref[has]]
     pf = piece[first]
     off = p_off[pf]
-    frame = pd.DataFrame({
-        "rank": p_rank[pf], "lane": np.array(LANES, dtype=object)[p_lane[pf]], "start_ns": s[first] + off,
-        "end_ns": np.maximum.reduceat(e, first) + off, "name": x.names[dominant], "op": x.ops[dominant],
-        "dim": x.dims[dominant], "instance": instance,
-        "bytes": pd.array(nbytes, dtype="Float64").astype("Int64"), "n_events": counts.astype(np.int64),
-        "busy_ns": busy, "merged": ~single})
+    frame = pd.DataFrame(
+        {
+            "rank": p_rank[pf],
+            "lane": np.array(LANES, dtype=object)[p_lane[pf]],
+            "start_ns": s[first] + off,
+            "end_ns": np.maximum.reduceat(e, first) + off,
+            "name": x.names[dominant],
+            "op": x.ops[dominant],
+            "dim": x.dims[dominant],
+            "instance": instance,
+            "bytes": pd.array(nbytes, dtype="Float64").astype("Int64"),
+            "n_events": counts.astype(np.int64),
+            "busy_ns": busy,
+            "merged": ~single,
+        }
+    )
     return frame[COLUMNS]

@@ -24,16 +24,26 @@ import orjson
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m profiler analyze",
-                                 description="load and analyse per-rank Kineto traces")
+    ap = argparse.ArgumentParser(
+        prog="python -m profiler analyze", description="load and analyse per-rank Kineto traces"
+    )
     ap.add_argument("path", nargs="+", help="run directory, folder, trace file(s), or .zip/.tar.gz")
     ap.add_argument("--plan", help="Plan JSON (or a run.json with a 'plan') to label collectives by dimension")
     ap.add_argument("--json", action="store_true", help="print one JSON object (see the module docstring)")
-    ap.add_argument("--rank", action="append", default=[], metavar="FILE=R",
-                    help="the rank of a file that has no distributedInfo and no rank in its name (repeatable)")
+    ap.add_argument(
+        "--rank",
+        action="append",
+        default=[],
+        metavar="FILE=R",
+        help="the rank of a file that has no distributedInfo and no rank in its name (repeatable)",
+    )
     ap.add_argument("--top", type=int, default=20, help="stragglers to list (default 20)")
-    ap.add_argument("--align", choices=("auto", "ranks", "none"), default="auto",
-                    help="clock alignment across hosts (default auto: align hosts on collective ends)")
+    ap.add_argument(
+        "--align",
+        choices=("auto", "ranks", "none"),
+        default="auto",
+        help="clock alignment across hosts (default auto: align hosts on collective ends)",
+    )
     ap.add_argument("--no-cache", action="store_true", help="neither read nor write the parse cache")
     return ap
 
@@ -70,17 +80,26 @@ def _plan(path: str | None):
 
 
 def _text(traces, summary: dict, not_collectives: dict) -> str:
-    lines = [traces.summary(), "", "collectives (all ranks):",
-             f"  {'op':<15}{'dim':<9}{'count':>8}{'bytes':>16}{'time_us':>14}"]
+    lines = [
+        traces.summary(),
+        "",
+        "collectives (all ranks):",
+        f"  {'op':<15}{'dim':<9}{'count':>8}{'bytes':>16}{'time_us':>14}",
+    ]
     for c in summary["collectives"]:
         lines.append(f"  {c['op']:<15}{c['dim']:<9}{c['count']:>8}{c['bytes']:>16,}{c['time_us']:>14,.1f}")
     for reason, n in not_collectives.items():
         lines.append(f"  (not counted: {n:,} {reason})")
-    lines += ["", "per rank (us, summed over steps):",
-              f"  {'rank':>6}{'compute':>14}{'comm':>14}{'exposed':>14}{'idle':>14}"]
+    lines += [
+        "",
+        "per rank (us, summed over steps):",
+        f"  {'rank':>6}{'compute':>14}{'comm':>14}{'exposed':>14}{'idle':>14}",
+    ]
     for r in summary["per_rank"]:
-        lines.append(f"  {r['rank']:>6}{r['compute_us']:>14,.1f}{r['comm_us']:>14,.1f}"
-                     f"{r['exposed_comm_us']:>14,.1f}{r['idle_us']:>14,.1f}")
+        lines.append(
+            f"  {r['rank']:>6}{r['compute_us']:>14,.1f}{r['comm_us']:>14,.1f}"
+            f"{r['exposed_comm_us']:>14,.1f}{r['idle_us']:>14,.1f}"
+        )
     if summary["stragglers"]:
         lines += ["", "largest arrival skews:", f"  {'op':<15}{'dim':<9}{'seq':>6}{'late rank':>11}{'skew_us':>12}"]
         for s in summary["stragglers"]:

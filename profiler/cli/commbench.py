@@ -60,16 +60,27 @@ def make_launcher(spec: CommbenchSpec, tmp: Path, run_id: str, lab=None) -> Agen
         except LabError as err:
             raise JobStopped(f"--lab: {err}") from None
         worker = ["-m", "profiler.commbench.worker", "--", *spec.worker_argv()]
-        commands = [lab.torchrun_command(node, spec.nproc, worker, port=port, rdzv_id=run_id,
-                                         launcher_args=["--max-restarts=0"]) for node in (0, 1)]
+        commands = [
+            lab.torchrun_command(
+                node, spec.nproc, worker, port=port, rdzv_id=run_id, launcher_args=["--max-restarts=0"]
+            )
+            for node in (0, 1)
+        ]
         return AgentLauncher("torchrun", commands, log=log, env=env, outcome=torchrun_root_cause)
     if spec.launcher == "local":
         outcome = tmp / "outcome.json"
         commands = local_commands("profiler.commbench.worker", spec.worker_argv(), nproc=spec.nproc, outcome=outcome)
         return AgentLauncher("local", commands, log=log, env=env, outcome=local_outcome(outcome))
-    commands = torchrun_commands("profiler.commbench.worker", spec.worker_argv(), nproc_per_node=spec.nproc, nnodes=spec.nnodes, node_rank=spec.node_rank,
-                                 rdzv_backend=spec.rdzv_backend, rdzv_endpoint=spec.rdzv_endpoint,
-                                 rdzv_id=spec.rdzv_id)
+    commands = torchrun_commands(
+        "profiler.commbench.worker",
+        spec.worker_argv(),
+        nproc_per_node=spec.nproc,
+        nnodes=spec.nnodes,
+        node_rank=spec.node_rank,
+        rdzv_backend=spec.rdzv_backend,
+        rdzv_endpoint=spec.rdzv_endpoint,
+        rdzv_id=spec.rdzv_id,
+    )
     if spec.nnodes == 1:
         env["GLOO_SOCKET_IFNAME"] = os.environ.get("GLOO_SOCKET_IFNAME", "lo")
     return AgentLauncher("torchrun", commands, log=log, env=env, outcome=torchrun_root_cause)
@@ -101,17 +112,22 @@ def run(spec: CommbenchSpec, lab=None) -> Outcome:
 
 
 def summary(result: dict) -> str:
-    lines = [f"{result['world_size']} ranks, {result['backend']} on {result['device']}; "
-             f"{len(result['results'])} points"]
+    lines = [
+        f"{result['world_size']} ranks, {result['backend']} on {result['device']}; {len(result['results'])} points"
+    ]
     lines.append(f"  {'op':<15}{'n':>3} {'link':<6}{'alpha us':>10}{'busbw GB/s':>12}{'rel err':>9}")
     for f in result["fits"]:
         bw = f["bandwidth_bytes_per_s"]
-        lines.append(f"  {f['op']:<15}{f['group_size']:>3} {f['link']:<6}{f['alpha_s'] * 1e6:>10.1f}"
-                     f"{(bw / 1e9 if bw else float('nan')):>12.2f}{f['rel_rmse']:>9.2f}")
+        lines.append(
+            f"  {f['op']:<15}{f['group_size']:>3} {f['link']:<6}{f['alpha_s'] * 1e6:>10.1f}"
+            f"{(bw / 1e9 if bw else float('nan')):>12.2f}{f['rel_rmse']:>9.2f}"
+        )
     for name, link in result["links"].items():
         bw = link["bandwidth_bytes_per_s"]
-        lines.append(f"links.{name}: latency {link['latency_s'] * 1e6:.1f} us, bandwidth "
-                     f"{(bw or float('nan')) / 1e9:.2f} GB/s per rank per direction (rel err {link['rel_rmse']:.2f})")
+        lines.append(
+            f"links.{name}: latency {link['latency_s'] * 1e6:.1f} us, bandwidth "
+            f"{(bw or float('nan')) / 1e9:.2f} GB/s per rank per direction (rel err {link['rel_rmse']:.2f})"
+        )
     if result.get("links_note"):
         lines.append(result["links_note"])
     return "\n".join(lines)
@@ -134,8 +150,10 @@ def main(argv=None) -> int:
     outcome = run(spec, lab)
     if not outcome.ok:
         who = f"rank {outcome.rank}" if outcome.rank is not None else "commbench"
-        print(f"error: {who} failed: {(outcome.message or '').strip().splitlines()[0] if outcome.message else ''}",
-              file=sys.stderr)
+        print(
+            f"error: {who} failed: {(outcome.message or '').strip().splitlines()[0] if outcome.message else ''}",
+            file=sys.stderr,
+        )
         return 1
     if spec.out.is_file():
         result = json.loads(spec.out.read_text())

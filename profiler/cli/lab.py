@@ -16,12 +16,14 @@ from collections.abc import Sequence
 
 from profiler.lab import settings as lab
 
-_BW = re.compile(r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P<mult>[kKmMgGtT]?)(?P<bin>i?)"
-                 r"(?P<unit>bit|Bit|bps|B|b)(?:/s)?")
+_BW = re.compile(
+    r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P<mult>[kKmMgGtT]?)(?P<bin>i?)"
+    r"(?P<unit>bit|Bit|bps|B|b)(?:/s)?"
+)
 
 
 def parse_bandwidth(text: str) -> float:
-    """"1gbit", "10Gbit/s", "25Gbps", "100Gb/s" (bits) or "2.5GB/s", "250MB/s", "1.5GiB/s" (bytes) →
+    """ "1gbit", "10Gbit/s", "25Gbps", "100Gb/s" (bits) or "2.5GB/s", "250MB/s", "1.5GiB/s" (bytes) →
     bytes per second. The unit is required: "B" is bytes, "b"/"bit"/"bps" bits, as tc and datasheets use them."""
     m = _BW.fullmatch(text.strip())
     if not m:
@@ -35,23 +37,40 @@ def parse_bandwidth(text: str) -> float:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m profiler lab", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="python -m profiler lab",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Two test nodes on this machine: network namespaces joined by a veth pair whose link is "
-                    "shaped with tc, so ranks on one node talk over loopback and ranks on different nodes "
-                    "cross a slow link. Needs root.", epilog=__doc__.split("\n\n")[1])
+        "shaped with tc, so ranks on one node talk over loopback and ranks on different nodes "
+        "cross a slow link. Needs root.",
+        epilog=__doc__.split("\n\n")[1],
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--prefix", default=lab.DEFAULT_PREFIX,
-                        help="name prefix of the lab's namespaces and links (default %(default)s)")
+    common.add_argument(
+        "--prefix",
+        default=lab.DEFAULT_PREFIX,
+        help="name prefix of the lab's namespaces and links (default %(default)s)",
+    )
     u = sub.add_parser("up", parents=[common], help="build the two-node lab")
-    u.add_argument("--like", default=None, choices=list(lab.CLUSTERS), metavar="CLUSTER",
-                   help=f"shape the link so inter/intra mimics a preset cluster ({', '.join(lab.CLUSTERS)}); "
-                        f"the default when neither --bw nor --like is given is {lab.DEFAULT_LIKE}")
-    u.add_argument("--bw", type=parse_bandwidth, default=None, help="inter-node bandwidth each way, e.g. 1gbit, 2.5GB/s")
+    u.add_argument(
+        "--like",
+        default=None,
+        choices=list(lab.CLUSTERS),
+        metavar="CLUSTER",
+        help=f"shape the link so inter/intra mimics a preset cluster ({', '.join(lab.CLUSTERS)}); "
+        f"the default when neither --bw nor --like is given is {lab.DEFAULT_LIKE}",
+    )
+    u.add_argument(
+        "--bw", type=parse_bandwidth, default=None, help="inter-node bandwidth each way, e.g. 1gbit, 2.5GB/s"
+    )
     u.add_argument("--latency-us", type=float, default=None, help="one-way latency added to the link, µs (needs netem)")
-    u.add_argument("--loopback-bw", type=parse_bandwidth, default=None,
-                   help="this machine's intra-node (gloo over loopback) bandwidth that --like scales "
-                        f"(default {lab.LOOPBACK.bandwidth_bytes_per_s / 2**30:.2f} GiB/s, the local-cpu preset)")
+    u.add_argument(
+        "--loopback-bw",
+        type=parse_bandwidth,
+        default=None,
+        help="this machine's intra-node (gloo over loopback) bandwidth that --like scales "
+        f"(default {lab.LOOPBACK.bandwidth_bytes_per_s / 2**30:.2f} GiB/s, the local-cpu preset)",
+    )
     u.add_argument("--subnet", default=lab.DEFAULT_SUBNET, help="private IPv4 network for the veth pair (%(default)s)")
     u.add_argument("--replace", action="store_true", help="rebuild a lab that is already up")
     u.add_argument("--json", action="store_true", help="print the settings as JSON")
@@ -72,8 +91,15 @@ def _up(args) -> tuple[lab.LabSettings, list[str]]:
         latency = latency if latency is not None else like_latency
     else:
         latency_required, latency = (latency or 0) > 0, latency or 0.0
-    return lab.up(bandwidth_bytes_per_s=bw, latency_s=latency, latency_required=latency_required, like=like,
-                  subnet=args.subnet, prefix=args.prefix, replace=args.replace)
+    return lab.up(
+        bandwidth_bytes_per_s=bw,
+        latency_s=latency,
+        latency_required=latency_required,
+        like=like,
+        subnet=args.subnet,
+        prefix=args.prefix,
+        replace=args.replace,
+    )
 
 
 def describe(st: dict) -> str:
@@ -93,8 +119,9 @@ def describe(st: dict) -> str:
             if dev == "lo":
                 continue
             qd = " ".join(q["kind"] for q in link["qdiscs"]) or "no qdisc"
-            lines.append(f"  {ns:<16} {dev:<16} {' '.join(link['addresses']) or '-':<16} "
-                         f"{'up' if link['up'] else 'DOWN'}  {qd}")
+            lines.append(
+                f"  {ns:<16} {dev:<16} {' '.join(link['addresses']) or '-':<16} {'up' if link['up'] else 'DOWN'}  {qd}"
+            )
             lines += [f"  {'':<16} {c}" for c in link.get("classes", [])]
         if info["pids"]:
             lines.append(f"  {ns:<16} processes: {' '.join(map(str, info['pids']))}")
@@ -126,7 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0 if st["state"] == "up" else 1
         if args.cmd == "down":
             done = lab.down(args.prefix)
-            print(json.dumps({"done": done}) if args.json else "\n".join(done) or f"lab {args.prefix}: nothing to remove")
+            print(
+                json.dumps({"done": done}) if args.json else "\n".join(done) or f"lab {args.prefix}: nothing to remove"
+            )
             return 0
         st = lab.status(args.prefix)
         print(json.dumps(st, indent=2) if args.json else describe(st))

@@ -59,8 +59,9 @@ def claim_dir(spec: RunSpec, record: dict) -> Path:
     if spec.out is None:
         out = rundir.new_run_dir(rundir.runs_root(), spec.plan.label())
         return rundir.claim(out, record, force=False).resolve()
-    return rundir.claim(spec.out.resolve(), record, force=spec.force,
-                        run_id=record["run_id"] if spec.multinode else None)
+    return rundir.claim(
+        spec.out.resolve(), record, force=spec.force, run_id=record["run_id"] if spec.multinode else None
+    )
 
 
 def process_marker(spec: RunSpec, run_id: str) -> str:
@@ -83,18 +84,31 @@ def make_launcher(spec: RunSpec, run_dir: Path, run_id: str, lab=None) -> AgentL
         except LabError as err:  # the lab went down since main() checked it
             raise JobStopped(f"--lab: {err}") from None
         worker = ["-m", "profiler.collect.worker", "--", *spec.worker_argv(run_dir)]
-        commands = [lab.torchrun_command(node, spec.nproc_per_node, worker, port=port, rdzv_id=run_id,
-                                         launcher_args=["--max-restarts=0"]) for node in (0, 1)]
-        return AgentLauncher("torchrun", commands, log=run_dir / "logs" / "launcher-lab.log", env=env,
-                             outcome=torchrun_root_cause)
+        commands = [
+            lab.torchrun_command(
+                node, spec.nproc_per_node, worker, port=port, rdzv_id=run_id, launcher_args=["--max-restarts=0"]
+            )
+            for node in (0, 1)
+        ]
+        return AgentLauncher(
+            "torchrun", commands, log=run_dir / "logs" / "launcher-lab.log", env=env, outcome=torchrun_root_cause
+        )
     if spec.launcher == "local":
         outcome = run_dir / "status" / "launcher.json"
-        commands = local_commands("profiler.collect.worker", spec.worker_argv(run_dir), nproc=spec.plan.world_size,
-                                  outcome=outcome)
+        commands = local_commands(
+            "profiler.collect.worker", spec.worker_argv(run_dir), nproc=spec.plan.world_size, outcome=outcome
+        )
         return AgentLauncher("local", commands, log=log, env=env, outcome=local_outcome(outcome))
-    commands = torchrun_commands("profiler.collect.worker", spec.worker_argv(run_dir), nproc_per_node=spec.nproc_per_node, nnodes=spec.nnodes,
-                                 node_rank=spec.node_rank, rdzv_backend=spec.rdzv_backend,
-                                 rdzv_endpoint=spec.rdzv_endpoint, rdzv_id=spec.rdzv_id)
+    commands = torchrun_commands(
+        "profiler.collect.worker",
+        spec.worker_argv(run_dir),
+        nproc_per_node=spec.nproc_per_node,
+        nnodes=spec.nnodes,
+        node_rank=spec.node_rank,
+        rdzv_backend=spec.rdzv_backend,
+        rdzv_endpoint=spec.rdzv_endpoint,
+        rdzv_id=spec.rdzv_id,
+    )
     if not spec.multinode:
         env["GLOO_SOCKET_IFNAME"] = os.environ.get("GLOO_SOCKET_IFNAME", "lo")  # one machine: loopback
     return AgentLauncher("torchrun", commands, log=log, env=env, outcome=torchrun_root_cause)
@@ -146,13 +160,14 @@ def main(argv=None) -> int:
     print(f"run directory: {run_dir}", flush=True)
     final = supervise(spec, run_dir, record, lab)
     if final["status"] == "completed":
-        print(f"completed: {len(final['traces'])} traces in {run_dir / 'traces'}; "
-              f"python -m profiler analyze {run_dir}")
+        print(f"completed: {len(final['traces'])} traces in {run_dir / 'traces'}; python -m profiler analyze {run_dir}")
         return 0
     err = final["error"]
     who = f"rank {err['rank']}" if err.get("rank") is not None else "the job"
     print(f"error: {who} failed: {err['message']}", file=sys.stderr)
     if err.get("log_tail"):
-        print(f"last lines of {run_dir / err['log']}:\n" + "\n".join("  " + ln for ln in err["log_tail"].split("\n")),
-              file=sys.stderr)
+        print(
+            f"last lines of {run_dir / err['log']}:\n" + "\n".join("  " + ln for ln in err["log_tail"].split("\n")),
+            file=sys.stderr,
+        )
     return 1

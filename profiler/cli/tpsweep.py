@@ -58,10 +58,24 @@ from profiler.formats import rundir
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = {"model": "tiny", "layers": 2, "hidden": 256, "heads": 8, "seq_len": 1024, "vocab": 512}
 QUICK_SHAPE = {"model": "tiny", "layers": 1, "hidden": 128, "heads": 4, "seq_len": 256, "vocab": 256}
-CSV_COLUMNS = ("tp", "sp", "link", "nodes", "status", "measured_tp_comm_s", "measured_tp_comm_lo_s",
-               "measured_tp_comm_hi_s", "predicted_tp_comm_s", "tp_comm_error_pct", "measured_busbw_bytes_per_s",
-               "predicted_busbw_bytes_per_s", "busbw_error_pct", "measured_step_s", "predicted_step_s",
-               "step_error_pct")
+CSV_COLUMNS = (
+    "tp",
+    "sp",
+    "link",
+    "nodes",
+    "status",
+    "measured_tp_comm_s",
+    "measured_tp_comm_lo_s",
+    "measured_tp_comm_hi_s",
+    "predicted_tp_comm_s",
+    "tp_comm_error_pct",
+    "measured_busbw_bytes_per_s",
+    "predicted_busbw_bytes_per_s",
+    "busbw_error_pct",
+    "measured_step_s",
+    "predicted_step_s",
+    "step_error_pct",
+)
 
 
 @dataclass(frozen=True)
@@ -87,22 +101,32 @@ class SweepSpec:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m profiler tpsweep", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m profiler tpsweep",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--lab", action="store_true", help="run on the two-node lab (required: the boundary is the lab's)")
     p.add_argument("--lab-prefix", default="psl-", help="the lab's name prefix (default %(default)s)")
     p.add_argument("--out", type=Path, default=None, help="sweep directory (default: a new one under the runs dir)")
     p.add_argument("--force", action="store_true", help="reuse a non-empty --out that holds a previous sweep")
-    p.add_argument("--quick", action="store_true",
-                   help="a small model, TP 2 inside a node and 4 across (2 ranks per node), SP off, quick commbench")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small model, TP 2 inside a node and 4 across (2 ranks per node), SP off, quick commbench",
+    )
     p.add_argument("--model", default=None, help=f"model preset (default: {SHAPE['model']} reshaped, see SHAPE)")
     for flag in ("layers", "hidden", "heads", "seq-len", "vocab"):
         p.add_argument(f"--{flag}", type=int, default=None)
     p.add_argument("--micro-batch", type=int, default=1)
     p.add_argument("--tps", default=None, help="TP degrees, comma list (default 1,2,4,8)")
     p.add_argument("--sp", choices=("both", "on", "off"), default=None, help="sequence parallelism (default both)")
-    p.add_argument("--gpus-per-node", type=int, default=None,
-                   help="ranks per lab node (default 4): larger TP runs across both nodes, TP/2 ranks each")
+    p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=None,
+        help="ranks per lab node (default 4): larger TP runs across both nodes, TP/2 ranks each",
+    )
     p.add_argument("--steps", type=int, default=None, help="training steps per run (default 4: 2 profiled)")
     p.add_argument("--run-timeout", type=float, default=300.0, help="seconds one run may take (default 300)")
     return p
@@ -113,11 +137,24 @@ def parse(argv) -> tuple[SweepSpec | None, list[str]]:
     a = parser().parse_args(argv)
     errors = []
     if not a.lab:
-        errors.append("tpsweep measures TP across the lab's node boundary: pass --lab (after "
-                      "`sudo python -m profiler lab up --like dgx-h100`)")
+        errors.append(
+            "tpsweep measures TP across the lab's node boundary: pass --lab (after "
+            "`sudo python -m profiler lab up --like dgx-h100`)"
+        )
     shape = dict(QUICK_SHAPE if a.quick else SHAPE) if a.model is None else {"model": a.model}
-    shape.update({k: v for k, v in (("layers", a.layers), ("hidden", a.hidden), ("heads", a.heads),
-                                    ("seq_len", a.seq_len), ("vocab", a.vocab)) if v is not None})
+    shape.update(
+        {
+            k: v
+            for k, v in (
+                ("layers", a.layers),
+                ("hidden", a.hidden),
+                ("heads", a.heads),
+                ("seq_len", a.seq_len),
+                ("vocab", a.vocab),
+            )
+            if v is not None
+        }
+    )
     gpn = a.gpus_per_node or (2 if a.quick else 4)
     try:
         tps = tuple(int(x) for x in (a.tps or ("2,4" if a.quick else "1,2,4,8")).split(","))
@@ -126,8 +163,10 @@ def parse(argv) -> tuple[SweepSpec | None, list[str]]:
         errors.append(f"--tps {a.tps!r}: a comma list of integers, e.g. 1,2,4,8")
     for tp in tps:
         if tp < 1 or (tp > gpn and (tp % 2 or tp // 2 > gpn)):
-            errors.append(f"--tps {tp}: TP <= --gpus-per-node {gpn} runs inside one node, 2 × (1..{gpn}) "
-                          "across both; other degrees do not fit the two-node lab")
+            errors.append(
+                f"--tps {tp}: TP <= --gpus-per-node {gpn} runs inside one node, 2 × (1..{gpn}) "
+                "across both; other degrees do not fit the two-node lab"
+            )
     sp = a.sp or ("off" if a.quick else "both")
     sps = {"both": (False, True), "on": (True,), "off": (False,)}[sp]
     steps = a.steps or (3 if a.quick else 4)
@@ -135,14 +174,37 @@ def parse(argv) -> tuple[SweepSpec | None, list[str]]:
         errors.append(f"--steps {steps}: at least 3 (one untraced, one warm-up, then the recorded steps)")
     if gpn < 1 or a.micro_batch < 1:
         errors.append("--gpus-per-node and --micro-batch must be >= 1")
-    cb = ["--quick"] if a.quick else ["--ops", "all_reduce,all_gather,reduce_scatter", "--sizes", "16KiB..4MiB",
-                                      "--size-factor", "4", "--iters", "5"]
+    cb = (
+        ["--quick"]
+        if a.quick
+        else [
+            "--ops",
+            "all_reduce,all_gather,reduce_scatter",
+            "--sizes",
+            "16KiB..4MiB",
+            "--size-factor",
+            "4",
+            "--iters",
+            "5",
+        ]
+    )
     group_sizes = sorted({t for t in tps if t > 1})
     if group_sizes and not a.quick:
         cb += ["--group-sizes", ",".join(map(str, group_sizes))]
-    spec = SweepSpec(lab_prefix=a.lab_prefix, out=a.out, force=a.force, shape=shape, micro_batch=a.micro_batch,
-                     tps=tps, sps=sps, gpus_per_node=gpn, steps=steps, commbench_args=tuple(cb),
-                     run_timeout_s=a.run_timeout, argv=tuple(argv))
+    spec = SweepSpec(
+        lab_prefix=a.lab_prefix,
+        out=a.out,
+        force=a.force,
+        shape=shape,
+        micro_batch=a.micro_batch,
+        tps=tps,
+        sps=sps,
+        gpus_per_node=gpn,
+        steps=steps,
+        commbench_args=tuple(cb),
+        run_timeout_s=a.run_timeout,
+        argv=tuple(argv),
+    )
     if not errors and not spec.points():
         errors.append("nothing to run: --tps 1 with --sp on")
     if not errors:
@@ -152,7 +214,9 @@ def parse(argv) -> tuple[SweepSpec | None, list[str]]:
 
         try:
             model = sweep_model_of(spec)
-            errors += sorted({e for tp, sp in spec.points() for e in _shape_errors(sweep_plan(tp, sp, a.micro_batch), model)})
+            errors += sorted(
+                {e for tp, sp in spec.points() for e in _shape_errors(sweep_plan(tp, sp, a.micro_batch), model)}
+            )
         except SpecError as err:
             errors.append(str(err))
     return (None if errors else spec), errors
@@ -179,8 +243,10 @@ def claim_out(spec: SweepSpec) -> Path:
     if out.exists() and not out.is_dir():
         raise rundir.RunDirError(f"--out {out}: exists and is not a directory")
     if entries and not (spec.force and (out / "sweep.json").exists()):
-        raise rundir.RunDirError(f"--out {out}: not empty; choose a new directory"
-                                 + (", or --force to replace the sweep in it" if (out / "sweep.json").exists() else ""))
+        raise rundir.RunDirError(
+            f"--out {out}: not empty; choose a new directory"
+            + (", or --force to replace the sweep in it" if (out / "sweep.json").exists() else "")
+        )
     import shutil
 
     for e in entries:  # --force on a previous sweep: its own files only (checked above)
@@ -210,8 +276,17 @@ def _run(argv: list[str], log: Path, timeout_s: float) -> tuple[int, float]:
 def run_commbench(spec: SweepSpec, out: Path) -> dict:
     """`profiler commbench --lab` into out/commbench.json: {path, links} or {path, error}."""
     path = out / "commbench.json"
-    argv = [sys.executable, "-m", "profiler", "commbench", "--lab", f"--lab-prefix={spec.lab_prefix}",
-            f"--nproc={spec.gpus_per_node}", f"--out={path}", *spec.commbench_args]
+    argv = [
+        sys.executable,
+        "-m",
+        "profiler",
+        "commbench",
+        "--lab",
+        f"--lab-prefix={spec.lab_prefix}",
+        f"--nproc={spec.gpus_per_node}",
+        f"--out={path}",
+        *spec.commbench_args,
+    ]
     try:
         code, wall = _run(argv, out / "commbench.log", spec.run_timeout_s)
     except subprocess.TimeoutExpired:
@@ -230,16 +305,32 @@ def run_point(spec: SweepSpec, out: Path, tp: int, sp: bool) -> dict:
     name = f"tp{tp}{'-sp' if sp else ''}"
     nodes = spec.nodes(tp)
     run_dir = out / name
-    flags = [*_shape_flags(spec.shape), f"--tp={tp}", *(["--sp"] if sp else []), f"--micro-batch={spec.micro_batch}",
-             f"--steps={spec.steps}", "--wait=1", "--warmup=1", f"--out={run_dir}",
-             f"--job-timeout={spec.run_timeout_s:g}"]
+    flags = [
+        *_shape_flags(spec.shape),
+        f"--tp={tp}",
+        *(["--sp"] if sp else []),
+        f"--micro-batch={spec.micro_batch}",
+        f"--steps={spec.steps}",
+        "--wait=1",
+        "--warmup=1",
+        f"--out={run_dir}",
+        f"--job-timeout={spec.run_timeout_s:g}",
+    ]
     profiler_run = [sys.executable, "-m", "profiler", "run", *flags]
     if nodes == 1:  # inside node 0's namespace: its ranks reach each other by the local route
         argv = lab_mod.settings(spec.lab_prefix).node_command(0, [*profiler_run, "--launcher=local"])
     else:
         argv = [*profiler_run, "--lab", f"--lab-prefix={spec.lab_prefix}"]
-    point = {"tp": tp, "sp": sp, "nodes": nodes, "ranks_per_node": tp // nodes,
-             "link": "intra" if nodes == 1 else "inter", "run_dir": name, "status": "failed", "error": None}
+    point = {
+        "tp": tp,
+        "sp": sp,
+        "nodes": nodes,
+        "ranks_per_node": tp // nodes,
+        "link": "intra" if nodes == 1 else "inter",
+        "run_dir": name,
+        "status": "failed",
+        "error": None,
+    }
     try:
         code, wall = _run(argv, out / f"{name}.log", spec.run_timeout_s + 60)
     except subprocess.TimeoutExpired:
@@ -281,25 +372,33 @@ def table(sweep: dict) -> str:
 
     frame = compare(sweep)
     ms, gb = 1e3, 1e9
-    lines = [f"{'TP':>3} {'SP':<3} {'link':<5} {'TP comm ms/layer':>17} {'pred':>7} {'err':>6} "
-             f"{'busbw GB/s':>10} {'pred':>7} {'err':>6} {'step s':>7} {'pred':>7} {'err':>6}"]
+    lines = [
+        f"{'TP':>3} {'SP':<3} {'link':<5} {'TP comm ms/layer':>17} {'pred':>7} {'err':>6} "
+        f"{'busbw GB/s':>10} {'pred':>7} {'err':>6} {'step s':>7} {'pred':>7} {'err':>6}"
+    ]
     for r in frame.itertuples():
         if r.status != "completed":
             lines.append(f"{r.tp:>3} {'on' if r.sp else 'off':<3} {r.link or '':<5} failed")
             continue
-        lines.append(f"{r.tp:>3} {'on' if r.sp else 'off':<3} {r.link:<5} {r.measured_tp_comm_s * ms:>17.2f} "
-                     f"{r.predicted_tp_comm_s * ms:>7.2f} {r.tp_comm_error_pct:>+5.0f}% "
-                     f"{r.measured_busbw_bytes_per_s / gb:>10.3f} {r.predicted_busbw_bytes_per_s / gb:>7.3f} "
-                     f"{r.busbw_error_pct:>+5.0f}% {r.measured_step_s:>7.3f} {r.predicted_step_s:>7.3f} "
-                     f"{r.step_error_pct:>+5.0f}%")
+        lines.append(
+            f"{r.tp:>3} {'on' if r.sp else 'off':<3} {r.link:<5} {r.measured_tp_comm_s * ms:>17.2f} "
+            f"{r.predicted_tp_comm_s * ms:>7.2f} {r.tp_comm_error_pct:>+5.0f}% "
+            f"{r.measured_busbw_bytes_per_s / gb:>10.3f} {r.predicted_busbw_bytes_per_s / gb:>7.3f} "
+            f"{r.busbw_error_pct:>+5.0f}% {r.measured_step_s:>7.3f} {r.predicted_step_s:>7.3f} "
+            f"{r.step_error_pct:>+5.0f}%"
+        )
     links = (sweep.get("commbench") or {}).get("links") or {}
     for name, link in links.items():
-        lines.append(f"commbench {name}: α {link['latency_s'] * 1e6:.0f} µs, β {link['bandwidth_bytes_per_s'] / gb:.3f} "
-                     f"GB/s per rank per direction (rel err {link.get('rel_rmse', float('nan')):.2f})")
+        lines.append(
+            f"commbench {name}: α {link['latency_s'] * 1e6:.0f} µs, β {link['bandwidth_bytes_per_s'] / gb:.3f} "
+            f"GB/s per rank per direction (rel err {link.get('rel_rmse', float('nan')):.2f})"
+        )
     rate = (sweep.get("compute") or {}).get("flops_per_s")
     if rate:
-        lines.append(f"compute: {rate / 1e9:.1f} GFLOP/s per core (TP {sweep['compute']['tp']} run), "
-                     f"{sweep['machine']['cpus']} cores shared by the ranks")
+        lines.append(
+            f"compute: {rate / 1e9:.1f} GFLOP/s per core (TP {sweep['compute']['tp']} run), "
+            f"{sweep['machine']['cpus']} cores shared by the ranks"
+        )
     return "\n".join(lines)
 
 
@@ -318,12 +417,25 @@ def main(argv=None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     model = sweep_model_of(spec)
-    sweep = {"schema": 1, "kind": "parascope-tpsweep", "status": "running", "created_at": rundir.now_iso(),
-             "finished_at": None, "command": ["python", "-m", "profiler", "tpsweep", *spec.argv],
-             "machine": {"cpus": os.cpu_count(), "hostname": socket.gethostname()}, "lab": lab.record(),
-             "model": model.to_dict(), "micro_batch": spec.micro_batch, "steps": spec.steps,
-             "profile": {"wait": 1, "warmup": 1, "active": spec.steps - 2}, "gpus_per_node": spec.gpus_per_node,
-             "tps": list(spec.tps), "sp": list(spec.sps), "commbench": None, "points": []}
+    sweep = {
+        "schema": 1,
+        "kind": "parascope-tpsweep",
+        "status": "running",
+        "created_at": rundir.now_iso(),
+        "finished_at": None,
+        "command": ["python", "-m", "profiler", "tpsweep", *spec.argv],
+        "machine": {"cpus": os.cpu_count(), "hostname": socket.gethostname()},
+        "lab": lab.record(),
+        "model": model.to_dict(),
+        "micro_batch": spec.micro_batch,
+        "steps": spec.steps,
+        "profile": {"wait": 1, "warmup": 1, "active": spec.steps - 2},
+        "gpus_per_node": spec.gpus_per_node,
+        "tps": list(spec.tps),
+        "sp": list(spec.sps),
+        "commbench": None,
+        "points": [],
+    }
     print(f"sweep directory: {out}", flush=True)
     write(out, sweep)
     ok = True
@@ -336,8 +448,11 @@ def main(argv=None) -> int:
             point = run_point(spec, out, tp, sp)
             ok &= point["status"] == "completed"
             sweep["points"].append(point)
-            print(f"TP {tp}{' + SP' if sp else ''} ({point['link']}, {point['nodes']} node(s)): {point['status']}"
-                  + (f" -- {point['error']}" if point.get("error") else f" in {point['wall_s']:.0f} s"), flush=True)
+            print(
+                f"TP {tp}{' + SP' if sp else ''} ({point['link']}, {point['nodes']} node(s)): {point['status']}"
+                + (f" -- {point['error']}" if point.get("error") else f" in {point['wall_s']:.0f} s"),
+                flush=True,
+            )
             write(out, with_predictions(sweep))
     except KeyboardInterrupt:
         ok = False

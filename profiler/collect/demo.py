@@ -26,8 +26,23 @@ from profiler.formats.rundir import runs_root
 from profiler.formats.runs import read_run
 
 DEMO_NAME = "demo"
-DEMO_FLAGS = ("--dp", "2", "--tp", "2", "--pp", "2", "--sp", "--steps", "4", "--global-batch", "8",
-              "--wait", "1", "--warmup", "1")
+DEMO_FLAGS = (
+    "--dp",
+    "2",
+    "--tp",
+    "2",
+    "--pp",
+    "2",
+    "--sp",
+    "--steps",
+    "4",
+    "--global-batch",
+    "8",
+    "--wait",
+    "1",
+    "--warmup",
+    "1",
+)
 ROOT = Path(__file__).resolve().parents[1]  # the project, so `-m profiler` imports from any cwd
 
 
@@ -55,8 +70,15 @@ def ensure_demo_run(runs_dir=None, *, name: str = DEMO_NAME, flags=DEMO_FLAGS) -
 def _start(argv: list[str], *, log: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     with open(log, "ab") as out:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     threading.Thread(target=proc.wait, daemon=True, name="demo-run-reaper").start()  # no zombie left behind
     return proc
 

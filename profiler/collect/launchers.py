@@ -58,13 +58,31 @@ class Outcome:
 
 def local_commands(module: str, args: list[str], *, nproc: int, outcome: Path) -> list[list[str]]:
     """The local agent that forks `nproc` ranks of `module` (see profiler/collect/local_agent.py)."""
-    return [[sys.executable, "-m", "profiler.collect.local_agent", f"--nproc={nproc}", f"--outcome={outcome}", module,
-             "--", *args]]
+    return [
+        [
+            sys.executable,
+            "-m",
+            "profiler.collect.local_agent",
+            f"--nproc={nproc}",
+            f"--outcome={outcome}",
+            module,
+            "--",
+            *args,
+        ]
+    ]
 
 
-def torchrun_commands(module: str, args: list[str], *, nproc_per_node: int, nnodes: int = 1, node_rank: int = 0,
-                      rdzv_backend: str = "c10d", rdzv_endpoint: str | None = None,
-                      rdzv_id: str = "parascope") -> list[list[str]]:
+def torchrun_commands(
+    module: str,
+    args: list[str],
+    *,
+    nproc_per_node: int,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    rdzv_backend: str = "c10d",
+    rdzv_endpoint: str | None = None,
+    rdzv_id: str = "parascope",
+) -> list[list[str]]:
     """The torchrun agent this node runs for `python -m module args` per rank: `--standalone` on one
     node, else the multi-node flags. The ranks' args follow a `--` (torchrun's argparse would
     otherwise take a flag like --nproc for an abbreviation of its own); worker_args() drops it."""
@@ -72,8 +90,17 @@ def torchrun_commands(module: str, args: list[str], *, nproc_per_node: int, nnod
     worker = ["-m", module, "--", *args]
     if nnodes == 1:
         return [[*base, "--standalone", *worker]]
-    return [[*base, f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--rdzv-backend={rdzv_backend}",
-             f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}", *worker]]
+    return [
+        [
+            *base,
+            f"--nnodes={nnodes}",
+            f"--node-rank={node_rank}",
+            f"--rdzv-backend={rdzv_backend}",
+            f"--rdzv-endpoint={rdzv_endpoint}",
+            f"--rdzv-id={rdzv_id}",
+            *worker,
+        ]
+    ]
 
 
 def worker_args(argv: list[str]) -> list[str]:
@@ -83,6 +110,7 @@ def worker_args(argv: list[str]) -> list[str]:
 
 def local_outcome(path: Path):
     """Outcome reader for a local agent: its outcome file."""
+
     def read(log_text: str, codes: list[int]) -> Outcome | None:
         import json
 
@@ -91,11 +119,15 @@ def local_outcome(path: Path):
         except (OSError, ValueError):
             return None
         return Outcome(bool(data.get("ok")), data.get("rank"), data.get("message"), data.get("exitcode"))
+
     return read
 
 
-_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)"
-                         r".*?traceback\s*:\s*(.*?)\n(?:=|-{5}|\[\d+\]:)", re.S)
+_ROOT_CAUSE = re.compile(
+    r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)"
+    r".*?traceback\s*:\s*(.*?)\n(?:=|-{5}|\[\d+\]:)",
+    re.S,
+)
 
 
 def torchrun_root_cause(log_text: str, codes: list[int] | None = None) -> Outcome | None:
@@ -118,8 +150,16 @@ def _pdeathsig_term() -> None:
 class AgentLauncher:
     """Run agent processes (one per command) as children; their output is appended to `log`."""
 
-    def __init__(self, name: str, commands: list[list[str]], *, log: Path, env: dict | None = None,
-                 outcome=torchrun_root_cause, grace_s: float = 10.0):
+    def __init__(
+        self,
+        name: str,
+        commands: list[list[str]],
+        *,
+        log: Path,
+        env: dict | None = None,
+        outcome=torchrun_root_cause,
+        grace_s: float = 10.0,
+    ):
         self.name, self.commands, self.log, self.env = name, commands, Path(log), env
         self.outcome, self.grace_s = outcome, grace_s
 
@@ -127,8 +167,17 @@ class AgentLauncher:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), **(self.env or {})}
         with open(self.log, "ab") as log:
-            procs = [subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                      preexec_fn=_pdeathsig_term) for cmd in self.commands]
+            procs = [
+                subprocess.Popen(
+                    cmd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=_pdeathsig_term,
+                )
+                for cmd in self.commands
+            ]
             try:
                 while any(p.poll() is None for p in procs) and not any(p.returncode for p in procs):
                     time.sleep(tick_s)

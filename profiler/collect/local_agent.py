@@ -26,8 +26,15 @@ from pathlib import Path
 
 
 def _rank(module, ctx, *, rank: int, world_size: int, init_method: str) -> None:
-    module.rank(ctx, rank=rank, world_size=world_size, init_method=init_method, local_rank=rank, node=0,
-                gpus_per_node=world_size)
+    module.rank(
+        ctx,
+        rank=rank,
+        world_size=world_size,
+        init_method=init_method,
+        local_rank=rank,
+        node=0,
+        gpus_per_node=world_size,
+    )
 
 
 def _stop_on_sigterm() -> None:
@@ -64,8 +71,7 @@ def main(argv=None) -> int:
     write_json_atomic(a.outcome, outcome)
     if not outcome["ok"]:
         who = f"rank {outcome['rank']}" if outcome["rank"] is not None else "the job"
-        print(f"error: {who} failed: "
-              f"{outcome['message']}", file=sys.stderr)
+        print(f"error: {who} failed: {outcome['message']}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0 if outcome["ok"] else 1)

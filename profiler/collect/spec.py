@@ -91,9 +91,15 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--warmup", type=int, default=1, help="steps traced but dropped (default 1)")
     g.add_argument("--active", type=int, default=None, help="steps recorded (default: the rest)")
     g.add_argument("--force", action="store_true", help="replace a previous run in --out (nothing else)")
-    g.add_argument("--job-timeout", type=float, default=None,
-                   help="seconds the whole job may take before it is stopped and marked failed")
-    t = p.add_argument_group("torchrun (multi-node: each node runs `profiler run` with the same flags, its own --node-rank)")
+    g.add_argument(
+        "--job-timeout",
+        type=float,
+        default=None,
+        help="seconds the whole job may take before it is stopped and marked failed",
+    )
+    t = p.add_argument_group(
+        "torchrun (multi-node: each node runs `profiler run` with the same flags, its own --node-rank)"
+    )
     t.add_argument("--nnodes", type=int, default=1)
     t.add_argument("--node-rank", type=int, default=0)
     t.add_argument("--nproc-per-node", type=int, default=None, help="default: world size / nnodes")
@@ -101,9 +107,12 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of the rendezvous (node 0)")
     t.add_argument("--rdzv-id", default="parascope", help="job id, the same on every node")
     lab = p.add_argument_group("lab (two nodes on this machine, issue #8; needs root and `profiler lab up`)")
-    lab.add_argument("--lab", action="store_true",
-                     help="run half the ranks in each lab node: ranks on one node talk over loopback, across "
-                          "nodes over the shaped link (implies torchrun)")
+    lab.add_argument(
+        "--lab",
+        action="store_true",
+        help="run half the ranks in each lab node: ranks on one node talk over loopback, across "
+        "nodes over the shaped link (implies torchrun)",
+    )
     lab.add_argument("--lab-prefix", default="psl-", help="the lab's name prefix (default %(default)s)")
     return p
 
@@ -113,22 +122,35 @@ def _schedule_errors(args, steps: int) -> tuple[int, list[str]]:
     if args.wait < 0 or args.warmup < 0:
         errors.append(f"--wait {args.wait} and --warmup {args.warmup} must be >= 0")
     if args.wait + args.warmup < 1:
-        errors.append("--wait + --warmup must be at least 1: the trace starts after the first step, once "
-                      "torch.distributed is up, so that it records the rank and its process groups")
+        errors.append(
+            "--wait + --warmup must be at least 1: the trace starts after the first step, once "
+            "torch.distributed is up, so that it records the rank and its process groups"
+        )
     active = args.active if args.active is not None else steps - args.wait - args.warmup
     if active < 1:
-        errors.append(f"--active {active}: record at least one step (steps {steps} = wait {args.wait} + "
-                      f"warmup {args.warmup} + active; raise --steps)")
+        errors.append(
+            f"--active {active}: record at least one step (steps {steps} = wait {args.wait} + "
+            f"warmup {args.warmup} + active; raise --steps)"
+        )
     elif args.wait + args.warmup + active > steps:
-        errors.append(f"wait {args.wait} + warmup {args.warmup} + active {active} = "
-                      f"{args.wait + args.warmup + active} > --steps {steps}")
+        errors.append(
+            f"wait {args.wait} + warmup {args.warmup} + active {active} = "
+            f"{args.wait + args.warmup + active} > --steps {steps}"
+        )
     return active, errors
 
 
 def lab_node_flags_error(args) -> str | None:
     """--lab (run and commbench): this process starts both lab nodes, so the node flags must be unset."""
-    given = [f for f, v in (("--nnodes", args.nnodes != 1), ("--node-rank", args.node_rank != 0),
-                            ("--rdzv-endpoint", args.rdzv_endpoint)) if v]
+    given = [
+        f
+        for f, v in (
+            ("--nnodes", args.nnodes != 1),
+            ("--node-rank", args.node_rank != 0),
+            ("--rdzv-endpoint", args.rdzv_endpoint),
+        )
+        if v
+    ]
     return f"--lab starts both lab nodes itself; drop {', '.join(given)}" if given else None
 
 
@@ -155,8 +177,10 @@ def _launch_errors(args, world_size: int) -> tuple[int, list[str]]:
         if not args.rdzv_endpoint:
             errors.append("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (where node 0's rendezvous listens)")
     if nproc * args.nnodes != world_size:
-        errors.append(f"--nnodes {args.nnodes} × --nproc-per-node {nproc} = {nproc * args.nnodes} ranks, "
-                      f"but dp×tp×pp×cp = {world_size}")
+        errors.append(
+            f"--nnodes {args.nnodes} × --nproc-per-node {nproc} = {nproc * args.nnodes} ranks, "
+            f"but dp×tp×pp×cp = {world_size}"
+        )
     return nproc, errors
 
 
@@ -180,9 +204,23 @@ def parse_run(argv) -> tuple[RunSpec | None, list[str], list[str]]:
         cluster = cli_args.cluster_from_args(args, cfg.plan.world_size)
     except SpecError as err:
         return None, errors + [str(err)], warnings
-    spec = RunSpec(cfg=cfg, cluster=cluster, wait=args.wait, warmup=args.warmup, active=active,
-                   out=Path(args.out) if args.out else None, force=args.force, job_timeout_s=args.job_timeout,
-                   launcher=args.launcher, nnodes=args.nnodes, node_rank=args.node_rank, nproc_per_node=nproc,
-                   rdzv_backend=args.rdzv_backend, rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
-                   lab=args.lab_prefix if args.lab else None, argv=tuple(argv))
+    spec = RunSpec(
+        cfg=cfg,
+        cluster=cluster,
+        wait=args.wait,
+        warmup=args.warmup,
+        active=active,
+        out=Path(args.out) if args.out else None,
+        force=args.force,
+        job_timeout_s=args.job_timeout,
+        launcher=args.launcher,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        nproc_per_node=nproc,
+        rdzv_backend=args.rdzv_backend,
+        rdzv_endpoint=args.rdzv_endpoint,
+        rdzv_id=args.rdzv_id,
+        lab=args.lab_prefix if args.lab else None,
+        argv=tuple(argv),
+    )
     return spec, errors, warnings

@@ -50,8 +50,10 @@ from profiler.collect.spec import RunSpec
 from profiler.formats import rundir
 
 # Errors a rank gets because a *peer* failed (as parallel.engine.launch): never the root cause when another exists.
-PEER_FAILURE = re.compile(r"Connection (reset|closed) by peer|Broken pipe|Timed out|timed out|remote process exit|"
-                          r"stopped by signal")
+PEER_FAILURE = re.compile(
+    r"Connection (reset|closed) by peer|Broken pipe|Timed out|timed out|remote process exit|"
+    r"stopped by signal"
+)
 TIMEOUT = re.compile(r"Timed out|timed out")
 LOG_TAIL_LINES = 30
 
@@ -63,14 +65,26 @@ def initial_record(spec: RunSpec, *, run_id: str | None = None, torch_version: s
         "run_id": run_id or (spec.rdzv_id if spec.multinode else uuid.uuid4().hex),
         "status": "running",
         "progress": {"step": 0, "steps": spec.cfg.steps},
-        "plan": plan.to_dict(), "model": spec.cfg.model.to_dict(), "cluster": spec.cluster.to_dict(),
-        "world_size": plan.world_size, "nodes": spec.nnodes, "hosts": {},
-        "torch_version": torch_version, "backend": None, "launcher": spec.launcher,
-        "profile": {"wait": spec.wait, "warmup": spec.warmup, "active": spec.active,
-                    "profiled_steps": spec.profiled_steps},
+        "plan": plan.to_dict(),
+        "model": spec.cfg.model.to_dict(),
+        "cluster": spec.cluster.to_dict(),
+        "world_size": plan.world_size,
+        "nodes": spec.nnodes,
+        "hosts": {},
+        "torch_version": torch_version,
+        "backend": None,
+        "launcher": spec.launcher,
+        "profile": {
+            "wait": spec.wait,
+            "warmup": spec.warmup,
+            "active": spec.active,
+            "profiled_steps": spec.profiled_steps,
+        },
         "command": ["python", "-m", "profiler", "run", *spec.argv],
         "supervisor": {"pid": os.getpid(), "hostname": socket.gethostname(), "node_rank": spec.node_rank},
-        "started_at": rundir.now_iso(), "finished_at": None, "traces": [],
+        "started_at": rundir.now_iso(),
+        "finished_at": None,
+        "traces": [],
     }
 
 
@@ -79,8 +93,9 @@ class Supervisor:
 
     def __init__(self, spec: RunSpec, run_dir: Path, record: dict):
         self.spec, self.run_dir, self.record = spec, Path(run_dir), record
-        self.path = (self.run_dir / rundir.RUN_JSON if spec.node_rank == 0
-                     else rundir.node_path(self.run_dir, spec.node_rank))
+        self.path = (
+            self.run_dir / rundir.RUN_JSON if spec.node_rank == 0 else rundir.node_path(self.run_dir, spec.node_rank)
+        )
         self.deadline = time.monotonic() + spec.job_timeout_s if spec.job_timeout_s else None
         self.statuses: dict[int, dict] = {}
 
@@ -101,9 +116,12 @@ class Supervisor:
     def _fold(self, statuses: dict[int, dict]) -> None:
         rec = self.record
         for rank, s in sorted(statuses.items()):
-            rec["hosts"][str(rank)] = {"hostname": s.get("hostname"), "node": s.get("node"),
-                                       "local_rank": s.get("local_rank"),
-                                       **{k: s[k] for k in ("lab_node", "namespace") if k in s}}
+            rec["hosts"][str(rank)] = {
+                "hostname": s.get("hostname"),
+                "node": s.get("node"),
+                "local_rank": s.get("local_rank"),
+                **{k: s[k] for k in ("lab_node", "namespace") if k in s},
+            }
             rec["torch_version"] = rec["torch_version"] or s.get("torch_version")
             rec["backend"] = rec["backend"] or s.get("backend")
         rec["hosts"] = dict(sorted(rec["hosts"].items(), key=lambda kv: int(kv[0])))
@@ -116,8 +134,10 @@ class Supervisor:
         self.statuses = rundir.read_statuses(self.run_dir)
         self._fold(self.statuses)
         rec = self.record
-        rec["traces"] = [{"rank": r, "path": str(p.relative_to(self.run_dir)), "bytes": p.stat().st_size}
-                         for r, p in _traces(self.run_dir)]
+        rec["traces"] = [
+            {"rank": r, "path": str(p.relative_to(self.run_dir)), "bytes": p.stat().st_size}
+            for r, p in _traces(self.run_dir)
+        ]
         rec["finished_at"] = rundir.now_iso()
         try:
             rundir.partial_dir(self.run_dir).rmdir()  # empty once every trace was renamed into place
@@ -147,10 +167,12 @@ class Supervisor:
         first = message.split("\n")[0]
         if TIMEOUT.search(first):
             quiet = sorted(r for r, s in self.statuses.items() if s.get("state") in ("starting", "running", "stopped"))
-            first += (f" (a collective waited past the process-group timeout, --timeout {self.spec.cfg.timeout_s:g} s: "
-                      "a peer hung, died, or issued a different collective"
-                      + (f"; ranks stopped without an error of their own: {', '.join(map(str, quiet))}" if quiet else "")
-                      + ")")
+            first += (
+                f" (a collective waited past the process-group timeout, --timeout {self.spec.cfg.timeout_s:g} s: "
+                "a peer hung, died, or issued a different collective"
+                + (f"; ranks stopped without an error of their own: {', '.join(map(str, quiet))}" if quiet else "")
+                + ")"
+            )
         err = {"rank": cause.rank, "message": first, "exitcode": cause.exitcode}
         if cause.rank is not None:
             log = rundir.log_path(self.run_dir, cause.rank)
@@ -173,13 +195,15 @@ def root_cause(outcome: Outcome, statuses: dict[int, dict], other_nodes=()) -> O
     failure (the local launcher already chose the earliest such; torchrun's "first observed failure"
     may be a rank that raised or died by a signal); else the earliest error a rank recorded itself
     that is not a peer's failure; else another node's own root cause; else the earliest of all."""
+
     def is_peer(msg) -> bool:
         return bool(PEER_FAILURE.search(str(msg or "").split("\n")[0]))
 
     if outcome.rank is not None and not is_peer(outcome.message):
         return outcome
-    failed = sorted((s.get("time", 0), r, s["error"]) for r, s in statuses.items()
-                    if s.get("state") == "failed" and s.get("error"))
+    failed = sorted(
+        (s.get("time", 0), r, s["error"]) for r, s in statuses.items() if s.get("state") == "failed" and s.get("error")
+    )
     own = [f for f in failed if not is_peer(f[2])]
     if own:
         return Outcome(False, own[0][1], own[0][2], 1)

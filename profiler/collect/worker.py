@@ -49,10 +49,20 @@ class RankStatus:
 
     def __init__(self, run_dir: Path, **fields):
         self.path = rundir.status_path(run_dir, fields["rank"])
-        self.data = {"pid": os.getpid(), "hostname": socket.gethostname(), "state": "starting", "step": 0,
-                     "torch_version": torch.__version__, "backend": None, "error": None, "time": time.time(),
-                     "started": time.time(), "step_time_s": [], "step_end": [],
-                     **fields}
+        self.data = {
+            "pid": os.getpid(),
+            "hostname": socket.gethostname(),
+            "state": "starting",
+            "step": 0,
+            "torch_version": torch.__version__,
+            "backend": None,
+            "error": None,
+            "time": time.time(),
+            "started": time.time(),
+            "step_time_s": [],
+            "step_end": [],
+            **fields,
+        }
         self.write()
 
     def write(self, **changes) -> None:
@@ -81,6 +91,7 @@ def _stop_on_sigterm() -> None:
 
 def _exporter(run_dir: Path, rank: int, status: RankStatus):
     """on_trace_ready: Kineto JSON to .partial/, gzip beside it, rename into traces/."""
+
     def export(prof) -> None:
         t0 = time.perf_counter()
         partial = rundir.partial_dir(run_dir)
@@ -94,18 +105,32 @@ def _exporter(run_dir: Path, rank: int, status: RankStatus):
         final = rundir.trace_path(run_dir, rank)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(gz, final)
-        status.write(trace_bytes=final.stat().st_size, trace_json_bytes=json_bytes,
-                     export_s=round(time.perf_counter() - t0, 4))
+        status.write(
+            trace_bytes=final.stat().st_size, trace_json_bytes=json_bytes, export_s=round(time.perf_counter() - t0, 4)
+        )
+
     return export
 
 
-def profile_rank(spec: RunSpec, run_dir: Path, *, rank: int, world_size: int, init_method: str = "env://",
-                 local_rank: int | None = None, node: int = 0, gpus_per_node: int | None = None) -> dict | None:
+def profile_rank(
+    spec: RunSpec,
+    run_dir: Path,
+    *,
+    rank: int,
+    world_size: int,
+    init_method: str = "env://",
+    local_rank: int | None = None,
+    node: int = 0,
+    gpus_per_node: int | None = None,
+) -> dict | None:
     """Train `spec.cfg` as rank `rank` under torch.profiler; returns the metrics on rank 0."""
     run_dir = Path(run_dir)
     local_rank = rank if local_rank is None else local_rank
-    lab = {k: os.environ[v] for k, v in (("lab_node", "PARASCOPE_LAB_NODE"), ("namespace", "PARASCOPE_LAB_NAMESPACE"))
-           if v in os.environ}  # a rank of `profiler run --lab` (profiler/lab/settings.py sets them)
+    lab = {
+        k: os.environ[v]
+        for k, v in (("lab_node", "PARASCOPE_LAB_NODE"), ("namespace", "PARASCOPE_LAB_NAMESPACE"))
+        if v in os.environ
+    }  # a rank of `profiler run --lab` (profiler/lab/settings.py sets them)
     if "lab_node" in lab:
         lab["lab_node"] = int(lab["lab_node"])
     status = RankStatus(run_dir, rank=rank, node=node, local_rank=local_rank, steps=spec.cfg.steps, **lab)
@@ -116,17 +141,31 @@ def profile_rank(spec: RunSpec, run_dir: Path, *, rank: int, world_size: int, in
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     schedule = torch.profiler.schedule(wait=spec.wait, warmup=spec.warmup, active=spec.active, repeat=1)
     try:
-        with torch.profiler.profile(activities=activities, schedule=schedule,
-                                    on_trace_ready=_exporter(run_dir, rank, status)) as prof:
+        with torch.profiler.profile(
+            activities=activities, schedule=schedule, on_trace_ready=_exporter(run_dir, rank, status)
+        ) as prof:
+
             def on_step(step: int, info: dict) -> None:
                 prof.step()
                 backend = status.data["backend"] or torch.distributed.get_backend()
-                status.write(state="running", step=step + 1, backend=backend,
-                             step_time_s=[*status.data["step_time_s"], info["step_time_s"]],
-                             step_end=[*status.data["step_end"], time.time()])
+                status.write(
+                    state="running",
+                    step=step + 1,
+                    backend=backend,
+                    step_time_s=[*status.data["step_time_s"], info["step_time_s"]],
+                    step_end=[*status.data["step_end"], time.time()],
+                )
 
-            metrics = run_rank(cfg, rank=rank, world_size=world_size, init_method=init_method,
-                               local_rank=local_rank, node=node, gpus_per_node=gpus_per_node, on_step=on_step)
+            metrics = run_rank(
+                cfg,
+                rank=rank,
+                world_size=world_size,
+                init_method=init_method,
+                local_rank=local_rank,
+                node=node,
+                gpus_per_node=gpus_per_node,
+                on_step=on_step,
+            )
     except BaseException as err:
         first = f"{type(err).__name__}: {err}".strip().split("\n")[0]
         stopped = isinstance(err, SystemExit) and "from the launcher" in str(err)
@@ -135,8 +174,12 @@ def profile_rank(spec: RunSpec, run_dir: Path, *, rank: int, world_size: int, in
         status.write(state="stopped" if stopped else "failed", error=first)
         raise
     if metrics is not None:  # rank 0: the engine's metrics.json plus the profile's schedule
-        metrics["profile"] = {"wait": spec.wait, "warmup": spec.warmup, "active": spec.active,
-                              "profiled_steps": spec.profiled_steps}
+        metrics["profile"] = {
+            "wait": spec.wait,
+            "warmup": spec.warmup,
+            "active": spec.active,
+            "profiled_steps": spec.profiled_steps,
+        }
         rundir.write_json_atomic(run_dir / rundir.METRICS_JSON, metrics)
     status.write(state="done")
     return metrics
@@ -150,6 +193,7 @@ def prepare(argv) -> RunSpec:
     # The profiler's first prepare_trace asks hasattr(torch, "_inductor"), which imports torch._inductor
     # (~2.5 s of CPU here, in every rank): once, before forking. It starts no thread.
     import torch._inductor.config  # noqa: F401
+
     if spec.plan.pp > 1:  # autograd.backward(grad_tensors=...) imports sympy on first use: once, here
         import torch.fx.experimental.symbolic_shapes  # noqa: F401
     return spec
@@ -173,8 +217,16 @@ def main(argv=None) -> int:
 
     spec = dataclasses.replace(spec, cfg=dataclasses.replace(spec.cfg, launcher="torchrun"))
     try:  # record: torchrun's error file (its "Root Cause" names this rank and the error)
-        record(profile_rank)(spec, spec.out, rank=env["rank"], world_size=env["world_size"], init_method="env://",
-                             local_rank=env["local_rank"], node=env["node"], gpus_per_node=env["gpus_per_node"])
+        record(profile_rank)(
+            spec,
+            spec.out,
+            rank=env["rank"],
+            world_size=env["world_size"],
+            init_method="env://",
+            local_rank=env["local_rank"],
+            node=env["node"],
+            gpus_per_node=env["gpus_per_node"],
+        )
     except BaseException:  # noqa: BLE001 - profile_rank printed the traceback to this rank's log once
         return _exit(1)
     return _exit(0)

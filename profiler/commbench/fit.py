@@ -37,8 +37,19 @@ from parallel.core.comm import bus_factor, collective_seconds
 from parallel.core.specs import Link
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
-CSV_COLUMNS = ("op", "group_size", "link", "ranks", "bytes", "iters", "time_us", "time_max_us", "algbw_gbps",
-               "busbw_gbps", "model_time_us")
+CSV_COLUMNS = (
+    "op",
+    "group_size",
+    "link",
+    "ranks",
+    "bytes",
+    "iters",
+    "time_us",
+    "time_max_us",
+    "algbw_gbps",
+    "busbw_gbps",
+    "model_time_us",
+)
 
 
 def coefficients(op: str, n: int) -> tuple[float, float]:
@@ -89,10 +100,17 @@ def fit_rows(rows: list[dict]) -> dict:
     t = [r["time_us"] * 1e-6 for r in rows]
     a, b = _fit_nonneg(feats, t)
     c_lat, c_bw = coefficients(op, n)
-    return {"op": op, "group_size": n, "link": rows[0]["link"], "points": len(rows),
-            "intercept_s": a, "slope_s_per_byte": b,
-            "alpha_s": a / c_lat if c_lat else a, "bandwidth_bytes_per_s": c_bw / b if b > 0 else None,
-            "rel_rmse": _rel_rmse(feats, t, a, b)}
+    return {
+        "op": op,
+        "group_size": n,
+        "link": rows[0]["link"],
+        "points": len(rows),
+        "intercept_s": a,
+        "slope_s_per_byte": b,
+        "alpha_s": a / c_lat if c_lat else a,
+        "bandwidth_bytes_per_s": c_bw / b if b > 0 else None,
+        "rel_rmse": _rel_rmse(feats, t, a, b),
+    }
 
 
 def fit_link(rows: list[dict], *, name: str) -> dict:
@@ -101,9 +119,15 @@ def fit_link(rows: list[dict], *, name: str) -> dict:
     feats = [(c_lat, c_bw * r["bytes"]) for (c_lat, c_bw), r in zip(feats, rows)]
     t = [r["time_us"] * 1e-6 for r in rows]
     alpha, inv_b = _fit_nonneg(feats, t)
-    return {"latency_s": alpha, "bandwidth_bytes_per_s": 1.0 / inv_b if inv_b > 0 else None, "name": name,
-            "ops": sorted({r["op"] for r in rows}), "group_sizes": sorted({r["group_size"] for r in rows}),
-            "points": len(rows), "rel_rmse": _rel_rmse(feats, t, alpha, inv_b)}
+    return {
+        "latency_s": alpha,
+        "bandwidth_bytes_per_s": 1.0 / inv_b if inv_b > 0 else None,
+        "name": name,
+        "ops": sorted({r["op"] for r in rows}),
+        "group_sizes": sorted({r["group_size"] for r in rows}),
+        "points": len(rows),
+        "rel_rmse": _rel_rmse(feats, t, alpha, inv_b),
+    }
 
 
 def fits(rows: list[dict], *, names: dict[str, str]) -> tuple[list[dict], dict]:
@@ -111,8 +135,11 @@ def fits(rows: list[dict], *, names: dict[str, str]) -> tuple[list[dict], dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["op"], r["group_size"], r["link"]), []).append(r)
-    per = [fit_rows(g) for _, g in sorted(groups.items(), key=lambda kv: (OPS.index(kv[0][0]), kv[0][1], kv[0][2]))
-           if len(g) >= 2]
+    per = [
+        fit_rows(g)
+        for _, g in sorted(groups.items(), key=lambda kv: (OPS.index(kv[0][0]), kv[0][1], kv[0][2]))
+        if len(g) >= 2
+    ]
     links = {}
     for link in ("intra", "inter"):
         on = [r for r in rows if r["link"] == link]
@@ -121,8 +148,9 @@ def fits(rows: list[dict], *, names: dict[str, str]) -> tuple[list[dict], dict]:
     for r in rows:  # how well the link's one (α, B) reproduces each point
         fitted = links.get(r["link"])
         if fitted and fitted["bandwidth_bytes_per_s"]:
-            sec = collective_seconds(r["op"], r["group_size"], r["bytes"],
-                                     Link(fitted["bandwidth_bytes_per_s"], fitted["latency_s"]))
+            sec = collective_seconds(
+                r["op"], r["group_size"], r["bytes"], Link(fitted["bandwidth_bytes_per_s"], fitted["latency_s"])
+            )
             r["model_time_us"] = sec * 1e6
     return per, links
 
@@ -141,11 +169,22 @@ def write_csv(path: Path, rows: list[dict]) -> None:
 
 def parse_size(text: str) -> int:
     """'1KiB' -> 1024, '16MiB', '4MB' (1e6), '512' (bytes)."""
-    units = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "KB": 10**3, "MB": 10**6, "GB": 10**9,
-             "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    units = {
+        "": 1,
+        "B": 1,
+        "KIB": 1 << 10,
+        "MIB": 1 << 20,
+        "GIB": 1 << 30,
+        "KB": 10**3,
+        "MB": 10**6,
+        "GB": 10**9,
+        "K": 1 << 10,
+        "M": 1 << 20,
+        "G": 1 << 30,
+    }
     s = text.strip().upper()
     num = s.rstrip("KMGIB")
-    unit = s[len(num):]
+    unit = s[len(num) :]
     if not num or unit not in units:
         raise ValueError(f"not a size: {text!r} (e.g. 1KiB, 16MiB, 4096)")
     return int(float(num) * units[unit])

@@ -62,12 +62,15 @@ class CommbenchSpec:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m profiler commbench",
-                                description="time collectives; fit latency and bandwidth per link")
+    p = argparse.ArgumentParser(
+        prog="python -m profiler commbench", description="time collectives; fit latency and bandwidth per link"
+    )
     p.add_argument("--nproc", type=int, default=4, help="ranks per node (default 4)")
     p.add_argument("--out", type=Path, default=Path("commbench.json"), help="JSON result; the CSV goes beside it")
     p.add_argument("--sizes", default=None, help=f"'LOW..HIGH' or a comma list (default {DEFAULT_SIZES})")
-    p.add_argument("--size-factor", type=int, default=None, help=f"step of a LOW..HIGH range (default {DEFAULT_FACTOR})")
+    p.add_argument(
+        "--size-factor", type=int, default=None, help=f"step of a LOW..HIGH range (default {DEFAULT_FACTOR})"
+    )
     p.add_argument("--ops", default=",".join(OPS), help=f"comma list of {', '.join(OPS)}")
     p.add_argument("--group-sizes", default=None, help="comma list (default 2..N)")
     p.add_argument("--iters", type=int, default=None, help="timed calls per point (default 10)")
@@ -83,9 +86,12 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--rdzv-endpoint", default=None)
     t.add_argument("--rdzv-id", default="parascope-commbench")
     lab = p.add_argument_group("lab (two nodes on this machine, issue #8; needs root and `profiler lab up`)")
-    lab.add_argument("--lab", action="store_true",
-                     help="--nproc ranks in each of the lab's two nodes: fits `intra` (loopback) and `inter` "
-                          "(the shaped link); implies torchrun")
+    lab.add_argument(
+        "--lab",
+        action="store_true",
+        help="--nproc ranks in each of the lab's two nodes: fits `intra` (loopback) and `inter` "
+        "(the shaped link); implies torchrun",
+    )
     lab.add_argument("--lab-prefix", default="psl-", help="the lab's name prefix (default %(default)s)")
     return p
 
@@ -95,7 +101,9 @@ def out_errors(out: Path) -> list[str]:
     seconds, and rank 0 writes FILE and FILE's .csv only at the end)."""
     csv = out.with_suffix(".csv")
     if out.suffix.lower() == ".csv":
-        return [f"--out {out}: the CSV goes beside the JSON, at FILE with .csv; give the JSON's name (e.g. {out.with_suffix('.json').name})"]
+        return [
+            f"--out {out}: the CSV goes beside the JSON, at FILE with .csv; give the JSON's name (e.g. {out.with_suffix('.json').name})"
+        ]
     for path in (out, csv):
         if path.is_dir():
             return [f"--out {out}: {path} is a directory; give a file name (e.g. {out / 'commbench.json'})"]
@@ -109,8 +117,10 @@ def parse_commbench(argv) -> tuple[CommbenchSpec | None, list[str]]:
     errors = []
     quick = a.quick
     try:
-        sizes = parse_sizes(a.sizes or (QUICK["sizes"] if quick else DEFAULT_SIZES),
-                            a.size_factor or (QUICK["factor"] if quick else DEFAULT_FACTOR))
+        sizes = parse_sizes(
+            a.sizes or (QUICK["sizes"] if quick else DEFAULT_SIZES),
+            a.size_factor or (QUICK["factor"] if quick else DEFAULT_FACTOR),
+        )
     except ValueError as err:
         errors.append(str(err))
         sizes = []
@@ -140,11 +150,26 @@ def parse_commbench(argv) -> tuple[CommbenchSpec | None, list[str]]:
     errors += out_errors(a.out)
     if errors:
         return None, errors
-    spec = CommbenchSpec(out=a.out.resolve(), nproc=a.nproc, sizes=tuple(sizes), ops=ops, iters=iters,
-                         warmup_iters=warmup, group_sizes_arg=group_sizes, quick=quick, timeout_s=a.timeout,
-                         job_timeout_s=a.job_timeout, launcher=a.launcher, nnodes=a.nnodes, node_rank=a.node_rank,
-                         rdzv_backend=a.rdzv_backend, rdzv_endpoint=a.rdzv_endpoint, rdzv_id=a.rdzv_id,
-                         lab=a.lab_prefix if a.lab else None, argv=tuple(argv))
+    spec = CommbenchSpec(
+        out=a.out.resolve(),
+        nproc=a.nproc,
+        sizes=tuple(sizes),
+        ops=ops,
+        iters=iters,
+        warmup_iters=warmup,
+        group_sizes_arg=group_sizes,
+        quick=quick,
+        timeout_s=a.timeout,
+        job_timeout_s=a.job_timeout,
+        launcher=a.launcher,
+        nnodes=a.nnodes,
+        node_rank=a.node_rank,
+        rdzv_backend=a.rdzv_backend,
+        rdzv_endpoint=a.rdzv_endpoint,
+        rdzv_id=a.rdzv_id,
+        lab=a.lab_prefix if a.lab else None,
+        argv=tuple(argv),
+    )
     if not spec.group_sizes():
         return None, [f"--group-sizes: none of {a.group_sizes} is between 2 and {spec.world_size}"]
     return spec, []

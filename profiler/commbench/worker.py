@@ -66,9 +66,11 @@ def _op(op: str, nbytes: int, group, n: int, me: int, device, dtype=torch.float3
         out = torch.empty_like(x)
 
         def shift():
-            for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, nxt, group=group),
-                                             dist.P2POp(dist.irecv, out, prv, group=group)]):
+            for w in dist.batch_isend_irecv(
+                [dist.P2POp(dist.isend, x, nxt, group=group), dist.P2POp(dist.irecv, out, prv, group=group)]
+            ):
                 w.wait()
+
         return shift, count * elem
     raise ValueError(f"unknown op {op!r}")
 
@@ -89,7 +91,9 @@ def _time(call, spec: CommbenchSpec, group, device) -> float:
 def measure(spec: CommbenchSpec, *, rank: int, world: int, nproc_per_node: int, device) -> list[dict]:
     """Every (group, op, size) this rank takes part in; rows with group-reduced times (rank 0 keeps them)."""
     layout = groups_to_measure(world, nproc_per_node, spec.group_sizes(world))
-    pgs = [(link, ranks, dist.new_group(list(ranks), timeout=timedelta(seconds=spec.timeout_s))) for link, ranks in layout]
+    pgs = [
+        (link, ranks, dist.new_group(list(ranks), timeout=timedelta(seconds=spec.timeout_s))) for link, ranks in layout
+    ]
     rows = []
     for link, ranks, pg in pgs:
         for op in spec.ops:
@@ -104,9 +108,20 @@ def measure(spec: CommbenchSpec, *, rank: int, world: int, nproc_per_node: int, 
                     dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=pg)
                     sec, worst = float(total) / n, float(worst)
                     alg, bus = fit.bandwidths(op, n, nbytes, sec)
-                    rows.append({"op": op, "group_size": n, "link": link, "ranks": ",".join(map(str, ranks)),
-                                 "bytes": nbytes, "iters": spec.iters, "time_us": sec * 1e6,
-                                 "time_max_us": worst * 1e6, "algbw_gbps": alg, "busbw_gbps": bus})
+                    rows.append(
+                        {
+                            "op": op,
+                            "group_size": n,
+                            "link": link,
+                            "ranks": ",".join(map(str, ranks)),
+                            "bytes": nbytes,
+                            "iters": spec.iters,
+                            "time_us": sec * 1e6,
+                            "time_max_us": worst * 1e6,
+                            "algbw_gbps": alg,
+                            "busbw_gbps": bus,
+                        }
+                    )
             dist.barrier()  # one group at a time
     return rows
 
@@ -118,44 +133,78 @@ def prepare(argv) -> CommbenchSpec:
     return spec
 
 
-def rank(spec: CommbenchSpec, *, rank: int, world_size: int, init_method: str = "env://", local_rank: int = 0,
-         node: int = 0, gpus_per_node: int | None = None) -> None:
+def rank(
+    spec: CommbenchSpec,
+    *,
+    rank: int,
+    world_size: int,
+    init_method: str = "env://",
+    local_rank: int = 0,
+    node: int = 0,
+    gpus_per_node: int | None = None,
+) -> None:
     torch.set_num_threads(1)
     cuda = torch.cuda.is_available()
     backend = "nccl" if cuda else "gloo"
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=spec.timeout_s))
+    dist.init_process_group(
+        backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timedelta(seconds=spec.timeout_s)
+    )
     host = {"hostname": socket.gethostname(), "node": node, "local_rank": local_rank}
     hosts = [None] * world_size
     dist.all_gather_object(hosts, host)
     rows = measure(spec, rank=rank, world=world_size, nproc_per_node=gpus_per_node or world_size, device=device)
     if rank == 0:
-        write_result(spec, rows, hosts=hosts, backend=backend, device=str(device.type), world=world_size,
-                     nproc_per_node=gpus_per_node or world_size)
+        write_result(
+            spec,
+            rows,
+            hosts=hosts,
+            backend=backend,
+            device=str(device.type),
+            world=world_size,
+            nproc_per_node=gpus_per_node or world_size,
+        )
     dist.barrier()
     dist.destroy_process_group()
 
 
-def write_result(spec: CommbenchSpec, rows: list[dict], *, hosts, backend: str, device: str, world: int,
-                 nproc_per_node: int) -> None:
+def write_result(
+    spec: CommbenchSpec, rows: list[dict], *, hosts, backend: str, device: str, world: int, nproc_per_node: int
+) -> None:
     where = f"{backend} on {device}, {world} ranks on {len({h['hostname'] for h in hosts})} host(s)"
-    per, links = fit.fits(rows, names={"intra": f"fitted intra-node ({where})",
-                                       "inter": f"fitted inter-node ({where})"})
+    per, links = fit.fits(
+        rows, names={"intra": f"fitted intra-node ({where})", "inter": f"fitted inter-node ({where})"}
+    )
     result = {
-        "schema": 1, "created_at": now_iso(), "backend": backend, "device": device,
-        "torch_version": torch.__version__, "world_size": world, "nnodes": world // nproc_per_node,
-        "nproc_per_node": nproc_per_node, "hosts": {str(r): h for r, h in enumerate(hosts)},
-        "settings": {"ops": list(spec.ops), "sizes": list(spec.sizes), "group_sizes": spec.group_sizes(world),
-                     "iters": spec.iters, "warmup_iters": spec.warmup_iters, "dtype": "float32"},
+        "schema": 1,
+        "created_at": now_iso(),
+        "backend": backend,
+        "device": device,
+        "torch_version": torch.__version__,
+        "world_size": world,
+        "nnodes": world // nproc_per_node,
+        "nproc_per_node": nproc_per_node,
+        "hosts": {str(r): h for r, h in enumerate(hosts)},
+        "settings": {
+            "ops": list(spec.ops),
+            "sizes": list(spec.sizes),
+            "group_sizes": spec.group_sizes(world),
+            "iters": spec.iters,
+            "warmup_iters": spec.warmup_iters,
+            "dtype": "float32",
+        },
         "conventions": fit.__doc__.split("\n\n")[1].strip(),
-        "results": rows, "fits": per, "links": links,
+        "results": rows,
+        "fits": per,
+        "links": links,
     }
     if "inter" not in links:
-        result["links_note"] = ("all ranks ran on one node: only the intra-node link was measured; run commbench "
-                                "across nodes (torchrun --nnodes 2, or the lab) to fit `inter`")
+        result["links_note"] = (
+            "all ranks ran on one node: only the intra-node link was measured; run commbench "
+            "across nodes (torchrun --nnodes 2, or the lab) to fit `inter`"
+        )
     write_json_atomic(spec.out, result)
     fit.write_csv(spec.csv_path, rows)
 
@@ -169,8 +218,14 @@ def main(argv=None) -> int:
         return 2
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    record(rank)(spec, rank=env["rank"], world_size=env["world_size"], local_rank=env["local_rank"],
-                 node=env["node"], gpus_per_node=env["gpus_per_node"])
+    record(rank)(
+        spec,
+        rank=env["rank"],
+        world_size=env["world_size"],
+        local_rank=env["local_rank"],
+        node=env["node"],
+        gpus_per_node=env["gpus_per_node"],
+    )
     return 0
 
 

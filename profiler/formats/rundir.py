@@ -193,16 +193,21 @@ def check_reusable(path: Path, *, force: bool, run_id: str | None = None) -> lis
     if not entries or _same_run_started(path, entries, run_id):
         return []
     if not force:
-        raise RunDirError(f"--out {path}: the directory is not empty ({len(entries)} entries); choose a new "
-                          "directory, or pass --force to replace the previous run in it")
+        raise RunDirError(
+            f"--out {path}: the directory is not empty ({len(entries)} entries); choose a new "
+            "directory, or pass --force to replace the previous run in it"
+        )
     foreign = [p.name for p in entries if p.name not in RUN_ENTRIES and not p.name.startswith(f".{RUN_JSON}.")]
     if foreign:
-        raise RunDirError(f"--out {path}: --force replaces only a previous run, and this directory also holds "
-                          f"{', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}; nothing was removed")
+        raise RunDirError(
+            f"--out {path}: --force replaces only a previous run, and this directory also holds "
+            f"{', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}; nothing was removed"
+        )
     run = read_json(path / RUN_JSON)
     if _alive_here(run):
-        raise RunDirError(f"--out {path}: its run is still going (supervisor pid {run['supervisor']['pid']}); "
-                          "nothing was removed")
+        raise RunDirError(
+            f"--out {path}: its run is still going (supervisor pid {run['supervisor']['pid']}); nothing was removed"
+        )
     return entries
 
 
@@ -234,7 +239,9 @@ def claim_node(path: Path, record: dict, *, node: int, force: bool) -> Path:
     path = Path(path)
     old = read_json(node_path(path, node))
     if old is not None and old.get("run_id") != record.get("run_id") and not force:
-        raise RunDirError(f"--out {path}: holds node {node}'s record of another run ({old.get('run_id')!r}); "
-                          "choose a new directory, or pass --force to replace it")
+        raise RunDirError(
+            f"--out {path}: holds node {node}'s record of another run ({old.get('run_id')!r}); "
+            "choose a new directory, or pass --force to replace it"
+        )
     write_json_atomic(node_path(path, node), record)
     return path

@@ -109,8 +109,13 @@ def read_run(path: str | Path) -> RunInfo | None:
     traces = _count_traces(path)
     if run is None:
         if traces:
-            return RunInfo(path=path, name=path.name, status="unknown", traces=traces,
-                           has_metrics=(path / "metrics.json").is_file())
+            return RunInfo(
+                path=path,
+                name=path.name,
+                status="unknown",
+                traces=traces,
+                has_metrics=(path / "metrics.json").is_file(),
+            )
         if (path / "logs").is_dir() or (path / "status").is_dir():
             return RunInfo(path=path, name=path.name, status="starting")
         return None
@@ -119,18 +124,34 @@ def read_run(path: str | Path) -> RunInfo | None:
     stale = status == "running" and _supervisor_gone(run)
     if stale:
         status = "failed"
-        error = {"rank": None, "message": f"the profiler process (pid {run['supervisor']['pid']}) ended without "
-                                          "recording the run's end (killed, or its machine restarted)"}
+        error = {
+            "rank": None,
+            "message": f"the profiler process (pid {run['supervisor']['pid']}) ended without "
+            "recording the run's end (killed, or its machine restarted)",
+        }
     progress = run.get("progress") if isinstance(run.get("progress"), dict) else {}
     hosts = run.get("hosts") if isinstance(run.get("hosts"), dict) else {}
     nodes = _int(run.get("nodes")) or (len({h.get("node") for h in hosts.values() if isinstance(h, dict)}) or None)
     return RunInfo(
-        path=path, name=path.name, status=status, step=_int(progress.get("step")), steps=_int(progress.get("steps")),
-        plan=run.get("plan") if isinstance(run.get("plan"), dict) else None, model=_name(run.get("model")),
-        cluster=_name(run.get("cluster")), world_size=_int(run.get("world_size")), nodes=nodes,
+        path=path,
+        name=path.name,
+        status=status,
+        step=_int(progress.get("step")),
+        steps=_int(progress.get("steps")),
+        plan=run.get("plan") if isinstance(run.get("plan"), dict) else None,
+        model=_name(run.get("model")),
+        cluster=_name(run.get("cluster")),
+        world_size=_int(run.get("world_size")),
+        nodes=nodes,
         launcher=run.get("launcher") if isinstance(run.get("launcher"), str) else None,
-        started_at=str(run.get("started_at") or ""), finished_at=str(run.get("finished_at") or ""), error=error,
-        traces=traces, has_metrics=(path / "metrics.json").is_file(), stale=stale, run=run)
+        started_at=str(run.get("started_at") or ""),
+        finished_at=str(run.get("finished_at") or ""),
+        error=error,
+        traces=traces,
+        has_metrics=(path / "metrics.json").is_file(),
+        stale=stale,
+        run=run,
+    )
 
 
 def list_runs(runs_dir: str | Path | None = None) -> list[RunInfo]:
@@ -138,6 +159,7 @@ def list_runs(runs_dir: str | Path | None = None) -> list[RunInfo]:
     folder = Path(runs_dir) if runs_dir is not None else runs_root()
     if not folder.is_dir():
         return []
-    found = [info for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
-             if (info := read_run(p)) is not None]
+    found = [
+        info for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".") if (info := read_run(p)) is not None
+    ]
     return sorted(found, key=lambda i: (i.started_at or "", i.name), reverse=True)

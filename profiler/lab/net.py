@@ -38,8 +38,10 @@ class Names:
 
     def __post_init__(self):
         if not isinstance(self.prefix, str) or not PREFIX_RE.fullmatch(self.prefix):
-            raise LabError(f"lab prefix {self.prefix!r} must match {PREFIX_RE.pattern} "
-                           "(it guards clean-up: only names starting with it are ever deleted)")
+            raise LabError(
+                f"lab prefix {self.prefix!r} must match {PREFIX_RE.pattern} "
+                "(it guards clean-up: only names starting with it are ever deleted)"
+            )
 
     @property
     def namespaces(self) -> tuple[str, str]:
@@ -60,14 +62,22 @@ def missing_privilege() -> str | None:
             caps = int(next(line for line in f if line.startswith("CapEff:")).split()[1], 16)
     except (OSError, StopIteration, ValueError):
         caps = -1 if os.geteuid() == 0 else 0
-    lacking = [name for name, bit in (("CAP_NET_ADMIN", CAP_NET_ADMIN), ("CAP_SYS_ADMIN", CAP_SYS_ADMIN))
-               if not caps >> bit & 1]
+    lacking = [
+        name
+        for name, bit in (("CAP_NET_ADMIN", CAP_NET_ADMIN), ("CAP_SYS_ADMIN", CAP_SYS_ADMIN))
+        if not caps >> bit & 1
+    ]
     if lacking:
-        return (f"the lab needs root: creating network namespaces and shaping links with tc takes "
-                f"{' and '.join(lacking)}, which this process (uid {os.geteuid()}) lacks. "
-                + ("Run it as root, e.g. `sudo .venv/bin/python -m profiler lab up`." if os.geteuid() != 0 else
-                   "Root here has had them dropped (a container?): start it with --cap-add NET_ADMIN "
-                   "--cap-add SYS_ADMIN, or --privileged."))
+        return (
+            f"the lab needs root: creating network namespaces and shaping links with tc takes "
+            f"{' and '.join(lacking)}, which this process (uid {os.geteuid()}) lacks. "
+            + (
+                "Run it as root, e.g. `sudo .venv/bin/python -m profiler lab up`."
+                if os.geteuid() != 0
+                else "Root here has had them dropped (a container?): start it with --cap-add NET_ADMIN "
+                "--cap-add SYS_ADMIN, or --privileged."
+            )
+        )
     return None
 
 
@@ -109,14 +119,16 @@ def inspect_namespace(namespace: str) -> dict:
     for link in _json(["ip", "-j", "-n", namespace, "addr", "show"]):
         links[link["ifname"]] = {
             "up": "UP" in link.get("flags", []),
-            "addresses": [f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", [])
-                          if a.get("family") == "inet"],
+            "addresses": [
+                f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", []) if a.get("family") == "inet"
+            ],
             "qdiscs": [],
         }
     for q in _json(["tc", "-j", "-n", namespace, "qdisc", "show"]):
         if q.get("dev") in links and q.get("kind") not in ("noqueue",):
-            links[q["dev"]]["qdiscs"].append({k: q[k] for k in ("kind", "handle", "parent", "root", "options")
-                                              if k in q})
+            links[q["dev"]]["qdiscs"].append(
+                {k: q[k] for k in ("kind", "handle", "parent", "root", "options") if k in q}
+            )
     for dev, link in links.items():  # tc has no JSON for htb classes: keep its lines
         if link["qdiscs"]:
             out = sh(["tc", "-n", namespace, "class", "show", "dev", dev]).stdout
@@ -124,8 +136,9 @@ def inspect_namespace(namespace: str) -> dict:
     return {"links": links, "pids": pids_in(namespace)}
 
 
-def shaping_commands(namespace: str, dev: str, *, rate_bytes_per_s: float, latency_s: float,
-                     burst_bytes: int, limit_bytes: int) -> list[list[str]]:
+def shaping_commands(
+    namespace: str, dev: str, *, rate_bytes_per_s: float, latency_s: float, burst_bytes: int, limit_bytes: int
+) -> list[list[str]]:
     """tc calls that shape one direction of the link (each veth end shapes its own egress): an HTB
     class at the rate, split into small TCP packets (ACKs, gloo's control messages) served first and
     the bulk after; each queue a bfifo, or netem's delay when a latency is asked for.
@@ -139,25 +152,85 @@ def shaping_commands(namespace: str, dev: str, *, rate_bytes_per_s: float, laten
     tc = ["tc", "-n", namespace]
     qdisc, cls = [*tc, "qdisc", "add", "dev", dev], [*tc, "class", "add", "dev", dev]
     bucket = ["burst", str(burst_bytes), "cburst", str(burst_bytes)]
-    leaf = (["netem", "delay", f"{latency_s * 1e6:.0f}us", "limit", "100000"] if latency_s > 0
-            else ["bfifo", "limit", str(limit_bytes)])
+    leaf = (
+        ["netem", "delay", f"{latency_s * 1e6:.0f}us", "limit", "100000"]
+        if latency_s > 0
+        else ["bfifo", "limit", str(limit_bytes)]
+    )
     return [
         [*qdisc, "root", "handle", "1:", "htb", "default", "20"],
         [*cls, "parent", "1:", "classid", "1:1", "htb", "rate", rate, "ceil", rate, *bucket],
-        [*cls, "parent", "1:1", "classid", "1:10", "htb", "rate", small, "ceil", rate, *bucket,
-         "prio", "0", "quantum", "65536"],
-        [*cls, "parent", "1:1", "classid", "1:20", "htb", "rate", rate, "ceil", rate, *bucket,
-         "prio", "1", "quantum", "65536"],
+        [
+            *cls,
+            "parent",
+            "1:1",
+            "classid",
+            "1:10",
+            "htb",
+            "rate",
+            small,
+            "ceil",
+            rate,
+            *bucket,
+            "prio",
+            "0",
+            "quantum",
+            "65536",
+        ],
+        [
+            *cls,
+            "parent",
+            "1:1",
+            "classid",
+            "1:20",
+            "htb",
+            "rate",
+            rate,
+            "ceil",
+            rate,
+            *bucket,
+            "prio",
+            "1",
+            "quantum",
+            "65536",
+        ],
         [*qdisc, "parent", "1:10", "handle", "10:", *leaf],
         [*qdisc, "parent", "1:20", "handle", "20:", *leaf],
         # IPv4 TCP packets shorter than 128 bytes (total length at offset 2) go to 1:10.
-        [*tc, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
-         "match", "ip", "protocol", "6", "0xff", "match", "u16", "0x0000", "0xff80", "at", "2", "flowid", "1:10"],
+        [
+            *tc,
+            "filter",
+            "add",
+            "dev",
+            dev,
+            "parent",
+            "1:",
+            "protocol",
+            "ip",
+            "prio",
+            "1",
+            "u32",
+            "match",
+            "ip",
+            "protocol",
+            "6",
+            "0xff",
+            "match",
+            "u16",
+            "0x0000",
+            "0xff80",
+            "at",
+            "2",
+            "flowid",
+            "1:10",
+        ],
     ]
 
 
-NO_NETEM = ("this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM is off), so the lab link cannot add "
-            "latency; only its bandwidth is shaped")
+NO_NETEM = (
+    "this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM is off), so the lab link cannot add "
+    "latency; only its bandwidth is shaped"
+)
 
 
 def has_netem(namespace: str) -> bool:
@@ -168,8 +241,17 @@ def has_netem(namespace: str) -> bool:
     return added.returncode == 0
 
 
-def create(names: Names, *, addresses: tuple[str, str], prefixlen: int, rate_bytes_per_s: float,
-           latency_s: float, latency_required: bool, burst_bytes: int, limit_bytes: int) -> float:
+def create(
+    names: Names,
+    *,
+    addresses: tuple[str, str],
+    prefixlen: int,
+    rate_bytes_per_s: float,
+    latency_s: float,
+    latency_required: bool,
+    burst_bytes: int,
+    limit_bytes: int,
+) -> float:
     """Builds the lab and returns the latency actually added (0 when the kernel has no netem and the
     latency was only a default). The caller removes the remains on any failure."""
     ns, dev = names.namespaces, names.interfaces
@@ -188,8 +270,14 @@ def create(names: Names, *, addresses: tuple[str, str], prefixlen: int, rate_byt
             raise LabUnsupported(f"{NO_NETEM}: pass --latency-us 0")
         latency_s = 0.0
     for n, d in zip(ns, dev):
-        for cmd in shaping_commands(n, d, rate_bytes_per_s=rate_bytes_per_s, latency_s=latency_s,
-                                    burst_bytes=burst_bytes, limit_bytes=limit_bytes):
+        for cmd in shaping_commands(
+            n,
+            d,
+            rate_bytes_per_s=rate_bytes_per_s,
+            latency_s=latency_s,
+            burst_bytes=burst_bytes,
+            limit_bytes=limit_bytes,
+        ):
             sh(cmd)
     return latency_s
 

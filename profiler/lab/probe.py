@@ -80,8 +80,9 @@ def socket_rtt(lab: LabSettings, src: int, dst: int, iters: int = 500, timeout_s
     return {"src": src, "dst": dst, **json.loads(ping_out.strip().splitlines()[-1])}
 
 
-def gloo_allreduce(lab: LabSettings, sizes: list[int], *, nproc_per_node: int = 2, iters: int = 5,
-                   timeout_s: float = 180) -> dict:
+def gloo_allreduce(
+    lab: LabSettings, sizes: list[int], *, nproc_per_node: int = 2, iters: int = 5, timeout_s: float = 180
+) -> dict:
     """A 2-node torchrun job (nproc_per_node ranks per node) timing all_reduce on a group inside node
     0, on a pair across the link, and on the whole world. Returns rank 0's report: per (kind, bytes)
     the slowest member's median time, busbw, and `link_bytes`, the bytes the node's veth carried
@@ -89,18 +90,40 @@ def gloo_allreduce(lab: LabSettings, sizes: list[int], *, nproc_per_node: int = 
     port = lab.free_port(0)
     with tempfile.TemporaryDirectory(prefix="parascope-lab-probe-") as tmp:
         out = Path(tmp) / "allreduce.json"
-        argv = ["-m", "profiler.lab.probe", "allreduce", "--sizes", ",".join(map(str, sizes)),
-                "--iters", str(iters), "--out", str(out)]
-        procs = [subprocess.Popen(lab.torchrun_command(node, nproc_per_node, argv, port=port,
-                                                       launcher_args=["--max-restarts", "0"],
-                                                       env={"OMP_NUM_THREADS": "1"}),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-                 for node in (0, 1)]
+        argv = [
+            "-m",
+            "profiler.lab.probe",
+            "allreduce",
+            "--sizes",
+            ",".join(map(str, sizes)),
+            "--iters",
+            str(iters),
+            "--out",
+            str(out),
+        ]
+        procs = [
+            subprocess.Popen(
+                lab.torchrun_command(
+                    node,
+                    nproc_per_node,
+                    argv,
+                    port=port,
+                    launcher_args=["--max-restarts", "0"],
+                    env={"OMP_NUM_THREADS": "1"},
+                ),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+            for node in (0, 1)
+        ]
         _finish(procs, timeout_s)
         return json.loads(out.read_text())
 
 
 # ---- worker modes (run inside a namespace) ----
+
 
 def _serve(bind: str) -> socket.socket:
     srv = socket.create_server((bind, 0))
@@ -127,7 +150,7 @@ def _source(args) -> None:
     with _connect(args.to) as s:
         data, left = memoryview(bytes(CHUNK)), args.bytes
         while left > 0:
-            s.sendall(data[:min(left, CHUNK)])
+            s.sendall(data[: min(left, CHUNK)])
             left -= CHUNK
 
 
@@ -180,11 +203,18 @@ def _allreduce(args) -> None:
                     crossed.append(link_bytes() - b0)
             t = statistics.median(times[1:]) if times else None
             n = len(ranks)
-            rows.append({"kind": kind, "ranks": ranks, "bytes": size, "time_s": t,
-                         "link_bytes": statistics.median(crossed[1:]) if crossed else None,
-                         # nccl-tests conventions: algbw = bytes / time, busbw = algbw * bus factor
-                         "algbw_bytes_per_s": size / t if t else None,
-                         "busbw_bytes_per_s": size / t * bus_factor("all_reduce", n) if t else None})
+            rows.append(
+                {
+                    "kind": kind,
+                    "ranks": ranks,
+                    "bytes": size,
+                    "time_s": t,
+                    "link_bytes": statistics.median(crossed[1:]) if crossed else None,
+                    # nccl-tests conventions: algbw = bytes / time, busbw = algbw * bus factor
+                    "algbw_bytes_per_s": size / t if t else None,
+                    "busbw_bytes_per_s": size / t * bus_factor("all_reduce", n) if t else None,
+                }
+            )
     reports = [None] * world
     dist.all_gather_object(reports, rows)
     if rank == 0:
@@ -193,8 +223,15 @@ def _allreduce(args) -> None:
             times = [rep[i]["time_s"] for rep in reports if rep[i]["time_s"] is not None]
             n, t = len(row["ranks"]), max(times)
             crossed = [rep[i]["link_bytes"] for rep in reports if rep[i]["link_bytes"] is not None]
-            merged.append({**row, "time_s": t, "link_bytes": max(crossed), "algbw_bytes_per_s": row["bytes"] / t,
-                           "busbw_bytes_per_s": row["bytes"] / t * bus_factor("all_reduce", n)})
+            merged.append(
+                {
+                    **row,
+                    "time_s": t,
+                    "link_bytes": max(crossed),
+                    "algbw_bytes_per_s": row["bytes"] / t,
+                    "busbw_bytes_per_s": row["bytes"] / t * bus_factor("all_reduce", n),
+                }
+            )
         tmp = Path(args.out).with_suffix(".tmp")
         tmp.write_text(json.dumps({"nodes": nodes, "world_size": world, "rows": merged}, indent=2))
         tmp.replace(args.out)

@@ -47,8 +47,23 @@ from profiler.lab.net import (
     root_links_with,
 )
 
-__all__ = ["LabError", "LabUnsupported", "LabNode", "LabSettings", "down", "for_job", "for_lab_flag", "like_defaults", "master_addr",
-           "missing_privilege", "node_command", "settings", "settings_path", "status", "up"]
+__all__ = [
+    "LabError",
+    "LabUnsupported",
+    "LabNode",
+    "LabSettings",
+    "down",
+    "for_job",
+    "for_lab_flag",
+    "like_defaults",
+    "master_addr",
+    "missing_privilege",
+    "node_command",
+    "settings",
+    "settings_path",
+    "status",
+    "up",
+]
 
 DEFAULT_PREFIX = "psl-"
 DEFAULT_SUBNET = "10.213.0.0/30"  # private; lives only inside the lab's two namespaces
@@ -94,9 +109,14 @@ class LabSettings:
         peers on the same node reach that address by local routing (loopback, unshaped) and peers on
         the other node across the shaped veth. PARASCOPE_LAB_* lets a rank record where it ran."""
         n = self.nodes[node]
-        return {"GLOO_SOCKET_IFNAME": n.interface, "TP_SOCKET_IFNAME": n.interface,
-                "NCCL_SOCKET_IFNAME": n.interface, "PARASCOPE_LAB_NODE": str(node),
-                "PARASCOPE_LAB_NAMESPACE": n.namespace, "PARASCOPE_LAB_SETTINGS": str(settings_path(self.prefix))}
+        return {
+            "GLOO_SOCKET_IFNAME": n.interface,
+            "TP_SOCKET_IFNAME": n.interface,
+            "NCCL_SOCKET_IFNAME": n.interface,
+            "PARASCOPE_LAB_NODE": str(node),
+            "PARASCOPE_LAB_NAMESPACE": n.namespace,
+            "PARASCOPE_LAB_SETTINGS": str(settings_path(self.prefix)),
+        }
 
     def node_command(self, node: int, argv: Sequence[str], env: Mapping[str, str] | None = None) -> list[str]:
         """`argv` wrapped to run inside `node`'s namespace with node_env(node) plus `env` (the caller's
@@ -104,38 +124,80 @@ class LabSettings:
         if node not in (0, 1):
             raise LabError(f"the lab has nodes 0 and 1, not {node!r}")
         merged = {**self.node_env(node), **(env or {})}
-        return ["ip", "netns", "exec", self.nodes[node].namespace, "env",
-                *(f"{k}={v}" for k, v in merged.items()), *argv]
+        return [
+            "ip",
+            "netns",
+            "exec",
+            self.nodes[node].namespace,
+            "env",
+            *(f"{k}={v}" for k, v in merged.items()),
+            *argv,
+        ]
 
-    def torchrun_command(self, node: int, nproc_per_node: int, argv: Sequence[str], *, port: int = 29400,
-                         rdzv_id: str = "parascope-lab", launcher: Sequence[str] | None = None,
-                         launcher_args: Sequence[str] = (), env: Mapping[str, str] | None = None) -> list[str]:
+    def torchrun_command(
+        self,
+        node: int,
+        nproc_per_node: int,
+        argv: Sequence[str],
+        *,
+        port: int = 29400,
+        rdzv_id: str = "parascope-lab",
+        launcher: Sequence[str] | None = None,
+        launcher_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> list[str]:
         """One torchrun agent of a 2-node job, run inside `node`'s namespace. Node 0 hosts the c10d
         rendezvous store on its veth address (named explicitly: the hostname is the same in both
         namespaces). The c10d rendezvous numbers agents by their --local-addr as text, which
         lab_addresses keeps in node order, so lab node i runs ranks i*nproc_per_node ... ; a rank can
         also read its node from PARASCOPE_LAB_NODE."""
         launcher = list(launcher or [sys.executable, "-m", "torch.distributed.run"])
-        cmd = [*launcher, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", str(nproc_per_node),
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{self.master_addr}:{port}", "--rdzv-id", rdzv_id,
-               "--rdzv-conf", f"is_host={'true' if node == 0 else 'false'}",
-               "--local-addr", self.nodes[node].address, *launcher_args, *argv]
+        cmd = [
+            *launcher,
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(node),
+            "--nproc-per-node",
+            str(nproc_per_node),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"{self.master_addr}:{port}",
+            "--rdzv-id",
+            rdzv_id,
+            "--rdzv-conf",
+            f"is_host={'true' if node == 0 else 'false'}",
+            "--local-addr",
+            self.nodes[node].address,
+            *launcher_args,
+            *argv,
+        ]
         return self.node_command(node, cmd, env)
 
     def free_port(self, node: int = 0) -> int:
         """A TCP port free on `node`'s address right now (for a rendezvous endpoint); each namespace has
         its own port space, so this asks inside it."""
-        code = f"import socket; s = socket.socket(); s.bind(({self.nodes[node].address!r}, 0)); print(s.getsockname()[1])"
+        code = (
+            f"import socket; s = socket.socket(); s.bind(({self.nodes[node].address!r}, 0)); print(s.getsockname()[1])"
+        )
         return int(lab_net.sh(self.node_command(node, [sys.executable, "-c", code])).stdout)
 
     def record(self) -> dict:
         """What a job run on the lab records about it (run.json's and commbench's `lab`): the link as
         shaped (latency asked and applied: a kernel without netem applies none) and where the nodes are."""
-        return {"prefix": self.prefix, "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
-                "latency_s": self.latency_s, "latency_requested_s": self.latency_requested_s,
-                "namespaces": [n.namespace for n in self.nodes], "interfaces": [n.interface for n in self.nodes],
-                "addresses": [n.address for n in self.nodes], "like": self.like, "created_at": self.created_at,
-                "settings_file": str(settings_path(self.prefix))}
+        return {
+            "prefix": self.prefix,
+            "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+            "latency_s": self.latency_s,
+            "latency_requested_s": self.latency_requested_s,
+            "namespaces": [n.namespace for n in self.nodes],
+            "interfaces": [n.interface for n in self.nodes],
+            "addresses": [n.address for n in self.nodes],
+            "like": self.like,
+            "created_at": self.created_at,
+            "settings_file": str(settings_path(self.prefix)),
+        }
 
     def to_dict(self) -> dict:
         return {"version": 1, **dataclasses.asdict(self)}
@@ -162,8 +224,10 @@ def settings(prefix: str = DEFAULT_PREFIX) -> LabSettings:
         raise LabError(f"{path} is not a lab settings file ({err}); run `python -m profiler lab down`") from None
     missing = [n.namespace for n in saved.nodes if n.namespace not in namespaces_with(prefix)]
     if missing:
-        raise LabError(f"{path} describes a lab whose namespaces {', '.join(missing)} are gone (a reboot or a "
-                       "crash); run `python -m profiler lab down` then `lab up`")
+        raise LabError(
+            f"{path} describes a lab whose namespaces {', '.join(missing)} are gone (a reboot or a "
+            "crash); run `python -m profiler lab down` then `lab up`"
+        )
     return saved
 
 
@@ -192,8 +256,9 @@ def master_addr(prefix: str = DEFAULT_PREFIX) -> str:
     return settings(prefix).master_addr
 
 
-def node_command(node: int, argv: Sequence[str], env: Mapping[str, str] | None = None, *,
-                 prefix: str = DEFAULT_PREFIX) -> list[str]:
+def node_command(
+    node: int, argv: Sequence[str], env: Mapping[str, str] | None = None, *, prefix: str = DEFAULT_PREFIX
+) -> list[str]:
     return settings(prefix).node_command(node, argv, env)
 
 
@@ -208,8 +273,7 @@ def like_defaults(cluster: str, loopback_bytes_per_s: float | None = None) -> tu
     loopback = loopback_bytes_per_s or LOOPBACK.bandwidth_bytes_per_s
     ratio = c.intra.bandwidth_bytes_per_s / c.inter.bandwidth_bytes_per_s
     latency = LOOPBACK.latency_s * max(c.inter.latency_s / c.intra.latency_s - 1, 0.0)
-    return loopback / ratio, latency, {"cluster": c.name, "intra_inter_ratio": ratio,
-                                       "loopback_bytes_per_s": loopback}
+    return loopback / ratio, latency, {"cluster": c.name, "intra_inter_ratio": ratio, "loopback_bytes_per_s": loopback}
 
 
 def shaper_sizes(bandwidth_bytes_per_s: float) -> tuple[int, int]:
@@ -229,11 +293,14 @@ def lab_addresses(subnet: str) -> tuple[tuple[str, str], int]:
         raise LabError(f"--subnet {subnet!r}: {err}") from None
     hosts = [str(h) for h in itertools.islice(net.hosts(), 2)]  # islice: a /8 has 16 M hosts
     if net.version != 4 or not net.is_private or len(hosts) < 2:
-        raise LabError(f"--subnet {subnet!r} must be a private IPv4 network with two host addresses "
-                       "(e.g. 10.213.0.0/30)")
+        raise LabError(
+            f"--subnet {subnet!r} must be a private IPv4 network with two host addresses (e.g. 10.213.0.0/30)"
+        )
     if hosts[0] > hosts[1]:  # as text, e.g. "10.0.0.9" > "10.0.0.10"
-        raise LabError(f"--subnet {subnet!r}: its first two addresses {hosts} do not sort as text, and "
-                       "torchrun numbers the nodes in that order; pick one like 10.213.0.0/30")
+        raise LabError(
+            f"--subnet {subnet!r}: its first two addresses {hosts} do not sort as text, and "
+            "torchrun numbers the nodes in that order; pick one like 10.213.0.0/30"
+        )
     return (hosts[0], hosts[1]), net.prefixlen
 
 
@@ -274,14 +341,27 @@ def status(prefix: str = DEFAULT_PREFIX) -> dict:
     if saved is None and not path.exists():
         problems.append(f"no settings file {path} (a crashed `lab up`, or built by hand)")
     state = "down" if not (found or stray_links or path.exists()) else "partial" if problems else "up"
-    return {"prefix": prefix, "state": state, "problems": [] if state == "down" else problems,
-            "settings_file": str(path), "settings": saved.to_dict() if saved else None,
-            "namespaces": namespaces, "root_links": stray_links}
+    return {
+        "prefix": prefix,
+        "state": state,
+        "problems": [] if state == "down" else problems,
+        "settings_file": str(path),
+        "settings": saved.to_dict() if saved else None,
+        "namespaces": namespaces,
+        "root_links": stray_links,
+    }
 
 
-def up(*, bandwidth_bytes_per_s: float, latency_s: float = 0.0, latency_required: bool = True,
-       like: dict | None = None, subnet: str = DEFAULT_SUBNET, prefix: str = DEFAULT_PREFIX,
-       replace: bool = False) -> tuple[LabSettings, list[str]]:
+def up(
+    *,
+    bandwidth_bytes_per_s: float,
+    latency_s: float = 0.0,
+    latency_required: bool = True,
+    like: dict | None = None,
+    subnet: str = DEFAULT_SUBNET,
+    prefix: str = DEFAULT_PREFIX,
+    replace: bool = False,
+) -> tuple[LabSettings, list[str]]:
     """Builds the lab and writes its settings; returns them with notes for the user. Refuses a lab that
     is already up unless `replace`; clears the remains of a crashed one first. All or nothing: on any
     failure, KeyboardInterrupt or SystemExit included, what was built is removed again."""
@@ -301,16 +381,33 @@ def up(*, bandwidth_bytes_per_s: float, latency_s: float = 0.0, latency_required
             notes += destroy(prefix)
             settings_path(prefix).unlink(missing_ok=True)
         try:
-            applied = create(names, addresses=addresses, prefixlen=prefixlen, rate_bytes_per_s=bandwidth_bytes_per_s,
-                             latency_s=latency_s, latency_required=latency_required, burst_bytes=burst, limit_bytes=limit)
+            applied = create(
+                names,
+                addresses=addresses,
+                prefixlen=prefixlen,
+                rate_bytes_per_s=bandwidth_bytes_per_s,
+                latency_s=latency_s,
+                latency_required=latency_required,
+                burst_bytes=burst,
+                limit_bytes=limit,
+            )
             if applied != latency_s:
                 notes.append(f"{lab_net.NO_NETEM}: {latency_s * 1e6:.0f} us asked, 0 applied")
-            lab = LabSettings(prefix=prefix, prefixlen=prefixlen, bandwidth_bytes_per_s=bandwidth_bytes_per_s,
-                              nodes=tuple(LabNode(i, n, d, a) for i, (n, d, a) in
-                                          enumerate(zip(names.namespaces, names.interfaces, addresses))),
-                              latency_s=applied, latency_requested_s=latency_s, burst_bytes=burst,
-                              limit_bytes=limit, like=like,
-                              created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
+            lab = LabSettings(
+                prefix=prefix,
+                prefixlen=prefixlen,
+                bandwidth_bytes_per_s=bandwidth_bytes_per_s,
+                nodes=tuple(
+                    LabNode(i, n, d, a)
+                    for i, (n, d, a) in enumerate(zip(names.namespaces, names.interfaces, addresses))
+                ),
+                latency_s=applied,
+                latency_requested_s=latency_s,
+                burst_bytes=burst,
+                limit_bytes=limit,
+                like=like,
+                created_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            )
             _write_atomic(settings_path(prefix), lab.to_dict())
         except BaseException:
             with contextlib.suppress(LabError):  # the first error is the one to report

@@ -43,10 +43,24 @@ from parallel.core.specs import Cluster, Link, Model
 from profiler.formats.metrics import load_metrics
 
 TP_DIMS = ("tp", "sp")
-COMPARE_COLUMNS = ("tp", "sp", "link", "nodes", "status", "measured_tp_comm_s", "measured_tp_comm_lo_s",
-                   "measured_tp_comm_hi_s", "predicted_tp_comm_s", "tp_comm_error_pct", "measured_busbw_bytes_per_s",
-                   "predicted_busbw_bytes_per_s", "busbw_error_pct", "measured_step_s", "predicted_step_s",
-                   "step_error_pct")
+COMPARE_COLUMNS = (
+    "tp",
+    "sp",
+    "link",
+    "nodes",
+    "status",
+    "measured_tp_comm_s",
+    "measured_tp_comm_lo_s",
+    "measured_tp_comm_hi_s",
+    "predicted_tp_comm_s",
+    "tp_comm_error_pct",
+    "measured_busbw_bytes_per_s",
+    "predicted_busbw_bytes_per_s",
+    "busbw_error_pct",
+    "measured_step_s",
+    "predicted_step_s",
+    "step_error_pct",
+)
 
 
 def sweep_plan(tp: int, sp: bool, micro_batch: int = 1) -> Plan:
@@ -55,13 +69,25 @@ def sweep_plan(tp: int, sp: bool, micro_batch: int = 1) -> Plan:
 
 def layer_calls(model: Model, plan: Plan) -> dict[str, float]:
     """{op: TP/SP calls per layer per microbatch}, overlapped ones included (parallel.core.comm's count)."""
-    rows = comm_per_step(model, plan, Cluster(name="count", nodes=1, gpus_per_node=max(plan.tp, 1),
-                                              gpu_memory_bytes=1, peak_flops=1.0, intra=Link(1.0, 0.0),
-                                              inter=Link(1.0, 0.0)))
+    rows = comm_per_step(
+        model,
+        plan,
+        Cluster(
+            name="count",
+            nodes=1,
+            gpus_per_node=max(plan.tp, 1),
+            gpu_memory_bytes=1,
+            peak_flops=1.0,
+            intra=Link(1.0, 0.0),
+            inter=Link(1.0, 0.0),
+        ),
+    )
     calls: dict[str, float] = {}
     for r in rows:
         if r["dim"] in TP_DIMS:
-            calls[r["collective"]] = calls.get(r["collective"], 0) + r["calls"] / (model.layers * max(plan.microbatches, 1))
+            calls[r["collective"]] = calls.get(r["collective"], 0) + r["calls"] / (
+                model.layers * max(plan.microbatches, 1)
+            )
     return calls
 
 
@@ -88,9 +114,16 @@ def measure_run(run_dir: Path, model: Model, plan: Plan) -> dict:
 
     run_dir = Path(run_dir)
     metrics = load_metrics(run_dir)
-    out = {"step_time_s": _steady(metrics.get("step_time_s")), "tp_comm_s": 0.0, "tp_comm_lo_s": 0.0,
-           "tp_comm_hi_s": 0.0, "tp_comm_with_wait_s": 0.0, "busbw_bytes_per_s": None, "tp_comm_step_s": 0.0,
-           "calls": {}}
+    out = {
+        "step_time_s": _steady(metrics.get("step_time_s")),
+        "tp_comm_s": 0.0,
+        "tp_comm_lo_s": 0.0,
+        "tp_comm_hi_s": 0.0,
+        "tp_comm_with_wait_s": 0.0,
+        "busbw_bytes_per_s": None,
+        "tp_comm_step_s": 0.0,
+        "calls": {},
+    }
     if plan.tp == 1:
         return out
     analysis = TraceAnalysis.load(run_dir, plan.to_dict())
@@ -100,7 +133,9 @@ def measure_run(run_dir: Path, model: Model, plan: Plan) -> dict:
     tp = per[per["dim"].astype(str).isin(TP_DIMS)]
     nsteps = max(tp["step"].nunique(), 1)
     if len(tp):
-        out["tp_comm_step_s"] = float(tp.groupby(["rank", "step"])["dur_ns"].sum().groupby("rank").median().median() / 1e9)
+        out["tp_comm_step_s"] = float(
+            tp.groupby(["rank", "step"])["dur_ns"].sum().groupby("rank").median().median() / 1e9
+        )
     size = layer_bytes(model, plan)
     layer = tp[tp["bytes"] == size]
     for op, n in layer_calls(model, plan).items():
@@ -111,9 +146,14 @@ def measure_run(run_dir: Path, model: Model, plan: Plan) -> dict:
         busbw = size / np.maximum(tr, 1e-9) * bus_factor(op, plan.tp)
         q25, q50, q75 = np.percentile(tr, [25, 50, 75])
         with_wait = float(np.median(rows["dur_ns"].to_numpy(float)) / 1e9)
-        out["calls"][op] = {"calls_per_layer": n, "calls_per_step": len(rows) / rows["rank"].nunique() / nsteps,
-                            "bytes": size, "transfer_s": float(q50), "with_wait_s": with_wait,
-                            "busbw_bytes_per_s": float(np.median(busbw))}
+        out["calls"][op] = {
+            "calls_per_layer": n,
+            "calls_per_step": len(rows) / rows["rank"].nunique() / nsteps,
+            "bytes": size,
+            "transfer_s": float(q50),
+            "with_wait_s": with_wait,
+            "busbw_bytes_per_s": float(np.median(busbw)),
+        }
         out["tp_comm_s"] += n * q50
         out["tp_comm_lo_s"] += n * q25
         out["tp_comm_hi_s"] += n * q75
@@ -137,8 +177,11 @@ def compute_rate(sweep: dict) -> tuple[float | None, dict]:
     """(FLOP/s of one core, provenance): from the smallest-TP completed run inside one node, its hardware
     FLOPs per rank over (step time - its TP comm), scaled by the share of a core each rank had."""
     model, cores = sweep_model(sweep), sweep.get("machine", {}).get("cpus") or 1
-    done = [p for p in _points(sweep) if p.get("status") == "completed" and p.get("nodes") == 1
-            and (p.get("measured") or {}).get("step_time_s")]
+    done = [
+        p
+        for p in _points(sweep)
+        if p.get("status") == "completed" and p.get("nodes") == 1 and (p.get("measured") or {}).get("step_time_s")
+    ]
     if not done:
         return None, {"note": "no completed run inside one node to measure the compute rate with"}
     p = min(done, key=lambda q: (q["tp"], q["sp"]))
@@ -146,8 +189,14 @@ def compute_rate(sweep: dict) -> tuple[float | None, dict]:
     compute_s = max(m["step_time_s"] - (m.get("tp_comm_step_s") or 0.0), 1e-9)
     share = min(1.0, cores / plan.world_size)
     rate = flops_per_step(model, plan)["hardware_flops"] / plan.world_size / (compute_s * share)
-    return rate, {"tp": p["tp"], "sp": p["sp"], "step_time_s": m["step_time_s"], "compute_s": compute_s,
-                  "cores": cores, "flops_per_s": rate}
+    return rate, {
+        "tp": p["tp"],
+        "sp": p["sp"],
+        "step_time_s": m["step_time_s"],
+        "compute_s": compute_s,
+        "cores": cores,
+        "flops_per_s": rate,
+    }
 
 
 def lab_cluster(sweep: dict, flops_per_s: float | None = None) -> Cluster:
@@ -159,18 +208,27 @@ def lab_cluster(sweep: dict, flops_per_s: float | None = None) -> Cluster:
     def link(name: str, fallback: Link) -> Link:
         v = links.get(name) or {}
         if v.get("bandwidth_bytes_per_s"):
-            return Link(float(v["bandwidth_bytes_per_s"]), float(v.get("latency_s") or 0.0), f"lab {name} (commbench fit)")
+            return Link(
+                float(v["bandwidth_bytes_per_s"]), float(v.get("latency_s") or 0.0), f"lab {name} (commbench fit)"
+            )
         return fallback
 
-    inter_default = Link(float(lab.get("bandwidth_bytes_per_s") or 125e6), float(lab.get("latency_s") or 0.0),
-                         "lab veth (as shaped)")
+    inter_default = Link(
+        float(lab.get("bandwidth_bytes_per_s") or 125e6), float(lab.get("latency_s") or 0.0), "lab veth (as shaped)"
+    )
     from parallel.core.specs import CLUSTERS
 
     intra = link("intra", CLUSTERS["local-cpu"].intra)
-    return Cluster(name=f"lab {lab.get('prefix', '')}".strip(), nodes=2, gpus_per_node=int(sweep["gpus_per_node"]),
-                   gpu_memory_bytes=CLUSTERS["local-cpu"].gpu_memory_bytes,
-                   peak_flops=flops_per_s or CLUSTERS["local-cpu"].peak_flops, intra=intra,
-                   inter=link("inter", inter_default), device="cpu")
+    return Cluster(
+        name=f"lab {lab.get('prefix', '')}".strip(),
+        nodes=2,
+        gpus_per_node=int(sweep["gpus_per_node"]),
+        gpu_memory_bytes=CLUSTERS["local-cpu"].gpu_memory_bytes,
+        peak_flops=flops_per_s or CLUSTERS["local-cpu"].peak_flops,
+        intra=intra,
+        inter=link("inter", inter_default),
+        device="cpu",
+    )
 
 
 def prediction(sweep: dict) -> pd.DataFrame:
@@ -200,10 +258,17 @@ def predict_point(sweep: dict, tp: int, sp: bool, pred: pd.DataFrame | None = No
     comm_s = float(r["tp_comm_s"] + r["overlapped_s"]) if tp > 1 else 0.0
     compute = None
     if rate:
-        compute = flops_per_step(model, plan)["hardware_flops"] / plan.world_size / (rate * min(1.0, cores / plan.world_size))
+        compute = (
+            flops_per_step(model, plan)["hardware_flops"] / plan.world_size / (rate * min(1.0, cores / plan.world_size))
+        )
     step = compute + comm_s * model.layers * max(plan.microbatches, 1) if compute is not None else None
-    return {"link": r["link"], "tp_comm_s": comm_s, "busbw_bytes_per_s": _none(float(r["busbw_bytes_per_s"])),
-            "compute_s": compute, "step_time_s": step}
+    return {
+        "link": r["link"],
+        "tp_comm_s": comm_s,
+        "busbw_bytes_per_s": _none(float(r["busbw_bytes_per_s"])),
+        "compute_s": compute,
+        "step_time_s": step,
+    }
 
 
 def compare(sweep: dict) -> pd.DataFrame:
@@ -214,17 +279,26 @@ def compare(sweep: dict) -> pd.DataFrame:
     for p in _points(sweep):
         m = p.get("measured") or {}
         q = predict_point(sweep, int(p["tp"]), bool(p["sp"]), pred)
-        rows.append({
-            "tp": int(p["tp"]), "sp": bool(p["sp"]), "link": p.get("link") or q["link"], "nodes": p.get("nodes"),
-            "status": p.get("status"), "measured_tp_comm_s": m.get("tp_comm_s"),
-            "measured_tp_comm_lo_s": m.get("tp_comm_lo_s"), "measured_tp_comm_hi_s": m.get("tp_comm_hi_s"),
-            "predicted_tp_comm_s": q["tp_comm_s"], "tp_comm_error_pct": _err(m.get("tp_comm_s"), q["tp_comm_s"]),
-            "measured_busbw_bytes_per_s": m.get("busbw_bytes_per_s"),
-            "predicted_busbw_bytes_per_s": q["busbw_bytes_per_s"],
-            "busbw_error_pct": _err(m.get("busbw_bytes_per_s"), q["busbw_bytes_per_s"]),
-            "measured_step_s": m.get("step_time_s"), "predicted_step_s": q["step_time_s"],
-            "step_error_pct": _err(m.get("step_time_s"), q["step_time_s"]),
-        })
+        rows.append(
+            {
+                "tp": int(p["tp"]),
+                "sp": bool(p["sp"]),
+                "link": p.get("link") or q["link"],
+                "nodes": p.get("nodes"),
+                "status": p.get("status"),
+                "measured_tp_comm_s": m.get("tp_comm_s"),
+                "measured_tp_comm_lo_s": m.get("tp_comm_lo_s"),
+                "measured_tp_comm_hi_s": m.get("tp_comm_hi_s"),
+                "predicted_tp_comm_s": q["tp_comm_s"],
+                "tp_comm_error_pct": _err(m.get("tp_comm_s"), q["tp_comm_s"]),
+                "measured_busbw_bytes_per_s": m.get("busbw_bytes_per_s"),
+                "predicted_busbw_bytes_per_s": q["busbw_bytes_per_s"],
+                "busbw_error_pct": _err(m.get("busbw_bytes_per_s"), q["busbw_bytes_per_s"]),
+                "measured_step_s": m.get("step_time_s"),
+                "predicted_step_s": q["step_time_s"],
+                "step_error_pct": _err(m.get("step_time_s"), q["step_time_s"]),
+            }
+        )
     df = pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
     num = [c for c in COMPARE_COLUMNS if c not in ("tp", "sp", "link", "nodes", "status")]
     df[num] = df[num].astype(float)
@@ -242,8 +316,14 @@ def with_predictions(sweep: dict) -> dict:
     points = []
     for p in _points(sweep):
         row = frame[(frame["tp"] == p["tp"]) & (frame["sp"] == p["sp"])].iloc[0]
-        points.append({**p, "predicted": {k: _none(float(row[f"predicted_{k}"])) for k in
-                                          ("tp_comm_s", "busbw_bytes_per_s", "step_s")},
-                       "error_pct": {k: _none(float(row[f"{k}_error_pct"])) for k in ("tp_comm", "busbw", "step")}})
+        points.append(
+            {
+                **p,
+                "predicted": {
+                    k: _none(float(row[f"predicted_{k}"])) for k in ("tp_comm_s", "busbw_bytes_per_s", "step_s")
+                },
+                "error_pct": {k: _none(float(row[f"{k}_error_pct"])) for k in ("tp_comm", "busbw", "step")},
+            }
+        )
     sweep["points"] = points
     return sweep

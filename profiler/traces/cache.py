@@ -49,8 +49,9 @@ def read(cache_dir: Path, key: str) -> Traces | None:
         for col, dtype in meta["dtypes"][name].items():
             if col in frame:
                 frame[col] = frame[col].astype(dtype)
-    return Traces(events=events, comm_args=comm_args, source=meta["source"], run=meta["run"], key=key,
-                  from_cache=True, **small)
+    return Traces(
+        events=events, comm_args=comm_args, source=meta["source"], run=meta["run"], key=key, from_cache=True, **small
+    )
 
 
 def _plain(col: pd.Series) -> list:
@@ -72,7 +73,8 @@ def write(cache_dir: Path, traces: Traces) -> None:
             feather.write_feather(table, tmp / f"{name}.arrow", compression="uncompressed")
         tables = {name: getattr(traces, name) for name in SMALL_TABLES}
         meta = {
-            "source": traces.source, "run": traces.run,
+            "source": traces.source,
+            "run": traces.run,
             "tables": {n: {c: _plain(t[c]) for c in t.columns} for n, t in tables.items()},
             "dtypes": {n: {c: str(t[c].dtype) for c in t.columns} for n, t in tables.items()},
         }

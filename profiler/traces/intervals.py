@@ -116,7 +116,7 @@ def running_max(x: np.ndarray, new: np.ndarray) -> np.ndarray:
     new[0] = True
     seg = np.cumsum(new) - 1
     base, span = int(x.min()), int(x.max()) - int(x.min()) + 1
-    if (int(seg[-1]) + 1) * span < 2 ** 62:
+    if (int(seg[-1]) + 1) * span < 2**62:
         lift = seg * np.int64(span)
         return np.maximum.accumulate((x - base) + lift) - lift + base
     out = np.empty_like(x)

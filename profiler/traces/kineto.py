@@ -102,8 +102,7 @@ class RankPart:
 def _json_error(exc: Exception, name: str, data) -> NotJSONError:
     msg = str(exc)
     if "UTF-8" in msg or bytes(data[:2]) in (b"\xff\xfe", b"\xfe\xff"):
-        return EncodingError(f"{name}: holds bytes that are not UTF-8 ({msg}); Kineto writes UTF-8 JSON",
-                             path=name)
+        return EncodingError(f"{name}: holds bytes that are not UTF-8 ({msg}); Kineto writes UTF-8 JSON", path=name)
     if not bytes(data[:64]).strip():
         return NotJSONError(f"{name}: is empty, not a JSON trace", path=name)
     return NotJSONError(f"{name}: is not valid JSON ({msg})", path=name)
@@ -116,8 +115,10 @@ def _decode(data, name: str) -> tuple[list[_Event], dict, Counter]:
     skipped: Counter = Counter()
     try:
         doc = _FAST.decode(data)
-        top = {k: getattr(doc, k) for k in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds",
-                                            "host_name", "hostname")}
+        top = {
+            k: getattr(doc, k)
+            for k in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "host_name", "hostname")
+        }
         events = doc.traceEvents
     except msgspec.ValidationError:  # valid JSON of the wrong shape (a subclass of DecodeError)
         try:
@@ -125,10 +126,15 @@ def _decode(data, name: str) -> tuple[list[_Event], dict, Counter]:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise NotKinetoError(f"{name}: JSON that no trace can hold ({exc})", path=name) from None
         if not isinstance(raw, dict):
-            raise NotKinetoError(f"{name}: is JSON but not a Kineto trace: the top level is a "
-                                 f"{type(raw).__name__}, not an object with 'traceEvents'", path=name) from None
-        top = {k: raw.get(k) for k in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds",
-                                       "host_name", "hostname")}
+            raise NotKinetoError(
+                f"{name}: is JSON but not a Kineto trace: the top level is a "
+                f"{type(raw).__name__}, not an object with 'traceEvents'",
+                path=name,
+            ) from None
+        top = {
+            k: raw.get(k)
+            for k in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "host_name", "hostname")
+        }
         events = raw.get("traceEvents")
         if isinstance(events, list):
             events = _lenient_events(events, skipped)
@@ -175,8 +181,7 @@ def _ints(values, default: int = -1) -> np.ndarray:
     try:
         return np.array(values, dtype=np.int64)
     except (OverflowError, ValueError, TypeError):
-        return np.array([v if type(v) is int and -(2**63) <= v < 2**63 else default for v in values],
-                        dtype=np.int64)
+        return np.array([v if type(v) is int and -(2**63) <= v < 2**63 else default for v in values], dtype=np.int64)
 
 
 def _micros_to_ns(values: list) -> tuple[np.ndarray, np.ndarray]:
@@ -185,8 +190,9 @@ def _micros_to_ns(values: list) -> tuple[np.ndarray, np.ndarray]:
     try:
         a = np.array(values, dtype=np.float64)
     except (OverflowError, ValueError, TypeError):
-        a = np.array([float(v) if type(v) in (int, float) and abs(v) < 1e300 else np.nan for v in values],
-                     dtype=np.float64)
+        a = np.array(
+            [float(v) if type(v) in (int, float) and abs(v) < 1e300 else np.nan for v in values], dtype=np.float64
+        )
     ok = np.isfinite(a) & (np.abs(a) < TS_LIMIT_US)
     a = np.where(ok, a, 0.0)
     whole = np.floor(a)
@@ -209,22 +215,41 @@ def parse(data: bytes, source: str) -> RankPart:
     del events
     # One pass over the structs, then columns (zip(*) transposes in C).
     ts_l, dur_l, name_l, cat_l, pid_l, tid_l, args_l = (
-        zip(*[(e.ts, e.dur, e.name, e.cat, e.pid if type(e.pid) is int else -1,
-               e.tid if type(e.tid) is int else -1, e.args) for e in xs]) if xs else ((),) * 7)
+        zip(
+            *[
+                (
+                    e.ts,
+                    e.dur,
+                    e.name,
+                    e.cat,
+                    e.pid if type(e.pid) is int else -1,
+                    e.tid if type(e.tid) is int else -1,
+                    e.args,
+                )
+                for e in xs
+            ]
+        )
+        if xs
+        else ((),) * 7
+    )
     ts, ts_ok = _micros_to_ns(ts_l)
     dur, dur_ok = _micros_to_ns(dur_l)
     dur_ok &= (dur >= 0) & (dur < DUR_LIMIT_US * 1000)
     name_codes, names = _factorize_str(name_l)
     name_ok = name_codes >= 0  # -1: the name was not a string
     ok = ts_ok & dur_ok & name_ok
-    for reason, bad in (("complete event without a numeric ts", ~ts_ok),
-                        ("complete event without a valid dur (missing, negative or huge)", ts_ok & ~dur_ok),
-                        ("complete event whose name is not a string", ts_ok & dur_ok & ~name_ok)):
+    for reason, bad in (
+        ("complete event without a numeric ts", ~ts_ok),
+        ("complete event without a valid dur (missing, negative or huge)", ts_ok & ~dur_ok),
+        ("complete event whose name is not a string", ts_ok & dur_ok & ~name_ok),
+    ):
         if bad.any():
             skipped[reason] += int(bad.sum())
     if not ok.any():
-        raise EmptyTraceError(f"{source}: the trace has no complete ('X') events with a start and duration "
-                              f"({n:,} events, none usable)", path=source)
+        raise EmptyTraceError(
+            f"{source}: the trace has no complete ('X') events with a start and duration ({n:,} events, none usable)",
+            path=source,
+        )
     if not ok.all():
         keep = np.flatnonzero(ok)
         ts, dur = ts[keep], dur[keep]
@@ -237,9 +262,16 @@ def parse(data: bytes, source: str) -> RankPart:
     links = [(a.correlation, a.external_id) if a is not None else (-1, -1) for a in args_l]
     corr_l, ext_l = zip(*links) if links else ((), ())
     columns = {
-        "ts_ns": ts, "dur_ns": dur, "name": name_codes.astype(np.int32), "cat": cat_codes.astype(np.int32),
-        "kind": kind, "op": op, "pid": _ints(pid_l), "tid": _ints(tid_l),
-        "correlation": _ints(corr_l), "external_id": _ints(ext_l),
+        "ts_ns": ts,
+        "dur_ns": dur,
+        "name": name_codes.astype(np.int32),
+        "cat": cat_codes.astype(np.int32),
+        "kind": kind,
+        "op": op,
+        "pid": _ints(pid_l),
+        "tid": _ints(tid_l),
+        "correlation": _ints(corr_l),
+        "external_id": _ints(ext_l),
     }
     args = args_l
     comm_kind_codes = [KINDS.index(k) for k in COMM_KINDS]
@@ -276,19 +308,30 @@ def _nonneg(value) -> int | None:
 
 
 def _comm_record(row: int, a: _Args | None) -> dict | None:
-    if a is None or (a.coll_name is None and a.in_nelems is None and a.pg_name is None and a.pg_ranks is None
-                     and a.group_size is None and a.seq is None and a.src_rank is None and not a.input_dims):
+    if a is None or (
+        a.coll_name is None
+        and a.in_nelems is None
+        and a.pg_name is None
+        and a.pg_ranks is None
+        and a.group_size is None
+        and a.seq is None
+        and a.src_rank is None
+        and not a.input_dims
+    ):
         return None
     rec = {
         "event": row,
         "coll_name": a.coll_name if isinstance(a.coll_name, str) else None,
-        "in_nelems": _nonneg(a.in_nelems), "out_nelems": _nonneg(a.out_nelems),
+        "in_nelems": _nonneg(a.in_nelems),
+        "out_nelems": _nonneg(a.out_nelems),
         "dtype": a.dtype if isinstance(a.dtype, str) else None,
         "group_size": _nonneg(a.group_size),
         "pg_name": a.pg_name if isinstance(a.pg_name, str) else None,
         "pg_desc": a.pg_desc if isinstance(a.pg_desc, str) else None,
-        "pg_ranks": _ranks_text(a.pg_ranks), "seq": _nonneg(a.seq),
-        "src_rank": _nonneg(a.src_rank), "dst_rank": _nonneg(a.dst_rank),
+        "pg_ranks": _ranks_text(a.pg_ranks),
+        "seq": _nonneg(a.seq),
+        "src_rank": _nonneg(a.src_rank),
+        "dst_rank": _nonneg(a.dst_rank),
         "input_bytes": _input_bytes(a),
     }
     return rec if any(v is not None for k, v in rec.items() if k != "event") else None
@@ -302,8 +345,9 @@ def _input_bytes(a: _Args) -> int | None:
         dims, types = msgspec.json.decode(a.input_dims), msgspec.json.decode(a.input_type)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    if not (isinstance(dims, list) and dims and isinstance(dims[0], list) and dims[0]
-            and isinstance(types, list) and types):
+    if not (
+        isinstance(dims, list) and dims and isinstance(dims[0], list) and dims[0] and isinstance(types, list) and types
+    ):
         return None
     size = dtype_bytes(types[0])
     if size is None or not all(type(d) is int and d >= 0 for d in dims[0]):
@@ -315,8 +359,13 @@ def _threads(meta_events) -> list[tuple[int, int, str]]:
     """(pid, tid, name) of each thread_name metadata event, last name wins."""
     names = {}
     for e in meta_events:
-        if e.name == "thread_name" and type(e.pid) is int and type(e.tid) is int and e.args is not None \
-                and isinstance(e.args.label, str):
+        if (
+            e.name == "thread_name"
+            and type(e.pid) is int
+            and type(e.tid) is int
+            and e.args is not None
+            and isinstance(e.args.label, str)
+        ):
             names[(e.pid, e.tid)] = e.args.label
     return [(p, t, n) for (p, t), n in names.items()]
 
@@ -338,7 +387,8 @@ def _meta(top: dict, source: str, ts_ns: np.ndarray) -> dict:
         "nccl_version": info.get("nccl_version") if isinstance(info.get("nccl_version"), str) else None,
         "pg_config": [p for p in pg if isinstance(p, dict)] if isinstance(pg, list) else [],
         "device_names": {d.get("id"): d.get("name") for d in devices if isinstance(d, dict)}
-        if isinstance(devices, list) else {},
+        if isinstance(devices, list)
+        else {},
         "host": host if isinstance(host, str) else None,
         "time_base": "relative_us+baseTimeNanoseconds" if relative else "epoch_us",
         "_base_ns": base if relative else 0,

@@ -39,8 +39,14 @@ LOADER_VERSION = "3"  # bump when the tables change: it is part of the cache key
 RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
 
 
-def load_traces(path: Any, *, ranks: dict | int | None = None, cache: bool = True, cache_dir: str | Path | None = None,
-                limits: Limits | None = None) -> Traces:
+def load_traces(
+    path: Any,
+    *,
+    ranks: dict | int | None = None,
+    cache: bool = True,
+    cache_dir: str | Path | None = None,
+    limits: Limits | None = None,
+) -> Traces:
     """Load a trace set (see the module docstring). `ranks` maps file names to ranks (or is the
     rank of a single file); `cache=False` neither reads nor writes the cache."""
     found = resolve(path, limits=limits)
@@ -87,8 +93,9 @@ def _assign_ranks(parts: list[RankPart], ranks) -> list[tuple[int, str]]:
     given = ranks if isinstance(ranks, dict) else {}
     if isinstance(ranks, int) and not isinstance(ranks, bool):
         if len(parts) != 1:
-            raise RankError(f"ranks={ranks} names one rank but {len(parts)} files were given; pass a dict "
-                            "{file name: rank}")
+            raise RankError(
+                f"ranks={ranks} names one rank but {len(parts)} files were given; pass a dict {{file name: rank}}"
+            )
         given = {parts[0].source: ranks}
     out = []
     for part in parts:
@@ -106,7 +113,9 @@ def _assign_ranks(parts: list[RankPart], ranks) -> list[tuple[int, str]]:
                 raise RankError(
                     f"{part.source}: cannot tell which rank wrote it: the trace has no distributedInfo.rank "
                     f"and the file name has no rank number; rename it like rank0_trace.json.gz, or pass "
-                    f"ranks={{'{short}': 0}} (CLI: --rank {short}=0)", path=part.source)
+                    f"ranks={{'{short}': 0}} (CLI: --rank {short}=0)",
+                    path=part.source,
+                )
     return out
 
 
@@ -114,8 +123,10 @@ def _check_job(parts: list[RankPart], assigned: list[tuple[int, str]]) -> None:
     seen: dict[int, str] = {}
     for part, (rank, _) in zip(parts, assigned):
         if rank in seen:
-            raise DuplicateRankError(f"rank {rank} appears twice: in {seen[rank]} and in {part.source}; "
-                                     "a set holds one trace per rank", path=part.source)
+            raise DuplicateRankError(
+                f"rank {rank} appears twice: in {seen[rank]} and in {part.source}; a set holds one trace per rank",
+                path=part.source,
+            )
         seen[rank] = part.source
     sizes = {p.meta["world_size"]: p.source for p in parts if p.meta["world_size"] is not None}
     if len(sizes) > 1:
@@ -128,15 +139,18 @@ def _check_job(parts: list[RankPart], assigned: list[tuple[int, str]]) -> None:
             raise MixedJobError(f"rank {bad[0][0]} ({bad[0][1]}) cannot belong to a job of world size {world}")
 
 
-def assemble(parts: list[RankPart], *, ranks: dict | int | None = None, source: str = "", run: dict | None = None,
-             key: str = "") -> Traces:
+def assemble(
+    parts: list[RankPart], *, ranks: dict | int | None = None, source: str = "", run: dict | None = None, key: str = ""
+) -> Traces:
     """One Traces from parsed files: ranks assigned and checked, columns concatenated and sorted."""
     assigned = _assign_ranks(parts, ranks)
     _check_job(parts, assigned)
     names = pd.Index(np.concatenate([p.names for p in parts])).unique()
     cats = pd.Index(np.concatenate([p.cats for p in parts])).unique()
-    cols: dict[str, list] = {k: [] for k in ("rank", "ts_ns", "dur_ns", "name", "cat", "kind", "op", "pid",
-                                             "tid", "correlation", "external_id")}
+    cols: dict[str, list] = {
+        k: []
+        for k in ("rank", "ts_ns", "dur_ns", "name", "cat", "kind", "op", "pid", "tid", "correlation", "external_id")
+    }
     offset, comm, rank_rows, pg_rows, thread_rows, skip_rows = 0, [], [], [], [], []
     for part, (rank, rank_from) in zip(parts, assigned):
         c = part.columns
@@ -156,37 +170,67 @@ def assemble(parts: list[RankPart], *, ranks: dict | int | None = None, source: 
     order = np.lexsort((flat["ts_ns"], flat["rank"]))
     where = np.empty_like(order)
     where[order] = np.arange(len(order))
-    events = pd.DataFrame({
-        "rank": flat["rank"][order], "ts_ns": flat["ts_ns"][order], "dur_ns": flat["dur_ns"][order],
-        "cat": pd.Categorical.from_codes(flat["cat"][order], categories=cats.astype(str)),
-        "name": pd.Categorical.from_codes(flat["name"][order], categories=names.astype(str)),
-        "kind": pd.Categorical.from_codes(flat["kind"][order].astype(np.int16), categories=list(KINDS)),
-        "op": pd.Categorical.from_codes(flat["op"][order].astype(np.int16), categories=list(OPS)),
-        "pid": flat["pid"][order], "tid": flat["tid"][order],
-        "correlation": flat["correlation"][order], "external_id": flat["external_id"][order],
-    })
+    events = pd.DataFrame(
+        {
+            "rank": flat["rank"][order],
+            "ts_ns": flat["ts_ns"][order],
+            "dur_ns": flat["dur_ns"][order],
+            "cat": pd.Categorical.from_codes(flat["cat"][order], categories=cats.astype(str)),
+            "name": pd.Categorical.from_codes(flat["name"][order], categories=names.astype(str)),
+            "kind": pd.Categorical.from_codes(flat["kind"][order].astype(np.int16), categories=list(KINDS)),
+            "op": pd.Categorical.from_codes(flat["op"][order].astype(np.int16), categories=list(OPS)),
+            "pid": flat["pid"][order],
+            "tid": flat["tid"][order],
+            "correlation": flat["correlation"][order],
+            "external_id": flat["external_id"][order],
+        }
+    )
     comm_args = _comm_frame(comm, where)
     return Traces(
-        events=events, comm_args=comm_args,
-        ranks=pd.DataFrame(rank_rows).sort_values("rank", ignore_index=True).astype(
-            {"world_size": "Int64", "events": "int64", "skipped": "int64"}),
-        pg_config=pd.DataFrame(pg_rows, columns=["rank", "pg_name", "pg_desc", "pg_size", "ranks",
-                                                 "backend_config"]).astype({"pg_size": "Int64"}),
+        events=events,
+        comm_args=comm_args,
+        ranks=pd.DataFrame(rank_rows)
+        .sort_values("rank", ignore_index=True)
+        .astype({"world_size": "Int64", "events": "int64", "skipped": "int64"}),
+        pg_config=pd.DataFrame(
+            pg_rows, columns=["rank", "pg_name", "pg_desc", "pg_size", "ranks", "backend_config"]
+        ).astype({"pg_size": "Int64"}),
         threads=pd.DataFrame(thread_rows, columns=["rank", "pid", "tid", "name"]),
         skipped=pd.DataFrame(skip_rows, columns=["rank", "reason", "count"]),
-        source=source, run=run, key=key)
+        source=source,
+        run=run,
+        key=key,
+    )
 
 
 def _comm_frame(records: list[dict], where: np.ndarray) -> pd.DataFrame:
-    columns = ["event", "coll_name", "in_nelems", "out_nelems", "dtype", "group_size", "pg_name", "pg_desc",
-               "pg_ranks", "seq", "src_rank", "dst_rank", "input_bytes"]
+    columns = [
+        "event",
+        "coll_name",
+        "in_nelems",
+        "out_nelems",
+        "dtype",
+        "group_size",
+        "pg_name",
+        "pg_desc",
+        "pg_ranks",
+        "seq",
+        "src_rank",
+        "dst_rank",
+        "input_bytes",
+    ]
     data = {c: [r[c] for r in records] for c in columns}
-    frame = pd.DataFrame({
-        "event": where[np.asarray(data["event"], dtype=np.int64)] if records else np.empty(0, dtype=np.int64),
-        **{c: pd.array(data[c], dtype="Int64") for c in ("in_nelems", "out_nelems", "group_size", "seq",
-                                                        "src_rank", "dst_rank", "input_bytes")},
-        **{c: pd.Categorical(data[c]) for c in ("coll_name", "dtype", "pg_name", "pg_desc", "pg_ranks")},
-    }, columns=columns)
+    frame = pd.DataFrame(
+        {
+            "event": where[np.asarray(data["event"], dtype=np.int64)] if records else np.empty(0, dtype=np.int64),
+            **{
+                c: pd.array(data[c], dtype="Int64")
+                for c in ("in_nelems", "out_nelems", "group_size", "seq", "src_rank", "dst_rank", "input_bytes")
+            },
+            **{c: pd.Categorical(data[c]) for c in ("coll_name", "dtype", "pg_name", "pg_desc", "pg_ranks")},
+        },
+        columns=columns,
+    )
     return frame.sort_values("event", ignore_index=True)
 
 
@@ -199,10 +243,18 @@ def _rank_row(part: RankPart, rank: int, rank_from: str, n: int) -> dict:
         pids = Counter(part.columns["pid"][gpu].tolist()).most_common(1)[0][0]
         device_name = part.meta["device_names"].get(pids)
     return {
-        "rank": rank, "world_size": part.meta["world_size"], "backend": part.meta["backend"],
-        "device": "gpu" if gpu.any() else "cpu", "device_name": device_name, "host": part.meta["host"],
-        "source": part.source, "rank_from": rank_from, "time_base": part.meta["time_base"], "events": n,
-        "skipped": sum(part.skipped.values()), "nccl_version": part.meta["nccl_version"],
+        "rank": rank,
+        "world_size": part.meta["world_size"],
+        "backend": part.meta["backend"],
+        "device": "gpu" if gpu.any() else "cpu",
+        "device_name": device_name,
+        "host": part.meta["host"],
+        "source": part.source,
+        "rank_from": rank_from,
+        "time_base": part.meta["time_base"],
+        "events": n,
+        "skipped": sum(part.skipped.values()),
+        "nccl_version": part.meta["nccl_version"],
     }
 
 
@@ -210,5 +262,4 @@ def _pg_row(rank: int, pg: dict) -> tuple:
     ranks = pg.get("ranks")
     text = ",".join(str(r) for r in ranks) if isinstance(ranks, list) and all(type(r) is int for r in ranks) else None
     size = pg.get("pg_size") if type(pg.get("pg_size")) is int else None
-    return (rank, str(pg.get("pg_name", "")), str(pg.get("pg_desc", "")), size, text,
-            str(pg.get("backend_config", "")))
+    return (rank, str(pg.get("pg_name", "")), str(pg.get("pg_desc", "")), size, text, str(pg.get("backend_config", "")))

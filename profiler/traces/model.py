@@ -87,13 +87,22 @@ class Traces:
         index = np.array([KINDS.index(c) if c in KINDS else -1 for c in kind.categories] + [-1], dtype=np.int16)
         ts = ev["ts_ns"].to_numpy()
         rank, pid, tid = ev["rank"].to_numpy(), ev["pid"].to_numpy(), ev["tid"].to_numpy()
-        return {"rank": rank, "ts": ts, "end": ts + ev["dur_ns"].to_numpy(), "kind": index[kind.codes.to_numpy()],
-                "pid": pid, "tid": tid, "thread": _threads(rank, pid, tid), "correlation": ev["correlation"].to_numpy()}
+        return {
+            "rank": rank,
+            "ts": ts,
+            "end": ts + ev["dur_ns"].to_numpy(),
+            "kind": index[kind.codes.to_numpy()],
+            "pid": pid,
+            "tid": tid,
+            "thread": _threads(rank, pid, tid),
+            "correlation": ev["correlation"].to_numpy(),
+        }
 
     def hosts(self) -> dict[int, str | None]:
         """rank -> host name, from run.json's hosts when loaded from a run directory, else the trace."""
-        out = {int(r): (h if isinstance(h, str) and h else None)
-               for r, h in zip(self.ranks["rank"], self.ranks["host"])}
+        out = {
+            int(r): (h if isinstance(h, str) and h else None) for r, h in zip(self.ranks["rank"], self.ranks["host"])
+        }
         hosts = (self.run or {}).get("hosts")
         if isinstance(hosts, dict):
             for r, info in hosts.items():
@@ -119,11 +128,15 @@ class Traces:
 
     def summary(self) -> str:
         """A few lines for a terminal: ranks, events, devices, what was skipped."""
-        lines = [f"{self.source}: {len(self.ranks)} rank(s) of world size {self.world_size}, "
-                 f"{len(self.events):,} events" + (" (from cache)" if self.from_cache else "")]
+        lines = [
+            f"{self.source}: {len(self.ranks)} rank(s) of world size {self.world_size}, "
+            f"{len(self.events):,} events" + (" (from cache)" if self.from_cache else "")
+        ]
         for row in self.ranks.itertuples():
-            lines.append(f"  rank {row.rank}: {row.device} {row.device_name or ''} {row.backend or ''}, "
-                         f"{row.events:,} events, {row.skipped:,} skipped, from {row.source}".replace("  ,", ","))
+            lines.append(
+                f"  rank {row.rank}: {row.device} {row.device_name or ''} {row.backend or ''}, "
+                f"{row.events:,} events, {row.skipped:,} skipped, from {row.source}".replace("  ,", ",")
+            )
         if len(self.skipped):
             agg = self.skipped.groupby("reason", sort=False)["count"].sum().sort_values(ascending=False)
             lines.append("  skipped: " + "; ".join(f"{n:,} {reason}" for reason, n in agg.items()))
@@ -136,7 +149,7 @@ def _threads(rank, pid, tid) -> np.ndarray:
     rank, pid, tid = (np.asarray(x, dtype=np.int64) for x in (rank, pid, tid))
     if not len(rank):
         return np.empty(0, dtype=np.int64)
-    if rank.min() >= 0 and rank.max() < 2 ** 17 and all(x.min() >= -1 and x.max() < 2 ** 23 - 1 for x in (pid, tid)):
+    if rank.min() >= 0 and rank.max() < 2**17 and all(x.min() >= -1 and x.max() < 2**23 - 1 for x in (pid, tid)):
         return pd.factorize((rank << 46) | ((pid + 1) << 23) | (tid + 1))[0].astype(np.int64)
     codes = pd.MultiIndex.from_arrays([rank, pid, tid]).codes
     flat = np.ravel_multi_index([np.asarray(c, dtype=np.int64) for c in codes], [int(c.max()) + 1 for c in codes])

@@ -27,20 +27,53 @@ from functools import lru_cache
 
 from profiler.formats.annotations import COMM_PREFIX, PHASE_PREFIX, parse_comm
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "send", "recv",
-       "broadcast", "reduce", "barrier", "other")
-KINDS = ("compute", "comm", "memcpy", "memset", "gpu_annotation", "runtime", "cpu_comm", "ps_comm",
-         "ps_phase", "step", "cpu_op", "annotation", "python", "other")
+OPS = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "send_recv",
+    "send",
+    "recv",
+    "broadcast",
+    "reduce",
+    "barrier",
+    "other",
+)
+KINDS = (
+    "compute",
+    "comm",
+    "memcpy",
+    "memset",
+    "gpu_annotation",
+    "runtime",
+    "cpu_comm",
+    "ps_comm",
+    "ps_phase",
+    "step",
+    "cpu_op",
+    "annotation",
+    "python",
+    "other",
+)
 GPU_KINDS = frozenset({"compute", "comm", "memcpy", "memset", "gpu_annotation"})
 COMM_KINDS = frozenset({"comm", "cpu_comm", "ps_comm"})
 
 # Kineto categories across versions (older traces say "Kernel", "Memcpy", "Runtime", "Operator").
 CATEGORY_ALIASES = {
-    "kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "memcpy": "gpu_memcpy",
-    "gpu_memset": "gpu_memset", "memset": "gpu_memset",
-    "cuda_runtime": "cuda_runtime", "runtime": "cuda_runtime", "cuda_driver": "cuda_runtime",
-    "hip_runtime": "cuda_runtime", "cpu_op": "cpu_op", "operator": "cpu_op",
-    "user_annotation": "user_annotation", "gpu_user_annotation": "gpu_user_annotation",
+    "kernel": "kernel",
+    "gpu_memcpy": "gpu_memcpy",
+    "memcpy": "gpu_memcpy",
+    "gpu_memset": "gpu_memset",
+    "memset": "gpu_memset",
+    "cuda_runtime": "cuda_runtime",
+    "runtime": "cuda_runtime",
+    "cuda_driver": "cuda_runtime",
+    "hip_runtime": "cuda_runtime",
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "user_annotation": "user_annotation",
+    "gpu_user_annotation": "gpu_user_annotation",
     "python_function": "python_function",
 }
 
@@ -79,19 +112,51 @@ PROFILER_STEP = re.compile(r"^ProfilerStep#(?P<step>\d+)$")
 # reduce_scatter_tensor_coalesced, SendRecv, recv_any_source_ ...), matched after lower-casing and
 # dropping underscores. Order matters: the longer, more specific token first.
 _OP_TOKENS = (
-    ("reducescatter", "reduce_scatter"), ("allreduce", "all_reduce"), ("allgather", "all_gather"),
-    ("alltoall", "all_to_all"), ("sendrecv", "send_recv"), ("broadcast", "broadcast"),
-    ("barrier", "barrier"), ("reduce", "reduce"), ("send", "send"), ("recv", "recv"),
+    ("reducescatter", "reduce_scatter"),
+    ("allreduce", "all_reduce"),
+    ("allgather", "all_gather"),
+    ("alltoall", "all_to_all"),
+    ("sendrecv", "send_recv"),
+    ("broadcast", "broadcast"),
+    ("barrier", "barrier"),
+    ("reduce", "reduce"),
+    ("send", "send"),
+    ("recv", "recv"),
 )
 
 # Bytes per element for the dtype strings of record_param_comms / kernel args and Input type.
 DTYPE_BYTES = {
-    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
-    "c10::bfloat16": 2, "c10::half": 2, "int": 4, "int32": 4, "long": 8, "int64": 8,
-    "long int": 8, "short": 2, "int16": 2, "byte": 1, "uint8": 1, "unsigned char": 1, "char": 1,
-    "int8": 1, "signed char": 1, "bool": 1, "complexfloat": 8, "complexdouble": 16,
-    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
-    "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1,
+    "float": 4,
+    "float32": 4,
+    "double": 8,
+    "float64": 8,
+    "half": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "c10::bfloat16": 2,
+    "c10::half": 2,
+    "int": 4,
+    "int32": 4,
+    "long": 8,
+    "int64": 8,
+    "long int": 8,
+    "short": 2,
+    "int16": 2,
+    "byte": 1,
+    "uint8": 1,
+    "unsigned char": 1,
+    "char": 1,
+    "int8": 1,
+    "signed char": 1,
+    "bool": 1,
+    "complexfloat": 8,
+    "complexdouble": 16,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
+    "c10::float8_e4m3fn": 1,
+    "c10::float8_e5m2": 1,
 }
 
 # Parallel dimension from a process-group description: Megatron-LM's group names and DeviceMesh's

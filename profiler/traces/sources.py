@@ -70,17 +70,24 @@ def _too_large(name: str, out: int, raw: int, limits: Limits) -> TooLargeError |
     if out > limits.max_file_bytes:
         return TooLargeError(
             f"{name}: decompresses to more than {limits.max_file_bytes:,} bytes (the per-file cap); "
-            "refusing to read it (raise PARASCOPE_MAX_TRACE_BYTES if the trace is genuine)", path=name)
+            "refusing to read it (raise PARASCOPE_MAX_TRACE_BYTES if the trace is genuine)",
+            path=name,
+        )
     if out > limits.ratio_floor_bytes and raw and out / raw > limits.max_ratio:
         return TooLargeError(
             f"{name}: decompresses more than {limits.max_ratio:.0f}x ({raw:,} bytes -> over {out:,}); "
-            "that is a compression bomb, not a trace", path=name)
+            "that is a compression bomb, not a trace",
+            path=name,
+        )
     return None
 
 
 def _over_cap(name: str, size: int, limits: Limits) -> TooLargeError:
-    return TooLargeError(f"{name}: is {size:,} bytes, more than the per-file cap of {limits.max_file_bytes:,} "
-                         "(raise PARASCOPE_MAX_TRACE_BYTES if the trace is genuine)", path=name)
+    return TooLargeError(
+        f"{name}: is {size:,} bytes, more than the per-file cap of {limits.max_file_bytes:,} "
+        "(raise PARASCOPE_MAX_TRACE_BYTES if the trace is genuine)",
+        path=name,
+    )
 
 
 def decompress(raw: bytes, name: str, limits: Limits) -> bytes | bytearray:
@@ -109,7 +116,9 @@ def decompress(raw: bytes, name: str, limits: Limits) -> bytes | bytearray:
         if not d.eof:
             raise CompressionError(
                 f"{name}: gzip stream is truncated (it ends before its end marker); the file was cut "
-                "off while being written or copied", path=name)
+                "off while being written or copied",
+                path=name,
+            )
         rest = d.unused_data
         if not rest.startswith(GZIP_MAGIC):  # trailing zero padding is tolerated, as gzip does
             return out
@@ -123,7 +132,9 @@ def safe_member_name(archive: str, name: str) -> str:
     if norm.startswith("/") or (len(norm) > 1 and norm[1] == ":") or ".." in parts:
         raise UnsafeArchiveError(
             f"{archive}: member {name!r} escapes the archive's folder (absolute path or '..'); "
-            "refusing to read the archive", path=archive)
+            "refusing to read the archive",
+            path=archive,
+        )
     return "/".join(p for p in parts if p not in ("", "."))
 
 
@@ -157,7 +168,9 @@ class TraceSet:
             if total > self.limits.max_total_bytes:
                 raise TooLargeError(
                     f"{self.origin}: the traces decompress to more than {self.limits.max_total_bytes:,} "
-                    "bytes in all (PARASCOPE_MAX_SET_BYTES)", path=self.origin)
+                    "bytes in all (PARASCOPE_MAX_SET_BYTES)",
+                    path=self.origin,
+                )
             yield name, data
 
     def _raw(self) -> Iterator[tuple[str, bytes]]:
@@ -189,15 +202,18 @@ def _zip_members(path: Path, limits: Limits) -> Iterator[tuple[str, bytes]]:
             if stat.S_ISLNK(mode):
                 raise UnsafeArchiveError(
                     f"{path.name}: member {info.filename!r} is a symbolic link; archives of traces must "
-                    "hold plain files only", path=str(path))
+                    "hold plain files only",
+                    path=str(path),
+                )
             if info.is_dir() or not is_trace_name(name):
                 continue
             label = f"{path.name}:{name}"
             total += info.file_size
             err = _too_large(label, info.file_size, info.compress_size, limits)
             if err or total > limits.max_total_bytes:
-                raise err or TooLargeError(f"{path.name}: members add up to more than "
-                                           f"{limits.max_total_bytes:,} bytes", path=str(path))
+                raise err or TooLargeError(
+                    f"{path.name}: members add up to more than {limits.max_total_bytes:,} bytes", path=str(path)
+                )
             try:
                 with zf.open(info) as f:
                     raw = f.read(limits.max_file_bytes + 1)
@@ -226,23 +242,22 @@ def _tar_members(path: Path, limits: Limits) -> Iterator[tuple[str, bytes]]:
                     raise UnsafeArchiveError(
                         f"{path.name}: member {member.name!r} is a {'symbolic' if member.issym() else 'hard'} "
                         f"link (to {member.linkname!r}); archives of traces must hold plain files only",
-                        path=str(path))
+                        path=str(path),
+                    )
                 if member.isdev():
-                    raise UnsafeArchiveError(f"{path.name}: member {member.name!r} is a device or FIFO",
-                                             path=str(path))
+                    raise UnsafeArchiveError(f"{path.name}: member {member.name!r} is a device or FIFO", path=str(path))
                 if not member.isfile() or not is_trace_name(name):
                     continue
                 label = f"{path.name}:{name}"
                 total += member.size
                 if member.size > limits.max_file_bytes or total > limits.max_total_bytes:
                     raise _too_large(label, member.size, 0, limits) or TooLargeError(
-                        f"{path.name}: members add up to more than {limits.max_total_bytes:,} bytes",
-                        path=str(path))
+                        f"{path.name}: members add up to more than {limits.max_total_bytes:,} bytes", path=str(path)
+                    )
                 f = tf.extractfile(member)
                 yield label, f.read() if f else b""
         except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
-            raise CompressionError(f"{path.name}: corrupt or truncated tar archive ({exc})",
-                                   path=str(path)) from None
+            raise CompressionError(f"{path.name}: corrupt or truncated tar archive ({exc})", path=str(path)) from None
 
 
 def _read_run_json(folder: Path) -> dict | None:
@@ -275,7 +290,8 @@ def resolve(path: Any, *, limits: Limits | None = None) -> TraceSet:
             found += sorted(q for q in folder.iterdir() if q.is_file() and is_archive_name(q.name))
             if not found:
                 raise NoTracesError(
-                    f"{p}: no trace files (*.json, *.json.gz, or .zip/.tar.gz of them) in {folder}", path=str(p))
+                    f"{p}: no trace files (*.json, *.json.gz, or .zip/.tar.gz of them) in {folder}", path=str(p)
+                )
             for q in found:
                 (archives if is_archive_name(q.name) else files).append(q)
         elif p.is_file():

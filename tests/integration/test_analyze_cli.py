@@ -30,11 +30,13 @@ def test_json_contract(pair_dir, capsys):
     out = json.loads(capsys.readouterr().out)
     assert list(out) == KEYS
     assert (out["world_size"], out["ranks"], out["steps"]) == (2, [0, 1], [1])
-    assert out["collectives"] == [{"op": "all_reduce", "dim": "tp", "count": 2, "bytes": 8000,
-                                   "time_us": 550.0}]  # one kernel per rank: 300 + 250 us
+    assert out["collectives"] == [
+        {"op": "all_reduce", "dim": "tp", "count": 2, "bytes": 8000, "time_us": 550.0}
+    ]  # one kernel per rank: 300 + 250 us
     assert out["per_rank"] == [
         {"rank": 0, "compute_us": 300.0, "comm_us": 300.0, "exposed_comm_us": 200.0, "idle_us": 50.0},
-        {"rank": 1, "compute_us": 300.0, "comm_us": 250.0, "exposed_comm_us": 200.0, "idle_us": 50.0}]
+        {"rank": 1, "compute_us": 300.0, "comm_us": 250.0, "exposed_comm_us": 200.0, "idle_us": 50.0},
+    ]
     assert out["stragglers"] == [{"op": "all_reduce", "dim": "tp", "seq": 0, "late_rank": 1, "skew_us": 50.0}]
 
 
@@ -45,8 +47,9 @@ def test_plan_file_labels_dimensions(pair_dir, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["collectives"][0]["dim"] == "dp"
 
 
-@pytest.mark.parametrize("plan_text, message", [("{", "not valid JSON"), ('{"tp": 4}', "world size 2"),
-                                                 ('{"tp": 0}', "cannot be read")])
+@pytest.mark.parametrize(
+    "plan_text, message", [("{", "not valid JSON"), ('{"tp": 4}', "world size 2"), ('{"tp": 0}', "cannot be read")]
+)
 def test_bad_plan_exits_2(pair_dir, tmp_path, capsys, plan_text, message):
     plan = tmp_path / "plan.json"
     plan.write_text(plan_text)
@@ -74,6 +77,11 @@ def test_text_report_and_rank_flag(tmp_path, capsys, monkeypatch):
 
 
 def test_module_entry_point(pair_dir):
-    out = subprocess.run([sys.executable, "-m", "profiler", "analyze", str(pair_dir), "--json"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "profiler", "analyze", str(pair_dir), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0 and list(json.loads(out.stdout)) == KEYS

@@ -31,8 +31,17 @@ def run_dir(tmp_path_factory):
     pytest.importorskip("torch")
     from tests.support.tracegen import generate
 
-    return generate(tmp_path_factory.mktemp("run"), dp=2, tp=2, pp=1, sp=True, steps=2, microbatches=2,
-                    late_rank=LATE_RANK, late_s=LATE_S)
+    return generate(
+        tmp_path_factory.mktemp("run"),
+        dp=2,
+        tp=2,
+        pp=1,
+        sp=True,
+        steps=2,
+        microbatches=2,
+        late_rank=LATE_RANK,
+        late_s=LATE_S,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +99,11 @@ def test_plan_from_run_json_and_cli(run_dir, capsys, tmp_path, monkeypatch):
     assert main([str(run_dir), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ranks"] == [0, 1, 2, 3] and out["steps"] == [1, 2]
-    assert {(c["dim"], c["op"]) for c in out["collectives"]} == {("sp", "all_gather"), ("sp", "reduce_scatter"),
-                                                                  ("dp", "all_reduce")}
+    assert {(c["dim"], c["op"]) for c in out["collectives"]} == {
+        ("sp", "all_gather"),
+        ("sp", "reduce_scatter"),
+        ("dp", "all_reduce"),
+    }
     # Rank 3 sleeps before each DP all-reduce (one per profiled step): the CLI names it late there.
     # (Not necessarily the very worst skew: on a loaded machine another rank's profiler start-up can
     # lag as long, which made "stragglers[0] is rank 3" flaky.)

@@ -23,20 +23,31 @@ from tests.conftest import ROOT
 OPS = fit.OPS
 
 
-@pytest.mark.parametrize("op,n,factor", [("all_reduce", 4, 1.5), ("all_reduce", 2, 1.0), ("all_gather", 4, 0.75),
-                                         ("reduce_scatter", 8, 0.875), ("all_to_all", 2, 0.5),
-                                         ("send_recv", 4, 1.0)])
+@pytest.mark.parametrize(
+    "op,n,factor",
+    [
+        ("all_reduce", 4, 1.5),
+        ("all_reduce", 2, 1.0),
+        ("all_gather", 4, 0.75),
+        ("reduce_scatter", 8, 0.875),
+        ("all_to_all", 2, 0.5),
+        ("send_recv", 4, 1.0),
+    ],
+)
 def test_bus_factors_are_nccl_tests(op, n, factor):
     alg, bus = fit.bandwidths(op, n, 10**9, 2.0)
     assert alg == 0.5 and bus == pytest.approx(0.5 * factor)
 
 
-@pytest.mark.parametrize("text,sizes", [
-    ("1KiB..16MiB", [2**k for k in range(10, 25)]),
-    ("1KiB,64KiB,16MiB", [1024, 65536, 16 << 20]),
-    ("512..2048", [512, 1024, 2048]),
-    ("1MB", [10**6]),
-])
+@pytest.mark.parametrize(
+    "text,sizes",
+    [
+        ("1KiB..16MiB", [2**k for k in range(10, 25)]),
+        ("1KiB,64KiB,16MiB", [1024, 65536, 16 << 20]),
+        ("512..2048", [512, 1024, 2048]),
+        ("1MB", [10**6]),
+    ],
+)
 def test_sizes(text, sizes):
     assert fit.parse_sizes(text) == sizes
     assert len(fit.parse_sizes("1KiB..16MiB", 4)) == 8
@@ -48,15 +59,27 @@ def test_bad_sizes(bad):
         fit.parse_sizes(bad)
 
 
-@pytest.mark.parametrize("name,needle", [("dir", "is a directory"), ("cb.csv", "the CSV goes beside the JSON"),
-                                         ("clash.json", "is a directory"), ("file/cb.json", "cannot write under")])
+@pytest.mark.parametrize(
+    "name,needle",
+    [
+        ("dir", "is a directory"),
+        ("cb.csv", "the CSV goes beside the JSON"),
+        ("clash.json", "is a directory"),
+        ("file/cb.json", "cannot write under"),
+    ],
+)
 def test_an_out_that_cannot_take_the_result_exits_2_before_any_rank_starts(tmp_path, name, needle):
     """Rank 0 writes FILE and FILE.csv only at the end: a bad FILE must fail at once, not after the run."""
     (tmp_path / "dir").mkdir()
     (tmp_path / "clash.csv").mkdir()  # FILE's CSV would land on a directory
     (tmp_path / "file").write_text("")
-    r = subprocess.run([sys.executable, "-m", "profiler", "commbench", "--nproc=2", "--quick",
-                        f"--out={tmp_path / name}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "profiler", "commbench", "--nproc=2", "--quick", f"--out={tmp_path / name}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clash.csv", "dir", "file"]
 
@@ -101,8 +124,10 @@ def test_noisy_points_give_a_close_fit_and_model_times():
 
 
 def test_a_fit_never_goes_negative():
-    rows = [{"op": "all_reduce", "group_size": 2, "link": "intra", "bytes": b, "time_us": t}
-            for b, t in ((1024, 10.0), (4096, 9.0), (1 << 20, 900.0))]
+    rows = [
+        {"op": "all_reduce", "group_size": 2, "link": "intra", "bytes": b, "time_us": t}
+        for b, t in ((1024, 10.0), (4096, 9.0), (1 << 20, 900.0))
+    ]
     f = fit.fit_rows(rows)
     assert f["intercept_s"] >= 0 and f["slope_s_per_byte"] > 0 and f["alpha_s"] >= 0
 
@@ -120,12 +145,29 @@ def test_groups_within_and_across_nodes():
 @pytest.mark.slow
 def test_a_quick_run_writes_json_csv_and_links_the_plan_model_reads(tmp_path):
     out = tmp_path / "cb.json"
-    r = subprocess.run([sys.executable, "-m", "profiler", "commbench", "--nproc=2", "--quick", f"--out={out}"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=180)
+    r = subprocess.run(
+        [sys.executable, "-m", "profiler", "commbench", "--nproc=2", "--quick", f"--out={out}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     data = json.loads(out.read_text())
-    for key in ("schema", "backend", "device", "torch_version", "world_size", "hosts", "settings", "conventions",
-                "results", "fits", "links", "links_note"):
+    for key in (
+        "schema",
+        "backend",
+        "device",
+        "torch_version",
+        "world_size",
+        "hosts",
+        "settings",
+        "conventions",
+        "results",
+        "fits",
+        "links",
+        "links_note",
+    ):
         assert key in data
     assert data["backend"] == "gloo" and data["world_size"] == 2 and set(data["hosts"]) == {"0", "1"}
     sizes = data["settings"]["sizes"]
@@ -145,7 +187,22 @@ def test_a_quick_run_writes_json_csv_and_links_the_plan_model_reads(tmp_path):
         rows = list(csv.DictReader(f))
     assert tuple(rows[0]) == fit.CSV_COLUMNS and len(rows) == len(data["results"])
     assert all(math.isfinite(float(r["model_time_us"])) for r in rows)
-    plan = subprocess.run([sys.executable, "-m", "parallel", "plan", "--model=tiny", "--cluster=local-cpu",
-                           "--tp=2", f"--links={out}", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    plan = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "parallel",
+            "plan",
+            "--model=tiny",
+            "--cluster=local-cpu",
+            "--tp=2",
+            f"--links={out}",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert plan.returncode == 0, plan.stderr
     assert "links.intra" in r.stdout

@@ -17,7 +17,7 @@ import pytest
 from profiler.formats.annotations import parse_comm, parse_phase
 from tests.conftest import ROOT
 
-RUNNER = r'''
+RUNNER = r"""
 import json, sys, torch
 from parallel.engine import job  # noqa: F401 - import torch and the engine once before forking
 from parallel.engine.launch import run_local
@@ -35,7 +35,7 @@ def rank_fn(*, rank, world_size, init_method):
         json.dump([n for _, n in sorted(names)], f)
 
 run_local(rank_fn, world_size=cfg.plan.world_size)
-'''
+"""
 
 STEPS, MICROBATCHES = 2, 2
 
@@ -46,8 +46,14 @@ def labels(tmp_path_factory):
     script = out / "runner.py"
     script.write_text(RUNNER)
     flags = ["--tp=2", "--sp", "--cp=2", "--pp=2", f"--steps={STEPS}", f"--global-batch={MICROBATCHES}"]
-    r = subprocess.run([sys.executable, str(script), str(out), *flags], cwd=ROOT, capture_output=True, text=True,
-                       timeout=600, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    r = subprocess.run(
+        [sys.executable, str(script), str(out), *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return {rank: json.loads((out / f"rank{rank}.json").read_text()) for rank in range(8)}
 

@@ -35,16 +35,37 @@ from profiler.formats.metrics import load_metrics
 from tests.conftest import ROOT
 
 STEPS, GLOBAL_BATCH, LR = 3, 8, 1e-3
-METRIC_KEYS = ("world_size", "plan", "loss", "step_time_s", "activation_bytes", "activation_breakdown",
-               "predicted_activation_bytes")
+METRIC_KEYS = (
+    "world_size",
+    "plan",
+    "loss",
+    "step_time_s",
+    "activation_bytes",
+    "activation_breakdown",
+    "predicted_activation_bytes",
+)
 
 
 def train_cli(out, *flags, env=None, timeout=600) -> subprocess.CompletedProcess:
     """`python -m parallel train FLAGS --out OUT` with the matrix's steps and batch."""
-    cmd = [sys.executable, "-m", "parallel", "train", "--steps", str(STEPS), "--global-batch", str(GLOBAL_BATCH),
-           "--lr", str(LR), "--out", str(out), *flags]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    cmd = [
+        sys.executable,
+        "-m",
+        "parallel",
+        "train",
+        "--steps",
+        str(STEPS),
+        "--global-batch",
+        str(GLOBAL_BATCH),
+        "--lr",
+        str(LR),
+        "--out",
+        str(out),
+        *flags,
+    ]
+    return subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
 
 
 def plan_id(p: Plan) -> str:
@@ -69,10 +90,12 @@ def matrix() -> dict[str, Plan]:
         world = dp * tp * pp * cp
         if not 1 < world <= 8:
             continue
-        for sp, schedule, vpp in product((False, True) if tp > 1 else (False,), SCHEDULES if pp > 1 else ("1f1b",),
-                                         (1, 2) if pp > 1 else (1,)):
-            plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, sp=sp, micro_batch=1, global_batch=GLOBAL_BATCH,
-                        schedule=schedule, vpp=vpp)
+        for sp, schedule, vpp in product(
+            (False, True) if tp > 1 else (False,), SCHEDULES if pp > 1 else ("1f1b",), (1, 2) if pp > 1 else (1,)
+        ):
+            plan = Plan(
+                dp=dp, tp=tp, pp=pp, cp=cp, sp=sp, micro_batch=1, global_batch=GLOBAL_BATCH, schedule=schedule, vpp=vpp
+            )
             cluster = CLUSTERS["local-cpu"].sized_for(world)
             if check(plan, tiny, cluster).valid and not engine_errors(tiny, plan):
                 plans[plan_id(plan)] = plan
@@ -81,8 +104,19 @@ def matrix() -> dict[str, Plan]:
 
 PLANS = matrix()
 # The CI spread: every parallelism alone, SP with TP and CP, both schedules, degree 4, and 3-D mixes.
-CI = ["dp2", "tp2-sp", "pp2", "pp2-gpipe", "cp2", "tp2-cp2-sp", "dp2-tp2-pp2-sp", "tp4", "pp4", "dp2-pp2-cp2-gpipe",
-      "tp2-pp2-sp-v2"]
+CI = [
+    "dp2",
+    "tp2-sp",
+    "pp2",
+    "pp2-gpipe",
+    "cp2",
+    "tp2-cp2-sp",
+    "dp2-tp2-pp2-sp",
+    "tp4",
+    "pp4",
+    "dp2-pp2-cp2-gpipe",
+    "tp2-pp2-sp-v2",
+]
 # Engine features outside the contract's matrix, checked against the same serial run.
 FEATURES = {
     "zero1-mb2-buckets-dp2-cp2": ["--dp=2", "--cp=2", "--zero=1", "--micro-batch=2", "--bucket-mb=0.05"],
@@ -126,13 +160,20 @@ def check_against_serial(out, serial, *, world_size: int, grads: bool = True):
         torch.testing.assert_close(params[name], ref, rtol=0, atol=LR / 10, msg=name)
     shards = load_shards(out)
     for s in shards.values():  # replicas: same (pp, tp) coordinates, any dp and cp
-        twin = next(t for t in shards.values() if (t["coords"]["pp"], t["coords"]["tp"]) == (s["coords"]["pp"], s["coords"]["tp"]))
+        twin = next(
+            t
+            for t in shards.values()
+            if (t["coords"]["pp"], t["coords"]["tp"]) == (s["coords"]["pp"], s["coords"]["tp"])
+        )
         for name, tensor in s["params"].items():
             assert torch.equal(tensor, twin["params"][name]), (s["coords"], name)
     for rank, measured in m["activation_bytes"].items():
         predicted = m["predicted_activation_bytes"][rank]
-        assert abs(measured - predicted) <= 0.02 * predicted, (rank, m["activation_breakdown"][rank],
-                                                                 m["predicted_activation_breakdown"][rank])
+        assert abs(measured - predicted) <= 0.02 * predicted, (
+            rank,
+            m["activation_breakdown"][rank],
+            m["predicted_activation_breakdown"][rank],
+        )
     return m
 
 
@@ -174,7 +215,11 @@ def test_interleaved_pp4_vpp2_trains_the_serial_8_layer_model(global_batch, tmp_
     flags = ["--layers=8", "--save-params", f"--global-batch={global_batch}"]
     serial, out = tmp_path / "serial", tmp_path / "pp4v2"
     assert train_cli(serial, *flags).returncode == 0
-    ref = {"metrics": load_metrics(serial), "params": full_state_dict(serial), "grads": full_state_dict(serial, key="grads")}
+    ref = {
+        "metrics": load_metrics(serial),
+        "params": full_state_dict(serial),
+        "grads": full_state_dict(serial, key="grads"),
+    }
     r = train_cli(out, *flags, "--pp=4", "--vpp=2")
     assert r.returncode == 0, r.stderr[-3000:]
     check_against_serial(out, ref, world_size=4)

@@ -53,8 +53,12 @@ class NanoGPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
     def engine_name(self, name: str) -> str:
-        return name.replace("attn_proj", "attn.c_proj").replace("c_attn", "attn.c_attn") \
-                   .replace("c_fc", "mlp.c_fc").replace("mlp_proj", "mlp.c_proj")
+        return (
+            name.replace("attn_proj", "attn.c_proj")
+            .replace("c_attn", "attn.c_attn")
+            .replace("c_fc", "mlp.c_fc")
+            .replace("mlp_proj", "mlp.c_proj")
+        )
 
 
 @pytest.mark.slow
@@ -71,7 +75,9 @@ def test_engine_at_world_one_is_plain_nanogpt(tmp_path):
     opt = torch.optim.AdamW(ref.parameters(), lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
     losses, first_grads = [], None
     for step in range(STEPS):
-        batch = data.global_batch(step=step, seed=0, global_batch=GLOBAL_BATCH, seq_len=model.seq_len, vocab=model.vocab)
+        batch = data.global_batch(
+            step=step, seed=0, global_batch=GLOBAL_BATCH, seq_len=model.seq_len, vocab=model.vocab
+        )
         opt.zero_grad()
         loss = ref(batch[:, :-1], batch[:, 1:])
         loss.backward()

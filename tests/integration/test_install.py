@@ -26,29 +26,64 @@ pytestmark = pytest.mark.slow
 def venv(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("install")
     wheels = tmp / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels),
-                    str(ROOT)], check=True, cwd=tmp, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(ROOT)],
+        check=True,
+        cwd=tmp,
+        capture_output=True,
+    )
     env = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
     py = env / "bin" / "python"
-    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # torch, streamlit, ... from .venv
     wheel = next(wheels.glob("parascope-*.whl"))
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(wheel)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(wheel)],
+        check=True,
+        capture_output=True,
+    )
     return env
 
 
 def run(env: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    return subprocess.run([str(env / "bin" / "parascope"), *args], cwd=cwd, env=clean, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [str(env / "bin" / "parascope"), *args], cwd=cwd, env=clean, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_parascope_plan_json_from_another_directory(venv, tmp_path):
-    r = run(venv, "plan", "--model", "gpt3-175b", "--dp", "8", "--tp", "8", "--pp", "8", "--sp", "--cluster",
-            "dgx-h100", "--nodes", "64", "--global-batch", "1536", "--micro-batch", "1", "--json", cwd=tmp_path)
+    r = run(
+        venv,
+        "plan",
+        "--model",
+        "gpt3-175b",
+        "--dp",
+        "8",
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--sp",
+        "--cluster",
+        "dgx-h100",
+        "--nodes",
+        "64",
+        "--global-batch",
+        "1536",
+        "--micro-batch",
+        "1",
+        "--json",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["valid"] is True and out["world_size"] == 512 and out["plan"]["tp"] == 8
@@ -57,8 +92,9 @@ def test_parascope_plan_json_from_another_directory(venv, tmp_path):
 
 def test_the_installed_code_is_what_runs(venv, tmp_path):
     code = "import parallel, parascope.cli as c; print(parallel.__file__); print(c.app_path())"
-    r = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                       check=True)
+    r = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
     package, app = r.stdout.split()
     assert package.startswith(str(venv)) and app.startswith(str(venv)) and app.endswith("parascope/dashboard/app.py")
     pages = sorted(p.name for p in (Path(app).parent / "pages").glob("*.py"))
@@ -78,9 +114,14 @@ def test_parascope_dashboard_serves(venv, tmp_path):
     port = _free_port()
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     clean["PARASCOPE_RUNS"] = str(tmp_path / "runs")
-    proc = subprocess.Popen([str(venv / "bin" / "parascope"), "dashboard", f"--server.port={port}",
-                             "--server.headless=true"], cwd=tmp_path, env=clean, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [str(venv / "bin" / "parascope"), "dashboard", f"--server.port={port}", "--server.headless=true"],
+        cwd=tmp_path,
+        env=clean,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline, body = time.monotonic() + 60, ""
         while time.monotonic() < deadline and proc.poll() is None:

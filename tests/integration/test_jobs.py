@@ -63,11 +63,14 @@ def _env(**extra):
     return {**os.environ, **{k: str(v) for k, v in extra.items()}}
 
 
-@pytest.mark.parametrize("values, flags", [
-    ({"dp": 2, "sp": True, "micro_batch": 1}, ["--dp", "2", "--sp", "--micro-batch", "1"]),
-    ({"sp": False, "layers": None, "label": "", "wait": 0}, ["--wait", "0"]),
-    ({"model": "tiny", "timeout": 60.0}, ["--model", "tiny", "--timeout", "60.0"]),
-])
+@pytest.mark.parametrize(
+    "values, flags",
+    [
+        ({"dp": 2, "sp": True, "micro_batch": 1}, ["--dp", "2", "--sp", "--micro-batch", "1"]),
+        ({"sp": False, "layers": None, "label": "", "wait": 0}, ["--wait", "0"]),
+        ({"model": "tiny", "timeout": 60.0}, ["--model", "tiny", "--timeout", "60.0"]),
+    ],
+)
 def test_flags_of(values, flags):
     assert jobs.flags_of(values) == flags
 
@@ -86,8 +89,12 @@ def test_reserve_gives_distinct_names(tmp_path):
 
 def test_a_job_runs_in_the_background_and_its_exit_code_is_kept(tmp_path, fake):
     name = jobs.reserve(tmp_path, "ok")
-    job = jobs.start([sys.executable, str(fake), "--out", str(tmp_path / name)], name=name, runs_dir=tmp_path,
-                     env=_env(FAKE_STEPS=3, FAKE_DELAY=0.3))
+    job = jobs.start(
+        [sys.executable, str(fake), "--out", str(tmp_path / name)],
+        name=name,
+        runs_dir=tmp_path,
+        env=_env(FAKE_STEPS=3, FAKE_DELAY=0.3),
+    )
     assert os.getpgid(job.pid) == job.pid != os.getpgid(0)  # its own process group: not tied to ours
     assert jobs.alive(job)
     assert _wait(lambda: (s := trace_sets.find_set(name, runs=tmp_path)) is not None and s.status == "running")
@@ -102,8 +109,12 @@ def test_a_job_runs_in_the_background_and_its_exit_code_is_kept(tmp_path, fake):
 
 def test_a_failing_job_names_its_rank(tmp_path, fake):
     name = jobs.reserve(tmp_path, "bad")
-    job = jobs.start([sys.executable, str(fake), "--out", str(tmp_path / name)], name=name, runs_dir=tmp_path,
-                     env=_env(FAKE_STEPS=1, FAKE_DELAY=0.05, FAKE_FAIL=1))
+    job = jobs.start(
+        [sys.executable, str(fake), "--out", str(tmp_path / name)],
+        name=name,
+        runs_dir=tmp_path,
+        env=_env(FAKE_STEPS=1, FAKE_DELAY=0.05, FAKE_FAIL=1),
+    )
     assert _wait(lambda: jobs.refresh(job).returncode is not None)
     s = trace_sets.find_set(name, runs=tmp_path)
     assert jobs.refresh(job).returncode == 1
@@ -113,8 +124,9 @@ def test_a_failing_job_names_its_rank(tmp_path, fake):
 
 def test_a_job_that_dies_before_run_json_is_failed_with_its_output(tmp_path):
     name = jobs.reserve(tmp_path, "crash")
-    job = jobs.start([sys.executable, "-c", "import sys; print('bad flag --tp 3'); sys.exit(2)"], name=name,
-                     runs_dir=tmp_path)
+    job = jobs.start(
+        [sys.executable, "-c", "import sys; print('bad flag --tp 3'); sys.exit(2)"], name=name, runs_dir=tmp_path
+    )
     assert _wait(lambda: jobs.refresh(job).returncode is not None)
     s = trace_sets.find_set(name, runs=tmp_path)
     assert s.status == "failed" and "exit code 2" in s.error and "before writing run.json" in s.error
@@ -123,23 +135,32 @@ def test_a_job_that_dies_before_run_json_is_failed_with_its_output(tmp_path):
 
 def test_cancel_kills_the_whole_process_group(tmp_path):
     child = tmp_path / "child.pid"
-    script = (f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-              f"open({str(child)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    script = (
+        f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"open({str(child)!r}, 'w').write(str(p.pid)); time.sleep(60)"
+    )
     name = jobs.reserve(tmp_path, "long")
     job = jobs.start([sys.executable, "-c", script], name=name, runs_dir=tmp_path)
     assert _wait(lambda: child.is_file() and child.read_text())
     grandchild = int(child.read_text())
     jobs.cancel(job, grace_s=2)
     assert _wait(lambda: jobs.refresh(job).returncode is not None, timeout=10)
-    assert _wait(lambda: not Path(f"/proc/{grandchild}").exists() or
-                 Path(f"/proc/{grandchild}/stat").read_text().split(")")[1].split()[0] == "Z", timeout=10)
+    assert _wait(
+        lambda: (
+            not Path(f"/proc/{grandchild}").exists()
+            or Path(f"/proc/{grandchild}/stat").read_text().split(")")[1].split()[0] == "Z"
+        ),
+        timeout=10,
+    )
     done = jobs.refresh(job)
     assert done.cancelled and done.returncode < 0
     assert trace_sets.find_set(name, runs=tmp_path).status == "cancelled"
     assert jobs.cancel(done) == done  # a finished job is left alone
 
 
-@pytest.mark.parametrize("run_json, shown", [("running", "cancelled"), ("failed", "cancelled"), ("completed", "completed")])
+@pytest.mark.parametrize(
+    "run_json, shown", [("running", "cancelled"), ("failed", "cancelled"), ("completed", "completed")]
+)
 def test_a_cancelled_job_still_cleaning_up_reads_cancelled(tmp_path, run_json, shown):
     """After a cancel, profiler run writes status failed ("stopped by signal 15") before its process
     exits; in that window the dashboard must already say cancelled, not failed (it stops polling then)."""
@@ -153,8 +174,14 @@ def test_two_jobs_at_once(tmp_path, fake):
     started = []
     for label in ("a", "b"):
         name = jobs.reserve(tmp_path, label)
-        started.append(jobs.start([sys.executable, str(fake), "--out", str(tmp_path / name)], name=name,
-                                  runs_dir=tmp_path, env=_env(FAKE_STEPS=2, FAKE_DELAY=0.2)))
+        started.append(
+            jobs.start(
+                [sys.executable, str(fake), "--out", str(tmp_path / name)],
+                name=name,
+                runs_dir=tmp_path,
+                env=_env(FAKE_STEPS=2, FAKE_DELAY=0.2),
+            )
+        )
     assert all(jobs.alive(j) for j in started)
     assert _wait(lambda: all(jobs.refresh(j).returncode == 0 for j in started))
     sets = trace_sets.list_sets(tmp_path, tmp_path / "uploads")
@@ -171,8 +198,9 @@ def test_run_a_job_page_starts_the_job_and_shows_it(tmp_path, fake, monkeypatch)
     runs = tmp_path / "runs"
     monkeypatch.setenv("PARASCOPE_RUNS", str(runs))
     monkeypatch.setenv("FAKE_DELAY", "0.2")
-    monkeypatch.setattr(jobs, "profile_argv", lambda flags, out, python=None: [sys.executable, str(fake), *flags,
-                                                                                 "--out", str(out)])
+    monkeypatch.setattr(
+        jobs, "profile_argv", lambda flags, out, python=None: [sys.executable, str(fake), *flags, "--out", str(out)]
+    )
     at = page_test("pages/run_job.py")
     assert not at.exception and "No jobs started from the dashboard yet." in [c.value for c in at.caption]
     at.number_input(key="job.tp").set_value(3)
@@ -195,6 +223,7 @@ def test_run_a_job_page_starts_the_job_and_shows_it(tmp_path, fake, monkeypatch)
 
 # ------------------------------------------------------------------ the real profiler (issue #4)
 
+
 def _real_profiler() -> None:
     pytest.importorskip("profiler.cli.run", reason="python -m profiler run is not in this checkout")
 
@@ -216,11 +245,15 @@ def test_a_real_profile_run_from_the_dashboard_fills_the_timeline(tmp_path, monk
     monkeypatch.setenv("PARASCOPE_RUNS", str(runs))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     name = jobs.reserve(runs, "e2e")
-    job = jobs.start(jobs.profile_argv(["--model", "tiny", "--dp", "2", "--tp", "2", "--sp", "--steps", "3"], runs / name),
-                     name=name, runs_dir=runs)
+    job = jobs.start(
+        jobs.profile_argv(["--model", "tiny", "--dp", "2", "--tp", "2", "--sp", "--steps", "3"], runs / name),
+        name=name,
+        runs_dir=runs,
+    )
     seen = set()
-    assert _wait(lambda: seen.add(trace_sets.find_set(name).status) or jobs.refresh(job).returncode is not None,
-                 timeout=180)
+    assert _wait(
+        lambda: seen.add(trace_sets.find_set(name).status) or jobs.refresh(job).returncode is not None, timeout=180
+    )
     s = trace_sets.find_set(name)
     assert jobs.refresh(job).returncode == 0, jobs.tail(job.log_path)
     assert s.status == "completed" and s.trace_files == 4 and s.has_metrics and s.plan_label == "DP2 TP2+SP PP1 mb1"
@@ -237,10 +270,18 @@ def test_a_real_profile_run_from_the_dashboard_fills_the_timeline(tmp_path, monk
 def test_cancelling_a_real_profile_run_leaves_no_process(tmp_path):
     _real_profiler()
     name = jobs.reserve(tmp_path, "cancel")
-    job = jobs.start(jobs.profile_argv(["--model", "tiny", "--dp", "2", "--steps", "500"], tmp_path / name),
-                     name=name, runs_dir=tmp_path, env=_env(OMP_NUM_THREADS=1))
-    assert _wait(lambda: (s := trace_sets.find_set(name, runs=tmp_path)) is not None and s.status == "running"
-                 and (s.step or 0) >= 1, timeout=120)
+    job = jobs.start(
+        jobs.profile_argv(["--model", "tiny", "--dp", "2", "--steps", "500"], tmp_path / name),
+        name=name,
+        runs_dir=tmp_path,
+        env=_env(OMP_NUM_THREADS=1),
+    )
+    assert _wait(
+        lambda: (
+            (s := trace_sets.find_set(name, runs=tmp_path)) is not None and s.status == "running" and (s.step or 0) >= 1
+        ),
+        timeout=120,
+    )
     jobs.cancel(job, grace_s=5)
     assert _wait(lambda: _group_gone(job.pgid), timeout=30)  # ranks included: the whole group is gone
     assert _wait(lambda: jobs.refresh(job).returncode is not None, timeout=10)
@@ -248,11 +289,14 @@ def test_cancelling_a_real_profile_run_leaves_no_process(tmp_path):
     assert s.status == "cancelled" and ("SIGTERM" in s.error or s.error == "cancelled from the dashboard")
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--model", "tiny", "--dp", "2", "--tp", "3"], "heads 4 are not divisible by tp 3"),
-    (["--model", "tiny", "--dp", "2", "--steps", "1", "--wait", "1", "--warmup", "1"], "record at least one step"),
-    (["--model", "tiny", "--dp", "2", "--steps", "3"], None),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--model", "tiny", "--dp", "2", "--tp", "3"], "heads 4 are not divisible by tp 3"),
+        (["--model", "tiny", "--dp", "2", "--steps", "1", "--wait", "1", "--warmup", "1"], "record at least one step"),
+        (["--model", "tiny", "--dp", "2", "--steps", "3"], None),
+    ],
+)
 def test_the_form_is_checked_by_the_profilers_own_validation(flags, message):
     from ui.job_form import check
 

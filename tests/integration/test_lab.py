@@ -47,10 +47,22 @@ def cli(*args, prefix=None, run_as=(), env=None, timeout=60) -> subprocess.Compl
 
 # ---- pure: parsing, defaults, commands ----
 
-@pytest.mark.parametrize("text, bytes_per_s", [
-    ("1gbit", 125e6), ("1Gbit/s", 125e6), ("25Gbps", 25e9 / 8), ("100Gb/s", 12.5e9), ("800mbit", 100e6),
-    ("2.5GB/s", 2.5e9), ("250MB/s", 250e6), ("1GiB/s", 2**30), ("512KiB/s", 2**19), ("1e3B/s", 1e3),
-])
+
+@pytest.mark.parametrize(
+    "text, bytes_per_s",
+    [
+        ("1gbit", 125e6),
+        ("1Gbit/s", 125e6),
+        ("25Gbps", 25e9 / 8),
+        ("100Gb/s", 12.5e9),
+        ("800mbit", 100e6),
+        ("2.5GB/s", 2.5e9),
+        ("250MB/s", 250e6),
+        ("1GiB/s", 2**30),
+        ("512KiB/s", 2**19),
+        ("1e3B/s", 1e3),
+    ],
+)
 def test_parse_bandwidth(text, bytes_per_s):
     assert parse_bandwidth(text) == pytest.approx(bytes_per_s)
 
@@ -77,9 +89,17 @@ def test_prefix_guards_clean_up(prefix):
         lab.down(prefix)
 
 
-@pytest.mark.parametrize("subnet, ok", [("10.213.0.0/30", True), ("192.168.77.0/24", True),
-                                        ("8.8.8.0/30", False), ("10.0.0.1/32", False), ("fd00::/64", False),
-                                        ("10.0.0.8/29", False)])
+@pytest.mark.parametrize(
+    "subnet, ok",
+    [
+        ("10.213.0.0/30", True),
+        ("192.168.77.0/24", True),
+        ("8.8.8.0/30", False),
+        ("10.0.0.1/32", False),
+        ("fd00::/64", False),
+        ("10.0.0.8/29", False),
+    ],
+)
 def test_lab_addresses(subnet, ok):
     if ok:
         (a, b), prefixlen = lab.lab_addresses(subnet)
@@ -105,15 +125,25 @@ def test_shaping_commands():
     delayed = lab_net.shaping_commands("psl-node0", "psl-veth0", latency_s=50e-6, **kw)
     assert delayed[:4] == plain[:4] and delayed[6] == plain[6]
     for leaf in delayed[4:6]:
-        assert leaf[leaf.index("netem"):] == ["netem", "delay", "50us", "limit", "100000"]
+        assert leaf[leaf.index("netem") :] == ["netem", "delay", "50us", "limit", "100000"]
 
 
 def _settings(prefix="psl-") -> lab.LabSettings:
     names = lab_net.Names(prefix)
-    nodes = tuple(lab.LabNode(i, ns, dev, f"10.213.0.{i + 1}")
-                  for i, (ns, dev) in enumerate(zip(names.namespaces, names.interfaces)))
-    return lab.LabSettings(prefix=prefix, nodes=nodes, prefixlen=30, bandwidth_bytes_per_s=125e6, latency_s=0.0,
-                           latency_requested_s=0.0, burst_bytes=65536, limit_bytes=4 << 20)
+    nodes = tuple(
+        lab.LabNode(i, ns, dev, f"10.213.0.{i + 1}")
+        for i, (ns, dev) in enumerate(zip(names.namespaces, names.interfaces))
+    )
+    return lab.LabSettings(
+        prefix=prefix,
+        nodes=nodes,
+        prefixlen=30,
+        bandwidth_bytes_per_s=125e6,
+        latency_s=0.0,
+        latency_requested_s=0.0,
+        burst_bytes=65536,
+        limit_bytes=4 << 20,
+    )
 
 
 def test_settings_round_trip_and_commands():
@@ -134,6 +164,7 @@ def test_settings_round_trip_and_commands():
 
 # ---- without the privilege: a clear message and exit 2 ----
 
+
 @pytest.mark.parametrize("args", [("up", "--bw", "1gbit"), ("down",), ("status",), ("status", "--json")])
 def test_without_root_every_command_says_so(args):
     done = cli(*args, run_as=without_caps())
@@ -148,6 +179,7 @@ def test_without_iproute2_names_the_package():
 
 
 # ---- with root: real labs ----
+
 
 @contextlib.contextmanager
 def holding_lab_lock():

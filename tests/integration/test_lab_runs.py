@@ -33,18 +33,28 @@ SMALL = ["--model=tiny", "--hidden=128", "--seq-len=256", "--layers=1", "--vocab
 
 
 def profiler(*args, env=None, timeout=240, run_as=()) -> subprocess.CompletedProcess:
-    return subprocess.run([*run_as, sys.executable, "-m", "profiler", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [*run_as, sys.executable, "-m", "profiler", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 # ---- pure: the flags ----
 
-@pytest.mark.parametrize("argv, error", [
-    (["--tp=3", "--lab"], "not even"),
-    (["--dp=2", "--tp=2", "--lab", "--nnodes=2"], "drop --nnodes"),
-    (["--dp=2", "--tp=2", "--lab", "--rdzv-endpoint=x:1"], "drop --rdzv-endpoint"),
-    (["--dp=2", "--tp=2", "--lab", "--nproc-per-node=4"], "--nproc-per-node 4"),
-])
+
+@pytest.mark.parametrize(
+    "argv, error",
+    [
+        (["--tp=3", "--lab"], "not even"),
+        (["--dp=2", "--tp=2", "--lab", "--nnodes=2"], "drop --nnodes"),
+        (["--dp=2", "--tp=2", "--lab", "--rdzv-endpoint=x:1"], "drop --rdzv-endpoint"),
+        (["--dp=2", "--tp=2", "--lab", "--nproc-per-node=4"], "--nproc-per-node 4"),
+    ],
+)
 def test_run_lab_flags_are_checked(argv, error):
     spec, errors, _ = parse_run(argv)
     assert any(error in e for e in errors), errors
@@ -62,9 +72,15 @@ def test_run_lab_spec_is_two_torchrun_nodes():
 
 # ---- no lab, no root: exit 2 with the reason ----
 
-@pytest.mark.parametrize("command", [
-    ["run", "--dp=2", "--tp=2", "--lab"], ["commbench", "--lab", "--nproc=2", "--quick"], ["tpsweep", "--lab", "--quick"],
-])
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "--dp=2", "--tp=2", "--lab"],
+        ["commbench", "--lab", "--nproc=2", "--quick"],
+        ["tpsweep", "--lab", "--quick"],
+    ],
+)
 def test_lab_down_or_no_root_exits_2(command, tmp_path):
     out = tmp_path / "out"
     if os.geteuid() == 0:  # root: the lab (a prefix nobody builds) is not up
@@ -88,6 +104,7 @@ def test_tpsweep_needs_lab_flag():
 
 
 # ---- with root: one lab for the module ----
+
 
 @pytest.fixture(scope="module")
 def lab_prefix():
@@ -116,22 +133,27 @@ def test_run_on_the_lab_crosses_the_link(lab_prefix, tmp_path):
     from profiler.analyzers import collectives, per_rank_wait
 
     out = tmp_path / "run"
-    done = profiler("run", *SMALL, "--dp=2", "--tp=2", "--steps=3", "--lab", f"--lab-prefix={lab_prefix}",
-                    f"--out={out}")
+    done = profiler(
+        "run", *SMALL, "--dp=2", "--tp=2", "--steps=3", "--lab", f"--lab-prefix={lab_prefix}", f"--out={out}"
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "completed" and run["nodes"] == 2 and run["world_size"] == 4
     hosts = {int(r): h for r, h in run["hosts"].items()}
     assert {r: (h["node"], h["lab_node"], h["namespace"]) for r, h in hosts.items()} == {
-        0: (0, 0, f"{lab_prefix}node0"), 1: (0, 0, f"{lab_prefix}node0"),
-        2: (1, 1, f"{lab_prefix}node1"), 3: (1, 1, f"{lab_prefix}node1")}
+        0: (0, 0, f"{lab_prefix}node0"),
+        1: (0, 0, f"{lab_prefix}node0"),
+        2: (1, 1, f"{lab_prefix}node1"),
+        3: (1, 1, f"{lab_prefix}node1"),
+    }
     link = run["lab"]
     assert link["bandwidth_bytes_per_s"] == RATE and link["namespaces"] == [f"{lab_prefix}node0", f"{lab_prefix}node1"]
     assert link["addresses"] == ["10.213.0.1", "10.213.0.2"] and link["latency_requested_s"] == 0
     traces = load_traces(out)
     table = collectives(traces, run["plan"])
     assert {"0,1", "2,3"} <= set(table.loc[table["dim"] == "tp", "group"]) and {"0,2", "1,3"} <= set(
-        table.loc[table["dim"] == "dp", "group"])
+        table.loc[table["dim"] == "dp", "group"]
+    )
     # Bytes per second of transfer (from the last rank's arrival to the end: what the link costs, not the
     # wait for a peer still computing on the shared cores) of the large all-reduces; both groups have 2
     # ranks, so this is busbw too.
@@ -154,11 +176,24 @@ def test_tpsweep_quick_writes_its_json_and_the_page_shows_it(lab_prefix, tmp_pat
     done = profiler("tpsweep", "--lab", "--quick", f"--lab-prefix={lab_prefix}", f"--out={out}", timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     sweep = json.loads((out / "sweep.json").read_text())
-    assert {"schema", "kind", "status", "lab", "model", "gpus_per_node", "commbench", "compute", "cluster",
-            "points", "machine"} <= set(sweep)
+    assert {
+        "schema",
+        "kind",
+        "status",
+        "lab",
+        "model",
+        "gpus_per_node",
+        "commbench",
+        "compute",
+        "cluster",
+        "points",
+        "machine",
+    } <= set(sweep)
     assert sweep["status"] == "completed" and sweep["gpus_per_node"] == 2
-    assert [(p["tp"], p["sp"], p["link"], p["nodes"]) for p in sweep["points"]] == [(2, False, "intra", 1),
-                                                                                       (4, False, "inter", 2)]
+    assert [(p["tp"], p["sp"], p["link"], p["nodes"]) for p in sweep["points"]] == [
+        (2, False, "intra", 1),
+        (4, False, "inter", 2),
+    ]
     for p in sweep["points"]:
         assert p["status"] == "completed" and (out / p["run_dir"] / "run.json").is_file()
         m = p["measured"]
@@ -203,24 +238,48 @@ def test_tp_scaling_page_without_a_sweep_says_how_to_make_one(tmp_path, monkeypa
 
 # ---- pure: the sweep's view without a lab ----
 
+
 def _sweep(points) -> dict:
     from parallel.core.specs import model_preset
 
     model = {**model_preset("tiny").to_dict(), "hidden": 128, "seq_len": 256, "ffn_hidden": 512}
-    links = {"intra": {"latency_s": 5e-4, "bandwidth_bytes_per_s": 4e8}, "inter": {"latency_s": 1e-3,
-                                                                                  "bandwidth_bytes_per_s": 1e8}}
-    return {"schema": 1, "kind": "parascope-tpsweep", "status": "failed", "model": model, "micro_batch": 1,
-            "gpus_per_node": 2, "machine": {"cpus": 2}, "lab": {"prefix": "psl-", "bandwidth_bytes_per_s": 1.25e8},
-            "commbench": {"links": links}, "points": points}
+    links = {
+        "intra": {"latency_s": 5e-4, "bandwidth_bytes_per_s": 4e8},
+        "inter": {"latency_s": 1e-3, "bandwidth_bytes_per_s": 1e8},
+    }
+    return {
+        "schema": 1,
+        "kind": "parascope-tpsweep",
+        "status": "failed",
+        "model": model,
+        "micro_batch": 1,
+        "gpus_per_node": 2,
+        "machine": {"cpus": 2},
+        "lab": {"prefix": "psl-", "bandwidth_bytes_per_s": 1.25e8},
+        "commbench": {"links": links},
+        "points": points,
+    }
 
 
 def test_sweep_view_compares_and_names_failed_runs(tmp_path):
     from profiler.lab.sweep_model import compare, predict_point
     from ui import sweep_data
 
-    done = {"tp": 2, "sp": False, "nodes": 1, "link": "intra", "status": "completed",
-            "measured": {"step_time_s": 0.05, "tp_comm_s": 2e-3, "tp_comm_lo_s": 1e-3, "tp_comm_hi_s": 3e-3,
-                         "busbw_bytes_per_s": 1e8, "tp_comm_step_s": 0.01}}
+    done = {
+        "tp": 2,
+        "sp": False,
+        "nodes": 1,
+        "link": "intra",
+        "status": "completed",
+        "measured": {
+            "step_time_s": 0.05,
+            "tp_comm_s": 2e-3,
+            "tp_comm_lo_s": 1e-3,
+            "tp_comm_hi_s": 3e-3,
+            "busbw_bytes_per_s": 1e8,
+            "tp_comm_step_s": 0.01,
+        },
+    }
     failed = {"tp": 4, "sp": False, "nodes": 2, "link": "inter", "status": "failed", "error": "rank 3 died"}
     sweep = _sweep([done, failed])
     # ring α-β by hand: 4 all-reduces of b·s·h·4 bytes over 2 ranks on the intra link

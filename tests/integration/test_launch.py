@@ -30,31 +30,45 @@ def _tagged_processes(tag: str) -> list[int]:
 def _run(args, *, env, timeout=120):
     tag = uuid.uuid4().hex
     start = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "parallel", "train", *args], cwd=ROOT, capture_output=True, text=True,
-                       timeout=timeout, env={**os.environ, **env, "PARASCOPE_TEST_TAG": tag})
+    r = subprocess.run(
+        [sys.executable, "-m", "parallel", "train", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **env, "PARASCOPE_TEST_TAG": tag},
+    )
     elapsed = time.monotonic() - start
     time.sleep(0.5)
     assert _tagged_processes(tag) == [], "processes outlived the job"
     return r, elapsed
 
 
-@pytest.mark.parametrize("mode,plan,needle", [
-    ("raise", ["--dp=2", "--tp=2"], "rank 3 failed: RuntimeError: injected failure on rank 3 at step 1"),
-    ("kill", ["--pp=2"], "rank 1 failed: killed by signal 9 (SIGKILL)"),
-    ("hang", ["--dp=2"], "Timed out"),  # a peer's collective ends by the process-group timeout
-])
+@pytest.mark.parametrize(
+    "mode,plan,needle",
+    [
+        ("raise", ["--dp=2", "--tp=2"], "rank 3 failed: RuntimeError: injected failure on rank 3 at step 1"),
+        ("kill", ["--pp=2"], "rank 1 failed: killed by signal 9 (SIGKILL)"),
+        ("hang", ["--dp=2"], "Timed out"),  # a peer's collective ends by the process-group timeout
+    ],
+)
 def test_a_failing_rank_stops_the_local_job(mode, plan, needle):
     fail_rank = "3" if mode == "raise" else "1"
-    r, elapsed = _run([*plan, "--steps=3", "--global-batch=4", "--timeout=5"],
-                      env={"PARASCOPE_FAIL_RANK": fail_rank, "PARASCOPE_FAIL_STEP": "1", "PARASCOPE_FAIL_MODE": mode})
+    r, elapsed = _run(
+        [*plan, "--steps=3", "--global-batch=4", "--timeout=5"],
+        env={"PARASCOPE_FAIL_RANK": fail_rank, "PARASCOPE_FAIL_STEP": "1", "PARASCOPE_FAIL_MODE": mode},
+    )
     assert r.returncode == 1, r.stderr[-2000:]
     assert needle in r.stderr, r.stderr[-2000:]
     assert elapsed < 60
 
 
 def test_a_failing_rank_stops_a_torchrun_job():
-    r, elapsed = _run(["--dp=2", "--steps=3", "--global-batch=4", "--timeout=10", "--launcher=torchrun"],
-                      env={"PARASCOPE_FAIL_RANK": "1", "PARASCOPE_FAIL_STEP": "1"}, timeout=180)
+    r, elapsed = _run(
+        ["--dp=2", "--steps=3", "--global-batch=4", "--timeout=10", "--launcher=torchrun"],
+        env={"PARASCOPE_FAIL_RANK": "1", "PARASCOPE_FAIL_STEP": "1"},
+        timeout=180,
+    )
     assert r.returncode != 0
     out = r.stdout + r.stderr
     assert "injected failure on rank 1 at step 1" in out  # torchrun's failure summary, via @record
@@ -72,11 +86,35 @@ def test_two_torchrun_nodes_on_loopback_train(tmp_path):
     """Two `torchrun` node processes (2 ranks each) rendezvous over c10d on 127.0.0.1 and train DP2×TP2."""
     port, tag = _free_port(), uuid.uuid4().hex
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PARASCOPE_TEST_TAG": tag}
-    nodes = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={n}", "--nproc-per-node=2",
-         "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--max-restarts=0",
-         "-m", "parallel", "train", "--dp=2", "--tp=2", "--steps=3", "--global-batch=8", f"--out={tmp_path}"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in (0, 1)]
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes=2",
+                f"--node-rank={n}",
+                "--nproc-per-node=2",
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=127.0.0.1:{port}",
+                "--max-restarts=0",
+                "-m",
+                "parallel",
+                "train",
+                "--dp=2",
+                "--tp=2",
+                "--steps=3",
+                "--global-batch=8",
+                f"--out={tmp_path}",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for n in (0, 1)
+    ]
     try:
         outputs = [p.communicate(timeout=240)[0] for p in nodes]
     finally:

@@ -10,8 +10,19 @@ from parallel.cli import plan as plan_cli
 from tests.conftest import ROOT
 
 EXAMPLE = "--model gpt3-175b --cluster dgx-h100 --nodes 64 --dp 8 --tp 8 --pp 8 --sp --micro-batch 1 --global-batch 1536".split()
-KEYS = {"valid", "errors", "warnings", "world_size", "activation_bytes_per_layer", "memory_per_gpu_bytes", "ranks",
-        "groups", "comm_per_step", "bubble_fraction", "step_time_s"}
+KEYS = {
+    "valid",
+    "errors",
+    "warnings",
+    "world_size",
+    "activation_bytes_per_layer",
+    "memory_per_gpu_bytes",
+    "ranks",
+    "groups",
+    "comm_per_step",
+    "bubble_fraction",
+    "step_time_s",
+}
 
 
 def run_json(capsys, argv):
@@ -56,14 +67,17 @@ def test_uncomputable_plan_gives_nulls_not_numbers(capsys):
     assert code == 2 and rep["memory_per_gpu_bytes"] is None and rep["step_time_s"] is None
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--model", "gpt9"], "unknown model preset 'gpt9'"),
-    (["--layers", "4", "--hidden", "64"], "missing --heads --seq-len --vocab"),
-    (["--model", "tiny", "--cluster", "dgx-z"], "unknown cluster preset"),
-    (["--model", "tiny", "--dp", "0"], "Plan.dp must be a positive integer"),
-    (["--model", "tiny", "--mfu", "2"], "--mfu must be in (0, 1]"),
-    (["--model", "tiny", "--links", "/nonexistent.json"], "not a commbench result"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--model", "gpt9"], "unknown model preset 'gpt9'"),
+        (["--layers", "4", "--hidden", "64"], "missing --heads --seq-len --vocab"),
+        (["--model", "tiny", "--cluster", "dgx-z"], "unknown cluster preset"),
+        (["--model", "tiny", "--dp", "0"], "Plan.dp must be a positive integer"),
+        (["--model", "tiny", "--mfu", "2"], "--mfu must be in (0, 1]"),
+        (["--model", "tiny", "--links", "/nonexistent.json"], "not a commbench result"),
+    ],
+)
 def test_bad_input_is_one_clear_line(capsys, argv, message):
     assert plan_cli.main(argv) == 2
     err = capsys.readouterr().err
@@ -71,7 +85,9 @@ def test_bad_input_is_one_clear_line(capsys, argv, message):
 
 
 def test_explicit_model_and_overrides(capsys):
-    code, rep = run_json(capsys, "--layers 4 --hidden 64 --heads 4 --seq-len 64 --vocab 512 --tp 2 --cluster local-cpu".split())
+    code, rep = run_json(
+        capsys, "--layers 4 --hidden 64 --heads 4 --seq-len 64 --vocab 512 --tp 2 --cluster local-cpu".split()
+    )
     assert code == 0 and rep["model"]["ffn_hidden"] == 256 and rep["cluster"]["gpus_per_node"] == 2
     code, rep = run_json(capsys, "--model gpt3-175b --seq-len 4096 --tp 8 --pp 16 --dp 4 --global-batch 256".split())
     assert rep["model"]["seq_len"] == 4096 and "seq_len=4096" in rep["model"]["name"]
@@ -79,28 +95,54 @@ def test_explicit_model_and_overrides(capsys):
 
 def test_fitted_links_replace_the_preset(capsys, tmp_path):
     bench = tmp_path / "commbench.json"
-    bench.write_text(json.dumps({"links": {"intra": {"latency_s": 1e-5, "bandwidth_bytes_per_s": 2e9},
-                                           "inter": {"latency_s": 1e-4, "bandwidth_bytes_per_s": 1e8}}}))
+    bench.write_text(
+        json.dumps(
+            {
+                "links": {
+                    "intra": {"latency_s": 1e-5, "bandwidth_bytes_per_s": 2e9},
+                    "inter": {"latency_s": 1e-4, "bandwidth_bytes_per_s": 1e8},
+                }
+            }
+        )
+    )
     code, rep = run_json(capsys, ["--model", "tiny", "--cluster", "local-cpu", "--tp", "2", "--links", str(bench)])
     assert code == 0 and rep["cluster"]["intra"]["bandwidth_bytes_per_s"] == 2e9
     assert rep["cluster"]["inter"]["latency_s"] == 1e-4
 
 
 def test_cli_as_a_process_never_tracebacks():
-    proc = subprocess.run([sys.executable, "-m", "parallel", "plan", "--model", "gpt3-175b", "--dp", "x"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "parallel", "plan", "--model", "gpt3-175b", "--dp", "x"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "invalid int value" in proc.stderr
 
 
-PURE = ["parallel.core.specs", "parallel.core.plan", "parallel.core.topology", "parallel.core.memory", "parallel.core.comm", "parallel.core.perf",
-        "parallel.core.validate", "parallel.core.report", "parallel.cli.args", "parallel.cli.plan", "profiler.formats.annotations"]
+PURE = [
+    "parallel.core.specs",
+    "parallel.core.plan",
+    "parallel.core.topology",
+    "parallel.core.memory",
+    "parallel.core.comm",
+    "parallel.core.perf",
+    "parallel.core.validate",
+    "parallel.core.report",
+    "parallel.cli.args",
+    "parallel.cli.plan",
+    "profiler.formats.annotations",
+]
 
 
 def test_pure_modules_import_neither_torch_nor_streamlit():
-    code = ("import sys, importlib\n"
-            f"for m in {PURE!r}: importlib.import_module(m)\n"
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'streamlit'))\n"
-            "print(','.join(bad))\n")
+    code = (
+        "import sys, importlib\n"
+        f"for m in {PURE!r}: importlib.import_module(m)\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'streamlit'))\n"
+        "print(','.join(bad))\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""

@@ -43,18 +43,27 @@ def _fault(mode: str, rank: int = 1, step: int = 2) -> dict:
 def _profile(out: Path, flags: list[str], *, env: dict, timeout: float = 120):
     tag = env["PARASCOPE_TEST_TAG"]
     start = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "profiler", "run", *PLAN, *flags, f"--out={out}"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=timeout, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "profiler", "run", *PLAN, *flags, f"--out={out}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     elapsed = time.monotonic() - start
     time.sleep(0.3)
     assert _tagged(tag) == [], "processes outlived the run"
     return r, elapsed, json.loads((out / "run.json").read_text())
 
 
-@pytest.mark.parametrize("mode,needle,exitcode", [
-    ("raise", "RuntimeError: injected failure on rank 1 at step 2", 1),
-    ("kill", "killed by signal 9 (SIGKILL)", -9),
-])
+@pytest.mark.parametrize(
+    "mode,needle,exitcode",
+    [
+        ("raise", "RuntimeError: injected failure on rank 1 at step 2", 1),
+        ("kill", "killed by signal 9 (SIGKILL)", -9),
+    ],
+)
 def test_a_rank_that_raises_or_is_killed_fails_the_run(tmp_path, mode, needle, exitcode):
     tag = uuid.uuid4().hex
     r, elapsed, run = _profile(tmp_path / "run", ["--timeout=20"], env=_env(tag, **_fault(mode)))
@@ -92,9 +101,15 @@ def test_a_job_timeout_stops_everything(tmp_path):
 def test_cancel_by_sigterm_to_the_process_group(tmp_path):
     """As the dashboard cancels a job: SIGTERM to the group. Progress was visible while it ran."""
     tag, out = uuid.uuid4().hex, tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "profiler", "run", *PLAN, "--steps=40", f"--out={out}"],
-                            cwd=ROOT, env=_env(tag), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "profiler", "run", *PLAN, "--steps=40", f"--out={out}"],
+        cwd=ROOT,
+        env=_env(tag),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     seen, deadline = [], time.monotonic() + 60
     try:
         while time.monotonic() < deadline:
@@ -122,8 +137,9 @@ def test_cancel_by_sigterm_to_the_process_group(tmp_path):
 
 def test_a_rank_that_raises_under_torchrun_fails_the_run(tmp_path):
     tag = uuid.uuid4().hex
-    r, elapsed, run = _profile(tmp_path / "run", ["--timeout=20", "--launcher=torchrun"],
-                               env=_env(tag, **_fault("raise")), timeout=180)
+    r, elapsed, run = _profile(
+        tmp_path / "run", ["--timeout=20", "--launcher=torchrun"], env=_env(tag, **_fault("raise")), timeout=180
+    )
     assert r.returncode == 1 and elapsed < 60, r.stderr[-2000:]
     err = run["error"]
     assert run["status"] == "failed" and run["launcher"] == "torchrun"

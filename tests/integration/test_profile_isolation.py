@@ -21,38 +21,59 @@ from tests.conftest import ROOT
 
 
 def _cli(args, *, env=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "profiler", "run", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "profiler", "run", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--dp=3", "--tp=3"], "error:"),  # the plan model's own message (heads/tp, world size ...)
-    (["--wait=0", "--warmup=0"], "--wait + --warmup must be at least 1"),
-    (["--steps=3", "--wait=1", "--warmup=1", "--active=2"], "wait 1 + warmup 1 + active 2 = 4 > --steps 3"),
-    (["--dp=2", "--nnodes=2"], "--nnodes > 1 needs --launcher torchrun"),
-    (["--dp=4", "--launcher=torchrun", "--nnodes=2", "--nproc-per-node=3", "--rdzv-endpoint=h:1"],
-     "--nnodes 2 × --nproc-per-node 3 = 6 ranks, but dp×tp×pp×cp = 4"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--dp=3", "--tp=3"], "error:"),  # the plan model's own message (heads/tp, world size ...)
+        (["--wait=0", "--warmup=0"], "--wait + --warmup must be at least 1"),
+        (["--steps=3", "--wait=1", "--warmup=1", "--active=2"], "wait 1 + warmup 1 + active 2 = 4 > --steps 3"),
+        (["--dp=2", "--nnodes=2"], "--nnodes > 1 needs --launcher torchrun"),
+        (
+            ["--dp=4", "--launcher=torchrun", "--nnodes=2", "--nproc-per-node=3", "--rdzv-endpoint=h:1"],
+            "--nnodes 2 × --nproc-per-node 3 = 6 ranks, but dp×tp×pp×cp = 4",
+        ),
+    ],
+)
 def test_bad_flags_are_errors_before_anything_runs(flags, message):
     spec, errors, _ = parse_run(flags)
     assert any(message in e for e in errors) or (message == "error:" and errors), errors
 
 
 def test_an_invalid_plan_exits_2_without_importing_torch_or_creating_the_directory(tmp_path):
-    code = ("import sys; from profiler.cli import run; rc = run.main(sys.argv[1:]); "
-            "assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(rc)")
-    r = subprocess.run([sys.executable, "-c", code, "--tp=3", f"--out={tmp_path / 'run'}"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=60)
+    code = (
+        "import sys; from profiler.cli import run; rc = run.main(sys.argv[1:]); "
+        "assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(rc)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, "--tp=3", f"--out={tmp_path / 'run'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2, r.stderr
     assert "invalid plan:" in r.stderr and "error:" in r.stderr
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("out,env,needle", [
-    ("file", {}, "exists and is not a directory"),
-    ("file/run", {}, "cannot be created ("),
-    (None, {"PARASCOPE_RUNS": "file"}, "runs directory"),  # the default --out under an unusable runs root
-])
+@pytest.mark.parametrize(
+    "out,env,needle",
+    [
+        ("file", {}, "exists and is not a directory"),
+        ("file/run", {}, "cannot be created ("),
+        (None, {"PARASCOPE_RUNS": "file"}, "runs directory"),  # the default --out under an unusable runs root
+    ],
+)
 def test_an_out_that_cannot_be_used_exits_2_without_a_traceback(tmp_path, out, env, needle):
     (tmp_path / "file").write_text("keep me")
     env = {k: str(tmp_path / v) for k, v in env.items()}
@@ -145,8 +166,17 @@ def test_two_runs_started_together_get_their_own_directories(tmp_path):
     """No --out: each run claims a fresh directory under $PARASCOPE_RUNS; both complete."""
     env = {**os.environ, rundir.RUNS_ENV: str(tmp_path)}
     flags = ["--dp=2", "--global-batch=2", "--steps=2", "--wait=1", "--warmup=0", "--active=1"]
-    procs = [subprocess.Popen([sys.executable, "-m", "profiler", "run", *flags], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "profiler", "run", *flags],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
     dirs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
@@ -161,8 +191,9 @@ def test_two_runs_started_together_get_their_own_directories(tmp_path):
 def test_log_tail_skips_kinetos_probe_markers_but_the_file_keeps_them(tmp_path):
     log = tmp_path / "rank0.log"
     body = ["step 1", "Traceback (most recent call last):", "RuntimeError: boom"]
-    markers = [f"USDT:2026-11-30 23:00:25 591:591 SyncActivityProfilerHandler.cpp:52] profiler_{w}"
-               for w in ("start", "stop")]
+    markers = [
+        f"USDT:2026-11-30 23:00:25 591:591 SyncActivityProfilerHandler.cpp:52] profiler_{w}" for w in ("start", "stop")
+    ]
     log.write_text("\n".join(body[:1] + markers + body[1:] + markers) + "\n")
     assert rundir.log_tail(log, 2) == "Traceback (most recent call last):\nRuntimeError: boom"
     assert rundir.log_tail(log, 10) == "\n".join(body)

@@ -31,10 +31,31 @@ def _free_port() -> int:
 def test_two_nodes_write_one_run_directory(tmp_path):
     out, port, job, tag = tmp_path / "run", _free_port(), uuid.uuid4().hex[:12], uuid.uuid4().hex
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "PARASCOPE_TEST_TAG": tag}
-    flags = ["--dp=2", "--tp=2", "--global-batch=4", "--steps=3", "--wait=1", "--warmup=1", "--launcher=torchrun",
-             "--nnodes=2", "--nproc-per-node=2", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={job}", f"--out={out}"]
-    nodes = [subprocess.Popen([sys.executable, "-m", "profiler", "run", *flags, f"--node-rank={n}"], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for n in (0, 1)]
+    flags = [
+        "--dp=2",
+        "--tp=2",
+        "--global-batch=4",
+        "--steps=3",
+        "--wait=1",
+        "--warmup=1",
+        "--launcher=torchrun",
+        "--nnodes=2",
+        "--nproc-per-node=2",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        f"--rdzv-id={job}",
+        f"--out={out}",
+    ]
+    nodes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "profiler", "run", *flags, f"--node-rank={n}"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for n in (0, 1)
+    ]
     try:
         outputs = [p.communicate(timeout=240)[0] for p in nodes]
     finally:

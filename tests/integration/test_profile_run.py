@@ -21,18 +21,49 @@ from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
 STEPS, MICROBATCHES, PROFILED = 4, 2, [2, 3]
-FLAGS = ["--tp=2", "--sp", "--cp=2", "--pp=2", f"--steps={STEPS}", f"--global-batch={MICROBATCHES}",
-         "--wait=1", "--warmup=1"]
-RUN_KEYS = {"schema", "run_id", "status", "progress", "plan", "model", "cluster", "world_size", "nodes", "hosts",
-            "torch_version", "backend", "launcher", "profile", "command", "supervisor", "started_at",
-            "finished_at", "traces"}
+FLAGS = [
+    "--tp=2",
+    "--sp",
+    "--cp=2",
+    "--pp=2",
+    f"--steps={STEPS}",
+    f"--global-batch={MICROBATCHES}",
+    "--wait=1",
+    "--warmup=1",
+]
+RUN_KEYS = {
+    "schema",
+    "run_id",
+    "status",
+    "progress",
+    "plan",
+    "model",
+    "cluster",
+    "world_size",
+    "nodes",
+    "hosts",
+    "torch_version",
+    "backend",
+    "launcher",
+    "profile",
+    "command",
+    "supervisor",
+    "started_at",
+    "finished_at",
+    "traces",
+}
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("profile") / "run"
-    r = subprocess.run([sys.executable, "-m", "profiler", "run", *FLAGS, f"--out={out}"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "profiler", "run", *FLAGS, f"--out={out}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     return out
 
@@ -40,8 +71,9 @@ def run_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def raw(run_dir):
     """rank -> the decoded Kineto trace."""
-    return {r: json.loads(gzip.decompress((run_dir / "traces" / f"rank{r}_trace.json.gz").read_bytes()))
-            for r in range(8)}
+    return {
+        r: json.loads(gzip.decompress((run_dir / "traces" / f"rank{r}_trace.json.gz").read_bytes())) for r in range(8)
+    }
 
 
 def test_run_json_is_complete(run_dir):
@@ -67,8 +99,17 @@ def test_directory_layout_and_metrics(run_dir):
     for r in range(8):
         assert (run_dir / "logs" / f"rank{r}.log").is_file()
     m = json.loads((run_dir / "metrics.json").read_text())
-    for key in ("world_size", "plan", "loss", "step_time_s", "step_time_s_per_rank", "activation_bytes",
-                "activation_breakdown", "predicted_activation_bytes", "hosts"):
+    for key in (
+        "world_size",
+        "plan",
+        "loss",
+        "step_time_s",
+        "step_time_s_per_rank",
+        "activation_bytes",
+        "activation_breakdown",
+        "predicted_activation_bytes",
+        "hosts",
+    ):
         assert key in m
     assert len(m["loss"]) == STEPS and len(m["step_time_s"]) == STEPS
     assert all(len(v) == STEPS for v in m["step_time_s_per_rank"].values())
@@ -101,9 +142,13 @@ def test_every_collective_is_labelled_and_matches_across_its_group(raw):
     plan = Plan(tp=2, sp=True, cp=2, pp=2, global_batch=MICROBATCHES)
     topo = plan.topology(8)
     groups = {dim: {tuple(int(r) for r in row) for row in topo.group_ranks(dim)} for dim in ("tp", "cp", "pp")}
-    expected_groups = {"tp": groups["tp"], "sp": groups["tp"], "cp": groups["cp"],
-                       "dp": groups["cp"],  # dp = 1: gradients are reduced over dp×cp, the cp group
-                       "pp": groups["pp"]}  # the tied embedding's gradient: first and last stage
+    expected_groups = {
+        "tp": groups["tp"],
+        "sp": groups["tp"],
+        "cp": groups["cp"],
+        "dp": groups["cp"],  # dp = 1: gradients are reduced over dp×cp, the cp group
+        "pp": groups["pp"],
+    }  # the tied embedding's gradient: first and last stage
     per_group = defaultdict(dict)
     p2p = defaultdict(lambda: defaultdict(list))
     for rank, labels in comms.items():
@@ -143,8 +188,13 @@ def test_the_analyzer_matches_every_instance_labels_dims_and_finds_steps(run_dir
     """`python -m profiler analyze DIR --json` and the instance matching of #5 on this run: the
     counts per (op, dim) are the raw annotations', every instance is seen on all ranks of its
     group (a p2p instance: its sender and its receiver), and the steps are the profiled ones."""
-    r = subprocess.run([sys.executable, "-m", "profiler", "analyze", str(run_dir), "--json", "--no-cache"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "profiler", "analyze", str(run_dir), "--json", "--no-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout)
     assert out["world_size"] == 8 and out["ranks"] == list(range(8)) and out["steps"] == PROFILED

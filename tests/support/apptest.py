@@ -82,9 +82,14 @@ def registered_pages(app: Path = APP) -> list[dict]:
                 continue
             kwargs = {k.arg: k.value.value for k in node.keywords if isinstance(k.value, ast.Constant)}
             path = first.value
-            pages.append({"path": path, "title": kwargs.get("title", Path(path).stem),
-                          "url_path": "" if kwargs.get("default") else kwargs.get("url_path", Path(path).stem),
-                          "default": bool(kwargs.get("default"))})
+            pages.append(
+                {
+                    "path": path,
+                    "title": kwargs.get("title", Path(path).stem),
+                    "url_path": "" if kwargs.get("default") else kwargs.get("url_path", Path(path).stem),
+                    "default": bool(kwargs.get("default")),
+                }
+            )
     text = app.read_text()
     pages.sort(key=lambda p: text.find(f'"{p["path"]}"'))  # ast.walk is breadth-first, not source order
     return pages

@@ -48,11 +48,31 @@ class PostgresServer:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         run = dict(check=True, capture_output=True, timeout=120)
-        subprocess.run(_as_owner([_bin("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                                  "--no-sync", "-E", "UTF8"]), **run)
+        subprocess.run(
+            _as_owner(
+                [_bin("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"]
+            ),
+            **run,
+        )
         opts = f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.root} -c fsync=off"
-        subprocess.run(_as_owner([_bin("pg_ctl"), "-D", str(self.data), "-o", opts, "-l", str(self.root / "log"),
-                                  "-w", "-t", "60", "start"]), **run)
+        subprocess.run(
+            _as_owner(
+                [
+                    _bin("pg_ctl"),
+                    "-D",
+                    str(self.data),
+                    "-o",
+                    opts,
+                    "-l",
+                    str(self.root / "log"),
+                    "-w",
+                    "-t",
+                    "60",
+                    "start",
+                ]
+            ),
+            **run,
+        )
         return self
 
     def url(self, database: str) -> str:
@@ -66,8 +86,11 @@ class PostgresServer:
         return self.url(name)
 
     def stop(self) -> None:
-        subprocess.run(_as_owner([_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"]),
-                       capture_output=True, timeout=60)
+        subprocess.run(
+            _as_owner([_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"]),
+            capture_output=True,
+            timeout=60,
+        )
         deadline = time.monotonic() + 10
         while (self.data / "postmaster.pid").exists() and time.monotonic() < deadline:
             time.sleep(0.1)

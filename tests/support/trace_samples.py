@@ -41,8 +41,16 @@ def trace(rank, world, events, *, style="epoch", backend="nccl", pg_config=None,
 
 
 def cpu(name, ts, dur, *, tid=1, cat="cpu_op", **args):
-    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
-            "args": {"External id": args.pop("ext", 0), **args}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 1,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {"External id": args.pop("ext", 0), **args},
+    }
 
 
 def annotation(name, ts, dur, *, tid=1):
@@ -50,21 +58,51 @@ def annotation(name, ts, dur, *, tid=1):
 
 
 def runtime(ts, dur, corr, *, tid=1):
-    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": tid, "ts": ts,
-            "dur": dur, "args": {"correlation": corr, "External id": 0}}
+    return {
+        "ph": "X",
+        "cat": "cuda_runtime",
+        "name": "cudaLaunchKernel",
+        "pid": 1,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {"correlation": corr, "External id": 0},
+    }
 
 
 def kernel(name, ts, dur, corr, *, stream=7, cat="kernel", **args):
-    return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
-            "args": {"correlation": corr, "stream": stream, "device": 0, **args}}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 0,
+        "tid": stream,
+        "ts": ts,
+        "dur": dur,
+        "args": {"correlation": corr, "stream": stream, "device": 0, **args},
+    }
 
 
-NCCL_META = {"Collective name": "allreduce", "In msg nelems": 1000, "Out msg nelems": 1000, "dtype": "Float",
-             "Group size": 2, "Process Group Name": "1", "Process Group Description": "TENSOR_MODEL_PARALLEL_GROUP",
-             "Process Group Ranks": "[0, 1]"}
-PG_CONFIG = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": 2, "ranks": [0, 1]},
-             {"pg_name": "1", "pg_desc": "TENSOR_MODEL_PARALLEL_GROUP", "backend_config": "cuda:nccl", "pg_size": 2,
-              "ranks": [0, 1]}]
+NCCL_META = {
+    "Collective name": "allreduce",
+    "In msg nelems": 1000,
+    "Out msg nelems": 1000,
+    "dtype": "Float",
+    "Group size": 2,
+    "Process Group Name": "1",
+    "Process Group Description": "TENSOR_MODEL_PARALLEL_GROUP",
+    "Process Group Ranks": "[0, 1]",
+}
+PG_CONFIG = [
+    {"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": 2, "ranks": [0, 1]},
+    {
+        "pg_name": "1",
+        "pg_desc": "TENSOR_MODEL_PARALLEL_GROUP",
+        "backend_config": "cuda:nccl",
+        "pg_size": 2,
+        "ranks": [0, 1],
+    },
+]
 
 
 def gpu_pair(*, late_us=50, style="epoch"):
@@ -82,8 +120,13 @@ def gpu_pair(*, late_us=50, style="epoch"):
             cpu("nccl:all_reduce", 57, 16),
             runtime(60, 5, corr=2),
             kernel("volta_sgemm_128x64_nn", 100, 300, corr=1),
-            kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", start, 600 - start,
-                   corr=2, stream=20),
+            kernel(
+                "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                start,
+                600 - start,
+                corr=2,
+                stream=20,
+            ),
             kernel("Memcpy DtoD (Device -> Device)", 650, 50, corr=3, cat="gpu_memcpy"),
             runtime(70, 5, corr=3),
         ]
@@ -97,10 +140,20 @@ def gloo_cpu(rank=0, world=2, *, annotated=False):
     events = [annotation("ProfilerStep#3", 0, 1000), cpu("aten::mm", 0, 200), cpu("aten::add", 210, 290)]
     if annotated:
         events.append(annotation("ps.comm dim=dp op=reduce_scatter bytes=800 ranks=0,1 seq=0", 195, 20))
-    events += [cpu("c10d::allreduce_", 200, 10),
-               {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 9, "ts": 220,
-                "dur": 380, "args": {"Input Dims": [[100]], "Input type": ["float"]}},
-               cpu("aten::copy_", 300, 50, tid=9)]
+    events += [
+        cpu("c10d::allreduce_", 200, 10),
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "gloo:all_reduce",
+            "pid": 1,
+            "tid": 9,
+            "ts": 220,
+            "dur": 380,
+            "args": {"Input Dims": [[100]], "Input type": ["float"]},
+        },
+        cpu("aten::copy_", 300, 50, tid=9),
+    ]
     return trace(rank, world, events, backend="gloo")
 
 

@@ -41,8 +41,13 @@ def _worker(rank: int, cfg: dict) -> None:
 
     torch.set_num_threads(1)
     world = cfg["dp"] * cfg["tp"] * cfg["pp"]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{cfg['port']}", rank=rank, world_size=world,
-                            timeout=__import__("datetime").timedelta(seconds=120))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{cfg['port']}",
+        rank=rank,
+        world_size=world,
+        timeout=__import__("datetime").timedelta(seconds=120),
+    )
     topo = Topology(dp=cfg["dp"], pp=cfg["pp"], cp=1, tp=cfg["tp"], gpus_per_node=cfg["gpus_per_node"])
     groups = {}
     for dim in ("tp", "dp", "pp"):  # every rank creates every group, in the same order
@@ -74,11 +79,21 @@ def _worker(rank: int, cfg: dict) -> None:
             return
         if cfg["sp"]:
             full = torch.empty(x.numel() * len(tp_ranks))
-            annotated("sp", "all_gather", full.numel() * 4, tp_ranks,
-                      lambda: dist.all_gather_into_tensor(full, x, group=tp_pg))
+            annotated(
+                "sp",
+                "all_gather",
+                full.numel() * 4,
+                tp_ranks,
+                lambda: dist.all_gather_into_tensor(full, x, group=tp_pg),
+            )
             part = torch.empty(x.numel())
-            annotated("sp", "reduce_scatter", full.numel() * 4, tp_ranks,
-                      lambda: dist.reduce_scatter_tensor(part, full, group=tp_pg))
+            annotated(
+                "sp",
+                "reduce_scatter",
+                full.numel() * 4,
+                tp_ranks,
+                lambda: dist.reduce_scatter_tensor(part, full, group=tp_pg),
+            )
         else:
             annotated("tp", "all_reduce", x.numel() * 4, tp_ranks, lambda: dist.all_reduce(x, group=tp_pg))
 
@@ -112,9 +127,11 @@ def _worker(rank: int, cfg: dict) -> None:
         with record_function(phase_name("optim")):
             weight.add_(torch.randn(h, h), alpha=1e-3)
 
-    with profile(activities=[ProfilerActivity.CPU],
-                 schedule=schedule(wait=0, warmup=1, active=cfg["steps"], repeat=1),
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(out_dir / f"rank{rank}_trace.json.gz"))) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=0, warmup=1, active=cfg["steps"], repeat=1),
+        on_trace_ready=lambda p: p.export_chrome_trace(str(out_dir / f"rank{rank}_trace.json.gz")),
+    ) as prof:
         for i in range(cfg["steps"] + 1):
             step(i)
             prof.step()
@@ -122,17 +139,44 @@ def _worker(rank: int, cfg: dict) -> None:
     dist.destroy_process_group()
 
 
-def generate(out, *, dp=2, tp=2, pp=1, sp=False, steps=2, microbatches=2, hidden=32, tokens=16,
-             grad_elems=4096, late_rank=-1, late_s=0.02, gpus_per_node=8) -> Path:
+def generate(
+    out,
+    *,
+    dp=2,
+    tp=2,
+    pp=1,
+    sp=False,
+    steps=2,
+    microbatches=2,
+    hidden=32,
+    tokens=16,
+    grad_elems=4096,
+    late_rank=-1,
+    late_s=0.02,
+    gpus_per_node=8,
+) -> Path:
     """Write a run directory with one trace per rank; returns its path."""
     import torch.multiprocessing as mp
 
     out = Path(out)
     (out / "traces").mkdir(parents=True, exist_ok=True)
     world = dp * tp * pp
-    cfg = dict(dp=dp, tp=tp, pp=pp, sp=sp, steps=steps, microbatches=microbatches, hidden=hidden, tokens=tokens,
-               grad_elems=grad_elems, late_rank=late_rank, late_s=late_s, gpus_per_node=gpus_per_node,
-               out=str(out), port=_free_port())
+    cfg = dict(
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        sp=sp,
+        steps=steps,
+        microbatches=microbatches,
+        hidden=hidden,
+        tokens=tokens,
+        grad_elems=grad_elems,
+        late_rank=late_rank,
+        late_s=late_s,
+        gpus_per_node=gpus_per_node,
+        out=str(out),
+        port=_free_port(),
+    )
     ctx = mp.get_context("fork")  # children share the parent's imported torch pages
     procs = [ctx.Process(target=_worker, args=(r, cfg)) for r in range(world)]
     for p in procs:
@@ -146,11 +190,16 @@ def generate(out, *, dp=2, tp=2, pp=1, sp=False, steps=2, microbatches=2, hidden
                 p.kill()
         raise RuntimeError(f"trace generation failed on ranks {bad}")
     host = socket.gethostname()
-    run = {"status": "completed", "world_size": world, "backend": "gloo",
-           "plan": {"dp": dp, "tp": tp, "pp": pp, "cp": 1, "sp": sp, "micro_batch": 1,
-                    "global_batch": dp * microbatches},
-           "hosts": {str(r): {"hostname": host, "node": r // gpus_per_node, "local_rank": r % gpus_per_node}
-                     for r in range(world)}}
+    run = {
+        "status": "completed",
+        "world_size": world,
+        "backend": "gloo",
+        "plan": {"dp": dp, "tp": tp, "pp": pp, "cp": 1, "sp": sp, "micro_batch": 1, "global_batch": dp * microbatches},
+        "hosts": {
+            str(r): {"hostname": host, "node": r // gpus_per_node, "local_rank": r % gpus_per_node}
+            for r in range(world)
+        },
+    }
     (out / "run.json").write_text(json.dumps(run, indent=1))
     return out
 
@@ -163,8 +212,16 @@ def main(argv=None) -> int:
     ap.add_argument("--sp", action="store_true")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    generate(args.out, dp=args.dp, tp=args.tp, pp=args.pp, sp=args.sp, steps=args.steps,
-             microbatches=args.microbatches, late_rank=args.late_rank)
+    generate(
+        args.out,
+        dp=args.dp,
+        tp=args.tp,
+        pp=args.pp,
+        sp=args.sp,
+        steps=args.steps,
+        microbatches=args.microbatches,
+        late_rank=args.late_rank,
+    )
     print(args.out)
     return 0
 

@@ -61,12 +61,34 @@ def _streamlit(tmp_path_factory, env: dict | None = None):
     """The dashboard on a free port; stopped (its whole process group) on exit."""
     port = _free_port()
     log = tmp_path_factory.mktemp("streamlit") / "server.log"
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-           "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
-           "--server.fileWatcherType", "none", "--server.runOnSave", "false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        "app.py",
+        "--server.headless",
+        "true",
+        "--server.address",
+        "127.0.0.1",
+        "--server.port",
+        str(port),
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+        "--server.runOnSave",
+        "false",
+    ]
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc, log)
@@ -90,7 +112,9 @@ def dashboard_data(tmp_path_factory) -> dict:
     runs = root / "runs"
     runs.mkdir()
     install_run(runs, "sample")
-    broken = install_run(runs, "broken", status="failed", error={"rank": 1, "message": "RuntimeError: injected at step 2"})
+    broken = install_run(
+        runs, "broken", status="failed", error={"rank": 1, "message": "RuntimeError: injected at step 2"}
+    )
     (broken / "logs").mkdir(exist_ok=True)
     (broken / "logs" / "rank1.log").write_text("step 1 ok\nRuntimeError: injected at step 2\n")
     return {"PARASCOPE_RUNS": str(runs), "PARASCOPE_UPLOADS": str(root / "uploads")}
@@ -108,9 +132,17 @@ def browser():
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--headless",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         try:
             yield b
         finally:
@@ -131,14 +163,17 @@ def _wait_for_script(page) -> None:
         if settled >= 2:
             return
         page.wait_for_timeout(500)
-    raise AssertionError(f"page not settled after {PAGE_TIMEOUT_MS / 1000:.0f} s: script {state!r}, "
-                         f"{skeletons} placeholders left")
+    raise AssertionError(
+        f"page not settled after {PAGE_TIMEOUT_MS / 1000:.0f} s: script {state!r}, {skeletons} placeholders left"
+    )
 
 
 def _screenshot(page, path: Path) -> None:
     """The whole page: Streamlit scrolls inside its main block, so grow the viewport to fit it."""
-    height = page.evaluate("() => Math.max(...[...document.querySelectorAll('[data-testid=stMain], "
-                           "[data-testid=stSidebarContent]')].map(e => e.scrollHeight), 1000)")
+    height = page.evaluate(
+        "() => Math.max(...[...document.querySelectorAll('[data-testid=stMain], "
+        "[data-testid=stSidebarContent]')].map(e => e.scrollHeight), 1000)"
+    )
     page.set_viewport_size({"width": 1500, "height": min(int(height) + 40, 9000)})
     page.wait_for_timeout(500)  # charts re-lay out to the new size
     page.screenshot(path=str(path), full_page=True)
@@ -153,23 +188,28 @@ def _chart_sizes(page) -> list[tuple[float, float]]:
                if (!g) return [0, 0];
                const r = g.getBoundingClientRect();
                return [r.width, r.height];
-           })""")
+           })""",
+    )
 
 
 # Heavier views of registered pages, drawn too: (screenshot name, page path, URL path + query).
 EXTRA_VIEWS = [("topology-4096-gpus", "pages/topology.py", "topology?nodes=512&dp=64&tp=8&pp=8&gb=1536")]
 # Run-dependent views, with the sample run (or its failed copy) named in the URL.
 _RUN_PLAN = "model=tiny&cluster=local-cpu&nodes=1&dp=2&tp=2&pp=1&cp=1&sp=1&mb=1&gb=4&run=sample"
-RUN_VIEWS = [("home-run", "pages/home.py", "?run=sample"), ("home-failed-run", "pages/home.py", "?run=broken"),
-             ("timeline-run", "pages/timeline.py", "timeline?run=sample"),
-             ("timeline-run-zoomed", "pages/timeline.py", "timeline?run=sample&tl_step=2&win=5,25"),
-             ("topology-run", "pages/topology.py", f"topology?{_RUN_PLAN}"),
-             ("activation_memory-run", "pages/activation_memory.py", f"activation_memory?{_RUN_PLAN}"),
-             ("tp_scaling-run", "pages/tp_scaling.py", f"tp_scaling?{_RUN_PLAN}")]
+RUN_VIEWS = [
+    ("home-run", "pages/home.py", "?run=sample"),
+    ("home-failed-run", "pages/home.py", "?run=broken"),
+    ("timeline-run", "pages/timeline.py", "timeline?run=sample"),
+    ("timeline-run-zoomed", "pages/timeline.py", "timeline?run=sample&tl_step=2&win=5,25"),
+    ("topology-run", "pages/topology.py", f"topology?{_RUN_PLAN}"),
+    ("activation_memory-run", "pages/activation_memory.py", f"activation_memory?{_RUN_PLAN}"),
+    ("tp_scaling-run", "pages/tp_scaling.py", f"tp_scaling?{_RUN_PLAN}"),
+]
 EXTRA_VIEWS += RUN_VIEWS
 PLAN_PAGES_WITH_RUNS = {"pages/topology.py", "pages/activation_memory.py", "pages/tp_scaling.py"}
 VIEWS = [{"name": Path(p["path"]).stem, "path": p["path"], "url": p["url_path"]} for p in PAGES] + [
-    {"name": n, "path": p, "url": u} for n, p, u in EXTRA_VIEWS if any(e["path"] == p for e in PAGES)]
+    {"name": n, "path": p, "url": u} for n, p, u in EXTRA_VIEWS if any(e["path"] == p for e in PAGES)
+]
 
 
 @pytest.mark.parametrize("entry", VIEWS, ids=[v["name"] for v in VIEWS])
@@ -231,8 +271,10 @@ def test_plan_pages_share_the_plan_through_the_url(server, browser):
         pytest.skip("Topology page not registered")
     page = browser.new_page(viewport={"width": 1500, "height": 1000})
     try:
-        page.goto(f"{server}/topology?model=gpt3-22b&nodes=2&dp=2&tp=2&pp=4&gb=64&topo_color=DP&topo_groups=PP",
-                  timeout=PAGE_TIMEOUT_MS)
+        page.goto(
+            f"{server}/topology?model=gpt3-22b&nodes=2&dp=2&tp=2&pp=4&gb=64&topo_color=DP&topo_groups=PP",
+            timeout=PAGE_TIMEOUT_MS,
+        )
         _wait_for_script(page)
         body = page.inner_text("body")
         assert "gpt3-22b on dgx-h100 2×8 GPUs · DP2 TP2+SP PP4" in body

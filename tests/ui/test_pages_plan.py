@@ -24,11 +24,27 @@ def _ok(at):
     return at
 
 
-@pytest.mark.parametrize("query, world, nodes", [
-    (SMALL, 16, 2),
-    ({**SMALL, "order": "tp-cp-pp-dp", "cp": "1"}, 16, 2),
-    ({"model": "tiny", "cluster": "local-cpu", "nodes": "1", "dp": "2", "tp": "2", "pp": "2", "gb": "8", "sp": "0"}, 8, 1),
-])
+@pytest.mark.parametrize(
+    "query, world, nodes",
+    [
+        (SMALL, 16, 2),
+        ({**SMALL, "order": "tp-cp-pp-dp", "cp": "1"}, 16, 2),
+        (
+            {
+                "model": "tiny",
+                "cluster": "local-cpu",
+                "nodes": "1",
+                "dp": "2",
+                "tp": "2",
+                "pp": "2",
+                "gb": "8",
+                "sp": "0",
+            },
+            8,
+            1,
+        ),
+    ],
+)
 def test_topology_draws_one_cell_per_gpu(query, world, nodes):
     at = _ok(page_test("pages/topology.py", query))
     (grid,) = vega_charts(at)
@@ -165,7 +181,9 @@ def test_reset_returns_to_the_default_plan():
 
 
 def test_view_choices_come_from_the_url_too():
-    at = _ok(page_test("pages/topology.py", {**SMALL, "topo_color": "DP", "topo_groups": "PP", "topo_vs": "tp-cp-pp-dp"}))
+    at = _ok(
+        page_test("pages/topology.py", {**SMALL, "topo_color": "DP", "topo_groups": "PP", "topo_vs": "tp-cp-pp-dp"})
+    )
     assert at.segmented_control(key="topo_color").value == "dp"
     assert at.segmented_control(key="topo_groups").value == "pp"
     grid = vega_charts(at)[0]

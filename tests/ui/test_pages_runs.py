@@ -22,8 +22,18 @@ import pytest
 from tests.support.apptest import ROOT, page_test, vega_charts
 
 SAMPLE = ROOT / ".cache" / "test-runs" / "profiler-dp2-tp2-sp-v2"
-SAMPLE_PLAN = {"model": "tiny", "cluster": "local-cpu", "nodes": "1", "dp": "2", "tp": "2", "pp": "1", "cp": "1",
-               "sp": "1", "mb": "1", "gb": "4"}
+SAMPLE_PLAN = {
+    "model": "tiny",
+    "cluster": "local-cpu",
+    "nodes": "1",
+    "dp": "2",
+    "tp": "2",
+    "pp": "1",
+    "cp": "1",
+    "sp": "1",
+    "mb": "1",
+    "gb": "4",
+}
 
 
 def sample_run() -> Path:
@@ -33,9 +43,29 @@ def sample_run() -> Path:
     tmp = SAMPLE.with_name(f"{SAMPLE.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "profiler", "run", "--model", "tiny", "--dp", "2", "--tp", "2", "--sp",
-                    "--steps", "4", "--out", str(tmp)], cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "profiler",
+            "run",
+            "--model",
+            "tiny",
+            "--dp",
+            "2",
+            "--tp",
+            "2",
+            "--sp",
+            "--steps",
+            "4",
+            "--out",
+            str(tmp),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        check=True,
+        capture_output=True,
+    )
     try:
         tmp.rename(SAMPLE)
     except OSError:  # another worker won the race
@@ -72,12 +102,16 @@ def _ok(at):
 
 
 def _text(at) -> str:
-    parts = [e.value for kind in ("markdown", "caption", "info", "error", "warning", "success", "subheader", "title")
-             for e in getattr(at, kind)]
+    parts = [
+        e.value
+        for kind in ("markdown", "caption", "info", "error", "warning", "success", "subheader", "title")
+        for e in getattr(at, kind)
+    ]
     return "\n".join(str(p) for p in parts)
 
 
 # ----------------------------------------------------------------------------------------------- Home
+
 
 def test_home_on_a_fresh_install_starts_the_demo_run(runs, monkeypatch):
     """profiler.collect.demo starts the demo in the background; here a stand-in writes its first run.json."""
@@ -89,9 +123,17 @@ def test_home_on_a_fresh_install_starts_the_demo_run(runs, monkeypatch):
         calls.append(runs_dir)
         path = Path(runs_dir) / "demo"
         path.mkdir(parents=True, exist_ok=True)
-        (path / "run.json").write_text(json.dumps({"status": "running", "progress": {"step": 0, "steps": 4},
-                                                   "plan": {"dp": 2, "tp": 2, "pp": 2, "sp": True, "global_batch": 8},
-                                                   "world_size": 8, "model": "tiny"}))
+        (path / "run.json").write_text(
+            json.dumps(
+                {
+                    "status": "running",
+                    "progress": {"step": 0, "steps": 4},
+                    "plan": {"dp": 2, "tp": 2, "pp": 2, "sp": True, "global_batch": 8},
+                    "world_size": 8,
+                    "model": "tiny",
+                }
+            )
+        )
         return path
 
     monkeypatch.setattr(profiler.collect.demo, "ensure_demo_run", fake_demo)
@@ -132,8 +174,9 @@ def test_home_links_open_the_run_on_every_page(runs):
 
 
 def test_home_shows_a_failed_runs_rank_and_log(runs):
-    run = install_run(runs, "broken", status="failed",
-                      error={"rank": 1, "message": "RuntimeError: injected failure at step 2"})
+    run = install_run(
+        runs, "broken", status="failed", error={"rank": 1, "message": "RuntimeError: injected failure at step 2"}
+    )
     (run / "logs").mkdir(exist_ok=True)
     (run / "logs" / "rank1.log").write_text("step 1 ok\nTraceback (most recent call last):\nRuntimeError: injected\n")
     at = _ok(page_test("pages/home.py", {"run": "broken"}))
@@ -151,6 +194,7 @@ def test_home_shows_progress_of_a_running_run(runs):
 
 
 # -------------------------------------------------------------------------------- Collective timeline
+
 
 def test_timeline_without_a_run_says_what_to_do(runs):
     at = _ok(page_test("pages/timeline.py"))
@@ -229,6 +273,7 @@ def test_timeline_of_a_run_without_traces_waits_for_them(runs):
 
 # ------------------------------------------------------------------------- measured views, plan pages
 
+
 def test_topology_colours_the_grid_by_measured_values(runs):
     install_run(runs, "alpha")
     at = _ok(page_test("pages/topology.py", {**SAMPLE_PLAN, "run": "alpha"}))
@@ -273,10 +318,14 @@ def test_tp_scaling_overlays_the_runs_tp_group_busbw(runs):
 
 def test_tp_scaling_overlays_commbench_results(runs, tmp_path):
     # the shape of `python -m profiler commbench`'s JSON: results (one row per op, group size, link, bytes), fits, links
-    bench = {"results": [{"op": "all_reduce", "group_size": 2, "bytes": 1 << 20, "busbw_gbps": 2.0, "link": "intra"},
-                         {"op": "all_reduce", "group_size": 2, "bytes": 1 << 24, "busbw_gbps": 3.0, "link": "intra"},
-                         {"op": "all_gather", "group_size": 4, "bytes": 1 << 24, "busbw_gbps": 9.0, "link": "intra"}],
-             "links": {"intra": {"latency_s": 5e-5, "bandwidth_bytes_per_s": 3.0e9}}}
+    bench = {
+        "results": [
+            {"op": "all_reduce", "group_size": 2, "bytes": 1 << 20, "busbw_gbps": 2.0, "link": "intra"},
+            {"op": "all_reduce", "group_size": 2, "bytes": 1 << 24, "busbw_gbps": 3.0, "link": "intra"},
+            {"op": "all_gather", "group_size": 4, "bytes": 1 << 24, "busbw_gbps": 9.0, "link": "intra"},
+        ],
+        "links": {"intra": {"latency_s": 5e-5, "bandwidth_bytes_per_s": 3.0e9}},
+    }
     run = install_run(runs, "alpha")
     (run / "commbench.json").write_text(json.dumps(bench))
     at = _ok(page_test("pages/tp_scaling.py", {**SAMPLE_PLAN, "run": "alpha"}))

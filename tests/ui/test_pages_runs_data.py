@@ -18,19 +18,46 @@ MS = 1_000_000
 
 
 def _bd(rows):
-    cols = ["rank", "step", "start_ns", "end_ns", "window_ns", "compute_ns", "comm_ns", "overlapped_comm_ns",
-            "exposed_comm_ns", "memory_ns", "idle_ns"]
+    cols = [
+        "rank",
+        "step",
+        "start_ns",
+        "end_ns",
+        "window_ns",
+        "compute_ns",
+        "comm_ns",
+        "overlapped_comm_ns",
+        "exposed_comm_ns",
+        "memory_ns",
+        "idle_ns",
+    ]
     return pd.DataFrame(rows, columns=cols)
 
 
-BD = _bd([
-    # rank step start end   window compute comm  overlapped exposed memory idle  (ms, times MS below)
-    (0, 1, 0, 10, 10, 6, 3, 1, 2, 0, 2),
-    (1, 1, 1, 12, 11, 4, 6, 0, 6, 1, 0),
-    (0, 2, 10, 20, 10, 5, 5, 5, 0, 0, 5),
-    (1, 2, 12, 21, 9, 3, 3, 0, 3, 0, 3),
-]).assign(**{c: lambda d, c=c: d[c] * MS for c in ["start_ns", "end_ns", "window_ns", "compute_ns", "comm_ns",
-                                                       "overlapped_comm_ns", "exposed_comm_ns", "memory_ns", "idle_ns"]})
+BD = _bd(
+    [
+        # rank step start end   window compute comm  overlapped exposed memory idle  (ms, times MS below)
+        (0, 1, 0, 10, 10, 6, 3, 1, 2, 0, 2),
+        (1, 1, 1, 12, 11, 4, 6, 0, 6, 1, 0),
+        (0, 2, 10, 20, 10, 5, 5, 5, 0, 0, 5),
+        (1, 2, 12, 21, 9, 3, 3, 0, 3, 0, 3),
+    ]
+).assign(
+    **{
+        c: lambda d, c=c: d[c] * MS
+        for c in [
+            "start_ns",
+            "end_ns",
+            "window_ns",
+            "compute_ns",
+            "comm_ns",
+            "overlapped_comm_ns",
+            "exposed_comm_ns",
+            "memory_ns",
+            "idle_ns",
+        ]
+    }
+)
 
 
 def test_breakdown_parts_stack_to_the_window():
@@ -53,23 +80,35 @@ def test_breakdown_table_and_rank_values():
     assert np.isnan(values.loc[1, "busbw_gbps"]) and values["late_count"].tolist() == [1, 2]
 
 
-@pytest.mark.parametrize("step, offsets, span", [
-    (1, None, (0, 12 * MS)),
-    (run_data.ALL, None, (0, 21 * MS)),
-    (2, pd.DataFrame({"rank": [0, 1], "offset_ns": [0, -2 * MS]}), (10 * MS, 20 * MS)),  # rank 1: 10-19
-])
+@pytest.mark.parametrize(
+    "step, offsets, span",
+    [
+        (1, None, (0, 12 * MS)),
+        (run_data.ALL, None, (0, 21 * MS)),
+        (2, pd.DataFrame({"rank": [0, 1], "offset_ns": [0, -2 * MS]}), (10 * MS, 20 * MS)),  # rank 1: 10-19
+    ],
+)
 def test_step_span_on_the_aligned_clock(step, offsets, span):
     assert run_data.step_span(BD, offsets, step) == span
 
 
 def test_gantt_frame_times_groups_and_busbw():
-    rects = pd.DataFrame({
-        "rank": [0, 0, 1, 1], "lane": ["compute", "comm", "comm", "comm"],
-        "start_ns": [5 * MS, 6 * MS, 6 * MS, 8 * MS], "end_ns": [6 * MS, 8 * MS, 9 * MS, 9 * MS],
-        "name": ["aten::mm", "ps.comm dim=tp ...", "ps.comm dim=tp ...", "x"], "op": ["", "all_reduce", "all_reduce", "send"],
-        "dim": ["", "tp", "tp", ""], "instance": ["", "0,1#3", "0,1#3", ""],
-        "bytes": pd.array([pd.NA, 4096, 4096, pd.NA], dtype="Int64"), "n_events": [1, 1, 1, 5],
-        "busy_ns": [MS, 2 * MS, 3 * MS, MS // 2], "merged": [False, False, False, True]})
+    rects = pd.DataFrame(
+        {
+            "rank": [0, 0, 1, 1],
+            "lane": ["compute", "comm", "comm", "comm"],
+            "start_ns": [5 * MS, 6 * MS, 6 * MS, 8 * MS],
+            "end_ns": [6 * MS, 8 * MS, 9 * MS, 9 * MS],
+            "name": ["aten::mm", "ps.comm dim=tp ...", "ps.comm dim=tp ...", "x"],
+            "op": ["", "all_reduce", "all_reduce", "send"],
+            "dim": ["", "tp", "tp", ""],
+            "instance": ["", "0,1#3", "0,1#3", ""],
+            "bytes": pd.array([pd.NA, 4096, 4096, pd.NA], dtype="Int64"),
+            "n_events": [1, 1, 1, 5],
+            "busy_ns": [MS, 2 * MS, 3 * MS, MS // 2],
+            "merged": [False, False, False, True],
+        }
+    )
     table = pd.DataFrame({"rank": [0, 1], "instance": ["0,1#3", "0,1#3"], "busbw_gbps": [2.5, 1.5]})
     g = run_data.gantt_frame(rects, table, t0_ns=5 * MS)
     assert g["start_ms"].tolist() == [0.0, 1.0, 1.0, 3.0] and g["end_ms"].tolist() == [1.0, 3.0, 4.0, 4.0]
@@ -83,10 +122,16 @@ def test_gantt_frame_times_groups_and_busbw():
 
 
 def test_tp_measured_by_group_size_and_link():
-    table = pd.DataFrame({"dim": ["tp", "tp", "sp", "dp", "tp"], "op": ["all_reduce"] * 2 + ["all_gather", "all_reduce",
-                                                                                              "all_reduce"],
-                          "group": ["0,1", "0,1", "0,1", "0,2", "1,9"], "group_size": [2, 2, 2, 2, 2],
-                          "bytes": [100, 300, 50, 10, 100], "busbw_gbps": [1.0, 3.0, 2.0, 9.0, 0.5]})
+    table = pd.DataFrame(
+        {
+            "dim": ["tp", "tp", "sp", "dp", "tp"],
+            "op": ["all_reduce"] * 2 + ["all_gather", "all_reduce", "all_reduce"],
+            "group": ["0,1", "0,1", "0,1", "0,2", "1,9"],
+            "group_size": [2, 2, 2, 2, 2],
+            "bytes": [100, 300, 50, 10, 100],
+            "busbw_gbps": [1.0, 3.0, 2.0, 9.0, 0.5],
+        }
+    )
     node = {0: "a", 1: "a", 2: "a", 9: "b"}
     m = run_data.tp_measured(table, node).set_index(["tp", "sp", "link", "op"])
     assert m.loc[(2, False, NVLINK, "all_reduce"), "busbw_bytes_per_s"] == 2e9  # the median of 1 and 3 GB/s
@@ -96,53 +141,101 @@ def test_tp_measured_by_group_size_and_link():
 
 
 def test_commbench_points_take_the_largest_all_reduce_message():
-    data = {"results": [{"op": "all_reduce", "nranks": 4, "bytes": 1024, "busbw_gbps": 1.0},
-                        {"op": "all_reduce", "nranks": 4, "bytes": 1 << 24, "busbw_gbps": 7.0},
-                        {"op": "all_to_all", "nranks": 4, "bytes": 1 << 24, "busbw_gbps": 3.0}]}
+    data = {
+        "results": [
+            {"op": "all_reduce", "nranks": 4, "bytes": 1024, "busbw_gbps": 1.0},
+            {"op": "all_reduce", "nranks": 4, "bytes": 1 << 24, "busbw_gbps": 7.0},
+            {"op": "all_to_all", "nranks": 4, "bytes": 1 << 24, "busbw_gbps": 3.0},
+        ]
+    }
     points = run_data.commbench_points(data)
     assert points[["tp", "link", "busbw_bytes_per_s"]].values.tolist() == [[4, "intra", 7e9]]
     assert run_data.commbench_points({"results": []}).empty and run_data.commbench_points({}).empty
 
 
 def test_skew_table_and_metrics_summary():
-    inst = pd.DataFrame({"instance": ["a", "b", "c", "d"], "dim": ["tp", "tp", "dp", "tp"],
-                         "op": ["all_reduce"] * 4, "n_ranks": [2, 2, 4, 1], "skew_ns": [MS, 3 * MS, 5 * MS, 0],
-                         "late_rank": [1, 1, 3, -1]})
+    inst = pd.DataFrame(
+        {
+            "instance": ["a", "b", "c", "d"],
+            "dim": ["tp", "tp", "dp", "tp"],
+            "op": ["all_reduce"] * 4,
+            "n_ranks": [2, 2, 4, 1],
+            "skew_ns": [MS, 3 * MS, 5 * MS, 0],
+            "late_rank": [1, 1, 3, -1],
+        }
+    )
     steps = pd.Series({"a": 1, "b": 1, "c": 2, "d": 1})
     skew = run_data.skew_table(inst, steps, 1)
-    assert skew.to_dict("records") == [{"dim": "tp", "op": "all_reduce", "instances": 2, "median skew ms": 2.0,
-                                        "p95 skew ms": pytest.approx(2.9), "max skew ms": 3.0, "most often late": 1,
-                                        "times late": 2}]
-    head = run_data.metrics_summary({"step_time_s": [5.0, 1.0, 2.0, 3.0], "loss": [6.0, 5.5],
-                                     "activation_bytes": {"0": 110}, "predicted_activation_bytes": {"0": 100}})
+    assert skew.to_dict("records") == [
+        {
+            "dim": "tp",
+            "op": "all_reduce",
+            "instances": 2,
+            "median skew ms": 2.0,
+            "p95 skew ms": pytest.approx(2.9),
+            "max skew ms": 3.0,
+            "most often late": 1,
+            "times late": 2,
+        }
+    ]
+    head = run_data.metrics_summary(
+        {
+            "step_time_s": [5.0, 1.0, 2.0, 3.0],
+            "loss": [6.0, 5.5],
+            "activation_bytes": {"0": 110},
+            "predicted_activation_bytes": {"0": 100},
+        }
+    )
     assert head == {"step_time_s": 2.0, "loss_first": 6.0, "loss_last": 5.5, "act_error_pct": pytest.approx(10.0)}
     assert run_data.metrics_summary(None)["step_time_s"] is None
 
 
 def test_timeline_chart_specs():
-    frame = pd.DataFrame({"rank": [0, 1], "lane": pd.Categorical(["compute", "comm"], categories=["compute", "memory",
-                                                                                                  "comm"]),
-                          "start_ms": [0.0, 1.0], "end_ms": [1.0, 2.0], "category": ["compute", "tp"],
-                          "label": ["aten::mm", "all_reduce"], "op": ["", "all_reduce"], "dim": ["", "tp"],
-                          "bytes": [np.nan, 64.0], "group": ["", "0,1"], "busbw_gbps": [np.nan, 1.0], "n_events": [1, 1],
-                          "busy_pct": [100.0, 100.0], "instance": ["", "0,1#0"]})
-    over = timeline_charts.gantt_overview_chart(frame[run_data.OVERVIEW_COLUMNS], span=(0.0, 2.0),
-                                                window=(0.5, 1.5)).to_dict()
+    frame = pd.DataFrame(
+        {
+            "rank": [0, 1],
+            "lane": pd.Categorical(["compute", "comm"], categories=["compute", "memory", "comm"]),
+            "start_ms": [0.0, 1.0],
+            "end_ms": [1.0, 2.0],
+            "category": ["compute", "tp"],
+            "label": ["aten::mm", "all_reduce"],
+            "op": ["", "all_reduce"],
+            "dim": ["", "tp"],
+            "bytes": [np.nan, 64.0],
+            "group": ["", "0,1"],
+            "busbw_gbps": [np.nan, 1.0],
+            "n_events": [1, 1],
+            "busy_pct": [100.0, 100.0],
+            "instance": ["", "0,1#0"],
+        }
+    )
+    over = timeline_charts.gantt_overview_chart(
+        frame[run_data.OVERVIEW_COLUMNS], span=(0.0, 2.0), window=(0.5, 1.5)
+    ).to_dict()
     rects, box = over["layer"]
     fields = {t["field"] for t in rects["encoding"]["tooltip"]}
     assert fields <= set(run_data.OVERVIEW_COLUMNS) | {"dur_ms"}  # computed in the browser
     assert box["mark"]["strokeDash"] == [4, 3]  # the detail window, outlined
-    assert "layer" not in timeline_charts.gantt_overview_chart(frame[run_data.OVERVIEW_COLUMNS], span=(0.0, 2.0)).to_dict()
+    assert (
+        "layer" not in timeline_charts.gantt_overview_chart(frame[run_data.OVERVIEW_COLUMNS], span=(0.0, 2.0)).to_dict()
+    )
     assert {k: v for k, v in over["params"][0].items() if k != "views"} == {
-        "name": "brush", "select": {"type": "interval", "encodings": ["x"]}, "value": {"x": [0.5, 1.5]}}
+        "name": "brush",
+        "select": {"type": "interval", "encodings": ["x"]},
+        "value": {"x": [0.5, 1.5]},
+    }
     assert rects["encoding"]["color"]["scale"]["domain"] == ["compute", "tp"]
     detail = timeline_charts.gantt_detail_chart(frame, window=(0.5, 1.5), highlight="0,1#0").to_dict()
     comm = detail["layer"][1]
     assert {"filter": "datum.lane == 'comm'"} in comm["transform"]
-    assert detail["params"][0]["value"] == [{"instance": "0,1#0"}] or comm["params"][0]["value"] == [{"instance": "0,1#0"}]
+    assert detail["params"][0]["value"] == [{"instance": "0,1#0"}] or comm["params"][0]["value"] == [
+        {"instance": "0,1#0"}
+    ]
     assert detail["layer"][0]["encoding"]["yOffset"]["scale"]["domain"] == ["compute", "comm"]
     hover = [{t["field"] for t in layer["encoding"]["tooltip"]} for layer in detail["layer"]]
-    assert "busbw_gbps" not in hover[0] and {"bytes", "group", "busbw_gbps"} <= hover[1]  # no empty comm fields on compute
+    assert (
+        "busbw_gbps" not in hover[0] and {"bytes", "group", "busbw_gbps"} <= hover[1]
+    )  # no empty comm fields on compute
     parts = run_data.breakdown_parts(BD, 1)
     bar = timeline_charts.breakdown_chart(parts).to_dict()
     assert bar["encoding"]["y"]["stack"] == "zero" and bar["mark"]["type"] == "bar"
@@ -150,7 +243,10 @@ def test_timeline_chart_specs():
 
 def test_run_modules_import_neither_streamlit_nor_torch():
     pure = ["ui.jobs", "ui.trace_sets", "ui.uploads", "ui.run_data", "ui.timeline_charts", "ui.demo"]
-    code = ("import sys\n" + "".join(f"import {m}\n" for m in pure) +
-            "bad = [m for m in ('streamlit', 'torch') if m in sys.modules]\nprint(','.join(bad))")
+    code = (
+        "import sys\n"
+        + "".join(f"import {m}\n" for m in pure)
+        + "bad = [m for m in ('streamlit', 'torch') if m in sys.modules]\nprint(','.join(bad))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

@@ -9,9 +9,16 @@ from tests.unit.test_import import DATA
 from ui.plan_params import review_from_params, review_to_params
 
 PAGE = "pages/plan_review.py"
-SMALL = {"model": "gpt3-22b", "cluster": "dgx-h100", "nodes": "2",
-         "plan": ["A|dp=2,tp=8,pp=1,sp=1,gb=64", "B|dp=2,tp=4,pp=2,sp=1,gb=64,zero=1,recompute=selective",
-                  "C|dp=1,tp=16,sp=1,gb=64"]}
+SMALL = {
+    "model": "gpt3-22b",
+    "cluster": "dgx-h100",
+    "nodes": "2",
+    "plan": [
+        "A|dp=2,tp=8,pp=1,sp=1,gb=64",
+        "B|dp=2,tp=4,pp=2,sp=1,gb=64,zero=1,recompute=selective",
+        "C|dp=1,tp=16,sp=1,gb=64",
+    ],
+}
 
 
 @pytest.fixture(autouse=True)
@@ -35,8 +42,10 @@ def frame_with(at, column: str):
 
 
 def url(at) -> dict:
-    return {k: at.query_params.get_all(k) if hasattr(at.query_params, "get_all") else at.query_params[k]
-            for k in at.query_params}
+    return {
+        k: at.query_params.get_all(k) if hasattr(at.query_params, "get_all") else at.query_params[k]
+        for k in at.query_params
+    }
 
 
 def test_compare_draws_every_chart_with_one_row_per_plan_and_component():
@@ -66,8 +75,17 @@ def test_links_open_each_plan_in_the_plan_pages():
 
 
 def test_the_url_reproduces_the_view():
-    query = {**SMALL, "title": "22B on 2 nodes", "chosen": "B", "verdict": "B: half the memory", "mfu": "0.4",
-             "s_max_tp": "8", "s_sp": "1", "s_zero": "1,2", "dropout": "0"}
+    query = {
+        **SMALL,
+        "title": "22B on 2 nodes",
+        "chosen": "B",
+        "verdict": "B: half the memory",
+        "mfu": "0.4",
+        "s_max_tp": "8",
+        "s_sp": "1",
+        "s_zero": "1,2",
+        "dropout": "0",
+    }
     at = ok(page_test(PAGE, query))
     written = url(at)
     assert review_from_params(written) == review_from_params(query)
@@ -104,8 +122,11 @@ def test_search_pareto_chart_and_send_to_compare():
 
 
 def test_search_that_finds_nothing_says_why():
-    at = ok(page_test(PAGE, {"model": "gpt3-175b", "nodes": "1", "plan": ["A|dp=1,tp=8,gb=16"], "view": "search",
-                             "s_zero": "0"}))
+    at = ok(
+        page_test(
+            PAGE, {"model": "gpt3-175b", "nodes": "1", "plan": ["A|dp=1,tp=8,gb=16"], "view": "search", "s_zero": "0"}
+        )
+    )
     assert any("no plan fits" in e.value and "allowing ZeRO-3" in e.value for e in at.error)
     assert len(frame_with(at, "constraint")) >= 5  # the funnel
 
@@ -127,7 +148,9 @@ def test_import_a_megatron_script_then_add_it():
 
 def test_import_bad_input_points_at_the_line():
     at = ok(page_test(PAGE, {**SMALL, "view": "import"}))
-    at.text_area(key="rv.i_text").input('torchrun pretrain_gpt.py --num-layers 2 \\\n  --tensor-model-parallel-size "8\n').run()
+    at.text_area(key="rv.i_text").input(
+        'torchrun pretrain_gpt.py --num-layers 2 \\\n  --tensor-model-parallel-size "8\n'
+    ).run()
     button(at, "Read it").click().run()
     ok(at)
     assert any("line 2: unterminated double quote" in e.value for e in at.error)

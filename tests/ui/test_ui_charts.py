@@ -67,19 +67,29 @@ def test_an_exact_match_keeps_a_readable_error_axis():
     assert y["scale"]["domain"] == [-1.0, 1.0] and y["axis"]["format"] == "+.2~f"
 
 
-@pytest.mark.parametrize("n, text", [(552 * 2**20, "552 MiB"), (74.1 * 2**30, "74.1 GiB"), (204 * 2**10, "204 KiB"),
-                                     (12.5 * 2**20, "12.5 MiB"), (10, "10 B")])
+@pytest.mark.parametrize(
+    "n, text",
+    [
+        (552 * 2**20, "552 MiB"),
+        (74.1 * 2**30, "74.1 GiB"),
+        (204 * 2**10, "204 KiB"),
+        (12.5 * 2**20, "12.5 MiB"),
+        (10, "10 B"),
+    ],
+)
 def test_bytes_text(n, text):
     assert memory_data.bytes_text(n) == text
 
 
 def test_a_tiny_model_stage_chart_is_in_mib_without_the_capacity_line():
-    tiny = memory_data.stage_memory(MODELS["tiny"], Plan(dp=2, tp=2, pp=2, sp=True, global_batch=8), ActivationOptions(),
-                                    H100.gpu_memory_bytes)
+    tiny = memory_data.stage_memory(
+        MODELS["tiny"], Plan(dp=2, tp=2, pp=2, sp=True, global_batch=8), ActivationOptions(), H100.gpu_memory_bytes
+    )
     spec = memory_charts.stage_chart(tiny).to_dict()["spec"]
     assert len(spec["layer"]) == 1 and spec["layer"][0]["encoding"]["y"]["title"] == "MiB per GPU"
-    sweep = memory_data.components_sweep(MODELS["tiny"], Plan(dp=2, tp=2, pp=2, sp=True, global_batch=8),
-                                         ActivationOptions(), axis="tp")
+    sweep = memory_data.components_sweep(
+        MODELS["tiny"], Plan(dp=2, tp=2, pp=2, sp=True, global_batch=8), ActivationOptions(), axis="tp"
+    )
     labels = memory_charts.sweep_chart(sweep, axis="tp").to_dict()["spec"]["layer"][1]["transform"]
     assert {"calculate": "format(datum.total, ',.2f')", "as": "label"} in labels  # 0.24 MiB, not '0'
     big = memory_charts.stage_chart(memory_data.stage_memory(GPT175, PLAN, ActivationOptions(), H100.gpu_memory_bytes))
@@ -87,6 +97,7 @@ def test_a_tiny_model_stage_chart_is_in_mib_without_the_capacity_line():
 
 
 # ---------------------------------------------------------------- activation memory
+
 
 def test_layer_components_cover_every_recompute_mode_and_sp():
     df = memory_data.layer_components(GPT175, PLAN, ActivationOptions())
@@ -113,11 +124,18 @@ def test_sweeps_leave_out_what_the_model_cannot_split():
     assert set(seq.loc[seq["sp"] == "with SP", "x"]) == {2048}  # 100 tokens do not split over TP 8
 
 
-@pytest.mark.parametrize("builder", [
-    lambda: memory_charts.recompute_chart(memory_data.layer_components(GPT175, PLAN, ActivationOptions())),
-    lambda: memory_charts.sweep_chart(memory_data.components_sweep(GPT175, PLAN, ActivationOptions(), axis="tp"), axis="tp"),
-    lambda: memory_charts.stage_chart(memory_data.stage_memory(GPT175, PLAN, ActivationOptions(), H100.gpu_memory_bytes)),
-])
+@pytest.mark.parametrize(
+    "builder",
+    [
+        lambda: memory_charts.recompute_chart(memory_data.layer_components(GPT175, PLAN, ActivationOptions())),
+        lambda: memory_charts.sweep_chart(
+            memory_data.components_sweep(GPT175, PLAN, ActivationOptions(), axis="tp"), axis="tp"
+        ),
+        lambda: memory_charts.stage_chart(
+            memory_data.stage_memory(GPT175, PLAN, ActivationOptions(), H100.gpu_memory_bytes)
+        ),
+    ],
+)
 def test_memory_charts_facet_without_and_with_sp(builder):
     spec = builder().to_dict()
     assert spec["facet"]["column"]["field"] == "sp"
@@ -126,8 +144,15 @@ def test_memory_charts_facet_without_and_with_sp(builder):
 
 # ---------------------------------------------------------------- TP scaling with measured overlays
 
-MEASURED = pd.DataFrame({"tp": [2, 8, 16], "sp": [False, False, True], "link": ["intra", "intra", "inter"],
-                         "seconds": [1e-4, 3e-4, 6e-3], "busbw_bytes_per_s": [3.5e11, 3.0e11, 4.0e10]})
+MEASURED = pd.DataFrame(
+    {
+        "tp": [2, 8, 16],
+        "sp": [False, False, True],
+        "link": ["intra", "intra", "inter"],
+        "seconds": [1e-4, 3e-4, 6e-3],
+        "busbw_bytes_per_s": [3.5e11, 3.0e11, 4.0e10],
+    }
+)
 
 
 def test_layer_time_chart_overlays_measured_seconds():
@@ -158,10 +183,16 @@ def test_speedup_chart_has_both_metrics():
 
 # ---------------------------------------------------------------- topology
 
+
 def test_gpu_cells_and_paths_for_the_issue_example():
     topo = Topology(dp=2, pp=4, cp=1, tp=2, gpus_per_node=8)  # issue #2's 16-GPU example
     cells = topology_data.gpu_cells(topo, group_dim="dp", compare_order="tp-cp-pp-dp")
-    assert len(cells) == 16 and list(cells.loc[cells["rank"] == 2, ["node", "local", "dp", "tp"]].iloc[0]) == [0, 2, 1, 0]
+    assert len(cells) == 16 and list(cells.loc[cells["rank"] == 2, ["node", "local", "dp", "tp"]].iloc[0]) == [
+        0,
+        2,
+        1,
+        0,
+    ]
     assert cells.loc[cells["rank"] == 0, "group_ranks"].iloc[0] == "[0, 2]"
     paths = topology_data.group_paths(topo, "pp")
     assert paths.groupby("group")["rank"].apply(list).iloc[0] == [0, 4, 8, 12]
@@ -200,12 +231,24 @@ def test_moved_ranks_between_orders():
 
 # ---------------------------------------------------------------- layering
 
-PURE = ["parallel.core.scaling", "ui.plan_params", "ui.topology_data", "ui.memory_data", "ui.topology_charts",
-        "ui.memory_charts", "ui.scaling_charts", "ui.theme", "tests.support.apptest"]
+PURE = [
+    "parallel.core.scaling",
+    "ui.plan_params",
+    "ui.topology_data",
+    "ui.memory_data",
+    "ui.topology_charts",
+    "ui.memory_charts",
+    "ui.scaling_charts",
+    "ui.theme",
+    "tests.support.apptest",
+]
 
 
 def test_pure_modules_import_neither_streamlit_nor_torch():
-    code = ("import sys\n" + "".join(f"import {m}\n" for m in PURE) +
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('streamlit', 'torch'))\nprint(bad)")
+    code = (
+        "import sys\n"
+        + "".join(f"import {m}\n" for m in PURE)
+        + "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('streamlit', 'torch'))\nprint(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -7,12 +7,30 @@ from parallel.core.specs import SpecError
 from ui.plan_params import DEFAULT_PARAMS, KEYS, plan_from_params, plan_to_params
 
 
-@pytest.mark.parametrize("model, cluster, nodes, plan", [
-    ("gpt3-175b", "dgx-h100", 64, Plan(dp=8, tp=8, pp=8, sp=True, global_batch=1536)),
-    ("llama3-70b", "dgx-a100", 16, Plan(dp=4, tp=8, pp=2, cp=2, micro_batch=2, global_batch=64, vpp=2,
-                                          zero=1, recompute="selective", order="tp-cp-pp-dp")),
-    ("tiny", "local-cpu", 1, Plan(dp=2, tp=2, pp=2, global_batch=8, recompute="full")),
-])
+@pytest.mark.parametrize(
+    "model, cluster, nodes, plan",
+    [
+        ("gpt3-175b", "dgx-h100", 64, Plan(dp=8, tp=8, pp=8, sp=True, global_batch=1536)),
+        (
+            "llama3-70b",
+            "dgx-a100",
+            16,
+            Plan(
+                dp=4,
+                tp=8,
+                pp=2,
+                cp=2,
+                micro_batch=2,
+                global_batch=64,
+                vpp=2,
+                zero=1,
+                recompute="selective",
+                order="tp-cp-pp-dp",
+            ),
+        ),
+        ("tiny", "local-cpu", 1, Plan(dp=2, tp=2, pp=2, global_batch=8, recompute="full")),
+    ],
+)
 def test_round_trip(model, cluster, nodes, plan):
     params = plan_to_params(model, cluster, nodes, plan)
     assert tuple(params) == KEYS and all(isinstance(v, str) for v in params.values())
@@ -29,17 +47,20 @@ def test_defaults_and_fitted_nodes():
     assert c.nodes == 3
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"tp": "eight"}, "tp='eight' must be an integer"),
-    ({"sp": "yes"}, "sp='yes' must be 0 or 1"),
-    ({"model": "gpt5"}, "unknown model preset 'gpt5'"),
-    ({"cluster": "tpu"}, "unknown cluster preset 'tpu'"),
-    ({"zero": "4"}, "ZeRO stage"),
-    ({"recompute": "some"}, "recompute must be one of"),
-    ({"order": "tp-dp"}, "must name each of tp, cp, dp, pp"),
-    ({"dp": "0"}, "dp must be a positive integer"),
-    ({"nodes": "0"}, "nodes=0 must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"tp": "eight"}, "tp='eight' must be an integer"),
+        ({"sp": "yes"}, "sp='yes' must be 0 or 1"),
+        ({"model": "gpt5"}, "unknown model preset 'gpt5'"),
+        ({"cluster": "tpu"}, "unknown cluster preset 'tpu'"),
+        ({"zero": "4"}, "ZeRO stage"),
+        ({"recompute": "some"}, "recompute must be one of"),
+        ({"order": "tp-dp"}, "must name each of tp, cp, dp, pp"),
+        ({"dp": "0"}, "dp must be a positive integer"),
+        ({"nodes": "0"}, "nodes=0 must be at least 1"),
+    ],
+)
 def test_bad_values_raise_spec_error(params, message):
     with pytest.raises(SpecError, match=message.replace("(", r"\(")):
         plan_from_params(params)
@@ -47,6 +68,7 @@ def test_bad_values_raise_spec_error(params, message):
 
 def test_usable_params_keeps_the_good_keys():
     from ui.plan_params import usable_params
+
     good, errors = usable_params({"model": "gpt3-22b", "tp": "x", "sp": "2", "dp": "4", "other": "y"})
     assert good == {"model": "gpt3-22b", "dp": "4"}
     assert len(errors) == 2 and "tp='x'" in errors[0] and "sp='2'" in errors[1]

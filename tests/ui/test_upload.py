@@ -32,9 +32,12 @@ def _other_job(data: bytes, world: int) -> bytes:
 
 
 def _bad(good) -> list[tuple[str, bytes]]:
-    return [("notes.txt", b"hello"), ("broken.json", b'{"traceEvents": ['),
-            ("rank5_trace.json.gz", good[0][1][: len(good[0][1]) // 2]),  # cut off mid-stream
-            ("copy_of_rank0.json.gz", good[0][1])]  # rank 0 again
+    return [
+        ("notes.txt", b"hello"),
+        ("broken.json", b'{"traceEvents": ['),
+        ("rank5_trace.json.gz", good[0][1][: len(good[0][1]) // 2]),  # cut off mid-stream
+        ("copy_of_rank0.json.gz", good[0][1]),
+    ]  # rank 0 again
 
 
 def test_bad_files_are_rejected_with_the_loaders_message_and_good_ones_kept(good):
@@ -67,8 +70,9 @@ def test_an_archive_is_one_upload(good):
 def test_store_writes_the_set_whole_and_never_overwrites(tmp_path, good):
     checked = uploads.check_files(good)
     plan = Plan(dp=2, tp=2, sp=True, global_batch=4)
-    path = uploads.store("my-set", checked.accepted, uploads=tmp_path, plan=plan, model="tiny",
-                         rejected=[("x.txt", "not a trace")])
+    path = uploads.store(
+        "my-set", checked.accepted, uploads=tmp_path, plan=plan, model="tiny", rejected=[("x.txt", "not a trace")]
+    )
     assert sorted(p.name for p in (path / "traces").iterdir()) == [n for n, _ in good]
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["world_size"] == 4 and manifest["rejected"] == [{"name": "x.txt", "message": "not a trace"}]
@@ -81,21 +85,29 @@ def test_store_writes_the_set_whole_and_never_overwrites(tmp_path, good):
         uploads.store("wrong-plan", checked.accepted, uploads=tmp_path, plan=Plan(dp=4, tp=2, global_batch=4))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["my-set"]  # no half-written set, no temp folder left
     s = trace_sets.find_set("upload:my-set", uploads=tmp_path)
-    assert (s.kind, s.status, s.world_size, s.plan_label, s.trace_files) == ("upload", "uploaded", 4,
-                                                                             "DP2 TP2+SP PP1 mb1", 4)
+    assert (s.kind, s.status, s.world_size, s.plan_label, s.trace_files) == (
+        "upload",
+        "uploaded",
+        4,
+        "DP2 TP2+SP PP1 mb1",
+        4,
+    )
 
 
 def test_plan_from_a_run_json_or_megatron_script():
     run_json = json.dumps({"plan": {"dp": 2, "tp": 2, "sp": True, "global_batch": 4}, "model": "tiny"})
     plan, model = uploads.plan_from_file("run.json", run_json, 4)
     assert (plan.dp, plan.tp, plan.sp, model) == (2, 2, True, "tiny")
-    script = ("torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
-              "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64")
+    script = (
+        "torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+        "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64"
+    )
     plan, _ = uploads.plan_from_file("train.sh", script, 8)
     assert (plan.dp, plan.tp, plan.pp) == (2, 2, 2)
 
 
 # ------------------------------------------------------------------------------------------ the page
+
 
 @pytest.fixture
 def dirs(tmp_path, monkeypatch) -> Path:

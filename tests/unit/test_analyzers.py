@@ -47,8 +47,9 @@ def test_gpu_collective_row_borrows_its_launch_metadata(pair):
     assert set(table["instance"]) == {"0,1#0"}
 
 
-@pytest.mark.parametrize("plan, dim, source", [({"tp": 2}, "tp", "plan"), ({"dp": 2}, "dp", "plan"),
-                                               (None, "tp", "group_desc")])
+@pytest.mark.parametrize(
+    "plan, dim, source", [({"tp": 2}, "tp", "plan"), ({"dp": 2}, "dp", "plan"), (None, "tp", "group_desc")]
+)
 def test_dimension_from_plan_then_group_description(pair, plan, dim, source):
     row = collectives(pair, plan).iloc[0]
     assert (row["dim"], row["dim_source"]) == (dim, source)
@@ -91,8 +92,15 @@ def test_clocks_of_other_hosts_are_aligned_on_collective_ends(tmp_path):
 def test_gpu_breakdown_exact(pair):
     bd = breakdown(pair).set_index("rank")
     assert bd.loc[0, "step"] == 1 and bd.loc[0, "device"] == "gpu"
-    want0 = dict(window_ns=600, compute_ns=300, comm_ns=300, overlapped_comm_ns=100, exposed_comm_ns=200,
-                 memory_ns=50, idle_ns=50)
+    want0 = dict(
+        window_ns=600,
+        compute_ns=300,
+        comm_ns=300,
+        overlapped_comm_ns=100,
+        exposed_comm_ns=200,
+        memory_ns=50,
+        idle_ns=50,
+    )
     want1 = dict(want0, comm_ns=250, overlapped_comm_ns=50)
     for rank, want in ((0, want0), (1, want1)):
         assert {k: bd.loc[rank, k] for k in want} == {k: v * US for k, v in want.items()}
@@ -109,8 +117,11 @@ def test_cpu_only_gloo_counts_each_collective_once(tmp_path, annotated):
     row = table.iloc[0]
     if annotated:
         assert (row["op"], row["dim"], row["bytes"], row["bytes_source"]) == ("reduce_scatter", "dp", 800, "annotation")
-        assert (row["start_ns"], row["group"], row["seq_source"]) == (traces.events["ts_ns"].min() + 195 * US,
-                                                                     "0,1", "annotation")
+        assert (row["start_ns"], row["group"], row["seq_source"]) == (
+            traces.events["ts_ns"].min() + 195 * US,
+            "0,1",
+            "annotation",
+        )
     else:
         assert (row["op"], row["bytes"], row["bytes_source"]) == ("all_reduce", 400, "input_dims")
         assert row["dim"] == "unknown"
@@ -160,23 +171,34 @@ def test_timeline_caps_every_rank_and_keeps_instances(pair):
 
 
 def test_timeline_cpu_compute_is_the_outermost_operators_per_thread(tmp_path):
-    events = [ts.annotation("ProfilerStep#1", 0, 1000),
-              ts.cpu("aten::mm", 0, 60), ts.cpu("aten::linear", 0, 100),  # same start, the shorter listed first
-              ts.cpu("aten::add", 100, 20), ts.cpu("aten::relu", 110, 5),  # relu nested in add
-              ts.cpu("aten::copy_", 50, 30, tid=2), ts.cpu("aten::fill_", 60, 10, tid=2)]  # another thread
+    events = [
+        ts.annotation("ProfilerStep#1", 0, 1000),
+        ts.cpu("aten::mm", 0, 60),
+        ts.cpu("aten::linear", 0, 100),  # same start, the shorter listed first
+        ts.cpu("aten::add", 100, 20),
+        ts.cpu("aten::relu", 110, 5),  # relu nested in add
+        ts.cpu("aten::copy_", 50, 30, tid=2),
+        ts.cpu("aten::fill_", 60, 10, tid=2),
+    ]  # another thread
     tl = timeline(_load(tmp_path, [ts.trace(0, 1, events, backend="gloo")]), max_rects=100)
     compute = tl[tl["lane"] == "compute"].sort_values("start_ns")
     assert list(compute["name"]) == ["aten::linear", "aten::copy_", "aten::add"]
-    assert (compute["n_events"] == 1).all() and list(compute["end_ns"] - compute["start_ns"]) == [100 * US, 30 * US,
-                                                                                                   20 * US]
+    assert (compute["n_events"] == 1).all() and list(compute["end_ns"] - compute["start_ns"]) == [
+        100 * US,
+        30 * US,
+        20 * US,
+    ]
 
 
-@pytest.mark.parametrize("x, new, want", [
-    ([3, 1, 5, 2, 0, 4], [1, 0, 0, 1, 0, 0], [3, 3, 5, 2, 2, 4]),
-    ([5, 1, 2], [0, 0, 0], [5, 5, 5]),  # the first row always starts a segment
-    ([2 ** 61, -(2 ** 61), 0, 7], [1, 0, 1, 0], [2 ** 61, 2 ** 61, 0, 7]),  # too wide to lift: the loop
-    ([], [], []),
-])
+@pytest.mark.parametrize(
+    "x, new, want",
+    [
+        ([3, 1, 5, 2, 0, 4], [1, 0, 0, 1, 0, 0], [3, 3, 5, 2, 2, 4]),
+        ([5, 1, 2], [0, 0, 0], [5, 5, 5]),  # the first row always starts a segment
+        ([2**61, -(2**61), 0, 7], [1, 0, 1, 0], [2**61, 2**61, 0, 7]),  # too wide to lift: the loop
+        ([], [], []),
+    ],
+)
 def test_running_max_restarts_per_segment(x, new, want):
     from profiler.traces.intervals import running_max
 
@@ -215,12 +237,25 @@ def test_p2p_pairs_by_peers_not_by_the_groups_seq(tmp_path):
     each rank (different on sender and receiver), so the pair's order of issue is what matches."""
     out = []
     for rank, (op, seq) in enumerate((("send", 7), ("recv", 3))):
-        meta = {"Collective name": op, "In msg nelems": 256, "Out msg nelems": 256, "dtype": "BFloat16",
-                "Group size": 4, "Process Group Name": "2", "Process Group Ranks": "[0, 1, 2, 3]", "Seq": seq,
-                "Src Rank": 0, "Dst Rank": 1}
-        events = [ts.annotation("ProfilerStep#1", 0, 1000), ts.cpu(f"c10d::{op}", 10, 20),
-                  ts.cpu("record_param_comms", 11, 18, **meta), ts.runtime(12, 2, corr=5),
-                  ts.kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 100 + 10 * rank, 50, corr=5)]
+        meta = {
+            "Collective name": op,
+            "In msg nelems": 256,
+            "Out msg nelems": 256,
+            "dtype": "BFloat16",
+            "Group size": 4,
+            "Process Group Name": "2",
+            "Process Group Ranks": "[0, 1, 2, 3]",
+            "Seq": seq,
+            "Src Rank": 0,
+            "Dst Rank": 1,
+        }
+        events = [
+            ts.annotation("ProfilerStep#1", 0, 1000),
+            ts.cpu(f"c10d::{op}", 10, 20),
+            ts.cpu("record_param_comms", 11, 18, **meta),
+            ts.runtime(12, 2, corr=5),
+            ts.kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 100 + 10 * rank, 50, corr=5),
+        ]
         out.append(ts.trace(rank, 4, events))
     traces = _load(tmp_path, out)
     table = collectives(traces, {"pp": 2, "dp": 2, "order": "tp-cp-pp-dp"})  # pp groups: (0, 1), (2, 3)
@@ -235,14 +270,29 @@ def test_p2p_pairs_by_peers_not_by_the_groups_seq(tmp_path):
 def test_p2p_group_beside_a_collective_without_peers(tmp_path):
     """A send (Src/Dst Rank) and an all-reduce (none) on one rank: the send's group is '0,1', not the
     '0.0,1.0' a float column of peers would give."""
-    send = {"Collective name": "send", "In msg nelems": 256, "Out msg nelems": 256, "dtype": "Float", "Group size": 2,
-            "Process Group Name": "2", "Process Group Ranks": "[0, 1]", "Seq": 1, "Src Rank": 0, "Dst Rank": 1}
+    send = {
+        "Collective name": "send",
+        "In msg nelems": 256,
+        "Out msg nelems": 256,
+        "dtype": "Float",
+        "Group size": 2,
+        "Process Group Name": "2",
+        "Process Group Ranks": "[0, 1]",
+        "Seq": 1,
+        "Src Rank": 0,
+        "Dst Rank": 1,
+    }
     reduce = {k: v for k, v in send.items() if k not in ("Src Rank", "Dst Rank")} | {"Collective name": "allreduce"}
-    events = [ts.annotation("ProfilerStep#1", 0, 1000), ts.cpu("c10d::send", 10, 20),
-              ts.cpu("record_param_comms", 11, 18, **send), ts.runtime(12, 2, corr=5),
-              ts.kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 100, 50, corr=5),
-              ts.cpu("c10d::allreduce_", 200, 20), ts.cpu("record_param_comms", 201, 18, **reduce),
-              ts.runtime(202, 2, corr=6), ts.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", 300, 50, corr=6)]
+    events = [
+        ts.annotation("ProfilerStep#1", 0, 1000),
+        ts.cpu("c10d::send", 10, 20),
+        ts.cpu("record_param_comms", 11, 18, **send),
+        ts.runtime(12, 2, corr=5),
+        ts.kernel("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 100, 50, corr=5),
+        ts.cpu("c10d::allreduce_", 200, 20),
+        ts.cpu("record_param_comms", 201, 18, **reduce),
+        ts.runtime(202, 2, corr=6),
+        ts.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", 300, 50, corr=6),
+    ]
     table = collectives(_load(tmp_path, [ts.trace(0, 2, events)]))
     assert list(zip(table["op"], table["group"])) == [("send", "0,1"), ("all_reduce", "0,1")]
-

@@ -80,8 +80,8 @@ def test_vocab_parallel_cross_entropy_matches_torch():
     ref = F.cross_entropy(logits.view(-1, 11), target.view(-1), reduction="none").view(2, 5)
     torch.testing.assert_close(ours, ref)
     w = torch.randn(2, 5)
-    g1, = torch.autograd.grad((ours * w).sum(), logits)
-    g2, = torch.autograd.grad((ref * w).sum(), logits)
+    (g1,) = torch.autograd.grad((ours * w).sum(), logits)
+    (g2,) = torch.autograd.grad((ref * w).sum(), logits)
     torch.testing.assert_close(g1, g2)
 
 
@@ -122,14 +122,23 @@ def test_init_is_a_function_of_seed_and_name():
 
 # ---- activation memory: the meter against memory.py, exactly ------------------------------------
 
-@pytest.mark.parametrize("plan_kw,model_kw,dropout", [
-    ({}, {}, 0.0),
-    ({}, {}, 0.1),
-    ({"recompute": "selective"}, {}, 0.1),
-    ({"recompute": "full"}, {}, 0.1),
-    ({"micro_batch": 2, "global_batch": 2}, {"kv_heads": 2}, 0.1),  # GQA, two sequences per microbatch
-    ({}, {"layers": 2, "hidden": 96, "heads": 6, "kv_heads": 6, "ffn_hidden": 200, "seq_len": 48, "vocab": 300}, 0.0),
-], ids=["plain", "dropout", "selective", "recompute-all", "gqa-mb2", "other-shape"])
+
+@pytest.mark.parametrize(
+    "plan_kw,model_kw,dropout",
+    [
+        ({}, {}, 0.0),
+        ({}, {}, 0.1),
+        ({"recompute": "selective"}, {}, 0.1),
+        ({"recompute": "full"}, {}, 0.1),
+        ({"micro_batch": 2, "global_batch": 2}, {"kv_heads": 2}, 0.1),  # GQA, two sequences per microbatch
+        (
+            {},
+            {"layers": 2, "hidden": 96, "heads": 6, "kv_heads": 6, "ffn_hidden": 200, "seq_len": 48, "vocab": 300},
+            0.0,
+        ),
+    ],
+    ids=["plain", "dropout", "selective", "recompute-all", "gqa-mb2", "other-shape"],
+)
 def test_meter_equals_formula_in_one_process(plan_kw, model_kw, dropout):
     plan = Plan(**plan_kw)
     model = dataclasses.replace(TINY, **model_kw)
@@ -160,41 +169,51 @@ def test_meter_counts_a_shared_storage_once_and_skips_parameters():
 
 # ---- CLI: bad plans exit 2 before any process starts --------------------------------------------
 
+
 def test_engine_errors_name_what_is_missing():
     assert engine_errors(TINY, Plan(tp=2)) == []
-    msgs = engine_errors(dataclasses.replace(TINY, arch="llama", kv_heads=1, vocab=511), Plan(pp=2, tp=2, vpp=2, zero=2))
+    msgs = engine_errors(
+        dataclasses.replace(TINY, arch="llama", kv_heads=1, vocab=511), Plan(pp=2, tp=2, vpp=2, zero=2)
+    )
     assert any("arch" in m for m in msgs) and any("kv_heads 1" in m for m in msgs)
     assert any("vocab 511" in m for m in msgs) and any("ZeRO-2" in m for m in msgs)
 
 
 def test_validating_a_train_command_does_not_import_torch():
-    code = ("import sys\nfrom parallel.cli.train import config_from_args\n"
-            "cfg, errors, _ = config_from_args(['--dp', '2', '--tp', '2', '--sp', '--global-batch', '4'])\n"
-            "assert not errors, errors\nprint(any(m.split('.')[0] == 'torch' for m in sys.modules))")
+    code = (
+        "import sys\nfrom parallel.cli.train import config_from_args\n"
+        "cfg, errors, _ = config_from_args(['--dp', '2', '--tp', '2', '--sp', '--global-batch', '4'])\n"
+        "assert not errors, errors\nprint(any(m.split('.')[0] == 'torch' for m in sys.modules))"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("flags,needle", [
-    (["--tp", "3"], "heads 4 are not divisible by tp 3"),
-    (["--sp"], "sequence parallelism (sp) needs tp > 1"),
-    (["--dp", "2", "--global-batch", "3"], "global_batch 3 is not divisible"),
-    (["--pp", "2", "--vpp", "2", "--global-batch", "3"], "interleaved schedule: microbatches 3"),
-    (["--zero", "2", "--dp", "2"], "ZeRO-2: the engine implements ZeRO 0 and 1"),
-    (["--dp", "2", "--global-batch", "2", "--timeout", "-1"], "--timeout -1 must be > 0"),  # was gloo's traceback
-    (["--tp", "2", "--layers", "3"], None),  # fine for TP: not an error
-])
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--tp", "3"], "heads 4 are not divisible by tp 3"),
+        (["--sp"], "sequence parallelism (sp) needs tp > 1"),
+        (["--dp", "2", "--global-batch", "3"], "global_batch 3 is not divisible"),
+        (["--pp", "2", "--vpp", "2", "--global-batch", "3"], "interleaved schedule: microbatches 3"),
+        (["--zero", "2", "--dp", "2"], "ZeRO-2: the engine implements ZeRO 0 and 1"),
+        (["--dp", "2", "--global-batch", "2", "--timeout", "-1"], "--timeout -1 must be > 0"),  # was gloo's traceback
+        (["--tp", "2", "--layers", "3"], None),  # fine for TP: not an error
+    ],
+)
 def test_cli_rejects_a_bad_plan_with_exit_2(flags, needle, tmp_path):
     start = time.monotonic()
     args = ["--out", str(tmp_path / "run"), "--steps", "1"]
     if needle is None:  # only check that the plan model does not object; do not train
         from parallel.cli.train import config_from_args
+
         _, errors, _ = config_from_args(flags + args)
         assert errors == []
         return
-    r = subprocess.run([sys.executable, "-m", "parallel", "train", *flags, *args], cwd=ROOT,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "parallel", "train", *flags, *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr
     assert "Traceback" not in r.stderr
@@ -202,12 +221,29 @@ def test_cli_rejects_a_bad_plan_with_exit_2(flags, needle, tmp_path):
     assert time.monotonic() - start < 30
 
 
-@pytest.mark.parametrize("out,needle", [("file", "exists and is not a directory"),
-                                        ("file/run", "cannot be created (")])
+@pytest.mark.parametrize("out,needle", [("file", "exists and is not a directory"), ("file/run", "cannot be created (")])
 def test_an_out_that_cannot_hold_the_run_exits_2_before_any_rank_starts(out, needle, tmp_path):
     """rank 0 writes metrics.json only after the last step: a bad --out must not cost the whole job."""
     (tmp_path / "file").write_text("")
-    r = subprocess.run([sys.executable, "-m", "parallel", "train", "--dp", "2", "--global-batch", "2", "--steps", "1",
-                        "--out", str(tmp_path / out)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "parallel",
+            "train",
+            "--dp",
+            "2",
+            "--global-batch",
+            "2",
+            "--steps",
+            "1",
+            "--out",
+            str(tmp_path / out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "step 0" not in r.stdout

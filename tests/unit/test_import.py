@@ -18,7 +18,16 @@ def test_megatron_gpt3_175b_example():
     imp = import_plan(DATA / "megatron_gpt3_175b.sh")
     assert imp.kind == "megatron" and imp.model == MODELS["gpt3-175b"]  # vocab 50257 padded to 51200 at tp 8
     p = imp.plan
-    assert (p.tp, p.pp, p.cp, p.sp, p.micro_batch, p.global_batch, p.zero, p.recompute) == (8, 16, 1, False, 1, 1536, 0, "none")
+    assert (p.tp, p.pp, p.cp, p.sp, p.micro_batch, p.global_batch, p.zero, p.recompute) == (
+        8,
+        16,
+        1,
+        False,
+        1,
+        1536,
+        0,
+        "none",
+    )
     # published for 1 node x 8 GPUs, which cannot hold tp x pp = 128: the world size is left to the caller
     assert imp.world_size is None and "cannot hold tp×pp×cp = 128" in imp.world_from
     placed, cluster = place(imp, H100, nodes=64)
@@ -61,11 +70,14 @@ def test_megatron_sc21_sbatch_srun_sh_c():
     assert (m.layers, m.hidden, m.heads, m.vocab, m.dtype_bytes, m.arch) == (32, 3840, 32, 50432, 2, "gpt")
 
 
-@pytest.mark.parametrize("name,preset,tp,recompute,local", [
-    ("torchtitan_llama3_8b.toml", "llama3-8b", 1, "selective", 1),
-    ("torchtitan_llama3_70b.toml", "llama3-70b", 8, "full", 8),
-    ("torchtitan_llama3_405b.toml", "llama3-405b", 8, "full", 2),
-])
+@pytest.mark.parametrize(
+    "name,preset,tp,recompute,local",
+    [
+        ("torchtitan_llama3_8b.toml", "llama3-8b", 1, "selective", 1),
+        ("torchtitan_llama3_70b.toml", "llama3-70b", 8, "full", 8),
+        ("torchtitan_llama3_405b.toml", "llama3-405b", 8, "full", 2),
+    ],
+)
 def test_torchtitan_llama3_configs(name, preset, tp, recompute, local):
     imp = import_plan(DATA / name)
     assert imp.kind == "torchtitan" and imp.model == MODELS[preset]
@@ -110,7 +122,9 @@ x = 1
 
 
 def test_plan_json_round_trip_through_the_plan_cli(tmp_path, capsys):
-    argv = "--model gpt3-175b --cluster dgx-h100 --nodes 64 --dp 8 --tp 8 --pp 8 --sp --global-batch 1536 --json".split()
+    argv = (
+        "--model gpt3-175b --cluster dgx-h100 --nodes 64 --dp 8 --tp 8 --pp 8 --sp --global-batch 1536 --json".split()
+    )
     assert plan_cli.main(argv) == 0
     report = capsys.readouterr().out
     path = tmp_path / "plan.json"
@@ -141,7 +155,10 @@ def test_plan_cli_import_contract(capsys):
     rep = json.loads(capsys.readouterr().out)
     assert rep["world_size"] == 8 and rep["cluster"]["nodes"] == 1 and rep["plan"]["dp"] == 8
     # the file's flash attention and zero dropout are the modelling assumptions
-    assert rep["activation_components"]["attention.scores"] == 0 and rep["activation_components"]["residual.dropout_masks"] == 0
+    assert (
+        rep["activation_components"]["attention.scores"] == 0
+        and rep["activation_components"]["residual.dropout_masks"] == 0
+    )
     assert plan_cli.main(["--import", str(DATA / "megatron_sc21_figure15.sh")]) == 0
     assert "world size 64: VALID" in capsys.readouterr().out
 
@@ -156,43 +173,80 @@ def test_plan_cli_import_needs_a_world_size(capsys):
 
 
 def test_unknown_flags_are_listed_not_fatal():
-    imp = import_text("torchrun --nproc_per_node=4 --nnodes=2 pretrain_gpt.py --tensor-model-parallel-size 4 "
-                      "--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --bf16 "
-                      "--frobnicate 3 4 --my-new-flag --lr 1e-4 --micro-batch-size 2 --global-batch-size 64")
+    imp = import_text(
+        "torchrun --nproc_per_node=4 --nnodes=2 pretrain_gpt.py --tensor-model-parallel-size 4 "
+        "--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --bf16 "
+        "--frobnicate 3 4 --my-new-flag --lr 1e-4 --micro-batch-size 2 --global-batch-size 64"
+    )
     assert imp.unknown == ("--frobnicate", "--my-new-flag") and imp.world_size == 8
     assert imp.plan.dp == 2 and imp.plan.micro_batch == 2
 
 
 def test_interleaved_and_mapping_flags():
-    imp = import_text("""#!/bin/bash
+    imp = import_text(
+        """#!/bin/bash
 PP=4
 ARGS=(--pipeline-model-parallel-size $PP --num-layers-per-virtual-pipeline-stage 3 --use-tp-pp-dp-mapping
       --tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel --recompute-activations)
 python -m torch.distributed.run --nproc-per-node 8 --nnodes 4 pretrain_gpt.py "${ARGS[@]}" \\
    --num-layers 48 --hidden-size 6144 --num-attention-heads 64 --seq-length 4096 --bf16 \\
    --global-batch-size 256
-""", "team.sh")
+""",
+        "team.sh",
+    )
     p = imp.plan
-    assert (p.dp, p.tp, p.pp, p.cp, p.vpp, p.sp, p.recompute, p.order) == (2, 2, 4, 2, 4, True, "selective", "tp-cp-ep-pp-dp")
+    assert (p.dp, p.tp, p.pp, p.cp, p.vpp, p.sp, p.recompute, p.order) == (
+        2,
+        2,
+        4,
+        2,
+        4,
+        True,
+        "selective",
+        "tp-cp-ep-pp-dp",
+    )
 
 
-@pytest.mark.parametrize("text,line,message", [
-    ('TP=8\nARGS="--tensor-model-parallel-size $TP\ntorchrun pretrain_gpt.py $ARGS\n', 2, "unterminated double quote"),
-    ("ARGS=(\n  --num-layers 2\n", 1, "array `(` is never closed"),
-    ('if [ "$X" == 1 ]; then\n  TP=2\n', 1, "`if` is never closed"),
-    ("torchrun pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 \\\n"
-     "  --tensor-model-parallel-size eight\n", 2, "--tensor-model-parallel-size expects an integer, got 'eight'"),
-    ("MP_ARGS=(\n  --tensor-model-parallel-size ${TP}\n  --pipeline-model-parallel-size 2\n)\n"
-     "torchrun pretrain_gpt.py ${MP_ARGS[@]} --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64\n",
-     2, "--tensor-model-parallel-size needs a value (TP is not set in the script)"),
-    ("TP=$(python get_tp.py)\ntorchrun pretrain_gpt.py --tensor-model-parallel-size $TP --num-layers 2\n", 2,
-     "takes its value from `$(python get_tp.py)`, a command this importer does not run"),
-    ("torchrun pretrain_gpt.py --tensor-model-parallel-size 2 --hidden-size 64\n", 1,
-     "the launch command gives no --num-layers, --num-attention-heads, --seq-length"),
-    ("torchrun pretrain_gpt.py --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3 \\\n"
-     " --num-layers 8 --hidden-size 64 --num-attention-heads 4 --seq-length 64\n", 1,
-     "layers 8 are not divisible by pp×3 = 6"),
-])
+@pytest.mark.parametrize(
+    "text,line,message",
+    [
+        (
+            'TP=8\nARGS="--tensor-model-parallel-size $TP\ntorchrun pretrain_gpt.py $ARGS\n',
+            2,
+            "unterminated double quote",
+        ),
+        ("ARGS=(\n  --num-layers 2\n", 1, "array `(` is never closed"),
+        ('if [ "$X" == 1 ]; then\n  TP=2\n', 1, "`if` is never closed"),
+        (
+            "torchrun pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 \\\n"
+            "  --tensor-model-parallel-size eight\n",
+            2,
+            "--tensor-model-parallel-size expects an integer, got 'eight'",
+        ),
+        (
+            "MP_ARGS=(\n  --tensor-model-parallel-size ${TP}\n  --pipeline-model-parallel-size 2\n)\n"
+            "torchrun pretrain_gpt.py ${MP_ARGS[@]} --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64\n",
+            2,
+            "--tensor-model-parallel-size needs a value (TP is not set in the script)",
+        ),
+        (
+            "TP=$(python get_tp.py)\ntorchrun pretrain_gpt.py --tensor-model-parallel-size $TP --num-layers 2\n",
+            2,
+            "takes its value from `$(python get_tp.py)`, a command this importer does not run",
+        ),
+        (
+            "torchrun pretrain_gpt.py --tensor-model-parallel-size 2 --hidden-size 64\n",
+            1,
+            "the launch command gives no --num-layers, --num-attention-heads, --seq-length",
+        ),
+        (
+            "torchrun pretrain_gpt.py --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3 \\\n"
+            " --num-layers 8 --hidden-size 64 --num-attention-heads 4 --seq-length 64\n",
+            1,
+            "layers 8 are not divisible by pp×3 = 6",
+        ),
+    ],
+)
 def test_malformed_megatron_points_at_the_line(text, line, message):
     with pytest.raises(ImportFailed) as err:
         import_text(text, "job.sh")
@@ -206,13 +260,28 @@ def test_no_megatron_command():
         import_text("echo hello\nls -l\n", "job.sh")
 
 
-@pytest.mark.parametrize("text,line,message", [
-    ("[parallelism]\ntensor_parallel_degree = \n", 2, "not valid TOML"),
-    ('[model]\nflavor = "8B"\n[parallelism]\ntensor_parallel_degree = "8"\n', 4, "[parallelism] tensor_parallel_degree = '8' must be a positive integer"),
-    ("[model]\nname = \"llama3\"\nflavor = \"debugmodel\"\n", 3, "no preset for torchtitan model 'llama3' flavour 'debugmodel'"),
-    ("[model]\nflavor = \"8B\"\n[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_microbatch_size = 3\n"
-     "[training]\nlocal_batch_size = 8\n", 5, "local batch 8 is not divisible by pipeline_parallel_microbatch_size 3"),
-])
+@pytest.mark.parametrize(
+    "text,line,message",
+    [
+        ("[parallelism]\ntensor_parallel_degree = \n", 2, "not valid TOML"),
+        (
+            '[model]\nflavor = "8B"\n[parallelism]\ntensor_parallel_degree = "8"\n',
+            4,
+            "[parallelism] tensor_parallel_degree = '8' must be a positive integer",
+        ),
+        (
+            '[model]\nname = "llama3"\nflavor = "debugmodel"\n',
+            3,
+            "no preset for torchtitan model 'llama3' flavour 'debugmodel'",
+        ),
+        (
+            '[model]\nflavor = "8B"\n[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_microbatch_size = 3\n'
+            "[training]\nlocal_batch_size = 8\n",
+            5,
+            "local batch 8 is not divisible by pipeline_parallel_microbatch_size 3",
+        ),
+    ],
+)
 def test_malformed_toml_points_at_the_line(text, line, message):
     with pytest.raises(ImportFailed) as err:
         import_text(text, "job.toml")
@@ -239,6 +308,11 @@ def test_cli_reports_bad_files_in_one_line(tmp_path, capsys):
 @pytest.mark.parametrize("name,kind", [("a.sh", "megatron"), ("a.toml", "torchtitan"), ("a.json", "plan-json")])
 def test_detect_by_suffix_and_by_content(name, kind):
     assert detect("", name) == kind
-    text = (DATA / {"megatron": "megatron_gpt3_175b.sh", "torchtitan": "torchtitan_llama3_8b.toml"}.get(kind, "x")).read_text() \
-        if kind != "plan-json" else '{"plan": {}}'
+    text = (
+        (
+            DATA / {"megatron": "megatron_gpt3_175b.sh", "torchtitan": "torchtitan_llama3_8b.toml"}.get(kind, "x")
+        ).read_text()
+        if kind != "plan-json"
+        else '{"plan": {}}'
+    )
     assert detect(text) == kind

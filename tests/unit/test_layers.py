@@ -128,8 +128,10 @@ def test_no_upward_import_and_no_banned_library():
             t_folder, t_rule = rule_of(target)
             same_folder = t_folder == folder or package_of(target) == package_of(module)
             if not same_folder and t_rule.rank >= rule.rank:
-                problems.append(f"{MODULES[module].relative_to(ROOT)}:{line}: {folder} (rank {rule.rank}) imports "
-                                f"{target} of {t_folder} (rank {t_rule.rank})")
+                problems.append(
+                    f"{MODULES[module].relative_to(ROOT)}:{line}: {folder} (rank {rule.rank}) imports "
+                    f"{target} of {t_folder} (rank {t_rule.rank})"
+                )
     assert not problems, "\n".join(problems)
 
 
@@ -174,8 +176,9 @@ def test_no_import_cycle():
     assert not cycles, f"import cycles: {cycles}"
 
 
-@pytest.mark.parametrize("bad, good", [("profiler.cli.run", "profiler.formats.rundir"),
-                                       ("ui.loaders", "parallel.core.memory")])
+@pytest.mark.parametrize(
+    "bad, good", [("profiler.cli.run", "profiler.formats.rundir"), ("ui.loaders", "parallel.core.memory")]
+)
 def test_the_rule_itself_catches_an_upward_import(bad, good):
     """The checker is not vacuous: an import from a lower layer to a higher one is flagged by rank."""
     assert rule_of(bad)[1].rank > rule_of(good)[1].rank
@@ -183,7 +186,9 @@ def test_the_rule_itself_catches_an_upward_import(bad, good):
 
 def _unannotated(fn: ast.FunctionDef) -> list[str]:
     a = fn.args
-    missing = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs if x.annotation is None and x.arg not in ("self", "cls")]
+    missing = [
+        x.arg for x in a.posonlyargs + a.args + a.kwonlyargs if x.annotation is None and x.arg not in ("self", "cls")
+    ]
     missing += [f"*{x.arg}" for x in (a.vararg, a.kwarg) if x is not None and x.annotation is None]
     if fn.returns is None and fn.name != "__init__":
         missing.append("return")

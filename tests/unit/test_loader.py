@@ -38,11 +38,13 @@ def _pair(folder: Path, **kw) -> Path:
 
 
 def test_public_entry_point_does_not_import_torch():
-    code = ("import sys, profiler; f = profiler.load_traces; "
-            "import profiler.analyzers, profiler.analyzers.timeline, profiler.analyzers.export, "
-            "profiler.analyzers.breakdown, profiler.analyzers.matching, profiler.cli.analyze; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'streamlit')]; "
-            "assert not bad, bad; print('ok')")
+    code = (
+        "import sys, profiler; f = profiler.load_traces; "
+        "import profiler.analyzers, profiler.analyzers.timeline, profiler.analyzers.export, "
+        "profiler.analyzers.breakdown, profiler.analyzers.matching, profiler.cli.analyze; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'streamlit')]; "
+        "assert not bad, bad; print('ok')"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 

@@ -114,7 +114,9 @@ def test_gpipe_holds_all_microbatches_and_few_microbatches_cap_1f1b():
     assert inflight_chunks(Plan(pp=4, global_batch=2), 0) == 2
 
 
-@pytest.mark.parametrize("zero,expect", [(0, (2, 2, 12)), (1, (2, 2, 12 / 8)), (2, (2, 2 / 8, 12 / 8)), (3, (2 / 8, 2 / 8, 12 / 8))])
+@pytest.mark.parametrize(
+    "zero,expect", [(0, (2, 2, 12)), (1, (2, 2, 12 / 8)), (2, (2, 2 / 8, 12 / 8)), (3, (2 / 8, 2 / 8, 12 / 8))]
+)
 def test_zero_stages_split_model_states(zero, expect):
     m = MODELS["gpt3-22b"]
     plan = Plan(dp=8, zero=zero, global_batch=8)
@@ -130,12 +132,15 @@ def test_params_per_stage_sum_to_the_model():
         assert params_per_stage(m, plan, 0) == pytest.approx(m.params_total())
 
 
-@pytest.mark.parametrize("name,billions", [("gpt3-175b", 174.6), ("llama3-8b", 8.03), ("llama3-70b", 70.55), ("llama3-405b", 405.85)])
+@pytest.mark.parametrize(
+    "name,billions", [("gpt3-175b", 174.6), ("llama3-8b", 8.03), ("llama3-70b", 70.55), ("llama3-405b", 405.85)]
+)
 def test_parameter_counts_match_published_sizes(name, billions):
     assert MODELS[name].params_total() / 1e9 == pytest.approx(billions, abs=0.05)
 
 
 # --- topology ---------------------------------------------------------------------------------
+
 
 def megatron_oracle(world, sizes_by_name, order, dim):
     """Megatron-LM's orthogonal group rule, restated independently: with the axes of `order`
@@ -213,9 +218,12 @@ LINK = Link(100e9, 5e-6)
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_ring_formulas(n):
     S = 64 * 2**20
-    assert collective_seconds("all_reduce", n, S, LINK) == pytest.approx(2 * (n - 1) / n * S / 100e9 + 2 * (n - 1) * 5e-6)
-    assert collective_seconds("all_gather", n, S, LINK) + collective_seconds("reduce_scatter", n, S, LINK) == \
-        pytest.approx(collective_seconds("all_reduce", n, S, LINK))
+    assert collective_seconds("all_reduce", n, S, LINK) == pytest.approx(
+        2 * (n - 1) / n * S / 100e9 + 2 * (n - 1) * 5e-6
+    )
+    assert collective_seconds("all_gather", n, S, LINK) + collective_seconds(
+        "reduce_scatter", n, S, LINK
+    ) == pytest.approx(collective_seconds("all_reduce", n, S, LINK))
     assert collective_seconds("send_recv", 2, S, LINK) == pytest.approx(S / 100e9 + 5e-6)
 
 
@@ -248,8 +256,10 @@ def test_groups_across_nodes_use_the_slow_link():
 
 def test_zero_changes_dp_collectives():
     m, c = MODELS["gpt3-22b"], CLUSTERS["dgx-h100"].with_nodes(2)
-    ops = {z: sorted({r["collective"] for r in _by(comm_per_step(m, Plan(dp=16, zero=z, global_batch=16), c), dim="dp")})
-           for z in (0, 1, 3)}
+    ops = {
+        z: sorted({r["collective"] for r in _by(comm_per_step(m, Plan(dp=16, zero=z, global_batch=16), c), dim="dp")})
+        for z in (0, 1, 3)
+    }
     assert ops == {0: ["all_reduce"], 1: ["all_gather", "reduce_scatter"], 3: ["all_gather", "reduce_scatter"]}
 
 
@@ -269,7 +279,9 @@ def test_bubble_and_step_time_parts():
     m, c = MODELS["gpt3-175b"], CLUSTERS["dgx-h100"].with_nodes(64)
     plan = Plan(dp=8, tp=8, pp=8, sp=True, global_batch=1536)
     t = step_time(m, plan, c, PerfOptions(mfu=0.5))
-    assert t["step_time_s"] == pytest.approx(t["compute_s"] + t["bubble_s"] + t["exposed_sp_s"] + t["exposed_pp_s"] + t["exposed_dp_s"])
+    assert t["step_time_s"] == pytest.approx(
+        t["compute_s"] + t["bubble_s"] + t["exposed_sp_s"] + t["exposed_pp_s"] + t["exposed_dp_s"]
+    )
     assert 0 < t["mfu"] < 0.5
     hidden = step_time(m, plan, c, PerfOptions(mfu=0.5, dp_overlap=1.0))
     assert hidden["exposed_dp_s"] == 0 and hidden["step_time_s"] < t["step_time_s"]
@@ -281,35 +293,68 @@ H100 = CLUSTERS["dgx-h100"]
 G175 = MODELS["gpt3-175b"]
 
 
-@pytest.mark.parametrize("plan,model,nodes,message", [
-    (dict(dp=8, tp=8, pp=8), G175, 60, "dp×tp×pp×cp = 8×8×8×1 = 512, but the cluster has 60×8 = 480 GPUs"),
-    (dict(tp=5, dp=8, pp=2, global_batch=80), MODELS["gpt3-22b"], 10, "heads 64 are not divisible by tp 5"),
-    (dict(tp=16), Model("gqa", layers=8, hidden=6144, heads=48, kv_heads=6, vocab=32000, seq_len=2048), 2,
-     "kv_heads 6 and tp 16: neither divides the other"),
-    (dict(pp=5, dp=1, tp=8, global_batch=5), G175, 5, "layers 96 are not divisible by pp×vpp = 5×1 = 5"),
-    (dict(pp=8, vpp=5, dp=1, tp=8, global_batch=8), G175, 8, "pp×vpp = 8×5 = 40"),
-    (dict(tp=8, sp=True, global_batch=1), Model("odd", layers=2, hidden=1024, heads=8, vocab=1000, seq_len=2044), 1,
-     "seq_len/cp = 2044/1 = 2044 is not divisible by tp 8"),
-    (dict(cp=4, tp=2, global_batch=1), Model("odd", layers=2, hidden=1024, heads=8, vocab=1000, seq_len=2060), 1,
-     "seq_len 2060 is not divisible by 2×cp = 8"),
-    (dict(sp=True, dp=8, global_batch=8), MODELS["gpt3-22b"], 1, "sequence parallelism (sp) needs tp > 1"),
-    (dict(dp=8, tp=8, pp=8, micro_batch=2, global_batch=100), G175, 64, "global_batch 100 is not divisible by dp×micro_batch = 8×2 = 16"),
-    (dict(dp=8, tp=8, vpp=2, global_batch=64), MODELS["gpt3-22b"], 8, "vpp 2 > 1 (interleaved schedule) needs pp > 1"),
-    (dict(dp=8, tp=8, pp=8, vpp=2, global_batch=8 * 12), G175, 64, "microbatches 12 (= global_batch/(dp×micro_batch)) must be divisible by pp 8"),
-    (dict(dp=64, tp=8, global_batch=64), G175, 64, "exceeds the GPU's 80.0 GiB"),
-])
+@pytest.mark.parametrize(
+    "plan,model,nodes,message",
+    [
+        (dict(dp=8, tp=8, pp=8), G175, 60, "dp×tp×pp×cp = 8×8×8×1 = 512, but the cluster has 60×8 = 480 GPUs"),
+        (dict(tp=5, dp=8, pp=2, global_batch=80), MODELS["gpt3-22b"], 10, "heads 64 are not divisible by tp 5"),
+        (
+            dict(tp=16),
+            Model("gqa", layers=8, hidden=6144, heads=48, kv_heads=6, vocab=32000, seq_len=2048),
+            2,
+            "kv_heads 6 and tp 16: neither divides the other",
+        ),
+        (dict(pp=5, dp=1, tp=8, global_batch=5), G175, 5, "layers 96 are not divisible by pp×vpp = 5×1 = 5"),
+        (dict(pp=8, vpp=5, dp=1, tp=8, global_batch=8), G175, 8, "pp×vpp = 8×5 = 40"),
+        (
+            dict(tp=8, sp=True, global_batch=1),
+            Model("odd", layers=2, hidden=1024, heads=8, vocab=1000, seq_len=2044),
+            1,
+            "seq_len/cp = 2044/1 = 2044 is not divisible by tp 8",
+        ),
+        (
+            dict(cp=4, tp=2, global_batch=1),
+            Model("odd", layers=2, hidden=1024, heads=8, vocab=1000, seq_len=2060),
+            1,
+            "seq_len 2060 is not divisible by 2×cp = 8",
+        ),
+        (dict(sp=True, dp=8, global_batch=8), MODELS["gpt3-22b"], 1, "sequence parallelism (sp) needs tp > 1"),
+        (
+            dict(dp=8, tp=8, pp=8, micro_batch=2, global_batch=100),
+            G175,
+            64,
+            "global_batch 100 is not divisible by dp×micro_batch = 8×2 = 16",
+        ),
+        (
+            dict(dp=8, tp=8, vpp=2, global_batch=64),
+            MODELS["gpt3-22b"],
+            8,
+            "vpp 2 > 1 (interleaved schedule) needs pp > 1",
+        ),
+        (
+            dict(dp=8, tp=8, pp=8, vpp=2, global_batch=8 * 12),
+            G175,
+            64,
+            "microbatches 12 (= global_batch/(dp×micro_batch)) must be divisible by pp 8",
+        ),
+        (dict(dp=64, tp=8, global_batch=64), G175, 64, "exceeds the GPU's 80.0 GiB"),
+    ],
+)
 def test_every_validation_error_has_its_numbers(plan, model, nodes, message):
     v = check(Plan(**plan), model, H100.with_nodes(nodes))
     assert not v.valid
     assert any(message in e for e in v.errors), v.errors
 
 
-@pytest.mark.parametrize("plan,nodes,message", [
-    (dict(tp=16, dp=4, pp=8, global_batch=512), 64, "32 of 32 TP groups cross nodes (tp=16, 8 GPUs per node)"),
-    (dict(tp=8, cp=2, dp=4, pp=8, global_batch=512), 64, "CP groups cross nodes"),
-    (dict(tp=8, dp=8, pp=8, global_batch=128), 64, "bubble (pp−1)/(vpp·m)"),
-    (dict(tp=8, dp=64, pp=8, global_batch=256), 512, "the pipeline never fills"),
-])
+@pytest.mark.parametrize(
+    "plan,nodes,message",
+    [
+        (dict(tp=16, dp=4, pp=8, global_batch=512), 64, "32 of 32 TP groups cross nodes (tp=16, 8 GPUs per node)"),
+        (dict(tp=8, cp=2, dp=4, pp=8, global_batch=512), 64, "CP groups cross nodes"),
+        (dict(tp=8, dp=8, pp=8, global_batch=128), 64, "bubble (pp−1)/(vpp·m)"),
+        (dict(tp=8, dp=64, pp=8, global_batch=256), 512, "the pipeline never fills"),
+    ],
+)
 def test_layout_warnings(plan, nodes, message):
     v = check(Plan(sp=True, **plan), G175, H100.with_nodes(nodes))
     assert any(message in w for w in v.warnings), v.warnings
@@ -320,13 +365,16 @@ def test_a_good_plan_is_valid():
     assert v.valid and v.computable
 
 
-@pytest.mark.parametrize("bad,message", [
-    (dict(dp=0), "Plan.dp must be a positive integer"),
-    (dict(zero=4), "ZeRO stage 0, 1, 2 or 3"),
-    (dict(recompute="some"), "recompute must be one of"),
-    (dict(schedule="zb"), "schedule must be one of"),
-    (dict(order="dp-tp"), "rank order"),
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        (dict(dp=0), "Plan.dp must be a positive integer"),
+        (dict(zero=4), "ZeRO stage 0, 1, 2 or 3"),
+        (dict(recompute="some"), "recompute must be one of"),
+        (dict(schedule="zb"), "schedule must be one of"),
+        (dict(order="dp-tp"), "rank order"),
+    ],
+)
 def test_plan_rejects_impossible_fields(bad, message):
     with pytest.raises(SpecError, match=message):
         Plan(**bad)
@@ -334,9 +382,28 @@ def test_plan_rejects_impossible_fields(bad, message):
 
 # --- JSON round trip ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("obj", [*MODELS.values(), *CLUSTERS.values(),
-                                 Plan(dp=8, tp=8, pp=8, cp=2, sp=True, micro_batch=2, global_batch=1536, vpp=3,
-                                      zero=1, recompute="selective", order="tp-cp-pp-dp", schedule="1f1b")])
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        *MODELS.values(),
+        *CLUSTERS.values(),
+        Plan(
+            dp=8,
+            tp=8,
+            pp=8,
+            cp=2,
+            sp=True,
+            micro_batch=2,
+            global_batch=1536,
+            vpp=3,
+            zero=1,
+            recompute="selective",
+            order="tp-cp-pp-dp",
+            schedule="1f1b",
+        ),
+    ],
+)
 def test_json_round_trip(obj):
     again = type(obj).from_dict(json.loads(json.dumps(obj.to_dict())))
     assert again == obj

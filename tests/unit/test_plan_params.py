@@ -25,9 +25,25 @@ from ui.plan_params import (
     state_of_review,
 )
 
-PLANS = (NamedPlan("baseline", Plan(dp=8, tp=8, pp=8, sp=True, global_batch=1536)),
-         NamedPlan("lean, v2", Plan(dp=4, tp=8, pp=8, cp=2, sp=True, vpp=2, micro_batch=2, global_batch=1536, zero=1,
-                                   recompute="selective", order="tp-cp-pp-dp")))
+PLANS = (
+    NamedPlan("baseline", Plan(dp=8, tp=8, pp=8, sp=True, global_batch=1536)),
+    NamedPlan(
+        "lean, v2",
+        Plan(
+            dp=4,
+            tp=8,
+            pp=8,
+            cp=2,
+            sp=True,
+            vpp=2,
+            micro_batch=2,
+            global_batch=1536,
+            zero=1,
+            recompute="selective",
+            order="tp-cp-pp-dp",
+        ),
+    ),
+)
 
 
 @pytest.mark.parametrize("named", PLANS)
@@ -37,8 +53,12 @@ def test_plan_code_round_trip(named):
 
 def test_plan_code_defaults_and_errors():
     assert parse_plan_code("x|tp=4,dp=2").plan == Plan(dp=2, tp=4, global_batch=2)
-    for bad, message in (("no-separator", "must look like"), ("x|tp=4,foo=1", "unknown key"), ("x|tp=four", "tp='four'"),
-                         ("|tp=2", "must look like")):
+    for bad, message in (
+        ("no-separator", "must look like"),
+        ("x|tp=4,foo=1", "unknown key"),
+        ("x|tp=four", "tp='four'"),
+        ("|tp=2", "must look like"),
+    ):
         with pytest.raises(SpecError, match=message):
             parse_plan_code(bad)
 
@@ -52,19 +72,43 @@ def test_custom_model_shape_round_trip():
 
 STATES = [
     default_review_state(),
-    ReviewState(model=MODELS["llama3-70b"], cluster="dgx-a100", nodes=32, plans=PLANS, title="70B & friends: a/b?",
-                chosen="lean, v2", verdict="CP 2 keeps 8k tokens; ok.", view="search", review_id=7, search_gb=512,
-                headroom=0.2, max_tp=8, require_sp=True, zero=(1, 3), recompute=("selective",), top=5, mfu=0.45,
-                dp_overlap=0.5, flash=True, dropout=False),
-    ReviewState(model=Model(name="custom 24L", layers=24, hidden=2048, heads=16, vocab=32000, seq_len=4096, arch="llama"),
-                nodes=2, plans=(NamedPlan("A", Plan(dp=4, tp=4, global_batch=64)),), view="import"),
+    ReviewState(
+        model=MODELS["llama3-70b"],
+        cluster="dgx-a100",
+        nodes=32,
+        plans=PLANS,
+        title="70B & friends: a/b?",
+        chosen="lean, v2",
+        verdict="CP 2 keeps 8k tokens; ok.",
+        view="search",
+        review_id=7,
+        search_gb=512,
+        headroom=0.2,
+        max_tp=8,
+        require_sp=True,
+        zero=(1, 3),
+        recompute=("selective",),
+        top=5,
+        mfu=0.45,
+        dp_overlap=0.5,
+        flash=True,
+        dropout=False,
+    ),
+    ReviewState(
+        model=Model(name="custom 24L", layers=24, hidden=2048, heads=16, vocab=32000, seq_len=4096, arch="llama"),
+        nodes=2,
+        plans=(NamedPlan("A", Plan(dp=4, tp=4, global_batch=64)),),
+        view="import",
+    ),
 ]
 
 
 @pytest.mark.parametrize("state", STATES, ids=["default", "everything-set", "custom-model"])
 def test_review_state_url_round_trip(state):
     params = review_to_params(state)
-    assert all(isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)) for v in params.values())
+    assert all(
+        isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)) for v in params.values()
+    )
     assert review_from_params(params) == state
     # as parse_qs / st.query_params.get_all hand it back: every value a list
     assert review_from_params({k: v if isinstance(v, list) else [v] for k, v in params.items()}) == state
@@ -73,10 +117,15 @@ def test_review_state_url_round_trip(state):
 def test_review_state_defaults_and_bad_urls():
     assert review_from_params({}) == default_review_state()
     assert review_from_params({"chosen": "nobody"}).chosen is None  # a stale choice is dropped, not fatal
-    for params, message in (({"plan": ["A|tp=2", "A|tp=4"]}, "different names"), ({"view": "nope"}, "view='nope'"),
-                            ({"model": "gpt9"}, "unknown model preset"), ({"s_headroom": "2"}, "s_headroom=2.0"),
-                            ({"mfu": "fast"}, "mfu='fast'"), ({"s_zero": "0,7"}, "s_zero / s_recompute"),
-                            ({"nodes": "0"}, "nodes=0")):
+    for params, message in (
+        ({"plan": ["A|tp=2", "A|tp=4"]}, "different names"),
+        ({"view": "nope"}, "view='nope'"),
+        ({"model": "gpt9"}, "unknown model preset"),
+        ({"s_headroom": "2"}, "s_headroom=2.0"),
+        ({"mfu": "fast"}, "mfu='fast'"),
+        ({"s_zero": "0,7"}, "s_zero / s_recompute"),
+        ({"nodes": "0"}, "nodes=0"),
+    ):
         with pytest.raises(SpecError, match=message.replace("(", r"\(")):
             review_from_params(params)
 

@@ -58,14 +58,20 @@ def test_justifications_quote_the_numbers():
     rep = plan_report(A.plan, MODELS["gpt3-175b"], CLUSTER)
     why = dict(justify(A.plan, rep, MODELS["gpt3-175b"], CLUSTER))
     exposed = rep["step_time"]["exposed_sp_s"] / rep["step_time_s"]
-    assert why["TP"].startswith("TP=8: the group stays inside a node on NVLink; its exposed communication is "
-                                f"{100 * exposed:.1f}% of the step")
-    assert "spans nodes (64 of 64 groups), so it runs on InfiniBand" in why["PP"] and "(8−1)/(1·192) = 3.6%" in why["PP"]
+    assert why["TP"].startswith(
+        f"TP=8: the group stays inside a node on NVLink; its exposed communication is {100 * exposed:.1f}% of the step"
+    )
+    assert (
+        "spans nodes (64 of 64 groups), so it runs on InfiniBand" in why["PP"] and "(8−1)/(1·192) = 3.6%" in why["PP"]
+    )
     assert "342 MiB per layer per microbatch instead of 552 MiB" in why["SP"]
     assert "ZeRO-1 would cut them to 3.9 GiB" in why["ZeRO"]
     assert set(why) == {"TP", "SP", "PP", "DP", "CP", "ZeRO", "recompute", "memory", "time"}
     rep_c = plan_report(C.plan, MODELS["gpt3-175b"], CLUSTER)
-    assert "spans nodes (32 of 32 groups), so it runs on InfiniBand" in dict(justify(C.plan, rep_c, MODELS["gpt3-175b"], CLUSTER))["TP"]
+    assert (
+        "spans nodes (32 of 32 groups), so it runs on InfiniBand"
+        in dict(justify(C.plan, rep_c, MODELS["gpt3-175b"], CLUSTER))["TP"]
+    )
 
 
 def test_markdown_has_tables_verdict_notes_and_bold_differences():
@@ -94,11 +100,14 @@ def test_json_round_trip_and_import_back():
     assert imp.plan == A.plan and imp.model == MODELS["gpt3-175b"] and imp.cluster == CLUSTER
 
 
-@pytest.mark.parametrize("bad,message", [
-    ('{"kind": "other"}', "not a ParaScope review"),
-    ('{"kind": "parascope-review", "title": "x"}', "missing or has a wrong field"),
-    ('{"kind": \n', "review JSON line"),
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        ('{"kind": "other"}', "not a ParaScope review"),
+        ('{"kind": "parascope-review", "title": "x"}', "missing or has a wrong field"),
+        ('{"kind": \n', "review JSON line"),
+    ],
+)
 def test_bad_review_json(bad, message):
     with pytest.raises(SpecError, match=message):
         Review.from_json(bad)
@@ -115,9 +124,11 @@ PURE = ["parallel.search.space", "parallel.importers", "parallel.review.document
 
 
 def test_issue7_modules_import_neither_torch_nor_streamlit():
-    code = ("import sys, importlib\n"
-            f"for m in {PURE!r}: importlib.import_module(m)\n"
-            "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'streamlit'))))\n")
+    code = (
+        "import sys, importlib\n"
+        f"for m in {PURE!r}: importlib.import_module(m)\n"
+        "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'streamlit'))))\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""

@@ -22,7 +22,10 @@ CLUSTER = CLUSTERS["dgx-h100"].with_nodes(2)
 
 
 def make(title: str, tp: int = 2) -> Review:
-    plans = (NamedPlan("A", Plan(dp=16 // tp, tp=tp, global_batch=64)), NamedPlan("B", Plan(dp=4, tp=2, pp=2, global_batch=64)))
+    plans = (
+        NamedPlan("A", Plan(dp=16 // tp, tp=tp, global_batch=64)),
+        NamedPlan("B", Plan(dp=4, tp=2, pp=2, global_batch=64)),
+    )
     return Review(title=title, model=MODELS["gpt3-22b"], cluster=CLUSTER, plans=plans, author="ana")
 
 

@@ -32,9 +32,17 @@ def _write(path: Path, run: dict | None = None, traces: int = 0) -> Path:
 
 
 def _running(**extra) -> dict:
-    return {"status": "running", "progress": {"step": 1, "steps": 4}, "plan": {"dp": 2}, "world_size": 2,
-            "model": {"name": "tiny"}, "cluster": {"name": "local-cpu"}, "started_at": "2030-01-01T00:00:00",
-            "supervisor": {"pid": os.getpid(), "hostname": socket.gethostname()}, **extra}
+    return {
+        "status": "running",
+        "progress": {"step": 1, "steps": 4},
+        "plan": {"dp": 2},
+        "world_size": 2,
+        "model": {"name": "tiny"},
+        "cluster": {"name": "local-cpu"},
+        "started_at": "2030-01-01T00:00:00",
+        "supervisor": {"pid": os.getpid(), "hostname": socket.gethostname()},
+        **extra,
+    }
 
 
 def test_a_running_run(tmp_path):
@@ -58,12 +66,15 @@ def test_a_run_whose_supervisor_died_is_failed_and_stale(tmp_path):
     assert info.status == "failed" and info.stale and f"pid {dead.pid}" in info.error["message"]
 
 
-@pytest.mark.parametrize("content,status", [
-    (None, None),  # an empty folder is not a run
-    ("{", "starting"),  # run.json caught half-written by some other writer: read as not there yet
-    ("[1, 2]", "starting"),
-    (json.dumps({"status": "weird"}), "unknown"),
-])
+@pytest.mark.parametrize(
+    "content,status",
+    [
+        (None, None),  # an empty folder is not a run
+        ("{", "starting"),  # run.json caught half-written by some other writer: read as not there yet
+        ("[1, 2]", "starting"),
+        (json.dumps({"status": "weird"}), "unknown"),
+    ],
+)
 def test_odd_run_json(tmp_path, content, status):
     path = tmp_path / "a"
     path.mkdir()
@@ -88,8 +99,10 @@ def test_traces_without_run_json_and_listing(tmp_path):
 
 def test_the_reader_and_the_supervisors_import_no_torch():
     """What the pages import, and the processes that only watch ranks (run, commbench), stay pure."""
-    modules = "profiler.formats.runs, profiler.collect.demo, profiler.formats.rundir, profiler.cli.run, profiler.collect.supervisor, " \
-              "profiler.collect.launchers, profiler.cli.commbench, profiler.commbench.fit"
+    modules = (
+        "profiler.formats.runs, profiler.collect.demo, profiler.formats.rundir, profiler.cli.run, profiler.collect.supervisor, "
+        "profiler.collect.launchers, profiler.cli.commbench, profiler.commbench.fit"
+    )
     code = f"import sys, {modules}; assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
 

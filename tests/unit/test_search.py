@@ -15,7 +15,9 @@ from parallel.core.report import Options
 from parallel.core.specs import CLUSTERS, MODELS, GiB, Model
 from parallel.search import space as S
 
-GQA = Model(name="gqa", layers=4, hidden=256, heads=8, kv_heads=2, ffn_hidden=704, vocab=1000, seq_len=128, arch="llama")
+GQA = Model(
+    name="gqa", layers=4, hidden=256, heads=8, kv_heads=2, ffn_hidden=704, vocab=1000, seq_len=128, arch="llama"
+)
 GPT = Model(name="gpt", layers=4, hidden=512, heads=4, vocab=1000, seq_len=64)
 # 2 nodes of 4 GPUs (so groups land on both links) with a memory small enough that some plans do not fit
 SMALL = dataclasses.replace(CLUSTERS["dgx-h100"], nodes=2, gpus_per_node=4, gpu_memory_bytes=int(0.03 * GiB))
@@ -59,7 +61,9 @@ def run(capsys, argv):
 
 
 def test_cli_json_contract_175b_on_512(capsys):
-    code, out, _ = run(capsys, "--model gpt3-175b --cluster dgx-h100 --gpus 512 --global-batch 1536 --top 7 --json".split())
+    code, out, _ = run(
+        capsys, "--model gpt3-175b --cluster dgx-h100 --gpus 512 --global-batch 1536 --top 7 --json".split()
+    )
     rows = json.loads(out)
     assert code == 0 and len(rows) == 7
     for row in rows:
@@ -74,25 +78,55 @@ def test_cli_json_contract_175b_on_512(capsys):
 
 
 def test_cli_text_and_constraints(capsys):
-    code, out, _ = run(capsys, "--model gpt3-175b --gpus 64 --global-batch 512 --max-tp 8 --require-sp --zero 0,1 "
-                               "--recompute none,selective --top 5".split())
+    code, out, _ = run(
+        capsys,
+        "--model gpt3-175b --gpus 64 --global-batch 512 --max-tp 8 --require-sp --zero 0,1 "
+        "--recompute none,selective --top 5".split(),
+    )
     assert code == 0 and "SP required whenever tp > 1" in out and "max TP 8" in out
-    table = S.search(MODELS["gpt3-175b"], CLUSTERS["dgx-h100"].with_nodes(8), 512,
-                     S.Constraints(max_tp=8, require_sp=True, zero=(0, 1), recompute=("none", "selective"))).table
+    table = S.search(
+        MODELS["gpt3-175b"],
+        CLUSTERS["dgx-h100"].with_nodes(8),
+        512,
+        S.Constraints(max_tp=8, require_sp=True, zero=(0, 1), recompute=("none", "selective")),
+    ).table
     assert table["tp"].max() <= 8 and table.loc[table["tp"] > 1, "sp"].all()
     assert set(table["zero"]) <= {0, 1} and "full" not in set(table["recompute"])
 
 
-@pytest.mark.parametrize("model,gpus,gb,constraints,message", [
-    (MODELS["gpt3-175b"], 8, 512, S.Constraints(),
-     "no plan fits: all 14,592 valid plans of gpt3-175b on 8 GPUs need more than 72.0 GiB per GPU"),
-    (MODELS["tiny"], 8, 1, S.Constraints(max_tp=1, max_pp=1, max_cp=1),
-     "the constraint 'global batch 1 divisible by dp' removed the last 1 candidates"),
-    (Model(name="odd", layers=1, hidden=64, heads=8, vocab=64, seq_len=12), 8, 1, S.Constraints(require_sp=True),
-     "the constraint 'SP required whenever tp > 1' removed the last"),
-    (MODELS["gpt3-22b"], 8, 64, S.Constraints(max_tp=1, max_pp=1, max_cp=1, zero=(0,)),
-     "try more GPUs, allowing ZeRO-3, a --max-tp above 1, a --max-pp above 1, a --max-cp above 1 or less headroom"),
-])
+@pytest.mark.parametrize(
+    "model,gpus,gb,constraints,message",
+    [
+        (
+            MODELS["gpt3-175b"],
+            8,
+            512,
+            S.Constraints(),
+            "no plan fits: all 14,592 valid plans of gpt3-175b on 8 GPUs need more than 72.0 GiB per GPU",
+        ),
+        (
+            MODELS["tiny"],
+            8,
+            1,
+            S.Constraints(max_tp=1, max_pp=1, max_cp=1),
+            "the constraint 'global batch 1 divisible by dp' removed the last 1 candidates",
+        ),
+        (
+            Model(name="odd", layers=1, hidden=64, heads=8, vocab=64, seq_len=12),
+            8,
+            1,
+            S.Constraints(require_sp=True),
+            "the constraint 'SP required whenever tp > 1' removed the last",
+        ),
+        (
+            MODELS["gpt3-22b"],
+            8,
+            64,
+            S.Constraints(max_tp=1, max_pp=1, max_cp=1, zero=(0,)),
+            "try more GPUs, allowing ZeRO-3, a --max-tp above 1, a --max-pp above 1, a --max-cp above 1 or less headroom",
+        ),
+    ],
+)
 def test_impossible_space_names_the_constraint(model, gpus, gb, constraints, message):
     cluster = CLUSTERS["dgx-h100"].with_nodes(gpus // 8)
     with pytest.raises(S.SearchEmpty) as err:
@@ -106,13 +140,16 @@ def test_memory_hints_name_the_levers_left(capsys):
     assert "try more GPUs, allowing ZeRO-3 or less headroom" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("argv,message", [
-    ("--model gpt3-175b --gpus 12 --global-batch 8", "--gpus 12 is not a whole number of 8-GPU nodes"),
-    ("--model gpt3-175b --global-batch 8", "give the GPUs to plan for"),
-    ("--model gpt3-175b --gpus 8 --global-batch 8 --zero x", "--zero must list stages"),
-    ("--model gpt3-175b --gpus 8 --global-batch 8 --recompute some", "recompute modes must be among"),
-    ("--model gpt3-175b --gpus 8 --global-batch 8 --headroom 1.5", "headroom must be in [0, 1)"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        ("--model gpt3-175b --gpus 12 --global-batch 8", "--gpus 12 is not a whole number of 8-GPU nodes"),
+        ("--model gpt3-175b --global-batch 8", "give the GPUs to plan for"),
+        ("--model gpt3-175b --gpus 8 --global-batch 8 --zero x", "--zero must list stages"),
+        ("--model gpt3-175b --gpus 8 --global-batch 8 --recompute some", "recompute modes must be among"),
+        ("--model gpt3-175b --gpus 8 --global-batch 8 --headroom 1.5", "headroom must be in [0, 1)"),
+    ],
+)
 def test_bad_flags_are_one_clear_line(capsys, argv, message):
     code, _, err = run(capsys, argv.split())
     assert code == 2 and message in err
@@ -121,6 +158,7 @@ def test_bad_flags_are_one_clear_line(capsys, argv, message):
 def test_plan_of_row_round_trips_through_plan_report():
     result = S.search(MODELS["gpt3-22b"], CLUSTERS["dgx-h100"].with_nodes(4), 256)
     from parallel.core.report import plan_report
+
     row = result.table.iloc[0].to_dict()
     rep = plan_report(S.plan_of(row, 256), MODELS["gpt3-22b"], CLUSTERS["dgx-h100"].with_nodes(4))
     assert rep["valid"] and rep["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
@@ -137,8 +175,11 @@ def test_zero2_and_3_pay_per_microbatch_with_gradient_accumulation():
     for zero, rs, ag in ((1, 1, 1), (2, 4, 1), (3, 4, 4)):
         rows = comm_per_step(GPT, Plan(dp=16, global_batch=64, zero=zero), cluster)  # m = 64 / 16 = 4
         calls = {r["collective"]: r["calls"] for r in rows if r["dim"] == "dp"}
-        base = {r["collective"]: r["calls"] for r in comm_per_step(GPT, Plan(dp=16, global_batch=16, zero=zero), cluster)
-                if r["dim"] == "dp"}  # m = 1
+        base = {
+            r["collective"]: r["calls"]
+            for r in comm_per_step(GPT, Plan(dp=16, global_batch=16, zero=zero), cluster)
+            if r["dim"] == "dp"
+        }  # m = 1
         assert calls == {"reduce_scatter": rs * base["reduce_scatter"], "all_gather": ag * base["all_gather"]}
     top = S.search(MODELS["gpt3-175b"], CLUSTERS["dgx-h100"].with_nodes(64), 1536).table.head(5)
     assert (top["zero"] <= 1).all(), top[list(S.PLAN_KEYS)]

@@ -139,8 +139,16 @@ def _case(tmp_path: Path, case: str):
         p.write_bytes(b'{"traceEvents": []}')
         return p, {}
     if case == "no_usable_events":
-        p.write_bytes(json.dumps({"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1},
-                                                  {"ph": "X", "name": "a", "ts": "soon", "dur": 3}]}).encode())
+        p.write_bytes(
+            json.dumps(
+                {
+                    "traceEvents": [
+                        {"ph": "M", "name": "process_name", "pid": 1},
+                        {"ph": "X", "name": "a", "ts": "soon", "dur": 3},
+                    ]
+                }
+            ).encode()
+        )
         return p, {}
     if case == "duplicate_ranks":
         a, b = ts.gpu_pair()
@@ -220,8 +228,13 @@ def test_bad_input_raises_typed_error(tmp_path, case):
 @pytest.mark.parametrize("case", ["not_json", "truncated_gzip", "zip_escape", "mixed_jobs", "no_rank"])
 def test_cli_exits_2_with_one_line(tmp_path, case):
     path, _ = _case(tmp_path, case)
-    out = subprocess.run([sys.executable, "-m", "profiler", "analyze", str(path), "--json", "--no-cache"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "profiler", "analyze", str(path), "--json", "--no-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and out.stdout == ""
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in out.stderr
@@ -242,9 +255,10 @@ def test_gzip_bomb_stops_early_with_bounded_memory(tmp_path):
 # --- fuzzing -------------------------------------------------------------------------------------
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=8),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
-    max_leaves=6)
+    max_leaves=6,
+)
 
 
 def _load_and_analyse(path: Path):
@@ -272,8 +286,11 @@ def test_fuzz_structural_mutations_raise_only_trace_errors(tmp_path, data):
                 key = data.draw(st.sampled_from(["ph", "ts", "dur", "name", "cat", "pid", "tid", "args"]))
                 event[key] = data.draw(json_values)
         else:
-            key = data.draw(st.sampled_from(["distributedInfo", "baseTimeNanoseconds", "deviceProperties",
-                                             "traceEvents", "host_name"]))
+            key = data.draw(
+                st.sampled_from(
+                    ["distributedInfo", "baseTimeNanoseconds", "deviceProperties", "traceEvents", "host_name"]
+                )
+            )
             doc[key] = data.draw(json_values)
     path = tmp_path / "rank0_trace.json"
     path.write_text(json.dumps(doc))
@@ -281,9 +298,11 @@ def test_fuzz_structural_mutations_raise_only_trace_errors(tmp_path, data):
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(cut=st.integers(0, len(VALID)), flips=st.lists(st.tuples(st.integers(0, len(VALID) - 1),
-                                                                st.integers(0, 255)), max_size=6),
-       gz=st.booleans())
+@given(
+    cut=st.integers(0, len(VALID)),
+    flips=st.lists(st.tuples(st.integers(0, len(VALID) - 1), st.integers(0, 255)), max_size=6),
+    gz=st.booleans(),
+)
 def test_fuzz_byte_mutations_raise_only_trace_errors(tmp_path, cut, flips, gz):
     raw = bytearray(VALID)
     for i, b in flips:

@@ -20,14 +20,33 @@ import pytest
 from profiler import load_traces
 from profiler.analyzers.front import TraceAnalysis
 
-SETS = ["hta_cpu_only_gloo", "hta_df_index_resolver", "hta_distributed_info_unavailable", "hta_nccl_parser_config",
-        "hta_trace_filter_sampled", "tracelens_b200_vllm"]
+SETS = [
+    "hta_cpu_only_gloo",
+    "hta_df_index_resolver",
+    "hta_distributed_info_unavailable",
+    "hta_nccl_parser_config",
+    "hta_trace_filter_sampled",
+    "tracelens_b200_vllm",
+]
 # The op a collective name means, spelled as the traces spell it (CPU op suffixes and arg values).
-OPS = {"allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_": "all_reduce",
-       "multimem_all_reduce_": "all_reduce", "_allgather_base": "all_gather", "_allgather_base_": "all_gather",
-       "_all_gather_base": "all_gather", "allgather": "all_gather", "all_to_all": "all_to_all",
-       "alltoall_base_": "all_to_all", "broadcast": "broadcast", "broadcast_": "broadcast",
-       "AllReduce": "all_reduce", "AllGather": "all_gather", "Broadcast": "broadcast", "SendRecv": "send_recv"}
+OPS = {
+    "allreduce": "all_reduce",
+    "all_reduce": "all_reduce",
+    "allreduce_": "all_reduce",
+    "multimem_all_reduce_": "all_reduce",
+    "_allgather_base": "all_gather",
+    "_allgather_base_": "all_gather",
+    "_all_gather_base": "all_gather",
+    "allgather": "all_gather",
+    "all_to_all": "all_to_all",
+    "alltoall_base_": "all_to_all",
+    "broadcast": "broadcast",
+    "broadcast_": "broadcast",
+    "AllReduce": "all_reduce",
+    "AllGather": "all_gather",
+    "Broadcast": "broadcast",
+    "SendRecv": "send_recv",
+}
 LAUNCHERS = re.compile(r"^(nccl:|c10d::|symm_mem::)(\w+)$")
 
 
@@ -46,8 +65,9 @@ def _scan(path: Path) -> dict:
     events = doc["traceEvents"]
     xs = [e for e in events if e.get("ph") == "X"]
     steps = sorted({int(m.group(1)) for e in xs if (m := re.match(r"^ProfilerStep#(\d+)$", e["name"]))})
-    runtime = {e["args"]["correlation"]: e for e in xs
-               if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    runtime = {
+        e["args"]["correlation"]: e for e in xs if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
     ops = Counter()
     kernels = [e for e in xs if e.get("cat") == "kernel" and _comm_kernel(e["name"])]
     launchers: dict[tuple, list] = {}  # CPU collective ops per thread, by start
@@ -64,18 +84,24 @@ def _scan(path: Path) -> dict:
         if launch:
             on_thread = launchers.get((launch["pid"], launch["tid"]), [])
             i = bisect.bisect_right(starts.get((launch["pid"], launch["tid"]), []), launch["ts"])
-            around = [e for e in on_thread[max(0, i - 8):i] if launch["ts"] <= e["ts"] + e.get("dur", 0)]
+            around = [e for e in on_thread[max(0, i - 8) : i] if launch["ts"] <= e["ts"] + e.get("dur", 0)]
         if around:
             ops[OPS[LAUNCHERS.match(min(around, key=lambda e: e["dur"])["name"]).group(2)]] += 1
         else:
             ops[OPS[re.match(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)", k["name"]).group(1)]] += 1
     if not kernels:  # CPU-only: count the calls -- c10d ops, else the nccl:/gloo: ops on the calling thread
-        calls = [e for e in xs if e["name"].startswith("c10d::")] or \
-                [e for e in xs if e["name"].startswith("nccl:")]
+        calls = [e for e in xs if e["name"].startswith("c10d::")] or [e for e in xs if e["name"].startswith("nccl:")]
         ops = Counter(OPS[e["name"].split(":")[-1]] for e in calls)
     info = doc.get("distributedInfo") or {}
-    return {"rank": info.get("rank"), "world": info.get("world_size"), "steps": steps, "x_events": len(xs),
-            "other_events": len(events) - len(xs), "ops": ops, "gpu": any(e.get("cat") == "kernel" for e in xs)}
+    return {
+        "rank": info.get("rank"),
+        "world": info.get("world_size"),
+        "steps": steps,
+        "x_events": len(xs),
+        "other_events": len(events) - len(xs),
+        "ops": ops,
+        "gpu": any(e.get("cat") == "kernel" for e in xs),
+    }
 
 
 @pytest.mark.parametrize("name", SETS)
@@ -88,9 +114,10 @@ def test_real_trace_set_matches_an_independent_scan(shared_traces, name, tmp_pat
     scans = {p.name: _scan(p) for p in files}
     given = {n: 0 for n, s in scans.items() if s["rank"] is None and not re.search(r"rank", n)}
     traces = load_traces(folder, ranks=given or None)
-    expected_ranks = sorted(s["rank"] if s["rank"] is not None else
-                            given[n] if n in given else int(re.search(r"rank\D?(\d+)", n).group(1))
-                            for n, s in scans.items())
+    expected_ranks = sorted(
+        s["rank"] if s["rank"] is not None else given[n] if n in given else int(re.search(r"rank\D?(\d+)", n).group(1))
+        for n, s in scans.items()
+    )
     assert traces.rank_ids == expected_ranks
     worlds = {s["world"] for s in scans.values() if s["world"]}
     assert traces.world_size == (worlds.pop() if worlds else max(expected_ranks) + 1)
