@@ -16,6 +16,7 @@ from pathlib import Path
 
 from parallel.core.specs import Cluster
 from parallel.importers.base import Imported, ImportFailed
+from parallel.importers.limits import MAX_INPUT_CHARS, input_error
 from parallel.importers.megatron import import_megatron
 from parallel.importers.plan_json import import_plan_json
 from parallel.importers.torchtitan import import_torchtitan
@@ -50,18 +51,28 @@ def import_text(text: str, name: str = "pasted text", kind: str | None = None) -
     kind = kind or detect(text, name)
     if kind not in KINDS:
         raise ImportFailed(f"unknown import kind {kind!r}; known: {', '.join(KINDS)}")
+    if why := input_error(name, len(text)):
+        raise ImportFailed(why)
     if not text.strip():
         raise ImportFailed(f"{name}: empty")
-    return {"megatron": import_megatron, "torchtitan": import_torchtitan, "plan-json": import_plan_json}[kind](
-        text, name
-    )
+    importer = {"megatron": import_megatron, "torchtitan": import_torchtitan, "plan-json": import_plan_json}[kind]
+    try:
+        return importer(text, name)
+    except RecursionError:  # a bound the importers missed: still one line, never a traceback
+        raise ImportFailed(f"{name}: nested too deeply to import") from None
 
 
 def import_plan(path: str | Path, kind: str | None = None) -> Imported:
     """Import the file at `path` (its kind from the suffix, else sniffed)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            data = f.read(MAX_INPUT_CHARS * 4 + 1)  # UTF-8: at most 4 bytes a character
+        if len(data) > MAX_INPUT_CHARS * 4:
+            raise ImportFailed(
+                f"{path}: over {MAX_INPUT_CHARS * 4:,} bytes; an import is at most {MAX_INPUT_CHARS:,} characters"
+            )
+        text = data.decode("utf-8")
     except OSError as err:
         raise ImportFailed(f"{path}: cannot read it ({err.strerror or err})") from None
     except UnicodeDecodeError:

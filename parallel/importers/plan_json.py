@@ -38,6 +38,8 @@ def import_plan_json(text: str, source: str = "pasted text", plan_name: str | No
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise failure(source, err.lineno, f"not valid JSON: {err.msg} (column {err.colno})", text) from None
+    except RecursionError:
+        raise failure(source, None, "JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise failure(source, 1, f"expected a JSON object, got {type(data).__name__}", text)
     unknown: list[str] = []

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from parallel.importers.limits import MAX_DEPTH
+
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
 
@@ -62,8 +64,10 @@ def _closing(s: str, i: int, open_: str, close: str, line: int, what: str) -> in
 
 def _dollar(s: str, i: int, line: int, quoted: bool):
     """Parse the expansion at s[i] == '$'; returns (part, next index)."""
-    if s.startswith("$((", i):
-        end = _closing(s, i + 3, "((", "))", line, "$(( arithmetic")
+    if s.startswith("$((", i):  # ends at the `))` that balances it, parentheses inside counted one by one
+        end = _closing(s, i + 2, "(", ")", line, "$(( arithmetic")
+        if s[end - 2 : end] != "))":
+            raise ShellError(line, "`$((` is closed by `)` alone; arithmetic ends with `))`")
         return ("arith", s[i + 3 : end - 2], quoted), end
     if s.startswith("$(", i):
         end = _closing(s, i + 2, "(", ")", line, "$( command substitution")
@@ -231,8 +235,9 @@ def plain(parts: list) -> str | None:
 
 
 class Parser:
-    def __init__(self, tokens: list[tuple]):
+    def __init__(self, tokens: list[tuple], depth: int = 0):
         self.t, self.i = tokens, 0
+        self.depth = depth  # nesting of lists being parsed (an eval's text starts at its caller's)
 
     def peek(self, k: int = 0) -> tuple | None:
         return self.t[self.i + k] if self.i + k < len(self.t) else None
@@ -242,6 +247,16 @@ class Parser:
         return tok is not None and tok[0] == "word" and plain(tok[1]) in texts
 
     def parse_list(self, stops: tuple[str, ...] = (), opener: tuple[str, int] | None = None) -> list:
+        if self.depth >= MAX_DEPTH:
+            line = opener[1] if opener else (self.peek() or (None, None, 0))[2]
+            raise ShellError(line, f"commands nested deeper than {MAX_DEPTH} levels")
+        self.depth += 1
+        try:
+            return self._parse_list(stops, opener)
+        finally:
+            self.depth -= 1
+
+    def _parse_list(self, stops: tuple[str, ...], opener: tuple[str, int] | None) -> list:
         nodes, connector = [], ";"
         while (tok := self.peek()) is not None:
             if tok[0] == "nl" or (tok[0] == "op" and tok[1] in TERMINATORS):
@@ -251,6 +266,8 @@ class Parser:
                 continue
             if (tok[0] == "word" and plain(tok[1]) in stops) or (tok[0] == "op" and tok[1] == ")" and ")" in stops):
                 return nodes
+            if tok[0] == "op" and tok[1] == ")":  # nothing would consume it: stop here, not loop on it
+                raise ShellError(tok[2], "unexpected `)`")
             node = self.command()
             if isinstance(node, Simple):
                 node.connector = connector

@@ -16,9 +16,20 @@ from __future__ import annotations
 import ast
 import operator
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from parallel.importers.shell import NAME, If, ShellError, Simple, Skip, lex, parse, plain
+from parallel.importers.limits import (
+    MAX_ARITH_CHARS,
+    MAX_DEPTH,
+    MAX_ENV_CHARS,
+    MAX_INT_BITS,
+    MAX_STEPS,
+    MAX_VALUE_CHARS,
+    MAX_WORDS,
+)
+from parallel.importers.shell import NAME, If, Parser, ShellError, Simple, Skip, lex, parse, plain
 
 UNRESOLVED = "\x00"  # prefix of text that came from a command this reader does not run
 __all__ = ["Result", "ShellError", "UNRESOLVED", "Word", "run"]
@@ -39,6 +50,18 @@ class Result:
     comments: list[tuple[int, str]] = field(default_factory=list)
 
 
+def _short(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _pow(a: int, b: int) -> int:
+    if b < 0:
+        raise ValueError("negative exponent")
+    if abs(a) > 1 and b > MAX_INT_BITS:  # |a|**b has more than b bits: refuse before computing it
+        raise OverflowError
+    return a**b
+
+
 _ARITH = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -46,25 +69,72 @@ _ARITH = {
     ast.Div: lambda a, b: int(a / b),
     ast.FloorDiv: operator.floordiv,
     ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
+    ast.Pow: _pow,
 }
 
 
-def _arith(node):
+def _arith(node: ast.AST, depth: int = 0) -> int:
+    """Integer arithmetic as bash's $((...)), every intermediate within signed 64 bits (OverflowError
+    beyond), nested at most MAX_DEPTH deep (RecursionError beyond); ValueError for anything else."""
+    if depth > MAX_DEPTH:
+        raise RecursionError
     if isinstance(node, ast.Expression):
-        return _arith(node.body)
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
-        return _ARITH[type(node.op)](_arith(node.left), _arith(node.right))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        return -_arith(node.operand) if isinstance(node.op, ast.USub) else _arith(node.operand)
-    raise ValueError("not integer arithmetic")
+        return _arith(node.body, depth + 1)
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        value = node.value
+    elif isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
+        value = _ARITH[type(node.op)](_arith(node.left, depth + 1), _arith(node.right, depth + 1))
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        inner = _arith(node.operand, depth + 1)
+        value = -inner if isinstance(node.op, ast.USub) else inner
+    else:
+        raise ValueError("not integer arithmetic")
+    if value.bit_length() > MAX_INT_BITS:
+        raise OverflowError
+    return value
 
 
 class Shell:
     def __init__(self, env: dict[str, str] | None = None):
         self.r = Result(env={k: [Word(str(v), 0)] for k, v in (env or {}).items()})
+        self.steps = 0  # statements and expansions evaluated (MAX_STEPS)
+        self.depth = 0  # if / eval / expansions being evaluated inside one another (MAX_DEPTH)
+        self.env_chars = sum(len(w.text) for words in self.r.env.values() for w in words)
+
+    # ------------------------------------------------------------ bounds (parallel.importers.limits)
+    def tick(self, line: int) -> None:
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise ShellError(line, f"evaluation stopped after {MAX_STEPS:,} steps (an eval that calls itself?)")
+
+    @contextmanager
+    def deeper(self, line: int, what: str) -> Iterator[None]:
+        self.tick(line)
+        if self.depth >= MAX_DEPTH:
+            raise ShellError(line, f"{what} nested deeper than {MAX_DEPTH} levels")
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+
+    def sized(self, words: list[Word], line: int) -> list[Word]:
+        """`words`, or ShellError when there are too many or one is too long."""
+        if len(words) > MAX_WORDS:
+            raise ShellError(line, f"more than {MAX_WORDS:,} words")
+        for w in words:
+            if len(w.text) > MAX_VALUE_CHARS:
+                raise ShellError(line, f"a value of {len(w.text):,} characters (at most {MAX_VALUE_CHARS:,})")
+        return words
+
+    def store(self, name: str, words: list[Word], line: int) -> None:
+        """Set a variable, keeping all of them together under MAX_ENV_CHARS."""
+        self.sized(words, line)
+        old = sum(len(w.text) for w in self.r.env.get(name, []))
+        self.env_chars += sum(len(w.text) for w in words) - old
+        if self.env_chars > MAX_ENV_CHARS:
+            raise ShellError(line, f"the script's variables hold over {MAX_ENV_CHARS:,} characters")
+        self.r.env[name] = words
 
     def note(self, line: int, text: str) -> None:
         msg = f"line {line}: {text}"
@@ -74,6 +144,7 @@ class Shell:
     # ------------------------------------------------------------ statements
     def run(self, nodes: list) -> None:
         for node in nodes:
+            self.tick(node.line)
             if isinstance(node, Simple):
                 self.simple(node)
             elif isinstance(node, If):
@@ -87,9 +158,11 @@ class Shell:
             if verdict is None and _sets_something(body):
                 self.note(node.line, "a test this reader cannot decide was taken as false")
             if verdict:
-                self.run(body)
+                with self.deeper(node.line, "if"):
+                    self.run(body)
                 return
-        self.run(node.orelse)
+        with self.deeper(node.line, "if"):
+            self.run(node.orelse)
 
     def condition(self, cond: list[Simple]) -> bool | None:
         """`a && b || c` the way bash short-circuits it; None where a test cannot be decided."""
@@ -140,10 +213,9 @@ class Shell:
     def nested(self, text: str, line: int) -> None:
         if UNRESOLVED in text:
             self.note(line, "eval of text that holds an unresolved command substitution")
-        tokens, _ = lex(text.replace(UNRESOLVED, ""), line)
-        from parallel.importers.shell import Parser
-
-        self.run(Parser([(k, v, line) for k, v, _ in tokens]).parse_list())
+        with self.deeper(line, "eval"):
+            tokens, _ = lex(text.replace(UNRESOLVED, ""), line)
+            self.run(Parser([(k, v, line) for k, v, _ in tokens], depth=self.depth).parse_list())
 
     def assign(self, node: Simple) -> None:
         for name, append, value, line in node.assigns:
@@ -166,7 +238,7 @@ class Shell:
                         [Word((old[0].text if old else "") + text, line)] + old[1:] if len(old) <= 1 else old + words
                     )
                     append = False
-            self.r.env[name] = (self.r.env.get(name, []) + words) if append else words
+            self.store(name, (self.r.env.get(name, []) + words) if append else words, line)
 
     # ------------------------------------------------------------ expansion
     def expand(self, parts: list, line: int) -> list[Word]:
@@ -205,20 +277,24 @@ class Shell:
                         lines[-1] = value.line
                 if value.text[-1:].isspace():
                     fields.append([]), alive.append(False), lines.append(line)
-        return [Word("".join(f), ln) for f, a, ln in zip(fields, alive, lines) if a]
+        return self.sized([Word("".join(f), ln) for f, a, ln in zip(fields, alive, lines) if a], line)
 
     def expand_joined(self, parts: list, line: int) -> str:
         """A word expanded without splitting (assignment values, defaults)."""
         out = []
         for kind, text, _ in parts:
             out.append(text if kind == "lit" else " ".join(w.text for w in self.part(kind, text, line)))
-        return "".join(out)
+        return self.sized([Word("".join(out), line)], line)[0].text
 
     def expand_text(self, text: str, line: int) -> str:
         tokens, _ = lex(text, line)
         return " ".join(self.expand_joined(tok[1], line) for tok in tokens if tok[0] == "word")
 
     def part(self, kind: str, text: str, line: int) -> list[Word]:
+        with self.deeper(line, "expansions"):
+            return self._part(kind, text, line)
+
+    def _part(self, kind: str, text: str, line: int) -> list[Word]:
         if kind == "cmd":
             if not any(f"`{text}` is a command" in n for n in self.r.notes):
                 self.note(line, f"`{text}` is a command substitution; it is not run")
@@ -231,9 +307,15 @@ class Shell:
         expanded = self.expand_text('"' + text.replace('"', "") + '"', line)
         if UNRESOLVED not in expanded:
             expanded = NAME.sub(lambda m: self.scalar(m.group(0)) or "0", expanded)
+            if len(expanded) > MAX_ARITH_CHARS:
+                raise ShellError(line, f"`$((...))` of {len(expanded):,} characters (at most {MAX_ARITH_CHARS:,})")
             try:
                 return str(_arith(ast.parse(expanded.strip(), mode="eval")))
-            except (SyntaxError, ValueError, ZeroDivisionError, TypeError):
+            except OverflowError:
+                raise ShellError(line, f"`$(({_short(text)}))` exceeds {MAX_INT_BITS + 1}-bit integers") from None
+            except RecursionError:
+                raise ShellError(line, f"`$(({_short(text)}))` nested deeper than {MAX_DEPTH} levels") from None
+            except (SyntaxError, ValueError, ZeroDivisionError, TypeError, MemoryError):
                 pass
         self.note(line, f"`$(({text}))` could not be evaluated")
         return UNRESOLVED + f"$(({text}))"
@@ -280,7 +362,7 @@ class Shell:
                         return [Word("", 0)]
                     value = Word(self.expand_text(arg, line), line)
                     if sym.endswith("="):
-                        self.r.env[name] = [value]
+                        self.store(name, [value], line)
                     return [value]
             self.note(line, f"`${{{expr}}}`: this substitution is not evaluated; the plain value is used")
         if not is_set:

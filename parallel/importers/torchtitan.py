@@ -29,6 +29,7 @@ import tomllib
 from parallel.core.plan import Plan
 from parallel.core.specs import MODELS, SpecError
 from parallel.importers.base import Imported, failure
+from parallel.importers.limits import toml_shape_error
 
 FLAVOURS = {"llama3": {"8B": "llama3-8b", "70B": "llama3-70b", "405B": "llama3-405b"}}
 KNOWN = {  # section -> keys read (True) or known and without effect on the plan model (False)
@@ -144,6 +145,8 @@ class _Toml:
 
 def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
     t = _Toml(text, source)
+    if shape := toml_shape_error(text):
+        raise failure(source, shape[0], shape[1], text)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
