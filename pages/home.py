@@ -7,6 +7,7 @@ import streamlit as st
 from ui import demo, jobs, run_loaders, run_status, selection, trace_sets
 from ui.routing import ensure_navigation
 from ui.run_data import metrics_summary
+from ui.text import md
 from ui.trace_sets import TraceSet
 
 PICK = "home_pick"
@@ -97,7 +98,7 @@ def _details(s: TraceSet) -> None:
     st.markdown(" · ".join(str(f) for f in facts))
     when = " → ".join(t.replace("T", " ")[:19] for t in (s.started_at, s.finished_at) if t)
     if when:
-        st.caption(f"{'uploaded' if s.kind == 'upload' else 'ran'} {when} · {s.path}")
+        st.caption(f"{'uploaded' if s.kind == 'upload' else 'ran'} {when} · {md(s.path)}")
     if s.status in run_status.ACTIVE:
         run_status.live_progress(s.id)
         if s.job is not None and jobs.alive(s.job):
@@ -138,7 +139,7 @@ def home_page() -> None:
             _start_demo()
         except OSError as err:
             st.error(
-                f"The demo run cannot start in {trace_sets.runs_dir()}: {err}. Set PARASCOPE_RUNS to a writable "
+                f"The demo run cannot start in {md(trace_sets.runs_dir())}: {md(err)}. Set PARASCOPE_RUNS to a writable "
                 "folder, or upload traces."
             )
             st.page_link(selection.PAGES["upload"], label="Upload traces", icon=":material/upload:")

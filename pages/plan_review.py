@@ -34,6 +34,7 @@ from ui.plan_params import (
     state_of_review,
 )
 from ui.routing import ensure_navigation
+from ui.text import md
 
 STATE, WRITTEN, VERSION, BASE, IMPORTED = "rv.state", "rv.url", "rv.version", "rv.editor_base", "rv.imported"
 MAX_PLANS = 4
@@ -117,7 +118,7 @@ def load_state() -> ReviewState:
         try:
             set_state(review_from_params(url) if url else default_review_state())
         except SpecError as err:
-            st.error(f"The link's review could not be used: {err}. Showing the previous review.")
+            st.error(f"The link's review could not be used: {md(err)}. Showing the previous review.")
             set_state(st.session_state.get(STATE) or default_review_state())
     for key, value in widget_values(st.session_state[STATE]).items():
         st.session_state.setdefault(key, value)  # widgets of a section not drawn last run lose their value
@@ -489,7 +490,7 @@ def saved_section(s: ReviewState) -> ReviewState:
     if s.review_id in ids:
         st.subheader(f"Notes on #{s.review_id}")
         for n in db.open(s.review_id).notes:
-            st.markdown(f"**{n.author}** · {n.at}  \n{n.text}")
+            st.markdown(f"**{md(n.author)}** · {md(n.at)}  \n{md(n.text)}")
         st.text_area("Add a note", key="rv.note_text", height=68)
         st.button("Add note", on_click=_note, args=(s.review_id,))
     return s

@@ -7,6 +7,7 @@ import streamlit as st
 from ui import jobs, run_status, selection, trace_sets
 from ui.job_form import check, job_form
 from ui.routing import ensure_navigation
+from ui.text import md
 
 SHOWN = 8  # most recent jobs listed
 
@@ -56,15 +57,15 @@ def run_job_page() -> None:
         flags, label = submitted
         errors, warnings = check(flags)
         for message in errors:
-            st.error(message)
+            st.error(md(message))
         for message in warnings:
-            st.warning(message)
+            st.warning(md(message))
         if not errors:
             runs = trace_sets.runs_dir()
             name = jobs.reserve(runs, label)
             jobs.start(jobs.profile_argv(flags, runs / name), name=name, runs_dir=runs)
             selection.select(name)
-            st.success(f"Started **{name}**: it runs in the background, so you may leave this page.")
+            st.success(f"Started **{md(name)}**: it runs in the background, so you may leave this page.")
     st.subheader("Jobs")
     active = _active(jobs.jobs(trace_sets.runs_dir())[:SHOWN])
     st.fragment(_jobs_list, run_every=run_status.POLL_S if active else None)(active)

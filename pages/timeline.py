@@ -7,6 +7,7 @@ import streamlit as st
 from ui import run_loaders, run_status, selection, timeline_charts
 from ui.routing import ensure_navigation
 from ui.run_data import ALL
+from ui.text import md
 from ui.trace_sets import TraceSet
 
 BRUSH_KEY, WINDOW = "tl_brush", "win"  # the overview chart's selection; the window's query parameter
@@ -48,7 +49,7 @@ def timeline_page(s: TraceSet) -> None:
     try:
         a = run_loaders.analysis(key)
     except TraceError as err:
-        st.error(f"These traces cannot be analysed: {err}")
+        st.error(f"These traces cannot be analysed: {md(err)}")
         return
     url = {"bind": "query-params"}
     steps = ["whole" if x == -1 else str(x) for x in a.steps] + (["all"] if len(a.steps) > 1 else [])

@@ -9,6 +9,7 @@ import streamlit as st
 from ui import loaders, run_views, scaling_charts, sweep_data, trace_sets
 from ui.plan_form import PlanChoice, plan_form
 from ui.routing import ensure_navigation
+from ui.text import md
 
 
 def _gbps(bytes_per_s: float) -> str:
@@ -106,10 +107,10 @@ def lab_sweep_section() -> None:
     try:
         view = _sweep_view(chosen["path"], chosen["mtime_ns"])
     except sweep_data.SweepError as err:
-        st.error(str(err))
+        st.error(md(err))
         return
     for note in view["notes"]:
-        st.warning(note)
+        st.warning(md(note))
     st.caption(
         view["caption"] + " Diamonds: measured (TP comm with its p25–p75 bar), labelled with the error "
         "vs the prediction; shaded: TP groups that span both lab nodes."

@@ -11,6 +11,7 @@ from parallel.core.specs import SpecError
 from parallel.core.topology import DEFAULT_ORDER, ORDERS
 from ui import selection, trace_sets, uploads
 from ui.routing import ensure_navigation
+from ui.text import md
 
 NO_PLAN, PLAN_FILE, PLAN_DEGREES = "none", "plan file", "degrees"
 
@@ -50,7 +51,7 @@ def _plan(checked: uploads.Checked):
         try:
             return uploads.plan_from_file(f.name, f.getvalue().decode("utf-8", errors="replace"), world)
         except SpecError as err:
-            st.error(f"The plan file cannot be used: {err}")
+            st.error(f"The plan file cannot be used: {md(err)}")
             return None, None
     if how == PLAN_DEGREES:
         from parallel.core.plan import Plan
@@ -67,7 +68,7 @@ def _plan(checked: uploads.Checked):
         try:
             return Plan(**values, sp=sp, order=order, global_batch=values["dp"]), None
         except SpecError as err:
-            st.error(str(err))
+            st.error(md(err))
     return None, None
 
 
@@ -77,12 +78,12 @@ def _store(checked: uploads.Checked, name: str, plan, model) -> None:
             name, checked.accepted, uploads=trace_sets.uploads_dir(), plan=plan, model=model, rejected=checked.rejected
         )
     except uploads.UploadError as err:
-        st.error(str(err))
+        st.error(md(err))
         return
     set_id = trace_sets.UPLOAD + path.name
     selection.select(set_id)
     st.success(
-        f"Stored **{path.name}**: {len(checked.accepted)} file(s), ranks {checked.ranks[0]}–{checked.ranks[-1]}."
+        f"Stored **{md(path.name)}**: {len(checked.accepted)} file(s), ranks {checked.ranks[0]}–{checked.ranks[-1]}."
     )
     c1, c2 = st.columns(2)
     c1.page_link(
@@ -116,7 +117,9 @@ def upload_page() -> None:
         return
     checked = _checked(files)
     for name, message in checked.rejected:
-        st.error(f"Rejected **{name}**: {message.removeprefix(f'{name}: ')}")  # the loader's message names it too
+        st.error(
+            f"Rejected **{md(name)}**: {md(message.removeprefix(f'{name}: '))}"
+        )  # the loader's message names it too
     if not checked.accepted:
         st.warning("No file could be read as a trace; nothing to store.")
         return
@@ -125,9 +128,9 @@ def upload_page() -> None:
         f"size {checked.world_size}." + (f" {len(checked.rejected)} rejected (above)." if checked.rejected else "")
     )
     st.dataframe(checked.rows(), hide_index=True, column_config={"MB": st.column_config.NumberColumn(format="%.2f")})
-    missing = sorted(set(range(checked.world_size or 0)) - set(checked.ranks))
-    if missing:
-        st.caption(f"{len(missing)} rank(s) of the job have no trace here; the set opens with the ranks it has.")
+    missing = (checked.world_size or 0) - len({r for r in checked.ranks if r < (checked.world_size or 0)})
+    if missing > 0:  # counted, never laid out: a file may claim any world size
+        st.caption(f"{missing:,} rank(s) of the job have no trace here; the set opens with the ranks it has.")
     plan, model = _plan(checked)
     st.session_state.setdefault("up_name", f"traces-{datetime.now():%Y%m%d-%H%M%S}")
     name = st.text_input(

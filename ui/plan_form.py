@@ -23,6 +23,7 @@ from parallel.core.specs import CLUSTERS, MODELS, Cluster, Model, SpecError
 from parallel.core.topology import ORDERS
 from ui import loaders
 from ui.plan_params import DEFAULT_PARAMS, KEYS, plan_from_params, plan_to_params, usable_params
+from ui.text import md
 from ui.topology_data import same_order
 
 _PREFIX = "plan."
@@ -173,7 +174,7 @@ def plan_form() -> PlanChoice:
     try:
         model, cluster, plan = plan_from_params(params)  # the widgets only offer legal values
     except SpecError as err:  # ... but a traceback must never reach the user
-        st.error(f"This plan cannot be built: {err}. Showing the default plan.")
+        st.error(f"This plan cannot be built: {md(err)}. Showing the default plan.")
         params = dict(DEFAULT_PARAMS)
         model, cluster, plan = plan_from_params(params)
     verdict = loaders.verdict(params)
@@ -184,7 +185,7 @@ def plan_form() -> PlanChoice:
     st.sidebar.caption("The URL holds this plan: copy it to share the view.")
     st.caption(choice.label)
     for message in url_errors:
-        st.error(f"The link has a value that cannot be used: {message}. Using the default for it.")
+        st.error(f"The link has a value that cannot be used: {md(message)}. Using the default for it.")
     for message in choice.errors:
         st.error(message)
     if plan.world_size != cluster.gpus:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ui import jobs, trace_sets
+from ui.text import md
 from ui.trace_sets import TraceSet
 
 POLL_S = 2.0
@@ -62,9 +63,9 @@ def failure(s: TraceSet) -> None:
     """The failing rank, its message and its log."""
     where = f"on rank {s.error_rank}" if s.error_rank is not None else ""
     if s.status == "cancelled":
-        st.warning(f"**{s.name}** was cancelled. Traces already written are kept.")
+        st.warning(f"**{md(s.name)}** was cancelled. Traces already written are kept.")
     else:
-        st.error(f"**{s.name}** failed {where}: {s.error or 'no message recorded'}")
+        st.error(f"**{md(s.name)}** failed {where}: {md(s.error or 'no message recorded')}")
     title, text = log_of(s)
     if text:
         with st.expander(title, expanded=s.status == "failed"):

@@ -21,6 +21,7 @@ from ui.memory_data import MetricsError, measured_vs_predicted
 from ui.plan_form import PlanChoice
 from ui.run_data import RANK_VALUES
 from ui.selection import KEY, PAGES
+from ui.text import md
 from ui.topology_data import with_rank_values
 from ui.trace_sets import TraceSet
 
@@ -67,7 +68,7 @@ def topology_measured(choice: PlanChoice, cells: pd.DataFrame) -> None:
         return
     _header(s, "per-rank values")
     if not s.has_traces:
-        st.info(f"{s.name} has no traces yet ({s.status}); they appear when the run finishes.")
+        st.info(f"{md(s.name)} has no traces yet ({md(s.status)}); they appear when the run finishes.")
         return
     if not _same_size(s, choice):
         return
@@ -76,7 +77,7 @@ def topology_measured(choice: PlanChoice, cells: pd.DataFrame) -> None:
     try:
         values = run_loaders.rank_values(run_loaders.set_key(s))
     except TraceError as err:
-        st.error(f"The traces of {s.name} cannot be analysed: {err}")
+        st.error(f"The traces of {md(s.name)} cannot be analysed: {md(err)}")
         return
     column = st.segmented_control(
         "Colour GPUs by",
@@ -115,7 +116,7 @@ def memory_measured(choice: PlanChoice) -> None:
     try:
         frame = measured_vs_predicted(metrics)
     except MetricsError as err:
-        st.warning(f"{s.name}'s metrics.json cannot be compared: {err}")
+        st.warning(f"{md(s.name)}'s metrics.json cannot be compared: {md(err)}")
         return
     plan = metrics.get("plan") or {}
     st.caption(
@@ -151,10 +152,12 @@ def tp_measured(choice: PlanChoice) -> pd.DataFrame | None:
             try:
                 ours = run_loaders.tp_measured(run_loaders.set_key(s))
             except TraceError as err:
-                st.error(f"The traces of {s.name} cannot be analysed: {err}")
+                st.error(f"The traces of {md(s.name)} cannot be analysed: {md(err)}")
                 ours = None
             if ours is not None and len(ours):
-                st.caption(f"{s.name}: median busbw of its TP/SP-group collectives by group size and link (diamonds).")
+                st.caption(
+                    f"{md(s.name)}: median busbw of its TP/SP-group collectives by group size and link (diamonds)."
+                )
                 st.dataframe(
                     ours,
                     hide_index=True,
@@ -165,7 +168,7 @@ def tp_measured(choice: PlanChoice) -> pd.DataFrame | None:
                 )
                 parts.append(ours.assign(source=s.name))
             elif ours is not None:
-                st.caption(f"{s.name} has no TP/SP-group collectives with a known size.")
+                st.caption(f"{md(s.name)} has no TP/SP-group collectives with a known size.")
         elif s is None:
             st.caption("Open a run from Home (its TP scaling link) to overlay its TP-group collectives.")
         files = ([s.path / "commbench.json"] if s is not None else []) + sorted(
@@ -184,9 +187,9 @@ def tp_measured(choice: PlanChoice) -> pd.DataFrame | None:
         for name, data in found.items():
             bench = run_data.commbench_points(data) if isinstance(data, dict) else None
             if bench is None or bench.empty:
-                st.warning(f"{name}: no all_reduce rows with a group size and busbw (is it commbench's JSON?)")
+                st.warning(f"{md(name)}: no all_reduce rows with a group size and busbw (is it commbench's JSON?)")
                 continue
-            st.caption(f"{name}: commbench all_reduce busbw at its largest message, by group size and link.")
+            st.caption(f"{md(name)}: commbench all_reduce busbw at its largest message, by group size and link.")
             parts.append(bench.assign(source=name))
     parts = [p for p in parts if len(p)]
     return pd.concat(parts, ignore_index=True) if parts else None

@@ -92,6 +92,7 @@ def check_files(files: list[tuple[str, bytes]]) -> Checked:
     """Load each file alone (TraceError -> rejected with its message), then reject files that clash
     with the ones kept before them: a rank seen twice, a different world size (another job)."""
     from profiler import TraceError
+    from profiler.traces.errors import one_line
 
     out = Checked()
     seen_names: set[str] = set()
@@ -113,6 +114,9 @@ def check_files(files: list[tuple[str, bytes]]) -> Checked:
                 got = _check_one(name, data, Path(tmp))
             except TraceError as err:
                 out.rejected.append((name, str(err)))
+                continue
+            except Exception as err:  # a loader bug must cost this file only, never the batch's good ones
+                out.rejected.append((name, one_line(f"{name}: could not be read ({type(err).__name__}: {err})")))
                 continue
             clash = _clash(out, got)
             if clash:

@@ -119,7 +119,10 @@ def render_text(rep: dict) -> str:
         "groups:",
         _table(
             ["dim", "size", "groups", "crossing nodes", "first group"],
-            [[d, p[d], len(g), rep["crossing_groups"][d], g[0]["ranks"][:16]] for d, g in rep["groups"].items()],
+            [
+                [d, p[d], rep["group_counts"][d], rep["crossing_groups"][d], g[0]["ranks"][:16]]
+                for d, g in rep["groups"].items()
+            ],
         ),
     ]
     out += [

@@ -22,6 +22,10 @@ RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "gpipe")
 
 
+MAX_WORLD_SIZE = 1 << 24  # 16.8 M GPUs: far past any cluster, small enough to lay out in memory
+MAX_GLOBAL_BATCH = 1 << 32  # sequences per step; keeps the divisor searches over it bounded
+
+
 @dataclass(frozen=True)
 class Plan:
     dp: int = 1
@@ -39,6 +43,13 @@ class Plan:
 
     def __post_init__(self):
         _positive(self, "dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp")
+        if self.world_size > MAX_WORLD_SIZE:  # the rank layout is an array of this many ints
+            raise SpecError(
+                f"dp×tp×pp×cp = {self.dp}×{self.tp}×{self.pp}×{self.cp} = {self.world_size:,} GPUs; "
+                f"plans are limited to {MAX_WORLD_SIZE:,}"
+            )
+        if self.global_batch > MAX_GLOBAL_BATCH:
+            raise SpecError(f"global batch {self.global_batch:,} sequences; at most {MAX_GLOBAL_BATCH:,}")
         if not isinstance(self.sp, bool):
             raise SpecError(f"Plan.sp must be true or false, got {self.sp!r}")
         if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from parallel.core.comm import CommOptions, comm_per_step
 from parallel.core.memory import (
     ActivationOptions,
@@ -33,12 +35,26 @@ class Options:
     perf: PerfOptions = field(default_factory=PerfOptions)
 
 
-def groups_json(plan: Plan, cluster: Cluster) -> dict[str, list[dict]]:
+# Per-rank rows and groups a report lists; past this the lists hold the first LISTED of each (the
+# counts stay whole: group_counts, crossing_groups), so a plan of any size is summarised in bounded
+# time and memory. A view that needs a rank's place computes it from the topology.
+LISTED = 4096
+
+
+def groups_json(plan: Plan, cluster: Cluster, limit: int = LISTED) -> dict[str, list[dict]]:
+    """Each dimension's first `limit` groups, each with its first `limit` ranks and nodes, and its link."""
     topo = plan.topology(cluster.gpus_per_node)
-    return {
-        dim: [{"ranks": list(g.ranks), "nodes": list(g.nodes), "link": g.link} for g in topo.groups(dim)]
-        for dim in ("tp", "pp", "dp", "cp")
-    }
+    out = {}
+    for dim in ("tp", "pp", "dp", "cp"):
+        rows = topo.group_ranks(dim)[:limit]
+        nodes = np.sort(rows // cluster.gpus_per_node, axis=1)
+        first = np.ones(nodes.shape, dtype=bool)  # each group's distinct nodes, all groups at once
+        first[:, 1:] = nodes[:, 1:] != nodes[:, :-1]
+        out[dim] = [
+            {"ranks": r[:limit].tolist(), "nodes": n[f][:limit].tolist(), "link": "inter" if f.sum() > 1 else "intra"}
+            for r, n, f in zip(rows, nodes, first)
+        ]
+    return out
 
 
 def plan_report(plan: Plan, model: Model, cluster: Cluster, options: Options = Options()) -> dict:
@@ -80,9 +96,11 @@ def plan_report(plan: Plan, model: Model, cluster: Cluster, options: Options = O
             "activation_components": activation_components_bytes(model, plan, options.activations),
             "memory_per_gpu_bytes": {k: worst[k] for k in ("params", "grads", "optimizer", "activations", "total")},
             "memory_per_stage": stages,
-            "ranks": topo.rank_table(),
+            "ranks": topo.rank_table(LISTED),
             "groups": groups_json(plan, cluster),
+            "group_counts": {d: topo.group_count(d) for d in DIMS},
             "crossing_groups": {d: topo.crossing(d) for d in DIMS},
+            "truncated": plan.world_size > LISTED,  # ranks and groups list the first LISTED only
             "comm_per_step": rows,
             "bubble_fraction": bubble_fraction(plan),
             "step_time_s": timing["step_time_s"],

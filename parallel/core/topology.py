@@ -122,16 +122,23 @@ class Topology:
         Groups are ordered by their first rank; ranks inside a group by their `dim` coordinate."""
         if dim not in DIMS:
             raise TopologyError(f"dimension must be one of {DIMS}, got {dim!r}")
-        axis = DIMS.index(dim)
-        g = np.moveaxis(self.grid, axis, -1).reshape(-1, self.sizes[dim])
-        return g[np.argsort(g[:, 0], kind="stable")]
+        if dim not in self._groups:  # laid out once per dimension (reports ask several times)
+            g = np.moveaxis(self.grid, DIMS.index(dim), -1).reshape(-1, self.sizes[dim])
+            self._groups[dim] = g[np.argsort(g[:, 0], kind="stable")]
+        return self._groups[dim]
 
-    def groups(self, dim: str) -> list[Group]:
-        out = []
-        for row in self.group_ranks(dim):
-            nodes = tuple(sorted({int(r) // self.gpus_per_node for r in row}))
-            out.append(Group(dim, tuple(int(r) for r in row), nodes))
-        return out
+    @cached_property
+    def _groups(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def groups(self, dim: str, limit: int | None = None) -> list[Group]:
+        """The groups of `dim` (the first `limit` of them when given), first rank first."""
+        rows = self.group_ranks(dim)[:limit]
+        nodes = rows // self.gpus_per_node
+        return [Group(dim, tuple(row.tolist()), tuple(np.unique(n).tolist())) for row, n in zip(rows, nodes)]
+
+    def group_count(self, dim: str) -> int:
+        return self.world_size // self.sizes[dim]
 
     def group_of(self, dim: str, rank: int) -> tuple[int, ...]:
         """The ranks of `dim`'s group that holds `rank`."""
@@ -139,23 +146,21 @@ class Topology:
         index = [c[d] if d != dim else slice(None) for d in DIMS]
         return tuple(int(r) for r in self.grid[tuple(index)])
 
-    def rank_table(self) -> list[dict]:
-        """One row per rank: rank, node, local_rank, dp, pp, cp, tp."""
-        rows = []
-        for r in range(self.world_size):
-            dp, pp, cp, tp = (int(c) for c in self.coords[r])
-            rows.append(
-                {
-                    "rank": r,
-                    "node": self.node_of(r),
-                    "local_rank": self.local_rank_of(r),
-                    "dp": dp,
-                    "pp": pp,
-                    "cp": cp,
-                    "tp": tp,
-                }
-            )
-        return rows
+    def rank_table(self, limit: int | None = None) -> list[dict]:
+        """One row per rank (the first `limit` ranks when given): rank, node, local_rank, dp, pp, cp, tp."""
+        ranks = np.arange(self.world_size if limit is None else min(limit, self.world_size), dtype=np.int64)
+        cols = [ranks, ranks // self.gpus_per_node, ranks % self.gpus_per_node, *self._coords_of(ranks).T]
+        keys = ("rank", "node", "local_rank", *DIMS)
+        return [dict(zip(keys, row)) for row in np.stack(cols, axis=1).tolist()]
+
+    def _coords_of(self, ranks: np.ndarray) -> np.ndarray:
+        """(dp, pp, cp, tp) of each rank, from the order alone: rank = mixed-radix number, fastest axis first."""
+        out = np.empty((len(ranks), 4), dtype=np.int64)
+        rest = ranks.astype(np.int64)
+        for axis in parse_order(self.order):  # fastest first
+            out[:, DIMS.index(axis)] = rest % self.sizes[axis]
+            rest = rest // self.sizes[axis]
+        return out
 
     def crossing(self, dim: str) -> int:
         """How many groups of `dim` span more than one node."""

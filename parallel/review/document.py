@@ -298,7 +298,7 @@ def justify(
         return f"{100 * x / step:.1f}% of the step ({x:.3f} s of {step:.3f} s)"
 
     def link(dim: str) -> str:
-        n, total = rep["crossing_groups"][dim], len(rep["groups"][dim])
+        n, total = rep["crossing_groups"][dim], rep["group_counts"][dim]
         return (
             f"stays inside a node on {cluster.intra.name or 'the intra-node link'}"
             if n == 0

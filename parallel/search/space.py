@@ -18,6 +18,7 @@ Pure: numpy and pandas.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -27,7 +28,7 @@ import pandas as pd
 from parallel.core.comm import crosses_nodes
 from parallel.core.memory import activation_bytes_per_layer, memory_per_gpu_bytes
 from parallel.core.perf import bubble_fraction, step_time
-from parallel.core.plan import RECOMPUTE, Plan, PlanColumns
+from parallel.core.plan import MAX_GLOBAL_BATCH, MAX_WORLD_SIZE, RECOMPUTE, Plan, PlanColumns
 from parallel.core.report import Options, plan_report
 from parallel.core.specs import Cluster, GiB, Model, SpecError
 from parallel.core.topology import DEFAULT_ORDER
@@ -80,7 +81,9 @@ class SearchResult:
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n, ascending, by trial division up to sqrt(n)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def plan_of(row: dict, global_batch: int, order: str = DEFAULT_ORDER) -> Plan:
@@ -278,6 +281,10 @@ def search(
     Raises SearchEmpty naming the constraint that removed the last candidates."""
     t0 = time.perf_counter()
     world = cluster.gpus
+    if world > MAX_WORLD_SIZE:
+        raise SpecError(f"{world:,} GPUs; plans are limited to {MAX_WORLD_SIZE:,}")
+    if not 1 <= global_batch <= MAX_GLOBAL_BATCH:
+        raise SpecError(f"global batch {global_batch:,} sequences; it must be 1 to {MAX_GLOBAL_BATCH:,}")
     cands, funnel = candidates(model, world, global_batch, constraints)
     for step in funnel:
         if step["remaining"] == 0:

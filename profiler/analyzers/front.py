@@ -20,6 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from profiler.analyzers.breakdown import breakdown, comm_by_dim
@@ -101,7 +102,8 @@ class TraceAnalysis:
         dim: count, bytes, time_us), per_rank (compute/comm/exposed/idle us over steps), stragglers."""
         traces, table = self.traces, self.collectives
         gpu = {r for r in traces.rank_ids if traces.device_of(r) == "gpu"}
-        counted = table[[(s == "kernel") if r in gpu else True for r, s in zip(table["rank"], table["source"])]]
+        mask = np.array([(s == "kernel") if r in gpu else True for r, s in zip(table["rank"], table["source"])], bool)
+        counted = table[mask]  # a boolean array: an empty list would select no columns instead of no rows
         agg = (
             counted.assign(b=counted["bytes"].fillna(0).astype("int64"))
             .groupby(["op", "dim"], observed=True, sort=True)

@@ -54,7 +54,7 @@ def _ranks(items: list[str]) -> dict | None:
     out = {}
     for item in items:
         name, sep, value = item.rpartition("=")
-        if not sep or not name or not value.isdigit():
+        if not sep or not name or not (value.isascii() and value.isdigit()):
             raise RankError(f"--rank {item!r}: expected FILE=RANK, e.g. --rank trace.json.gz=0")
         out[name] = int(value)
     return out or None

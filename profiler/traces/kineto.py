@@ -108,13 +108,20 @@ def _json_error(exc: Exception, name: str, data) -> NotJSONError:
     return NotJSONError(f"{name}: is not valid JSON ({msg})", path=name)
 
 
+def _decode_bounded(decode, data, name: str):
+    try:
+        return decode(data)
+    except RecursionError:  # msgspec recurses into nested arrays and objects
+        raise NotKinetoError(f"{name}: JSON nested too deeply for a trace", path=name) from None
+
+
 def _decode(data, name: str) -> tuple[list[_Event], dict, Counter]:
     """Events and top-level fields; the fast typed path, or a lenient per-event path on bad shapes."""
     if bytes(data[:3]) == b"\xef\xbb\xbf":
         data = memoryview(data)[3:]
     skipped: Counter = Counter()
     try:
-        doc = _FAST.decode(data)
+        doc = _decode_bounded(_FAST.decode, data, name)
         top = {
             k: getattr(doc, k)
             for k in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "host_name", "hostname")
@@ -122,7 +129,7 @@ def _decode(data, name: str) -> tuple[list[_Event], dict, Counter]:
         events = doc.traceEvents
     except msgspec.ValidationError:  # valid JSON of the wrong shape (a subclass of DecodeError)
         try:
-            raw = msgspec.json.decode(data)
+            raw = _decode_bounded(msgspec.json.decode, data, name)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise NotKinetoError(f"{name}: JSON that no trace can hold ({exc})", path=name) from None
         if not isinstance(raw, dict):
@@ -303,6 +310,11 @@ def _ranks_text(value) -> str | None:
     return ",".join(parts) if parts and all(p.isdigit() for p in parts) else None
 
 
+def _scalar(value: object) -> bool:
+    """A usable id: an int or a string (a file may put lists or objects anywhere)."""
+    return type(value) in (int, str)
+
+
 def _nonneg(value) -> int | None:
     return value if type(value) is int and 0 <= value < 2**62 else None
 
@@ -386,7 +398,7 @@ def _meta(top: dict, source: str, ts_ns: np.ndarray) -> dict:
         "backend": info.get("backend") if isinstance(info.get("backend"), str) else None,
         "nccl_version": info.get("nccl_version") if isinstance(info.get("nccl_version"), str) else None,
         "pg_config": [p for p in pg if isinstance(p, dict)] if isinstance(pg, list) else [],
-        "device_names": {d.get("id"): d.get("name") for d in devices if isinstance(d, dict)}
+        "device_names": {d.get("id"): d.get("name") for d in devices if isinstance(d, dict) and _scalar(d.get("id"))}
         if isinstance(devices, list)
         else {},
         "host": host if isinstance(host, str) else None,

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from parallel.core.plan import MAX_WORLD_SIZE
 from profiler.traces import cache as trace_cache
 from profiler.traces.errors import DuplicateRankError, MixedJobError, NoTracesError, RankError
 from profiler.traces.kineto import RankPart, parse
@@ -119,9 +120,18 @@ def _assign_ranks(parts: list[RankPart], ranks) -> list[tuple[int, str]]:
     return out
 
 
+# Ranks and world sizes read from files are bounded before anything is sized by them (ranks are
+# stored as int32; the dashboard lays out a world's ranks): the same bound as a plan's GPUs.
+MAX_RANKS = MAX_WORLD_SIZE
+
+
 def _check_job(parts: list[RankPart], assigned: list[tuple[int, str]]) -> None:
     seen: dict[int, str] = {}
     for part, (rank, _) in zip(parts, assigned):
+        if rank >= MAX_RANKS:
+            raise RankError(f"{part.source!r}: rank {rank:,} is beyond the {MAX_RANKS:,} ranks a set may hold")
+        if (ws := part.meta["world_size"]) is not None and ws > MAX_RANKS:
+            raise RankError(f"{part.source!r}: world_size {ws:,} is beyond the {MAX_RANKS:,} ranks a set may hold")
         if rank in seen:
             raise DuplicateRankError(
                 f"rank {rank} appears twice: in {seen[rank]} and in {part.source}; a set holds one trace per rank",

@@ -1,0 +1,120 @@
+"""Numbers and names read from files, URLs and flags are bounded where they are read (issue #18):
+plans of any size are summarised without per-rank structures the answer does not need, searches
+enumerate divisors in O(sqrt n) and refuse absurd sizes, ranks and world sizes in traces are capped
+before anything is sized by them, trace errors are one line whatever a file is called, a trace
+without collectives analyses to an empty table, and user text shown in Markdown renders as text."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from parallel.core.plan import MAX_WORLD_SIZE, Plan
+from parallel.core.report import LISTED, plan_report
+from parallel.core.specs import CLUSTERS, MODELS, SpecError
+from parallel.search.space import Constraints, divisors, search
+from profiler import TraceAnalysis, TraceError, load_traces
+from ui.text import md
+
+EVENTS = [
+    {"ph": "X", "name": "ProfilerStep#1", "cat": "user_annotation", "ts": 0, "dur": 100, "pid": 1, "tid": 1},
+    {"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 1, "dur": 5, "pid": 1, "tid": 1},
+]
+
+
+def test_divisors_are_exact_and_fast_for_large_n():
+    assert all(divisors(n) == [d for d in range(1, n + 1) if n % d == 0] for n in range(1, 600))
+    assert divisors(2**31 - 1) == [1, 2**31 - 1]  # a prime: ~46k trial divisions, not 2 billion
+
+
+def test_a_million_gpu_plan_lists_a_bounded_sample_with_whole_counts():
+    plan = Plan(dp=16384, tp=8, pp=8, global_batch=16384)
+    rep = plan_report(plan, MODELS["gpt3-175b"], CLUSTERS["dgx-h100"].sized_for(plan.world_size))
+    assert rep["world_size"] == 2**20 and rep["truncated"] is True
+    assert len(rep["ranks"]) == LISTED and rep["ranks"][9]["rank"] == 9
+    assert rep["group_counts"] == {"dp": 64, "pp": 131072, "cp": 2**20, "tp": 131072}
+    assert all(len(g) <= LISTED for g in rep["groups"].values())
+    assert len(rep["groups"]["dp"][0]["ranks"]) == LISTED  # a 16,384-rank group: its first LISTED ranks
+    assert rep["crossing_groups"]["tp"] == 0 and rep["crossing_groups"]["dp"] == 64
+
+
+def test_a_small_plan_still_lists_every_rank_and_group():
+    plan = Plan(dp=2, tp=4, pp=2, global_batch=8)
+    rep = plan_report(plan, MODELS["gpt3-175b"], CLUSTERS["dgx-h100"].sized_for(16))
+    assert rep["truncated"] is False and len(rep["ranks"]) == 16
+    assert [len(rep["groups"][d]) for d in ("tp", "pp", "dp", "cp")] == [4, 8, 8, 16]
+
+
+@pytest.mark.parametrize("kwargs", [{"dp": MAX_WORLD_SIZE, "tp": 2}, {"global_batch": 2**40}])
+def test_plans_beyond_the_bounds_are_refused_with_their_numbers(kwargs):
+    with pytest.raises(SpecError, match=r"\d"):
+        Plan(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "gpus, batch, message", [(2**30, 1536, "GPUs; plans are limited"), (512, 10**18, "global batch")]
+)
+def test_search_refuses_absurd_sizes_at_once(gpus, batch, message):
+    cluster = CLUSTERS["dgx-h100"].sized_for(gpus)
+    with pytest.raises(SpecError, match=message):
+        search(MODELS["gpt3-175b"], cluster, batch, Constraints())
+
+
+def _write(path, doc):
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize(
+    "name, doc, message",
+    [
+        ("r_rank123456789012_trace.json", {"traceEvents": EVENTS}, "beyond the"),
+        (
+            "ws_rank0.json",
+            {"traceEvents": EVENTS, "distributedInfo": {"rank": 0, "world_size": 3 * 10**8}},
+            "beyond the",
+        ),
+        ("deep_rank0.json", '{"traceEvents":[' + "[" * 20000 + "]" * 20000 + "]}", "nested too deeply"),
+        ("two\nlines\x1b[31m_rank0.json", "{oops", "not valid JSON"),
+    ],
+)
+def test_hostile_traces_are_one_typed_line(tmp_path, name, doc, message):
+    with pytest.raises(TraceError, match=message) as info:
+        load_traces(_write(tmp_path / name, doc), cache=False)
+    assert "\n" not in str(info.value) and "\x1b" not in str(info.value)
+
+
+def test_odd_device_ids_and_a_trace_without_collectives_analyse(tmp_path):
+    doc = {
+        "traceEvents": EVENTS,
+        "deviceProperties": [{"id": [1], "name": "x"}, {"id": {"a": 1}}],
+        "distributedInfo": {"rank": 0, "world_size": 1},
+    }
+    summary = TraceAnalysis(load_traces(_write(tmp_path / "one_rank0.json", doc), cache=False)).summary()
+    assert summary["collectives"] == [] and summary["per_rank"][0]["compute_us"] == 5.0
+
+
+INJECTIONS = [
+    "![t](http://127.0.0.1:9/track.png)",
+    "[Click to re-login](http://127.0.0.1:9/)",
+    "<img src=x onerror=alert(1)>",
+    ":red[alarm] :material/warning: $x^2$",
+    "# Heading\n> quote\n- item\n1. first\n***",
+    "see www.example.com or mail a@b.c, `code`, **bold**, ~~gone~~ | a | b |",
+]
+
+
+def shown(markdown: str) -> str:
+    """The text a CommonMark renderer shows for escaped text: escapes removed, zero-width spaces gone."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown).replace("\u200b", "")
+
+
+@pytest.mark.parametrize("text", INJECTIONS)
+def test_user_text_in_markdown_is_shown_as_itself(text):
+    out = md(text)
+    assert shown(out) == text  # nothing lost, nothing added
+    assert not re.search(r"(?<!\\)[\[\]<>`*_$|~!]", out)  # every construct-starting mark escaped
+    assert "://" not in out and "www." not in out and not re.search(r":[a-z]", out)  # no autolink, no :shortcode
+    assert not re.search(r"(?m)^\s*([#>+\-=]|\d+[.)]\s)", out)  # no heading, quote, list or rule

@@ -1,0 +1,27 @@
+"""Text that came from a user or a file (a run or set name, a note, an author, an error naming a
+file, a URL parameter), made safe to place inside Streamlit Markdown: it is shown as the text it
+is, never rendered -- no image is fetched, no link or heading appears, no colour or LaTeX applies.
+
+    st.error(f"Rejected **{md(name)}**: {md(message)}")
+
+Pure: stdlib only.
+"""
+
+from __future__ import annotations
+
+import re
+
+# What can start Markdown or a Streamlit directive inside a line: emphasis, code, links and images,
+# HTML, LaTeX, tables, strikethrough. Other punctuation stays as it is, so messages read the same.
+_INLINE = re.compile(r"([\\`*_\[\]<>!$|~])")
+_LINE_START = re.compile(r"(?m)^(\s*)(\d+(?=[.)])|)([#>+\-=]|(?<=\d)[.)])")  # headings, quotes, lists, rules
+_AUTOLINK = re.compile(r"(?i)(://|www\.|@|:(?=[a-z]))")  # autolinks, e-mail, :emoji: and :directive[...]
+
+
+def md(value: object) -> str:
+    """`value` as Markdown that renders to exactly its text: the characters that could start
+    Markdown or a Streamlit directive are backslash-escaped (CommonMark allows it for any
+    punctuation), and the shapes autolinks and shortcodes are found by get a zero-width space."""
+    text = _AUTOLINK.sub(lambda m: m.group(0)[0] + "\u200b" + m.group(0)[1:], str(value))
+    text = _INLINE.sub(r"\\\1", text)
+    return _LINE_START.sub(lambda m: m.group(1) + m.group(2) + "\\" + m.group(3), text)
