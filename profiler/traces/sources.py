@@ -227,10 +227,11 @@ def _zip_members(path: Path, limits: Limits) -> Iterator[tuple[str, bytes]]:
 
 def _tar_members(path: Path, limits: Limits) -> Iterator[tuple[str, bytes]]:
     try:
-        tf = tarfile.open(path, mode="r:*")
+        raw = path.open("rb")  # our own handle: its position is the compressed bytes read so far
+        tf = tarfile.open(fileobj=raw, mode="r:*")
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise CompressionError(f"{path.name}: not a readable tar archive ({exc})", path=str(path)) from None
-    with tf:
+    with raw, tf:
         total = count = 0
         try:
             for member in tf:
@@ -254,10 +255,25 @@ def _tar_members(path: Path, limits: Limits) -> Iterator[tuple[str, bytes]]:
                     raise _too_large(label, member.size, 0, limits) or TooLargeError(
                         f"{path.name}: members add up to more than {limits.max_total_bytes:,} bytes", path=str(path)
                     )
-                f = tf.extractfile(member)
-                yield label, f.read() if f else b""
+                yield label, _read_member(tf, member, raw, label, limits)
         except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
             raise CompressionError(f"{path.name}: corrupt or truncated tar archive ({exc})", path=str(path)) from None
+
+
+def _read_member(tf: tarfile.TarFile, member: tarfile.TarInfo, raw: Any, label: str, limits: Limits) -> bytes:
+    """A tar member's bytes, read in chunks under the same caps as a .json.gz: the ratio of the tar
+    stream decompressed so far to the archive's bytes read so far is checked after every chunk, so
+    a small .tar.gz holding a huge member stops at the ratio, not at the end of the member."""
+    f = tf.extractfile(member)
+    if f is None:
+        return b""
+    out = bytearray()
+    while piece := f.read(_CHUNK):
+        out += piece
+        err = _too_large(label, member.offset_data + len(out), raw.tell(), limits)
+        if err:
+            raise err
+    return bytes(out)
 
 
 def _read_run_json(folder: Path) -> dict | None:

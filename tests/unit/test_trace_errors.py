@@ -103,6 +103,8 @@ def _case(tmp_path: Path, case: str):
         return p, {"limits": Limits(max_file_bytes=1000)}
     if case == "zip_bomb":
         return _zip(tmp_path / "set.zip", {"rank0.json": b" " * (BOMB_MB << 20)}), {}
+    if case == "tar_bomb":
+        return _tar(tmp_path / "set.tar.gz", {"rank0.json": b"\0" * (BOMB_MB << 20)}), {}
     if case == "zip_escape":
         return _zip(tmp_path / "set.zip", {"../../evil/rank0.json": VALID}), {}
     if case == "zip_absolute":
@@ -190,6 +192,7 @@ CASES = {
     "gzip_over_cap": (TooLargeError, r"more than 1,000 bytes \(the per-file cap\)"),
     "file_over_cap": (TooLargeError, r"rank0_trace.json: is [\d,]+ bytes, more than the per-file cap of 1,000"),
     "zip_bomb": (TooLargeError, r"set.zip:rank0.json: decompresses more than 200x"),
+    "tar_bomb": (TooLargeError, r"set.tar.gz:rank0.json: decompresses more than 200x"),
     "zip_escape": (UnsafeArchiveError, r"member '../../evil/rank0.json' escapes the archive's folder"),
     "zip_absolute": (UnsafeArchiveError, r"member '/tmp/rank0.json' escapes"),
     "zip_symlink": (UnsafeArchiveError, r"member 'rank1.json' is a symbolic link"),
@@ -240,10 +243,12 @@ def test_cli_exits_2_with_one_line(tmp_path, case):
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in out.stderr
 
 
-def test_gzip_bomb_stops_early_with_bounded_memory(tmp_path):
+@pytest.mark.parametrize("case", ["gzip_bomb", "tar_bomb"])
+def test_bombs_stop_early_with_bounded_memory(tmp_path, case):
+    """Every kind of compressed input streams under the same ratio check (a tar member too)."""
     import tracemalloc
 
-    path, _ = _case(tmp_path, "gzip_bomb")
+    path, _ = _case(tmp_path, case)
     tracemalloc.start()
     with pytest.raises(TooLargeError):
         load_traces(path, cache=False)
