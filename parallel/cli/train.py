@@ -28,7 +28,7 @@ from pathlib import Path
 from parallel.cli import args as cli_args
 from parallel.core.specs import SpecError
 from parallel.core.validate import check
-from parallel.engine.api import TrainConfig, engine_errors, run_rank, torchrun_env
+from parallel.engine.api import TrainConfig, engine_errors, memory_errors, run_rank, torchrun_env
 
 
 def parser() -> argparse.ArgumentParser:
@@ -87,6 +87,9 @@ def config_from_namespace(args: argparse.Namespace) -> tuple[TrainConfig | None,
         return None, [str(err)], []
     verdict = check(plan, model, cluster)
     errors = verdict.errors + engine_errors(model, plan)
+    if not errors:  # ranks on this host: all of them, unless torchrun says how many run here
+        env = torchrun_env()
+        errors += memory_errors(model, plan, ranks_here=env["gpus_per_node"] if env else plan.world_size)
     if args.steps < 1:
         errors.append(f"--steps {args.steps}: train at least one step")
     if not 0 <= args.dropout < 1:

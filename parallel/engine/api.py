@@ -54,6 +54,38 @@ def engine_errors(model: Model, plan: Plan) -> list[str]:
     return errors
 
 
+# Host bytes per token of the step's global batch while data.global_batch builds it on each rank:
+# the (G, s+1) int64 progression, its modulo, the random replacements and the result, and the float
+# noise mask (4 x 8 + 4 bytes, rounded up).
+DATA_BYTES_PER_TOKEN = 40
+
+
+def available_memory_bytes() -> int | None:
+    """This machine's MemAvailable (/proc/meminfo), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def memory_errors(model: Model, plan: Plan, *, ranks_here: int, available: int | None = None) -> list[str]:
+    """Whether the step's data fits this machine before any rank starts: every rank builds the whole
+    global batch of tokens (data.global_batch), `ranks_here` of them at once on this host."""
+    available = available_memory_bytes() if available is None else available
+    need = plan.global_batch * (model.seq_len + 1) * DATA_BYTES_PER_TOKEN * ranks_here
+    if available is None or need <= available:
+        return []
+    return [
+        f"--global-batch {plan.global_batch:,}: each of the {ranks_here} ranks on this machine builds the step's "
+        f"{plan.global_batch:,} × {model.seq_len + 1:,} tokens, about {need / 1e9:,.1f} GB together; "
+        f"{available / 1e9:,.1f} GB is available"
+    ]
+
+
 def torchrun_env() -> dict | None:
     """Rank, world, local rank, node and ranks per node from torchrun's environment, or None."""
     if "TORCHELASTIC_RUN_ID" not in os.environ and "LOCAL_RANK" not in os.environ:

@@ -159,6 +159,8 @@ def main(argv=None) -> int:
         return 2
     print(f"run directory: {run_dir}", flush=True)
     final = supervise(spec, run_dir, record, lab)
+    if final.get("write_error"):  # run.json could not be written: say so, do not leave it silent
+        print(f"error: cannot record the run's end in {run_dir}: {final['write_error']}", file=sys.stderr)
     if final["status"] == "completed":
         print(f"completed: {len(final['traces'])} traces in {run_dir / 'traces'}; python -m profiler analyze {run_dir}")
         return 0

@@ -98,9 +98,15 @@ class Supervisor:
         )
         self.deadline = time.monotonic() + spec.job_timeout_s if spec.job_timeout_s else None
         self.statuses: dict[int, dict] = {}
+        self.write_error: str | None = None  # why the last write of the record failed, if it did
 
     def write(self) -> None:
-        rundir.write_json_atomic(self.path, self.record)
+        """Rewrite the record; on a failure (a full disk) keep going and say why at the end."""
+        try:
+            rundir.write_json_atomic(self.path, self.record)
+            self.write_error = None
+        except OSError as err:
+            self.write_error = rundir.os_error_text(err, self.path)
 
     def tick(self) -> None:
         """Fold the ranks' status files into the record; rewrite it if it changed. Raises JobStopped
@@ -139,17 +145,33 @@ class Supervisor:
             for r, p in _traces(self.run_dir)
         ]
         rec["finished_at"] = rundir.now_iso()
-        try:
-            rundir.partial_dir(self.run_dir).rmdir()  # empty once every trace was renamed into place
-        except OSError:
-            pass
+        full = rundir.disk_full(self.run_dir)
+        self._remove_partials()
         if outcome.ok:
             rec["status"] = "completed"
         else:
             rec["status"] = "failed"
             rec["error"] = self._error(root_cause(outcome, self.statuses, self._other_nodes()))
+            if full and "no space left" not in rec["error"]["message"]:
+                rec["error"]["message"] = f"no space left on device ({self.run_dir}); {rec['error']['message']}"
         self.write()
+        if self.write_error:
+            rec["write_error"] = self.write_error
         return rec
+
+    def _remove_partials(self) -> None:
+        """This node's ranks have all ended, so nothing of theirs in .partial/ will be completed:
+        remove it (and the space it holds); another node's files on a shared directory stay."""
+        partial = rundir.partial_dir(self.run_dir)
+        mine = {r for r, s in self.statuses.items() if s.get("node", 0) == self.spec.node_rank}
+        for path in partial.glob("rank*"):
+            m = re.match(r"rank(\d+)_", path.name)
+            if not self.spec.multinode or (m and int(m.group(1)) in mine):
+                path.unlink(missing_ok=True)
+        try:
+            partial.rmdir()  # gone once empty
+        except OSError:
+            pass
 
     def _other_nodes(self) -> list[dict]:
         if not self.spec.multinode or self.spec.node_rank != 0:

@@ -24,6 +24,7 @@ Runtime layer: imports torch.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import gzip
 import os
 import shutil
@@ -67,7 +68,10 @@ class RankStatus:
 
     def write(self, **changes) -> None:
         self.data.update(changes, time=time.time())
-        rundir.write_json_atomic(self.path, self.data)
+        try:
+            rundir.write_json_atomic(self.path, self.data)
+        except OSError as err:  # a full disk must not hide the rank's own error; the supervisor sees it
+            print(f"[rank {self.data['rank']}] cannot write {self.path.name}: {rundir.os_error_text(err)}", flush=True)
 
 
 def redirect_output(path: Path) -> None:
@@ -98,6 +102,10 @@ def _exporter(run_dir: Path, rank: int, status: RankStatus):
         partial.mkdir(parents=True, exist_ok=True)
         raw, gz = partial / f"rank{rank}_trace.json", partial / f"rank{rank}_trace.json.gz"
         prof.export_chrome_trace(str(raw))
+        if not raw.exists():  # Kineto reports a failed write only in its log
+            if rundir.disk_full(partial):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(raw))
+            raise RuntimeError(f"the profiler wrote no trace to {raw}")
         json_bytes = raw.stat().st_size
         with open(raw, "rb") as src, gzip.open(gz, "wb", compresslevel=GZIP_LEVEL) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
@@ -167,7 +175,10 @@ def profile_rank(
                 on_step=on_step,
             )
     except BaseException as err:
-        first = f"{type(err).__name__}: {err}".strip().split("\n")[0]
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            first = rundir.os_error_text(err, run_dir)
+        else:
+            first = f"{type(err).__name__}: {err}".strip().split("\n")[0]
         stopped = isinstance(err, SystemExit) and "from the launcher" in str(err)
         if not stopped:
             traceback.print_exc()

@@ -25,6 +25,7 @@ Pure: stdlib only.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -93,6 +94,25 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def disk_full(path: str | Path, margin_bytes: int = 1 << 20) -> bool:
+    """Whether the filesystem holding `path` (or its nearest existing parent) has under `margin_bytes` free."""
+    path = Path(path)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        return shutil.disk_usage(path).free < margin_bytes
+    except OSError:
+        return False
+
+
+def os_error_text(err: OSError, path: str | Path | None = None) -> str:
+    """One line for an OSError: 'no space left on device (PATH)' for ENOSPC, else its strerror and path."""
+    where = err.filename or path
+    if err.errno == errno.ENOSPC:
+        return f"no space left on device ({where})"
+    return f"{err.strerror or err}" + (f" ({where})" if where else "")
 
 
 def read_json(path: Path) -> dict | None:

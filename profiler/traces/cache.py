@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import orjson
@@ -59,11 +60,28 @@ def _plain(col: pd.Series) -> list:
     return [None if pd.isna(v) else v for v in col.astype(object).tolist()]
 
 
+STALE_TMP_S = 3600  # a temporary folder untouched this long belongs to a writer that was killed
+
+
+def remove_stale_temporaries(cache_dir: Path, *, older_than_s: float = STALE_TMP_S) -> int:
+    """Remove `.tmp-*` folders left by killed writes (never renamed into place); returns how many."""
+    removed, now = 0, time.time()
+    for tmp in Path(cache_dir).glob(".tmp-*"):
+        try:
+            if now - tmp.stat().st_mtime > older_than_s:
+                shutil.rmtree(tmp, ignore_errors=True)
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
 def write(cache_dir: Path, traces: Traces) -> None:
     """Store `traces` under its key; any OSError is swallowed (a cache must never fail a load)."""
     cache_dir = Path(cache_dir)
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(cache_dir)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache_dir))
     except OSError:
         return

@@ -118,3 +118,12 @@ def test_user_text_in_markdown_is_shown_as_itself(text):
     assert not re.search(r"(?<!\\)[\[\]<>`*_$|~!]", out)  # every construct-starting mark escaped
     assert "://" not in out and "www." not in out and not re.search(r":[a-z]", out)  # no autolink, no :shortcode
     assert not re.search(r"(?m)^\s*([#>+\-=]|\d+[.)]\s)", out)  # no heading, quote, list or rule
+
+
+def test_a_global_batch_that_cannot_fit_this_machine_is_refused_before_any_rank_starts():
+    from parallel.engine.api import memory_errors
+
+    tiny = MODELS["tiny"]
+    (err,) = memory_errors(tiny, Plan(dp=2, global_batch=2**30), ranks_here=2, available=24 << 30)
+    assert "--global-batch 1,073,741,824" in err and "2 ranks" in err and "GB is available" in err
+    assert memory_errors(tiny, Plan(dp=2, global_batch=8), ranks_here=2, available=24 << 30) == []
