@@ -92,7 +92,7 @@ def check_files(files: list[tuple[str, bytes]]) -> Checked:
     """Load each file alone (TraceError -> rejected with its message), then reject files that clash
     with the ones kept before them: a rank seen twice, a different world size (another job)."""
     from profiler import TraceError
-    from profiler.traces.errors import one_line
+    from profiler.formats.lines import one_line
 
     out = Checked()
     seen_names: set[str] = set()

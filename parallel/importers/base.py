@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Model, SpecError
+from profiler.formats.lines import one_line
 
 
 class ImportFailed(SpecError):
@@ -16,6 +17,7 @@ class ImportFailed(SpecError):
 
 def failure(source: str, line: int | None, message: str, text: str | None = None) -> ImportFailed:
     """`source line N: message` followed by the offending line, indented."""
+    source = one_line(source)  # a name may hold newlines or terminal escapes: never split the message
     where = f"{source} line {line}" if line else source
     shown = ""
     if text is not None and line:

@@ -10,6 +10,8 @@ Pure: stdlib only.
 
 from __future__ import annotations
 
+from profiler.formats.lines import one_line
+
 MAX_INPUT_CHARS = 1 << 20  # one imported text: 1 Mi characters
 MAX_DEPTH = 64  # nested if / ( ) / { } / eval / sh -c / ${...} / $((...)), TOML arrays and tables
 MAX_STEPS = 200_000  # statements and expansions evaluated in one script
@@ -63,5 +65,5 @@ def toml_shape_error(text: str) -> tuple[int, str] | None:
 def input_error(name: str, chars: int) -> str | None:
     """Why a text of `chars` characters is not imported, or None."""
     if chars > MAX_INPUT_CHARS:
-        return f"{name}: {chars:,} characters; an import is at most {MAX_INPUT_CHARS:,} (launch scripts are a few KB)"
+        return f"{one_line(name)}: {chars:,} characters; an import is at most {MAX_INPUT_CHARS:,} (launch scripts are a few KB)"
     return None

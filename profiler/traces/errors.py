@@ -9,6 +9,8 @@ Pure: stdlib only.
 
 from __future__ import annotations
 
+from profiler.formats.lines import one_line
+
 
 class TraceError(ValueError):
     """Base class: the input is not a readable set of Kineto traces."""
@@ -16,15 +18,6 @@ class TraceError(ValueError):
     def __init__(self, message: str, *, path: str | None = None):
         super().__init__(one_line(message))
         self.path = path
-
-
-def one_line(text: str) -> str:
-    """`text` as one printable line: newlines, tabs and terminal escapes in names that came from
-    files or archives are written as escapes (repr-style), so no name can split, colour or forge a
-    line of output (e.g. a second `error:` line)."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class NoTracesError(TraceError):
