@@ -82,7 +82,7 @@ def _links(s: TraceSet) -> None:
 
 
 def _details(s: TraceSet) -> None:
-    st.subheader(s.name)
+    st.subheader(md(s.name))
     facts = [run_status.badge(s), s.plan_label, f"{s.world_size} ranks" if s.world_size else "ranks unknown"]
     facts += [
         f"{k} {v}"

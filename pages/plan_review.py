@@ -199,7 +199,7 @@ def plan_editor(s: ReviewState) -> ReviewState:
     )
     plans, errors = plans_from_rows(edited)
     for e in errors:
-        st.error(e)
+        st.error(md(e))
     if len(plans) > MAX_PLANS:
         st.warning(f"Comparing the first {MAX_PLANS} of {len(plans)} plans.")
         plans = plans[:MAX_PLANS]
@@ -260,7 +260,7 @@ def compare_section(s: ReviewState) -> ReviewState:
     st.dataframe(rc.compare_styler(cmp.table, cmp.names), hide_index=True, height=420)
     st.subheader("Why each plan")
     for named in s.plans:
-        with st.expander(f"{named.name}: {named.plan.label()}", expanded=named.name == s.chosen):
+        with st.expander(f"{md(named.name)}: {named.plan.label()}", expanded=named.name == s.chosen):
             why = justify(named.plan, cmp.reports[named.name], s.model, cluster, review_of(s).options)
             st.markdown("\n".join(f"- **{dim}** — {t}" for dim, t in why))
     st.subheader("Share and export")
@@ -328,7 +328,7 @@ def search_section(s: ReviewState) -> ReviewState:
     try:
         result = search_result(review_json(s), s.search_gb, constraints)
     except SearchEmpty as err:
-        st.error(str(err))
+        st.error(md(err))
         st.dataframe(rc.funnel_frame(err.funnel), hide_index=True)
         return s
     cluster = s.cluster_spec
@@ -402,7 +402,7 @@ def import_section(s: ReviewState) -> ReviewState:
             }
         except (ImportFailed, SpecError) as err:
             st.session_state.pop(IMPORTED, None)
-            st.error(str(err))
+            st.error(md(err))
     got = st.session_state.get(IMPORTED)
     if got:
         model = got["model"] or s.model

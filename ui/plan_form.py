@@ -187,7 +187,7 @@ def plan_form() -> PlanChoice:
     for message in url_errors:
         st.error(f"The link has a value that cannot be used: {md(message)}. Using the default for it.")
     for message in choice.errors:
-        st.error(message)
+        st.error(md(message))
     if plan.world_size != cluster.gpus:
         need = -(-plan.world_size // cluster.gpus_per_node)
         if need * cluster.gpus_per_node == plan.world_size:
@@ -198,7 +198,7 @@ def plan_form() -> PlanChoice:
                 key="plan_fit_nodes",
             )
     for message in choice.warnings:
-        st.warning(message)
+        st.warning(md(message))
     if not choice.computable:
         st.info("Change the plan in the sidebar: the model cannot be split this way, so there is nothing to draw.")
     return choice

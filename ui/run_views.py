@@ -141,7 +141,7 @@ def tp_measured(choice: PlanChoice) -> pd.DataFrame | None:
     parts = []
     s = _named_set()
     title = (
-        f"Measured: {s.name}'s TP-group collectives, commbench results"
+        f"Measured: {md(s.name)}'s TP-group collectives, commbench results"
         if s is not None
         else "Measured points: a run's TP-group collectives, commbench results"
     )
