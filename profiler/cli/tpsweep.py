@@ -58,24 +58,6 @@ from profiler.formats import rundir
 ROOT = Path(__file__).resolve().parents[1]
 SHAPE = {"model": "tiny", "layers": 2, "hidden": 256, "heads": 8, "seq_len": 1024, "vocab": 512}
 QUICK_SHAPE = {"model": "tiny", "layers": 1, "hidden": 128, "heads": 4, "seq_len": 256, "vocab": 256}
-CSV_COLUMNS = (
-    "tp",
-    "sp",
-    "link",
-    "nodes",
-    "status",
-    "measured_tp_comm_s",
-    "measured_tp_comm_lo_s",
-    "measured_tp_comm_hi_s",
-    "predicted_tp_comm_s",
-    "tp_comm_error_pct",
-    "measured_busbw_bytes_per_s",
-    "predicted_busbw_bytes_per_s",
-    "busbw_error_pct",
-    "measured_step_s",
-    "predicted_step_s",
-    "step_error_pct",
-)
 
 
 @dataclass(frozen=True)
@@ -352,7 +334,7 @@ def run_point(spec: SweepSpec, out: Path, tp: int, sp: bool) -> dict:
 
 def write(out: Path, sweep: dict) -> None:
     """sweep.json (atomically) and, once points have predictions, sweep.csv."""
-    from profiler.lab.sweep_model import compare
+    from profiler.lab.sweep_model import COMPARE_COLUMNS, compare  # sweep.csv: the compare table's columns
 
     rundir.write_json_atomic(out / "sweep.json", sweep)
     if sweep.get("points"):
@@ -360,8 +342,8 @@ def write(out: Path, sweep: dict) -> None:
         tmp = out / ".sweep.csv.tmp"
         with open(tmp, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(CSV_COLUMNS)
-            for row in frame[list(CSV_COLUMNS)].itertuples(index=False):
+            w.writerow(COMPARE_COLUMNS)
+            for row in frame[list(COMPARE_COLUMNS)].itertuples(index=False):
                 w.writerow([f"{v:.6g}" if isinstance(v, float) else v for v in row])
         os.replace(tmp, out / "sweep.csv")
 
