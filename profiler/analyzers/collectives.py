@@ -36,23 +36,10 @@ from parallel.core.comm import bus_factor
 from profiler.analyzers.labels import P2P_OPS, DimLabeler, PlanLike, plan_of
 from profiler.analyzers.steps import assign_steps, step_windows
 from profiler.formats.annotations import parse_comm
-from profiler.traces.model import Traces
+from profiler.traces.model import COMM_ARG_FIELDS, Traces
 from profiler.traces.patterns import KINDS, RECORD_PARAM_COMMS, dtype_bytes, normalize_op
 
-META_FIELDS = (
-    "coll_name",
-    "in_nelems",
-    "out_nelems",
-    "dtype",
-    "group_size",
-    "pg_name",
-    "pg_desc",
-    "pg_ranks",
-    "seq",
-    "src_rank",
-    "dst_rank",
-    "input_bytes",
-)
+META_FIELDS = COMM_ARG_FIELDS
 INPUT_IS_SIZE = frozenset({"all_reduce", "broadcast", "reduce", "all_to_all", "send"})
 COLUMNS = [
     "rank",

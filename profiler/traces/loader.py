@@ -32,7 +32,7 @@ from parallel.core.plan import MAX_WORLD_SIZE
 from profiler.traces import cache as trace_cache
 from profiler.traces.errors import DuplicateRankError, MixedJobError, NoTracesError, RankError
 from profiler.traces.kineto import RankPart, parse
-from profiler.traces.model import Traces
+from profiler.traces.model import COMM_ARG_FIELDS, Traces
 from profiler.traces.patterns import KINDS, OPS
 from profiler.traces.sources import Limits, TraceSet, resolve
 
@@ -214,21 +214,7 @@ def assemble(
 
 
 def _comm_frame(records: list[dict], where: np.ndarray) -> pd.DataFrame:
-    columns = [
-        "event",
-        "coll_name",
-        "in_nelems",
-        "out_nelems",
-        "dtype",
-        "group_size",
-        "pg_name",
-        "pg_desc",
-        "pg_ranks",
-        "seq",
-        "src_rank",
-        "dst_rank",
-        "input_bytes",
-    ]
+    columns = ["event", *COMM_ARG_FIELDS]
     data = {c: [r[c] for r in records] for c in columns}
     frame = pd.DataFrame(
         {

@@ -38,6 +38,23 @@ import pandas as pd
 
 from profiler.traces.patterns import KINDS, profiler_step
 
+# Columns of Traces.comm_args beside `event`: one collective's metadata as Kineto records it
+# (record_param_comms or the kernel's args), written by the loader and read by the analyzers.
+COMM_ARG_FIELDS = (
+    "coll_name",
+    "in_nelems",
+    "out_nelems",
+    "dtype",
+    "group_size",
+    "pg_name",
+    "pg_desc",
+    "pg_ranks",
+    "seq",
+    "src_rank",
+    "dst_rank",
+    "input_bytes",
+)
+
 
 @dataclass(frozen=True, eq=False)
 class Traces:
