@@ -95,7 +95,7 @@ def bench(path: Path, *, windows: int, repeat: int) -> dict:
     out["_info"] = {
         "set": str(path),
         "ranks": len(traces.rank_ids),
-        "events": len(traces.events),
+        "events": traces.n_events,
         "collectives": len(table),
         "overview_rects": len(rects),
         "detail_rects": len(detail),

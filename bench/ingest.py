@@ -161,7 +161,7 @@ def measure(name: str, path: Path, repeat: int, memory: bool) -> dict:
         row["warm_s"] = best(lambda: load_traces(path, ranks=ranks, cache_dir=keep), repeat)
     row["cold_s"] = min(colds)
     row["ranks"] = len(traces.rank_ids)
-    row["events"] = len(traces.events)
+    row["events"] = traces.n_events
     hta = [hta_load(trace_dir) for _ in range(min(repeat, 2))]
     row["hta_s"] = min(hta) if all(h is not None for h in hta) else None
     if memory:

@@ -85,7 +85,7 @@ def _check_one(name: str, data: bytes, folder: Path) -> Accepted:
     path.write_bytes(data)
     traces = load_traces(path, cache=False)
     sizes = traces.ranks["world_size"].dropna()
-    return Accepted(name, data, tuple(traces.rank_ids), int(sizes.max()) if len(sizes) else None, len(traces.events))
+    return Accepted(name, data, tuple(traces.rank_ids), int(sizes.max()) if len(sizes) else None, traces.n_events)
 
 
 def check_files(files: list[tuple[str, bytes]]) -> Checked:

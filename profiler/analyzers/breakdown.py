@@ -90,8 +90,8 @@ class _Rank:
 
     def __init__(self, traces, rank: int, table_rows: pd.DataFrame, windows: pd.DataFrame):
         self.rank, self.gpu = rank, traces.device_of(rank) == "gpu"
-        lo, hi = traces.rank_slices()[rank]
-        a = traces.arrays
+        a = traces.rank_arrays(rank)
+        lo, hi = 0, len(a["ts"])
         self.ts, self.end, self.kind = a["ts"][lo:hi], a["end"][lo:hi], a["kind"][lo:hi]
         rows = table_rows[table_rows["source"] == "kernel"] if self.gpu else table_rows
         self.r_start, self.r_end = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
@@ -167,11 +167,23 @@ def _ranks(traces, table):
 
 def breakdown(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (rank, step); see the module docstring for each column's definition."""
+    return breakdowns(traces, plan, table=table)[0]
+
+
+def comm_by_dim(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per (rank, step, dim) with collectives: count, bytes, comm_ns and exposed_comm_ns."""
+    return breakdowns(traces, plan, table=table)[1]
+
+
+def breakdowns(
+    traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(breakdown, comm_by_dim) in one pass over the ranks: each rank's events are read once."""
     table = table if table is not None else collectives(traces, plan)
-    out = []
+    out, dims = [], []
     for r in _ranks(traces, table):
         for step, lo, hi in r.steps():
-            compute, _, comm, memory, n = r.sets(step, lo, hi)
+            compute, rows, comm, memory, n = r.sets(step, lo, hi)
             overlapped = iv.overlap(comm, compute)
             busy = iv.length(iv.merge(compute, comm, memory))
             window = max(hi - lo, busy)
@@ -192,31 +204,22 @@ def breakdown(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | No
                     n,
                 )
             )
-    return pd.DataFrame(out, columns=COLUMNS).astype({c: "int64" for c in COLUMNS if c != "device"})
-
-
-def comm_by_dim(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per (rank, step, dim) with collectives: count, bytes, comm_ns and exposed_comm_ns."""
-    table = table if table is not None else collectives(traces, plan)
-    out = []
-    for r in _ranks(traces, table):
-        for step, lo, hi in r.steps():
-            compute, rows, _, _, _ = r.sets(step, lo, hi)
             for dim in np.unique(r.r_dim[rows]):
                 g = rows & (r.r_dim == dim)
-                comm = iv.clip(iv.union(r.r_start[g], r.r_end[g]), lo, hi)
-                out.append(
+                dim_comm = iv.clip(iv.union(r.r_start[g], r.r_end[g]), lo, hi)
+                dims.append(
                     (
                         r.rank,
                         step,
                         str(dim),
                         int(g.sum()),
                         int(r.r_bytes[g].sum()),
-                        iv.length(comm),
-                        iv.length(iv.minus(comm, compute)),
+                        iv.length(dim_comm),
+                        iv.length(iv.minus(dim_comm, compute)),
                     )
                 )
-    return pd.DataFrame(out, columns=DIM_COLUMNS).astype(
+    bd = pd.DataFrame(out, columns=COLUMNS).astype({c: "int64" for c in COLUMNS if c != "device"})
+    by_dim = pd.DataFrame(dims, columns=DIM_COLUMNS).astype(
         {
             "rank": "int64",
             "step": "int64",
@@ -226,3 +229,4 @@ def comm_by_dim(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | 
             "exposed_comm_ns": "int64",
         }
     )
+    return bd, by_dim

@@ -19,7 +19,7 @@ How rows are made, per rank:
 Columns: rank, source, op, dim, dim_source, name, start_ns, end_ns, dur_ns, issue_ns, bytes,
 bytes_source, group ('0,1,2,3'), group_size, group_desc, pg_name, seq, seq_source, instance,
 algbw_gbps, busbw_gbps (nccl-tests: bytes / dur, x bus factor), stream, step, event (row of
-traces.events), cpu_event (the root's row, -1 if none).
+the rank's events: traces.rank_events(rank)), cpu_event (the root's row there, -1 if none).
 
 Pure: numpy, pandas.
 """
@@ -86,22 +86,21 @@ class _Root:
 def collectives(traces: Traces, plan: PlanLike = None) -> pd.DataFrame:
     """The collectives table (see the module docstring); empty with the same columns if none."""
     labeler = DimLabeler(plan_of(plan, traces))
-    ca = traces.comm_args
-    meta = {int(e): rec for e, rec in zip(ca["event"], ca[list(META_FIELDS)].to_dict("records"))}
-    # Only CPU collectives, launches and comm kernels matter (a few % of the events): taken once, with
-    # their category columns as plain strings once (not per rank: each conversion copies every category).
-    want = np.flatnonzero(np.isin(traces.arrays["kind"], [KINDS.index(k) for k in _KINDS]))
-    sub = traces.events.iloc[want]
-    strings = {c: sub[c].to_numpy(dtype=object) for c in ("kind", "op")}
-    strings["name"] = sub["name"].to_numpy(dtype=object).astype(str)
+    codes = [KINDS.index(k) for k in _KINDS]
     rows: list[dict] = []
     labels: dict = {}  # ps.comm name -> its label: every rank of a group has the same names
     not_collectives: Counter = Counter()
-    for rank, (lo, hi) in traces.rank_slices().items():
-        a, b = np.searchsorted(want, [lo, hi])
+    for rank in traces.rank_ids:  # one rank's events at a time: the set is never in memory at once
+        ev = traces.rank_events(rank)
+        # Only CPU collectives, launches and comm kernels matter (a few % of the events).
+        sub = ev.iloc[np.flatnonzero(np.isin(ev["kind"].cat.codes.to_numpy(), codes))]
+        strings = {c: sub[c].to_numpy(dtype=object) for c in ("kind", "op")}
+        strings["name"] = sub["name"].to_numpy(dtype=object).astype(str)
+        ca = traces.rank_comm_args(rank)
+        meta = {int(e): rec for e, rec in zip(ca["event"], ca[list(META_FIELDS)].to_dict("records"))}
         rows += _rank_rows(
-            sub.iloc[a:b],
-            {c: v[a:b] for c, v in strings.items()},
+            sub,
+            strings,
             rank,
             meta,
             labels,

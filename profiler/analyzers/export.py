@@ -41,7 +41,7 @@ def perfetto_events(
     traces: Traces, rank: int, *, t0_ns: int, offset_ns: int = 0, table: pd.DataFrame | None = None
 ) -> list[dict]:
     """The Chrome-trace events (dicts) of one rank, metadata first."""
-    sub = traces.events[traces.events["rank"] == rank]
+    sub = traces.rank_events(rank)
     gpu = sub["kind"].isin(list(GPU_KINDS)).to_numpy()
     names = {(int(p), int(t)): n for r, p, t, n in traces.threads.itertuples(index=False) if r == rank}
     lanes = pd.DataFrame({"gpu": gpu, "pid": sub["pid"].to_numpy(), "tid": sub["tid"].to_numpy()}).drop_duplicates()
@@ -112,9 +112,11 @@ def export_perfetto(
     path = Path(path)
     shift = dict(zip(offsets["rank"], offsets["offset_ns"])) if offsets is not None else {}
     ranks = list(ranks) if ranks is not None else traces.rank_ids
-    ev = traces.events
+    present = set(traces.rank_ids)
     starts = [
-        int(ev.loc[ev["rank"] == r, "ts_ns"].min()) + int(shift.get(r, 0)) for r in ranks if (ev["rank"] == r).any()
+        int(traces.rank_events(r)["ts_ns"].iloc[0]) + int(shift.get(r, 0))  # sorted by start: the first is the min
+        for r in ranks
+        if r in present and len(traces.rank_events(r))
     ]
     t0 = min(starts) if starts else 0
     opener = gzip.open if path.name.endswith(".gz") else open

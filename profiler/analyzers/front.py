@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profiler.analyzers.breakdown import breakdown, comm_by_dim
+from profiler.analyzers.breakdown import breakdowns
 from profiler.analyzers.collectives import collectives
 from profiler.analyzers.export import export_collectives, export_perfetto
 from profiler.analyzers.matching import clock_offsets, instances, per_rank_wait, stragglers
@@ -63,12 +63,16 @@ class TraceAnalysis:
         return instances(self.traces, self.plan, table=self.collectives, align=self.align, per=self.per_rank_wait)
 
     @cached_property
-    def breakdown(self) -> pd.DataFrame:
-        return breakdown(self.traces, self.plan, table=self.collectives)
+    def _breakdowns(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        return breakdowns(self.traces, self.plan, table=self.collectives)
 
-    @cached_property
+    @property
+    def breakdown(self) -> pd.DataFrame:
+        return self._breakdowns[0]
+
+    @property
     def comm_by_dim(self) -> pd.DataFrame:
-        return comm_by_dim(self.traces, self.plan, table=self.collectives)
+        return self._breakdowns[1]
 
     def stragglers(self, top: int | None = 20) -> pd.DataFrame:
         """The `top` (None: all) instances with the largest arrival skew."""

@@ -12,23 +12,11 @@ import numpy as np
 import pandas as pd
 
 from profiler.traces.model import Traces
-from profiler.traces.patterns import profiler_step
 
 
 def step_windows(traces: Traces) -> pd.DataFrame:
-    ev = traces.events
-    steps = ev.loc[ev["kind"] == "step", ["rank", "name", "ts_ns", "dur_ns"]]
-    frame = pd.DataFrame(
-        {
-            "rank": steps["rank"].to_numpy(dtype=np.int64),
-            "step": [profiler_step(str(n)) for n in steps["name"]],
-            "start_ns": steps["ts_ns"].to_numpy(),
-            "end_ns": (steps["ts_ns"] + steps["dur_ns"]).to_numpy(),
-        }
-    )
-    # One window per (rank, step): a step recorded twice (nested exports) keeps its widest span.
-    frame = frame.groupby(["rank", "step"], as_index=False).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
-    return frame.sort_values(["rank", "start_ns"], ignore_index=True)
+    """One row per (rank, step): rank, step, start_ns, end_ns (made by the loader from each file)."""
+    return traces.step_windows
 
 
 def assign_steps(ranks: np.ndarray, times: np.ndarray, windows: pd.DataFrame) -> np.ndarray:

@@ -13,10 +13,11 @@ one collective across ranks). Collectives get a larger share of the budget than 
 Columns: rank, lane, start_ns, end_ns, name, op, dim, instance, bytes, n_events, busy_ns, merged.
 Rows: ranks in the order asked, lanes in LANES order, then by start.
 
-Speed: every rank's lanes are laid out once per (traces, table) -- one sorted array per column, each
-(rank, lane) a contiguous segment, with how far its events reach so far -- and kept beside the
-Traces object (weakly: it goes when the traces do). A window is then two binary searches per
-segment and a few numpy passes over the events inside it, for all ranks at once.
+Speed: a rank's lanes are laid out on first use per (traces, table) -- one sorted array per column,
+each lane a contiguous segment, with how far its events reach so far -- and the most recent ranks
+are kept beside the Traces object (weakly: they go when the traces do; bounded in rows, so a
+1,024-rank set is read rank by rank, never laid out at once). A window is then two binary searches
+per lane and a few numpy passes over the events inside it.
 
 Pure: numpy, pandas.
 """
@@ -71,14 +72,15 @@ class _Index:
     dims: np.ndarray
     instance: np.ndarray  # object, per comm row
     nbytes: np.ndarray  # float, NaN when unknown
+    order: np.ndarray  # rank of each label by (name, op, dim): the tie-break between labels
 
 
-_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # traces -> (table, _Index)
+_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # traces -> (table, _Lanes)
 
 
 def _outermost(thread, ts, end) -> np.ndarray:
     """Mask of events not nested inside an earlier event of the same thread (`thread`: a small int per
-    event). Events come sorted by start within each thread (traces.events is, by rank then start), so
+    event). Events come sorted by start within each thread (a rank's events are, by start), so
     a stable sort by thread is enough; equal starts are put longest first (it encloses the others)."""
     small = thread.astype(np.uint16) if len(thread) and thread.max() < 2**16 else thread  # radix sort
     order = np.argsort(small, kind="stable")
@@ -103,16 +105,17 @@ def _outermost(thread, ts, end) -> np.ndarray:
     return out
 
 
-def _event_rows(traces) -> tuple[np.ndarray, np.ndarray]:
-    """(rows of traces.events, lane number) of the compute and memory lanes of every rank."""
-    a = traces.arrays
-    kind, rank = a["kind"], a["rank"]
-    gpu = np.isin(rank, [r for r in traces.rank_ids if traces.device_of(r) == "gpu"])
-    compute = gpu & (kind == K["compute"])
-    memory = gpu & ((kind == K["memcpy"]) | (kind == K["memset"]))
-    ops = np.flatnonzero(~gpu & (kind == K["cpu_op"]))
-    if len(ops):  # CPU-only ranks: outermost operators per thread
-        compute[ops[_outermost(a["thread"][ops], a["ts"][ops], a["end"][ops])]] = True
+def _event_rows(a: dict, gpu: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(rows of one rank's events, lane number) of its compute and memory lanes (`a`: rank_arrays)."""
+    kind = a["kind"]
+    if gpu:
+        compute = kind == K["compute"]
+        memory = (kind == K["memcpy"]) | (kind == K["memset"])
+    else:
+        compute, memory = np.zeros(len(kind), dtype=bool), np.zeros(len(kind), dtype=bool)
+        ops = np.flatnonzero(kind == K["cpu_op"])
+        if len(ops):  # CPU-only ranks: outermost operators per thread
+            compute[ops[_outermost(a["thread"][ops], a["ts"][ops], a["end"][ops])]] = True
     rows = np.flatnonzero(compute | memory)
     return rows, np.where(compute[rows], 0, 1)
 
@@ -126,32 +129,36 @@ def _comm_labels(rows: pd.DataFrame) -> tuple[np.ndarray, list[tuple[str, str, s
     return codes.astype(np.int64), [tuple(u.split("\0")) for u in uniques]
 
 
-def _build(traces, table: pd.DataFrame) -> _Index:
-    ev_rows, ev_lane = _event_rows(traces)
-    cats = traces.events["name"].cat
+def _build(traces, rank: int, rows: pd.DataFrame) -> _Index:
+    """The lanes of one rank: its compute/memory events and `rows`, its rows of the collectives table."""
+    gpu = traces.device_of(rank) == "gpu"
+    a = traces.rank_arrays(rank)
+    ev_rows, ev_lane = _event_rows(a, gpu)
+    cats = traces.rank_events(rank)["name"].cat
     codes = cats.codes.to_numpy()[ev_rows].astype(np.int64)
     n_cats = len(cats.categories)
     codes[codes < 0] = n_cats  # a missing name: the label after the categories
-    present = set(traces.rank_ids)
-    gpu = [r for r in present if traces.device_of(r) == "gpu"]
-    keep = table["rank"].isin(present) & np.where(table["rank"].isin(gpu), table["source"] == "kernel", True)
-    rows = table[keep.to_numpy(dtype=bool)] if len(table) else table
+    if gpu and len(rows):
+        rows = rows[(rows["source"] == "kernel").to_numpy(dtype=bool)]
     comm_label, comm_labels = _comm_labels(rows) if len(rows) else (np.empty(0, np.int64), [])
-    a = traces.arrays
-    rank = np.concatenate([a["rank"][ev_rows].astype(np.int64), rows["rank"].to_numpy(dtype=np.int64)])
     lane = np.concatenate([ev_lane, np.full(len(rows), 2)])
     start = np.concatenate([a["ts"][ev_rows], rows["start_ns"].to_numpy(dtype=np.int64)])
     end = np.concatenate([a["end"][ev_rows], rows["end_ns"].to_numpy(dtype=np.int64)])
     label = np.concatenate([codes, comm_label + n_cats + 1])
     ref = np.concatenate([np.full(len(ev_rows), -1), np.arange(len(rows))])
-    order = np.lexsort((start, lane, rank))  # stable: equal starts keep event / table order
-    rank, lane, start, end, label, ref = (x[order] for x in (rank, lane, start, end, label, ref))
+    order = np.lexsort((start, lane))  # stable: equal starts keep event / table order
+    lane, start, end, label, ref = (x[order] for x in (lane, start, end, label, ref))
     new = np.ones(len(order), dtype=bool)
-    new[1:] = (rank[1:] != rank[:-1]) | (lane[1:] != lane[:-1])
+    new[1:] = lane[1:] != lane[:-1]
     bounds = np.append(np.flatnonzero(new), len(order))
-    segments = {(int(rank[a]), int(lane[a])): (int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])}
+    segments = {(rank, int(lane[a])): (int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])}
     names = np.concatenate([cats.categories.to_numpy(dtype=object), [""], [x[0] for x in comm_labels]]).astype(object)
     blank = [""] * (n_cats + 1)
+    ops = np.array(blank + [x[1] for x in comm_labels], dtype=object)
+    dims = np.array(blank + [x[2] for x in comm_labels], dtype=object)
+    keys = pd.MultiIndex.from_arrays([names.astype(str), ops.astype(str), dims.astype(str)])
+    order = np.empty(len(names), dtype=np.int64)
+    order[np.lexsort(tuple(reversed([keys.get_level_values(i).to_numpy() for i in range(3)])))] = np.arange(len(names))
     return _Index(
         segments,
         start,
@@ -160,21 +167,48 @@ def _build(traces, table: pd.DataFrame) -> _Index:
         label.astype(np.int64),
         ref.astype(np.int64),
         names,
-        np.array(blank + [x[1] for x in comm_labels], dtype=object),
-        np.array(blank + [x[2] for x in comm_labels], dtype=object),
+        ops,
+        dims,
         rows["instance"].to_numpy(dtype=object),
         rows["bytes"].to_numpy(dtype=float, na_value=np.nan),
+        order,
     )
 
 
-def _index(traces, table: pd.DataFrame) -> _Index:
-    """The lanes of (traces, table), built on first use and kept while both are the ones asked for."""
+class _Lanes:
+    """The per-rank indexes of one (traces, table): built on first use, the most recent kept while
+    they hold at most BUDGET_ROWS rows (a 1,024-rank set is never laid out all at once)."""
+
+    BUDGET_ROWS = 4_000_000
+
+    def __init__(self, traces, table: pd.DataFrame):
+        self.traces, self.table = weakref.ref(traces), table  # weak: the cache is keyed by the traces
+        ranks = table["rank"].to_numpy(dtype=np.int64) if len(table) else np.empty(0, np.int64)
+        order = np.argsort(ranks, kind="stable")
+        ids, first = np.unique(ranks[order], return_index=True)
+        bounds = np.append(first, len(order))
+        self.rows = {int(r): order[a:b] for r, a, b in zip(ids, bounds[:-1], bounds[1:])}
+        self.recent: dict[int, _Index] = {}
+
+    def rank(self, rank: int) -> _Index:
+        hit = self.recent.pop(rank, None)
+        if hit is None:
+            rows = self.table.iloc[self.rows.get(rank, np.empty(0, np.int64))]
+            hit = _build(self.traces(), rank, rows)
+        self.recent[rank] = hit  # most recent last
+        while len(self.recent) > 1 and sum(len(x.start) for x in self.recent.values()) > self.BUDGET_ROWS:
+            del self.recent[next(iter(self.recent))]
+        return hit
+
+
+def _index(traces, table: pd.DataFrame) -> _Lanes:
+    """The lanes of (traces, table), kept while both are the ones asked for."""
     hit = _CACHE.get(traces)
     if hit is not None and hit[0]() is table:
         return hit[1]
-    index = _build(traces, table)
-    _CACHE[traces] = (weakref.ref(table), index)
-    return index
+    lanes = _Lanes(traces, table)
+    _CACHE[traces] = (weakref.ref(table), lanes)
+    return lanes
 
 
 def _budgets(counts: dict[str, int], max_rects: int) -> dict[str, int]:
@@ -217,29 +251,38 @@ def timeline(
     if max_rects < 1:
         raise ValueError(f"max_rects must be at least 1, got {max_rects}")
     table = table if table is not None else collectives(traces, plan)
-    x = _index(traces, table)
+    lanes = _index(traces, table)
     shift = dict(zip(offsets["rank"].tolist(), offsets["offset_ns"].tolist())) if offsets is not None else {}
     lo = start_ns if start_ns is not None else I64.min
     hi = end_ns if end_ns is not None else I64.max
-    # Pieces: the part of one (rank, lane) segment inside the window, in the rank's own clock.
-    p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off = ([] for _ in range(7))
-    present = traces.rank_slices()
+    present = set(traces.rank_ids)
+    frames = []
     for rank in ranks if ranks is not None else traces.rank_ids:
         rank = int(rank)
-        if rank not in present:
+        if rank in present:
+            frame = _rank_rects(lanes.rank(rank), rank, lo, hi, int(shift.get(rank, 0)), max_rects)
+            if frame is not None:
+                frames.append(frame)
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
+def _rank_rects(x: _Index, rank: int, lo: int, hi: int, off: int, max_rects: int) -> pd.DataFrame | None:
+    """One rank's rectangles in [lo, hi) (shifted time; `off`: its clock's shift), or None."""
+    # Pieces: the part of one (rank, lane) segment inside the window, in the rank's own clock.
+    p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off = ([] for _ in range(7))
+    r_lo, r_hi = _clamp(lo - off), _clamp(hi - off)
+    for lane in range(len(LANES)):
+        seg = x.segments.get((rank, lane))
+        if seg is None:
             continue
-        off = int(shift.get(rank, 0))
-        r_lo, r_hi = _clamp(lo - off), _clamp(hi - off)
-        for lane in range(len(LANES)):
-            seg = x.segments.get((rank, lane))
-            if seg is None:
-                continue
-            a, b = seg
-            i = a + int(np.searchsorted(x.reach[a:b], r_lo, side="right"))  # the first that reaches past lo
-            j = a + int(np.searchsorted(x.start[a:b], r_hi, side="left"))  # the first that starts at hi
-            if j > i:
-                for lst, v in zip((p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off), (rank, lane, i, j, r_lo, r_hi, off)):
-                    lst.append(v)
+        a, b = seg
+        i = a + int(np.searchsorted(x.reach[a:b], r_lo, side="right"))  # the first that reaches past lo
+        j = a + int(np.searchsorted(x.start[a:b], r_hi, side="left"))  # the first that starts at hi
+        if j > i:
+            for lst, v in zip((p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off), (rank, lane, i, j, r_lo, r_hi, off)):
+                lst.append(v)
     p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off = (
         np.array(v, dtype=np.int64) for v in (p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off)
     )
@@ -248,15 +291,14 @@ def timeline(
     rows, piece = rows[inside], piece[inside]
     counts = np.bincount(piece, minlength=len(p_a))
     budget = np.zeros(len(p_a), dtype=np.int64)
-    for rank in dict.fromkeys(p_rank.tolist()):  # per rank, lanes share max_rects
-        mine = np.flatnonzero((p_rank == rank) & (counts > 0))
-        got = _budgets({LANES[p_lane[k]]: int(counts[k]) for k in mine}, max_rects)
-        for k in mine:
-            budget[k] = got.get(LANES[p_lane[k]], 0)
+    mine = np.flatnonzero(counts > 0)  # the lanes share max_rects
+    got = _budgets({LANES[p_lane[k]]: int(counts[k]) for k in mine}, max_rects)
+    for k in mine:
+        budget[k] = got.get(LANES[p_lane[k]], 0)
     kept = budget[piece] > 0
     rows, piece = rows[kept], piece[kept]
     if not len(rows):
-        return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
+        return None
     return _lod(x, rows, piece, budget, p_lo, p_hi, p_off, p_rank, p_lane)
 
 
@@ -293,7 +335,8 @@ def _lod(x: _Index, rows, piece, budget, p_lo, p_hi, p_off, p_rank, p_lane) -> p
     run_at = np.flatnonzero(run)
     run_len = np.maximum.reduceat(np.maximum(e, s), run_at) - s[run_at]
     busy = np.bincount(group[run_at], weights=run_len, minlength=len(first)).astype(np.int64)
-    # The label covering the most time in each merged group (ties: the first label in label order).
+    # The label covering the most time in each merged group (ties: the first by name, op and dim, so the
+    # pick does not depend on the order names were met in the files).
     dominant = x.label[rows[first]]
     multi = ~single[group]
     if multi.any():
@@ -301,7 +344,7 @@ def _lod(x: _Index, rows, piece, budget, p_lo, p_hi, p_off, p_rank, p_lane) -> p
         key = group[multi] * width + x.label[rows[multi]]
         ukey, inv = np.unique(key, return_inverse=True)
         total = np.bincount(inv, weights=(e[multi] - s[multi]).astype(float))
-        best = np.lexsort((-total, ukey // width))
+        best = np.lexsort((x.order[ukey % width], -total, ukey // width))
         g, pick = np.unique((ukey // width)[best], return_index=True)
         dominant[g] = (ukey % width)[best][pick]
     ref = np.where(single, x.ref[rows[first]], -1)

@@ -11,13 +11,16 @@ With --json, one object (a contract other tools read):
     stragglers [{op, dim, seq, late_rank, skew_us}]   the largest arrival skews (--top)
 
 PATH is a run directory, a folder, trace files, or a .zip/.tar.gz. --plan takes a Plan JSON (or a
-run.json holding one). Bad input exits 2 with one line on stderr; never a traceback.
+run.json holding one). Files are parsed by --workers processes (default: the cores), or as tasks on
+a Dask cluster with --scheduler tcp://HOST:PORT (or $PARASCOPE_DASK_SCHEDULER); the JSON is the same.
+Bad input exits 2 with one line on stderr; never a traceback. Ctrl-C cancels (exit 130), keeping nothing.
 Pure: no torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import orjson
@@ -45,7 +48,47 @@ def _parser() -> argparse.ArgumentParser:
         help="clock alignment across hosts (default auto: align hosts on collective ends)",
     )
     ap.add_argument("--no-cache", action="store_true", help="neither read nor write the parse cache")
+    ap.add_argument(
+        "--workers", type=int, default=None, help="processes parsing trace files at once (default: the cores)"
+    )
+    ap.add_argument(
+        "--scheduler",
+        default=os.environ.get("PARASCOPE_DASK_SCHEDULER") or None,
+        metavar="tcp://HOST:PORT",
+        help="parse on a Dask distributed cluster (its workers must see PATH and the cache at the same paths; "
+        "default: $PARASCOPE_DASK_SCHEDULER)",
+    )
+    ap.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a progress bar on stderr (default: when stderr is a terminal)",
+    )
     return ap
+
+
+class _Bar:
+    """`[#####.....] 12/64 files  name` on stderr, redrawn in place on a terminal, one line per tenth
+    of the work elsewhere."""
+
+    WIDTH = 30
+
+    def __init__(self, stream, live: bool):
+        self.stream, self.live, self.shown = stream, live, -1
+
+    def __call__(self, done: int, total: int, name: str) -> None:
+        filled = self.WIDTH * done // max(total, 1)
+        text = f"[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done:,}/{total:,} files parsed  {name[-40:]}"
+        if self.live:
+            self.stream.write("\r\x1b[K" + text + ("\n" if done >= total else ""))
+        elif (tenth := 10 * done // max(total, 1)) > self.shown:
+            self.shown = tenth
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def phase(self, text: str) -> None:
+        self.stream.write(text + "\n")
+        self.stream.flush()
 
 
 def _ranks(items: list[str]) -> dict | None:
@@ -112,18 +155,38 @@ def main(argv=None) -> int:
     if args.top < 0:  # head(-n) would silently drop the n smallest of the list instead
         print(f"error: --top {args.top}: expected a count of 0 or more", file=sys.stderr)
         return 2
+    if args.workers is not None and args.workers < 1:
+        print(f"error: --workers {args.workers}: expected 1 or more processes", file=sys.stderr)
+        return 2
     from profiler.analyzers.front import TraceAnalysis
     from profiler.traces.errors import TraceError
+    from profiler.traces.loader import default_workers
 
+    live = sys.stderr.isatty()
+    bar = _Bar(sys.stderr, live) if (args.progress if args.progress is not None else live) else None
     try:
         ranks = _ranks(args.rank)
         plan = _plan(args.plan)
         source = args.path if len(args.path) > 1 else args.path[0]
-        analysis = TraceAnalysis.load(source, plan, align=args.align, ranks=ranks, cache=not args.no_cache)
+        analysis = TraceAnalysis.load(
+            source,
+            plan,
+            align=args.align,
+            ranks=ranks,
+            cache=not args.no_cache,
+            workers=args.workers or default_workers(),
+            scheduler=args.scheduler,
+            progress=bar,
+        )
+        if bar is not None:
+            bar.phase(f"analysing {len(analysis.traces.ranks):,} ranks: collectives, matching, breakdown")
         summary = analysis.summary(top=args.top)
     except TraceError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("\ncancelled: nothing of this load was kept", file=sys.stderr)
+        return 130
     if args.json:
         sys.stdout.write(orjson.dumps(summary).decode() + "\n")
     else:

@@ -1,13 +1,13 @@
-"""The Arrow cache of loaded trace sets, keyed by the content hash of the input files.
+"""The cache of loaded trace sets: one columnar store (profiler.traces.store) per input, keyed by
+the content hash of the input files.
 
-Layout: ``<cache dir>/<key>/events.arrow`` and ``comm_args.arrow`` (Arrow IPC files, uncompressed so
-they are read memory-mapped: reopening a 54 MB trace takes ~30 ms; ~60 bytes per event on disk) and
-``meta.json`` (the small tables and the run.json). Arrow IPC rather than Parquet: on the 123k-event
-HTA trace it writes in 5 ms and reads in 6 ms, against 137 ms and 30 ms for Parquet with lz4.
+Layout: ``<cache dir>/<key>/meta.json`` (the small tables, the run.json, rank -> part and each part
+file's size) beside the parts' Arrow IPC files. The loader writes the parts into a temporary
+``.tmp-*`` folder of the cache dir; `publish` writes meta.json last and renames the folder into
+place, so a reader never sees half an entry. Opening an entry checks every part file's size and
+Arrow magic (12 bytes each); an unreadable or damaged entry is ignored (and rebuilt), never an error.
 
-The cache dir is `$PARASCOPE_CACHE`, else ``~/.cache/parascope``. Writes go to a temporary folder
-renamed into place, so a reader never sees half an entry; an unreadable entry is ignored (and
-rebuilt), never an error.
+The cache dir is `$PARASCOPE_CACHE`, else ``~/.cache/parascope``.
 
 Pure: pandas, pyarrow, orjson.
 """
@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import orjson
 import pandas as pd
-import pyarrow as pa
-import pyarrow.feather as feather
 
 from profiler.traces.model import Traces
+from profiler.traces.store import PartStore, intact
 
-SMALL_TABLES = ("ranks", "pg_config", "threads", "skipped")
+SMALL_TABLES = ("ranks", "pg_config", "threads", "skipped", "step_windows")
 
 
 def default_dir() -> Path:
@@ -41,17 +39,29 @@ def read(cache_dir: Path, key: str) -> Traces | None:
         return None
     try:
         meta = orjson.loads((entry / "meta.json").read_bytes())
-        events = feather.read_table(entry / "events.arrow", memory_map=True).to_pandas()
-        comm_args = feather.read_table(entry / "comm_args.arrow", memory_map=True).to_pandas()
+        parts = {int(r): str(p) for r, p in meta["parts"].items()}
+        sizes = {int(r): [int(x) for x in v] for r, v in meta["sizes"].items()}
+        if set(sizes) != set(parts) or not all(
+            intact(entry / f"{parts[r]}.{kind}.arrow", size)
+            for r, pair in sizes.items()
+            for kind, size in zip(("events", "comm"), pair)
+        ):
+            return None
         small = {name: pd.DataFrame(meta["tables"][name]) for name in SMALL_TABLES}
-    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     for name, frame in small.items():
         for col, dtype in meta["dtypes"][name].items():
             if col in frame:
                 frame[col] = frame[col].astype(dtype)
     return Traces(
-        events=events, comm_args=comm_args, source=meta["source"], run=meta["run"], key=key, from_cache=True, **small
+        store=PartStore(parts, folder=entry),
+        part_sizes=sizes,
+        source=meta["source"],
+        run=meta["run"],
+        key=key,
+        from_cache=True,
+        **small,
     )
 
 
@@ -76,30 +86,38 @@ def remove_stale_temporaries(cache_dir: Path, *, older_than_s: float = STALE_TMP
     return removed
 
 
-def write(cache_dir: Path, traces: Traces) -> None:
-    """Store `traces` under its key; any OSError is swallowed (a cache must never fail a load)."""
-    cache_dir = Path(cache_dir)
+def publish(folder: Path, cache_dir: Path, traces: Traces) -> Path | None:
+    """Write meta.json into the parts' `folder` and rename it to `<cache_dir>/<traces.key>`; returns the
+    entry's path (another process's, when it stored the same key first), or None when it could not be
+    written (the folder is then left to its Traces). Never raises for a disk problem."""
+    if not traces.part_sizes:
+        return None
+    tables = {name: getattr(traces, name) for name in SMALL_TABLES}
+    meta = {
+        "source": traces.source,
+        "run": traces.run,
+        "parts": {str(r): p for r, p in traces.store.parts.items()},
+        "sizes": {str(r): s for r, s in traces.part_sizes.items()},
+        "tables": {n: {c: _plain(t[c]) for c in t.columns} for n, t in tables.items()},
+        "dtypes": {n: {c: str(t[c].dtype) for c in t.columns} for n, t in tables.items()},
+    }
+    target = Path(cache_dir) / traces.key
     try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(cache_dir)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache_dir))
-    except OSError:
-        return
+        tmp = folder / ".meta.json.tmp"
+        tmp.write_bytes(orjson.dumps(meta, option=orjson.OPT_NON_STR_KEYS))
+        os.replace(tmp, folder / "meta.json")
+    except (OSError, TypeError):
+        return None
     try:
-        for name in ("events", "comm_args"):
-            table = pa.Table.from_pandas(getattr(traces, name), preserve_index=False)
-            feather.write_feather(table, tmp / f"{name}.arrow", compression="uncompressed")
-        tables = {name: getattr(traces, name) for name in SMALL_TABLES}
-        meta = {
-            "source": traces.source,
-            "run": traces.run,
-            "tables": {n: {c: _plain(t[c]) for c in t.columns} for n, t in tables.items()},
-            "dtypes": {n: {c: str(t[c].dtype) for c in t.columns} for n, t in tables.items()},
-        }
-        (tmp / "meta.json").write_bytes(orjson.dumps(meta, option=orjson.OPT_NON_STR_KEYS))
-        try:
-            os.replace(tmp, cache_dir / traces.key)
-        except OSError:  # another process stored the same key first
-            shutil.rmtree(tmp, ignore_errors=True)
-    except (OSError, TypeError, pa.ArrowException):
-        shutil.rmtree(tmp, ignore_errors=True)
+        os.replace(folder, target)
+    except OSError:  # another process stored the same key first: use theirs when it is whole
+        if read(cache_dir, traces.key) is None:  # a damaged entry: replaced by this one
+            shutil.rmtree(target, ignore_errors=True)
+            try:
+                os.replace(folder, target)
+            except OSError:
+                return None
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+    traces.store.folder = target
+    return target

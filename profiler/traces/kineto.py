@@ -14,7 +14,9 @@ TraceError. Pure: msgspec, numpy, pandas.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import compress
 from typing import Any
@@ -97,6 +99,7 @@ class RankPart:
     threads: list[tuple[int, int, str]]
     meta: dict
     skipped: Counter = field(default_factory=Counter)
+    chunks: int = 1  # pieces the events array was decoded in (parse_stream)
 
 
 def _json_error(exc: Exception, name: str, data) -> NotJSONError:
@@ -212,6 +215,155 @@ def parse(data: bytes, source: str) -> RankPart:
     n = len(events)
     if n == 0:
         raise EmptyTraceError(f"{source}: the trace has no events (traceEvents is empty)", path=source)
+    return _finish(source, [_piece(events, skipped)], top, skipped, n)
+
+
+CHUNK_BYTES = 64 << 20  # a file bigger than this decompressed is decoded in chunks of about this size
+_HEAD = re.compile(rb'"traceEvents"\s*:\s*\[')
+_NEXT = re.compile(rb"\s*,\s*\{")  # between two events: `}` , `{`
+_EVENTS = msgspec.json.Decoder(list[_Event])
+_MAX_BACKOFF = 32  # `}` candidates tried backwards in one buffer before reading more
+
+
+def parse_stream(pieces: Iterator[bytes], source: str, *, chunk_bytes: int = CHUNK_BYTES) -> RankPart:
+    """The RankPart of a trace given as a stream of decompressed pieces, in bounded memory: the
+    `traceEvents` array is cut at event boundaries into chunks of about `chunk_bytes` and each chunk
+    is decoded (msgspec) and turned into columns before the next is read. A cut is only accepted when
+    the bytes before it decode as a list of events, so a `},{` inside a string or a nested value never
+    splits an event. A file that fits in one chunk, or whose layout is not `{..."traceEvents": [...]...}`
+    at the top level, is decoded whole, as `parse` does."""
+    buf = bytearray()
+    it = iter(pieces)
+    eof = _fill(buf, it, chunk_bytes)
+    if eof:
+        return parse(bytes(buf), source)
+    head = _HEAD.search(buf, 0, chunk_bytes)
+    top = _head_fields(bytes(buf[: head.start()])) if head else None
+    if top is None:  # not the layout we can cut: whole, with the whole-file errors
+        while not _fill(buf, it, len(buf) + chunk_bytes):
+            pass
+        return parse(bytes(buf), source)
+    skipped: Counter = Counter()
+    out, n, pos, size = [], 0, head.end(), chunk_bytes
+    while True:
+        cut = _cut(buf, pos, size)
+        if cut == "end":  # the array closes inside this buffer: the rest is the last events and the tail
+            while not eof:
+                eof = _fill(buf, it, len(buf) + chunk_bytes)
+            break
+        if cut is not None:
+            events = cut[0]
+            n += len(events)
+            out.append(_piece(_checked(events, skipped), skipped))
+            del events
+            del buf[: cut[1]]
+            pos, size = 0, chunk_bytes
+            if not eof:
+                eof = _fill(buf, it, chunk_bytes)
+            continue
+        size *= 2  # no cut in this window (a huge event): a wider one, reading more when needed
+        if len(buf) - pos < size and not eof:
+            eof = _fill(buf, it, pos + size)
+            continue
+        if len(buf) - pos < size // 2 and eof:
+            break
+    tail_events, tail = _tail(bytes(buf[pos:]), source, skipped)
+    n += len(tail_events)
+    if tail_events:
+        out.append(_piece(tail_events, skipped))
+    del buf
+    top.update({k: v for k, v in tail.items() if v is not None})
+    if n == 0:
+        raise EmptyTraceError(f"{source}: the trace has no events (traceEvents is empty)", path=source)
+    return _finish(source, out, top, skipped, n)
+
+
+def _fill(buf: bytearray, it: Iterator[bytes], size: int) -> bool:
+    """Append pieces until `buf` holds `size` bytes; True when the stream ended."""
+    while len(buf) < size:
+        piece = next(it, None)
+        if piece is None:
+            return True
+        buf += piece
+    return False
+
+
+_TOP_FIELDS = ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "host_name", "hostname")
+
+
+def _head_fields(head: bytes) -> dict | None:
+    """Top-level fields before `"traceEvents": [`, or None when that key is not at the top level."""
+    try:
+        doc = _FAST.decode(head + b'"traceEvents": []}')
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return {k: getattr(doc, k) for k in _TOP_FIELDS}
+
+
+def _cut(buf: bytearray, pos: int, size: int):
+    """(events, where the next event starts) for the longest prefix of buf[pos:] that ends an event
+    and decodes as a list of events; "end" when the array closes before the last `}` (the tail is in
+    the buffer); None when no `}`, `{` boundary in the last tries within `size` bytes of `pos` decodes."""
+    end = min(len(buf), pos + size)
+    for _ in range(_MAX_BACKOFF):
+        i = buf.rfind(b"}", pos, end)
+        if i < 0:
+            return None
+        end = i
+        after = _NEXT.match(buf, i + 1)
+        if after is None:
+            continue
+        try:
+            events = _EVENTS.decode(b"[" + buf[pos : i + 1] + b"]")
+        except msgspec.DecodeError as exc:
+            if "trailing characters" in str(exc):  # a `]` closed the array before this `}`
+                return "end"
+            if not isinstance(exc, msgspec.ValidationError):
+                continue
+            try:  # JSON events of odd shapes: decoded one by one (_checked)
+                items = msgspec.json.decode(b"[" + buf[pos : i + 1] + b"]")
+            except msgspec.DecodeError as again:
+                if "trailing characters" in str(again):
+                    return "end"
+                continue
+            except RecursionError:
+                continue
+            events = _Lenient(items)
+        except RecursionError:
+            continue
+        return events, after.end() - 1
+    return None
+
+
+class _Lenient(list):
+    """Raw items of a chunk that did not decode as events; _checked decodes them one by one."""
+
+
+def _checked(events: list, skipped: Counter) -> list[_Event]:
+    return _lenient_events(events, skipped) if isinstance(events, _Lenient) else events
+
+
+def _tail(rest: bytes, source: str, skipped: Counter) -> tuple[list[_Event], dict]:
+    """The last events and the top-level fields after the array: `rest` is `ev, ... ] , "k": v }`."""
+    doc = b'{"traceEvents": [' + rest
+    try:
+        trace = _decode_bounded(_FAST.decode, doc, source)
+        return trace.traceEvents or [], {k: getattr(trace, k) for k in _TOP_FIELDS}
+    except msgspec.ValidationError:
+        raw = _decode_bounded(msgspec.json.decode, doc, source)
+        events = raw.get("traceEvents") if isinstance(raw, dict) else None
+        if not isinstance(events, list):
+            raise NotKinetoError(
+                f"{source}: is JSON but not a Kineto trace: no 'traceEvents' list", path=source
+            ) from None
+        return _lenient_events(events, skipped), {k: raw.get(k) for k in _TOP_FIELDS}
+    except msgspec.DecodeError as exc:
+        raise _json_error(exc, source, b"{") from None
+
+
+def _piece(events: list[_Event], skipped: Counter) -> dict:
+    """Columns of one chunk's kept complete events (ts not yet on the epoch), with its own name and
+    category dictionaries, comm records (rows local to the chunk) and thread names."""
     ph = np.array([e.ph if type(e.ph) is str else "" for e in events], dtype=object)
     is_x = ph == "X"
     threads = _threads(events[i] for i in np.flatnonzero(ph == "M"))
@@ -219,7 +371,6 @@ def parse(data: bytes, source: str) -> RankPart:
         reason = PHASE_REASONS.get(p) if isinstance(p, str) else None
         skipped[reason or (f"event with unknown phase ph={p!r}" if p else "event without a phase 'ph'")] += c
     xs = list(compress(events, is_x))
-    del events
     # One pass over the structs, then columns (zip(*) transposes in C).
     ts_l, dur_l, name_l, cat_l, pid_l, tid_l, args_l = (
         zip(
@@ -239,6 +390,7 @@ def parse(data: bytes, source: str) -> RankPart:
         if xs
         else ((),) * 7
     )
+    del xs
     ts, ts_ok = _micros_to_ns(ts_l)
     dur, dur_ok = _micros_to_ns(dur_l)
     dur_ok &= (dur >= 0) & (dur < DUR_LIMIT_US * 1000)
@@ -252,39 +404,70 @@ def parse(data: bytes, source: str) -> RankPart:
     ):
         if bad.any():
             skipped[reason] += int(bad.sum())
-    if not ok.any():
-        raise EmptyTraceError(
-            f"{source}: the trace has no complete ('X') events with a start and duration ({n:,} events, none usable)",
-            path=source,
-        )
     if not ok.all():
         keep = np.flatnonzero(ok)
         ts, dur = ts[keep], dur[keep]
         name_l, cat_l, pid_l, tid_l, args_l = ([col[i] for i in keep] for col in (name_l, cat_l, pid_l, tid_l, args_l))
         name_codes, names = _factorize_str(name_l)
-    meta = _meta(top, source, ts)
-    ts = ts + meta.pop("_base_ns")
     cat_codes, cats = _factorize_str(cat_l, missing="")
     kind, op = _classify(name_codes, names, cat_codes, cats)
     links = [(a.correlation, a.external_id) if a is not None else (-1, -1) for a in args_l]
     corr_l, ext_l = zip(*links) if links else ((), ())
-    columns = {
+    comm_rows = np.flatnonzero(np.isin(kind, [KINDS.index(k) for k in COMM_KINDS]))
+    return {
         "ts_ns": ts,
         "dur_ns": dur,
         "name": name_codes.astype(np.int32),
+        "names": names,
         "cat": cat_codes.astype(np.int32),
+        "cats": cats,
         "kind": kind,
         "op": op,
         "pid": _ints(pid_l),
         "tid": _ints(tid_l),
         "correlation": _ints(corr_l),
         "external_id": _ints(ext_l),
+        "comm": [r for r in (_comm_record(int(i), args_l[i]) for i in comm_rows) if r is not None],
+        "threads": threads,
     }
-    args = args_l
-    comm_kind_codes = [KINDS.index(k) for k in COMM_KINDS]
-    comm_rows = np.flatnonzero(np.isin(kind, comm_kind_codes))
-    comm_args = [r for r in (_comm_record(int(i), args[i]) for i in comm_rows) if r is not None]
-    return RankPart(source, columns, names, cats, comm_args, threads, meta, skipped)
+
+
+def _finish(source: str, pieces: list[dict], top: dict, skipped: Counter, n: int) -> RankPart:
+    """One RankPart from the pieces of a file: dictionaries merged, comm rows offset, time on the epoch."""
+    if not any(len(p["ts_ns"]) for p in pieces):
+        raise EmptyTraceError(
+            f"{source}: the trace has no complete ('X') events with a start and duration ({n:,} events, none usable)",
+            path=source,
+        )
+    if len(pieces) == 1:
+        p = pieces[0]
+        names, cats, comm = p["names"], p["cats"], p["comm"]
+        columns = {k: p[k] for k in _COLUMNS}
+        threads = p["threads"]
+    else:
+        names = pd.Index(np.concatenate([p["names"] for p in pieces])).unique().to_numpy(dtype=object)
+        cats = pd.Index(np.concatenate([p["cats"] for p in pieces])).unique().to_numpy(dtype=object)
+        columns = {}
+        for k, (key, merged) in {"name": ("names", names), "cat": ("cats", cats)}.items():
+            index = pd.Index(merged)
+            columns[k] = np.concatenate([index.get_indexer(p[key])[p[k]].astype(np.int32) for p in pieces])
+        for k in _COLUMNS:
+            if k not in columns:
+                columns[k] = np.concatenate([p[k] for p in pieces])
+        comm, offset, named = [], 0, {}
+        for p in pieces:
+            comm += [{**rec, "event": rec["event"] + offset} for rec in p["comm"]]
+            offset += len(p["ts_ns"])
+            named.update({(pid, tid): nm for pid, tid, nm in p["threads"]})
+        threads = [(pid, tid, nm) for (pid, tid), nm in named.items()]
+    chunks = len(pieces)
+    pieces.clear()
+    meta = _meta(top, source, columns["ts_ns"])
+    columns["ts_ns"] = columns["ts_ns"] + meta.pop("_base_ns")
+    return RankPart(source, columns, names, cats, comm, threads, meta, skipped, chunks)
+
+
+_COLUMNS = ("ts_ns", "dur_ns", "name", "cat", "kind", "op", "pid", "tid", "correlation", "external_id")
 
 
 def _classify(name_codes, names, cat_codes, cats) -> tuple[np.ndarray, np.ndarray]:

@@ -1,17 +1,28 @@
-"""`load_traces(path)`: every rank's Kineto trace into one `Traces`, parsed once and cached.
+"""`load_traces(path)`: every rank's Kineto trace into one `Traces`, parsed once into an on-disk
+columnar store and cached.
 
     from profiler import load_traces
     traces = load_traces("runs/demo")            # a run directory (DIR/traces/rank{r}_trace.json.gz)
     traces = load_traces("traces.zip")           # a folder, a file, a list of files, .zip or .tar.gz
+    traces = load_traces("job/", workers=8)      # files parsed by 8 processes
+    traces = load_traces("job/", scheduler="tcp://10.0.0.5:8786")   # by the workers of a Dask cluster
 
 The rank of a file is `distributedInfo.rank`, else the number in its name (`rank3_trace.json.gz`,
 `rank-3.json.gz`, `trace_8_rank_3.json`), else `ranks={"name.json": 3}`; a file without any of them
-is a RankError that says so. Files are parsed one at a time (see profiler.traces.kineto), so the peak
-memory is one file's decoded events plus the columns of the set. The result is stored in the
-Arrow cache (profiler.traces.cache) under the sha256 of the input files; loading the same bytes again
-reads it back instead.
+is a RankError that says so.
 
-Pure: numpy, pandas, pyarrow, msgspec.
+Each file is parsed by one task (`parse_part`): decompressed as a stream, decoded in chunks
+(profiler.traces.kineto.parse_stream) and written as its own Arrow partition (profiler.traces.store)
+before the next file is taken; only a summary (metadata, thread names, step windows, what was
+skipped) comes back. So the peak memory of a load is the files in flight -- one per worker, and
+at most 2 per worker queued -- never the set. Tasks run in this process (`workers=1`, the default),
+in a process pool (`workers=N`; the CLI's default: the cores), or on a Dask distributed cluster (`scheduler=`; its
+workers must see the trace files and the cache folder at the same paths). All three give the same
+tables. The store sits in the cache (`$PARASCOPE_CACHE`, else ~/.cache/parascope) under the sha256
+of the input files, so loading the same bytes again opens it instead; `cache=False` builds it in a
+temporary folder removed with the Traces.
+
+Pure: numpy, pandas, pyarrow, msgspec (dask.distributed only when a scheduler is given).
 """
 
 from __future__ import annotations
@@ -19,25 +30,42 @@ from __future__ import annotations
 import dataclasses
 import gc
 import hashlib
+import os
 import re
+import shutil
+import tempfile
+import weakref
 from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from parallel.core.plan import MAX_WORLD_SIZE
 from profiler.traces import cache as trace_cache
-from profiler.traces.errors import DuplicateRankError, MixedJobError, NoTracesError, RankError
-from profiler.traces.kineto import RankPart, parse
+from profiler.traces.errors import (
+    DuplicateRankError,
+    MixedJobError,
+    NoTracesError,
+    RankError,
+    TooLargeError,
+    TraceError,
+)
+from profiler.traces.kineto import RankPart, parse_stream
 from profiler.traces.model import COMM_ARG_FIELDS, Traces
-from profiler.traces.patterns import KINDS, OPS
-from profiler.traces.sources import Limits, TraceSet, resolve
+from profiler.traces.patterns import KINDS, profiler_step
+from profiler.traces.sources import Limits, TraceSet, resolve, stream
+from profiler.traces.store import PartStore, part_tables, write_table
 
-LOADER_VERSION = "3"  # bump when the tables change: it is part of the cache key
+LOADER_VERSION = "4"  # bump when the tables change: it is part of the cache key
 RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
+Progress = Callable[[int, int, str], None]  # (files done, files in all, the file just done)
+
+
+class Cancelled(Exception):
+    """Raised by a progress callback to stop a load; nothing of the load is kept."""
 
 
 def load_traces(
@@ -47,9 +75,15 @@ def load_traces(
     cache: bool = True,
     cache_dir: str | Path | None = None,
     limits: Limits | None = None,
+    workers: int = 1,
+    scheduler: str | None = None,
+    progress: Progress | None = None,
 ) -> Traces:
     """Load a trace set (see the module docstring). `ranks` maps file names to ranks (or is the
-    rank of a single file); `cache=False` neither reads nor writes the cache."""
+    rank of a single file); `cache=False` neither reads nor writes the cache; `workers` > 1 parses in
+    that many processes (a script that asks for them needs the usual `if __name__ == "__main__":`
+    guard of multiprocessing; `default_workers()` is the cores); `progress(done, total, name)` is
+    called after each file (it may raise Cancelled)."""
     found = resolve(path, limits=limits)
     key = _key(found, ranks)
     where = Path(cache_dir) if cache_dir is not None else trace_cache.default_dir()
@@ -57,14 +91,38 @@ def load_traces(
         hit = trace_cache.read(where, key)
         if hit is not None:  # run.json is not part of the key (it changes while a run goes on): read it fresh
             return dataclasses.replace(hit, run=found.run, source=found.origin)
-    with _gc_paused():
-        parts = [parse(data, name) for name, data in found.blobs()]
-        if not parts:
+    folder = _build_folder(where if cache else None)
+    try:
+        summaries, tables = _parse_all(found, folder, workers=workers, scheduler=scheduler, progress=progress)
+        if not summaries:
             raise NoTracesError(f"{found.origin}: no trace files (*.json, *.json.gz) inside", path=found.origin)
-        traces = assemble(parts, ranks=ranks, source=found.origin, run=found.run, key=key)
-    if cache:
-        trace_cache.write(where, traces)
+        traces = assemble(summaries, tables, folder, ranks=ranks, source=found.origin, run=found.run, key=key)
+    except BaseException:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    if folder is None:
+        return traces
+    if cache and trace_cache.publish(folder, where, traces) is not None:
+        return traces
+    weakref.finalize(traces.store, shutil.rmtree, str(folder), True)  # a temporary store: gone with its Traces
     return traces
+
+
+def _build_folder(cache_dir: Path | None) -> Path | None:
+    """A fresh temporary folder for the parts: inside the cache (renamed into place when done) or the
+    system's temporary folder; None when neither can be written (the parts are then kept in memory)."""
+    try:
+        if cache_dir is not None:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            trace_cache.remove_stale_temporaries(cache_dir)
+            return Path(tempfile.mkdtemp(prefix=".tmp-", dir=cache_dir))
+    except OSError:
+        pass
+    try:
+        return Path(tempfile.mkdtemp(prefix="parascope-traces-"))
+    except OSError:
+        return None
 
 
 @contextmanager
@@ -85,37 +143,208 @@ def _key(found: TraceSet, ranks) -> str:
     return hashlib.sha256(f"v{LOADER_VERSION}:{found.digest()}:".encode() + extra).hexdigest()[:32]
 
 
+# -- one file: a task -------------------------------------------------------------------------------
+
+
+def parse_part(index: int, name: str, source: Any, limits: Limits, folder: str | None) -> dict:
+    """Parse one trace file (`source`: its path, or its raw bytes for an archive member) and write its
+    partition `part-<index>` into `folder` (None: return the Arrow tables instead). Returns the file's
+    summary: everything the set's small tables need, nothing per event. Runs in a worker process or on
+    a Dask worker; raises TraceError for a file that cannot be a trace."""
+    import io
+
+    read = [0]
+
+    def counted(pieces):
+        for piece in pieces:
+            read[0] += len(piece)
+            yield piece
+
+    with _gc_paused():
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            part = parse_stream(counted(stream(io.BytesIO(source), name, limits)), name)
+        else:
+            with open(source, "rb") as f:
+                part = parse_stream(counted(stream(f, name, limits)), name)
+        events, comm = part_tables(part.columns, part.names, part.cats, part.comm_args, COMM_ARG_FIELDS)
+        summary = _summary(part, index, len(events))
+        summary["bytes"] = read[0]
+        del part
+    stem = f"part-{index:06d}"
+    if folder is None:
+        summary["tables"] = (events, comm)
+        return summary
+    summary["sizes"] = [write_table(events, Path(folder) / f"{stem}.events.arrow")]
+    summary["sizes"].append(write_table(comm, Path(folder) / f"{stem}.comm.arrow"))
+    return summary
+
+
+def _summary(part: RankPart, index: int, n: int) -> dict:
+    kinds = part.columns["kind"]
+    gpu = pd.Series(kinds).isin([KINDS.index(k) for k in ("compute", "comm", "memcpy", "memset")]).to_numpy()
+    device_name = None
+    if gpu.any():
+        pid = Counter(part.columns["pid"][gpu].tolist()).most_common(1)[0][0]
+        device_name = part.meta["device_names"].get(pid)
+    step = kinds == KINDS.index("step")
+    steps = [
+        (profiler_step(str(part.names[c])), int(t), int(t + d))
+        for c, t, d in zip(part.columns["name"][step], part.columns["ts_ns"][step], part.columns["dur_ns"][step])
+    ]
+    meta = {k: v for k, v in part.meta.items() if k != "device_names"}
+    return {
+        "index": index,
+        "part": f"part-{index:06d}",
+        "source": part.source,
+        "meta": meta,
+        "device": "gpu" if gpu.any() else "cpu",
+        "device_name": device_name if isinstance(device_name, str) else None,
+        "events": n,
+        "skipped": dict(part.skipped),
+        "threads": part.threads,
+        "steps": [s for s in steps if s[0] is not None],
+    }
+
+
+# -- every file: local processes or a Dask cluster -----------------------------------------------------
+
+
+def default_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _jobs(found: TraceSet) -> Iterator[tuple[int, str, Any]]:
+    """(index, name, path or raw bytes) of every trace file: plain files by path (the task reads them),
+    archive members by their bytes (read here, one member at a time)."""
+    index = 0
+    for name, source in found.sources():
+        yield index, name, source
+        index += 1
+
+
+def _parse_all(found: TraceSet, folder: Path | None, *, workers, scheduler, progress) -> tuple[list[dict], dict]:
+    total = found.count()
+    out: list[dict] = []
+    target = str(folder) if folder is not None else None
+    done = size = 0
+
+    def finished(summary: dict) -> None:
+        nonlocal done, size
+        done += 1
+        size += summary["bytes"]
+        out.append(summary)
+        if size > found.limits.max_total_bytes:
+            raise TooLargeError(
+                f"{found.origin}: the traces decompress to more than {found.limits.max_total_bytes:,} "
+                "bytes in all (PARASCOPE_MAX_SET_BYTES)",
+                path=found.origin,
+            )
+        if progress is not None:
+            progress(done, max(total, done), summary["source"])
+
+    jobs = _jobs(found)
+    n_workers = max(1, int(workers))
+    if scheduler:
+        _on_dask(scheduler, jobs, found.limits, target, finished)
+    elif n_workers == 1 or total <= 1:
+        for index, name, source in jobs:
+            finished(parse_part(index, name, source, found.limits, target))
+    else:
+        _on_processes(min(n_workers, total), jobs, found.limits, target, finished)
+    out.sort(key=lambda s: s["index"])
+    tables = {s["part"]: s.pop("tables") for s in out if "tables" in s}
+    return out, tables
+
+
+def _on_processes(n: int, jobs, limits: Limits, folder: str | None, finished) -> None:
+    """A pool of `n` worker processes, at most 2n files queued (bounded memory for archive members)."""
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    # forkserver: workers are forked from a clean server, never from a process with threads (Streamlit)
+    ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+    if ctx.get_start_method() == "forkserver":
+        ctx.set_forkserver_preload([__name__])  # the server imports the parser once, not the caller's script
+    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+        pending: set = set()
+        try:
+            for index, name, source in jobs:
+                pending.add(pool.submit(parse_part, index, name, source, limits, folder))
+                if len(pending) >= 2 * n:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for f in done:
+                        finished(f.result())
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in done:
+                    finished(f.result())
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+
+
+def _on_dask(address: str, jobs, limits: Limits, folder: str | None, finished) -> None:
+    """The same tasks on a Dask distributed cluster: `address` is its scheduler (tcp://HOST:PORT)."""
+    try:
+        from distributed import Client, as_completed
+    except ImportError:  # pragma: no cover - distributed is pinned in requirements.txt
+        raise TraceError("--scheduler needs dask.distributed: pip install 'distributed'") from None
+    try:
+        client = Client(address, timeout=10, set_as_default=False)
+    except (OSError, TimeoutError) as err:
+        raise TraceError(f"cannot reach the Dask scheduler at {address} ({err})") from None
+    with client:
+        n = max(1, len(client.scheduler_info().get("workers", {})))
+        queue = as_completed(loop=client.loop)
+        try:
+            for index, name, source in jobs:
+                queue.add(
+                    client.submit(parse_part, index, name, source, limits, folder, key=f"parse-{index}", pure=False)
+                )
+                if queue.count() >= 2 * n:
+                    finished(next(queue).result())
+            for future in queue:
+                finished(future.result())
+        except BaseException:
+            client.cancel(list(queue.futures))
+            raise
+
+
 def rank_from_name(name: str) -> int | None:
     m = RANK_IN_NAME.search(PurePosixPath(name.split(":")[-1]).name)
     return int(m.group(1)) if m else None
 
 
-def _assign_ranks(parts: list[RankPart], ranks) -> list[tuple[int, str]]:
+def _assign_ranks(parts: list[dict], ranks) -> list[tuple[int, str]]:
     given = ranks if isinstance(ranks, dict) else {}
     if isinstance(ranks, int) and not isinstance(ranks, bool):
         if len(parts) != 1:
             raise RankError(
                 f"ranks={ranks} names one rank but {len(parts)} files were given; pass a dict {{file name: rank}}"
             )
-        given = {parts[0].source: ranks}
+        given = {parts[0]["source"]: ranks}
     out = []
     for part in parts:
-        short = PurePosixPath(part.source.split(":")[-1]).name
-        for key in (part.source, short):
+        source = part["source"]
+        short = PurePosixPath(source.split(":")[-1]).name
+        for key in (source, short):
             if key in given:
                 out.append((int(given[key]), "given"))
                 break
         else:
-            if part.meta["rank_in_trace"] is not None:
-                out.append((part.meta["rank_in_trace"], "distributedInfo"))
-            elif (r := rank_from_name(part.source)) is not None:
+            if part["meta"]["rank_in_trace"] is not None:
+                out.append((part["meta"]["rank_in_trace"], "distributedInfo"))
+            elif (r := rank_from_name(source)) is not None:
                 out.append((r, "file name"))
             else:
                 raise RankError(
-                    f"{part.source}: cannot tell which rank wrote it: the trace has no distributedInfo.rank "
+                    f"{source}: cannot tell which rank wrote it: the trace has no distributedInfo.rank "
                     f"and the file name has no rank number; rename it like rank0_trace.json.gz, or pass "
                     f"ranks={{'{short}': 0}} (CLI: --rank {short}=0)",
-                    path=part.source,
+                    path=source,
                 )
     return out
 
@@ -125,80 +354,58 @@ def _assign_ranks(parts: list[RankPart], ranks) -> list[tuple[int, str]]:
 MAX_RANKS = MAX_WORLD_SIZE
 
 
-def _check_job(parts: list[RankPart], assigned: list[tuple[int, str]]) -> None:
+def _check_job(parts: list[dict], assigned: list[tuple[int, str]]) -> None:
     seen: dict[int, str] = {}
     for part, (rank, _) in zip(parts, assigned):
+        source = part["source"]
         if rank >= MAX_RANKS:
-            raise RankError(f"{part.source!r}: rank {rank:,} is beyond the {MAX_RANKS:,} ranks a set may hold")
-        if (ws := part.meta["world_size"]) is not None and ws > MAX_RANKS:
-            raise RankError(f"{part.source!r}: world_size {ws:,} is beyond the {MAX_RANKS:,} ranks a set may hold")
+            raise RankError(f"{source!r}: rank {rank:,} is beyond the {MAX_RANKS:,} ranks a set may hold")
+        if (ws := part["meta"]["world_size"]) is not None and ws > MAX_RANKS:
+            raise RankError(f"{source!r}: world_size {ws:,} is beyond the {MAX_RANKS:,} ranks a set may hold")
         if rank in seen:
             raise DuplicateRankError(
-                f"rank {rank} appears twice: in {seen[rank]} and in {part.source}; a set holds one trace per rank",
-                path=part.source,
+                f"rank {rank} appears twice: in {seen[rank]} and in {source}; a set holds one trace per rank",
+                path=source,
             )
-        seen[rank] = part.source
-    sizes = {p.meta["world_size"]: p.source for p in parts if p.meta["world_size"] is not None}
+        seen[rank] = source
+    sizes = {p["meta"]["world_size"]: p["source"] for p in parts if p["meta"]["world_size"] is not None}
     if len(sizes) > 1:
         desc = ", ".join(f"{w} in {s}" for w, s in sorted(sizes.items()))
         raise MixedJobError(f"files from different jobs are mixed: their world sizes differ ({desc})")
     if sizes:
         world = next(iter(sizes))
-        bad = [(r, p.source) for p, (r, _) in zip(parts, assigned) if r >= world]
+        bad = [(r, p["source"]) for p, (r, _) in zip(parts, assigned) if r >= world]
         if bad:
             raise MixedJobError(f"rank {bad[0][0]} ({bad[0][1]}) cannot belong to a job of world size {world}")
 
 
+STEP_COLUMNS = ["rank", "step", "start_ns", "end_ns"]
+
+
 def assemble(
-    parts: list[RankPart], *, ranks: dict | int | None = None, source: str = "", run: dict | None = None, key: str = ""
+    parts: list[dict],
+    tables: dict,
+    folder: Path | None,
+    *,
+    ranks: dict | int | None = None,
+    source: str = "",
+    run: dict | None = None,
+    key: str = "",
 ) -> Traces:
-    """One Traces from parsed files: ranks assigned and checked, columns concatenated and sorted."""
+    """One Traces from the parsed files' summaries: ranks assigned and checked, small tables built, each
+    rank pointed at its partition."""
     assigned = _assign_ranks(parts, ranks)
     _check_job(parts, assigned)
-    names = pd.Index(np.concatenate([p.names for p in parts])).unique()
-    cats = pd.Index(np.concatenate([p.cats for p in parts])).unique()
-    cols: dict[str, list] = {
-        k: []
-        for k in ("rank", "ts_ns", "dur_ns", "name", "cat", "kind", "op", "pid", "tid", "correlation", "external_id")
-    }
-    offset, comm, rank_rows, pg_rows, thread_rows, skip_rows = 0, [], [], [], [], []
+    rank_rows, pg_rows, thread_rows, skip_rows, step_rows, where = [], [], [], [], [], {}
     for part, (rank, rank_from) in zip(parts, assigned):
-        c = part.columns
-        n = len(c["ts_ns"])
-        cols["rank"].append(np.full(n, rank, dtype=np.int32))
-        cols["name"].append(names.get_indexer(part.names)[c["name"]])
-        cols["cat"].append(cats.get_indexer(part.cats)[c["cat"]])
-        for k in ("ts_ns", "dur_ns", "kind", "op", "pid", "tid", "correlation", "external_id"):
-            cols[k].append(c[k])
-        comm += [{**rec, "event": rec["event"] + offset} for rec in part.comm_args]
-        offset += n
-        rank_rows.append(_rank_row(part, rank, rank_from, n))
-        pg_rows += [_pg_row(rank, pg) for pg in part.meta["pg_config"]]
-        thread_rows += [(rank, p, t, nm) for p, t, nm in part.threads]
-        skip_rows += [(rank, reason, count) for reason, count in sorted(part.skipped.items())]
-    flat = {k: np.concatenate(v) for k, v in cols.items()}
-    order = np.lexsort((flat["ts_ns"], flat["rank"]))
-    where = np.empty_like(order)
-    where[order] = np.arange(len(order))
-    events = pd.DataFrame(
-        {
-            "rank": flat["rank"][order],
-            "ts_ns": flat["ts_ns"][order],
-            "dur_ns": flat["dur_ns"][order],
-            "cat": pd.Categorical.from_codes(flat["cat"][order], categories=cats.astype(str)),
-            "name": pd.Categorical.from_codes(flat["name"][order], categories=names.astype(str)),
-            "kind": pd.Categorical.from_codes(flat["kind"][order].astype(np.int16), categories=list(KINDS)),
-            "op": pd.Categorical.from_codes(flat["op"][order].astype(np.int16), categories=list(OPS)),
-            "pid": flat["pid"][order],
-            "tid": flat["tid"][order],
-            "correlation": flat["correlation"][order],
-            "external_id": flat["external_id"][order],
-        }
-    )
-    comm_args = _comm_frame(comm, where)
+        rank_rows.append(_rank_row(part, rank, rank_from))
+        pg_rows += [_pg_row(rank, pg) for pg in part["meta"]["pg_config"]]
+        thread_rows += [(rank, p, t, nm) for p, t, nm in part["threads"]]
+        skip_rows += [(rank, reason, count) for reason, count in sorted(part["skipped"].items())]
+        step_rows += [(rank, *s) for s in part["steps"]]
+        where[rank] = (part["part"], part.get("sizes"))
+    store = PartStore({r: p for r, (p, _) in where.items()}, folder=folder if not tables else None, tables=tables)
     return Traces(
-        events=events,
-        comm_args=comm_args,
         ranks=pd.DataFrame(rank_rows)
         .sort_values("rank", ignore_index=True)
         .astype({"world_size": "Int64", "events": "int64", "skipped": "int64"}),
@@ -207,50 +414,37 @@ def assemble(
         ).astype({"pg_size": "Int64"}),
         threads=pd.DataFrame(thread_rows, columns=["rank", "pid", "tid", "name"]),
         skipped=pd.DataFrame(skip_rows, columns=["rank", "reason", "count"]),
+        step_windows=_step_windows(step_rows),
+        store=store,
+        part_sizes={r: s for r, (_, s) in where.items() if s is not None},
         source=source,
         run=run,
         key=key,
     )
 
 
-def _comm_frame(records: list[dict], where: np.ndarray) -> pd.DataFrame:
-    columns = ["event", *COMM_ARG_FIELDS]
-    data = {c: [r[c] for r in records] for c in columns}
-    frame = pd.DataFrame(
-        {
-            "event": where[np.asarray(data["event"], dtype=np.int64)] if records else np.empty(0, dtype=np.int64),
-            **{
-                c: pd.array(data[c], dtype="Int64")
-                for c in ("in_nelems", "out_nelems", "group_size", "seq", "src_rank", "dst_rank", "input_bytes")
-            },
-            **{c: pd.Categorical(data[c]) for c in ("coll_name", "dtype", "pg_name", "pg_desc", "pg_ranks")},
-        },
-        columns=columns,
-    )
-    return frame.sort_values("event", ignore_index=True)
+def _step_windows(rows: list[tuple]) -> pd.DataFrame:
+    """One window per (rank, step): a step recorded twice (nested exports) keeps its widest span."""
+    frame = pd.DataFrame(rows, columns=STEP_COLUMNS).astype("int64")
+    frame = frame.groupby(["rank", "step"], as_index=False).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"))
+    return frame.sort_values(["rank", "start_ns"], ignore_index=True)[STEP_COLUMNS]
 
 
-def _rank_row(part: RankPart, rank: int, rank_from: str, n: int) -> dict:
-    kinds = part.columns["kind"]
-    gpu_codes = [KINDS.index(k) for k in ("compute", "comm", "memcpy", "memset")]
-    gpu = np.isin(kinds, gpu_codes)
-    device_name = None
-    if gpu.any():
-        pids = Counter(part.columns["pid"][gpu].tolist()).most_common(1)[0][0]
-        device_name = part.meta["device_names"].get(pids)
+def _rank_row(part: dict, rank: int, rank_from: str) -> dict:
+    meta = part["meta"]
     return {
         "rank": rank,
-        "world_size": part.meta["world_size"],
-        "backend": part.meta["backend"],
-        "device": "gpu" if gpu.any() else "cpu",
-        "device_name": device_name,
-        "host": part.meta["host"],
-        "source": part.source,
+        "world_size": meta["world_size"],
+        "backend": meta["backend"],
+        "device": part["device"],
+        "device_name": part["device_name"],
+        "host": meta["host"],
+        "source": part["source"],
         "rank_from": rank_from,
-        "time_base": part.meta["time_base"],
-        "events": n,
-        "skipped": sum(part.skipped.values()),
-        "nccl_version": part.meta["nccl_version"],
+        "time_base": meta["time_base"],
+        "events": part["events"],
+        "skipped": sum(part["skipped"].values()),
+        "nccl_version": meta["nccl_version"],
     }
 
 

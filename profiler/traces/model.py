@@ -1,8 +1,15 @@
-"""The `Traces` data model: one events table for every rank, plus per-rank metadata.
+"""The `Traces` data model: per-rank events in a columnar store, plus small per-rank tables.
 
-`events` (one row per complete 'X' event, sorted by rank then start):
+Events live per rank (profiler.traces.store: Arrow IPC partitions on disk, or in memory when no
+folder could be written); analyses read them rank by rank:
 
-    rank          int32   the global rank that wrote the event
+    traces.rank_events(rank)      one rank's events (RangeIndex: `row` in the rank), sorted by start
+    traces.rank_arrays(rank)      the same as numpy arrays (ts, end, kind codes, thread, ...)
+    traces.rank_comm_args(rank)   its collective metadata (event = row in the rank)
+    traces.window(rank, lo, hi)   only the events that start in [lo, hi): rows read by binary search
+
+Columns of a rank's events:
+
     ts_ns         int64   start, integer ns since the epoch (both Kineto time styles normalised)
     dur_ns        int64   duration, ns
     cat           category  Kineto category (kernel, cpu_op, user_annotation, cuda_runtime, ...)
@@ -13,30 +20,36 @@
     correlation   int64   CUDA correlation id linking a kernel to its launch, -1 when absent
     external_id   int64   Kineto External id, -1 when absent
 
-`comm_args` (one row per comm, cpu_comm or ps_comm event that carried collective metadata):
-    event (row of `events`), in_nelems, out_nelems, group_size, seq, src_rank, dst_rank (p2p peers),
+comm_args (one row per comm, cpu_comm or ps_comm event that carried collective metadata):
+    event (row in the rank), in_nelems, out_nelems, group_size, seq, src_rank, dst_rank (p2p peers),
     input_bytes (Int64; input_bytes from Input Dims x Input type, when shown), and the categories
     coll_name, dtype, pg_name, pg_desc, pg_ranks ('0,1,2,3')
+
+`traces.events` / `traces.comm_args` are the whole set concatenated (a `rank` column first): for small
+sets and tests; the analyzers never ask for them.
 
 `ranks` (one row per rank): rank, world_size, backend, device ('gpu' | 'cpu'), device_name, host,
     source (file or archive member), rank_from ('distributedInfo' | 'file name' | 'given'),
     time_base ('epoch_us' | 'relative_us+baseTimeNanoseconds'), events, skipped, nccl_version
 `pg_config`: rank, pg_name, pg_desc, pg_size, ranks ('0,1'), backend_config  (distributedInfo)
 `threads`: rank, pid, tid, name  (thread_name metadata events)
-`skipped`: rank, reason, count -- every event not in `events`, and why
+`skipped`: rank, reason, count -- every event not in the events, and why
+`step_windows`: rank, step, start_ns, end_ns -- one row per ProfilerStep#N range on the CPU
 
-Pure: pandas only.
+Pure: pandas, numpy, pyarrow (through the store).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
-from profiler.traces.patterns import KINDS, profiler_step
+from profiler.traces.patterns import KINDS
+from profiler.traces.store import EVENT_COLUMNS, PartStore
 
 # Columns of Traces.comm_args beside `event`: one collective's metadata as Kineto records it
 # (record_param_comms or the kernel's args), written by the loader and read by the analyzers.
@@ -58,12 +71,13 @@ COMM_ARG_FIELDS = (
 
 @dataclass(frozen=True, eq=False)
 class Traces:
-    events: pd.DataFrame
-    comm_args: pd.DataFrame
     ranks: pd.DataFrame
     pg_config: pd.DataFrame
     threads: pd.DataFrame
     skipped: pd.DataFrame
+    step_windows: pd.DataFrame
+    store: PartStore
+    part_sizes: dict = field(default_factory=dict)  # rank -> [events, comm] file sizes (on disk)
     source: str = ""
     run: dict | None = None  # run.json of a run directory, when loaded from one
     key: str = ""  # content hash of the input (the cache key)
@@ -72,6 +86,10 @@ class Traces:
     @property
     def rank_ids(self) -> list[int]:
         return sorted(int(r) for r in self.ranks["rank"])
+
+    @property
+    def n_events(self) -> int:
+        return int(self.ranks["events"].sum()) if len(self.ranks) else 0
 
     @property
     def world_size(self) -> int:
@@ -84,8 +102,7 @@ class Traces:
     @property
     def steps(self) -> list[int]:
         """ProfilerStep numbers seen on any rank, ascending."""
-        names = self.events.loc[self.events["kind"] == "step", "name"].unique()
-        return sorted({s for s in (profiler_step(str(n)) for n in names) if s is not None})
+        return sorted({int(s) for s in self.step_windows["step"]})
 
     def device_of(self, rank: int) -> str:
         return self._devices.get(rank, "cpu")
@@ -94,26 +111,58 @@ class Traces:
     def _devices(self) -> dict[int, str]:
         return {int(r): str(d) for r, d in zip(self.ranks["rank"], self.ranks["device"])}
 
-    @cached_property
-    def arrays(self) -> dict[str, np.ndarray]:
-        """The events' columns as numpy arrays, for analyzers that slice by rank (`rank_slices`).
-        `kind` is the index into patterns.KINDS (-1 if unknown); `thread` numbers each distinct
-        (rank, pid, tid) 0, 1, 2, ... in order of first appearance."""
-        ev = self.events
+    def rank_events(self, rank: int) -> pd.DataFrame:
+        """The events of one rank (read from the store; the last few ranks read are kept)."""
+        return self.store.events(rank)
+
+    def rank_comm_args(self, rank: int) -> pd.DataFrame:
+        return self.store.comm_args(rank)
+
+    def window(self, rank: int, start_ns: int, end_ns: int) -> pd.DataFrame:
+        """The rank's events that start in [start_ns, end_ns); the index is their row in the rank."""
+        return self.store.window(rank, start_ns, end_ns)
+
+    def rank_arrays(self, rank: int) -> dict[str, np.ndarray]:
+        """One rank's events as numpy arrays: ts, end, kind (index into patterns.KINDS, -1 if unknown),
+        pid, tid, correlation, and `thread` numbering each distinct (pid, tid) 0, 1, 2, ... in order of
+        first appearance."""
+        ev = self.rank_events(rank)
+        ts, pid, tid = ev["ts_ns"].to_numpy(), ev["pid"].to_numpy(), ev["tid"].to_numpy()
         kind = ev["kind"].cat
         index = np.array([KINDS.index(c) if c in KINDS else -1 for c in kind.categories] + [-1], dtype=np.int16)
-        ts = ev["ts_ns"].to_numpy()
-        rank, pid, tid = ev["rank"].to_numpy(), ev["pid"].to_numpy(), ev["tid"].to_numpy()
         return {
-            "rank": rank,
             "ts": ts,
             "end": ts + ev["dur_ns"].to_numpy(),
             "kind": index[kind.codes.to_numpy()],
             "pid": pid,
             "tid": tid,
-            "thread": _threads(rank, pid, tid),
+            "thread": _threads(np.zeros(len(ts), dtype=np.int64), pid, tid),
             "correlation": ev["correlation"].to_numpy(),
         }
+
+    @cached_property
+    def events(self) -> pd.DataFrame:
+        """Every rank's events in one table (a `rank` column first, sorted by rank then start): the whole
+        set in memory -- for small sets and tests; analyses read rank by rank."""
+        frames = [self.rank_events(r).assign(rank=np.int32(r)) for r in self.rank_ids]
+        if not frames:
+            return pd.DataFrame(columns=["rank", *EVENT_COLUMNS])
+        for col in ("name", "cat"):
+            merged = union_categoricals([f[col] for f in frames])
+            lo = 0
+            for f in frames:
+                f[col] = pd.Categorical.from_codes(merged.codes[lo : lo + len(f)], dtype=merged.dtype)
+                lo += len(f)
+        return pd.concat(frames, ignore_index=True)[["rank", *EVENT_COLUMNS]]
+
+    @cached_property
+    def comm_args(self) -> pd.DataFrame:
+        """Every rank's comm_args, a `rank` column first (event: the row in that rank)."""
+        frames = [self.rank_comm_args(r).assign(rank=np.int64(r)) for r in self.rank_ids]
+        frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["event", *COMM_ARG_FIELDS])
+        for c in ("coll_name", "dtype", "pg_name", "pg_desc", "pg_ranks"):
+            frame[c] = pd.Categorical(frame[c].astype(object))
+        return frame[["rank", "event", *COMM_ARG_FIELDS]]
 
     def hosts(self) -> dict[int, str | None]:
         """rank -> host name, from run.json's hosts when loaded from a run directory, else the trace."""
@@ -127,33 +176,20 @@ class Traces:
                     out[int(r)] = info["hostname"]
         return out
 
-    def rank_slices(self) -> dict[int, tuple[int, int]]:
-        """rank -> (first row, end row) of its events: they are contiguous (sorted by rank)."""
-        return dict(self._slices)
-
-    @cached_property
-    def _slices(self) -> dict[int, tuple[int, int]]:
-        ranks = self.events["rank"].to_numpy()
-        ids = np.array(self.rank_ids, dtype=ranks.dtype)  # as the column's dtype: no int64 copy of it per rank
-        lo, hi = np.searchsorted(ranks, ids, side="left"), np.searchsorted(ranks, ids, side="right")
-        return {int(r): (int(a), int(b)) for r, a, b in zip(ids, lo, hi)}
-
-    def rank_events(self, rank: int) -> pd.DataFrame:
-        """The events of one rank (a slice, no copy)."""
-        lo, hi = self.rank_slices()[rank]
-        return self.events.iloc[lo:hi]
-
     def summary(self) -> str:
         """A few lines for a terminal: ranks, events, devices, what was skipped."""
         lines = [
             f"{self.source}: {len(self.ranks)} rank(s) of world size {self.world_size}, "
-            f"{len(self.events):,} events" + (" (from cache)" if self.from_cache else "")
+            f"{self.n_events:,} events" + (" (from cache)" if self.from_cache else "")
         ]
-        for row in self.ranks.itertuples():
+        shown = self.ranks if len(self.ranks) <= 64 else self.ranks.iloc[:32]
+        for row in shown.itertuples():
             lines.append(
                 f"  rank {row.rank}: {row.device} {row.device_name or ''} {row.backend or ''}, "
                 f"{row.events:,} events, {row.skipped:,} skipped, from {row.source}".replace("  ,", ",")
             )
+        if len(shown) < len(self.ranks):
+            lines.append(f"  ... and {len(self.ranks) - len(shown):,} more ranks")
         if len(self.skipped):
             agg = self.skipped.groupby("reason", sort=False)["count"].sum().sort_values(ascending=False)
             lines.append("  skipped: " + "; ".join(f"{n:,} {reason}" for reason, n in agg.items()))

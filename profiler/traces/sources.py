@@ -1,8 +1,8 @@
 """Where trace bytes come from: a run directory, a folder, a list of files, or a .zip / .tar(.gz).
 
 `resolve(path)` finds the files without reading them; `TraceSet.digest()` hashes their on-disk
-bytes (the cache key); `TraceSet.blobs()` yields one decompressed trace at a time, so a set never
-sits in memory all at once. Reading is hardened against hostile input:
+bytes (the cache key); `TraceSet.sources()` names each file (path, or an archive member's bytes) for
+`stream()` to decompress in pieces, so neither a set nor a big file ever sits in memory all at once. Reading is hardened against hostile input:
 
 - gzip is decompressed in bounded chunks; more than `Limits.max_file_bytes` out of one file, or a
   compression ratio above `Limits.max_ratio` past 16 MiB (a gzip or zip bomb), raises TooLargeError;
@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -90,39 +90,53 @@ def _over_cap(name: str, size: int, limits: Limits) -> TooLargeError:
     )
 
 
-def decompress(raw: bytes, name: str, limits: Limits) -> bytes | bytearray:
-    """The bytes of `raw`, gunzipped (all members) when it starts with the gzip magic, within caps."""
-    if not raw.startswith(GZIP_MAGIC):
-        if len(raw) > limits.max_file_bytes:
-            raise _over_cap(name, len(raw), limits)
-        return raw
-    out = bytearray()
-    data = memoryview(raw)
-    while True:
-        d = zlib.decompressobj(wbits=31)
-        try:
-            while True:
+def stream(f: BinaryIO, name: str, limits: Limits) -> Iterator[bytes]:
+    """The decompressed bytes of the open file `f` in pieces of at most 4 MiB, gunzipped (all members)
+    when it starts with the gzip magic, within the caps: the output so far and its
+    ratio to the input read so far are checked after every piece, so memory stays one piece."""
+    first = f.read(_CHUNK)
+    if not first.startswith(GZIP_MAGIC):
+        out = 0
+        while first:
+            out += len(first)
+            if out > limits.max_file_bytes:
+                raise _over_cap(name, out, limits)
+            yield first
+            first = f.read(_CHUNK)
+        return
+    out = read = 0
+    data = first
+    d = zlib.decompressobj(wbits=31)
+    try:
+        while True:
+            if not data:
+                data = f.read(_CHUNK)
+                if not data:
+                    break
+            read += len(data)
+            while data:
                 piece = d.decompress(data, _CHUNK)
-                out += piece
-                consumed = len(raw) - len(d.unconsumed_tail) - len(d.unused_data)  # input read so far
-                err = _too_large(name, len(out), consumed, limits)
+                out += len(piece)
+                err = _too_large(name, out, read - len(d.unconsumed_tail) - len(d.unused_data), limits)
                 if err:
                     raise err
+                if piece:
+                    yield piece
                 data = d.unconsumed_tail
-                if d.eof or (not piece and not data):
-                    break
-        except zlib.error as exc:
-            raise CompressionError(f"{name}: corrupt gzip data ({exc})", path=name) from None
-        if not d.eof:
-            raise CompressionError(
-                f"{name}: gzip stream is truncated (it ends before its end marker); the file was cut "
-                "off while being written or copied",
-                path=name,
-            )
-        rest = d.unused_data
-        if not rest.startswith(GZIP_MAGIC):  # trailing zero padding is tolerated, as gzip does
-            return out
-        data = memoryview(rest)
+                if d.eof:
+                    rest = d.unused_data
+                    if not rest.startswith(GZIP_MAGIC):  # trailing zero padding is tolerated, as gzip does
+                        return
+                    d = zlib.decompressobj(wbits=31)  # the next member (its bytes are counted in `read`)
+                    data = rest
+    except zlib.error as exc:
+        raise CompressionError(f"{name}: corrupt gzip data ({exc})", path=name) from None
+    if not d.eof:
+        raise CompressionError(
+            f"{name}: gzip stream is truncated (it ends before its end marker); the file was cut "
+            "off while being written or copied",
+            path=name,
+        )
 
 
 def safe_member_name(archive: str, name: str) -> str:
@@ -159,31 +173,31 @@ class TraceSet:
             h.update(b"\0")
         return h.hexdigest()
 
-    def blobs(self) -> Iterator[tuple[str, bytes | bytearray]]:
-        """(name, decompressed bytes) for each trace, one at a time; names are file or member names."""
-        total = 0
-        for name, raw in self._raw():
-            data = decompress(raw, name, self.limits)
-            total += len(data)
-            if total > self.limits.max_total_bytes:
-                raise TooLargeError(
-                    f"{self.origin}: the traces decompress to more than {self.limits.max_total_bytes:,} "
-                    "bytes in all (PARASCOPE_MAX_SET_BYTES)",
-                    path=self.origin,
-                )
-            yield name, data
-
-    def _raw(self) -> Iterator[tuple[str, bytes]]:
+    def sources(self) -> Iterator[tuple[str, Path | bytes]]:
+        """(name, path) of each plain trace file (read by whoever parses it, streamed), then (name, raw
+        bytes) of each archive member, one member at a time."""
         for path in self.files:
             size = path.stat().st_size
             if size > self.limits.max_file_bytes:
                 raise _over_cap(path.name, size, self.limits)
-            yield path.name, path.read_bytes()
+            yield path.name, path
         for path in self.archives:
             if zipfile.is_zipfile(path):
                 yield from _zip_members(path, self.limits)
             else:
                 yield from _tar_members(path, self.limits)
+
+    def count(self) -> int:
+        """Trace files in the set, for progress: plain files and zip members exactly, a tar archive
+        as one (counting its members would decompress it)."""
+        n = len(self.files)
+        for path in self.archives:
+            try:
+                with zipfile.ZipFile(path) as zf:
+                    n += sum(1 for i in zf.infolist() if not i.is_dir() and is_trace_name(i.filename))
+            except (zipfile.BadZipFile, OSError):
+                n += 1
+        return max(n, 1)
 
 
 def _zip_members(path: Path, limits: Limits) -> Iterator[tuple[str, bytes]]:

@@ -42,8 +42,9 @@ def test_gpu_collective_row_borrows_its_launch_metadata(pair):
     assert row["dur_ns"] == 300 * US and row["step"] == 1 and row["seq"] == 0 and row["seq_source"] == "order"
     assert row["algbw_gbps"] == pytest.approx(4000 / (300 * US))  # bytes per ns = GB/s
     assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * (2 - 1) / 2)
-    ev = pair.events
-    assert ev.loc[row["event"], "kind"] == "comm" and ev.loc[row["cpu_event"], "name"] == "c10d::allreduce_"
+    for rank in (0, 1):  # event and cpu_event are rows of that rank's events
+        row, ev = table[table["rank"] == rank].iloc[0], pair.rank_events(rank)
+        assert ev.loc[row["event"], "kind"] == "comm" and ev.loc[row["cpu_event"], "name"] == "c10d::allreduce_"
     assert set(table["instance"]) == {"0,1#0"}
 
 

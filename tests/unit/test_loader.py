@@ -137,9 +137,11 @@ def test_cache_round_trip_and_key(tmp_path, cache):
 def test_corrupt_cache_entry_is_rebuilt(tmp_path, cache):
     folder = _pair(tmp_path / "p")
     first = load_traces(folder)
-    (cache / first.key / "events.arrow").write_bytes(b"garbage")
+    part = sorted((cache / first.key).glob("part-*.events.arrow"))[0]
+    part.write_bytes(b"garbage")
     again = load_traces(folder)
     assert not again.from_cache and len(again.events) == len(first.events)
+    assert load_traces(folder).from_cache  # the damaged entry was replaced
 
 
 def test_rank_from_file_name_then_override(tmp_path):
