@@ -6,7 +6,7 @@ import streamlit as st
 
 from ui import run_loaders, run_status, selection, timeline_charts
 from ui.routing import ensure_navigation
-from ui.run_data import ALL
+from ui.run_data import ALL, HEAT_VALUES, slowest_ranks
 from ui.text import md
 from ui.trace_sets import TraceSet
 
@@ -42,14 +42,36 @@ def _whole_step() -> None:
     st.query_params.pop(WINDOW, None)
 
 
+def _all_ranks(key: tuple, n_ranks: int) -> None:
+    """Every rank x step in one heat map, the ranks that made others wait listed first: the view of a
+    set too large for one Gantt (first on the page past MAX_GANTT_RANKS ranks, last below it)."""
+    with st.container():
+        st.subheader(f"All {n_ranks:,} ranks")
+        heat = run_loaders.heat(key)
+        c1, c2 = st.columns([3, 2])
+        value = c1.radio(
+            "Colour by",
+            list(HEAT_VALUES),
+            format_func=lambda v: HEAT_VALUES[v][0],
+            horizontal=True,
+            key="tl_heat",
+            bind="query-params",
+        )
+        c1.altair_chart(timeline_charts.rank_heat_chart(heat, value, HEAT_VALUES[value][1]))
+        c2.caption("Slowest ranks first: the time their collectives started after their group's first rank")
+        c2.dataframe(slowest_ranks(heat), hide_index=True)
+
+
 def timeline_page(s: TraceSet) -> None:
     from profiler import TraceError
 
     key = run_loaders.set_key(s)
     try:
-        a = run_loaders.analysis(key)
+        a = run_loaders.open_analysis(key)
     except TraceError as err:
         st.error(f"These traces cannot be analysed: {md(err)}")
+        return
+    if a is None:  # the user cancelled the first load
         return
     url = {"bind": "query-params"}
     steps = ["whole" if x == -1 else str(x) for x in a.steps] + (["all"] if len(a.steps) > 1 else [])
@@ -106,7 +128,13 @@ def timeline_page(s: TraceSet) -> None:
         help="last start − first start of one collective instance across its group",
     )
 
-    st.subheader("Overview")
+    if len(ranks) > run_loaders.MAX_GANTT_RANKS:  # too many for one Gantt: the all-ranks picture first
+        _all_ranks(key, len(ranks))
+    st.subheader(
+        "Overview"
+        if len(ranks) <= run_loaders.MAX_GANTT_RANKS
+        else f"Ranks {first}–{first + run_loaders.MAX_GANTT_RANKS - 1}"
+    )
     st.caption(
         "Every rank (rows) over the step; drag across it to zoom the detail view below, double-click to reset. "
         "Short events are merged so the chart stays light (hover: events merged, busy %)."
@@ -159,6 +187,8 @@ def timeline_page(s: TraceSet) -> None:
         key="tl_csv",
         on_click="ignore",
     )
+    if len(ranks) <= run_loaders.MAX_GANTT_RANKS:
+        _all_ranks(key, len(ranks))
 
 
 ensure_navigation()

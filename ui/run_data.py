@@ -361,3 +361,50 @@ def commbench_points(data: dict) -> pd.DataFrame:
     rows = rows.assign(tp=rows[size].astype(int), link=rows["link"] if "link" in rows else "intra")
     by = rows.sort_values("bytes" if "bytes" in rows else size).groupby(["tp", "link"]).tail(1)
     return by[["tp", "link", "busbw_bytes_per_s"]].assign(sp=False, source="commbench")
+
+
+HEAT_VALUES = {  # column -> (label, legend title)
+    "step_ms": ("Step time", "step ms"),
+    "exposed_ms": ("Exposed communication", "exposed comm ms"),
+    "late_ms": ("Arrival lateness", "late ms"),
+}
+
+
+def rank_step_heat(bd: pd.DataFrame, per_rank: pd.DataFrame, steps: pd.Series) -> pd.DataFrame:
+    """One row per (rank, step) of every rank: step_ms (the step's window), exposed_ms (exposed
+    communication) and late_ms (how long the rank's collectives started after the first rank of their
+    group -- the time it made the others wait), so 1,000+ ranks fit one picture."""
+    heat = pd.DataFrame(
+        {
+            "rank": bd["rank"].to_numpy(),
+            "step": bd["step"].to_numpy(),
+            "step_ms": bd["window_ns"].to_numpy() / 1e6,
+            "exposed_ms": bd["exposed_comm_ns"].to_numpy() / 1e6,
+        }
+    )
+    if len(per_rank):
+        first = per_rank.groupby("instance", observed=True)["start_ns"].transform("min")
+        late = pd.DataFrame(
+            {
+                "rank": per_rank["rank"].to_numpy(),
+                "step": per_rank["instance"].map(steps).fillna(-1).astype("int64").to_numpy(),
+                "late_ms": (per_rank["start_ns"] - first).to_numpy() / 1e6,
+            }
+        )
+        late = late.groupby(["rank", "step"], as_index=False)["late_ms"].sum()
+        heat = heat.merge(late, on=["rank", "step"], how="left")
+    else:
+        heat["late_ms"] = 0.0
+    heat["late_ms"] = heat["late_ms"].fillna(0.0)
+    return heat.round(3)
+
+
+def slowest_ranks(heat: pd.DataFrame, top: int = 20) -> pd.DataFrame:
+    """The ranks that made others wait most (summed lateness over steps), then by step time."""
+    g = heat.groupby("rank", as_index=False).agg(
+        late_ms=("late_ms", "sum"), step_ms=("step_ms", "mean"), exposed_ms=("exposed_ms", "mean")
+    )
+    g = g.sort_values(["late_ms", "step_ms"], ascending=False, ignore_index=True).head(top)
+    return g.rename(
+        columns={"late_ms": "late ms (sum)", "step_ms": "mean step ms", "exposed_ms": "mean exposed ms"}
+    ).round(3)

@@ -3,6 +3,7 @@ table feeds every other analyzer), and each view's frames cached by plain argume
 
     key = set_key(trace_set)             # (path, file signature, plan JSON): changes when the files do
     b = analysis(key)                    # Analysis: its TraceAnalysis (front) and the pages' derived frames
+    b = open_analysis(key)               # the same, for a page: progress bar and Cancel on a first load
     overview_view(key, step, first_rank)           # the step, coarse (cached without the window)
     detail_view(key, step, window, first_rank)     # the brushed window in detail
 
@@ -13,6 +14,7 @@ views are st.cache_data. A set whose files change (a run that finished, a re-upl
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,11 +73,18 @@ class Analysis:
         return self.front.comm_by_dim
 
 
+def _load_options() -> dict:
+    """Files parsed by one process per core, or on the Dask cluster of $PARASCOPE_DASK_SCHEDULER."""
+    from profiler.traces.loader import default_workers
+
+    return {"workers": default_workers(), "scheduler": os.environ.get("PARASCOPE_DASK_SCHEDULER") or None}
+
+
 @st.cache_resource(show_spinner="Analysing the traces (once per set) …", max_entries=6)
 def analysis(key: tuple) -> Analysis:
     """Load and analyse a set; raises profiler.TraceError with the loader's message when it cannot."""
     path, _, plan_json = key
-    front = TraceAnalysis.load(path, json.loads(plan_json) if plan_json else None)
+    front = TraceAnalysis.load(path, json.loads(plan_json) if plan_json else None, **_load_options())
     # the pages read every table, so compute them now, inside the spinner, not on first click
     front.comm_by_dim  # noqa: B018
     return Analysis(
@@ -84,6 +93,44 @@ def analysis(key: tuple) -> Analysis:
         steps=run_data.steps_of(front.breakdown),
         inst_steps=run_data.instance_steps(front.collectives),
     )
+
+
+CANCELLED = "loads_cancelled"  # session state: the set keys whose first load the user stopped
+_PARSED: set = set()  # keys whose traces this server has parsed into the store (the disk cache is warm)
+
+
+def open_analysis(key: tuple) -> Analysis | None:
+    """`analysis(key)` for a page, with a progress bar and a Cancel button while a set is first parsed
+    (outside the cached function: a cache may not draw). Cancel stops the load -- nothing of it is
+    kept -- and the page then offers to load again; None while cancelled."""
+    cancelled = st.session_state.setdefault(CANCELLED, set())
+    if key in cancelled:
+        st.info("Loading these traces was cancelled; nothing of that load was kept.")
+        st.button("Load again", key="load_again", on_click=cancelled.discard, args=(key,))
+        return None
+    if key not in _PARSED:
+        from profiler import load_traces
+
+        slot = st.empty()
+
+        def progress(done: int, total: int, name: str) -> None:
+            with slot.container():
+                st.progress(done / max(total, 1), text=f"Parsing traces: {done:,} / {total:,} files ({name})")
+                st.button("Cancel", key=f"cancel_load_{done}", on_click=cancelled.add, args=(key,))
+
+        try:
+            load_traces(key[0], progress=progress, **_load_options())  # the analysis then opens the store
+        finally:
+            slot.empty()
+        _PARSED.add(key)
+    return analysis(key)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def heat(key: tuple) -> pd.DataFrame:
+    """Every rank x step: step time, exposed communication, arrival lateness (run_data.rank_step_heat)."""
+    b = analysis(key)
+    return run_data.rank_step_heat(b.bd, b.front.per_rank_wait, b.inst_steps)
 
 
 def _budget(total: int, ranks: int, lo: int, hi: int) -> int:

@@ -75,6 +75,8 @@ def topology_measured(choice: PlanChoice, cells: pd.DataFrame) -> None:
     from profiler import TraceError
 
     try:
+        if run_loaders.open_analysis(run_loaders.set_key(s)) is None:  # a first load, cancelled
+            return
         values = run_loaders.rank_values(run_loaders.set_key(s))
     except TraceError as err:
         st.error(f"The traces of {md(s.name)} cannot be analysed: {md(err)}")
@@ -150,7 +152,11 @@ def tp_measured(choice: PlanChoice) -> pd.DataFrame | None:
             from profiler import TraceError
 
             try:
-                ours = run_loaders.tp_measured(run_loaders.set_key(s))
+                ours = (
+                    run_loaders.tp_measured(run_loaders.set_key(s))
+                    if run_loaders.open_analysis(run_loaders.set_key(s)) is not None
+                    else None
+                )
             except TraceError as err:
                 st.error(f"The traces of {md(s.name)} cannot be analysed: {md(err)}")
                 ours = None

@@ -183,3 +183,32 @@ def breakdown_chart(parts: pd.DataFrame) -> alt.Chart:
             ],
         )
     )
+
+
+def rank_heat_chart(heat: pd.DataFrame, value: str, title: str) -> alt.Chart:
+    """Every rank (rows) x profiler step (columns), coloured by `value` on a sequential scale: the
+    all-ranks view of a set too large to draw as a Gantt. Rows of more than 256 ranks are thin
+    rectangles on a quantitative axis, so 4,096 ranks still fit one chart."""
+    n = int(heat["rank"].nunique()) if len(heat) else 0
+    height = min(900, max(160, 4 * n))
+    y = (
+        alt.Y("rank:O", title="rank", axis=alt.Axis(labelOverlap=True, ticks=False))
+        if n <= 256
+        else alt.Y("rank:Q", title="rank", scale=alt.Scale(domain=[0, int(heat["rank"].max()) + 1], nice=False))
+    )
+    enc = {
+        "x": alt.X("step:O", title="profiler step", axis=alt.Axis(labelAngle=0)),
+        "y": y,
+        "color": alt.Color(f"{value}:Q", title=title, scale=alt.Scale(scheme="oranges")),
+        "tooltip": [
+            alt.Tooltip("rank:O", title="rank"),
+            alt.Tooltip("step:O", title="step"),
+            alt.Tooltip("step_ms:Q", title="step ms", format=",.2f"),
+            alt.Tooltip("exposed_ms:Q", title="exposed comm ms", format=",.2f"),
+            alt.Tooltip("late_ms:Q", title="late ms", format=",.2f"),
+        ],
+    }
+    if n > 256:
+        heat = heat.assign(rank_end=heat["rank"] + 1)
+        enc["y2"] = alt.Y2("rank_end:Q")
+    return alt.Chart(heat, width="container", height=height).mark_rect().encode(**enc)

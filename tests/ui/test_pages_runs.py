@@ -206,7 +206,7 @@ def test_timeline_without_a_run_says_what_to_do(runs):
 def test_timeline_draws_every_rank_by_dimension(runs):
     install_run(runs, "alpha")
     at = _ok(page_test("pages/timeline.py", {"run": "alpha"}))
-    overview, detail, parts = vega_charts(at)
+    overview, detail, parts, heat = vega_charts(at)
     o, d = overview.frame(), detail.frame()
     assert sorted(o["rank"].unique()) == [0, 1, 2, 3] and sorted(d["rank"].unique()) == [0, 1, 2, 3]
     assert set(d["lane"]) == {"compute", "comm"}
@@ -227,6 +227,29 @@ def test_timeline_draws_every_rank_by_dimension(runs):
     assert {"sp", "dp"} <= set(at.dataframe[3].value["dim"]) <= {"tp", "sp", "dp"}
     downloads = [b.proto.label for b in at.get("download_button")]
     assert downloads == ["Merged Perfetto trace (.json.gz)", "Collectives table (.csv)"]
+    # all ranks x steps: one cell per (rank, traced step), its step time the breakdown's window
+    h = heat.frame()
+    assert sorted(h["rank"].unique()) == [0, 1, 2, 3] and sorted(h["step"].unique()) == [2, 3]
+    assert len(h) == 8 and (h["step_ms"] > 0).all() and (h["late_ms"] >= 0).all()
+    assert (h["exposed_ms"] <= h["step_ms"] + 1e-6).all()
+    slow = at.dataframe[4].value
+    assert slow["late ms (sum)"].is_monotonic_decreasing and len(slow) == 4
+
+
+def test_timeline_of_a_set_too_big_for_one_gantt_shows_all_ranks_first(runs):
+    from bench.scale import replicate
+
+    replicate(sample_run() / "traces", runs / "big" / "traces", 20)  # 80 ranks: 20 shifted copies
+    at = _ok(page_test("pages/timeline.py", {"run": "big"}))
+    assert at.subheader[0].value == "All 80 ranks"
+    heat, overview, detail, parts = vega_charts(at)
+    h = heat.frame()
+    assert h["rank"].nunique() == 80 and sorted(h["step"].unique()) == [2, 3]
+    assert sorted(overview.frame()["rank"].unique()) == list(range(64))  # the first range of ranks
+    slow = at.dataframe[0].value
+    assert len(slow) == 20 and slow["late ms (sum)"].is_monotonic_decreasing
+    at.radio(key="tl_heat").set_value("late_ms").run()
+    assert vega_charts(_ok(at))[0].spec["encoding"]["color"]["field"] == "late_ms"
 
 
 def test_timeline_window_step_and_highlight_come_from_the_url(runs):
@@ -247,7 +270,7 @@ def test_timeline_window_step_and_highlight_come_from_the_url(runs):
     lo, hi = round(span[1] * 0.25, 3), round(span[1] * 0.5, 3)
     at = _ok(page_test("pages/timeline.py", {"run": "alpha", "win": f"{lo},{hi}", "tl_step": "3"}))
     assert at.selectbox(key="tl_step").value == "3"
-    overview, detail, _ = vega_charts(at)
+    overview, detail, *_ = vega_charts(at)
     assert overview.spec["params"][0]["value"] == {"x": [lo, hi]}
     assert detail.spec["layer"][0]["encoding"]["x"]["scale"]["domain"] == [lo, hi]
     d = detail.frame()
@@ -262,7 +285,7 @@ def test_timeline_of_a_failed_run_shows_its_traces_and_the_failure(runs):
     install_run(runs, "broken", status="failed", error={"rank": 3, "message": "killed by SIGKILL"})
     at = _ok(page_test("pages/timeline.py", {"run": "broken"}))
     assert any("failed on rank 3" in e.value for e in at.error)
-    assert len(vega_charts(at)) == 3  # traces already written are still shown
+    assert len(vega_charts(at)) == 4  # traces already written are still shown (Gantt x2, breakdown, heat map)
 
 
 def test_timeline_of_a_run_without_traces_waits_for_them(runs):
