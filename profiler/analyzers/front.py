@@ -9,13 +9,16 @@ others (the collectives table feeds all of them; clock offsets feed the matching
     a.summary(top=20)                              # `python -m profiler analyze --json`'s object
 
 The pages, `profiler analyze`, the TP sweep and the benches all ask this object; none chains the
-analyzers itself. Results are shared, never copied: callers must not mutate them.
+analyzers itself. Results are shared, never copied: callers must not mutate them. For a set in the
+cache, the tables are kept in its entry (per plan and alignment), so the next analysis of the same
+bytes reads them: a warm `profiler analyze` does no analysis at all.
 
 Pure: pandas and numpy.
 """
 
 from __future__ import annotations
 
+import hashlib
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -26,10 +29,14 @@ import pandas as pd
 from profiler.analyzers.breakdown import breakdowns
 from profiler.analyzers.collectives import collectives
 from profiler.analyzers.export import export_collectives, export_perfetto
+from profiler.analyzers.labels import plan_of
 from profiler.analyzers.matching import clock_offsets, instances, per_rank_wait, stragglers
 from profiler.analyzers.timeline import timeline
 from profiler.traces.loader import load_traces
 from profiler.traces.model import Traces
+from profiler.traces.store import load_frame, save_frame
+
+ANALYSIS_VERSION = "1"  # bump when an analyzer's table changes: it keys the results kept in the cache
 
 
 class TraceAnalysis:
@@ -41,6 +48,27 @@ class TraceAnalysis:
         self.plan = plan
         self.align = align
 
+    @cached_property
+    def _results(self) -> Path | None:
+        """Where this (set, plan, alignment)'s tables are kept: inside the set's cache entry, keyed by
+        the plan the labels use; None for a set outside the cache (nothing is kept)."""
+        folder = self.traces.store.folder
+        if folder is None or not self.traces.key or folder.name != self.traces.key:
+            return None
+        plan = plan_of(self.plan, self.traces)  # the plan that labels (run.json's when none is given)
+        text = f"{ANALYSIS_VERSION}:{self.align}:{plan!r}"
+        return folder / f"analysis-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+    def _kept(self, name: str, compute) -> pd.DataFrame:
+        """`compute()`, or the table kept from an earlier analysis of the same set and plan."""
+        where = self._results
+        if where is not None and (hit := load_frame(where / f"{name}.arrow")) is not None:
+            return hit
+        frame = compute()
+        if where is not None:
+            save_frame(frame, where / f"{name}.arrow")
+        return frame
+
     @classmethod
     def load(cls, source: Any, plan: Any = None, *, align: str = "auto", **load_options: Any) -> TraceAnalysis:
         """Load `source` (a run directory, folder, files or archive; see load_traces) and analyse it."""
@@ -48,23 +76,40 @@ class TraceAnalysis:
 
     @cached_property
     def collectives(self) -> pd.DataFrame:
-        return collectives(self.traces, self.plan)
+        return self._kept("collectives", lambda: collectives(self.traces, self.plan))
 
     @cached_property
     def offsets(self) -> pd.DataFrame:
-        return clock_offsets(self.traces, table=self.collectives, align=self.align)
+        return self._kept("offsets", lambda: clock_offsets(self.traces, table=self.collectives, align=self.align))
 
     @cached_property
     def per_rank_wait(self) -> pd.DataFrame:
-        return per_rank_wait(self.traces, self.plan, table=self.collectives, align=self.align, offsets=self.offsets)
+        return self._kept(
+            "per_rank_wait",
+            lambda: per_rank_wait(
+                self.traces, self.plan, table=self.collectives, align=self.align, offsets=self.offsets
+            ),
+        )
 
     @cached_property
     def instances(self) -> pd.DataFrame:
-        return instances(self.traces, self.plan, table=self.collectives, align=self.align, per=self.per_rank_wait)
+        return self._kept(
+            "instances",
+            lambda: instances(self.traces, self.plan, table=self.collectives, align=self.align, per=self.per_rank_wait),
+        )
 
     @cached_property
     def _breakdowns(self) -> tuple[pd.DataFrame, pd.DataFrame]:
-        return breakdowns(self.traces, self.plan, table=self.collectives)
+        where = self._results
+        if where is not None:
+            kept = [load_frame(where / f"{n}.arrow") for n in ("breakdown", "comm_by_dim")]
+            if all(k is not None for k in kept):
+                return kept[0], kept[1]
+        bd, by_dim = breakdowns(self.traces, self.plan, table=self.collectives)
+        if where is not None:
+            save_frame(bd, where / "breakdown.arrow")
+            save_frame(by_dim, where / "comm_by_dim.arrow")
+        return bd, by_dim
 
     @property
     def breakdown(self) -> pd.DataFrame:

@@ -17,7 +17,10 @@ Parquet's row-group statistics would still decode whole groups. (DuckDB would ad
 for what two searchsorted calls do.) Each part is written under a temporary name and renamed; the
 entry's folder is renamed into place after its meta.json, so a reader never trusts half an entry.
 
-Pure: numpy, pandas, pyarrow.
+Analysis results of a cached set are kept beside its parts (``analysis-<plan hash>/*.arrow``, by
+`save_frame`), so a warm `profiler analyze` reads them instead of recomputing.
+
+Pure: numpy, pandas, pyarrow, orjson.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pandas as pd
 import pyarrow as pa
 
@@ -169,3 +173,30 @@ class PartStore:
 
     def forget(self) -> None:
         self._recent.clear()
+
+
+def save_frame(frame: pd.DataFrame, path: Path) -> None:
+    """Keep a derived table (an analysis result) beside the store: Arrow IPC with pandas' dtypes and
+    `attrs` in the schema metadata; written under a temporary name and renamed. Disk problems are
+    swallowed: a result cache must never fail an analysis."""
+    try:
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        attrs = orjson.dumps(frame.attrs, option=orjson.OPT_NON_STR_KEYS)
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"parascope.attrs": attrs})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_table(table, path)
+    except (OSError, TypeError, ValueError, pa.ArrowException):
+        return
+
+
+def load_frame(path: Path) -> pd.DataFrame | None:
+    """A table kept by save_frame, or None when there is none (or it cannot be read)."""
+    if not path.is_file():
+        return None
+    try:
+        table = _read(path)
+        frame = table.to_pandas()
+        frame.attrs.update(orjson.loads((table.schema.metadata or {}).get(b"parascope.attrs", b"{}")))
+    except (OSError, ValueError, TypeError, pa.ArrowException):
+        return None
+    return frame
