@@ -83,30 +83,25 @@ class _Root:
     kernels: int = 0
 
 
-def collectives(traces: Traces, plan: PlanLike = None) -> pd.DataFrame:
-    """The collectives table (see the module docstring); empty with the same columns if none."""
+def collectives(traces: Traces, plan: PlanLike = None, *, workers: int = 1) -> pd.DataFrame:
+    """The collectives table (see the module docstring); empty with the same columns if none. With
+    `workers` > 1 and a store on disk, the ranks' rows are made by that many processes, each reading
+    its ranks' partitions itself (the same rows, in the same order)."""
     labeler = DimLabeler(plan_of(plan, traces))
-    codes = [KINDS.index(k) for k in _KINDS]
+    ranks = traces.rank_ids
     rows: list[dict] = []
-    labels: dict = {}  # ps.comm name -> its label: every rank of a group has the same names
     not_collectives: Counter = Counter()
-    for rank in traces.rank_ids:  # one rank's events at a time: the set is never in memory at once
-        ev = traces.rank_events(rank)
-        # Only CPU collectives, launches and comm kernels matter (a few % of the events).
-        sub = ev.iloc[np.flatnonzero(np.isin(ev["kind"].cat.codes.to_numpy(), codes))]
-        strings = {c: sub[c].to_numpy(dtype=object) for c in ("kind", "op")}
-        strings["name"] = sub["name"].to_numpy(dtype=object).astype(str)
-        ca = traces.rank_comm_args(rank)
-        meta = {int(e): rec for e, rec in zip(ca["event"], ca[list(META_FIELDS)].to_dict("records"))}
-        rows += _rank_rows(
-            sub,
-            strings,
-            rank,
-            meta,
-            labels,
-            gpu=traces.device_of(rank) == "gpu",
-            not_collectives=not_collectives,
-        )
+    folder = traces.store.folder
+    if workers > 1 and folder is not None and not traces.store.tables and len(ranks) > 1:
+        args = [(str(folder), traces.store.parts[r], r, traces.device_of(r) == "gpu") for r in ranks]
+        with _pool(min(workers, len(ranks))) as pool:
+            for part_rows, skipped in pool.map(_part_rows, *zip(*args), chunksize=max(1, len(ranks) // (8 * workers))):
+                rows += part_rows
+                not_collectives.update(skipped)
+    else:
+        labels: dict = {}  # ps.comm name -> its label: every rank of a group has the same names
+        for rank in ranks:  # one rank's events at a time: the set is never in memory at once
+            rows += _rows_of(traces.store, rank, traces.device_of(rank) == "gpu", labels, not_collectives)
     if not rows:
         table = pd.DataFrame({c: pd.Series(dtype=_DTYPES.get(c, "object")) for c in COLUMNS})
     else:
@@ -119,6 +114,43 @@ def collectives(traces: Traces, plan: PlanLike = None) -> pd.DataFrame:
 
 
 _KINDS = ("ps_comm", "cpu_comm", "runtime", "comm")  # the events a row is made of
+
+
+def _rows_of(store, rank: int, gpu: bool, labels: dict, not_collectives: Counter) -> list[dict]:
+    """The rows of one rank, read from its partition."""
+    ev = store.events(rank)
+    # Only CPU collectives, launches and comm kernels matter (a few % of the events).
+    sub = ev.iloc[np.flatnonzero(np.isin(ev["kind"].cat.codes.to_numpy(), [KINDS.index(k) for k in _KINDS]))]
+    strings = {c: sub[c].to_numpy(dtype=object) for c in ("kind", "op")}
+    strings["name"] = sub["name"].to_numpy(dtype=object).astype(str)
+    ca = store.comm_args(rank)
+    meta = {int(e): rec for e, rec in zip(ca["event"], ca[list(META_FIELDS)].to_dict("records"))}
+    return _rank_rows(sub, strings, rank, meta, labels, gpu=gpu, not_collectives=not_collectives)
+
+
+_WORKER_LABELS: dict = {}  # per worker process: ps.comm name -> label
+
+
+def _part_rows(folder: str, part: str, rank: int, gpu: bool) -> tuple[list[dict], dict]:
+    """A worker process's task: one rank's rows from its partition file."""
+    from pathlib import Path
+
+    from profiler.traces.store import PartStore
+
+    skipped: Counter = Counter()
+    rows = _rows_of(PartStore({rank: part}, folder=Path(folder)), rank, gpu, _WORKER_LABELS, skipped)
+    return rows, dict(skipped)
+
+
+def _pool(n: int):
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+    if ctx.get_start_method() == "forkserver":
+        ctx.set_forkserver_preload([__name__])
+    return ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+
 
 _DTYPES = {
     "rank": "int64",

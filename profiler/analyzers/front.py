@@ -43,10 +43,11 @@ class TraceAnalysis:
     """Every analysis of one trace set under one plan (a Plan, its dict, or None: run.json's or none)
     and one clock alignment ('auto' aligns hosts on collective ends, 'ranks' every rank, 'none')."""
 
-    def __init__(self, traces: Traces, plan: Any = None, *, align: str = "auto"):
+    def __init__(self, traces: Traces, plan: Any = None, *, align: str = "auto", workers: int = 1):
         self.traces = traces
         self.plan = plan
         self.align = align
+        self.workers = workers  # processes for the per-rank work (the collectives' rows)
 
     @cached_property
     def _results(self) -> Path | None:
@@ -72,11 +73,11 @@ class TraceAnalysis:
     @classmethod
     def load(cls, source: Any, plan: Any = None, *, align: str = "auto", **load_options: Any) -> TraceAnalysis:
         """Load `source` (a run directory, folder, files or archive; see load_traces) and analyse it."""
-        return cls(load_traces(source, **load_options), plan, align=align)
+        return cls(load_traces(source, **load_options), plan, align=align, workers=load_options.get("workers", 1))
 
     @cached_property
     def collectives(self) -> pd.DataFrame:
-        return self._kept("collectives", lambda: collectives(self.traces, self.plan))
+        return self._kept("collectives", lambda: collectives(self.traces, self.plan, workers=self.workers))
 
     @cached_property
     def offsets(self) -> pd.DataFrame:
