@@ -26,6 +26,7 @@ Pure: numpy, pandas.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -246,21 +247,49 @@ def _root_op(info: dict, rows, labels: dict) -> tuple[str, object]:
 
 
 def _pair_workers(roots: dict[int, _Root]) -> None:
+    """Pair each gloo worker event (by start) with the earliest unpaired compatible caller on another
+    thread that started before it: one whose span holds it first, else the earliest of any.
+
+    Pending callers are kept per op, in start order, split into `live` (their span may still hold a
+    later worker) and `stale` (ended before the current worker started: workers come by start, so
+    they never hold one again) -- each caller is moved once, so a rank of millions of events with
+    thousands of never-paired callers stays linear, not quadratic."""
     workers = sorted((r for r in roots.values() if r.worker), key=lambda r: r.start)
     callers = sorted((r for r in roots.values() if not r.worker and not r.kernels), key=lambda r: r.start)
-    pending: list[_Root] = []  # unpaired callers that started before the current worker event
+    live: dict[str, dict[int, _Root]] = {}  # caller op -> {id: caller}, in start order
+    stale: dict[str, list] = {}  # caller op -> heap of (start, order, caller); paired ones dropped lazily
     i = 0
     for w in workers:
         while i < len(callers) and callers[i].start <= w.start:
-            pending.append(callers[i])
+            live.setdefault(callers[i].op, {})[i] = callers[i]
             i += 1
-        cands = [c for c in pending if c.tid != w.tid and _compatible(w.op, c.op)]
-        if not cands:
+        ops = sorted(op for op in live.keys() | stale.keys() if _compatible(w.op, op))
+        chosen, bucket, rank = None, None, None  # rank: (start, order) -- ties go to the first caller
+        for op in ops:  # the earliest caller holding w, over the compatible ops
+            pending = live.get(op, {})
+            for key, c in list(pending.items()):
+                if c.end < w.start:  # can never hold this or a later worker
+                    del pending[key]
+                    heapq.heappush(stale.setdefault(op, []), (c.start, key, c))
+                    continue
+                if c.tid != w.tid:
+                    if chosen is None or (c.start, key) < rank:
+                        chosen, bucket, rank = c, (pending, key), (c.start, key)
+                    break
+        if chosen is None:  # none holds it: the earliest compatible caller of all
+            for op in ops:
+                heap = stale.get(op, [])
+                while heap and heap[0][2].paired >= 0:
+                    heapq.heappop(heap)
+                # the heap's top, or (rare: it is on w's own thread) a scan of the whole heap
+                for start, key, c in heap if heap and heap[0][2].tid == w.tid else heap[:1]:
+                    if c.paired < 0 and c.tid != w.tid and (chosen is None or (start, key) < rank):
+                        chosen, bucket, rank = c, None, (start, key)
+        if chosen is None:
             continue
-        holding = [c for c in cands if w.start <= c.end]
-        chosen = (holding or cands)[0]
         chosen.paired, w.paired = w.row, chosen.row
-        pending.remove(chosen)
+        if bucket is not None:
+            del bucket[0][bucket[1]]
 
 
 def _compatible(worker_op: str, caller_op: str) -> bool:
