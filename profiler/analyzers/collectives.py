@@ -84,17 +84,28 @@ class _Root:
     kernels: int = 0
 
 
-def collectives(traces: Traces, plan: PlanLike = None, *, workers: int = 1) -> pd.DataFrame:
+def collectives(
+    traces: Traces, plan: PlanLike = None, *, workers: int = 1, scheduler: str | None = None
+) -> pd.DataFrame:
     """The collectives table (see the module docstring); empty with the same columns if none. With
-    `workers` > 1 and a store on disk, the ranks' rows are made by that many processes, each reading
-    its ranks' partitions itself (the same rows, in the same order)."""
+    `workers` > 1 (or a Dask `scheduler`, whose workers see the store's folder) and a store on disk,
+    the ranks' rows are made by that many processes (Dask tasks), each reading its ranks' partitions
+    itself: the same rows, in the same order."""
     labeler = DimLabeler(plan_of(plan, traces))
     ranks = traces.rank_ids
     rows: list[dict] = []
     not_collectives: Counter = Counter()
     folder = traces.store.folder
-    if workers > 1 and folder is not None and not traces.store.tables and len(ranks) > 1:
-        args = [(str(folder), traces.store.parts[r], r, traces.device_of(r) == "gpu") for r in ranks]
+    on_disk = folder is not None and not traces.store.tables and len(ranks) > 1
+    args = [(str(folder), traces.store.parts[r], r, traces.device_of(r) == "gpu") for r in ranks] if on_disk else []
+    if on_disk and scheduler:
+        from profiler.traces.loader import dask_client
+
+        with dask_client(scheduler) as client:
+            for part_rows, skipped in client.gather(client.map(_part_rows, *zip(*args), pure=False)):
+                rows += part_rows
+                not_collectives.update(skipped)
+    elif on_disk and workers > 1:
         with _pool(min(workers, len(ranks))) as pool:
             for part_rows, skipped in pool.map(_part_rows, *zip(*args), chunksize=max(1, len(ranks) // (8 * workers))):
                 rows += part_rows

@@ -43,11 +43,14 @@ class TraceAnalysis:
     """Every analysis of one trace set under one plan (a Plan, its dict, or None: run.json's or none)
     and one clock alignment ('auto' aligns hosts on collective ends, 'ranks' every rank, 'none')."""
 
-    def __init__(self, traces: Traces, plan: Any = None, *, align: str = "auto", workers: int = 1):
+    def __init__(
+        self, traces: Traces, plan: Any = None, *, align: str = "auto", workers: int = 1, scheduler: str | None = None
+    ):
         self.traces = traces
         self.plan = plan
         self.align = align
-        self.workers = workers  # processes for the per-rank work (the collectives' rows)
+        self.workers = workers  # processes for the per-rank work (the collectives' rows) ...
+        self.scheduler = scheduler  # ... or a Dask cluster's tasks
 
     @cached_property
     def _results(self) -> Path | None:
@@ -73,11 +76,20 @@ class TraceAnalysis:
     @classmethod
     def load(cls, source: Any, plan: Any = None, *, align: str = "auto", **load_options: Any) -> TraceAnalysis:
         """Load `source` (a run directory, folder, files or archive; see load_traces) and analyse it."""
-        return cls(load_traces(source, **load_options), plan, align=align, workers=load_options.get("workers", 1))
+        return cls(
+            load_traces(source, **load_options),
+            plan,
+            align=align,
+            workers=load_options.get("workers", 1),
+            scheduler=load_options.get("scheduler"),
+        )
 
     @cached_property
     def collectives(self) -> pd.DataFrame:
-        return self._kept("collectives", lambda: collectives(self.traces, self.plan, workers=self.workers))
+        return self._kept(
+            "collectives",
+            lambda: collectives(self.traces, self.plan, workers=self.workers, scheduler=self.scheduler),
+        )
 
     @cached_property
     def offsets(self) -> pd.DataFrame:

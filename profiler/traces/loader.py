@@ -286,17 +286,24 @@ def _on_processes(n: int, jobs, limits: Limits, folder: str | None, finished) ->
             raise
 
 
-def _on_dask(address: str, jobs, limits: Limits, folder: str | None, finished) -> None:
-    """The same tasks on a Dask distributed cluster: `address` is its scheduler (tcp://HOST:PORT)."""
+def dask_client(address: str) -> Any:  # a distributed.Client (imported only when asked for)
+    """A dask.distributed Client of the scheduler at `address` (tcp://HOST:PORT); TraceError when
+    distributed is missing or the scheduler cannot be reached."""
     try:
-        from distributed import Client, as_completed
+        from distributed import Client
     except ImportError:  # pragma: no cover - distributed is pinned in requirements.txt
         raise TraceError("--scheduler needs dask.distributed: pip install 'distributed'") from None
     try:
-        client = Client(address, timeout=10, set_as_default=False)
+        return Client(address, timeout=10, set_as_default=False)
     except (OSError, TimeoutError) as err:
         raise TraceError(f"cannot reach the Dask scheduler at {address} ({err})") from None
-    with client:
+
+
+def _on_dask(address: str, jobs, limits: Limits, folder: str | None, finished) -> None:
+    """The same tasks on a Dask distributed cluster: `address` is its scheduler (tcp://HOST:PORT)."""
+    from distributed import as_completed
+
+    with dask_client(address) as client:
         n = max(1, len(client.scheduler_info().get("workers", {})))
         queue = as_completed(loop=client.loop)
         try:

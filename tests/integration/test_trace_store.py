@@ -219,8 +219,16 @@ def test_a_local_dask_cluster_gives_the_same_json(run, tmp_path):
         entries = [p for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")]
         assert len(entries) == 1 and len(list(entries[0].glob("part-*.events.arrow"))) == 8  # written by the workers
         bad = subprocess.run(
-            [sys.executable, "-m", "profiler", "analyze", str(run), "--no-cache", "--scheduler",
-             f"tcp://127.0.0.1:{_free_port()}"],  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "profiler",
+                "analyze",
+                str(run),
+                "--no-cache",
+                "--scheduler",
+                f"tcp://127.0.0.1:{_free_port()}",
+            ],
             cwd=ROOT,
             capture_output=True,
             text=True,
