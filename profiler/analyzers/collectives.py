@@ -106,7 +106,9 @@ def collectives(
                 rows += part_rows
                 not_collectives.update(skipped)
     elif on_disk and workers > 1:
-        with _pool(min(workers, len(ranks))) as pool:
+        from profiler.traces.loader import process_pool
+
+        with process_pool(min(workers, len(ranks)), __name__) as pool:
             for part_rows, skipped in pool.map(_part_rows, *zip(*args), chunksize=max(1, len(ranks) // (8 * workers))):
                 rows += part_rows
                 not_collectives.update(skipped)
@@ -152,16 +154,6 @@ def _part_rows(folder: str, part: str, rank: int, gpu: bool) -> tuple[list[dict]
     skipped: Counter = Counter()
     rows = _rows_of(PartStore({rank: part}, folder=Path(folder)), rank, gpu, _WORKER_LABELS, skipped)
     return rows, dict(skipped)
-
-
-def _pool(n: int):
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-    if ctx.get_start_method() == "forkserver":
-        ctx.set_forkserver_preload([__name__])
-    return ProcessPoolExecutor(max_workers=n, mp_context=ctx)
 
 
 _DTYPES = {

@@ -259,16 +259,23 @@ def _parse_all(found: TraceSet, folder: Path | None, *, workers, scheduler, prog
     return out, tables
 
 
-def _on_processes(n: int, jobs, limits: Limits, folder: str | None, finished) -> None:
-    """A pool of `n` worker processes, at most 2n files queued (bounded memory for archive members)."""
+def process_pool(n: int, preload: str = __name__) -> Any:
+    """A ProcessPoolExecutor of `n` workers started by a forkserver (never forked from a process with
+    threads, such as the dashboard's) that imports `preload` once -- not the caller's script."""
     import multiprocessing as mp
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import ProcessPoolExecutor
 
-    # forkserver: workers are forked from a clean server, never from a process with threads (Streamlit)
     ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
     if ctx.get_start_method() == "forkserver":
-        ctx.set_forkserver_preload([__name__])  # the server imports the parser once, not the caller's script
-    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+        ctx.set_forkserver_preload([preload])
+    return ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+
+
+def _on_processes(n: int, jobs, limits: Limits, folder: str | None, finished) -> None:
+    """A pool of `n` worker processes, at most 2n files queued (bounded memory for archive members)."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    with process_pool(n) as pool:
         pending: set = set()
         try:
             for index, name, source in jobs:
