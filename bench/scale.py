@@ -153,7 +153,7 @@ def bare_parse(folder: Path) -> float:
     return time.perf_counter() - t0
 
 
-def analyze(folder: Path, cache: Path, workers: int, scheduler: str | None = None) -> list[str]:
+def analyze(folder: Path, workers: int, scheduler: str | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "profiler", "analyze", str(folder), "--json", "--workers", str(workers)]
     return cmd + (["--scheduler", scheduler] if scheduler else [])
 
@@ -162,8 +162,8 @@ def row(label: str, folder: Path, workers: int, bare: float, scheduler: str | No
     cache = Path(tempfile.mkdtemp(prefix="scale-cache-"))
     env = {**os.environ, "PARASCOPE_CACHE": str(cache)}
     try:
-        cold, main_mb, all_mb = measure(analyze(folder, cache, workers, scheduler), env)
-        warm, warm_mb, _ = measure(analyze(folder, cache, workers), env)
+        cold, main_mb, all_mb = measure(analyze(folder, workers, scheduler), env)
+        warm, warm_mb, _ = measure(analyze(folder, workers), env)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     gz = sum(p.stat().st_size for p in folder.glob("*.json.gz")) / 1e6

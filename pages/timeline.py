@@ -45,21 +45,20 @@ def _whole_step() -> None:
 def _all_ranks(key: tuple, n_ranks: int) -> None:
     """Every rank x step in one heat map, the ranks that made others wait listed first: the view of a
     set too large for one Gantt (first on the page past MAX_GANTT_RANKS ranks, last below it)."""
-    with st.container():
-        st.subheader(f"All {n_ranks:,} ranks")
-        heat = run_loaders.heat(key)
-        c1, c2 = st.columns([3, 2])
-        value = c1.radio(
-            "Colour by",
-            list(HEAT_VALUES),
-            format_func=lambda v: HEAT_VALUES[v][0],
-            horizontal=True,
-            key="tl_heat",
-            bind="query-params",
-        )
-        c1.altair_chart(timeline_charts.rank_heat_chart(heat, value, HEAT_VALUES[value][1]))
-        c2.caption("Slowest ranks first: the time their collectives started after their group's first rank")
-        c2.dataframe(slowest_ranks(heat), hide_index=True)
+    st.subheader(f"All {n_ranks:,} ranks")
+    heat = run_loaders.heat(key)
+    c1, c2 = st.columns([3, 2])
+    value = c1.radio(
+        "Colour by",
+        list(HEAT_VALUES),
+        format_func=lambda v: HEAT_VALUES[v][0],
+        horizontal=True,
+        key="tl_heat",
+        bind="query-params",
+    )
+    c1.altair_chart(timeline_charts.rank_heat_chart(heat, value, HEAT_VALUES[value][1]))
+    c2.caption("Slowest ranks first: the time their collectives started after their group's first rank")
+    c2.dataframe(slowest_ranks(heat), hide_index=True)
 
 
 def timeline_page(s: TraceSet) -> None:

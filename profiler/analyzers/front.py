@@ -65,13 +65,20 @@ class TraceAnalysis:
 
     def _kept(self, name: str, compute) -> pd.DataFrame:
         """`compute()`, or the table kept from an earlier analysis of the same set and plan."""
+        return self._kept_all((name,), lambda: (compute(),))[0]
+
+    def _kept_all(self, names: tuple[str, ...], compute) -> tuple[pd.DataFrame, ...]:
+        """The tables `names` kept together (all or none), else `compute()`'s, which are then kept."""
         where = self._results
-        if where is not None and (hit := load_frame(where / f"{name}.arrow")) is not None:
-            return hit
-        frame = compute()
         if where is not None:
-            save_frame(frame, where / f"{name}.arrow")
-        return frame
+            hits = tuple(load_frame(where / f"{n}.arrow") for n in names)
+            if all(h is not None for h in hits):
+                return hits
+        frames = compute()
+        if where is not None:
+            for name, frame in zip(names, frames):
+                save_frame(frame, where / f"{name}.arrow")
+        return frames
 
     @classmethod
     def load(cls, source: Any, plan: Any = None, *, align: str = "auto", **load_options: Any) -> TraceAnalysis:
@@ -113,16 +120,9 @@ class TraceAnalysis:
 
     @cached_property
     def _breakdowns(self) -> tuple[pd.DataFrame, pd.DataFrame]:
-        where = self._results
-        if where is not None:
-            kept = [load_frame(where / f"{n}.arrow") for n in ("breakdown", "comm_by_dim")]
-            if all(k is not None for k in kept):
-                return kept[0], kept[1]
-        bd, by_dim = breakdowns(self.traces, self.plan, table=self.collectives)
-        if where is not None:
-            save_frame(bd, where / "breakdown.arrow")
-            save_frame(by_dim, where / "comm_by_dim.arrow")
-        return bd, by_dim
+        return self._kept_all(
+            ("breakdown", "comm_by_dim"), lambda: breakdowns(self.traces, self.plan, table=self.collectives)
+        )
 
     @property
     def breakdown(self) -> pd.DataFrame:

@@ -71,6 +71,7 @@ class _Trace(msgspec.Struct, gc=False):
 _FAST = msgspec.json.Decoder(_Trace)
 _EVENT = msgspec.json.Decoder(_Event)
 _ENCODE = msgspec.json.Encoder()
+_TOP_FIELDS = ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "host_name", "hostname")
 
 PHASE_REASONS = {
     "M": "metadata (M) event: process/thread names, read into the threads table",
@@ -125,10 +126,7 @@ def _decode(data, name: str) -> tuple[list[_Event], dict, Counter]:
     skipped: Counter = Counter()
     try:
         doc = _decode_bounded(_FAST.decode, data, name)
-        top = {
-            k: getattr(doc, k)
-            for k in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "host_name", "hostname")
-        }
+        top = {k: getattr(doc, k) for k in _TOP_FIELDS}
         events = doc.traceEvents
     except msgspec.ValidationError:  # valid JSON of the wrong shape (a subclass of DecodeError)
         try:
@@ -141,10 +139,7 @@ def _decode(data, name: str) -> tuple[list[_Event], dict, Counter]:
                 f"{type(raw).__name__}, not an object with 'traceEvents'",
                 path=name,
             ) from None
-        top = {
-            k: raw.get(k)
-            for k in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "host_name", "hostname")
-        }
+        top = {k: raw.get(k) for k in _TOP_FIELDS}
         events = raw.get("traceEvents")
         if isinstance(events, list):
             events = _lenient_events(events, skipped)
@@ -286,9 +281,6 @@ def _fill(buf: bytearray, it: Iterator[bytes], size: int) -> bool:
             return True
         buf += piece
     return False
-
-
-_TOP_FIELDS = ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "host_name", "hostname")
 
 
 def _head_fields(head: bytes) -> dict | None:

@@ -30,13 +30,14 @@ from __future__ import annotations
 import dataclasses
 import gc
 import hashlib
+import io
 import os
 import re
 import shutil
 import tempfile
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -151,8 +152,6 @@ def parse_part(index: int, name: str, source: Any, limits: Limits, folder: str |
     partition `part-<index>` into `folder` (None: return the Arrow tables instead). Returns the file's
     summary: everything the set's small tables need, nothing per event. Runs in a worker process or on
     a Dask worker; raises TraceError for a file that cannot be a trace."""
-    import io
-
     read = [0]
 
     def counted(pieces):
@@ -216,15 +215,6 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _jobs(found: TraceSet) -> Iterator[tuple[int, str, Any]]:
-    """(index, name, path or raw bytes) of every trace file: plain files by path (the task reads them),
-    archive members by their bytes (read here, one member at a time)."""
-    index = 0
-    for name, source in found.sources():
-        yield index, name, source
-        index += 1
-
-
 def _parse_all(found: TraceSet, folder: Path | None, *, workers, scheduler, progress) -> tuple[list[dict], dict]:
     total = found.count()
     out: list[dict] = []
@@ -245,7 +235,9 @@ def _parse_all(found: TraceSet, folder: Path | None, *, workers, scheduler, prog
         if progress is not None:
             progress(done, max(total, done), summary["source"])
 
-    jobs = _jobs(found)
+    # (index, name, path or raw bytes): plain files by path (the task reads them), archive members by
+    # their bytes (read here, one member at a time)
+    jobs = ((i, name, source) for i, (name, source) in enumerate(found.sources()))
     n_workers = max(1, int(workers))
     if scheduler:
         _on_dask(scheduler, jobs, found.limits, target, finished)

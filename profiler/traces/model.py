@@ -48,7 +48,6 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from profiler.traces.patterns import KINDS
 from profiler.traces.store import EVENT_COLUMNS, PartStore
 
 # Columns of Traces.comm_args beside `event`: one collective's metadata as Kineto records it
@@ -128,12 +127,10 @@ class Traces:
         first appearance."""
         ev = self.rank_events(rank)
         ts, pid, tid = ev["ts_ns"].to_numpy(), ev["pid"].to_numpy(), ev["tid"].to_numpy()
-        kind = ev["kind"].cat
-        index = np.array([KINDS.index(c) if c in KINDS else -1 for c in kind.categories] + [-1], dtype=np.int16)
         return {
             "ts": ts,
             "end": ts + ev["dur_ns"].to_numpy(),
-            "kind": index[kind.codes.to_numpy()],
+            "kind": ev["kind"].cat.codes.to_numpy().astype(np.int16),  # categories are KINDS (store.events_frame)
             "pid": pid,
             "tid": tid,
             "thread": _threads(np.zeros(len(ts), dtype=np.int64), pid, tid),
