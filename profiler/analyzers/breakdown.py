@@ -24,6 +24,8 @@ Pure: numpy, pandas.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -31,8 +33,10 @@ from profiler.analyzers.collectives import collectives
 from profiler.analyzers.labels import PlanLike
 from profiler.analyzers.steps import assign_steps, step_windows
 from profiler.traces import intervals as iv
-from profiler.traces.model import Traces
+from profiler.traces.loader import map_ranks
+from profiler.traces.model import Traces, event_arrays
 from profiler.traces.patterns import KINDS
+from profiler.traces.store import PartStore
 
 COLUMNS = [
     "rank",
@@ -88,9 +92,9 @@ def cpu_compute(a: dict, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
 class _Rank:
     """One rank's arrays and collectives, and the sets of one step window."""
 
-    def __init__(self, traces, rank: int, table_rows: pd.DataFrame, windows: pd.DataFrame):
-        self.rank, self.gpu = rank, traces.device_of(rank) == "gpu"
-        a = traces.rank_arrays(rank)
+    def __init__(self, store, rank: int, gpu: bool, table_rows: pd.DataFrame, windows: pd.DataFrame):
+        self.rank, self.gpu = rank, gpu
+        a = event_arrays(store.events(rank))
         lo, hi = 0, len(a["ts"])
         self.ts, self.end, self.kind = a["ts"][lo:hi], a["end"][lo:hi], a["kind"][lo:hi]
         rows = table_rows[table_rows["source"] == "kernel"] if self.gpu else table_rows
@@ -98,7 +102,7 @@ class _Rank:
         self.r_issue, self.r_step = rows["issue_ns"].to_numpy(), rows["step"].to_numpy()
         self.r_dim = rows["dim"].to_numpy(dtype=object).astype(str)
         self.r_bytes = rows["bytes"].fillna(0).to_numpy(dtype=np.int64)
-        self.windows = windows[windows["rank"] == rank]
+        self.windows = windows
         if self.gpu:
             g = np.isin(self.kind, GPU_CODES)
             self.g_ts, self.g_end, self.g_kind = self.ts[g], self.end[g], self.kind[g]
@@ -157,14 +161,6 @@ class _Rank:
         return compute, rows, comm, memory, n
 
 
-def _ranks(traces, table):
-    windows = step_windows(traces)
-    by_rank = dict(tuple(table.groupby("rank", sort=False))) if len(table) else {}
-    empty = table.iloc[:0]
-    for rank in traces.rank_ids:
-        yield _Rank(traces, rank, by_rank.get(rank, empty), windows)
-
-
 def breakdown(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (rank, step); see the module docstring for each column's definition."""
     return breakdowns(traces, plan, table=table)[0]
@@ -176,48 +172,43 @@ def comm_by_dim(traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | 
 
 
 def breakdowns(
-    traces: Traces, plan: PlanLike = None, *, table: pd.DataFrame | None = None
+    traces: Traces,
+    plan: PlanLike = None,
+    *,
+    table: pd.DataFrame | None = None,
+    workers: int = 1,
+    scheduler: str | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(breakdown, comm_by_dim) in one pass over the ranks: each rank's events are read once."""
-    table = table if table is not None else collectives(traces, plan)
+    """(breakdown, comm_by_dim) in one pass over the ranks: each rank's events are read once, by that
+    rank's task (`workers` processes or a Dask `scheduler`'s workers when the store is on disk)."""
+    table = table if table is not None else collectives(traces, plan, workers=workers, scheduler=scheduler)
+    windows = step_windows(traces)
+    by_rank = dict(tuple(table.groupby("rank", sort=False))) if len(table) else {}
+    w_by_rank = dict(tuple(windows.groupby("rank", sort=False))) if len(windows) else {}
+    folder = traces.store.folder
+    on_disk = folder is not None and not traces.store.tables
+    args = [
+        (
+            str(folder) if on_disk else traces.store,
+            traces.store.parts[r] if on_disk else None,
+            r,
+            traces.device_of(r) == "gpu",
+            by_rank.get(r, table.iloc[:0]),
+            w_by_rank.get(r, windows.iloc[:0]),
+        )
+        for r in traces.rank_ids
+    ]
     out, dims = [], []
-    for r in _ranks(traces, table):
-        for step, lo, hi in r.steps():
-            compute, rows, comm, memory, n = r.sets(step, lo, hi)
-            overlapped = iv.overlap(comm, compute)
-            busy = iv.length(iv.merge(compute, comm, memory))
-            window = max(hi - lo, busy)
-            out.append(
-                (
-                    r.rank,
-                    step,
-                    "gpu" if r.gpu else "cpu",
-                    lo,
-                    hi,
-                    window,
-                    iv.length(compute),
-                    iv.length(comm),
-                    overlapped,
-                    iv.length(comm) - overlapped,
-                    iv.length(memory),
-                    window - busy,
-                    n,
-                )
-            )
-            for dim in np.unique(r.r_dim[rows]):
-                g = rows & (r.r_dim == dim)
-                dim_comm = iv.clip(iv.union(r.r_start[g], r.r_end[g]), lo, hi)
-                dims.append(
-                    (
-                        r.rank,
-                        step,
-                        str(dim),
-                        int(g.sum()),
-                        int(r.r_bytes[g].sum()),
-                        iv.length(dim_comm),
-                        iv.length(iv.minus(dim_comm, compute)),
-                    )
-                )
+    tasks = map_ranks(
+        _rank_breakdown,
+        args,
+        workers=workers if on_disk else 1,
+        scheduler=scheduler if on_disk else None,
+        preload=__name__,
+    )
+    for rows, dim_rows in tasks:
+        out += rows
+        dims += dim_rows
     bd = pd.DataFrame(out, columns=COLUMNS).astype({c: "int64" for c in COLUMNS if c != "device"})
     by_dim = pd.DataFrame(dims, columns=DIM_COLUMNS).astype(
         {
@@ -230,3 +221,49 @@ def breakdowns(
         }
     )
     return bd, by_dim
+
+
+def _rank_breakdown(store, part: str | None, rank: int, gpu: bool, rows: pd.DataFrame, windows: pd.DataFrame):
+    """One rank's breakdown and comm_by_dim rows (tuples). `store`: a PartStore, or the folder of one
+    on disk (then `part` names the rank's partition): a task for a worker process or a Dask worker."""
+    if not isinstance(store, PartStore):
+        store = PartStore({rank: part}, folder=Path(store))
+    r = _Rank(store, rank, gpu, rows, windows)
+    out, dims = [], []
+    for step, lo, hi in r.steps():
+        compute, sel, comm, memory, n = r.sets(step, lo, hi)
+        overlapped = iv.overlap(comm, compute)
+        busy = iv.length(iv.merge(compute, comm, memory))
+        window = max(hi - lo, busy)
+        out.append(
+            (
+                r.rank,
+                step,
+                "gpu" if r.gpu else "cpu",
+                lo,
+                hi,
+                window,
+                iv.length(compute),
+                iv.length(comm),
+                overlapped,
+                iv.length(comm) - overlapped,
+                iv.length(memory),
+                window - busy,
+                n,
+            )
+        )
+        for dim in np.unique(r.r_dim[sel]):
+            g = sel & (r.r_dim == dim)
+            dim_comm = iv.clip(iv.union(r.r_start[g], r.r_end[g]), lo, hi)
+            dims.append(
+                (
+                    r.rank,
+                    step,
+                    str(dim),
+                    int(g.sum()),
+                    int(r.r_bytes[g].sum()),
+                    iv.length(dim_comm),
+                    iv.length(iv.minus(dim_comm, compute)),
+                )
+            )
+    return out, dims

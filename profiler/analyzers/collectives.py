@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -37,8 +38,10 @@ from parallel.core.comm import bus_factor
 from profiler.analyzers.labels import P2P_OPS, DimLabeler, PlanLike, plan_of
 from profiler.analyzers.steps import assign_steps, step_windows
 from profiler.formats.annotations import parse_comm
+from profiler.traces.loader import map_ranks
 from profiler.traces.model import COMM_ARG_FIELDS, Traces
 from profiler.traces.patterns import KINDS, RECORD_PARAM_COMMS, dtype_bytes, normalize_op
+from profiler.traces.store import PartStore
 
 META_FIELDS = COMM_ARG_FIELDS
 INPUT_IS_SIZE = frozenset({"all_reduce", "broadcast", "reduce", "all_to_all", "send"})
@@ -87,42 +90,41 @@ class _Root:
 def collectives(
     traces: Traces, plan: PlanLike = None, *, workers: int = 1, scheduler: str | None = None
 ) -> pd.DataFrame:
-    """The collectives table (see the module docstring); empty with the same columns if none. With
+    """The collectives table (see the module docstring); empty with the same columns if none. Each
+    rank's part of the table is made from that rank's events alone (rows, steps, labels, seq), so with
     `workers` > 1 (or a Dask `scheduler`, whose workers see the store's folder) and a store on disk,
-    the ranks' rows are made by that many processes (Dask tasks), each reading its ranks' partitions
-    itself: the same rows, in the same order."""
-    labeler = DimLabeler(plan_of(plan, traces))
-    ranks = traces.rank_ids
-    rows: list[dict] = []
-    not_collectives: Counter = Counter()
+    that many processes (Dask tasks) make them, each reading its ranks' partitions itself: the same
+    rows, in the same order, and only columns travel back."""
+    plan = plan_of(plan, traces)
+    windows = dict(tuple(step_windows(traces).groupby("rank", sort=False)))
+    empty_w = step_windows(traces).iloc[:0]
+    pg = traces.pg_config
+    pg_of = dict(tuple(pg.groupby("rank", sort=False))) if len(pg) else {}
     folder = traces.store.folder
-    on_disk = folder is not None and not traces.store.tables and len(ranks) > 1
-    args = [(str(folder), traces.store.parts[r], r, traces.device_of(r) == "gpu") for r in ranks] if on_disk else []
-    if on_disk and scheduler:
-        from profiler.traces.loader import dask_client
-
-        with dask_client(scheduler) as client:
-            for part_rows, skipped in client.gather(client.map(_part_rows, *zip(*args), pure=False)):
-                rows += part_rows
-                not_collectives.update(skipped)
-    elif on_disk and workers > 1:
-        from profiler.traces.loader import process_pool
-
-        with process_pool(min(workers, len(ranks)), __name__) as pool:
-            for part_rows, skipped in pool.map(_part_rows, *zip(*args), chunksize=max(1, len(ranks) // (8 * workers))):
-                rows += part_rows
-                not_collectives.update(skipped)
-    else:
-        labels: dict = {}  # ps.comm name -> its label: every rank of a group has the same names
-        for rank in ranks:  # one rank's events at a time: the set is never in memory at once
-            rows += _rows_of(traces.store, rank, traces.device_of(rank) == "gpu", labels, not_collectives)
-    if not rows:
+    on_disk = folder is not None and not traces.store.tables
+    args = [
+        (
+            str(folder) if on_disk else traces.store,
+            traces.store.parts[r] if on_disk else None,
+            r,
+            traces.device_of(r) == "gpu",
+            plan,
+            pg_of.get(r, pg.iloc[:0]),
+            windows.get(r, empty_w),
+        )
+        for r in traces.rank_ids
+    ]
+    parts, not_collectives = [], Counter()
+    for part, skipped in map_ranks(
+        _rank_table, args, workers=workers if on_disk else 1, scheduler=scheduler if on_disk else None, preload=__name__
+    ):
+        if len(part):
+            parts.append(part)
+        not_collectives.update(skipped)
+    if not parts:
         table = pd.DataFrame({c: pd.Series(dtype=_DTYPES.get(c, "object")) for c in COLUMNS})
     else:
-        table = pd.DataFrame(rows)
-        table["step"] = assign_steps(table["rank"], table["issue_ns"], step_windows(traces))
-        _label(table, rows, traces, labeler)
-        table = table[COLUMNS].astype(_DTYPES)
+        table = pd.concat(parts, ignore_index=True).astype(_DTYPES)
     table.attrs["not_collectives"] = dict(not_collectives)  # CPU comm events that are no collective
     return table
 
@@ -132,9 +134,8 @@ _KINDS = ("ps_comm", "cpu_comm", "runtime", "comm")  # the events a row is made 
 
 def _rows_of(store, rank: int, gpu: bool, labels: dict, not_collectives: Counter) -> list[dict]:
     """The rows of one rank, read from its partition."""
-    ev = store.events(rank)
     # Only CPU collectives, launches and comm kernels matter (a few % of the events).
-    sub = ev.iloc[np.flatnonzero(np.isin(ev["kind"].cat.codes.to_numpy(), [KINDS.index(k) for k in _KINDS]))]
+    sub = store.of_kinds(rank, [KINDS.index(k) for k in _KINDS])
     strings = {c: sub[c].to_numpy(dtype=object) for c in ("kind", "op")}
     strings["name"] = sub["name"].to_numpy(dtype=object).astype(str)
     ca = store.comm_args(rank)
@@ -142,18 +143,30 @@ def _rows_of(store, rank: int, gpu: bool, labels: dict, not_collectives: Counter
     return _rank_rows(sub, strings, rank, meta, labels, gpu=gpu, not_collectives=not_collectives)
 
 
-_WORKER_LABELS: dict = {}  # per worker process: ps.comm name -> label
+# Per process (the caller's or a worker's): ps.comm name -> label (every rank of a group has the same
+# names), and the last plan's labeler (building one walks every group of the plan).
+_LABELS: dict = {}
+_LABELERS: dict = {}
 
 
-def _part_rows(folder: str, part: str, rank: int, gpu: bool) -> tuple[list[dict], dict]:
-    """A worker process's task: one rank's rows from its partition file."""
-    from pathlib import Path
-
-    from profiler.traces.store import PartStore
-
+def _rank_table(store, part: str | None, rank: int, gpu: bool, plan, pg: pd.DataFrame, windows: pd.DataFrame):
+    """One rank's finished part of the table and its CPU comm events that are no collective. `store`:
+    a PartStore, or the folder of one on disk (then `part` names the rank's partition): a task that
+    runs in a worker process or on a Dask worker as well as here."""
+    if not isinstance(store, PartStore):
+        store = PartStore({rank: part}, folder=Path(store))
     skipped: Counter = Counter()
-    rows = _rows_of(PartStore({rank: part}, folder=Path(folder)), rank, gpu, _WORKER_LABELS, skipped)
-    return rows, dict(skipped)
+    rows = _rows_of(store, rank, gpu, _LABELS, skipped)
+    if not rows:
+        return pd.DataFrame(), dict(skipped)
+    key = repr(plan)
+    if key not in _LABELERS:
+        _LABELERS.clear()
+        _LABELERS[key] = DimLabeler(plan)
+    table = pd.DataFrame(rows)
+    table["step"] = assign_steps(table["rank"], table["issue_ns"], windows)
+    _label(table, rows, pg, _LABELERS[key])
+    return table[COLUMNS], dict(skipped)
 
 
 _DTYPES = {
@@ -418,18 +431,18 @@ def _row(rank, row, source, name, start, end, issue, stream, root: _Root | None,
     }
 
 
-def _label(table: pd.DataFrame, rows: list[dict], traces, labeler: DimLabeler) -> None:
+def _label(table: pd.DataFrame, rows: list[dict], pg_config: pd.DataFrame, labeler: DimLabeler) -> None:
     """Fill group, bytes, dim, seq, instance and bandwidths in place (table is ours, not the input),
     from `rows`, the table's rows as plain Python values (a column with a missing value would turn
     its ints into floats: a p2p group '0.0,1.0')."""
     pg = {
         (int(r), str(n)): (ranks, desc, size)
         for r, n, ranks, desc, size in zip(
-            traces.pg_config["rank"],
-            traces.pg_config["pg_name"],
-            traces.pg_config["ranks"],
-            traces.pg_config["pg_desc"],
-            traces.pg_config["pg_size"],
+            pg_config["rank"],
+            pg_config["pg_name"],
+            pg_config["ranks"],
+            pg_config["pg_desc"],
+            pg_config["pg_size"],
         )
     }
     cols = {

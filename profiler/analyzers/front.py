@@ -121,7 +121,10 @@ class TraceAnalysis:
     @cached_property
     def _breakdowns(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         return self._kept_all(
-            ("breakdown", "comm_by_dim"), lambda: breakdowns(self.traces, self.plan, table=self.collectives)
+            ("breakdown", "comm_by_dim"),
+            lambda: breakdowns(
+                self.traces, self.plan, table=self.collectives, workers=self.workers, scheduler=self.scheduler
+            ),
         )
 
     @property

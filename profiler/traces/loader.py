@@ -285,6 +285,23 @@ def _on_processes(n: int, jobs, limits: Limits, folder: str | None, finished) ->
             raise
 
 
+def map_ranks(
+    task: Callable, args: list[tuple], *, workers: int = 1, scheduler: str | None = None, preload: str = __name__
+) -> Any:
+    """`task(*a)` for each tuple of `args`, in order: here (one worker or one task), in a pool of
+    `workers` processes that import `preload`, or as tasks of the Dask cluster at `scheduler`. The
+    per-rank analyses use it; each task reads its own rank's partition, so only results travel."""
+    if scheduler and len(args) > 1:
+        with dask_client(scheduler) as client:
+            yield from client.gather(client.map(task, *zip(*args), pure=False))
+    elif workers > 1 and len(args) > 1:
+        with process_pool(min(workers, len(args)), preload) as pool:
+            yield from pool.map(task, *zip(*args), chunksize=max(1, len(args) // (8 * workers)))
+    else:
+        for a in args:
+            yield task(*a)
+
+
 def dask_client(address: str) -> Any:  # a distributed.Client (imported only when asked for)
     """A dask.distributed Client of the scheduler at `address` (tcp://HOST:PORT); TraceError when
     distributed is missing or the scheduler cannot be reached."""

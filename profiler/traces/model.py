@@ -122,20 +122,8 @@ class Traces:
         return self.store.window(rank, start_ns, end_ns)
 
     def rank_arrays(self, rank: int) -> dict[str, np.ndarray]:
-        """One rank's events as numpy arrays: ts, end, kind (index into patterns.KINDS, -1 if unknown),
-        pid, tid, correlation, and `thread` numbering each distinct (pid, tid) 0, 1, 2, ... in order of
-        first appearance."""
-        ev = self.rank_events(rank)
-        ts, pid, tid = ev["ts_ns"].to_numpy(), ev["pid"].to_numpy(), ev["tid"].to_numpy()
-        return {
-            "ts": ts,
-            "end": ts + ev["dur_ns"].to_numpy(),
-            "kind": ev["kind"].cat.codes.to_numpy().astype(np.int16),  # categories are KINDS (store.events_frame)
-            "pid": pid,
-            "tid": tid,
-            "thread": _threads(np.zeros(len(ts), dtype=np.int64), pid, tid),
-            "correlation": ev["correlation"].to_numpy(),
-        }
+        """One rank's events as numpy arrays (see event_arrays)."""
+        return event_arrays(self.rank_events(rank))
 
     @cached_property
     def events(self) -> pd.DataFrame:
@@ -191,6 +179,22 @@ class Traces:
             agg = self.skipped.groupby("reason", sort=False)["count"].sum().sort_values(ascending=False)
             lines.append("  skipped: " + "; ".join(f"{n:,} {reason}" for reason, n in agg.items()))
         return "\n".join(lines)
+
+
+def event_arrays(ev: pd.DataFrame) -> dict[str, np.ndarray]:
+    """One rank's events (a partition's frame) as numpy arrays: ts, end, kind (index into
+    patterns.KINDS, -1 if unknown), pid, tid, correlation, and `thread` numbering each distinct
+    (pid, tid) 0, 1, 2, ... in order of first appearance."""
+    ts, pid, tid = ev["ts_ns"].to_numpy(), ev["pid"].to_numpy(), ev["tid"].to_numpy()
+    return {
+        "ts": ts,
+        "end": ts + ev["dur_ns"].to_numpy(),
+        "kind": ev["kind"].cat.codes.to_numpy().astype(np.int16),  # categories are KINDS (store.events_frame)
+        "pid": pid,
+        "tid": tid,
+        "thread": _threads(np.zeros(len(ts), dtype=np.int64), pid, tid),
+        "correlation": ev["correlation"].to_numpy(),
+    }
 
 
 def _threads(rank, pid, tid) -> np.ndarray:

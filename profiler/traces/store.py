@@ -161,6 +161,15 @@ class PartStore:
     def comm_args(self, rank: int) -> pd.DataFrame:
         return self._cached(("comm", rank), lambda: comm_frame(self._table(rank, 1)))
 
+    def of_kinds(self, rank: int, codes: list[int]) -> pd.DataFrame:
+        """The rank's events whose kind code is in `codes` (the index is their row in the rank): only
+        those rows are converted, for analyses that need a few % of the events (the collectives)."""
+        table = self._table(rank, 0)
+        rows = np.flatnonzero(np.isin(table.column("kind").to_numpy(), codes))
+        frame = events_frame(table.take(pa.array(rows)))
+        frame.index = pd.Index(rows)
+        return frame
+
     def window(self, rank: int, start_ns: int, end_ns: int) -> pd.DataFrame:
         """The rank's events starting in [start_ns, end_ns): only those rows are read (binary search on
         the sorted start column; the file is memory-mapped, so the other pages are never touched)."""
