@@ -33,7 +33,11 @@ def activation_memory_page(choice: PlanChoice) -> None:
         help="fused attention saves no s×s scores, only an fp32 log-sum-exp per query row",
     )
     dropout = c3.toggle(
-        "Dropout", value=True, key="mem_dropout", **url, help="dropout masks after softmax and on both residuals"
+        "Dropout",
+        value=model.dropout,
+        key="mem_dropout",
+        **url,
+        help="dropout masks after softmax and on both residuals (default: the model's; Llama 3 trains without)",
     )
     act_bytes = c4.selectbox(
         "Activation bytes",

@@ -13,7 +13,7 @@ import dataclasses
 
 import streamlit as st
 
-from parallel.core.plan import RECOMPUTE
+from parallel.core.plan import FP8, MAIN_GRADS, RECOMPUTE
 from parallel.core.specs import CLUSTERS, MODELS, SpecError, cluster_preset
 from parallel.core.topology import ORDERS
 from parallel.importers import KINDS, ImportFailed, import_text, place
@@ -193,6 +193,12 @@ def plan_editor(s: ReviewState) -> ReviewState:
         "zero": st.column_config.SelectboxColumn("ZeRO", options=[0, 1, 2, 3], required=True),
         "recompute": st.column_config.SelectboxColumn("recompute", options=list(RECOMPUTE), required=True),
         "order": st.column_config.SelectboxColumn("rank order", options=list(ORDERS), required=True),
+        "grads": st.column_config.SelectboxColumn(
+            "grads", options=list(MAIN_GRADS), required=True, help="gradient buffer dtype (Megatron-LM: fp32)"
+        ),
+        "fp8": st.column_config.SelectboxColumn(
+            "FP8", options=list(FP8), required=True, help="FP8 GEMMs (gemm) or FP8 weights too (weights)"
+        ),
     }
     edited = st.data_editor(
         st.session_state[BASE], key=key, num_rows="dynamic", column_config=cfg, hide_index=True, width="stretch"

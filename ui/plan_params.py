@@ -8,6 +8,7 @@ Keys (all values are strings, as in `st.query_params`):
     sp        0 | 1 (Megatron sequence parallelism)      mb gb     micro batch, global batch (sequences)
     vpp       virtual pipeline stages per rank           zero      ZeRO stage 0-3
     recompute none | selective | full                    order     rank order, fastest first
+    grads     fp32 | bf16 (gradient buffer; only when bf16)  fp8      none | gemm | weights (only when not none)
 
 A missing key takes DEFAULT_PARAMS' value, except `nodes`, which then fits the plan (just enough
 nodes for dp*tp*pp*cp GPUs), and `gpn`, which then is the cluster preset's. Pure: stdlib and parallel/ only (no streamlit).
@@ -39,6 +40,9 @@ KEYS = (
     "recompute",
     "order",
 )
+# Optional keys, written only when not the default (the plan form has no widgets for them; the
+# review page's plan codes carry them): the gradient dtype and FP8 mode.
+PRECISION_KEYS = ("grads", "fp8")
 _INT_FIELDS = {
     "dp": "dp",
     "tp": "tp",
@@ -69,12 +73,14 @@ DEFAULT_PARAMS: dict[str, str] = {
     "recompute": "none",
     "order": Plan().order,
 }
+PRECISION_DEFAULTS = {"grads": Plan().main_grads, "fp8": Plan().fp8}
 
 
 def plan_to_params(
     model_name: str, cluster_name: str, nodes: int, plan: Plan, gpus_per_node: int | None = None
 ) -> dict[str, str]:
-    """The query parameters of a plan: every key of KEYS, as strings. `gpus_per_node` defaults to
+    """The query parameters of a plan: every key of KEYS (and PRECISION_KEYS that differ from the
+    defaults), as strings. `gpus_per_node` defaults to
     the cluster preset's (a 4-rank CPU run is one node of 4, not half of a preset's 8)."""
     gpn = gpus_per_node or cluster_preset(cluster_name).gpus_per_node
     return {
@@ -93,7 +99,18 @@ def plan_to_params(
         "zero": str(plan.zero),
         "recompute": plan.recompute,
         "order": plan.order,
+        **_precision(plan),
     }
+
+
+def _precision(plan: Plan) -> dict[str, str]:
+    """grads and fp8, only where they are not the defaults (URLs of other plans stay as they were)."""
+    out = {}
+    if plan.main_grads != PRECISION_DEFAULTS["grads"]:
+        out["grads"] = plan.main_grads
+    if plan.fp8 != PRECISION_DEFAULTS["fp8"]:
+        out["fp8"] = plan.fp8
+    return out
 
 
 def _value(params: Mapping, key: str) -> str | None:
@@ -114,8 +131,8 @@ def plan_from_params(params: Mapping) -> tuple[Model, Cluster, Plan]:
     """The model, cluster (with its nodes) and plan a URL names; SpecError with a clear message if bad.
 
     Unknown keys are ignored (pages keep their own view state beside the plan)."""
-    given = {k: v for k in KEYS if (v := _value(params, k)) not in (None, "")}
-    values = {**DEFAULT_PARAMS, **given}
+    given = {k: v for k in (*KEYS, *PRECISION_KEYS) if (v := _value(params, k)) not in (None, "")}
+    values = {**DEFAULT_PARAMS, **PRECISION_DEFAULTS, **given}
     model = model_preset(values["model"])
     cluster = cluster_preset(values["cluster"])
     gpn = _int("gpn", given["gpn"]) if "gpn" in given else cluster.gpus_per_node
@@ -126,7 +143,14 @@ def plan_from_params(params: Mapping) -> tuple[Model, Cluster, Plan]:
     if sp not in ("0", "1", "true", "false"):
         raise SpecError(f"URL parameter sp={values['sp']!r} must be 0 or 1")
     fields = {name: _int(key, values[key]) for key, name in _INT_FIELDS.items()}
-    plan = Plan(**fields, sp=sp in ("1", "true"), recompute=values["recompute"], order=values["order"])
+    plan = Plan(
+        **fields,
+        sp=sp in ("1", "true"),
+        recompute=values["recompute"],
+        order=values["order"],
+        main_grads=values["grads"],
+        fp8=values["fp8"],
+    )
     if "nodes" in given:
         nodes = _int("nodes", given["nodes"])
         if nodes < 1:
@@ -164,7 +188,7 @@ def usable_params(params: Mapping) -> tuple[dict[str, str], list[str]]:
 #   mfu dp_overlap flash dropout       the modelling assumptions
 
 REVIEW_VIEWS = ("compare", "search", "import", "saved")
-_PLAN_CODE_KEYS = ("dp", "tp", "pp", "cp", "sp", "mb", "gb", "vpp", "zero", "recompute", "order")
+_PLAN_CODE_KEYS = ("dp", "tp", "pp", "cp", "sp", "mb", "gb", "vpp", "zero", "recompute", "order", "grads", "fp8")
 _PLAN_CODE_DEFAULTS = {
     "dp": "1",
     "tp": "1",
@@ -176,6 +200,7 @@ _PLAN_CODE_DEFAULTS = {
     "zero": "0",
     "recompute": "none",
     "order": DEFAULT_PARAMS["order"],
+    **PRECISION_DEFAULTS,
 }
 _SHAPE = {
     "L": "layers",
@@ -247,8 +272,9 @@ def plan_code(named) -> str:
         "zero": p.zero,
         "recompute": p.recompute,
         "order": p.order,
+        **_precision(p),
     }
-    return f"{named.name}|" + ",".join(f"{k}={values[k]}" for k in _PLAN_CODE_KEYS)
+    return f"{named.name}|" + ",".join(f"{k}={values[k]}" for k in _PLAN_CODE_KEYS if k in values)
 
 
 def parse_plan_code(text: str):
@@ -267,7 +293,8 @@ def parse_plan_code(text: str):
             base["gb"] = str(int(base["dp"]) * int(base["mb"]) * int(base["pp"]))
         except ValueError:
             pass  # plan_from_params names the bad key
-    _, _, plan = plan_from_params({k: base[k] for k in KEYS if k not in ("model", "cluster", "nodes", "gpn")})
+    keys = (*KEYS, *PRECISION_KEYS)
+    _, _, plan = plan_from_params({k: base[k] for k in keys if k not in ("model", "cluster", "nodes", "gpn")})
     return NamedPlan(name.strip(), plan)
 
 
@@ -398,7 +425,7 @@ def review_from_params(params: Mapping) -> ReviewState:
         mfu=_float("mfu", get("mfu") or "0.5", 0.01, 1),
         dp_overlap=_float("dp_overlap", get("dp_overlap") or "0", 0, 1),
         flash=flag("flash", False),
-        dropout=flag("dropout", True),
+        dropout=flag("dropout", model.dropout),  # the model's own (Llama 3 trains without) unless the URL says
     )
 
 
@@ -421,6 +448,8 @@ def plan_rows_of(plans) -> list[dict]:
                 "zero": p.zero,
                 "recompute": p.recompute,
                 "order": p.order,
+                "grads": p.main_grads,
+                "fp8": p.fp8,
             }
         )
     return rows
@@ -438,7 +467,8 @@ def plans_from_rows(rows) -> tuple[tuple, list[str]]:
             errors.append(f"row {i}: the name {name!r} is used twice")
             continue
         try:
-            values = {k: row.get(k) for k in _PLAN_CODE_KEYS}
+            # a row without the precision columns (an older editor) means the defaults
+            values = {k: row.get(k, _PLAN_CODE_DEFAULTS[k] if k in ("grads", "fp8") else None) for k in _PLAN_CODE_KEYS}
             if any(v is None or (isinstance(v, float) and v != v) for v in values.values()):
                 raise SpecError("fill every column")
             named = parse_plan_code(
@@ -505,5 +535,5 @@ def state_of_review(
         mfu=o.perf.mfu,
         dp_overlap=o.perf.dp_overlap,
         flash=o.activations.flash_attention,
-        dropout=o.activations.dropout,
+        dropout=o.activations.has_dropout(review.model),
     )

@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from parallel.core.plan import RECOMPUTE, SCHEDULES, Plan
+from parallel.core.plan import FP8, MAIN_GRADS, RECOMPUTE, SCHEDULES, Plan
 from parallel.core.specs import CLUSTERS, GB, MODELS, Cluster, GiB, Link, Model, SpecError, cluster_preset, model_preset
 from parallel.core.topology import DEFAULT_ORDER, ORDERS
 
@@ -148,6 +148,18 @@ def add_plan_args(parser: argparse.ArgumentParser) -> None:
         help="rank order, fastest first: " + "; ".join(f"{k} ({v})" for k, v in ORDERS.items()),
     )
     g.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
+    g.add_argument(
+        "--main-grads",
+        choices=MAIN_GRADS,
+        default="fp32",
+        help="gradient buffer dtype: fp32 (Megatron-LM's default) or bf16 (--grad-reduce-in-bf16)",
+    )
+    g.add_argument(
+        "--fp8",
+        choices=FP8,
+        default="none",
+        help="FP8 GEMMs with bf16 weights (gemm) or FP8 weights too (weights, Megatron's --fp8-param-gather)",
+    )
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
@@ -167,6 +179,8 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         recompute=args.recompute,
         order=args.order,
         schedule=args.schedule,
+        main_grads=args.main_grads,
+        fp8=args.fp8,
     )
 
 

@@ -22,7 +22,7 @@ from parallel.cli.args import (
     plan_from_args,
 )
 from parallel.core.comm import CommOptions
-from parallel.core.memory import ActivationOptions
+from parallel.core.memory import SWIGLU, ActivationOptions
 from parallel.core.perf import PerfOptions
 from parallel.core.report import Options, plan_report
 from parallel.core.specs import GiB, SpecError
@@ -38,7 +38,14 @@ def add_option_args(parser: argparse.ArgumentParser) -> None:
         help="fraction of DP communication hidden behind backward (0..1)",
     )
     g.add_argument("--flash-attention", action="store_true", help="attention stores no s×s scores")
-    g.add_argument("--no-dropout", action="store_true", help="no dropout masks")
+    g.add_argument("--no-dropout", action="store_true", help="no dropout masks (default: the model's, Model.dropout)")
+    g.add_argument("--dropout", action="store_true", help="dropout masks even for a model that trains without")
+    g.add_argument(
+        "--swiglu",
+        choices=SWIGLU,
+        default=None,
+        help="SwiGLU saves its input only (fused, Megatron-LM's default) or silu(gate) too (unfused)",
+    )
     g.add_argument("--act-bytes", type=int, default=None, help="bytes per activation (default: the model's dtype)")
 
 
@@ -49,8 +56,13 @@ def options_from_args(args: argparse.Namespace) -> Options:
             raise SpecError(
                 f"--{name.replace('_', '-')} must be in {'(0, 1]' if name == 'mfu' else '[0, 1]'}, got {value}"
             )
+    if args.dropout and args.no_dropout:
+        raise SpecError("--dropout and --no-dropout contradict each other")
     acts = ActivationOptions(
-        act_bytes=args.act_bytes, dropout=not args.no_dropout, flash_attention=args.flash_attention
+        act_bytes=args.act_bytes,
+        dropout=False if args.no_dropout else True if args.dropout else None,
+        flash_attention=args.flash_attention,
+        swiglu=args.swiglu or "fused",
     )
     return Options(activations=acts, comm=CommOptions(), perf=PerfOptions(mfu=args.mfu, dp_overlap=args.dp_overlap))
 
@@ -180,6 +192,7 @@ def _from_import(args: argparse.Namespace, argv: list[str]):
     imported, cluster = place(imported, base, args.nodes)
     args.flash_attention = args.flash_attention or imported.options.get("flash_attention", False)
     args.no_dropout = args.no_dropout or imported.options.get("dropout") is False
+    args.swiglu = args.swiglu or imported.options.get("swiglu")
     return model, imported.plan, cluster, imported
 
 

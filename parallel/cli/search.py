@@ -12,7 +12,7 @@ import sys
 
 from parallel.cli.args import add_cluster_args, add_model_args, cluster_from_args, model_from_args
 from parallel.cli.plan import add_option_args, options_from_args
-from parallel.core.plan import RECOMPUTE
+from parallel.core.plan import FP8, MAIN_GRADS, RECOMPUTE
 from parallel.core.specs import Cluster, GiB, Model, SpecError
 from parallel.core.topology import DEFAULT_ORDER
 from parallel.search.space import Constraints, SearchResult, plan_of, result_json, search
@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--zero", default="0,1,2,3", help="ZeRO stages to consider, e.g. 0,1")
     g.add_argument("--recompute", default=",".join(RECOMPUTE), help="recompute modes to consider, e.g. none,selective")
     g.add_argument("--order", default=DEFAULT_ORDER, help="rank order, fastest first")
+    g.add_argument("--main-grads", choices=MAIN_GRADS, default="fp32", help="gradient buffer dtype of every plan")
+    g.add_argument("--fp8", choices=FP8, default="none", help="FP8 mode of every plan (none, gemm, weights)")
     add_option_args(parser)
     parser.add_argument("--top", type=int, default=10, help="plans to print (0: all)")
     parser.add_argument("--json", action="store_true", help="print a JSON list, best first")
@@ -55,6 +57,8 @@ def constraints_from_args(args: argparse.Namespace) -> Constraints:
         zero=zero,
         recompute=tuple(r.strip() for r in args.recompute.split(",") if r.strip()),
         order=args.order,
+        main_grads=args.main_grads,
+        fp8=args.fp8,
     )
 
 

@@ -20,10 +20,12 @@ p PP size, v vocabulary, m interleaved stages):
   (1 + (p - 1)/(p m)); plus sbhp/t of embedding-dropout masks on the first stage and
   4sbh/t (1 + v/h) for the final LayerNorm, output projection and fp32 cross-entropy logits on the
   last stage.
-* Model states — Rajbhandari et al. 2020, "ZeRO", Sec. 3.1 and 5: mixed-precision Adam keeps 2 + 2 +
-  K bytes per parameter (fp16 weights, fp16 gradients, K = 12 bytes of fp32 master weights,
+* Model states — Rajbhandari et al. 2020, "ZeRO", Sec. 3.1 and 5: mixed-precision Adam keeps 2 + G +
+  K bytes per parameter (bf16 weights, G bytes of gradients, K = 12 bytes of fp32 master weights,
   momentum and variance); stage 1 partitions the K part over the N_d data-parallel ranks, stage 2
-  also the gradients, stage 3 also the weights.
+  also the gradients, stage 3 also the weights. G = 4: Megatron-LM accumulates and reduces fp32 main
+  gradients by default (its theoretical_memory_usage.py: 18 bytes per parameter, 6 + 12/d with the
+  distributed optimizer); G = 2 with bf16 gradients. FP8 weights: see model_state_bytes.
 
 Variants the paper does not cover are explicit `ActivationOptions` (each writes its formula out in
 `activation_components_bytes`): grouped-query attention (K and V of width kv_heads * head_dim), a
@@ -75,19 +77,33 @@ COMPONENT_GROUP = {
 }
 
 
+SWIGLU = ("fused", "unfused")
+
+
 @dataclass(frozen=True)
 class ActivationOptions:
-    """What the activations look like. Defaults are Table 2's assumptions."""
+    """What the activations look like. Defaults are Table 2's assumptions, except dropout, which
+    follows the model (Model.dropout) unless given."""
 
     act_bytes: int | None = None  # bytes per activation element; None = the model's dtype_bytes
     mask_bytes: int = 1  # bytes per dropout-mask element (torch saves bool masks)
-    dropout: bool = True  # dropout after softmax and on both residual branches
+    dropout: bool | None = None  # dropout after softmax and on both residual branches; None = the model's
     flash_attention: bool = False  # fused attention: no s x s tensors saved
+    # SwiGLU (llama arch): "fused" saves only its input (Megatron-LM's default bias_swiglu_fusion,
+    # silu recomputed in backward); "unfused" is silu(gate) * up in PyTorch, which also saves silu(gate).
+    swiglu: str = "fused"
+
+    def __post_init__(self):
+        if self.swiglu not in SWIGLU:
+            raise ValueError(f"swiglu must be one of {', '.join(SWIGLU)}, got {self.swiglu!r}")
 
     @classmethod
     def table2(cls) -> "ActivationOptions":
-        """Exactly the paper's assumptions, whatever the model's dtype: 2-byte activations."""
-        return cls(act_bytes=2)
+        """Exactly the paper's assumptions, whatever the model's dtype: 2-byte activations, dropout."""
+        return cls(act_bytes=2, dropout=True)
+
+    def has_dropout(self, model: Model) -> bool:
+        return model.dropout if self.dropout is None else self.dropout
 
 
 def _sizes(model: Model, plan: AnyPlan, opts: ActivationOptions) -> tuple[int, Any, Any]:
@@ -123,11 +139,20 @@ def activation_components_bytes(
         attention.v               A b s_kv k / t           V for scores @ V
         attention.proj_input      A b s_q h / t            out-projection input
         mlp.fc1_input             A b s_q h r
-        mlp.act_input             A b s_q f / t            GeLU input  (SwiGLU: gate and up, 2x)
-        mlp.fc2_input             A b s_q f / t            GeLU output (SwiGLU: silu(gate) and the product, 2x)
+        mlp.act_input             A b s_q f / t            GeLU input  (SwiGLU: gate and up, g = 2: 2A)
+        mlp.fc2_input             A b s_q f / t            GeLU output (SwiGLU fused: the product only;
+                                                            unfused: silu(gate) too, 2A)
         residual.dropout_masks    2 * M b s_q h r          (0 without dropout)
 
+    FP8 (plan.fp8 gemm or weights): the four GEMM inputs (qkv_input, proj_input, fc1_input and the
+    product in fc2_input) are saved as their 1-byte FP8 casts, which is what Transformer Engine's
+    Linear/LayerNormLinear keep for the weight gradient; LayerNorm inputs, Q/K/V, the SwiGLU/GeLU input
+    and silu(gate) stay at A bytes; with flash attention the attention output is saved twice (A bytes
+    by the attention kernel for its backward, 1 byte by the out-projection), so proj_input = (1 + A).
+
     With A=2, M=1, dropout, f=4h, k=h, cp=1 the sum is Table 2's TP (sp off) and TP+SP rows.
+    SwiGLU, measured with saved_tensors_hooks (bytes per s b f at A = 2): GeLU 4, fused 6, unfused
+    PyTorch 8 (this formula; megatron-core's unfused path was measured at 10, see README's sources).
     Selective recompute drops scores, dropout_mask and dropout_output (recomputed in backward).
     Full recompute keeps only the layer's input, A b s_q h r (Table 2 lists 2sbh without SP; with SP
     the checkpointed input is the sequence shard, as in Megatron-LM).
@@ -139,7 +164,8 @@ def activation_components_bytes(
     b, h, f, a, t = plan.micro_batch, model.hidden, model.ffn_hidden, model.heads, plan.tp
     k_local = _kv_hidden_per_tp_rank(model, t)  # = k/t unless GQA replicates K/V heads (tp > kv_heads)
     r = where(plan.sp, 1 / t, 1.0)
-    mask = opts.mask_bytes if opts.dropout else 0
+    dropout = opts.has_dropout(model)
+    mask = opts.mask_bytes if dropout else 0
     full = plan.recompute == "full"
     layer_input = act * b * s_q * h * r
     if not is_array(full) and full:
@@ -148,19 +174,22 @@ def activation_components_bytes(
     flash = opts.flash_attention
     keep_scores = (not flash) & (plan.recompute != "selective")
     gate = 2 if model.gated_mlp else 1
+    gemm_in = 1 if plan.fp8 != "none" else act  # bytes of a saved GEMM input
+    proj_in = gemm_in + (act if flash and plan.fp8 != "none" else 0)
+    silu_out = act if model.gated_mlp and opts.swiglu == "unfused" else 0  # saved by the gate product
     parts = {
         "layernorm": 2 * act * b * s_q * h * r,
-        "attention.qkv_input": act * b * s_q * h * r,
+        "attention.qkv_input": gemm_in * b * s_q * h * r,
         "attention.qk": act * b * (s_q * h / t + s_kv * k_local),
         "attention.scores": where(keep_scores, scores, 0.0),
         "attention.dropout_mask": where(keep_scores, mask * a * b * s_q * s_kv / t, 0.0),
-        "attention.dropout_output": where(keep_scores & opts.dropout, scores, 0.0),
+        "attention.dropout_output": where(keep_scores & dropout, scores, 0.0),
         "attention.softmax_stats": 4 * a * b * s_q / t if flash else 0.0,
         "attention.v": act * b * s_kv * k_local,
-        "attention.proj_input": act * b * s_q * h / t,
-        "mlp.fc1_input": act * b * s_q * h * r,
+        "attention.proj_input": proj_in * b * s_q * h / t,
+        "mlp.fc1_input": gemm_in * b * s_q * h * r,
         "mlp.act_input": gate * act * b * s_q * f / t,
-        "mlp.fc2_input": gate * act * b * s_q * f / t,
+        "mlp.fc2_input": (gemm_in + silu_out) * b * s_q * f / t,
         "residual.dropout_masks": 2 * mask * b * s_q * h * r,
     }
     if not is_array(full):
@@ -177,7 +206,7 @@ def first_stage_extra_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions
     """Embedding-dropout mask of one microbatch on the first stage (Sec. 4.3: sbhp/t for p in flight)."""
     _, s_q, _ = _sizes(model, plan, opts)
     r = where(plan.sp, 1 / plan.tp, 1.0)
-    return (opts.mask_bytes if opts.dropout else 0) * plan.micro_batch * s_q * model.hidden * r
+    return (opts.mask_bytes if opts.has_dropout(model) else 0) * plan.micro_batch * s_q * model.hidden * r
 
 
 def last_stage_extra_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions = ActivationOptions()) -> Any:
@@ -194,12 +223,25 @@ def inflight_chunks(plan: AnyPlan, stage: Any) -> Any:
 
     GPipe: all m microbatches. 1F1B: p - stage (Narayanan et al. 2021). Interleaved (v > 1):
     Megatron-LM's warm-up count + 1 = 2(p - stage - 1) + (v - 1)p + 1 chunks of L/(pv) layers, which
-    for stage 0 is Korthikanti's L(1 + (p - 1)/(pv)) layers. Never more than m*v.
+    for stage 0 is Korthikanti's L(1 + (p - 1)/(pv)) layers; when m = p every forward runs before the
+    first backward (Megatron-LM's all-warm-up case), so every stage holds all m·v. Never more than m·v.
+    `parallel.engine.pipeline` runs this order and reports its peak (test_interleaved_live_chunks).
     """
     p, v, m = plan.pp, plan.vpp, maximum(plan.microbatches, 1)
     if plan.schedule == "gpipe":
         return m * v
-    return where(v == 1, minimum(p - stage, m), minimum(2 * (p - stage - 1) + (v - 1) * p + 1, m * v))
+    interleaved = where(m == p, m * v, minimum(2 * (p - stage - 1) + (v - 1) * p + 1, m * v))
+    return where(v == 1, minimum(p - stage, m), interleaved)
+
+
+def embedding_chunks(plan: AnyPlan) -> Any:
+    """Microbatches whose embedding-dropout mask the first stage holds at its peak: those in flight
+    on its chunk 0 (the only chunk with the embedding). 1F1B and GPipe: inflight_chunks(plan, 0).
+    Interleaved: the forward order runs p microbatches per chunk in turn, and backward starts from
+    the last chunk, so chunk 0 has run 2p microbatches (bounded by m) before its first backward
+    frees one -- not the v·p + p - 1 chunks of all the stage's layers."""
+    p, m = plan.pp, maximum(plan.microbatches, 1)
+    return where(plan.vpp == 1, inflight_chunks(plan, 0), minimum(2 * p, m))
 
 
 def _replicated_params_per_layer(model: Model) -> int:
@@ -228,21 +270,43 @@ def max_params_per_stage(model: Model, plan: AnyPlan) -> Any:
     return maximum(params_per_stage(model, plan, 0), params_per_stage(model, plan, plan.pp - 1))
 
 
+def gemm_params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
+    """Parameters of the transformer layers' GEMM weights (QKV, out-projection, MLP) on one GPU of
+    `stage`: what FP8 training casts to 1 byte (the embedding, norms, biases and output layer stay
+    bf16, as in Transformer Engine and Megatron-LM). Every stage holds the same layers' share."""
+    h, f, kv = model.hidden, model.ffn_hidden, model.kv_hidden
+    per_layer = h * (h + 2 * kv) + h * h + (3 if model.gated_mlp else 2) * h * f
+    return per_layer / plan.tp * model.layers / plan.pp  # the same on every stage
+
+
 def model_state_bytes(model: Model, plan: AnyPlan, stage: Any) -> dict[str, Any]:
     """Weights, gradients and optimizer states of one GPU of `stage`, split by ZeRO over dp*cp ranks.
 
-    Bytes per parameter: weights and gradients at the model's dtype; Adam keeps fp32 master weights,
-    momentum and variance (K = 12) for 2-byte training, and momentum and variance (8) for fp32.
-    Megatron-LM's distributed optimizer shards over the data-parallel group *with* context
-    parallelism (CP ranks hold the same weights), so ZeRO divides by N_d = dp * cp.
+    Bytes per parameter (Rajbhandari et al. 2020, Sec. 3.1 and 5, with Megatron-LM's buffers):
+      params     the model's dtype (2 for bf16/fp16). FP8 "gemm": + 1 byte per GEMM weight for its
+                 FP8 copy (kept from forward to backward); FP8 "weights": the GEMM weights are 1 byte
+      grads      the gradient buffer that is reduced and stepped: 4 bytes with fp32 main grads
+                 (Megatron-LM's default, --main-grads-dtype fp32), 2 with bf16 (--grad-reduce-in-bf16)
+      optimizer  Adam: fp32 master weights, momentum and variance, K = 12 for 2-byte training
+                 (8 for fp32: the weights are their own master copy)
+    ZeRO (N_d = dp * cp: Megatron-LM's distributed optimizer shards over the data-parallel group
+    *with* context parallelism, whose ranks hold the same weights): stage 1 divides the optimizer
+    by N_d (the distributed optimizer keeps the whole gradient buffer: 2 + 4 + 12/N_d bytes, as
+    Megatron-LM's theoretical_memory_usage.py writes 6 + 12/d), stage 2 also the gradients, stage 3
+    also the weights.
     """
     n = params_per_stage(model, plan, stage)
     nd = plan.dp * plan.cp
     w = model.dtype_bytes
     k = 12 if w == 2 else 8
+    g = 4 if w == 4 or plan.main_grads == "fp32" else 2
+    weights = n * w
+    if plan.fp8 != "none":
+        gemm = gemm_params_per_stage(model, plan, stage)
+        weights = weights + gemm * (1 if plan.fp8 == "gemm" else 1 - w)
     return {
-        "params": n * w / where(plan.zero >= 3, nd, 1),
-        "grads": n * w / where(plan.zero >= 2, nd, 1),
+        "params": weights / where(plan.zero >= 3, nd, 1),
+        "grads": n * g / where(plan.zero >= 2, nd, 1),
         "optimizer": n * k / where(plan.zero >= 1, nd, 1),
     }
 
@@ -254,7 +318,7 @@ def activation_bytes_per_stage(
     layers_per_chunk = model.layers / (plan.pp * plan.vpp)
     chunks = inflight_chunks(plan, stage)
     total = activation_bytes_per_layer(model, plan, opts) * layers_per_chunk * chunks
-    first = first_stage_extra_bytes(model, plan, opts) * minimum(chunks, maximum(plan.microbatches, 1))
+    first = first_stage_extra_bytes(model, plan, opts) * embedding_chunks(plan)
     total = total + where(stage == 0, first, 0.0)
     return total + where(stage == plan.pp - 1, last_stage_extra_bytes(model, plan, opts), 0.0)
 

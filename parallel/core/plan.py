@@ -20,6 +20,14 @@ from parallel.core.topology import DEFAULT_ORDER, Topology, TopologyError, parse
 
 RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "gpipe")
+# Gradient dtype of the accumulation buffer that is reduced and fed to the optimizer (Megatron-LM:
+# fp32 unless --grad-reduce-in-bf16 / --main-grads-dtype bf16; torchtitan: mixed_precision_reduce).
+MAIN_GRADS = ("fp32", "bf16")
+# FP8 training (Micikevicius et al. 2022, "FP8 Formats for Deep Learning"; Transformer Engine):
+# none; gemm = FP8 GEMMs, bf16 weights with an FP8 copy of each GEMM weight (Megatron --fp8-format,
+# torchtitan float8); weights = FP8 primary GEMM weights, fp32 master copy in the optimizer
+# (Megatron --fp8-param-gather). See parallel.core.memory for what each stores.
+FP8 = ("none", "gemm", "weights")
 
 
 MAX_WORLD_SIZE = 1 << 24  # 16.8 M GPUs: far past any cluster, small enough to lay out in memory
@@ -40,6 +48,8 @@ class Plan:
     recompute: str = "none"  # activation recomputation: none | selective | full
     order: str = DEFAULT_ORDER  # rank order, fastest axis first (see parallel.core.topology)
     schedule: str = "1f1b"  # pipeline schedule: 1f1b | gpipe
+    main_grads: str = "fp32"  # gradient buffer dtype: fp32 (Megatron-LM's default) | bf16
+    fp8: str = "none"  # none | gemm | weights (see FP8)
 
     def __post_init__(self):
         _positive(self, "dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp")
@@ -58,6 +68,10 @@ class Plan:
             raise SpecError(f"Plan.recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         if self.schedule not in SCHEDULES:
             raise SpecError(f"Plan.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.main_grads not in MAIN_GRADS:
+            raise SpecError(f"Plan.main_grads must be one of {', '.join(MAIN_GRADS)}, got {self.main_grads!r}")
+        if self.fp8 not in FP8:
+            raise SpecError(f"Plan.fp8 must be one of {', '.join(FP8)}, got {self.fp8!r}")
         try:
             parse_order(self.order)
         except TopologyError as err:
@@ -86,6 +100,8 @@ class Plan:
             parts.append(f"ZeRO-{self.zero}")
         if self.recompute != "none":
             parts.append(f"rc-{self.recompute}")
+        if self.fp8 != "none":
+            parts.append("FP8" + ("-weights" if self.fp8 == "weights" else ""))
         parts.append(f"mb{self.micro_batch}")
         return " ".join(parts)
 
@@ -101,7 +117,8 @@ class Plan:
 class PlanColumns:
     """Many plans at once, one numpy array per field (the same names as Plan), so the plan model's
     formulas (parallel.core.memory / comm / perf, written with parallel.core.vector) evaluate every
-    candidate of a search in one call. global_batch, order and schedule are shared by all rows."""
+    candidate of a search in one call. global_batch, order, schedule, main_grads and fp8 are shared
+    by all rows."""
 
     dp: np.ndarray
     tp: np.ndarray
@@ -115,6 +132,8 @@ class PlanColumns:
     global_batch: int = 1
     order: str = DEFAULT_ORDER
     schedule: str = "1f1b"
+    main_grads: str = "fp32"
+    fp8: str = "none"
 
     @property
     def world_size(self) -> np.ndarray:

@@ -59,9 +59,14 @@ class Model:
     # "gpt": LayerNorm, biases, GeLU MLP (2 matrices), learned positions, tied embeddings.
     # "llama": RMSNorm, no biases, SwiGLU MLP (3 matrices), RoPE, untied output layer.
     arch: str = "gpt"
+    # Whether the model trains with dropout (after the softmax and on both residual branches, as
+    # Table 2 assumes). GPT-3 does; Llama 3 does not (its released training config has none).
+    dropout: bool = True
 
     def __post_init__(self):
         _positive(self, "layers", "hidden", "heads", "vocab", "seq_len", "dtype_bytes")
+        if not isinstance(self.dropout, bool):
+            raise SpecError(f"Model.dropout must be true or false, got {self.dropout!r}")
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.ffn_hidden is None:
@@ -195,6 +200,7 @@ def _llama3(name, layers, hidden, heads, ffn):
         vocab=128256,
         seq_len=8192,
         arch="llama",
+        dropout=False,
     )
 
 
@@ -206,7 +212,9 @@ MODELS: dict[str, Model] = {
     "gpt3-530b": _gpt3("gpt3-530b", 105, 20480, 128),
     "gpt3-1t": _gpt3("gpt3-1t", 128, 25600, 160),
     # Dubey et al. 2024, "The Llama 3 Herd of Models", Table 3 (layers, model dim, FFN dim, heads,
-    # 8 key/value heads, GQA); vocabulary 128256 and context 8192 from the released params/config.
+    # 8 key/value heads, GQA); vocabulary 128256 and context 8192 from the released params/config;
+    # no dropout (the released config.json: attention_dropout 0.0; Megatron-LM's Llama-3 scripts set
+    # --attention-dropout 0.0 --hidden-dropout 0.0).
     "llama3-8b": _llama3("llama3-8b", 32, 4096, 32, 14336),
     "llama3-70b": _llama3("llama3-70b", 80, 8192, 64, 28672),
     "llama3-405b": _llama3("llama3-405b", 126, 16384, 128, 53248),

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from parallel.core import memory
 from parallel.engine import data, dist
 from parallel.engine.actmem import ActivationMeter, predicted_breakdown
 from parallel.engine.collectives import all_reduce, gather_object
@@ -138,6 +139,12 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
         "activation_breakdown": meter.breakdown(),
         "activation_bytes_per_layer": meter.per_layer(),
         "predicted_activation_breakdown": predicted_breakdown(model, plan, stage=ctx.stage, dropout=cfg.dropout),
+        "live_microbatches": {
+            "peak": pipe.peak_total,
+            "per_chunk": list(pipe.peak_live),
+            "predicted_peak": int(memory.inflight_chunks(plan, ctx.stage)),
+            "predicted_first_chunk": int(memory.embedding_chunks(plan)) if ctx.stage == 0 else None,
+        },
     }
     results = gather_object(result, world_size=ctx.world_size)
     if rank != 0:

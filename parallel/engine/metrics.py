@@ -34,6 +34,7 @@ def build_metrics(cfg, results: list[dict], *, backend: str) -> dict:
             k: sum(r["predicted_activation_breakdown"].values()) for k, r in by_rank.items()
         },
         "predicted_activation_breakdown": {k: r["predicted_activation_breakdown"] for k, r in by_rank.items()},
+        "live_microbatches": {k: r["live_microbatches"] for k, r in by_rank.items()},
         "coords": {k: r["coords"] for k, r in by_rank.items()},
         "hosts": {
             k: {"hostname": r["hostname"], "node": r["node"], "local_rank": r["local_rank"]} for k, r in by_rank.items()

@@ -39,6 +39,11 @@ class Pipeline:
 
     def __init__(self, *, models, ctx, act_shape, dtype):
         self.models, self.ctx, self.shape, self.dtype = list(models), ctx, tuple(act_shape), dtype
+        # Microbatches each chunk holds activations for (forward run, backward not yet), and the peak:
+        # what the plan model's inflight_chunks / embedding_chunks predict for this schedule.
+        self.live = [0] * len(self.models)
+        self.peak_live = [0] * len(self.models)
+        self.peak_total = 0  # the most microbatch-chunks held at once, all chunks together
 
     # ---- boundary exchange (picotron's pp_communications, Megatron's p2p_communication) ----------
     def _buf(self):
@@ -96,11 +101,15 @@ class Pipeline:
                 y = model(x, ids=mb.get("ids"), targets=mb.get("targets"), tokens=self.tokens)
         if model.last:
             self.loss += y.detach()
+        self.live[chunk] += 1
+        self.peak_live[chunk] = max(self.peak_live[chunk], self.live[chunk])
+        self.peak_total = max(self.peak_total, sum(self.live))
         return y
 
     def backward(self, i: int, x, y, gy, chunk: int = 0):
         with phase("bwd", mb=i, stage=self.ctx.stage, chunk=chunk):
             torch.autograd.backward(y, grad_tensors=gy)
+        self.live[chunk] -= 1
         return x.grad if x is not None else None
 
     # ---- schedules --------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from parallel.importers.base import Imported, ImportFailed
 from parallel.importers.limits import MAX_INPUT_CHARS, input_error
 from parallel.importers.megatron import import_megatron
 from parallel.importers.plan_json import import_plan_json
+from parallel.importers.shell_eval import Reader
 from parallel.importers.torchtitan import import_torchtitan
 
 KINDS = ("megatron", "torchtitan", "plan-json")
@@ -47,7 +48,9 @@ def detect(text: str, name: str = "") -> str:
     return "megatron"
 
 
-def import_text(text: str, name: str = "pasted text", kind: str | None = None) -> Imported:
+def import_text(text: str, name: str = "pasted text", kind: str | None = None, read: Reader | None = None) -> Imported:
+    """Import `text` (`name` for messages). `read(name)`: the text of a file a launch script sources,
+    or None (import_plan reads files beside the script; pasted text has none)."""
     kind = kind or detect(text, name)
     if kind not in KINDS:
         raise ImportFailed(f"unknown import kind {kind!r}; known: {', '.join(KINDS)}")
@@ -57,14 +60,12 @@ def import_text(text: str, name: str = "pasted text", kind: str | None = None) -
         raise ImportFailed(f"{name}: empty")
     importer = {"megatron": import_megatron, "torchtitan": import_torchtitan, "plan-json": import_plan_json}[kind]
     try:
-        return importer(text, name)
+        return importer(text, name, read=read) if kind == "megatron" else importer(text, name)
     except RecursionError:  # a bound the importers missed: still one line, never a traceback
         raise ImportFailed(f"{name}: nested too deeply to import") from None
 
 
-def import_plan(path: str | Path, kind: str | None = None) -> Imported:
-    """Import the file at `path` (its kind from the suffix, else sniffed)."""
-    path = Path(path)
+def _read_text(path: Path) -> str:
     try:
         with path.open("rb") as f:
             data = f.read(MAX_INPUT_CHARS * 4 + 1)  # UTF-8: at most 4 bytes a character
@@ -72,12 +73,37 @@ def import_plan(path: str | Path, kind: str | None = None) -> Imported:
             raise ImportFailed(
                 f"{path}: over {MAX_INPUT_CHARS * 4:,} bytes; an import is at most {MAX_INPUT_CHARS:,} characters"
             )
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except OSError as err:
         raise ImportFailed(f"{path}: cannot read it ({err.strerror or err})") from None
     except UnicodeDecodeError:
         raise ImportFailed(f"{path}: not a text file") from None
-    return import_text(text, path.name, kind)
+
+
+def beside(folder: Path) -> Reader:
+    """A reader of the files a script in `folder` sources: a relative name that stays inside `folder`
+    (no `..` out of it, no absolute path), a regular file; anything else is None (named as unread)."""
+    root = folder.resolve()
+
+    def read(name: str) -> str | None:
+        if not name or name.startswith(("/", "~")):
+            return None
+        target = (root / name).resolve()
+        if not target.is_relative_to(root) or not target.is_file():
+            return None
+        try:
+            return _read_text(target)
+        except ImportFailed:
+            return None
+
+    return read
+
+
+def import_plan(path: str | Path, kind: str | None = None) -> Imported:
+    """Import the file at `path` (its kind from the suffix, else sniffed); a launch script's sourced
+    config files are read when they sit beside it."""
+    path = Path(path)
+    return import_text(_read_text(path), path.name, kind, read=beside(path.parent))
 
 
 def place(imported: Imported, cluster: Cluster, nodes: int | None = None) -> tuple[Imported, Cluster]:

@@ -27,7 +27,7 @@ import re
 from parallel.core.plan import Plan
 from parallel.core.specs import MODELS, Model, SpecError
 from parallel.importers.base import Imported, failure
-from parallel.importers.shell_eval import UNRESOLVED, ShellError, Word, run
+from parallel.importers.shell_eval import UNRESOLVED, Reader, ShellError, Word, run
 
 USED = {  # flag -> (type, key)
     "--tensor-model-parallel-size": ("int", "tp"),
@@ -82,6 +82,10 @@ USED = {  # flag -> (type, key)
     "--rampup-batch-size": ("list", "rampup"),
     "--cp-comm-type": ("str", "cp_comm_type"),
     "--fp8-format": ("str", "fp8"),
+    "--fp8-param-gather": ("true", "fp8_params"),
+    "--grad-reduce-in-bf16": ("true", "grad_bf16"),
+    "--main-grads-dtype": ("str", "main_grads"),
+    "--no-bias-swiglu-fusion": ("true", "no_swiglu_fusion"),
     "--decoder-first-pipeline-num-layers": ("int", "first_stage_layers"),
     "--decoder-last-pipeline-num-layers": ("int", "last_stage_layers"),
 }
@@ -101,6 +105,11 @@ IGNORED = re.compile(
     r"dist-ckpt|async-save|non-persistent|pretrained-checkpoint|tensorboard-dir|use-fused|"
     r"gradient-accumulation-fusion)"
 )
+# Vocabularies fixed by the tokenizer type alone (the others depend on the tokenizer model file).
+TOKENIZER_VOCAB = {
+    "GPT2BPETokenizer": 50257,  # GPT-2's encoder.json
+    "Llama2Tokenizer": 32000,  # Llama 2's SentencePiece model (Touvron et al. 2023, Sec. 2.1)
+}
 LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "deepspeed", "srun", "mpirun")
 WORLD_FLAGS = {
     "--nnodes": "nodes",
@@ -311,8 +320,6 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
         r.notes.append(
             "neither --bf16 nor --fp16: fp32 training (Megatron-LM's default), 4-byte weights and activations"
         )
-    if get.get("fp8"):
-        r.notes.append(f"--fp8-format {get['fp8']}: FP8 GEMMs are not modelled; bf16 activations assumed")
     shape = dict(
         layers=layers,
         hidden=h,
@@ -322,6 +329,8 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
         seq_len=seq,
         dtype_bytes=dtype,
         arch="llama" if llama else "gpt",
+        # Megatron-LM's defaults are 0.1 for both; the model trains without dropout only when both are 0
+        dropout=not (get.get("attention_dropout") == 0 and get.get("hidden_dropout") == 0),
     )
     like = next(
         (
@@ -332,14 +341,18 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
         None,
     )
     vocab = get.get("vocab")
-    if vocab is None and (get.get("tokenizer") == "GPT2BPETokenizer" or "vocab_file" in get or "merge_file" in get):
+    tokenizer = get.get("tokenizer")
+    if vocab is None and tokenizer in TOKENIZER_VOCAB:
+        vocab = TOKENIZER_VOCAB[tokenizer]
+        r.notes.append(f"--tokenizer-type {tokenizer}: vocabulary {vocab}")
+    elif vocab is None and (tokenizer is None and ("vocab_file" in get or "merge_file" in get)):
         vocab = 50257
         r.notes.append("GPT-2 BPE tokenizer (--vocab-file/--merge-file): vocabulary 50257")
     elif vocab is None and like is not None:
         vocab = like.vocab
         r.notes.append(
-            f"no --vocab-size (tokenizer {get.get('tokenizer', 'unknown')}): {vocab}, the vocabulary of "
-            f"the preset {like.name} with the same shape"
+            f"no --vocab-size and tokenizer {tokenizer or 'unknown'}, whose vocabulary this importer does not "
+            f"know: {vocab}, the vocabulary of the preset {like.name} with the same shape, is a guess"
         )
     elif vocab is None:
         vocab = 51200
@@ -356,7 +369,9 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
     if exact:
         return exact
     if like is not None:
-        diff = ",".join(f"{k}={shape[k]}" for k in ("seq_len", "vocab", "dtype_bytes") if getattr(like, k) != shape[k])
+        diff = ",".join(
+            f"{k}={shape[k]}" for k in ("seq_len", "vocab", "dtype_bytes", "dropout") if getattr(like, k) != shape[k]
+        )
         name = f"{like.name} ({diff})"
     else:
         name = f"megatron L{layers} h{h} a{heads}" + (f" kv{kv}" if kv != heads else "")
@@ -420,7 +435,20 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         zero=zero,
         recompute=recompute,
         order="tp-cp-ep-pp-dp" if get.get("tp_pp_dp") else "tp-cp-ep-dp-pp",
+        main_grads="bf16" if get.get("grad_bf16") or get.get("main_grads") in ("bf16", "bfloat16") else "fp32",
+        fp8="none",
     )
+    if get.get("fp8"):
+        plan["fp8"] = "weights" if get.get("fp8_params") else "gemm"
+        r.notes.append(
+            f"line {line['fp8']}: --fp8-format {get['fp8']}: FP8 GEMMs; their inputs are saved for backward "
+            f"in 1 byte, LayerNorm inputs, Q/K/V and the MLP activation's input in bf16"
+            + (
+                "; --fp8-param-gather: the GEMM weights are stored in FP8 (1 byte), fp32 master copies in the optimizer"
+                if get.get("fp8_params")
+                else "; each GEMM weight keeps an FP8 copy (1 byte) beside its bf16 weight"
+            )
+        )
     for key, text in (
         ("experts", "mixture of experts (--num-experts) is not modelled: the MLP is counted dense"),
         (
@@ -441,14 +469,17 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         options["flash_attention"] = True
     if get.get("attention_dropout") == 0 and get.get("hidden_dropout") == 0:
         options["dropout"] = False
+    if get.get("no_swiglu_fusion") and get.get("swiglu"):
+        options["swiglu"] = "unfused"
     return plan, options
 
 
-def import_megatron(text: str, source: str = "pasted text") -> Imported:
+def import_megatron(text: str, source: str = "pasted text", *, read: Reader | None = None) -> Imported:
+    """`read(name)`: the text of a config file the script sources (shell_eval.run), or None."""
     r = _Reader(text, source)
     sbatch = _sbatch(text)
     try:
-        result = run(text, sbatch)
+        result = run(text, sbatch, read=read)
     except ShellError as err:
         raise r.fail(err.line, str(err)) from None
     r.unset = result.unset

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import operator
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -31,8 +31,9 @@ from parallel.importers.limits import (
 )
 from parallel.importers.shell import NAME, If, Parser, ShellError, Simple, Skip, lex, parse, plain
 
+Reader = Callable[[str], "str | None"]  # a sourced file's name -> its text, or None when it cannot be read
 UNRESOLVED = "\x00"  # prefix of text that came from a command this reader does not run
-__all__ = ["Result", "ShellError", "UNRESOLVED", "Word", "run"]
+__all__ = ["Reader", "Result", "ShellError", "UNRESOLVED", "Word", "run"]
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,9 @@ def _arith(node: ast.AST, depth: int = 0) -> int:
 
 
 class Shell:
-    def __init__(self, env: dict[str, str] | None = None):
+    def __init__(self, env: dict[str, str] | None = None, read: Reader | None = None):
         self.r = Result(env={k: [Word(str(v), 0)] for k, v in (env or {}).items()})
+        self.read = read  # name -> the text of a file a script sources, or None when it cannot be read
         self.steps = 0  # statements and expansions evaluated (MAX_STEPS)
         self.depth = 0  # if / eval / expansions being evaluated inside one another (MAX_DEPTH)
         self.env_chars = sum(len(w.text) for words in self.r.env.values() for w in words)
@@ -201,9 +203,14 @@ class Shell:
         elif shell_c is not None:  # sh -c "...", also behind srun / docker exec
             self.nested(argv[shell_c + 2].text, node.line)
         elif head in (".", "source"):
-            self.note(
-                node.line, f"`{head} {argv[1].text if len(argv) > 1 else ''}` not followed (other files are not read)"
-            )
+            name = argv[1].text if len(argv) > 1 else ""
+            text = self.read(name) if self.read is not None and name and UNRESOLVED not in name else None
+            if text is None:
+                where = "it is not a file beside the script" if self.read is not None else "other files are not read"
+                self.note(node.line, f"`{head} {name}` not read ({where}): what it sets is unknown")
+            else:
+                self.note(node.line, f"`{head} {name}`: read from the file beside the script (not executed)")
+                self.nested(text, node.line)
         elif head == "unset":
             for w in argv[1:]:
                 self.r.env.pop(w.text, None)
@@ -447,10 +454,12 @@ def _test(w: list[str]) -> bool | None:
     return None
 
 
-def run(text: str, env: dict[str, str] | None = None) -> Result:
-    """The commands a launch script would run, with its variables at the end; ShellError if malformed."""
+def run(text: str, env: dict[str, str] | None = None, read: Reader | None = None) -> Result:
+    """The commands a launch script would run, with its variables at the end; ShellError if malformed.
+    `read(name)`: the text of a file the script sources (`. name`, `source name`), or None; without
+    it sourced files are noted as unread."""
     nodes, comments = parse(text)
-    shell = Shell(env)
+    shell = Shell(env, read)
     shell.r.comments = comments
     shell.run(nodes)
     return shell.r

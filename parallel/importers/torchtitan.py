@@ -14,6 +14,11 @@ Read as torchtitan's `JobConfig` reads it (torchtitan/config/job_config.py):
   stages per rank come from pipeline_parallel_layers_per_stage (default 2).
 * `[activation_checkpoint] mode`: none | selective | full (torchtitan's default: selective).
 * `[model] name/flavor`: llama3 8B / 70B / 405B -> the presets; seq_len from [training].
+* `[training] mixed_precision_reduce` (default float32) -> the plan's main_grads. FSDP2 keeps the
+  sharded parameters in fp32 (bf16 only while gathered); the plan model counts bf16 weights plus an
+  fp32 master copy in the optimizer, 2 bytes per parameter / N more (noted).
+* Sep 2024 TOMLs keep pipeline_parallel_degree (and schedule, microbatches, CP, async TP) under
+  `[experimental]`; they are read from there.
 * Llama 3 in torchtitan has no dropout and uses SDPA (flash): hints flash_attention, no dropout.
 
 Keys it does not know, in the sections it reads, are listed; other torchtitan sections are skipped.
@@ -40,6 +45,7 @@ KNOWN = {  # section -> keys read (True) or known and without effect on the plan
         "hf_assets_path": False,
         "converters": True,
         "print_after_conversion": False,
+        "norm_type": False,
     },
     "training": {
         "local_batch_size": True,
@@ -47,7 +53,7 @@ KNOWN = {  # section -> keys read (True) or known and without effect on the plan
         "global_batch_size": True,
         "seq_len": True,
         "mixed_precision_param": True,
-        "mixed_precision_reduce": False,
+        "mixed_precision_reduce": True,
         "max_norm": False,
         "steps": False,
         "dataset": False,
@@ -58,6 +64,7 @@ KNOWN = {  # section -> keys read (True) or known and without effect on the plan
         "seed": False,
         "deterministic": False,
         "enable_cpu_offload": True,
+        "enable_fp8_linear": True,
         "warmup_steps": False,
         "data_parallel_degree": True,
         "tensor_parallel_degree": True,
@@ -86,6 +93,19 @@ KNOWN = {  # section -> keys read (True) or known and without effect on the plan
         "pipeline_parallel_schedule_csv": False,
         "context_parallel_rotate_method": True,
     },
+    # Sep 2024 layout: pipeline (and CP, async TP) degrees under [experimental]
+    "experimental": {
+        "pipeline_parallel_degree": True,
+        "pipeline_parallel_schedule": True,
+        "pipeline_parallel_microbatches": True,
+        "pipeline_parallel_split_points": False,
+        "context_parallel_degree": True,
+        "enable_async_tensor_parallel": True,
+        "enable_compiled_autograd": False,
+        "custom_model_path": False,
+        "custom_import": False,
+        "custom_args_module": False,
+    },
     "activation_checkpoint": {
         "mode": True,
         "selective_ac_option": True,
@@ -105,7 +125,6 @@ OTHER_SECTIONS = {
     "comm",
     "memory_estimation",
     "fault_tolerance",
-    "experimental",
     "validation",
     "quantize",
     "debug",
@@ -193,8 +212,20 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
             if v != base
         )
         model = dataclasses.replace(model, seq_len=seq, dtype_bytes=dtype, name=f"{model.name} ({diff})")
-    if model_sec.get("converters"):
-        notes.append(f"[model] converters = {model_sec['converters']!r}: float8/MX GEMMs are not modelled")
+    if model_sec.get("converters") or train.get("enable_fp8_linear"):
+        what = f"converters = {model_sec['converters']!r}" if model_sec.get("converters") else "enable_fp8_linear"
+        notes.append(
+            f"{what}: float8/MX GEMMs; torchao's Float8Linear saves "
+            f"its inputs in high precision and casts them in backward, so memory is modelled as bf16"
+        )
+    reduce = train.get("mixed_precision_reduce", "float32")
+    main_grads = {"float32": "fp32", "bfloat16": "bf16"}.get(reduce)
+    if main_grads is None:
+        raise t.fail(
+            "training",
+            "mixed_precision_reduce",
+            f"[training] mixed_precision_reduce = {reduce!r} must be float32 or bfloat16",
+        )
 
     # degrees: old configs kept them under [training]
     par_section = "parallelism"
@@ -208,6 +239,17 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
             },
         }
         notes.append("parallel degrees read from [training] (torchtitan's older layout)")
+    exp = data.get("experimental", {})
+    moved = {k: v for k, v in exp.items() if k in KNOWN["experimental"] and KNOWN["experimental"][k]}
+    if moved:  # torchtitan's Sep 2024 layout; [parallelism] wins where both say
+        par_here = data.get("parallelism", {})
+        data = {**data, "parallelism": {**moved, **par_here}}
+        if "pipeline_parallel_microbatches" in moved and "pipeline_parallel_microbatch_size" not in par_here:
+            n = moved["pipeline_parallel_microbatches"]
+            local_here = train.get("local_batch_size", train.get("batch_size", 8))
+            if isinstance(n, int) and n > 0 and isinstance(local_here, int) and local_here % n == 0:
+                data["parallelism"]["pipeline_parallel_microbatch_size"] = local_here // n
+        notes.append(f"{', '.join(sorted(moved))} read from [experimental] (torchtitan's Sep 2024 layout)")
     par = data.get("parallelism", {})
     replicate = t.int(data, "parallelism", "data_parallel_replicate_degree", 1)
     shard = t.int(data, "parallelism", "data_parallel_shard_degree", -1, allow_minus_one=True)
@@ -262,14 +304,21 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
             f"HSDP: ZeRO-3 over data_parallel_shard_degree × cp ranks, replicated {replicate}×; the plan "
             f"model shards over all dp × cp ranks, so model-state memory is underestimated"
         )
+    if shard != 1 and dtype == 2:
+        notes.append(
+            "FSDP2 keeps the sharded weights in fp32 and gathers them in bf16: modelled as bf16 weights plus "
+            "an fp32 master copy, 2 bytes per parameter / (dp_shard × cp) more than the job holds"
+        )
     for key, why in (
         ("enable_async_tensor_parallel", "async TP overlaps TP communication; it is counted as exposed"),
         ("fsdp_reshard_after_forward", "FSDP reshard policy not modelled (ZeRO-3 gathers twice)"),
         ("context_parallel_rotate_method", "CP is modelled as all-gathered K/V"),
         ("expert_parallel_degree", "expert parallelism is not modelled"),
     ):
-        if par.get(key) not in (None, False, 1, "default", "allgather"):
-            notes.append(f"line {t.line_of(par_section, key)}: {key} = {par[key]!r}: {why}")
+        value = par.get(key)
+        if value is True or (not isinstance(value, bool) and value not in (None, 1, "default", "allgather")):
+            where = t.line_of(par_section, key) or t.line_of("experimental", key)
+            notes.append(f"line {where}: {key} = {par[key]!r}: {why}")
     try:
         plan = Plan(
             dp=1,
@@ -282,6 +331,7 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
             vpp=vpp,
             recompute=mode,
             schedule=schedule,
+            main_grads=main_grads,
         )
     except SpecError as err:
         raise t.fail("parallelism", None, str(err)) from None

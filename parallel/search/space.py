@@ -55,8 +55,11 @@ class Constraints:
     zero: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str, ...] = RECOMPUTE
     order: str = DEFAULT_ORDER
+    main_grads: str = "fp32"  # every candidate's gradient dtype and FP8 mode (Plan.main_grads, Plan.fp8)
+    fp8: str = "none"
 
     def __post_init__(self):
+        Plan(main_grads=self.main_grads, fp8=self.fp8)  # SpecError naming a bad value
         if not 0 <= self.headroom < 1:
             raise SpecError(f"headroom must be in [0, 1), got {self.headroom}")
         for name in ("max_tp", "max_pp", "max_cp", "max_micro_batch"):
@@ -100,6 +103,8 @@ def plan_of(row: dict, global_batch: int, order: str = DEFAULT_ORDER) -> Plan:
         recompute=str(row["recompute"]),
         global_batch=global_batch,
         order=order,
+        main_grads=str(row.get("main_grads", "fp32")),
+        fp8=str(row.get("fp8", "none")),
     )
 
 
@@ -194,7 +199,9 @@ def candidates(
 # ---------------------------------------------------------------- the plan model over columns
 
 
-def columns_of(cands: pd.DataFrame, global_batch: int, order: str = DEFAULT_ORDER) -> PlanColumns:
+def columns_of(
+    cands: pd.DataFrame, global_batch: int, order: str = DEFAULT_ORDER, main_grads: str = "fp32", fp8: str = "none"
+) -> PlanColumns:
     """The candidates as a PlanColumns, for parallel.core's formulas."""
     ints = {k: cands[k].to_numpy(np.int64) for k in ("dp", "tp", "pp", "cp", "micro_batch", "vpp", "zero")}
     return PlanColumns(
@@ -203,6 +210,8 @@ def columns_of(cands: pd.DataFrame, global_batch: int, order: str = DEFAULT_ORDE
         recompute=np.array(RECOMPUTE)[cands["rc"].to_numpy()],
         global_batch=global_batch,
         order=order,
+        main_grads=main_grads,
+        fp8=fp8,
     )
 
 
@@ -213,14 +222,17 @@ def evaluate(
     cands: pd.DataFrame,
     options: Options = Options(),
     order: str = DEFAULT_ORDER,
+    main_grads: str = "fp32",
+    fp8: str = "none",
 ) -> pd.DataFrame:
     """Memory of the most loaded GPU and step time of every candidate row: parallel.core's own
     formulas (memory_per_gpu_bytes, step_time), evaluated over the columns at once."""
-    plans = columns_of(cands, global_batch, order)
+    plans = columns_of(cands, global_batch, order, main_grads, fp8)
     memory = memory_per_gpu_bytes(model, plans, options.activations)
     timing = step_time(model, plans, cluster, options.perf, options.comm)
     out = {k: cands[k].to_numpy() for k in ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero")}
     out["recompute"] = plans.recompute.astype(object)
+    out["main_grads"], out["fp8"] = main_grads, fp8
     out["microbatches"] = np.maximum(plans.microbatches, 1)
     for name in ("params", "grads", "optimizer", "activations"):
         out[f"{name}_bytes"] = memory[name]
@@ -289,7 +301,8 @@ def search(
     for step in funnel:
         if step["remaining"] == 0:
             raise SearchEmpty(_empty_message(model, cluster, global_batch, funnel, step), funnel)
-    table = evaluate(model, cluster, global_batch, cands, options, constraints.order)
+    c = constraints
+    table = evaluate(model, cluster, global_batch, cands, options, c.order, c.main_grads, c.fp8)
     budget = cluster.gpu_memory_bytes * (1 - constraints.headroom)
     fits = table["memory_per_gpu_bytes"].to_numpy() <= budget
     name = (
@@ -369,6 +382,8 @@ def search_naive(
                 recompute=rc,
                 global_batch=global_batch,
                 order=c.order,
+                main_grads=c.main_grads,
+                fp8=c.fp8,
             )
             rep = plan_report(plan, model, cluster, options)
             if rep["memory_per_gpu_bytes"] is None:

@@ -16,6 +16,10 @@ metrics.json (rank keys are strings, as JSON requires):
     activation_bytes_per_layer      {rank: {layer: bytes}}
     predicted_activation_bytes      {rank: bytes} from parallel.core.memory for the same microbatch
     predicted_activation_breakdown  {rank: {component: bytes}}, keyed like activation_breakdown
+    live_microbatches               {rank: {peak, per_chunk, predicted_peak, predicted_first_chunk}}:
+                                    the most microbatch-chunks whose activations the rank held at once
+                                    (all chunks; per model chunk), and parallel.core.memory's
+                                    inflight_chunks / embedding_chunks (first stage only, else null)
     coords                          {rank: {dp, pp, cp, tp}}
     hosts                           {rank: {hostname, node, local_rank}}
     nodes                           number of distinct nodes

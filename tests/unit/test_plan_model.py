@@ -115,9 +115,10 @@ def test_gpipe_holds_all_microbatches_and_few_microbatches_cap_1f1b():
 
 
 @pytest.mark.parametrize(
-    "zero,expect", [(0, (2, 2, 12)), (1, (2, 2, 12 / 8)), (2, (2, 2 / 8, 12 / 8)), (3, (2 / 8, 2 / 8, 12 / 8))]
+    "zero,expect", [(0, (2, 4, 12)), (1, (2, 4, 12 / 8)), (2, (2, 4 / 8, 12 / 8)), (3, (2 / 8, 4 / 8, 12 / 8))]
 )
 def test_zero_stages_split_model_states(zero, expect):
+    """bf16 weights, fp32 main gradients (Megatron-LM's default), 12 bytes of Adam state per parameter."""
     m = MODELS["gpt3-22b"]
     plan = Plan(dp=8, zero=zero, global_batch=8)
     n = params_per_stage(m, plan, 0)
