@@ -132,6 +132,9 @@ def add_plan_args(parser: argparse.ArgumentParser) -> None:
     for flag in ("dp", "tp", "pp", "cp"):
         g.add_argument(f"--{flag}", type=int, default=1)
     g.add_argument("--sp", action="store_true", help="Megatron sequence parallelism (needs tp > 1)")
+    g.add_argument(
+        "--ep", type=int, default=1, help="expert parallelism of a MoE model (ranks taken from dp x cp; adds no GPUs)"
+    )
     g.add_argument("--micro-batch", type=int, default=1)
     g.add_argument(
         "--global-batch",
@@ -181,6 +184,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         schedule=args.schedule,
         main_grads=args.main_grads,
         fp8=args.fp8,
+        ep=args.ep,
     )
 
 

@@ -106,7 +106,10 @@ def render_text(rep: dict) -> str:
         f"inter {c['inter']['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s",
         f"plan: dp={p['dp']} tp={p['tp']} pp={p['pp']} cp={p['cp']} sp={p['sp']} vpp={p['vpp']} "
         f"micro_batch={p['micro_batch']} global_batch={p['global_batch']} zero={p['zero']} "
-        f"recompute={p['recompute']} order={p['order']} schedule={p['schedule']}",
+        f"recompute={p['recompute']} order={p['order']} schedule={p['schedule']}"
+        + (f" ep={p['ep']}" if p.get("ep", 1) > 1 else "")
+        + (f" main_grads={p['main_grads']}" if p.get("main_grads", "fp32") != "fp32" else "")
+        + (f" fp8={p['fp8']}" if p.get("fp8", "none") != "none" else ""),
         f"world size {rep['world_size']}: {'VALID' if rep['valid'] else 'INVALID'}",
     ]
     out += [f"  error: {e}" for e in rep["errors"]] + [f"  warning: {w}" for w in rep["warnings"]]

@@ -250,12 +250,30 @@ def _replicated_params_per_layer(model: Model) -> int:
     return 2 * h if model.arch == "llama" else 4 * h + 2 * h
 
 
+def _moe_layer_share(model: Model) -> float:
+    """MoE layers per layer (spread evenly over the stages, as the dense/MoE pattern repeats)."""
+    return model.moe_layers / model.layers
+
+
+def expert_params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
+    """Routed-expert weights held by one GPU of `stage`: its MoE layers' experts / ep, each expert's
+    matrices split over tp (Megatron-LM's expert tensor parallelism defaults to tp). 0 when dense."""
+    moe = model.moe_layers / plan.pp
+    return moe * model.expert_params_per_layer() / (plan.ep * plan.tp)  # the same on every stage
+
+
 def params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
-    """Parameters held by one GPU of pipeline stage `stage` (TP-sharded matrices, replicated norms)."""
+    """Parameters held by one GPU of pipeline stage `stage` (TP-sharded matrices, replicated norms,
+    and a MoE model's routed experts split over ep x tp: expert_params_per_stage)."""
     t, p = plan.tp, plan.pp
     rep = _replicated_params_per_layer(model)
-    layer = (model.params_per_layer() - rep) / t + rep
-    n = layer * model.layers / p
+    dense = (model.params_per_layer() - rep) / t + rep
+    share = _moe_layer_share(model)
+    # besides its experts a MoE layer holds attention, norms, shared experts (TP-sharded) and the
+    # router (hidden x experts, kept whole on every TP rank, as Megatron-LM's router)
+    router = model.hidden * model.experts
+    moe = (model.moe_layer_params_besides_experts() - rep - router) / t + rep + router
+    n = (dense * (1 - share) + moe * share) * model.layers / p + expert_params_per_stage(model, plan, stage)
     pos = model.seq_len * model.hidden if model.arch == "gpt" else 0
     n = n + where(stage == 0, model.vocab * model.hidden / t + pos, 0.0)
     head = model.output_params() - (0 if model.tied_embeddings else model.vocab * model.hidden)
@@ -273,10 +291,16 @@ def max_params_per_stage(model: Model, plan: AnyPlan) -> Any:
 def gemm_params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
     """Parameters of the transformer layers' GEMM weights (QKV, out-projection, MLP) on one GPU of
     `stage`: what FP8 training casts to 1 byte (the embedding, norms, biases and output layer stay
-    bf16, as in Transformer Engine and Megatron-LM). Every stage holds the same layers' share."""
-    h, f, kv = model.hidden, model.ffn_hidden, model.kv_hidden
-    per_layer = h * (h + 2 * kv) + h * h + (3 if model.gated_mlp else 2) * h * f
-    return per_layer / plan.tp * model.layers / plan.pp  # the same on every stage
+    bf16, as in Transformer Engine and Megatron-LM). Every stage holds the same layers' share. The
+    routed experts' matrices are counted apart (expert_params_per_stage)."""
+    h, kv = model.hidden, model.kv_hidden
+    attention = h * (h + 2 * kv) + h * h
+    share = _moe_layer_share(model)  # MoE layers: the shared experts' MLP (routed experts: model_state_bytes)
+    mlp = (
+        model.mlp_matrix_params(model.ffn_hidden) * (1 - share)
+        + model.mlp_matrix_params(model.shared_expert_ffn) * share
+    )
+    return (attention + mlp) / plan.tp * model.layers / plan.pp  # the same on every stage
 
 
 def model_state_bytes(model: Model, plan: AnyPlan, stage: Any) -> dict[str, Any]:
@@ -293,21 +317,29 @@ def model_state_bytes(model: Model, plan: AnyPlan, stage: Any) -> dict[str, Any]
     *with* context parallelism, whose ranks hold the same weights): stage 1 divides the optimizer
     by N_d (the distributed optimizer keeps the whole gradient buffer: 2 + 4 + 12/N_d bytes, as
     Megatron-LM's theoretical_memory_usage.py writes 6 + 12/d), stage 2 also the gradients, stage 3
-    also the weights.
+    also the weights. A MoE model's routed experts shard over the expert-data-parallel ranks instead,
+    N_d / ep (each expert lives on one rank of every ep group).
     """
-    n = params_per_stage(model, plan, stage)
-    nd = plan.dp * plan.cp
+    experts = expert_params_per_stage(model, plan, stage)
+    dense = params_per_stage(model, plan, stage) - experts
+    nd, ne = plan.dp * plan.cp, plan.dp * plan.cp / plan.ep  # ZeRO groups: data x context, expert data
     w = model.dtype_bytes
     k = 12 if w == 2 else 8
     g = 4 if w == 4 or plan.main_grads == "fp32" else 2
-    weights = n * w
-    if plan.fp8 != "none":
+    if plan.fp8 != "none":  # the experts' matrices are GEMMs too
+        extra = 1 if plan.fp8 == "gemm" else 1 - w
         gemm = gemm_params_per_stage(model, plan, stage)
-        weights = weights + gemm * (1 if plan.fp8 == "gemm" else 1 - w)
+        weights = (dense * w + gemm * extra, experts * (w + extra))
+    else:
+        weights = (dense * w, experts * w)
+
+    def split(d, e, stage_min):
+        return d / where(plan.zero >= stage_min, nd, 1) + e / where(plan.zero >= stage_min, ne, 1)
+
     return {
-        "params": weights / where(plan.zero >= 3, nd, 1),
-        "grads": n * g / where(plan.zero >= 2, nd, 1),
-        "optimizer": n * k / where(plan.zero >= 1, nd, 1),
+        "params": split(*weights, 3),
+        "grads": split(dense * g, experts * g, 2),
+        "optimizer": split(dense * k, experts * k, 1),
     }
 
 

@@ -42,9 +42,17 @@ class PerfOptions:
 
 
 def layer_forward_flops(model: Model, tokens_per_seq: int, batch: int) -> dict[str, float]:
-    """Forward FLOPs of one layer for `batch` sequences: GEMMs and the attention core (2 FLOPs per MAC)."""
+    """Forward FLOPs of one (average) layer for `batch` sequences: GEMMs and the attention core (2 FLOPs
+    per MAC). A MoE model's MLP counts the weights a token passes through (the active parameters)."""
     h, f, k, s = model.hidden, model.ffn_hidden, model.kv_hidden, tokens_per_seq
-    gemm_weights = h * (h + 2 * k) + h * h + (3 if model.gated_mlp else 2) * h * f  # 12h^2 for GPT
+    mlp = model.mlp_matrix_params(f)  # 8h^2 for GPT
+    if model.experts:  # a token passes top_k routed experts and the shared ones, on the MoE layers
+        share = model.moe_layers / model.layers
+        routed = model.top_k * model.mlp_matrix_params(model.expert_ffn) + model.mlp_matrix_params(
+            model.shared_expert_ffn
+        )
+        mlp = mlp * (1 - share) + (routed + h * model.experts) * share  # + the router
+    gemm_weights = h * (h + 2 * k) + h * h + mlp  # 12h^2 for GPT
     return {"gemm": 2 * batch * s * gemm_weights, "attention": 4 * batch * s * s * h}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -50,9 +51,13 @@ class Plan:
     schedule: str = "1f1b"  # pipeline schedule: 1f1b | gpipe
     main_grads: str = "fp32"  # gradient buffer dtype: fp32 (Megatron-LM's default) | bf16
     fp8: str = "none"  # none | gemm | weights (see FP8)
+    # Expert parallelism (Lepikhin et al. 2021, GShard): a MoE layer's routed experts are split over
+    # ep ranks taken from the data-parallel x context ranks (Megatron-LM's expert layout: tp x ep x
+    # expert-dp x pp = the world), so ep adds no GPUs; the experts' ZeRO shards over dp*cp/ep.
+    ep: int = 1
 
     def __post_init__(self):
-        _positive(self, "dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp")
+        _positive(self, "dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "ep")
         if self.world_size > MAX_WORLD_SIZE:  # the rank layout is an array of this many ints
             raise SpecError(
                 f"dp×tp×pp×cp = {self.dp}×{self.tp}×{self.pp}×{self.cp} = {self.world_size:,} GPUs; "
@@ -100,6 +105,8 @@ class Plan:
             parts.append(f"ZeRO-{self.zero}")
         if self.recompute != "none":
             parts.append(f"rc-{self.recompute}")
+        if self.ep > 1:
+            parts.append(f"EP{self.ep}")
         if self.fp8 != "none":
             parts.append("FP8" + ("-weights" if self.fp8 == "weights" else ""))
         parts.append(f"mb{self.micro_batch}")
@@ -134,6 +141,7 @@ class PlanColumns:
     schedule: str = "1f1b"
     main_grads: str = "fp32"
     fp8: str = "none"
+    ep: Any = 1  # an array, or one degree shared by all rows
 
     @property
     def world_size(self) -> np.ndarray:

@@ -62,6 +62,17 @@ class Model:
     # Whether the model trains with dropout (after the softmax and on both residual branches, as
     # Table 2 assumes). GPT-3 does; Llama 3 does not (its released training config has none).
     dropout: bool = True
+    # Mixture of experts (Shazeer et al. 2017; Fedus et al. 2022, Switch): `experts` routed experts per
+    # MoE layer (0: a dense model), each token sent to `top_k` of them; each expert an MLP of width
+    # `expert_ffn` (None: ffn_hidden), plus always-on shared experts of total width `shared_expert_ffn`
+    # (DeepSeek, Llama 4); a router of hidden x experts. Layers: the first `dense_layers` are dense,
+    # then every `moe_every`-th layer is MoE (Llama 4 Maverick alternates: 2), the others dense of ffn_hidden.
+    experts: int = 0
+    top_k: int = 1
+    expert_ffn: int | None = None
+    shared_expert_ffn: int = 0
+    moe_every: int = 1
+    dense_layers: int = 0
 
     def __post_init__(self):
         _positive(self, "layers", "hidden", "heads", "vocab", "seq_len", "dtype_bytes")
@@ -78,6 +89,17 @@ class Model:
             raise SpecError(f"heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
         if self.arch not in ("gpt", "llama"):
             raise SpecError(f"arch must be 'gpt' or 'llama', got {self.arch!r}")
+        if self.expert_ffn is None:
+            object.__setattr__(self, "expert_ffn", self.ffn_hidden)
+        _positive(self, "top_k", "expert_ffn", "moe_every")
+        for name in ("experts", "shared_expert_ffn", "dense_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SpecError(f"Model.{name} must be a non-negative integer, got {value!r}")
+        if self.experts and self.top_k > self.experts:
+            raise SpecError(f"top_k {self.top_k} is more than the {self.experts} experts")
+        if self.dense_layers > self.layers:
+            raise SpecError(f"dense_layers {self.dense_layers} is more than the {self.layers} layers")
 
     @property
     def head_dim(self) -> int:
@@ -102,11 +124,45 @@ class Model:
         return self.arch == "gpt"
 
     def params_per_layer(self) -> int:
-        """Weights (and GPT's biases) of one layer: QKV, out-projection, MLP, two norms."""
+        """Weights (and GPT's biases) of one dense layer: QKV, out-projection, MLP, two norms."""
         h, f, kv = self.hidden, self.ffn_hidden, self.kv_hidden
         if self.arch == "llama":  # no biases, SwiGLU (gate, up, down), RMSNorm (weight only)
             return h * (h + 2 * kv) + h * h + 3 * h * f + 2 * h
         return h * (h + 2 * kv) + (h + 2 * kv) + h * h + h + 2 * h * f + f + h + 4 * h
+
+    def mlp_matrix_params(self, ffn: int) -> int:
+        """The MLP's weight matrices at width `ffn`: gate, up, down (llama) or fc1, fc2 (gpt)."""
+        return (3 if self.gated_mlp else 2) * self.hidden * ffn
+
+    @property
+    def moe_layers(self) -> int:
+        """How many layers are MoE: after the first dense_layers, every moe_every-th (0 for a dense model)."""
+        if not self.experts:
+            return 0
+        return len(range(self.dense_layers + self.moe_every - 1, self.layers, self.moe_every))
+
+    def expert_params_per_layer(self) -> int:
+        """The routed experts' weights of one MoE layer (what expert parallelism shards)."""
+        return self.experts * self.mlp_matrix_params(self.expert_ffn)
+
+    def moe_layer_params_besides_experts(self) -> int:
+        """One MoE layer without its routed experts: attention, norms, router, shared experts (GPT's
+        MLP biases are not counted for MoE layers)."""
+        dense_mlp = self.params_per_layer() - self.mlp_matrix_params(self.ffn_hidden)
+        if self.arch == "gpt":
+            dense_mlp -= self.ffn_hidden + self.hidden  # fc1 and fc2 biases
+        return dense_mlp + self.hidden * self.experts + self.mlp_matrix_params(self.shared_expert_ffn)
+
+    def layer_params_total(self) -> int:
+        """All transformer layers' weights, dense and MoE."""
+        moe = self.moe_layers
+        per_moe = self.moe_layer_params_besides_experts() + self.expert_params_per_layer()
+        return (self.layers - moe) * self.params_per_layer() + moe * per_moe
+
+    def active_params_total(self) -> int:
+        """Weights one token passes through: top_k routed experts instead of all of them."""
+        routed_unused = (self.experts - self.top_k) * self.mlp_matrix_params(self.expert_ffn)
+        return self.params_total() - self.moe_layers * routed_unused
 
     def embedding_params(self) -> int:
         """Input embedding (plus GPT's learned positions); the output layer is tied for GPT."""
@@ -119,7 +175,7 @@ class Model:
         return norm + (0 if self.tied_embeddings else self.vocab * self.hidden)
 
     def params_total(self) -> int:
-        return self.layers * self.params_per_layer() + self.embedding_params() + self.output_params()
+        return self.layer_params_total() + self.embedding_params() + self.output_params()
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -204,6 +260,26 @@ def _llama3(name, layers, hidden, heads, ffn):
     )
 
 
+def _llama4(name, experts, moe_every):
+    return Model(
+        name=name,
+        layers=48,
+        hidden=5120,
+        heads=40,
+        kv_heads=8,
+        ffn_hidden=16384,
+        vocab=202048,
+        seq_len=8192,
+        arch="llama",
+        dropout=False,
+        experts=experts,
+        top_k=1,
+        expert_ffn=8192,
+        shared_expert_ffn=8192,
+        moe_every=moe_every,
+    )
+
+
 MODELS: dict[str, Model] = {
     # Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
     # Table 3 (model configurations): heads, hidden, layers; sequence 2048, vocabulary 51200.
@@ -218,6 +294,50 @@ MODELS: dict[str, Model] = {
     "llama3-8b": _llama3("llama3-8b", 32, 4096, 32, 14336),
     "llama3-70b": _llama3("llama3-70b", 80, 8192, 64, 28672),
     "llama3-405b": _llama3("llama3-405b", 126, 16384, 128, 53248),
+    # Mixture-of-experts models. Mixtral 8x7B: Jiang et al. 2024, "Mixtral of Experts", Table 1
+    # (32 layers, dim 4096, 32 heads, 8 kv heads, FFN 14336, vocab 32000, 8 experts, top-2); the
+    # sequence is Megatron-LM's Mixtral example's 4096. 46.7B parameters.
+    "mixtral-8x7b": Model(
+        name="mixtral-8x7b",
+        layers=32,
+        hidden=4096,
+        heads=32,
+        kv_heads=8,
+        ffn_hidden=14336,
+        vocab=32000,
+        seq_len=4096,
+        arch="llama",
+        dropout=False,
+        experts=8,
+        top_k=2,
+    ),
+    # DeepSeek-V3: DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", Sec. 4.2 and the released
+    # config.json: 61 layers, hidden 7168, 128 heads, first 3 layers dense (FFN 18432), then 256
+    # routed experts of 2048 with 1 shared of 2048, top-8, vocab 129280, training sequence 4096.
+    # Multi-head latent attention is approximated as multi-head attention of 128 heads of 56 (its
+    # low-rank projections hold ~10% fewer weights, ~1% of the model; its activations are not MLA's).
+    "deepseek-v3": Model(
+        name="deepseek-v3",
+        layers=61,
+        hidden=7168,
+        heads=128,
+        ffn_hidden=18432,
+        vocab=129280,
+        seq_len=4096,
+        arch="llama",
+        dropout=False,
+        experts=256,
+        top_k=8,
+        expert_ffn=2048,
+        shared_expert_ffn=2048,
+        dense_layers=3,
+    ),
+    # Llama 4 Scout / Maverick: torchtitan's llama4 flavours 17bx16e / 17bx128e and Meta's released
+    # config.json: 48 layers, dim 5120, 40 heads, 8 kv heads, experts of 8192 with one shared expert
+    # of 8192, top-1, vocab 202048; Maverick's MoE layers alternate with dense ones of 16384
+    # (interleave_moe_layer_step 2); sequence 8192 (torchtitan's train configs). 109B / 400B.
+    "llama4-scout": _llama4("llama4-scout", experts=16, moe_every=1),
+    "llama4-maverick": _llama4("llama4-maverick", experts=128, moe_every=2),
     # What the CPU jobs train: every degree in {1, 2, 4} of dp/tp/pp/cp divides it, SP and
     # load-balanced CP included (seq 64 % (2*cp*tp) == 0 for cp, tp <= 4). fp32 on CPU.
     "tiny": Model(name="tiny", layers=4, hidden=64, heads=4, vocab=512, seq_len=64, dtype_bytes=4),

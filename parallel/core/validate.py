@@ -81,6 +81,16 @@ def _shape_errors(plan: Plan, model: Model) -> list[str]:
             )
         if p.schedule == "gpipe":
             errors.append("vpp > 1 is an interleaved 1F1B schedule; it cannot be combined with gpipe")
+    if p.ep > 1:
+        if not m.experts:
+            errors.append(f"ep {p.ep} > 1 needs a mixture-of-experts model; {m.name} is dense")
+        elif m.experts % p.ep:
+            errors.append(f"the {m.experts} experts are not divisible by ep {p.ep}: each EP rank holds experts/ep")
+        if (p.dp * p.cp) % p.ep:
+            errors.append(
+                f"dp×cp = {p.dp}×{p.cp} = {p.dp * p.cp} is not divisible by ep {p.ep}: expert parallelism "
+                f"takes its ranks from the data-parallel × context ranks (Megatron-LM's expert layout)"
+            )
     return errors
 
 

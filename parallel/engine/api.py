@@ -51,6 +51,8 @@ def engine_errors(model: Model, plan: Plan) -> list[str]:
         errors.append(f"ZeRO-{plan.zero}: the engine implements ZeRO 0 and 1")
     if model.dtype_bytes not in (2, 4):
         errors.append(f"dtype_bytes {model.dtype_bytes}: the engine trains fp32 (4) or bf16 (2)")
+    if model.experts or plan.ep > 1:
+        errors.append("mixture of experts / ep > 1: the engine trains dense models")
     if plan.fp8 != "none":
         errors.append(f"fp8 {plan.fp8!r}: the engine has no FP8 GEMMs (they need Transformer Engine on Hopper GPUs)")
     return errors

@@ -22,6 +22,7 @@ dropped; any other flag is listed in `unknown`. Pure: stdlib only.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from parallel.core.plan import Plan
@@ -77,6 +78,11 @@ USED = {  # flag -> (type, key)
     "--merge-file": ("path", "merge_file"),
     "--num-experts": ("int", "experts"),
     "--expert-model-parallel-size": ("int", "ep"),
+    "--moe-router-topk": ("int", "top_k"),
+    "--moe-ffn-hidden-size": ("int", "expert_ffn"),
+    "--moe-shared-expert-intermediate-size": ("int", "shared_expert_ffn"),
+    "--moe-layer-freq": ("int", "moe_every"),
+    "--expert-tensor-parallel-size": ("int", "etp"),
     "--overlap-grad-reduce": ("true", "overlap_grad_reduce"),
     "--tp-comm-overlap": ("true", "tp_comm_overlap"),
     "--rampup-batch-size": ("list", "rampup"),
@@ -332,11 +338,25 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
         # Megatron-LM's defaults are 0.1 for both; the model trains without dropout only when both are 0
         dropout=not (get.get("attention_dropout") == 0 and get.get("hidden_dropout") == 0),
     )
+    if get.get("experts"):  # Megatron-LM's MoE flags; top-k 2 is its default
+        shape.update(
+            experts=get["experts"],
+            top_k=get.get("top_k", 2),
+            expert_ffn=get.get("expert_ffn") or ffn,
+            shared_expert_ffn=get.get("shared_expert_ffn", 0),
+            moe_every=get.get("moe_every", 1),
+        )
+        if "moe_every" in get and get["moe_every"] > 1:
+            r.notes.append(
+                f"--moe-layer-freq {get['moe_every']}: Megatron-LM makes layer i MoE when i % freq == 0; "
+                f"modelled as every {get['moe_every']}-th layer (the same count, up to one layer)"
+            )
     like = next(
         (
             m
             for m in MODELS.values()
             if all(getattr(m, k) == shape[k] for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "arch"))
+            and m.experts == shape.get("experts", 0)
         ),
         None,
     )
@@ -365,7 +385,11 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
             f"{divisor}, as Megatron-LM pads it"
         )
     shape["vocab"] = padded
-    exact = next((m for m in MODELS.values() if m.to_dict() == {**shape, "name": m.name}), None)
+    try:
+        candidate = Model(name="imported", **shape)
+    except SpecError as err:
+        raise r.fail(launch_line, f"the model's shape is not valid: {err}") from None
+    exact = next((m for m in MODELS.values() if dataclasses.replace(candidate, name=m.name) == m), None)
     if exact:
         return exact
     if like is not None:
@@ -437,6 +461,7 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         order="tp-cp-ep-pp-dp" if get.get("tp_pp_dp") else "tp-cp-ep-dp-pp",
         main_grads="bf16" if get.get("grad_bf16") or get.get("main_grads") in ("bf16", "bfloat16") else "fp32",
         fp8="none",
+        ep=get.get("ep", 1),
     )
     if get.get("fp8"):
         plan["fp8"] = "weights" if get.get("fp8_params") else "gemm"
@@ -450,7 +475,7 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
             )
         )
     for key, text in (
-        ("experts", "mixture of experts (--num-experts) is not modelled: the MLP is counted dense"),
+        ("etp", "--expert-tensor-parallel-size: the experts are modelled split over tp (Megatron-LM's default)"),
         (
             "overlap_grad_reduce",
             "--overlap-grad-reduce: give the plan --dp-overlap to model the hidden gradient reduction",
