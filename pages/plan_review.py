@@ -193,6 +193,7 @@ def plan_editor(s: ReviewState) -> ReviewState:
         "zero": st.column_config.SelectboxColumn("ZeRO", options=[0, 1, 2, 3], required=True),
         "recompute": st.column_config.SelectboxColumn("recompute", options=list(RECOMPUTE), required=True),
         "order": st.column_config.SelectboxColumn("rank order", options=list(ORDERS), required=True),
+        "ep": st.column_config.NumberColumn("EP", min_value=1, step=1, required=True, help="expert parallel (MoE)"),
         "grads": st.column_config.SelectboxColumn(
             "grads", options=list(MAIN_GRADS), required=True, help="gradient buffer dtype (Megatron-LM: fp32)"
         ),

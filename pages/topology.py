@@ -20,7 +20,13 @@ def topology_page(choice: PlanChoice) -> None:
         "Colour GPUs by", DIMS, default="pp", required=True, key="topo_color", format_func=str.upper, **url
     )
     group_dim = c2.segmented_control(
-        "Draw the groups of", DIMS, default="tp", required=True, key="topo_groups", format_func=str.upper, **url
+        "Draw the groups of",
+        (*DIMS, "ep"),
+        default="tp",
+        required=True,
+        key="topo_groups",
+        format_func=str.upper,
+        **url,
     )
     other = "tp-cp-pp-dp" if same_order(plan.order, DEFAULT_ORDER) else DEFAULT_ORDER
     picked = c3.selectbox(

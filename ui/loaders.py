@@ -46,7 +46,10 @@ def topology_view(params: dict[str, str], color_dim: str, group_dim: str, compar
         "paths": topology_data.group_paths(topo, group_dim, first_node=first, nodes=window),
         "overview": topology_data.node_overview(topo, color_dim) if window < total else None,
         "summary": topology_data.dim_summary(topo, compare_order),
-        "crossing": {d: topo.crossing(d) if topo.sizes[d] > 1 else 0 for d in topology_data.DIMS},
+        "crossing": {
+            **{d: topo.crossing(d) if topo.sizes[d] > 1 else 0 for d in topology_data.DIMS},
+            "ep": topo.crossing("ep") if plan.ep > 1 else 0,  # the MoE layers' expert groups
+        },
         "moved": topology_data.moved_count(topo, compare) if compare else 0,
         "compare": compare,
         "nodes": total,

@@ -28,7 +28,7 @@ from ui.topology_data import same_order
 
 _PREFIX = "plan."
 _WRITTEN = "_plan_params_written"  # the plan params this session last put in the URL
-_INTS = ("nodes", "gpn", "dp", "tp", "pp", "cp", "mb", "gb", "vpp", "zero")
+_INTS = ("nodes", "gpn", "dp", "tp", "pp", "cp", "mb", "gb", "vpp", "zero", "ep")
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def _widgets() -> dict[str, str]:
     c2.number_input(
         "Global batch", min_value=1, max_value=10**7, step=1, key=k + "gb", help="sequences per optimizer step"
     )
-    with sb.expander("Schedule, ZeRO, recompute, rank order"):
+    with sb.expander("Schedule, ZeRO, recompute, EP, rank order"):
         st.number_input("Virtual stages per rank (vpp)", min_value=1, max_value=128, step=1, key=k + "vpp")
         st.selectbox(
             "ZeRO stage",
@@ -148,6 +148,14 @@ def _widgets() -> dict[str, str]:
             format_func=lambda z: ["0 (none)", "1 (optimizer)", "2 (+ gradients)", "3 (+ weights)"][z],
         )
         st.selectbox("Activation recompute", list(RECOMPUTE), key=k + "recompute")
+        st.number_input(
+            "Expert parallel (EP)",
+            min_value=1,
+            max_value=65536,
+            step=1,
+            key=k + "ep",
+            help="MoE models: each MoE layer's experts split over EP ranks taken from DP × CP (adds no GPUs)",
+        )
         st.selectbox(
             "Rank order (fastest first)", list(ORDERS), key=k + "order", format_func=lambda o: f"{o} — {ORDERS[o]}"
         )

@@ -8,6 +8,7 @@ Keys (all values are strings, as in `st.query_params`):
     sp        0 | 1 (Megatron sequence parallelism)      mb gb     micro batch, global batch (sequences)
     vpp       virtual pipeline stages per rank           zero      ZeRO stage 0-3
     recompute none | selective | full                    order     rank order, fastest first
+    ep        expert parallelism (MoE models; from dp x cp)
     grads     fp32 | bf16 (gradient buffer; only when bf16)  fp8      none | gemm | weights (only when not none)
 
 A missing key takes DEFAULT_PARAMS' value, except `nodes`, which then fits the plan (just enough
@@ -39,6 +40,7 @@ KEYS = (
     "zero",
     "recompute",
     "order",
+    "ep",
 )
 # Optional keys, written only when not the default (the plan form has no widgets for them; the
 # review page's plan codes carry them): the gradient dtype and FP8 mode.
@@ -52,6 +54,7 @@ _INT_FIELDS = {
     "gb": "global_batch",
     "vpp": "vpp",
     "zero": "zero",
+    "ep": "ep",
 }
 
 # The dashboard's opening plan: GPT-3 175B on 64 DGX H100 nodes, Megatron-style 8-way TP inside each
@@ -72,6 +75,7 @@ DEFAULT_PARAMS: dict[str, str] = {
     "zero": "0",
     "recompute": "none",
     "order": Plan().order,
+    "ep": "1",
 }
 PRECISION_DEFAULTS = {"grads": Plan().main_grads, "fp8": Plan().fp8}
 
@@ -99,6 +103,7 @@ def plan_to_params(
         "zero": str(plan.zero),
         "recompute": plan.recompute,
         "order": plan.order,
+        "ep": str(plan.ep),
         **_precision(plan),
     }
 
@@ -188,7 +193,7 @@ def usable_params(params: Mapping) -> tuple[dict[str, str], list[str]]:
 #   mfu dp_overlap flash dropout       the modelling assumptions
 
 REVIEW_VIEWS = ("compare", "search", "import", "saved")
-_PLAN_CODE_KEYS = ("dp", "tp", "pp", "cp", "sp", "mb", "gb", "vpp", "zero", "recompute", "order", "grads", "fp8")
+_PLAN_CODE_KEYS = ("dp", "tp", "pp", "cp", "sp", "mb", "gb", "vpp", "zero", "recompute", "order", "ep", "grads", "fp8")
 _PLAN_CODE_DEFAULTS = {
     "dp": "1",
     "tp": "1",
@@ -200,6 +205,7 @@ _PLAN_CODE_DEFAULTS = {
     "zero": "0",
     "recompute": "none",
     "order": DEFAULT_PARAMS["order"],
+    "ep": "1",
     **PRECISION_DEFAULTS,
 }
 _SHAPE = {
@@ -272,6 +278,7 @@ def plan_code(named) -> str:
         "zero": p.zero,
         "recompute": p.recompute,
         "order": p.order,
+        **({"ep": p.ep} if p.ep > 1 else {}),  # only where it is not 1: older plan codes stay as they were
         **_precision(p),
     }
     return f"{named.name}|" + ",".join(f"{k}={values[k]}" for k in _PLAN_CODE_KEYS if k in values)
@@ -448,6 +455,7 @@ def plan_rows_of(plans) -> list[dict]:
                 "zero": p.zero,
                 "recompute": p.recompute,
                 "order": p.order,
+                "ep": p.ep,
                 "grads": p.main_grads,
                 "fp8": p.fp8,
             }
@@ -468,7 +476,9 @@ def plans_from_rows(rows) -> tuple[tuple, list[str]]:
             continue
         try:
             # a row without the precision columns (an older editor) means the defaults
-            values = {k: row.get(k, _PLAN_CODE_DEFAULTS[k] if k in ("grads", "fp8") else None) for k in _PLAN_CODE_KEYS}
+            values = {
+                k: row.get(k, _PLAN_CODE_DEFAULTS[k] if k in ("ep", "grads", "fp8") else None) for k in _PLAN_CODE_KEYS
+            }
             if any(v is None or (isinstance(v, float) and v != v) for v in values.values()):
                 raise SpecError("fill every column")
             named = parse_plan_code(

@@ -32,6 +32,10 @@ the most layers of work (an interior pipeline stage), with m microbatches of b s
     CP          all-gathered K/V: per layer per microbatch an all-gather of K and V (2*b*s*k
                 elements, gathered) forward, a reduce-scatter of their gradients backward
                 (Dubey et al. 2024, Sec. 3.3.2).
+    EP          per MoE layer per microbatch, a token dispatch and a combine all-to-all forward and
+                their two conjugates backward (Lepikhin et al. 2021, GShard; Megatron-LM's alltoall
+                token dispatcher), each of the rank's b*s/cp tokens (/t under SP) x top_k copies of h
+                elements; over the EP group of Megatron's expert layout (Topology.group_ranks("ep")).
 
 Pure: stdlib and numpy.
 """
@@ -50,7 +54,7 @@ from parallel.core.specs import Cluster, Link, Model
 from parallel.core.vector import ceil, is_array, maximum, minimum, where
 
 MiB = 2**20
-DIMS = ("tp", "sp", "cp", "pp", "dp")  # the rows of a step, in the order reports list them
+DIMS = ("tp", "sp", "cp", "ep", "pp", "dp")  # the rows of a step, in the order reports list them
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,8 @@ def collective_seconds(op: str, n: int, nbytes: float, link: Link) -> float:
 def _link_of(plan: Plan, cluster: Cluster, dims: tuple[str, ...]) -> str:
     """'inter' if any group over `dims` (ranks that differ only in those coordinates) spans nodes."""
     topo = plan.topology(cluster.gpus_per_node)
+    if dims == ("ep",):  # the MoE layers' own layout
+        return topo.link("ep") if plan.ep > 1 else "intra"
     grid = topo.grid  # [dp, pp, cp, tp]
     axes = [("dp", "pp", "cp", "tp").index(d) for d in dims]
     rest = [i for i in range(4) if i not in axes]
@@ -114,6 +120,8 @@ def crosses_nodes(plan: AnyPlan, cluster: Cluster, dims: tuple[str, ...]) -> Any
     flag per plan, each distinct (dp, tp, pp, cp) laid out once."""
     if not isinstance(plan, PlanColumns):
         return _link_of(plan, cluster, dims) == "inter"
+    if dims == ("ep",):
+        return _ep_crosses_nodes(plan, cluster)
     memo = plan.memo.setdefault(("crosses_nodes", cluster, dims), {})
     if "flags" not in memo:
         uniq, inverse = plan.distinct_degrees
@@ -125,6 +133,29 @@ def crosses_nodes(plan: AnyPlan, cluster: Cluster, dims: tuple[str, ...]) -> Any
             dtype=bool,
         )
         memo["flags"] = flags[inverse]
+    return memo["flags"]
+
+
+def _ep_crosses_nodes(plan: PlanColumns, cluster: Cluster) -> Any:
+    """Per plan: whether its EP groups span nodes, each distinct (dp, tp, pp, cp, ep) laid out once."""
+    memo = plan.memo.setdefault(("ep_crosses_nodes", cluster), {})
+    if "flags" not in memo:
+        ep = np.broadcast_to(np.asarray(plan.ep, dtype=np.int64), np.shape(plan.dp))
+        rows = np.stack([np.asarray(x, dtype=np.int64) for x in (plan.dp, plan.tp, plan.pp, plan.cp)] + [ep], axis=1)
+        uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
+        flags = np.array(
+            [
+                int(e) > 1
+                and (int(d) * int(c)) % int(e) == 0
+                and _link_of(
+                    Plan(dp=int(d), tp=int(t), pp=int(p), cp=int(c), ep=int(e), order=plan.order), cluster, ("ep",)
+                )
+                == "inter"
+                for d, t, p, c, e in uniq
+            ],
+            dtype=bool,
+        )
+        memo["flags"] = flags[inverse.reshape(-1)]
     return memo["flags"]
 
 
@@ -166,6 +197,10 @@ def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -
         CommTerm("cp", "reduce_scatter", layers * m, kv_bytes, ("cp",), p.cp),
         CommTerm("pp", "send_recv", 2 * m * v, tp_bytes / where(p.sp, p.tp, 1), ("pp",), p.pp),
     ]
+    if model.experts:  # dispatch + combine forward (again under full recompute), both conjugates backward
+        moe_layers = model.moe_layers / p.pp
+        ep_bytes = tp_bytes * model.top_k / where(p.sp, p.tp, 1)
+        terms.append(CommTerm("ep", "all_to_all", (2 * fwd_passes + 2) * moe_layers * m, ep_bytes, ("ep",), p.ep))
     nd = p.dp * p.cp
     grad_bytes = max_params_per_stage(model, p) * act
     weight_bytes = max_params_per_stage(model, p) * model.dtype_bytes
@@ -224,7 +259,7 @@ def comm_per_step(model: Model, plan: Plan, cluster: Cluster, opts: CommOptions 
 
 
 def exposed_seconds_by_dim(model: Model, plan: AnyPlan, cluster: Cluster, opts: CommOptions = CommOptions()) -> dict:
-    """{tp, sp, cp, pp, dp: seconds not overlapped} -- arrays for a PlanColumns."""
+    """{tp, sp, cp, ep, pp, dp: seconds not overlapped} -- arrays for a PlanColumns."""
     out: dict[str, Any] = {d: 0.0 for d in DIMS}
     links: dict[tuple[str, ...], Any] = {}
     for t in comm_terms(model, plan, opts):

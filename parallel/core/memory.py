@@ -129,7 +129,8 @@ def activation_components_bytes(
 
         layernorm                 2 * A b s_q h r          inputs of the two LayerNorms
         attention.qkv_input       A b s_q h r              QKV GEMM input (SP: stored sharded, re-gathered)
-        attention.qk              A b (s_q h + s_kv k)/t   Q and K for QK^T (K: k/t is k/min(t, kv_heads),
+        attention.qk              A b (s_q q + s_kv k)/t   Q and K for QK^T (q = heads * head_dim = h,
+                                                            but for models that set their head width) (K: k/t is k/min(t, kv_heads),
                                                             one replicated head when tp > kv_heads)
         attention.scores          A a b s_q s_kv / t       softmax output      (0 with flash attention)
         attention.dropout_mask    M a b s_q s_kv / t       (0 without dropout or with flash attention)
@@ -137,7 +138,7 @@ def activation_components_bytes(
                                                             the softmax output, counted once)
         attention.softmax_stats   4 a b s_q / t            fp32 log-sum-exp (flash attention only)
         attention.v               A b s_kv k / t           V for scores @ V
-        attention.proj_input      A b s_q h / t            out-projection input
+        attention.proj_input      A b s_q q / t            out-projection input
         mlp.fc1_input             A b s_q h r
         mlp.act_input             A b s_q f / t            GeLU input  (SwiGLU: gate and up, g = 2: 2A)
         mlp.fc2_input             A b s_q f / t            GeLU output (SwiGLU fused: the product only;
@@ -149,6 +150,12 @@ def activation_components_bytes(
     Linear/LayerNormLinear keep for the weight gradient; LayerNorm inputs, Q/K/V, the SwiGLU/GeLU input
     and silu(gate) stay at A bytes; with flash attention the attention output is saved twice (A bytes
     by the attention kernel for its backward, 1 byte by the out-projection), so proj_input = (1 + A).
+
+    Mixture of experts (model.experts > 0): on the MoE share of the layers the MLP terms are those of
+    the routed tokens, dropless with balanced routing (no capacity factor): fc1_input adds the top_k
+    dispatched copies of each token (A b s_q h each: an expert's TP shards all need the whole hidden)
+    and the router's fp32 probabilities (4 b s_q E r); act_input and fc2_input take the width a token
+    passes, top_k * expert_ffn + shared_expert_ffn, in place of f.
 
     With A=2, M=1, dropout, f=4h, k=h, cp=1 the sum is Table 2's TP (sp off) and TP+SP rows.
     SwiGLU, measured with saved_tensors_hooks (bytes per s b f at A = 2): GeLU 4, fused 6, unfused
@@ -162,6 +169,7 @@ def activation_components_bytes(
     """
     act, s_q, s_kv = _sizes(model, plan, opts)
     b, h, f, a, t = plan.micro_batch, model.hidden, model.ffn_hidden, model.heads, plan.tp
+    q = model.q_hidden  # = h unless the model sets its head width (Qwen3)
     k_local = _kv_hidden_per_tp_rank(model, t)  # = k/t unless GQA replicates K/V heads (tp > kv_heads)
     r = where(plan.sp, 1 / t, 1.0)
     dropout = opts.has_dropout(model)
@@ -180,18 +188,33 @@ def activation_components_bytes(
     parts = {
         "layernorm": 2 * act * b * s_q * h * r,
         "attention.qkv_input": gemm_in * b * s_q * h * r,
-        "attention.qk": act * b * (s_q * h / t + s_kv * k_local),
+        "attention.qk": act * b * (s_q * q / t + s_kv * k_local),
         "attention.scores": where(keep_scores, scores, 0.0),
         "attention.dropout_mask": where(keep_scores, mask * a * b * s_q * s_kv / t, 0.0),
         "attention.dropout_output": where(keep_scores & dropout, scores, 0.0),
         "attention.softmax_stats": 4 * a * b * s_q / t if flash else 0.0,
         "attention.v": act * b * s_kv * k_local,
-        "attention.proj_input": proj_in * b * s_q * h / t,
+        "attention.proj_input": proj_in * b * s_q * q / t,
         "mlp.fc1_input": gemm_in * b * s_q * h * r,
         "mlp.act_input": gate * act * b * s_q * f / t,
         "mlp.fc2_input": (gemm_in + silu_out) * b * s_q * f / t,
         "residual.dropout_masks": 2 * mask * b * s_q * h * r,
     }
+    if model.experts:  # the MoE layers' share of the layers: routed tokens instead of one MLP
+        share = model.moe_layers / model.layers
+        width = model.top_k * model.expert_width + model.shared_expert_ffn  # MLP width a token passes
+        moe = {
+            # the router's and shared experts' input (the norm's output, as a dense MLP's), the
+            # top_k dispatched copies of each token (whole h on every TP shard of an expert), and
+            # the router's fp32 probabilities
+            "mlp.fc1_input": gemm_in * b * s_q * h * r
+            + gemm_in * model.top_k * b * s_q * h
+            + 4 * b * s_q * model.experts * r,
+            "mlp.act_input": gate * act * b * s_q * width / t,
+            "mlp.fc2_input": (gemm_in + silu_out) * b * s_q * width / t,
+        }
+        for key, value in moe.items():
+            parts[key] = parts[key] * (1 - share) + value * share
     if not is_array(full):
         return parts
     return {**{k: where(full, 0.0, v) for k, v in parts.items()}, "layer_input": where(full, layer_input, 0.0)}
@@ -293,8 +316,8 @@ def gemm_params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
     `stage`: what FP8 training casts to 1 byte (the embedding, norms, biases and output layer stay
     bf16, as in Transformer Engine and Megatron-LM). Every stage holds the same layers' share. The
     routed experts' matrices are counted apart (expert_params_per_stage)."""
-    h, kv = model.hidden, model.kv_hidden
-    attention = h * (h + 2 * kv) + h * h
+    h, kv, q = model.hidden, model.kv_hidden, model.q_hidden
+    attention = h * (q + 2 * kv) + q * h
     share = _moe_layer_share(model)  # MoE layers: the shared experts' MLP (routed experts: model_state_bytes)
     mlp = (
         model.mlp_matrix_params(model.ffn_hidden) * (1 - share)

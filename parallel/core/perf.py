@@ -48,12 +48,13 @@ def layer_forward_flops(model: Model, tokens_per_seq: int, batch: int) -> dict[s
     mlp = model.mlp_matrix_params(f)  # 8h^2 for GPT
     if model.experts:  # a token passes top_k routed experts and the shared ones, on the MoE layers
         share = model.moe_layers / model.layers
-        routed = model.top_k * model.mlp_matrix_params(model.expert_ffn) + model.mlp_matrix_params(
+        routed = model.top_k * model.mlp_matrix_params(model.expert_width) + model.mlp_matrix_params(
             model.shared_expert_ffn
         )
         mlp = mlp * (1 - share) + (routed + h * model.experts) * share  # + the router
-    gemm_weights = h * (h + 2 * k) + h * h + mlp  # 12h^2 for GPT
-    return {"gemm": 2 * batch * s * gemm_weights, "attention": 4 * batch * s * s * h}
+    q = model.q_hidden
+    gemm_weights = h * (q + 2 * k) + q * h + mlp  # 12h^2 for GPT
+    return {"gemm": 2 * batch * s * gemm_weights, "attention": 4 * batch * s * s * q}
 
 
 def flops_per_step(model: Model, plan: AnyPlan) -> dict[str, Any]:
@@ -93,7 +94,7 @@ def step_time(
     flops = flops_per_step(model, plan)
     compute = flops["hardware_flops"] / plan.world_size / (cluster.peak_flops * perf.mfu)
     exposed["dp"] = exposed["dp"] * (1.0 - perf.dp_overlap)
-    critical = compute + exposed["tp"] + exposed["sp"] + exposed["cp"] + exposed["pp"]
+    critical = compute + exposed["tp"] + exposed["sp"] + exposed["cp"] + exposed["ep"] + exposed["pp"]
     bubble = critical * bubble_fraction(plan)
     total = critical + bubble + exposed["dp"]
     return {

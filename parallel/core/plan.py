@@ -92,7 +92,9 @@ class Plan:
         return self.global_batch // (self.dp * self.micro_batch)
 
     def topology(self, gpus_per_node: int) -> Topology:
-        return Topology(dp=self.dp, pp=self.pp, cp=self.cp, tp=self.tp, gpus_per_node=gpus_per_node, order=self.order)
+        return Topology(
+            dp=self.dp, pp=self.pp, cp=self.cp, tp=self.tp, gpus_per_node=gpus_per_node, order=self.order, ep=self.ep
+        )
 
     def label(self) -> str:
         """A short human name: 'DP8 TP8+SP PP8 v2 ZeRO-1 mb1'."""

@@ -73,6 +73,9 @@ class Model:
     shared_expert_ffn: int = 0
     moe_every: int = 1
     dense_layers: int = 0
+    # Width of one attention head; None = hidden / heads. Qwen3 uses 128 whatever its hidden (its Q
+    # is heads * 128 wide, not hidden); Megatron-LM's --kv-channels.
+    attention_head_dim: int | None = None
 
     def __post_init__(self):
         _positive(self, "layers", "hidden", "heads", "vocab", "seq_len", "dtype_bytes")
@@ -83,15 +86,19 @@ class Model:
         if self.ffn_hidden is None:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
         _positive(self, "kv_heads", "ffn_hidden")
-        if self.hidden % self.heads:
+        # attention_head_dim and expert_ffn stay None when they follow hidden/heads and ffn_hidden,
+        # so a copy with another hidden or ffn_hidden (dataclasses.replace, CLI overrides) follows too
+        if self.attention_head_dim is None and self.hidden % self.heads:
             raise SpecError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        if self.attention_head_dim is not None:
+            _positive(self, "attention_head_dim")
         if self.heads % self.kv_heads:
             raise SpecError(f"heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
         if self.arch not in ("gpt", "llama"):
             raise SpecError(f"arch must be 'gpt' or 'llama', got {self.arch!r}")
-        if self.expert_ffn is None:
-            object.__setattr__(self, "expert_ffn", self.ffn_hidden)
-        _positive(self, "top_k", "expert_ffn", "moe_every")
+        _positive(self, "top_k", "moe_every")
+        if self.expert_ffn is not None:
+            _positive(self, "expert_ffn")
         for name in ("experts", "shared_expert_ffn", "dense_layers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -103,7 +110,17 @@ class Model:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.attention_head_dim or self.hidden // self.heads
+
+    @property
+    def expert_width(self) -> int:
+        """One routed expert's FFN width (expert_ffn, else ffn_hidden)."""
+        return self.expert_ffn or self.ffn_hidden
+
+    @property
+    def q_hidden(self) -> int:
+        """Width of Q (and of the attention output): heads * head_dim (= hidden unless head_dim is set)."""
+        return self.heads * self.head_dim
 
     @property
     def kv_hidden(self) -> int:
@@ -125,10 +142,10 @@ class Model:
 
     def params_per_layer(self) -> int:
         """Weights (and GPT's biases) of one dense layer: QKV, out-projection, MLP, two norms."""
-        h, f, kv = self.hidden, self.ffn_hidden, self.kv_hidden
+        h, f, kv, q = self.hidden, self.ffn_hidden, self.kv_hidden, self.q_hidden
         if self.arch == "llama":  # no biases, SwiGLU (gate, up, down), RMSNorm (weight only)
-            return h * (h + 2 * kv) + h * h + 3 * h * f + 2 * h
-        return h * (h + 2 * kv) + (h + 2 * kv) + h * h + h + 2 * h * f + f + h + 4 * h
+            return h * (q + 2 * kv) + q * h + 3 * h * f + 2 * h
+        return h * (q + 2 * kv) + (q + 2 * kv) + q * h + h + 2 * h * f + f + h + 4 * h
 
     def mlp_matrix_params(self, ffn: int) -> int:
         """The MLP's weight matrices at width `ffn`: gate, up, down (llama) or fc1, fc2 (gpt)."""
@@ -143,7 +160,7 @@ class Model:
 
     def expert_params_per_layer(self) -> int:
         """The routed experts' weights of one MoE layer (what expert parallelism shards)."""
-        return self.experts * self.mlp_matrix_params(self.expert_ffn)
+        return self.experts * self.mlp_matrix_params(self.expert_width)
 
     def moe_layer_params_besides_experts(self) -> int:
         """One MoE layer without its routed experts: attention, norms, router, shared experts (GPT's
@@ -161,7 +178,7 @@ class Model:
 
     def active_params_total(self) -> int:
         """Weights one token passes through: top_k routed experts instead of all of them."""
-        routed_unused = (self.experts - self.top_k) * self.mlp_matrix_params(self.expert_ffn)
+        routed_unused = (self.experts - self.top_k) * self.mlp_matrix_params(self.expert_width)
         return self.params_total() - self.moe_layers * routed_unused
 
     def embedding_params(self) -> int:
@@ -338,6 +355,38 @@ MODELS: dict[str, Model] = {
     # (interleave_moe_layer_step 2); sequence 8192 (torchtitan's train configs). 109B / 400B.
     "llama4-scout": _llama4("llama4-scout", experts=16, moe_every=1),
     "llama4-maverick": _llama4("llama4-maverick", experts=128, moe_every=2),
+    # Qwen3: Qwen Team 2025, "Qwen3 Technical Report", Tables 1 and 2, and the released config.json
+    # (head_dim 128, vocab 151936); sequence 4096 (pre-training stage 1). 32.8B dense; 235B with
+    # 128 experts of 1536, top-8, 22B active. No dropout.
+    "qwen3-32b": Model(
+        name="qwen3-32b",
+        layers=64,
+        hidden=5120,
+        heads=64,
+        kv_heads=8,
+        ffn_hidden=25600,
+        vocab=151936,
+        seq_len=4096,
+        arch="llama",
+        dropout=False,
+        attention_head_dim=128,
+    ),
+    "qwen3-235b-a22b": Model(
+        name="qwen3-235b-a22b",
+        layers=94,
+        hidden=4096,
+        heads=64,
+        kv_heads=4,
+        ffn_hidden=12288,
+        vocab=151936,
+        seq_len=4096,
+        arch="llama",
+        dropout=False,
+        experts=128,
+        top_k=8,
+        expert_ffn=1536,
+        attention_head_dim=128,
+    ),
     # What the CPU jobs train: every degree in {1, 2, 4} of dp/tp/pp/cp divides it, SP and
     # load-balanced CP included (seq 64 % (2*cp*tp) == 0 for cp, tp <= 4). fp32 on CPU.
     "tiny": Model(name="tiny", layers=4, hidden=64, heads=4, vocab=512, seq_len=64, dtype_bytes=4),

@@ -7,8 +7,13 @@ An *order* names the axes from fastest-varying to slowest, Megatron-LM style:
     "tp-cp-pp-dp"      Megatron's --use-tp-pp-dp-mapping, and picotron's
                        torch.arange(world).view(dp, pp, cp, tp)
 
-`ep` (expert parallelism) may appear in an order and always has size 1 here. Rank r sits on node
+`ep` (expert parallelism) may appear in an order; it is 1 in the dense layout. Rank r sits on node
 r // gpus_per_node as local GPU r % gpus_per_node, so the fastest axis stays inside a node.
+
+Expert groups (`group_ranks("ep")`): Megatron-LM lays the MoE layers' ranks out a second time with
+the same order string, as RankGenerator(tp=etp, cp=1, ep=ep, dp=world/(etp·ep·pp), pp) (its
+parallel_state.py, expert_decoder_rank_generator; etp = tp here, Megatron's default), so an EP group
+is ranks that differ only in that layout's ep coordinate. An order without `ep` places it right after cp.
 
 Pure: numpy only.
 """
@@ -70,9 +75,10 @@ class Topology:
     tp: int
     gpus_per_node: int
     order: str = DEFAULT_ORDER
+    ep: int = 1  # expert parallelism (MoE layers); its ranks come from dp x cp
 
     def __post_init__(self):
-        for name in (*DIMS, "gpus_per_node"):
+        for name in (*DIMS, "gpus_per_node", "ep"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise TopologyError(f"{name} must be a positive integer, got {value!r}")
@@ -117,11 +123,30 @@ class Topology:
     def local_rank_of(self, rank: int) -> int:
         return rank % self.gpus_per_node
 
+    def _expert_groups(self) -> np.ndarray:
+        """The EP groups of Megatron-LM's expert layout (module docstring), first rank first."""
+        if (self.dp * self.cp) % self.ep:
+            raise TopologyError(f"dp×cp = {self.dp * self.cp} is not divisible by ep {self.ep}")
+        names = list(self.order.strip().lower().split("-"))
+        if "ep" not in names:
+            names.insert(names.index("cp") + 1, "ep")
+        sizes = {"tp": self.tp, "cp": 1, "ep": self.ep, "dp": self.world_size // (self.tp * self.ep * self.pp)}
+        sizes["pp"] = self.pp
+        slow_first = names[::-1]
+        grid = np.arange(self.world_size, dtype=np.int64).reshape([sizes[n] for n in slow_first])
+        g = np.moveaxis(grid, slow_first.index("ep"), -1).reshape(-1, self.ep)
+        return g[np.argsort(g[:, 0], kind="stable")]
+
     def group_ranks(self, dim: str) -> np.ndarray:
         """All groups of `dim` as an int array (n_groups, size): ranks that differ only in `dim`.
-        Groups are ordered by their first rank; ranks inside a group by their `dim` coordinate."""
-        if dim not in DIMS:
-            raise TopologyError(f"dimension must be one of {DIMS}, got {dim!r}")
+        Groups are ordered by their first rank; ranks inside a group by their `dim` coordinate.
+        `ep`: the expert-parallel groups of the MoE layers (module docstring)."""
+        if dim not in (*DIMS, "ep"):
+            raise TopologyError(f"dimension must be one of {(*DIMS, 'ep')}, got {dim!r}")
+        if dim == "ep":
+            if "ep" not in self._groups:
+                self._groups["ep"] = self._expert_groups()
+            return self._groups["ep"]
         if dim not in self._groups:  # laid out once per dimension (reports ask several times)
             g = np.moveaxis(self.grid, DIMS.index(dim), -1).reshape(-1, self.sizes[dim])
             self._groups[dim] = g[np.argsort(g[:, 0], kind="stable")]
@@ -138,7 +163,7 @@ class Topology:
         return [Group(dim, tuple(row.tolist()), tuple(np.unique(n).tolist())) for row, n in zip(rows, nodes)]
 
     def group_count(self, dim: str) -> int:
-        return self.world_size // self.sizes[dim]
+        return self.world_size // (self.ep if dim == "ep" else self.sizes[dim])
 
     def group_of(self, dim: str, rank: int) -> tuple[int, ...]:
         """The ranks of `dim`'s group that holds `rank`."""

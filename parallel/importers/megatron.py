@@ -316,10 +316,11 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
         r.notes.append("--swiglu with tied embeddings: modelled as the llama architecture (untied output layer)")
     if not llama and get.get("untied"):
         r.notes.append("--untie-embeddings-and-output-weights with a GeLU MLP: modelled as the gpt architecture (tied)")
+    head_dim = None
     if "kv_channels" in get and get["kv_channels"] != h // heads:
+        head_dim = get["kv_channels"]
         r.notes.append(
-            f"--kv-channels {get['kv_channels']} differs from hidden/heads = {h // heads}: "
-            f"the plan model uses hidden/heads"
+            f"--kv-channels {head_dim} differs from hidden/heads = {h // heads}: Q is heads × {head_dim} wide"
         )
     dtype = 2 if get.get("bf16") or get.get("fp16") else 4
     if dtype == 4:
@@ -337,12 +338,13 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
         arch="llama" if llama else "gpt",
         # Megatron-LM's defaults are 0.1 for both; the model trains without dropout only when both are 0
         dropout=not (get.get("attention_dropout") == 0 and get.get("hidden_dropout") == 0),
+        attention_head_dim=head_dim,
     )
     if get.get("experts"):  # Megatron-LM's MoE flags; top-k 2 is its default
         shape.update(
             experts=get["experts"],
             top_k=get.get("top_k", 2),
-            expert_ffn=get.get("expert_ffn") or ffn,
+            expert_ffn=get.get("expert_ffn"),
             shared_expert_ffn=get.get("shared_expert_ffn", 0),
             moe_every=get.get("moe_every", 1),
         )

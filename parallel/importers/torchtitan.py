@@ -13,7 +13,8 @@ Read as torchtitan's `JobConfig` reads it (torchtitan/config/job_config.py):
 * `pipeline_parallel_schedule`: 1F1B, GPipe, or a looped schedule (Interleaved1F1B, ...) whose
   stages per rank come from pipeline_parallel_layers_per_stage (default 2).
 * `[activation_checkpoint] mode`: none | selective | full (torchtitan's default: selective).
-* `[model] name/flavor`: llama3 8B / 70B / 405B -> the presets; seq_len from [training].
+* `[model] name/flavor`: llama3 8B / 70B / 405B, llama4 17bx16e / 17bx128e, qwen3 32B / 235B-A22B,
+  deepseek_v3 671B -> the presets; seq_len from [training]. `expert_parallel_degree` -> the plan's ep.
 * `[training] mixed_precision_reduce` (default float32) -> the plan's main_grads. FSDP2 keeps the
   sharded parameters in fp32 (bf16 only while gathered); the plan model counts bf16 weights plus an
   fp32 master copy in the optimizer, 2 bytes per parameter / N more (noted).
@@ -36,7 +37,12 @@ from parallel.core.specs import MODELS, SpecError
 from parallel.importers.base import Imported, failure
 from parallel.importers.limits import toml_shape_error
 
-FLAVOURS = {"llama3": {"8B": "llama3-8b", "70B": "llama3-70b", "405B": "llama3-405b"}}
+FLAVOURS = {  # torchtitan's model name -> flavour -> our preset (the flavours whose shapes we carry)
+    "llama3": {"8B": "llama3-8b", "70B": "llama3-70b", "405B": "llama3-405b"},
+    "llama4": {"17bx16e": "llama4-scout", "17bx128e": "llama4-maverick"},
+    "qwen3": {"32B": "qwen3-32b", "235B-A22B": "qwen3-235b-a22b"},
+    "deepseek_v3": {"671B": "deepseek-v3"},
+}
 KNOWN = {  # section -> keys read (True) or known and without effect on the plan model (False)
     "model": {
         "name": True,
@@ -63,6 +69,7 @@ KNOWN = {  # section -> keys read (True) or known and without effect on the plan
         "gc_debug": False,
         "seed": False,
         "deterministic": False,
+        "data": False,
         "enable_cpu_offload": True,
         "enable_fp8_linear": True,
         "warmup_steps": False,
@@ -81,7 +88,7 @@ KNOWN = {  # section -> keys read (True) or known and without effect on the plan
         "pipeline_parallel_layers_per_stage": True,
         "enable_sequence_parallel": True,
         "expert_parallel_degree": True,
-        "expert_tensor_parallel_degree": False,
+        "expert_tensor_parallel_degree": True,
         "enable_async_tensor_parallel": True,
         "disable_loss_parallel": False,
         "enable_compiled_autograd": False,
@@ -309,11 +316,21 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
             "FSDP2 keeps the sharded weights in fp32 and gathers them in bf16: modelled as bf16 weights plus "
             "an fp32 master copy, 2 bytes per parameter / (dp_shard × cp) more than the job holds"
         )
+    ep = t.int(data, "parallelism", "expert_parallel_degree", 1)
+    if ep > 1 and not model.experts:
+        raise t.fail(
+            "parallelism", "expert_parallel_degree", f"expert_parallel_degree {ep} for the dense model {model.name}"
+        )
+    etp = par.get("expert_tensor_parallel_degree")
+    if model.experts and ep > 1 and isinstance(etp, int) and etp != tp:
+        notes.append(
+            f"expert_tensor_parallel_degree {etp} ≠ tp {tp}: the experts are modelled split over tp, "
+            f"ep taken from dp_shard × cp (torchtitan may take it from tp too)"
+        )
     for key, why in (
         ("enable_async_tensor_parallel", "async TP overlaps TP communication; it is counted as exposed"),
         ("fsdp_reshard_after_forward", "FSDP reshard policy not modelled (ZeRO-3 gathers twice)"),
         ("context_parallel_rotate_method", "CP is modelled as all-gathered K/V"),
-        ("expert_parallel_degree", "expert parallelism is not modelled"),
     ):
         value = par.get(key)
         if value is True or (not isinstance(value, bool) and value not in (None, 1, "default", "allgather")):
@@ -332,6 +349,7 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
             recompute=mode,
             schedule=schedule,
             main_grads=main_grads,
+            ep=ep,
         )
     except SpecError as err:
         raise t.fail("parallelism", None, str(err)) from None

@@ -179,7 +179,9 @@ def _rows(plan: Plan, rep: dict) -> list[tuple[str, str, object]]:
         ("time", "compute (s)", t.get("compute_s")),
         ("time", "bubble (s)", t.get("bubble_s")),
     ]
-    rows += [("time", f"exposed {d.upper()} comm (s)", t.get(f"exposed_{d}_s")) for d in ("tp", "sp", "cp", "pp", "dp")]
+    rows += [
+        ("time", f"exposed {d.upper()} comm (s)", t.get(f"exposed_{d}_s")) for d in ("tp", "sp", "cp", "ep", "pp", "dp")
+    ]
     per_dim = {}
     for r in rep["comm_per_step"] or []:
         key = (r["dim"], r["link"])

@@ -33,7 +33,7 @@ from parallel.core.report import Options, plan_report
 from parallel.core.specs import Cluster, GiB, Model, SpecError
 from parallel.core.topology import DEFAULT_ORDER
 
-PLAN_KEYS = ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "recompute")
+PLAN_KEYS = ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "recompute", "ep")
 
 
 class SearchEmpty(SpecError):
@@ -105,6 +105,7 @@ def plan_of(row: dict, global_batch: int, order: str = DEFAULT_ORDER) -> Plan:
         order=order,
         main_grads=str(row.get("main_grads", "fp32")),
         fp8=str(row.get("fp8", "none")),
+        ep=int(row.get("ep", 1)),
     )
 
 
@@ -145,12 +146,18 @@ def _degrees(model: Model, world: int, gb: int, c: Constraints, funnel: list[dic
     return combos
 
 
+def expert_degrees(model: Model, dp_cp: int) -> list[int]:
+    """The ep degrees a plan with dp x cp = `dp_cp` can take: divisors of both it and the experts
+    (validate's rules); [1] for a dense model."""
+    return [e for e in divisors(dp_cp) if model.experts % e == 0] if model.experts else [1]
+
+
 def candidates(
     model: Model, world: int, global_batch: int, c: Constraints = Constraints()
 ) -> tuple[pd.DataFrame, list[dict]]:
     """Every structurally valid plan (all of validate's shape rules hold) and the funnel that built it."""
     funnel: list[dict] = []
-    base = []  # (dp, tp, pp, cp, mb, vpp)
+    base = []  # (dp, tp, pp, cp, mb, vpp, ep)
     n_mb = 0
     for tp, pp, cp, dp in _degrees(model, world, global_batch, c, funnel):
         for mb in divisors(global_batch // dp):
@@ -160,16 +167,18 @@ def candidates(
             m = global_batch // (dp * mb)
             for v in divisors(model.layers // pp):
                 if v == 1 or (pp > 1 and m % pp == 0):
-                    base.append((dp, tp, pp, cp, mb, v))
+                    for ep in expert_degrees(model, dp * cp):
+                        base.append((dp, tp, pp, cp, mb, v, ep))
     if c.max_micro_batch is not None:
         funnel.append({"constraint": f"max micro batch {c.max_micro_batch}", "remaining": n_mb})
     funnel.append(
         {
-            "constraint": "vpp divides layers/pp; vpp > 1 needs pp > 1 and microbatches divisible by pp",
+            "constraint": "vpp divides layers/pp; vpp > 1 needs pp > 1 and microbatches divisible by pp"
+            + ("; × ep dividing dp·cp and the experts" if model.experts else ""),
             "remaining": len(base),
         }
     )
-    cols = ["dp", "tp", "pp", "cp", "micro_batch", "vpp"]
+    cols = ["dp", "tp", "pp", "cp", "micro_batch", "vpp", "ep"]
     b = np.array(base, dtype=np.int64).reshape(-1, len(cols))
     zero = np.array(c.zero, dtype=np.int64)
     rc = np.array([RECOMPUTE.index(r) for r in c.recompute], dtype=np.int64)
@@ -203,7 +212,7 @@ def columns_of(
     cands: pd.DataFrame, global_batch: int, order: str = DEFAULT_ORDER, main_grads: str = "fp32", fp8: str = "none"
 ) -> PlanColumns:
     """The candidates as a PlanColumns, for parallel.core's formulas."""
-    ints = {k: cands[k].to_numpy(np.int64) for k in ("dp", "tp", "pp", "cp", "micro_batch", "vpp", "zero")}
+    ints = {k: cands[k].to_numpy(np.int64) for k in ("dp", "tp", "pp", "cp", "micro_batch", "vpp", "zero", "ep")}
     return PlanColumns(
         **ints,
         sp=cands["sp"].to_numpy(bool),
@@ -230,7 +239,7 @@ def evaluate(
     plans = columns_of(cands, global_batch, order, main_grads, fp8)
     memory = memory_per_gpu_bytes(model, plans, options.activations)
     timing = step_time(model, plans, cluster, options.perf, options.comm)
-    out = {k: cands[k].to_numpy() for k in ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero")}
+    out = {k: cands[k].to_numpy() for k in ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "ep")}
     out["recompute"] = plans.recompute.astype(object)
     out["main_grads"], out["fp8"] = main_grads, fp8
     out["microbatches"] = np.maximum(plans.microbatches, 1)
@@ -245,7 +254,7 @@ def evaluate(
             "mfu": timing["mfu"],
             "compute_s": timing["compute_s"],
             "bubble_s": timing["bubble_s"],
-            **{f"exposed_{d}_s": timing[f"exposed_{d}_s"] for d in ("tp", "sp", "cp", "pp", "dp")},
+            **{f"exposed_{d}_s": timing[f"exposed_{d}_s"] for d in ("tp", "sp", "cp", "ep", "pp", "dp")},
             "tp_link": np.where(crosses_nodes(plans, cluster, ("tp",)), "inter", "intra"),
             "dp_link": np.where(crosses_nodes(plans, cluster, ("dp", "cp")), "inter", "intra"),
         }
@@ -365,8 +374,9 @@ def search_naive(
         dp = world // (tp * pp * cp)
         if any(lim is not None and x > lim for x, lim in ((tp, c.max_tp), (pp, c.max_pp), (cp, c.max_cp))):
             continue
-        for mb, v, sp, zero, rc in itertools.product(
-            divisors(global_batch), divisors(model.layers), (False, True), c.zero, c.recompute
+        experts = divisors(dp * cp) if model.experts else [1]  # every ep: validate refuses the bad ones
+        for mb, v, sp, zero, rc, ep in itertools.product(
+            divisors(global_batch), divisors(model.layers), (False, True), c.zero, c.recompute, experts
         ):
             if (c.max_micro_batch and mb > c.max_micro_batch) or (c.require_sp and tp > 1 and not sp):
                 continue
@@ -384,6 +394,7 @@ def search_naive(
                 order=c.order,
                 main_grads=c.main_grads,
                 fp8=c.fp8,
+                ep=ep,
             )
             rep = plan_report(plan, model, cluster, options)
             if rep["memory_per_gpu_bytes"] is None:
@@ -420,7 +431,7 @@ def result_json(result: SearchResult, top: int | None = None) -> list[dict]:
                 "memory_by_component_bytes": {
                     k: float(row[f"{k}_bytes"]) for k in ("params", "grads", "optimizer", "activations")
                 },
-                "exposed_comm_s": {d: float(row[f"exposed_{d}_s"]) for d in ("tp", "sp", "cp", "pp", "dp")},
+                "exposed_comm_s": {d: float(row[f"exposed_{d}_s"]) for d in ("tp", "sp", "cp", "ep", "pp", "dp")},
             }
         )
     return out

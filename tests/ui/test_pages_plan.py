@@ -77,6 +77,19 @@ def test_topology_group_dimension_and_crossing_links():
     assert summary.set_index("dimension").loc["PP", "link"] == "InfiniBand"
 
 
+def test_topology_draws_the_expert_parallel_groups_of_a_moe_plan():
+    """Mixtral on 2 nodes of 8, DP4 TP2 PP2 EP4: Megatron's expert layout groups ranks 0, 2, 4, 6."""
+    query = {**DEFAULT_PARAMS, "model": "mixtral-8x7b", "nodes": "2", "dp": "4", "tp": "2", "pp": "2"}
+    query.update(ep="4", gb="64", mb="1")
+    at = page_test("pages/topology.py", query)
+    at.segmented_control(key="topo_groups").set_value("ep").run()
+    _ok(at)
+    paths = [f for f in vega_charts(at)[0].datasets.values() if "step" in f.columns][0]
+    assert paths.groupby("group").size().eq(4).all()  # EP = 4 ranks per group
+    first = paths[paths["group"] == paths["group"].min()].sort_values("step")["rank"].tolist()
+    assert first == [0, 2, 4, 6]
+
+
 def test_topology_4096_gpus_is_windowed_with_a_node_overview():
     query = {**DEFAULT_PARAMS, "nodes": "512", "dp": "64"}
     at = _ok(page_test("pages/topology.py", query))

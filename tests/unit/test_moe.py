@@ -17,6 +17,8 @@ from parallel.importers import import_text
         ("llama4-scout", 109, 17, 0.02),  # Meta: 109B total, 17B active
         ("llama4-maverick", 400, 17, 0.02),  # Meta: 400B total, 17B active
         ("deepseek-v3", 671, 37, 0.05),  # DeepSeek-V3 report: 671B, 37B active (MLA approximated)
+        ("qwen3-235b-a22b", 235, 22, 0.02),  # Qwen3 report: 235B, 22B active
+        ("qwen3-32b", 32.8, 32.8, 0.01),  # dense, with 128-wide heads: Q is 8192 wide at hidden 5120
     ],
 )
 def test_moe_presets_have_their_published_sizes(name, total, active, rel):
@@ -82,3 +84,105 @@ def test_megatron_mixtral_flags_import_as_moe_with_ep():
     assert (imp.plan.ep, imp.plan.pp, imp.plan.dp, imp.world_size) == (8, 4, 8, 32)
     assert imp.plan.to_dict()["ep"] == 8
     assert not [n for n in imp.notes if "not modelled: the MLP is counted dense" in n]
+
+
+@pytest.mark.parametrize("order", ["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp", "tp-cp-pp-dp"])
+@pytest.mark.parametrize(
+    "sizes,ep",
+    [(dict(dp=4, pp=2, cp=1, tp=2), 4), (dict(dp=2, pp=2, cp=2, tp=2), 4), (dict(dp=8, pp=1, cp=2, tp=4), 8)],
+)
+def test_expert_groups_match_megatron_expert_rank_generator(order, sizes, ep):
+    """Megatron-LM lays the experts out as RankGenerator(tp=etp, cp=1, ep, dp=world/(etp·ep·pp), pp)
+    with the same order; restated by the same independent oracle as the dense groups."""
+    from tests.unit.test_plan_model import megatron_oracle
+
+    plan = Plan(**sizes, ep=ep, order=order, global_batch=sizes["dp"])
+    topo = plan.topology(gpus_per_node=8)
+    world = topo.world_size
+    with_ep = order if "ep" in order else order.replace("cp-", "cp-ep-", 1)
+    expert_sizes = {
+        "tp": sizes["tp"],
+        "cp": 1,
+        "ep": ep,
+        "dp": world // (sizes["tp"] * ep * sizes["pp"]),
+        "pp": sizes["pp"],
+    }
+    want = megatron_oracle(world, expert_sizes, with_ep, "ep")
+    assert sorted(map(list, topo.group_ranks("ep").tolist())) == sorted(want)
+    assert topo.group_count("ep") == world // ep
+
+
+def test_plan_report_lists_ep_groups_and_the_all_to_all():
+    from parallel.core.report import plan_report
+    from parallel.core.specs import CLUSTERS
+
+    m = MODELS["mixtral-8x7b"]
+    rep = plan_report(Plan(dp=8, pp=4, ep=8, zero=1, global_batch=256), m, CLUSTERS["dgx-h100"].with_nodes(4))
+    assert rep["plan"]["ep"] == 8 and rep["group_counts"]["ep"] == 4
+    assert rep["groups"]["ep"][0] == {"ranks": list(range(8)), "nodes": [0], "link": "intra"}
+    (a2a,) = [r for r in rep["comm_per_step"] if r["dim"] == "ep"]
+    m_b, layers = 256 // 8, m.moe_layers // 4
+    assert a2a["collective"] == "all_to_all" and a2a["calls"] == 4 * layers * m_b  # dispatch + combine, fwd + bwd
+    assert a2a["bytes_per_call"] == m.seq_len * m.hidden * 2 * m.top_k
+    assert rep["step_time"]["exposed_ep_s"] == pytest.approx(a2a["seconds"])
+
+
+def test_moe_activations_are_those_of_the_routed_tokens():
+    from parallel.core.memory import ActivationOptions, activation_components_bytes
+
+    dense = Model(name="d", layers=4, hidden=64, heads=4, vocab=100, seq_len=32, arch="llama", ffn_hidden=96)
+    one = Model(**{**dense.to_dict(), "name": "e", "experts": 4, "top_k": 1})  # top-1 of experts as wide as f
+    two = Model(**{**dense.to_dict(), "name": "e2", "experts": 4, "top_k": 2, "shared_expert_ffn": 96})
+    plan, opts = Plan(micro_batch=2), ActivationOptions(dropout=False)
+    d, e1, e2 = (activation_components_bytes(m, plan, opts) for m in (dense, one, two))
+    b, s, h, a = 2, 32, 64, 2
+    assert e1["mlp.act_input"] == d["mlp.act_input"] and e1["mlp.fc2_input"] == d["mlp.fc2_input"]
+    assert e1["mlp.fc1_input"] == d["mlp.fc1_input"] + a * b * s * h + 4 * b * s * 4  # a dispatched copy, router
+    assert e2["mlp.act_input"] == 3 * d["mlp.act_input"]  # two routed experts and one shared, each of width f
+    assert e2["attention.qk"] == d["attention.qk"]
+
+
+def test_a_head_width_of_its_own_widens_q_and_the_attention_output():
+    from parallel.core.memory import ActivationOptions, activation_components_bytes
+
+    q3 = MODELS["qwen3-32b"]
+    assert (q3.head_dim, q3.q_hidden, q3.kv_hidden) == (128, 8192, 1024)
+    plain = Model(**{**q3.to_dict(), "name": "same, hidden/heads heads", "attention_head_dim": None})
+    assert plain.head_dim == 80 and plain.q_hidden == plain.hidden
+    plan, opts = Plan(tp=8), ActivationOptions(flash_attention=True)
+    wide, narrow = (activation_components_bytes(m, plan, opts) for m in (q3, plain))
+    assert wide["attention.proj_input"] == pytest.approx(narrow["attention.proj_input"] * 8192 / 5120)
+    assert q3.params_per_layer() - plain.params_per_layer() == 5120 * (8192 - 5120) * 2 + 5120 * 2 * (1024 - 640)
+
+
+@pytest.mark.parametrize(
+    "fixture,preset",
+    [
+        ("torchtitan_llama4_17bx16e.toml", "llama4-scout"),
+        ("torchtitan_qwen3_32b.toml", "qwen3-32b"),
+        ("torchtitan_deepseek_v3_671b.toml", "deepseek-v3"),
+    ],
+)
+def test_torchtitan_moe_and_qwen3_train_configs_import(fixture, preset):
+    from pathlib import Path
+
+    from parallel.importers import import_plan
+
+    imp = import_plan(Path(__file__).resolve().parents[1] / "data" / "imports" / fixture)
+    assert imp.model.name.startswith(preset) and imp.unknown == ()
+    assert imp.plan.ep == 1  # as the files ship
+
+
+def test_torchtitan_expert_parallel_degree_becomes_the_plans_ep():
+    from pathlib import Path
+
+    from parallel.core.specs import CLUSTERS
+    from parallel.importers import ImportFailed, import_text, place
+
+    text = (Path(__file__).resolve().parents[1] / "data" / "imports" / "torchtitan_llama4_17bx16e.toml").read_text()
+    imp = import_text(text.replace("expert_parallel_degree = 1", "expert_parallel_degree = 8"), "scout.toml")
+    placed, _ = place(imp, CLUSTERS["dgx-h100"], nodes=8)
+    assert (placed.plan.ep, placed.plan.tp, placed.plan.dp) == (8, 8, 8)
+    dense = text.replace('name = "llama4"', 'name = "llama3"').replace('"17bx16e"', '"8B"')
+    with pytest.raises(ImportFailed, match="expert_parallel_degree 8 for the dense model llama3-8b"):
+        import_text(dense.replace("expert_parallel_degree = 1", "expert_parallel_degree = 8"), "dense.toml")

@@ -19,12 +19,13 @@ GQA = Model(
     name="gqa", layers=4, hidden=256, heads=8, kv_heads=2, ffn_hidden=704, vocab=1000, seq_len=128, arch="llama"
 )
 GPT = Model(name="gpt", layers=4, hidden=512, heads=4, vocab=1000, seq_len=64)
+MOE = dataclasses.replace(GQA, name="moe", experts=4, top_k=2, expert_ffn=256, shared_expert_ffn=128, moe_every=2)
 # 2 nodes of 4 GPUs (so groups land on both links) with a memory small enough that some plans do not fit
 SMALL = dataclasses.replace(CLUSTERS["dgx-h100"], nodes=2, gpus_per_node=4, gpu_memory_bytes=int(0.03 * GiB))
 VARIANT = Options(activations=ActivationOptions(flash_attention=True, dropout=False), perf=PerfOptions(dp_overlap=0.5))
 
 
-@pytest.mark.parametrize("model", [GQA, GPT], ids=["llama-gqa", "gpt"])
+@pytest.mark.parametrize("model", [GQA, GPT, MOE], ids=["llama-gqa", "gpt", "moe-ep"])
 @pytest.mark.parametrize("options", [Options(), VARIANT], ids=["table2", "flash-nodropout-overlap"])
 def test_fast_search_equals_plain_loop_over_plan_report(model, options):
     constraints = S.Constraints(headroom=0.0)
@@ -67,7 +68,7 @@ def test_cli_json_contract_175b_on_512(capsys):
     rows = json.loads(out)
     assert code == 0 and len(rows) == 7
     for row in rows:
-        assert set(row["plan"]) == {"dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "recompute"}
+        assert set(row["plan"]) == {"dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "recompute", "ep"}
         p = row["plan"]
         assert p["dp"] * p["tp"] * p["pp"] * p["cp"] == 512
         assert isinstance(p["sp"], bool) and p["recompute"] in ("none", "selective", "full")
