@@ -3,6 +3,7 @@ peak memory, and the ratio to a bare gzip + orjson parse of the same files, side
 
     python -m bench.scale                          # 64, 256, 1024 ranks, the 5M-event file, workers, Dask
     python -m bench.scale --ranks 64 256 1024 4096 --work /big/disk
+    python -m bench.scale --ranks 4096 --workers 2 --big-events 0 --no-dask   # one row
 
 Sets are made from a real run of this machine (`profiler run`, DP2 x TP2 x PP2 + SP, 8 ranks, ~16k
 events per rank) copied K times: copy k's ranks are shifted by 8k everywhere a rank is written
@@ -179,6 +180,9 @@ def main(argv=None) -> int:
     ap.add_argument("--big-events", type=int, default=5_000_000)
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "parascope-scale")
     ap.add_argument("--no-dask", action="store_true")
+    ap.add_argument(
+        "--workers", type=int, nargs="+", default=None, help="worker counts per set (default: 1 and 2 on the largest)"
+    )
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     base = base_run(args.work)
@@ -190,15 +194,17 @@ def main(argv=None) -> int:
     for n in args.ranks:
         folder = make_set(args.work, base, n)
         bare = bare_parse(folder)
-        for workers in (1, 2) if n == max(args.ranks) else (2,):
+        counts = args.workers or ((1, 2) if n == max(args.ranks) else (2,))
+        for workers in counts:
             print(row(f"{n:,} ranks", folder, workers, bare), flush=True)
         if n == max(args.ranks) and not args.no_dask:
             from distributed import LocalCluster
 
             with LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=None) as cl:
                 print(row(f"{n:,} ranks", folder, 2, bare, scheduler=cl.scheduler_address), flush=True)
-    big = make_big_file(args.work, base, args.big_events)
-    print(row(f"1 rank, {args.big_events / 1e6:.0f}M events", big, 1, bare_parse(big)), flush=True)
+    if args.big_events > 0:  # 0: no single-file row
+        big = make_big_file(args.work, base, args.big_events)
+        print(row(f"1 rank, {args.big_events / 1e6:.0f}M events", big, 1, bare_parse(big)), flush=True)
     return 0
 
 

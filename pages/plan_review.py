@@ -194,6 +194,11 @@ def plan_editor(s: ReviewState) -> ReviewState:
         "recompute": st.column_config.SelectboxColumn("recompute", options=list(RECOMPUTE), required=True),
         "order": st.column_config.SelectboxColumn("rank order", options=list(ORDERS), required=True),
         "ep": st.column_config.NumberColumn("EP", min_value=1, step=1, required=True, help="expert parallel (MoE)"),
+        "model": st.column_config.SelectboxColumn(
+            "model",
+            options=["", *MODELS],
+            help="empty: the review's model; a preset to compare, e.g., a dense model with a MoE one",
+        ),
         "grads": st.column_config.SelectboxColumn(
             "grads", options=list(MAIN_GRADS), required=True, help="gradient buffer dtype (Megatron-LM: fp32)"
         ),
@@ -267,8 +272,9 @@ def compare_section(s: ReviewState) -> ReviewState:
     st.dataframe(rc.compare_styler(cmp.table, cmp.names), hide_index=True, height=420)
     st.subheader("Why each plan")
     for named in s.plans:
-        with st.expander(f"{md(named.name)}: {named.plan.label()}", expanded=named.name == s.chosen):
-            why = justify(named.plan, cmp.reports[named.name], s.model, cluster, review_of(s).options)
+        title = f"{md(named.name)}: {named.plan.label()}" + (f" · {named.model.name}" if named.model else "")
+        with st.expander(title, expanded=named.name == s.chosen):
+            why = justify(named.plan, cmp.reports[named.name], named.model_or(s.model), cluster, review_of(s).options)
             st.markdown("\n".join(f"- **{dim}** — {t}" for dim, t in why))
     st.subheader("Share and export")
     st.caption("The page's URL holds this review (plans, verdict, search settings): copy it to share the view.")

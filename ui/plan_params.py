@@ -193,7 +193,24 @@ def usable_params(params: Mapping) -> tuple[dict[str, str], list[str]]:
 #   mfu dp_overlap flash dropout       the modelling assumptions
 
 REVIEW_VIEWS = ("compare", "search", "import", "saved")
-_PLAN_CODE_KEYS = ("dp", "tp", "pp", "cp", "sp", "mb", "gb", "vpp", "zero", "recompute", "order", "ep", "grads", "fp8")
+# `model`: a preset this plan trains when it is not the review's (dense vs MoE side by side)
+_PLAN_CODE_KEYS = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "sp",
+    "mb",
+    "gb",
+    "vpp",
+    "zero",
+    "recompute",
+    "order",
+    "ep",
+    "grads",
+    "fp8",
+    "model",
+)
 _PLAN_CODE_DEFAULTS = {
     "dp": "1",
     "tp": "1",
@@ -207,6 +224,7 @@ _PLAN_CODE_DEFAULTS = {
     "order": DEFAULT_PARAMS["order"],
     "ep": "1",
     **PRECISION_DEFAULTS,
+    "model": "",
 }
 _SHAPE = {
     "L": "layers",
@@ -280,6 +298,7 @@ def plan_code(named) -> str:
         "order": p.order,
         **({"ep": p.ep} if p.ep > 1 else {}),  # only where it is not 1: older plan codes stay as they were
         **_precision(p),
+        **({"model": named.model.name} if named.model is not None else {}),  # a preset: the page's own model else
     }
     return f"{named.name}|" + ",".join(f"{k}={values[k]}" for k in _PLAN_CODE_KEYS if k in values)
 
@@ -302,7 +321,7 @@ def parse_plan_code(text: str):
             pass  # plan_from_params names the bad key
     keys = (*KEYS, *PRECISION_KEYS)
     _, _, plan = plan_from_params({k: base[k] for k in keys if k not in ("model", "cluster", "nodes", "gpn")})
-    return NamedPlan(name.strip(), plan)
+    return NamedPlan(name.strip(), plan, model_preset(base["model"]) if base["model"] else None)
 
 
 def model_code(model: Model) -> str:
@@ -458,6 +477,7 @@ def plan_rows_of(plans) -> list[dict]:
                 "ep": p.ep,
                 "grads": p.main_grads,
                 "fp8": p.fp8,
+                "model": named.model.name if named.model is not None else "",
             }
         )
     return rows
@@ -477,8 +497,11 @@ def plans_from_rows(rows) -> tuple[tuple, list[str]]:
         try:
             # a row without the precision columns (an older editor) means the defaults
             values = {
-                k: row.get(k, _PLAN_CODE_DEFAULTS[k] if k in ("ep", "grads", "fp8") else None) for k in _PLAN_CODE_KEYS
+                k: row.get(k, _PLAN_CODE_DEFAULTS[k] if k in ("ep", "grads", "fp8", "model") else None)
+                for k in _PLAN_CODE_KEYS
             }
+            if values["model"] is None or (isinstance(values["model"], float) and values["model"] != values["model"]):
+                values["model"] = ""  # an empty model cell: the review's model
             if any(v is None or (isinstance(v, float) and v != v) for v in values.values()):
                 raise SpecError("fill every column")
             named = parse_plan_code(

@@ -20,8 +20,8 @@ from parallel.search.space import plan_of
 from ui.theme import LINK_COLORS, MEMORY_COLORS, link_label, palette, scale
 
 COMPONENTS = ("params", "grads", "optimizer", "activations")
-PARTS = ("compute", "bubble", "exposed TP", "exposed SP", "exposed CP", "exposed PP", "exposed DP")
-PART_COLORS = dict(zip(PARTS, ["#4c6ef5", "#ced4da", "#e8590c", "#f08c00", "#ae3ec9", "#2f9e44", "#868e96"]))
+PARTS = ("compute", "bubble", "exposed TP", "exposed SP", "exposed CP", "exposed EP", "exposed PP", "exposed DP")
+PART_COLORS = dict(zip(PARTS, ["#4c6ef5", "#ced4da", "#e8590c", "#f08c00", "#ae3ec9", "#1098ad", "#2f9e44", "#868e96"]))
 DIFF_BACKGROUND = "background-color: #fff3bf"
 
 

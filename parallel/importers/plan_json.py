@@ -59,6 +59,8 @@ def import_plan_json(text: str, source: str = "pasted text", plan_name: str | No
             notes.append(f"review with {len(plans)} plans ({', '.join(map(str, names))}): {names[pick]!r} imported")
         name = names[pick]
         data = {**data, "plan": plans[pick]["plan"]}
+        if isinstance(plans[pick], dict) and plans[pick].get("model"):  # a plan of another model than the review's
+            data["model"] = plans[pick]["model"]
     plan_data = (
         data.get("plan") if isinstance(data.get("plan"), dict) else data if "dp" in data or "tp" in data else None
     )

@@ -38,6 +38,12 @@ def now() -> str:
 class NamedPlan:
     name: str
     plan: Plan
+    # The model this plan trains, when it is not the review's: a review may compare, e.g., a dense
+    # model with a mixture-of-experts one on the same cluster.
+    model: Model | None = None
+
+    def model_or(self, default: Model) -> Model:
+        return self.model if self.model is not None else default
 
 
 @dataclass(frozen=True)
@@ -92,7 +98,10 @@ class Review:
             "created": self.created,
             "model": self.model.to_dict(),
             "cluster": self.cluster.to_dict(),
-            "plans": [{"name": p.name, "plan": p.plan.to_dict()} for p in self.plans],
+            "plans": [
+                {"name": p.name, "plan": p.plan.to_dict(), **({"model": p.model.to_dict()} if p.model else {})}
+                for p in self.plans
+            ],
             "verdict": self.verdict,
             "chosen": self.chosen,
             "notes": [dataclasses.asdict(n) for n in self.notes],
@@ -108,7 +117,12 @@ class Review:
                 title=d.get("title", ""),
                 model=Model.from_dict(d["model"]),
                 cluster=Cluster.from_dict(d["cluster"]),
-                plans=tuple(NamedPlan(p["name"], Plan.from_dict(p["plan"])) for p in d["plans"]),
+                plans=tuple(
+                    NamedPlan(
+                        p["name"], Plan.from_dict(p["plan"]), Model.from_dict(p["model"]) if p.get("model") else None
+                    )
+                    for p in d["plans"]
+                ),
                 verdict=d.get("verdict", ""),
                 chosen=d.get("chosen"),
                 notes=tuple(Note(**n) for n in d.get("notes", [])),
@@ -149,18 +163,25 @@ class Comparison:
     comm: pd.DataFrame  # plan, dim, collective, link, calls, bytes_per_call, seconds, overlapped
     time: pd.DataFrame  # plan, part, seconds
     issues: pd.DataFrame  # plan, level, message
+    models: dict[str, Model] = field(default_factory=dict)  # the model each plan trains
 
 
 def _gib(x) -> float | None:
     return None if x is None else round(x / GiB, 2)
 
 
-def _rows(plan: Plan, rep: dict) -> list[tuple[str, str, object]]:
+def _rows(plan: Plan, rep: dict, model: Model) -> list[tuple[str, str, object]]:
     """(section, metric, value) for one plan: what the compare table shows, in its order."""
     rows = [
-        ("plan", k, getattr(plan, k))
-        for k in ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "global_batch", "zero", "recompute", "order")
+        ("model", "name", model.name),
+        ("model", "parameters (B)", round(model.params_total() / 1e9, 2)),
+        ("model", "active parameters (B)", round(model.active_params_total() / 1e9, 2)),
     ]
+    rows += [
+        ("plan", k, getattr(plan, k))
+        for k in ("dp", "tp", "pp", "cp", "ep", "sp", "vpp", "micro_batch", "global_batch", "zero", "recompute")
+    ]
+    rows += [("plan", k, getattr(plan, k)) for k in ("order", "main_grads", "fp8")]
     rows += [
         ("plan", "microbatches per step", plan.microbatches),
         ("verdict", "valid", rep["valid"]),
@@ -186,7 +207,7 @@ def _rows(plan: Plan, rep: dict) -> list[tuple[str, str, object]]:
     for r in rep["comm_per_step"] or []:
         key = (r["dim"], r["link"])
         per_dim[key] = per_dim.get(key, 0.0) + r["seconds"]
-    for dim in ("tp", "sp", "cp", "pp", "dp"):
+    for dim in ("tp", "sp", "cp", "ep", "pp", "dp"):
         for link in ("intra", "inter"):  # every pair, so the rows line up across plans (None: no such traffic)
             rows.append(("communication per step (s)", f"{dim.upper()} on {LINK[link]}", per_dim.get((dim, link))))
     crossing = rep.get("crossing_groups") or {}
@@ -201,10 +222,10 @@ def compare_plans(
     whose value is not the same for every plan."""
     if not plans:
         raise SpecError("nothing to compare: add a plan")
-    reports = {p.name: plan_report(p.plan, model, cluster, options) for p in plans}
+    reports = {p.name: plan_report(p.plan, p.model_or(model), cluster, options) for p in plans}
     names = [p.name for p in plans]
-    columns = {p.name: {(s, m): v for s, m, v in _rows(p.plan, reports[p.name])} for p in plans}
-    index = [(s, m) for s, m, _ in _rows(plans[0].plan, reports[plans[0].name])]
+    columns = {p.name: {(s, m): v for s, m, v in _rows(p.plan, reports[p.name], p.model_or(model))} for p in plans}
+    index = [(s, m) for s, m, _ in _rows(plans[0].plan, reports[plans[0].name], plans[0].model_or(model))]
     table = pd.DataFrame([{"section": s, "metric": m, **{n: columns[n].get((s, m)) for n in names}} for s, m in index])
     comm = table["section"] == "communication per step (s)"
     table = table[~comm | table[names].notna().any(axis=1)].reset_index(drop=True)  # drop traffic no plan has
@@ -234,6 +255,7 @@ def compare_plans(
             ("exposed TP", "exposed_tp_s"),
             ("exposed SP", "exposed_sp_s"),
             ("exposed CP", "exposed_cp_s"),
+            ("exposed EP", "exposed_ep_s"),
             ("exposed PP", "exposed_pp_s"),
             ("exposed DP", "exposed_dp_s"),
         )
@@ -255,6 +277,7 @@ def compare_plans(
         ),
         pd.DataFrame(time, columns=["plan", "part", "seconds"]),
         pd.DataFrame(issues, columns=["plan", "level", "message"]),
+        {p.name: p.model_or(model) for p in plans},
     )
 
 
@@ -263,7 +286,7 @@ def compare(review: Review) -> Comparison:
 
 
 def plan_rows(cmp: Comparison) -> pd.DataFrame:
-    """One row per plan: name, label, valid, memory_gib, step_time_s, mfu, bubble, warnings, errors."""
+    """One row per plan: name, model, label, valid, memory_gib, step_time_s, mfu, bubble, warnings, errors."""
     rows = []
     for n in cmp.names:
         rep, plan = cmp.reports[n], cmp.plans[n]
@@ -271,6 +294,7 @@ def plan_rows(cmp: Comparison) -> pd.DataFrame:
         rows.append(
             {
                 "name": n,
+                "model": cmp.models[n].name if n in cmp.models else None,
                 "label": plan.label(),
                 "valid": rep["valid"],
                 "memory_gib": _gib((rep["memory_per_gpu_bytes"] or {}).get("total")),
@@ -375,6 +399,17 @@ def justify(
         )
     else:
         out.append(("CP", f"CP=1: each rank holds the whole {model.seq_len}-token sequence."))
+    if model.experts:
+        per = model.experts // p.ep if model.experts % p.ep == 0 else model.experts / p.ep
+        where_ = link("ep") if p.ep > 1 else "is one rank"
+        out.append(
+            (
+                "EP",
+                f"EP={p.ep}: each of the {model.moe_layers} MoE layers' {model.experts} experts (top-{model.top_k}) "
+                f"is split {per} per GPU; the token dispatch and combine all-to-all group {where_}: "
+                f"{pct(t.get('exposed_ep_s', 0.0))}.",
+            )
+        )
     mem = rep["memory_per_gpu_bytes"]
     states = mem["params"] + mem["grads"] + mem["optimizer"]
     if p.zero:
@@ -466,7 +501,7 @@ def review_markdown(review: Review, cmp: Comparison | None = None) -> str:
         f"{c.inter.name} {c.inter.bandwidth_bytes_per_s / 1e9:.0f} GB/s per GPU per direction.  ",
         f"**Assumptions** MFU {review.options.perf.mfu:.0%}, DP overlap {review.options.perf.dp_overlap:.0%}, "
         f"flash attention {'on' if review.options.activations.flash_attention else 'off'}, "
-        f"dropout {'on' if review.options.activations.dropout else 'off'}.",
+        f"dropout {'on' if review.options.activations.has_dropout(m) else 'off'}.",
     ]
     if review.author or review.created:
         lines.append(f"*{review.author or 'unknown author'}, {review.created or 'undated'}*")
@@ -504,7 +539,8 @@ def review_markdown(review: Review, cmp: Comparison | None = None) -> str:
     lines += _md_table(["metric"] + cmp.names, body)
     for n in cmp.names:
         lines += ["", f"## Why {n}: {cmp.plans[n].label()}", ""]
-        lines += [f"- **{dim}** — {text}" for dim, text in justify(cmp.plans[n], cmp.reports[n], m, c, review.options)]
+        why = justify(cmp.plans[n], cmp.reports[n], cmp.models.get(n, m), c, review.options)
+        lines += [f"- **{dim}** — {text}" for dim, text in why]
     if len(cmp.issues):
         lines += ["", "## Errors and warnings", ""]
         lines += [f"- {r['plan']} **{r['level']}**: {r['message']}" for r in cmp.issues.to_dict("records")]

@@ -198,3 +198,23 @@ def test_a_link_opens_the_plan_in_the_topology_page():
     other = ok(page_test("pages/topology.py", dict(parse_qsl(topo.query_string))))
     assert other.query_params["tp"] == "4" and other.query_params["pp"] == "2" and other.query_params["zero"] == "1"
     assert len(vega_charts(other)[0].frame()) == 16  # one cell per GPU of the review's 2 nodes
+
+
+def test_a_review_compares_a_dense_plan_with_a_moe_plan():
+    """Issue #14: Llama-3 70B (the review's model) beside Mixtral 8x7B with EP 8 on the same 8 nodes."""
+    query = {
+        "model": "llama3-70b",
+        "cluster": "dgx-h100",
+        "nodes": "8",
+        "plan": ["dense|dp=2,tp=8,pp=4,sp=1,gb=64,zero=1", "moe|dp=16,tp=1,pp=4,gb=64,zero=1,ep=8,model=mixtral-8x7b"],
+    }
+    at = ok(page_test(PAGE, query))
+    table = frame_with(at, "metric")
+    rows = table.set_index(["section", "metric"])
+    assert list(rows.loc[("model", "name"), ["dense", "moe"]]) == ["llama3-70b", "mixtral-8x7b"]
+    assert int(rows.loc[("plan", "ep"), "moe"]) == 8 and int(rows.loc[("plan", "ep"), "dense"]) == 1
+    exposed = rows.loc[("time", "exposed EP comm (s)")]
+    assert float(exposed["moe"]) > 0 == float(exposed["dense"])
+    state = review_from_params(url(at))  # the URL keeps which model each plan trains
+    assert [p.model.name if p.model else None for p in state.plans] == [None, "mixtral-8x7b"]
+    assert any("EP=8" in m.value for m in at.markdown)

@@ -132,3 +132,46 @@ def test_issue7_modules_import_neither_torch_nor_streamlit():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
+
+
+def test_a_plan_of_another_model_round_trips_through_review_json():
+    from parallel.core.plan import Plan
+    from parallel.core.specs import CLUSTERS, MODELS
+    from parallel.review.document import NamedPlan, Review, compare, review_markdown
+
+    review = Review(
+        title="dense vs MoE",
+        model=MODELS["llama3-70b"],
+        cluster=CLUSTERS["dgx-h100"].with_nodes(8),
+        plans=(
+            NamedPlan("dense", Plan(dp=2, tp=8, pp=4, sp=True, zero=1, global_batch=64)),
+            NamedPlan("moe", Plan(dp=16, pp=4, ep=8, zero=1, global_batch=64), MODELS["mixtral-8x7b"]),
+        ),
+    )
+    back = Review.from_json(review.to_json())
+    assert back == review and back.plans[1].model == MODELS["mixtral-8x7b"]
+    cmp = compare(back)
+    assert cmp.models == {"dense": MODELS["llama3-70b"], "moe": MODELS["mixtral-8x7b"]}
+    assert cmp.reports["moe"]["model"]["name"] == "mixtral-8x7b"
+    text = review_markdown(back, cmp)
+    assert "**EP** — EP=8: each of the 32 MoE layers' 8 experts (top-2) is split 1 per GPU" in text
+
+
+def test_importing_a_reviews_moe_plan_takes_its_own_model():
+    from parallel.core.plan import Plan
+    from parallel.core.specs import CLUSTERS, MODELS
+    from parallel.importers.plan_json import import_plan_json
+    from parallel.review.document import NamedPlan, Review
+
+    review = Review(
+        title="x",
+        model=MODELS["llama3-70b"],
+        cluster=CLUSTERS["dgx-h100"].with_nodes(8),
+        plans=(
+            NamedPlan("dense", Plan(dp=2, tp=8, pp=4, sp=True, zero=1, global_batch=64)),
+            NamedPlan("moe", Plan(dp=16, pp=4, ep=8, zero=1, global_batch=64), MODELS["mixtral-8x7b"]),
+        ),
+    )
+    moe = import_plan_json(review.to_json(), "r.json", plan_name="moe")
+    assert moe.model == MODELS["mixtral-8x7b"] and moe.plan.ep == 8
+    assert import_plan_json(review.to_json(), "r.json").model == MODELS["llama3-70b"]
