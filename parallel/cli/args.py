@@ -135,6 +135,7 @@ def add_plan_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--ep", type=int, default=1, help="expert parallelism of a MoE model (ranks taken from dp x cp; adds no GPUs)"
     )
+    g.add_argument("--etp", type=int, default=None, help="expert tensor parallelism (default: tp)")
     g.add_argument("--micro-batch", type=int, default=1)
     g.add_argument(
         "--global-batch",
@@ -185,6 +186,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         main_grads=args.main_grads,
         fp8=args.fp8,
         ep=args.ep,
+        etp=args.etp,
     )
 
 

@@ -108,6 +108,7 @@ def render_text(rep: dict) -> str:
         f"micro_batch={p['micro_batch']} global_batch={p['global_batch']} zero={p['zero']} "
         f"recompute={p['recompute']} order={p['order']} schedule={p['schedule']}"
         + (f" ep={p['ep']}" if p.get("ep", 1) > 1 else "")
+        + (f" etp={p['etp']}" if p.get("etp") is not None else "")
         + (f" main_grads={p['main_grads']}" if p.get("main_grads", "fp32") != "fp32" else "")
         + (f" fp8={p['fp8']}" if p.get("fp8", "none") != "none" else ""),
         f"world size {rep['world_size']}: {'VALID' if rep['valid'] else 'INVALID'}",

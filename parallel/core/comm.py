@@ -146,9 +146,11 @@ def _ep_crosses_nodes(plan: PlanColumns, cluster: Cluster) -> Any:
         flags = np.array(
             [
                 int(e) > 1
-                and (int(d) * int(c)) % int(e) == 0
+                and (int(d) * int(c) * int(t)) % (int(e) * (plan.etp or int(t))) == 0
                 and _link_of(
-                    Plan(dp=int(d), tp=int(t), pp=int(p), cp=int(c), ep=int(e), order=plan.order), cluster, ("ep",)
+                    Plan(dp=int(d), tp=int(t), pp=int(p), cp=int(c), ep=int(e), etp=plan.etp, order=plan.order),
+                    cluster,
+                    ("ep",),
                 )
                 == "inter"
                 for d, t, p, c, e in uniq

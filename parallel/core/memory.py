@@ -155,7 +155,7 @@ def activation_components_bytes(
     the routed tokens, dropless with balanced routing (no capacity factor): fc1_input adds the top_k
     dispatched copies of each token (A b s_q h each: an expert's TP shards all need the whole hidden)
     and the router's fp32 probabilities (4 b s_q E r); act_input and fc2_input take the width a token
-    passes, top_k * expert_ffn + shared_expert_ffn, in place of f.
+    passes, top_k * expert_ffn / etp + shared_expert_ffn / t, in place of f / t.
 
     With A=2, M=1, dropout, f=4h, k=h, cp=1 the sum is Table 2's TP (sp off) and TP+SP rows.
     SwiGLU, measured with saved_tensors_hooks (bytes per s b f at A = 2): GeLU 4, fused 6, unfused
@@ -202,7 +202,8 @@ def activation_components_bytes(
     }
     if model.experts:  # the MoE layers' share of the layers: routed tokens instead of one MLP
         share = model.moe_layers / model.layers
-        width = model.top_k * model.expert_width + model.shared_expert_ffn  # MLP width a token passes
+        # MLP width a token passes on one GPU: top_k routed experts split over etp, shared ones over tp
+        width = model.top_k * model.expert_width / plan.expert_tp + model.shared_expert_ffn / t
         moe = {
             # the router's and shared experts' input (the norm's output, as a dense MLP's), the
             # top_k dispatched copies of each token (whole h on every TP shard of an expert), and
@@ -210,8 +211,8 @@ def activation_components_bytes(
             "mlp.fc1_input": gemm_in * b * s_q * h * r
             + gemm_in * model.top_k * b * s_q * h
             + 4 * b * s_q * model.experts * r,
-            "mlp.act_input": gate * act * b * s_q * width / t,
-            "mlp.fc2_input": (gemm_in + silu_out) * b * s_q * width / t,
+            "mlp.act_input": gate * act * b * s_q * width,
+            "mlp.fc2_input": (gemm_in + silu_out) * b * s_q * width,
         }
         for key, value in moe.items():
             parts[key] = parts[key] * (1 - share) + value * share
@@ -280,9 +281,9 @@ def _moe_layer_share(model: Model) -> float:
 
 def expert_params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
     """Routed-expert weights held by one GPU of `stage`: its MoE layers' experts / ep, each expert's
-    matrices split over tp (Megatron-LM's expert tensor parallelism defaults to tp). 0 when dense."""
+    matrices split over the expert tensor parallelism (etp, Megatron-LM's default: tp). 0 when dense."""
     moe = model.moe_layers / plan.pp
-    return moe * model.expert_params_per_layer() / (plan.ep * plan.tp)  # the same on every stage
+    return moe * model.expert_params_per_layer() / (plan.ep * plan.expert_tp)  # the same on every stage
 
 
 def params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
@@ -341,11 +342,12 @@ def model_state_bytes(model: Model, plan: AnyPlan, stage: Any) -> dict[str, Any]
     by N_d (the distributed optimizer keeps the whole gradient buffer: 2 + 4 + 12/N_d bytes, as
     Megatron-LM's theoretical_memory_usage.py writes 6 + 12/d), stage 2 also the gradients, stage 3
     also the weights. A MoE model's routed experts shard over the expert-data-parallel ranks instead,
-    N_d / ep (each expert lives on one rank of every ep group).
+    N_d · tp / (etp · ep) (each expert shard lives on one rank of every etp × ep block).
     """
     experts = expert_params_per_stage(model, plan, stage)
     dense = params_per_stage(model, plan, stage) - experts
-    nd, ne = plan.dp * plan.cp, plan.dp * plan.cp / plan.ep  # ZeRO groups: data x context, expert data
+    # ZeRO groups: data x context, and the expert-data-parallel ranks world / (etp x ep x pp)
+    nd, ne = plan.dp * plan.cp, plan.dp * plan.cp * plan.tp / (plan.expert_tp * plan.ep)
     w = model.dtype_bytes
     k = 12 if w == 2 else 8
     g = 4 if w == 4 or plan.main_grads == "fp32" else 2

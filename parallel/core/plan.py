@@ -55,6 +55,9 @@ class Plan:
     # ep ranks taken from the data-parallel x context ranks (Megatron-LM's expert layout: tp x ep x
     # expert-dp x pp = the world), so ep adds no GPUs; the experts' ZeRO shards over dp*cp/ep.
     ep: int = 1
+    # Expert tensor parallelism (Megatron-LM --expert-tensor-parallel-size): the experts' matrices split
+    # over etp ranks instead of tp; None = tp (Megatron's default). Expert layout: etp x ep x edp x pp.
+    etp: int | None = None
 
     def __post_init__(self):
         _positive(self, "dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "ep")
@@ -73,6 +76,8 @@ class Plan:
             raise SpecError(f"Plan.recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         if self.schedule not in SCHEDULES:
             raise SpecError(f"Plan.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.etp is not None:
+            _positive(self, "etp")
         if self.main_grads not in MAIN_GRADS:
             raise SpecError(f"Plan.main_grads must be one of {', '.join(MAIN_GRADS)}, got {self.main_grads!r}")
         if self.fp8 not in FP8:
@@ -91,9 +96,21 @@ class Plan:
         """Microbatches per optimizer step on each pipeline: global_batch / (dp * micro_batch)."""
         return self.global_batch // (self.dp * self.micro_batch)
 
+    @property
+    def expert_tp(self) -> int:
+        """The experts' tensor-parallel degree: etp, else tp."""
+        return self.tp if self.etp is None else self.etp
+
     def topology(self, gpus_per_node: int) -> Topology:
         return Topology(
-            dp=self.dp, pp=self.pp, cp=self.cp, tp=self.tp, gpus_per_node=gpus_per_node, order=self.order, ep=self.ep
+            dp=self.dp,
+            pp=self.pp,
+            cp=self.cp,
+            tp=self.tp,
+            gpus_per_node=gpus_per_node,
+            order=self.order,
+            ep=self.ep,
+            etp=self.expert_tp,
         )
 
     def label(self) -> str:
@@ -109,6 +126,8 @@ class Plan:
             parts.append(f"rc-{self.recompute}")
         if self.ep > 1:
             parts.append(f"EP{self.ep}")
+        if self.etp is not None and self.etp != self.tp:
+            parts.append(f"ETP{self.etp}")
         if self.fp8 != "none":
             parts.append("FP8" + ("-weights" if self.fp8 == "weights" else ""))
         parts.append(f"mb{self.micro_batch}")
@@ -144,6 +163,11 @@ class PlanColumns:
     main_grads: str = "fp32"
     fp8: str = "none"
     ep: Any = 1  # an array, or one degree shared by all rows
+    etp: int | None = None  # shared; None = each row's tp
+
+    @property
+    def expert_tp(self) -> Any:
+        return self.tp if self.etp is None else self.etp
 
     @property
     def world_size(self) -> np.ndarray:

@@ -76,6 +76,9 @@ class Model:
     # Width of one attention head; None = hidden / heads. Qwen3 uses 128 whatever its hidden (its Q
     # is heads * 128 wide, not hidden); Megatron-LM's --kv-channels.
     attention_head_dim: int | None = None
+    # Whether the output layer shares the input embedding's weights; None = the arch's way (GPT ties,
+    # Llama does not). Qwen3's small models (0.6B-4B) tie theirs.
+    tie_embeddings: bool | None = None
 
     def __post_init__(self):
         _positive(self, "layers", "hidden", "heads", "vocab", "seq_len", "dtype_bytes")
@@ -138,7 +141,7 @@ class Model:
 
     @property
     def tied_embeddings(self) -> bool:
-        return self.arch == "gpt"
+        return self.arch == "gpt" if self.tie_embeddings is None else self.tie_embeddings
 
     def params_per_layer(self) -> int:
         """Weights (and GPT's biases) of one dense layer: QKV, out-projection, MLP, two norms."""

@@ -12,7 +12,7 @@ r // gpus_per_node as local GPU r % gpus_per_node, so the fastest axis stays ins
 
 Expert groups (`group_ranks("ep")`): Megatron-LM lays the MoE layers' ranks out a second time with
 the same order string, as RankGenerator(tp=etp, cp=1, ep=ep, dp=world/(etp·ep·pp), pp) (its
-parallel_state.py, expert_decoder_rank_generator; etp = tp here, Megatron's default), so an EP group
+parallel_state.py, expert_decoder_rank_generator; etp defaults to tp, as in Megatron), so an EP group
 is ranks that differ only in that layout's ep coordinate. An order without `ep` places it right after cp.
 
 Pure: numpy only.
@@ -75,10 +75,13 @@ class Topology:
     tp: int
     gpus_per_node: int
     order: str = DEFAULT_ORDER
-    ep: int = 1  # expert parallelism (MoE layers); its ranks come from dp x cp
+    ep: int = 1  # expert parallelism (MoE layers); its ranks come from dp x cp (x tp when etp < tp)
+    etp: int | None = None  # the experts' tensor parallelism; None = tp
 
     def __post_init__(self):
-        for name in (*DIMS, "gpus_per_node", "ep"):
+        if self.etp is None:
+            object.__setattr__(self, "etp", self.tp)
+        for name in (*DIMS, "gpus_per_node", "ep", "etp"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise TopologyError(f"{name} must be a positive integer, got {value!r}")
@@ -125,12 +128,14 @@ class Topology:
 
     def _expert_groups(self) -> np.ndarray:
         """The EP groups of Megatron-LM's expert layout (module docstring), first rank first."""
-        if (self.dp * self.cp) % self.ep:
-            raise TopologyError(f"dp×cp = {self.dp * self.cp} is not divisible by ep {self.ep}")
+        if self.world_size % (self.etp * self.ep * self.pp):
+            raise TopologyError(
+                f"the world {self.world_size} is not divisible by etp×ep×pp = {self.etp}×{self.ep}×{self.pp}"
+            )
         names = list(self.order.strip().lower().split("-"))
         if "ep" not in names:
             names.insert(names.index("cp") + 1, "ep")
-        sizes = {"tp": self.tp, "cp": 1, "ep": self.ep, "dp": self.world_size // (self.tp * self.ep * self.pp)}
+        sizes = {"tp": self.etp, "cp": 1, "ep": self.ep, "dp": self.world_size // (self.etp * self.ep * self.pp)}
         sizes["pp"] = self.pp
         slow_first = names[::-1]
         grid = np.arange(self.world_size, dtype=np.int64).reshape([sizes[n] for n in slow_first])

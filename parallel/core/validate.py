@@ -86,10 +86,18 @@ def _shape_errors(plan: Plan, model: Model) -> list[str]:
             errors.append(f"ep {p.ep} > 1 needs a mixture-of-experts model; {m.name} is dense")
         elif m.experts % p.ep:
             errors.append(f"the {m.experts} experts are not divisible by ep {p.ep}: each EP rank holds experts/ep")
-        if (p.dp * p.cp) % p.ep:
+        if p.etp is None and (p.dp * p.cp) % p.ep:
             errors.append(
                 f"dp×cp = {p.dp}×{p.cp} = {p.dp * p.cp} is not divisible by ep {p.ep}: expert parallelism "
                 f"takes its ranks from the data-parallel × context ranks (Megatron-LM's expert layout)"
+            )
+    if p.etp is not None:
+        if not m.experts:
+            errors.append(f"etp {p.etp} needs a mixture-of-experts model; {m.name} is dense")
+        elif (p.dp * p.cp * p.tp) % (p.etp * p.ep):
+            errors.append(
+                f"dp×cp×tp = {p.dp * p.cp * p.tp} is not divisible by etp×ep = {p.etp}×{p.ep}: the expert "
+                f"layout is etp × ep × expert-dp × pp over the same ranks (Megatron-LM)"
             )
     return errors
 

@@ -51,6 +51,8 @@ def engine_errors(model: Model, plan: Plan) -> list[str]:
         errors.append(f"ZeRO-{plan.zero}: the engine implements ZeRO 0 and 1")
     if model.dtype_bytes not in (2, 4):
         errors.append(f"dtype_bytes {model.dtype_bytes}: the engine trains fp32 (4) or bf16 (2)")
+    if model.tie_embeddings is False and model.arch == "gpt":
+        errors.append("tie_embeddings false: the engine's output layer is the token embedding")
     if model.q_hidden != model.hidden:
         errors.append(
             f"heads × head_dim = {model.q_hidden} ≠ hidden {model.hidden}: the engine's attention is hidden wide"

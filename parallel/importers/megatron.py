@@ -464,6 +464,7 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         main_grads="bf16" if get.get("grad_bf16") or get.get("main_grads") in ("bf16", "bfloat16") else "fp32",
         fp8="none",
         ep=get.get("ep", 1),
+        etp=get.get("etp"),
     )
     if get.get("fp8"):
         plan["fp8"] = "weights" if get.get("fp8_params") else "gemm"
@@ -477,7 +478,6 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
             )
         )
     for key, text in (
-        ("etp", "--expert-tensor-parallel-size: the experts are modelled split over tp (Megatron-LM's default)"),
         (
             "overlap_grad_reduce",
             "--overlap-grad-reduce: give the plan --dp-overlap to model the hidden gradient reduction",

@@ -33,16 +33,92 @@ import re
 import tomllib
 
 from parallel.core.plan import Plan
-from parallel.core.specs import MODELS, SpecError
+from parallel.core.specs import MODELS, Model, SpecError
 from parallel.importers.base import Imported, failure
 from parallel.importers.limits import toml_shape_error
 
-FLAVOURS = {  # torchtitan's model name -> flavour -> our preset (the flavours whose shapes we carry)
+FLAVOURS = {  # torchtitan's model name -> flavour -> our preset
     "llama3": {"8B": "llama3-8b", "70B": "llama3-70b", "405B": "llama3-405b"},
     "llama4": {"17bx16e": "llama4-scout", "17bx128e": "llama4-maverick"},
     "qwen3": {"32B": "qwen3-32b", "235B-A22B": "qwen3-235b-a22b"},
     "deepseek_v3": {"671B": "deepseek-v3"},
 }
+
+
+def _qwen3(layers, dim, heads, kv, ffn, *, vocab=151936, tied=False, **moe):
+    return dict(
+        layers=layers,
+        hidden=dim,
+        heads=heads,
+        kv_heads=kv,
+        ffn_hidden=ffn,
+        vocab=vocab,
+        seq_len=4096,
+        arch="llama",
+        dropout=False,
+        attention_head_dim=128,
+        tie_embeddings=tied or None,
+        **moe,
+    )
+
+
+def _deepseek(layers, dim, heads, ffn, expert_ffn, experts, shared, top_k, dense, vocab):
+    # MLA approximated as multi-head attention of hidden/heads wide heads (as the deepseek-v3 preset)
+    return dict(
+        layers=layers,
+        hidden=dim,
+        heads=heads,
+        ffn_hidden=ffn,
+        vocab=vocab,
+        seq_len=4096,
+        arch="llama",
+        dropout=False,
+        experts=experts,
+        top_k=top_k,
+        expert_ffn=expert_ffn,
+        shared_expert_ffn=shared * expert_ffn,
+        dense_layers=dense,
+    )
+
+
+# The other flavours torchtitan's train configs name, as its model args define them
+# (torchtitan/models/{llama3,qwen3,deepseek_v3}/__init__.py, 2025; deepseek_v3 16B is DeepSeek-V2-Lite's
+# 27 layers, 236B DeepSeek-V2's 60): shapes, not presets.
+FLAVOUR_SHAPES = {
+    ("llama3", "debugmodel"): dict(
+        layers=6, hidden=256, heads=16, ffn_hidden=768, vocab=2048, seq_len=2048, arch="llama", dropout=False
+    ),
+    # llama4's debug model from its args' defaults: 8 experts, top-1 with a shared expert, MoE every
+    # other layer; the expert width (compute_moe_hidden_dim) approximated as 512
+    ("llama4", "debugmodel"): dict(
+        layers=6,
+        hidden=256,
+        heads=16,
+        ffn_hidden=768,
+        vocab=2048,
+        seq_len=2048,
+        arch="llama",
+        dropout=False,
+        experts=8,
+        top_k=1,
+        expert_ffn=512,
+        shared_expert_ffn=512,
+        moe_every=2,
+    ),
+    ("qwen3", "debugmodel"): _qwen3(8, 256, 16, 8, 3072, vocab=2048, tied=True),
+    ("qwen3", "0.6B"): _qwen3(28, 1024, 16, 8, 3072, tied=True),
+    ("qwen3", "1.7B"): _qwen3(28, 2048, 16, 8, 6144, tied=True),
+    ("qwen3", "4B"): _qwen3(36, 2560, 32, 8, 9728, tied=True),
+    ("qwen3", "8B"): _qwen3(36, 4096, 32, 8, 12288),
+    ("qwen3", "14B"): _qwen3(40, 5120, 40, 8, 17408),
+    ("qwen3", "debugmodel_moe"): _qwen3(8, 256, 16, 8, 3072, vocab=2048, experts=64, top_k=8, expert_ffn=768),
+    ("qwen3", "30B-A3B"): _qwen3(48, 2048, 32, 4, 6144, experts=128, top_k=8, expert_ffn=768),
+    ("deepseek_v3", "debugmodel"): _deepseek(6, 256, 16, 1024, 256, 8, 2, 3, 1, 2048),
+    ("deepseek_v3", "16B"): _deepseek(27, 2048, 16, 10944, 1408, 64, 2, 6, 1, 102400),
+    ("deepseek_v3", "236B"): _deepseek(60, 5120, 128, 12288, 1536, 160, 2, 6, 1, 102400),
+}
+
+
 KNOWN = {  # section -> keys read (True) or known and without effect on the plan model (False)
     "model": {
         "name": True,
@@ -193,14 +269,22 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
     model_sec = data.get("model", {})
     name, flavor = model_sec.get("name", "llama3"), str(model_sec.get("flavor", "debugmodel"))
     preset = FLAVOURS.get(name, {}).get(flavor)
-    if preset is None:
-        known = "; ".join(f"{n}: {', '.join(f)}" for n, f in FLAVOURS.items())
+    if preset is not None:
+        model = MODELS[preset]
+    elif (name, flavor) in FLAVOUR_SHAPES:
+        model = Model(name=f"torchtitan {name} {flavor}", **FLAVOUR_SHAPES[name, flavor])
+        if name == "deepseek_v3":
+            notes.append(f"{name} {flavor}: multi-head latent attention approximated as multi-head attention")
+    else:
+        known = "; ".join(
+            f"{n}: {', '.join([*FLAVOURS.get(n, {}), *(f for m, f in FLAVOUR_SHAPES if m == n)])}"
+            for n in dict.fromkeys([*FLAVOURS, *(m for m, _ in FLAVOUR_SHAPES)])
+        )
         raise t.fail(
             "model",
             "flavor" if name in FLAVOURS else "name",
-            f"no preset for torchtitan model {name!r} flavour {flavor!r} (known: {known})",
+            f"no shape for torchtitan model {name!r} flavour {flavor!r} (known: {known})",
         )
-    model = MODELS[preset]
     train = data.get("training", {})
     seq = t.int(data, "training", "seq_len", 2048)
     if "seq_len" not in train:
@@ -321,12 +405,8 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
         raise t.fail(
             "parallelism", "expert_parallel_degree", f"expert_parallel_degree {ep} for the dense model {model.name}"
         )
-    etp = par.get("expert_tensor_parallel_degree")
-    if model.experts and ep > 1 and isinstance(etp, int) and etp != tp:
-        notes.append(
-            f"expert_tensor_parallel_degree {etp} ≠ tp {tp}: the experts are modelled split over tp, "
-            f"ep taken from dp_shard × cp (torchtitan may take it from tp too)"
-        )
+    etp = t.int(data, "parallelism", "expert_tensor_parallel_degree", tp) if model.experts else None
+    etp = None if etp == tp else etp  # None: the experts split as the rest of the layer (tp)
     for key, why in (
         ("enable_async_tensor_parallel", "async TP overlaps TP communication; it is counted as exposed"),
         ("fsdp_reshard_after_forward", "FSDP reshard policy not modelled (ZeRO-3 gathers twice)"),
@@ -350,6 +430,7 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
             schedule=schedule,
             main_grads=main_grads,
             ep=ep,
+            etp=etp,
         )
     except SpecError as err:
         raise t.fail("parallelism", None, str(err)) from None

@@ -270,9 +270,9 @@ def test_no_megatron_command():
             "[parallelism] tensor_parallel_degree = '8' must be a positive integer",
         ),
         (
-            '[model]\nname = "llama3"\nflavor = "debugmodel"\n',
+            '[model]\nname = "llama3"\nflavor = "tinymodel"\n',
             3,
-            "no preset for torchtitan model 'llama3' flavour 'debugmodel'",
+            "no shape for torchtitan model 'llama3' flavour 'tinymodel'",
         ),
         (
             '[model]\nflavor = "8B"\n[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_microbatch_size = 3\n'

@@ -186,3 +186,80 @@ def test_torchtitan_expert_parallel_degree_becomes_the_plans_ep():
     dense = text.replace('name = "llama4"', 'name = "llama3"').replace('"17bx16e"', '"8B"')
     with pytest.raises(ImportFailed, match="expert_parallel_degree 8 for the dense model llama3-8b"):
         import_text(dense.replace("expert_parallel_degree = 1", "expert_parallel_degree = 8"), "dense.toml")
+
+
+def _toml(name: str, flavor: str) -> str:
+    return (
+        f'[model]\nname = "{name}"\nflavor = "{flavor}"\n\n[training]\nlocal_batch_size = 1\nseq_len = 2048\n\n'
+        "[parallelism]\ndata_parallel_shard_degree = -1\n"
+    )
+
+
+def test_every_torchtitan_flavour_of_llama3_llama4_qwen3_deepseek_v3_imports():
+    from parallel.importers import import_text
+    from parallel.importers.torchtitan import FLAVOUR_SHAPES, FLAVOURS
+
+    flavours = [(n, f) for n, fs in FLAVOURS.items() for f in fs] + list(FLAVOUR_SHAPES)
+    assert {n for n, _ in flavours} == {"llama3", "llama4", "qwen3", "deepseek_v3"}
+    for name, flavor in flavours:
+        imp = import_text(_toml(name, flavor), f"{name}_{flavor}.toml")
+        assert imp.model.params_total() > 0 and imp.model.seq_len == 2048, (name, flavor)
+    with pytest.raises(ValueError, match="no shape for torchtitan model 'qwen3' flavour '7B'"):
+        import_text(_toml("qwen3", "7B"), "x.toml")
+
+
+@pytest.mark.parametrize(
+    "flavor,total,active",
+    [("0.6B", 0.6, 0.6), ("1.7B", 1.7, 1.7), ("4B", 4.0, 4.0), ("8B", 8.2, 8.2), ("14B", 14.8, 14.8)]
+    + [("30B-A3B", 30.5, 3.3)],  # the Qwen3 report's Tables 1-2 (the small ones tie their embeddings)
+)
+def test_torchtitan_qwen3_flavours_have_the_published_sizes(flavor, total, active):
+    from parallel.importers import import_text
+
+    m = import_text(_toml("qwen3", flavor), "q.toml").model
+    assert m.params_total() / 1e9 == pytest.approx(total, rel=0.03)
+    assert m.active_params_total() / 1e9 == pytest.approx(active, rel=0.03)
+
+
+@pytest.mark.parametrize("order", ["tp-cp-ep-dp-pp", "tp-cp-pp-dp"])
+@pytest.mark.parametrize("sizes,ep,etp", [(dict(dp=2, pp=2, cp=1, tp=4), 8, 1), (dict(dp=4, pp=1, cp=2, tp=2), 4, 1)])
+def test_expert_tensor_parallelism_changes_the_expert_layout(order, sizes, ep, etp):
+    from tests.unit.test_plan_model import megatron_oracle
+
+    plan = Plan(**sizes, ep=ep, etp=etp, order=order, global_batch=sizes["dp"])
+    topo = plan.topology(gpus_per_node=8)
+    world = topo.world_size
+    with_ep = order if "ep" in order else order.replace("cp-", "cp-ep-", 1)
+    expert_sizes = {"tp": etp, "cp": 1, "ep": ep, "dp": world // (etp * ep * sizes["pp"]), "pp": sizes["pp"]}
+    assert sorted(map(list, topo.group_ranks("ep").tolist())) == sorted(
+        megatron_oracle(world, expert_sizes, with_ep, "ep")
+    )
+
+
+def test_etp_splits_the_experts_and_sets_their_zero_group():
+    m = MODELS["mixtral-8x7b"]
+    tp8 = Plan(dp=2, tp=8, pp=4, ep=2, zero=1, global_batch=64)
+    etp2 = Plan(dp=2, tp=8, pp=4, ep=8, etp=2, zero=1, global_batch=64)
+    etp1 = Plan(dp=2, tp=8, pp=4, ep=8, etp=1, zero=1, global_batch=64)
+    # the same 64 GPUs: ep x etp = 16 ranks share the experts in the first two, 8 in the third
+    assert expert_params_per_stage(m, tp8, 0) == pytest.approx(expert_params_per_stage(m, etp2, 0))
+    assert expert_params_per_stage(m, etp1, 0) == pytest.approx(2 * expert_params_per_stage(m, etp2, 0))
+    # ZeRO-1 of the experts over the expert-data-parallel ranks, dp*cp*tp / (etp*ep): 1, 1 and 2
+    experts_opt = lambda p, n: 12 * expert_params_per_stage(m, p, 0) / n  # noqa: E731
+    dense = model_state_bytes(m, tp8, 0)["optimizer"] - experts_opt(tp8, 1)
+    assert model_state_bytes(m, etp1, 0)["optimizer"] == pytest.approx(dense + experts_opt(etp1, 2))
+    assert etp1.label().endswith("EP8 ETP1 mb1") and check(etp1, m, _h100(8)).errors == []
+    bad = Plan(dp=2, tp=8, pp=4, ep=8, etp=4, global_batch=64)
+    assert "not divisible by etp×ep = 4×8" in " ".join(check(bad, m, _h100(8)).errors)
+    imp = import_text(
+        "torchrun pretrain_gpt.py --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 "
+        "--ffn-hidden-size 14336 --swiglu --untie-embeddings-and-output-weights --bf16 --vocab-size 32000 "
+        "--num-experts 8 --expert-model-parallel-size 8 --expert-tensor-parallel-size 1 --tensor-model-parallel-size 8"
+    )
+    assert (imp.plan.ep, imp.plan.etp, imp.plan.tp) == (8, 1, 8)
+
+
+def _h100(nodes):
+    from parallel.core.specs import CLUSTERS
+
+    return CLUSTERS["dgx-h100"].with_nodes(nodes)
