@@ -24,8 +24,6 @@ Pure: numpy, pandas.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
@@ -33,7 +31,7 @@ from profiler.analyzers.collectives import collectives
 from profiler.analyzers.labels import PlanLike
 from profiler.analyzers.steps import assign_steps, step_windows
 from profiler.traces import intervals as iv
-from profiler.traces.loader import map_ranks
+from profiler.traces.loader import map_rank_tasks
 from profiler.traces.model import Traces, event_arrays
 from profiler.traces.patterns import KINDS
 from profiler.traces.store import PartStore
@@ -185,25 +183,13 @@ def breakdowns(
     windows = step_windows(traces)
     by_rank = dict(tuple(table.groupby("rank", sort=False))) if len(table) else {}
     w_by_rank = dict(tuple(windows.groupby("rank", sort=False))) if len(windows) else {}
-    folder = traces.store.folder
-    on_disk = folder is not None and not traces.store.tables
-    args = [
-        (
-            str(folder) if on_disk else traces.store,
-            traces.store.parts[r] if on_disk else None,
-            r,
-            traces.device_of(r) == "gpu",
-            by_rank.get(r, table.iloc[:0]),
-            w_by_rank.get(r, windows.iloc[:0]),
-        )
-        for r in traces.rank_ids
-    ]
     out, dims = [], []
-    tasks = map_ranks(
+    tasks = map_rank_tasks(
+        traces,
         _rank_breakdown,
-        args,
-        workers=workers if on_disk else 1,
-        scheduler=scheduler if on_disk else None,
+        lambda r: (by_rank.get(r, table.iloc[:0]), w_by_rank.get(r, windows.iloc[:0])),
+        workers=workers,
+        scheduler=scheduler,
         preload=__name__,
     )
     for rows, dim_rows in tasks:
@@ -223,11 +209,9 @@ def breakdowns(
     return bd, by_dim
 
 
-def _rank_breakdown(store, part: str | None, rank: int, gpu: bool, rows: pd.DataFrame, windows: pd.DataFrame):
-    """One rank's breakdown and comm_by_dim rows (tuples). `store`: a PartStore, or the folder of one
-    on disk (then `part` names the rank's partition): a task for a worker process or a Dask worker."""
-    if not isinstance(store, PartStore):
-        store = PartStore({rank: part}, folder=Path(store))
+def _rank_breakdown(store: PartStore, rank: int, gpu: bool, rows: pd.DataFrame, windows: pd.DataFrame):
+    """One rank's breakdown and comm_by_dim rows (tuples): a task (loader.map_rank_tasks) for a
+    worker process or a Dask worker as well as here."""
     r = _Rank(store, rank, gpu, rows, windows)
     out, dims = [], []
     for step, lo, hi in r.steps():

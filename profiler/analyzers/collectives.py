@@ -29,7 +29,6 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -38,7 +37,7 @@ from parallel.core.comm import bus_factor
 from profiler.analyzers.labels import P2P_OPS, DimLabeler, PlanLike, plan_of
 from profiler.analyzers.steps import assign_steps, step_windows
 from profiler.formats.annotations import parse_comm
-from profiler.traces.loader import map_ranks
+from profiler.traces.loader import map_rank_tasks
 from profiler.traces.model import COMM_ARG_FIELDS, Traces
 from profiler.traces.patterns import KINDS, RECORD_PARAM_COMMS, dtype_bytes, normalize_op
 from profiler.traces.store import PartStore
@@ -100,24 +99,16 @@ def collectives(
     empty_w = step_windows(traces).iloc[:0]
     pg = traces.pg_config
     pg_of = dict(tuple(pg.groupby("rank", sort=False))) if len(pg) else {}
-    folder = traces.store.folder
-    on_disk = folder is not None and not traces.store.tables
-    args = [
-        (
-            str(folder) if on_disk else traces.store,
-            traces.store.parts[r] if on_disk else None,
-            r,
-            traces.device_of(r) == "gpu",
-            plan,
-            pg_of.get(r, pg.iloc[:0]),
-            windows.get(r, empty_w),
-        )
-        for r in traces.rank_ids
-    ]
     parts, not_collectives = [], Counter()
-    for part, skipped in map_ranks(
-        _rank_table, args, workers=workers if on_disk else 1, scheduler=scheduler if on_disk else None, preload=__name__
-    ):
+    tasks = map_rank_tasks(
+        traces,
+        _rank_table,
+        lambda r: (plan, pg_of.get(r, pg.iloc[:0]), windows.get(r, empty_w)),
+        workers=workers,
+        scheduler=scheduler,
+        preload=__name__,
+    )
+    for part, skipped in tasks:
         if len(part):
             parts.append(part)
         not_collectives.update(skipped)
@@ -149,12 +140,9 @@ _LABELS: dict = {}
 _LABELERS: dict = {}
 
 
-def _rank_table(store, part: str | None, rank: int, gpu: bool, plan, pg: pd.DataFrame, windows: pd.DataFrame):
-    """One rank's finished part of the table and its CPU comm events that are no collective. `store`:
-    a PartStore, or the folder of one on disk (then `part` names the rank's partition): a task that
-    runs in a worker process or on a Dask worker as well as here."""
-    if not isinstance(store, PartStore):
-        store = PartStore({rank: part}, folder=Path(store))
+def _rank_table(store: PartStore, rank: int, gpu: bool, plan, pg: pd.DataFrame, windows: pd.DataFrame):
+    """One rank's finished part of the table and its CPU comm events that are no collective: a task
+    (loader.map_rank_tasks) that runs in a worker process or on a Dask worker as well as here."""
     skipped: Counter = Counter()
     rows = _rows_of(store, rank, gpu, _LABELS, skipped)
     if not rows:

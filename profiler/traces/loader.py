@@ -302,6 +302,26 @@ def map_ranks(
             yield task(*a)
 
 
+def map_rank_tasks(
+    traces: Traces,
+    task: Callable,
+    per_rank: Callable[[int], tuple],
+    *,
+    workers: int = 1,
+    scheduler: str | None = None,
+    preload: str = __name__,
+) -> Any:
+    """`task(store, rank, gpu, *per_rank(rank))` for every rank of `traces`, in rank order (map_ranks):
+    each task gets only its rank's part of the store (PartStore.only), so a worker process or a Dask
+    task opens its own partition; parts held in memory are worked on here."""
+    store = traces.store
+    args = [(store.only(r), r, traces.device_of(r) == "gpu", *per_rank(r)) for r in traces.rank_ids]
+    on_disk = store.on_disk
+    return map_ranks(
+        task, args, workers=workers if on_disk else 1, scheduler=scheduler if on_disk else None, preload=preload
+    )
+
+
 def dask_client(address: str) -> Any:  # a distributed.Client (imported only when asked for)
     """A dask.distributed Client of the scheduler at `address` (tcp://HOST:PORT); TraceError when
     distributed is missing or the scheduler cannot be reached."""

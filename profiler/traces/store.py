@@ -137,6 +137,19 @@ class PartStore:
         self.budget_events = budget_events
         self._recent: OrderedDict[tuple[str, int], tuple[pd.DataFrame, int]] = OrderedDict()
 
+    @property
+    def on_disk(self) -> bool:
+        """Parts are files another process can open (not tables held by this one)."""
+        return self.folder is not None and not self.tables
+
+    def only(self, rank: int) -> "PartStore":
+        """This store narrowed to one rank's part, as a task for another process is sent it: a folder
+        and a file name when the parts are on disk (the task opens its own partition); the store
+        itself when they are tables held here."""
+        if not self.on_disk:
+            return self
+        return PartStore({rank: self.parts[rank]}, folder=self.folder, budget_events=self.budget_events)
+
     def _table(self, rank: int, which: int) -> pa.Table:
         part = self.parts[rank]
         if part in self.tables:
