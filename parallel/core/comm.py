@@ -105,8 +105,9 @@ def collective_seconds(op: str, n: int, nbytes: float, link: Link) -> float:
 def _link_of(plan: Plan, cluster: Cluster, dims: tuple[str, ...]) -> str:
     """'inter' if any group over `dims` (ranks that differ only in those coordinates) spans nodes."""
     topo = plan.topology(cluster.gpus_per_node)
-    if dims == ("ep",):  # the MoE layers' own layout
-        return topo.link("ep") if plan.ep > 1 else "intra"
+    if dims == ("ep",):  # the MoE layers' own layout (none to lay out for ep 1 or a plan that cannot hold it)
+        laid_out = plan.ep > 1 and plan.world_size % (plan.expert_tp * plan.ep * plan.pp) == 0
+        return topo.link("ep") if laid_out else "intra"
     grid = topo.grid  # [dp, pp, cp, tp]
     axes = [("dp", "pp", "cp", "tp").index(d) for d in dims]
     rest = [i for i in range(4) if i not in axes]
@@ -117,47 +118,33 @@ def _link_of(plan: Plan, cluster: Cluster, dims: tuple[str, ...]) -> str:
 
 def crosses_nodes(plan: AnyPlan, cluster: Cluster, dims: tuple[str, ...]) -> Any:
     """True where the groups over `dims` span nodes (`_link_of` == 'inter'); for a PlanColumns one
-    flag per plan, each distinct (dp, tp, pp, cp) laid out once."""
+    flag per plan, each distinct (dp, tp, pp, cp) -- with ep for the EP groups -- laid out once."""
     if not isinstance(plan, PlanColumns):
         return _link_of(plan, cluster, dims) == "inter"
-    if dims == ("ep",):
-        return _ep_crosses_nodes(plan, cluster)
     memo = plan.memo.setdefault(("crosses_nodes", cluster, dims), {})
     if "flags" not in memo:
-        uniq, inverse = plan.distinct_degrees
+        uniq, inverse = plan.distinct_degrees(with_ep=dims == ("ep",))
         flags = np.array(
             [
-                _link_of(Plan(dp=int(d), tp=int(t), pp=int(p), cp=int(c), order=plan.order), cluster, dims) == "inter"
-                for d, t, p, c in uniq
+                _link_of(
+                    Plan(
+                        dp=int(d),
+                        tp=int(t),
+                        pp=int(p),
+                        cp=int(c),
+                        ep=int(e[0]) if e else 1,
+                        etp=plan.etp,
+                        order=plan.order,
+                    ),
+                    cluster,
+                    dims,
+                )
+                == "inter"
+                for d, t, p, c, *e in uniq
             ],
             dtype=bool,
         )
         memo["flags"] = flags[inverse]
-    return memo["flags"]
-
-
-def _ep_crosses_nodes(plan: PlanColumns, cluster: Cluster) -> Any:
-    """Per plan: whether its EP groups span nodes, each distinct (dp, tp, pp, cp, ep) laid out once."""
-    memo = plan.memo.setdefault(("ep_crosses_nodes", cluster), {})
-    if "flags" not in memo:
-        ep = np.broadcast_to(np.asarray(plan.ep, dtype=np.int64), np.shape(plan.dp))
-        rows = np.stack([np.asarray(x, dtype=np.int64) for x in (plan.dp, plan.tp, plan.pp, plan.cp)] + [ep], axis=1)
-        uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
-        flags = np.array(
-            [
-                int(e) > 1
-                and (int(d) * int(c) * int(t)) % (int(e) * (plan.etp or int(t))) == 0
-                and _link_of(
-                    Plan(dp=int(d), tp=int(t), pp=int(p), cp=int(c), ep=int(e), etp=plan.etp, order=plan.order),
-                    cluster,
-                    ("ep",),
-                )
-                == "inter"
-                for d, t, p, c, e in uniq
-            ],
-            dtype=bool,
-        )
-        memo["flags"] = flags[inverse.reshape(-1)]
     return memo["flags"]
 
 

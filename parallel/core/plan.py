@@ -186,13 +186,18 @@ class PlanColumns:
         nodes on a cluster), kept for the other formulas of the same evaluation."""
         return {}
 
-    @cached_property
-    def distinct_degrees(self) -> tuple[np.ndarray, np.ndarray]:
-        """(the distinct (dp, tp, pp, cp) rows, each plan's index into them): what depends on the
-        degrees alone (the rank layout) is computed once per distinct row, not once per plan."""
-        cols = [np.asarray(x, dtype=np.int64) for x in (self.dp, self.tp, self.pp, self.cp)]
-        key = cols[0]
-        for c in cols[1:]:  # one int64 key per row: a 1-D unique is far faster than unique(axis=0)
-            key = key * (int(c.max()) + 1) + c
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        return np.stack(cols, axis=1)[first], inverse.reshape(-1)
+    def distinct_degrees(self, *, with_ep: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(the distinct (dp, tp, pp, cp[, ep]) rows, each plan's index into them): what depends on
+        the degrees alone (the rank layout; the expert layout also on ep) is computed once per
+        distinct row, not once per plan."""
+        memo = self.memo.setdefault(("distinct_degrees", with_ep), {})
+        if "rows" not in memo:
+            cols = [np.asarray(x, dtype=np.int64) for x in (self.dp, self.tp, self.pp, self.cp)]
+            if with_ep:
+                cols.append(np.broadcast_to(np.asarray(self.ep, dtype=np.int64), cols[0].shape))
+            key = cols[0]
+            for c in cols[1:]:  # one int64 key per row: a 1-D unique is far faster than unique(axis=0)
+                key = key * (int(c.max()) + 1) + c
+            _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+            memo["rows"] = (np.stack(cols, axis=1)[first], inverse.reshape(-1))
+        return memo["rows"]
