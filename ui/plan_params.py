@@ -193,7 +193,10 @@ def usable_params(params: Mapping) -> tuple[dict[str, str], list[str]]:
 #   mfu dp_overlap flash dropout       the modelling assumptions
 
 REVIEW_VIEWS = ("compare", "search", "import", "saved")
-# `model`: a preset this plan trains when it is not the review's (dense vs MoE side by side)
+# A plan code's keys: the plan's own URL keys (not where it runs), then `model`: a preset this plan
+# trains when it is not the review's (dense vs MoE side by side).
+_PLAN_FIELDS = (*(k for k in KEYS if k not in ("model", "cluster", "nodes", "gpn")), *PRECISION_KEYS)
+_PLAN_CODE_KEYS = (*_PLAN_FIELDS, "model")
 _PLAN_CODE_KEYS = (
     "dp",
     "tp",
@@ -319,8 +322,7 @@ def parse_plan_code(text: str):
             base["gb"] = str(int(base["dp"]) * int(base["mb"]) * int(base["pp"]))
         except ValueError:
             pass  # plan_from_params names the bad key
-    keys = (*KEYS, *PRECISION_KEYS)
-    _, _, plan = plan_from_params({k: base[k] for k in keys if k not in ("model", "cluster", "nodes", "gpn")})
+    _, _, plan = plan_from_params({k: base[k] for k in _PLAN_FIELDS})
     return NamedPlan(name.strip(), plan, model_preset(base["model"]) if base["model"] else None)
 
 
@@ -483,6 +485,11 @@ def plan_rows_of(plans) -> list[dict]:
     return rows
 
 
+def _empty(cell) -> bool:
+    """A data-editor cell left empty: None, or NaN where the column is numeric."""
+    return cell is None or (isinstance(cell, float) and cell != cell)
+
+
 def plans_from_rows(rows) -> tuple[tuple, list[str]]:
     """Plans from edited rows, and a message per row that cannot be a plan (that row is left out)."""
 
@@ -500,9 +507,9 @@ def plans_from_rows(rows) -> tuple[tuple, list[str]]:
                 k: row.get(k, _PLAN_CODE_DEFAULTS[k] if k in ("ep", "grads", "fp8", "model") else None)
                 for k in _PLAN_CODE_KEYS
             }
-            if values["model"] is None or (isinstance(values["model"], float) and values["model"] != values["model"]):
+            if _empty(values["model"]):
                 values["model"] = ""  # an empty model cell: the review's model
-            if any(v is None or (isinstance(v, float) and v != v) for v in values.values()):
+            if any(_empty(v) for v in values.values()):
                 raise SpecError("fill every column")
             named = parse_plan_code(
                 f"{name}|" + ",".join(f"{k}={int(v) if k == 'sp' else v}" for k, v in values.items())

@@ -201,7 +201,7 @@ def activation_components_bytes(
         "residual.dropout_masks": 2 * mask * b * s_q * h * r,
     }
     if model.experts:  # the MoE layers' share of the layers: routed tokens instead of one MLP
-        share = model.moe_layers / model.layers
+        share = model.moe_share
         # MLP width a token passes on one GPU: top_k routed experts split over etp, shared ones over tp
         width = model.top_k * model.expert_width / plan.expert_tp + model.shared_expert_ffn / t
         moe = {
@@ -274,11 +274,6 @@ def _replicated_params_per_layer(model: Model) -> int:
     return 2 * h if model.arch == "llama" else 4 * h + 2 * h
 
 
-def _moe_layer_share(model: Model) -> float:
-    """MoE layers per layer (spread evenly over the stages, as the dense/MoE pattern repeats)."""
-    return model.moe_layers / model.layers
-
-
 def expert_params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
     """Routed-expert weights held by one GPU of `stage`: its MoE layers' experts / ep, each expert's
     matrices split over the expert tensor parallelism (etp, Megatron-LM's default: tp). 0 when dense."""
@@ -288,11 +283,11 @@ def expert_params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
 
 def params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
     """Parameters held by one GPU of pipeline stage `stage` (TP-sharded matrices, replicated norms,
-    and a MoE model's routed experts split over ep x tp: expert_params_per_stage)."""
+    and a MoE model's routed experts split over ep x etp: expert_params_per_stage)."""
     t, p = plan.tp, plan.pp
     rep = _replicated_params_per_layer(model)
     dense = (model.params_per_layer() - rep) / t + rep
-    share = _moe_layer_share(model)
+    share = model.moe_share
     # besides its experts a MoE layer holds attention, norms, shared experts (TP-sharded) and the
     # router (hidden x experts, kept whole on every TP rank, as Megatron-LM's router)
     router = model.hidden * model.experts
@@ -319,7 +314,7 @@ def gemm_params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
     routed experts' matrices are counted apart (expert_params_per_stage)."""
     h, kv, q = model.hidden, model.kv_hidden, model.q_hidden
     attention = h * (q + 2 * kv) + q * h
-    share = _moe_layer_share(model)  # MoE layers: the shared experts' MLP (routed experts: model_state_bytes)
+    share = model.moe_share  # MoE layers: the shared experts' MLP (routed experts: model_state_bytes)
     mlp = (
         model.mlp_matrix_params(model.ffn_hidden) * (1 - share)
         + model.mlp_matrix_params(model.shared_expert_ffn) * share

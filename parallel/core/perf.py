@@ -47,7 +47,7 @@ def layer_forward_flops(model: Model, tokens_per_seq: int, batch: int) -> dict[s
     h, f, k, s = model.hidden, model.ffn_hidden, model.kv_hidden, tokens_per_seq
     mlp = model.mlp_matrix_params(f)  # 8h^2 for GPT
     if model.experts:  # a token passes top_k routed experts and the shared ones, on the MoE layers
-        share = model.moe_layers / model.layers
+        share = model.moe_share
         routed = model.top_k * model.mlp_matrix_params(model.expert_width) + model.mlp_matrix_params(
             model.shared_expert_ffn
         )

@@ -41,11 +41,16 @@ class Options:
 LISTED = 4096
 
 
+def _expert_dims(plan: Plan) -> tuple[str, ...]:
+    """("ep",) when the plan has expert groups to list (the MoE layers' own layout), else ()."""
+    return ("ep",) if plan.ep > 1 else ()
+
+
 def groups_json(plan: Plan, cluster: Cluster, limit: int = LISTED) -> dict[str, list[dict]]:
     """Each dimension's first `limit` groups, each with its first `limit` ranks and nodes, and its link."""
     topo = plan.topology(cluster.gpus_per_node)
     out = {}
-    for dim in ("tp", "pp", "dp", "cp", *(("ep",) if plan.ep > 1 else ())):
+    for dim in ("tp", "pp", "dp", "cp", *_expert_dims(plan)):
         rows = topo.group_ranks(dim)[:limit]
         nodes = np.sort(rows // cluster.gpus_per_node, axis=1)
         first = np.ones(nodes.shape, dtype=bool)  # each group's distinct nodes, all groups at once
@@ -98,8 +103,8 @@ def plan_report(plan: Plan, model: Model, cluster: Cluster, options: Options = O
             "memory_per_stage": stages,
             "ranks": topo.rank_table(LISTED),
             "groups": groups_json(plan, cluster),
-            "group_counts": {d: topo.group_count(d) for d in (*DIMS, *(("ep",) if plan.ep > 1 else ()))},
-            "crossing_groups": {d: topo.crossing(d) for d in (*DIMS, *(("ep",) if plan.ep > 1 else ()))},
+            "group_counts": {d: topo.group_count(d) for d in (*DIMS, *_expert_dims(plan))},
+            "crossing_groups": {d: topo.crossing(d) for d in (*DIMS, *_expert_dims(plan))},
             "truncated": plan.world_size > LISTED,  # ranks and groups list the first LISTED only
             "comm_per_step": rows,
             "bubble_fraction": bubble_fraction(plan),

@@ -161,6 +161,11 @@ class Model:
             return 0
         return len(range(self.dense_layers + self.moe_every - 1, self.layers, self.moe_every))
 
+    @property
+    def moe_share(self) -> float:
+        """MoE layers per layer (the formulas spread them evenly over the stages: the pattern repeats)."""
+        return self.moe_layers / self.layers
+
     def expert_params_per_layer(self) -> int:
         """The routed experts' weights of one MoE layer (what expert parallelism shards)."""
         return self.experts * self.mlp_matrix_params(self.expert_width)

@@ -287,6 +287,11 @@ def _world(r: _Reader, launcher: list[Word], sbatch: dict[str, str]) -> tuple[in
     return None, nodes, gpus, "the launch command does not say how many GPUs it runs on"
 
 
+def _no_dropout(get: dict) -> bool:
+    """Both dropouts set to 0 (Megatron-LM's defaults are 0.1): the model trains without dropout."""
+    return get.get("attention_dropout") == 0 and get.get("hidden_dropout") == 0
+
+
 def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
     get = {k: v for k, (v, _) in f.items()}
     missing = [
@@ -336,8 +341,7 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
         seq_len=seq,
         dtype_bytes=dtype,
         arch="llama" if llama else "gpt",
-        # Megatron-LM's defaults are 0.1 for both; the model trains without dropout only when both are 0
-        dropout=not (get.get("attention_dropout") == 0 and get.get("hidden_dropout") == 0),
+        dropout=not _no_dropout(get),
         attention_head_dim=head_dim,
     )
     if get.get("experts"):  # Megatron-LM's MoE flags; top-k 2 is its default
@@ -494,7 +498,7 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
     backend = get.get("attention_backend")
     if get.get("flash") or backend in ("flash", "fused", "auto"):
         options["flash_attention"] = True
-    if get.get("attention_dropout") == 0 and get.get("hidden_dropout") == 0:
+    if _no_dropout(get):
         options["dropout"] = False
     if get.get("no_swiglu_fusion") and get.get("swiglu"):
         options["swiglu"] = "unfused"

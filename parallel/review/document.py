@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 
 import pandas as pd
 
+from parallel.core.comm import DIMS as COMM_DIMS
 from parallel.core.comm import CommOptions
 from parallel.core.memory import ActivationOptions, activation_bytes_per_layer, memory_per_gpu_bytes
 from parallel.core.perf import PerfOptions, flops_per_step
@@ -200,14 +201,12 @@ def _rows(plan: Plan, rep: dict, model: Model) -> list[tuple[str, str, object]]:
         ("time", "compute (s)", t.get("compute_s")),
         ("time", "bubble (s)", t.get("bubble_s")),
     ]
-    rows += [
-        ("time", f"exposed {d.upper()} comm (s)", t.get(f"exposed_{d}_s")) for d in ("tp", "sp", "cp", "ep", "pp", "dp")
-    ]
+    rows += [("time", f"exposed {d.upper()} comm (s)", t.get(f"exposed_{d}_s")) for d in COMM_DIMS]
     per_dim = {}
     for r in rep["comm_per_step"] or []:
         key = (r["dim"], r["link"])
         per_dim[key] = per_dim.get(key, 0.0) + r["seconds"]
-    for dim in ("tp", "sp", "cp", "ep", "pp", "dp"):
+    for dim in COMM_DIMS:
         for link in ("intra", "inter"):  # every pair, so the rows line up across plans (None: no such traffic)
             rows.append(("communication per step (s)", f"{dim.upper()} on {LINK[link]}", per_dim.get((dim, link))))
     crossing = rep.get("crossing_groups") or {}
@@ -222,10 +221,11 @@ def compare_plans(
     whose value is not the same for every plan."""
     if not plans:
         raise SpecError("nothing to compare: add a plan")
-    reports = {p.name: plan_report(p.plan, p.model_or(model), cluster, options) for p in plans}
+    models = {p.name: p.model_or(model) for p in plans}
+    reports = {p.name: plan_report(p.plan, models[p.name], cluster, options) for p in plans}
     names = [p.name for p in plans]
-    columns = {p.name: {(s, m): v for s, m, v in _rows(p.plan, reports[p.name], p.model_or(model))} for p in plans}
-    index = [(s, m) for s, m, _ in _rows(plans[0].plan, reports[plans[0].name], plans[0].model_or(model))]
+    columns = {p.name: {(s, m): v for s, m, v in _rows(p.plan, reports[p.name], models[p.name])} for p in plans}
+    index = [(s, m) for s, m, _ in _rows(plans[0].plan, reports[names[0]], models[names[0]])]
     table = pd.DataFrame([{"section": s, "metric": m, **{n: columns[n].get((s, m)) for n in names}} for s, m in index])
     comm = table["section"] == "communication per step (s)"
     table = table[~comm | table[names].notna().any(axis=1)].reset_index(drop=True)  # drop traffic no plan has
@@ -277,7 +277,7 @@ def compare_plans(
         ),
         pd.DataFrame(time, columns=["plan", "part", "seconds"]),
         pd.DataFrame(issues, columns=["plan", "level", "message"]),
-        {p.name: p.model_or(model) for p in plans},
+        models,
     )
 
 

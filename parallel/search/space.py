@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from parallel.core.comm import DIMS as COMM_DIMS
 from parallel.core.comm import crosses_nodes
 from parallel.core.memory import activation_bytes_per_layer, memory_per_gpu_bytes
 from parallel.core.perf import bubble_fraction, step_time
@@ -254,7 +255,7 @@ def evaluate(
             "mfu": timing["mfu"],
             "compute_s": timing["compute_s"],
             "bubble_s": timing["bubble_s"],
-            **{f"exposed_{d}_s": timing[f"exposed_{d}_s"] for d in ("tp", "sp", "cp", "ep", "pp", "dp")},
+            **{f"exposed_{d}_s": timing[f"exposed_{d}_s"] for d in COMM_DIMS},
             "tp_link": np.where(crosses_nodes(plans, cluster, ("tp",)), "inter", "intra"),
             "dp_link": np.where(crosses_nodes(plans, cluster, ("dp", "cp")), "inter", "intra"),
         }
@@ -431,7 +432,7 @@ def result_json(result: SearchResult, top: int | None = None) -> list[dict]:
                 "memory_by_component_bytes": {
                     k: float(row[f"{k}_bytes"]) for k in ("params", "grads", "optimizer", "activations")
                 },
-                "exposed_comm_s": {d: float(row[f"exposed_{d}_s"]) for d in ("tp", "sp", "cp", "ep", "pp", "dp")},
+                "exposed_comm_s": {d: float(row[f"exposed_{d}_s"]) for d in COMM_DIMS},
             }
         )
     return out
