@@ -134,12 +134,13 @@ def test_issue7_modules_import_neither_torch_nor_streamlit():
     assert proc.stdout.strip() == ""
 
 
-def test_a_plan_of_another_model_round_trips_through_review_json():
+def _dense_vs_moe_review():
+    """Llama-3 70B (the review's model) beside Mixtral 8x7B with EP 8, on the same 8 nodes."""
     from parallel.core.plan import Plan
     from parallel.core.specs import CLUSTERS, MODELS
-    from parallel.review.document import NamedPlan, Review, compare, review_markdown
+    from parallel.review.document import NamedPlan, Review
 
-    review = Review(
+    return Review(
         title="dense vs MoE",
         model=MODELS["llama3-70b"],
         cluster=CLUSTERS["dgx-h100"].with_nodes(8),
@@ -148,6 +149,13 @@ def test_a_plan_of_another_model_round_trips_through_review_json():
             NamedPlan("moe", Plan(dp=16, pp=4, ep=8, zero=1, global_batch=64), MODELS["mixtral-8x7b"]),
         ),
     )
+
+
+def test_a_plan_of_another_model_round_trips_through_review_json():
+    from parallel.core.specs import MODELS
+    from parallel.review.document import Review, compare, review_markdown
+
+    review = _dense_vs_moe_review()
     back = Review.from_json(review.to_json())
     assert back == review and back.plans[1].model == MODELS["mixtral-8x7b"]
     cmp = compare(back)
@@ -158,20 +166,10 @@ def test_a_plan_of_another_model_round_trips_through_review_json():
 
 
 def test_importing_a_reviews_moe_plan_takes_its_own_model():
-    from parallel.core.plan import Plan
-    from parallel.core.specs import CLUSTERS, MODELS
+    from parallel.core.specs import MODELS
     from parallel.importers.plan_json import import_plan_json
-    from parallel.review.document import NamedPlan, Review
 
-    review = Review(
-        title="x",
-        model=MODELS["llama3-70b"],
-        cluster=CLUSTERS["dgx-h100"].with_nodes(8),
-        plans=(
-            NamedPlan("dense", Plan(dp=2, tp=8, pp=4, sp=True, zero=1, global_batch=64)),
-            NamedPlan("moe", Plan(dp=16, pp=4, ep=8, zero=1, global_batch=64), MODELS["mixtral-8x7b"]),
-        ),
-    )
+    review = _dense_vs_moe_review()
     moe = import_plan_json(review.to_json(), "r.json", plan_name="moe")
     assert moe.model == MODELS["mixtral-8x7b"] and moe.plan.ep == 8
     assert import_plan_json(review.to_json(), "r.json").model == MODELS["llama3-70b"]
