@@ -13,7 +13,7 @@ import dataclasses
 
 import streamlit as st
 
-from parallel.core.plan import FP8, MAIN_GRADS, RECOMPUTE
+from parallel.core.plan import CP_KINDS, FP8, MAIN_GRADS, RECOMPUTE
 from parallel.core.specs import CLUSTERS, MODELS, SpecError, cluster_preset
 from parallel.core.topology import ORDERS
 from parallel.importers import KINDS, ImportFailed, import_text, place
@@ -204,6 +204,12 @@ def plan_editor(s: ReviewState) -> ReviewState:
         ),
         "fp8": st.column_config.SelectboxColumn(
             "FP8", options=list(FP8), required=True, help="FP8 GEMMs (gemm) or FP8 weights too (weights)"
+        ),
+        "ck": st.column_config.SelectboxColumn(
+            "CP kind",
+            options=list(CP_KINDS),
+            required=True,
+            help="context parallelism: all-gathered K/V, ring attention or Ulysses all-to-all (cp > 1)",
         ),
     }
     edited = st.data_editor(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from parallel.core.plan import RECOMPUTE, Plan
+from parallel.core.plan import CP_KINDS, RECOMPUTE, Plan
 from parallel.core.specs import CLUSTERS, MODELS, Cluster, Model, SpecError
 from parallel.core.topology import ORDERS
 from ui import loaders
@@ -59,6 +59,7 @@ def _widget_values(params: dict[str, str]) -> dict[str, object]:
         sp=params["sp"] in ("1", "true"),
         recompute=params["recompute"],
         order=params["order"],
+        ck=params.get("ck", Plan().cp_kind),
     )
     return out
 
@@ -73,7 +74,7 @@ def _adopt_url() -> list[str]:
     take their defaults); the messages of its bad values. Otherwise keep the widgets' values,
     re-asserted so that they survive a page switch (widget state is per page)."""
     ss = st.session_state
-    url = {k: st.query_params[k] for k in KEYS if k in st.query_params}
+    url = {k: st.query_params[k] for k in (*KEYS, "ck") if k in st.query_params}
     written = ss.get(_WRITTEN)
     if url and (written is None or any(written.get(k) != v for k, v in url.items())):
         good, errors = usable_params(url)
@@ -139,7 +140,7 @@ def _widgets() -> dict[str, str]:
     c2.number_input(
         "Global batch", min_value=1, max_value=10**7, step=1, key=k + "gb", help="sequences per optimizer step"
     )
-    with sb.expander("Schedule, ZeRO, recompute, EP, rank order"):
+    with sb.expander("Schedule, ZeRO, recompute, CP exchange, EP, rank order"):
         st.number_input("Virtual stages per rank (vpp)", min_value=1, max_value=128, step=1, key=k + "vpp")
         st.selectbox(
             "ZeRO stage",
@@ -148,6 +149,13 @@ def _widgets() -> dict[str, str]:
             format_func=lambda z: ["0 (none)", "1 (optimizer)", "2 (+ gradients)", "3 (+ weights)"][z],
         )
         st.selectbox("Activation recompute", list(RECOMPUTE), key=k + "recompute")
+        st.selectbox(
+            "CP exchange",
+            list(CP_KINDS),
+            key=k + "ck",
+            help="how context parallelism shares the sequence: all-gathered K/V (Llama 3), ring attention "
+            "(K/V blocks passed round the CP ring), or Ulysses all-to-all to head shards (cp·tp must divide the heads)",
+        )
         st.number_input(
             "Expert parallel (EP)",
             min_value=1,
@@ -169,7 +177,10 @@ def _widgets() -> dict[str, str]:
         recompute=values["recompute"],
         order=values["order"],
     )
-    return {key: out[key] for key in KEYS}
+    params = {key: out[key] for key in KEYS}
+    if ss[k + "ck"] != Plan().cp_kind:  # optional key: links of all-gather plans stay as they were
+        params["ck"] = ss[k + "ck"]
+    return params
 
 
 def plan_form() -> PlanChoice:
@@ -178,6 +189,8 @@ def plan_form() -> PlanChoice:
     params = _widgets()
     if any(st.query_params.get(k) != v for k, v in params.items()):
         st.query_params.update(params)
+    if "ck" not in params and "ck" in st.query_params:
+        del st.query_params["ck"]
     st.session_state[_WRITTEN] = params
     try:
         model, cluster, plan = plan_from_params(params)  # the widgets only offer legal values

@@ -43,8 +43,9 @@ KEYS = (
     "ep",
 )
 # Optional keys, written only when not the default (the plan form has no widgets for them; the
-# review page's plan codes carry them): the gradient dtype and FP8 mode.
-PRECISION_KEYS = ("grads", "fp8")
+# review page's plan codes carry them): the gradient dtype, the FP8 mode and the context-parallel
+# exchange (ck: allgather | ring | ulysses).
+OPTIONAL_KEYS = ("grads", "fp8", "ck")
 _INT_FIELDS = {
     "dp": "dp",
     "tp": "tp",
@@ -77,13 +78,13 @@ DEFAULT_PARAMS: dict[str, str] = {
     "order": Plan().order,
     "ep": "1",
 }
-PRECISION_DEFAULTS = {"grads": Plan().main_grads, "fp8": Plan().fp8}
+OPTIONAL_DEFAULTS = {"grads": Plan().main_grads, "fp8": Plan().fp8, "ck": Plan().cp_kind}
 
 
 def plan_to_params(
     model_name: str, cluster_name: str, nodes: int, plan: Plan, gpus_per_node: int | None = None
 ) -> dict[str, str]:
-    """The query parameters of a plan: every key of KEYS (and PRECISION_KEYS that differ from the
+    """The query parameters of a plan: every key of KEYS (and OPTIONAL_KEYS that differ from the
     defaults), as strings. `gpus_per_node` defaults to
     the cluster preset's (a 4-rank CPU run is one node of 4, not half of a preset's 8)."""
     gpn = gpus_per_node or cluster_preset(cluster_name).gpus_per_node
@@ -104,16 +105,18 @@ def plan_to_params(
         "recompute": plan.recompute,
         "order": plan.order,
         "ep": str(plan.ep),
-        **_precision(plan),
+        **_optional(plan),
     }
 
 
-def _precision(plan: Plan) -> dict[str, str]:
-    """grads and fp8, only where they are not the defaults (URLs of other plans stay as they were)."""
+def _optional(plan: Plan) -> dict[str, str]:
+    """grads, fp8 and ck, only where they are not the defaults (URLs of other plans stay as they were)."""
     out = {}
-    if plan.main_grads != PRECISION_DEFAULTS["grads"]:
+    if plan.cp_kind != OPTIONAL_DEFAULTS["ck"]:
+        out["ck"] = plan.cp_kind
+    if plan.main_grads != OPTIONAL_DEFAULTS["grads"]:
         out["grads"] = plan.main_grads
-    if plan.fp8 != PRECISION_DEFAULTS["fp8"]:
+    if plan.fp8 != OPTIONAL_DEFAULTS["fp8"]:
         out["fp8"] = plan.fp8
     return out
 
@@ -136,8 +139,8 @@ def plan_from_params(params: Mapping) -> tuple[Model, Cluster, Plan]:
     """The model, cluster (with its nodes) and plan a URL names; SpecError with a clear message if bad.
 
     Unknown keys are ignored (pages keep their own view state beside the plan)."""
-    given = {k: v for k in (*KEYS, *PRECISION_KEYS) if (v := _value(params, k)) not in (None, "")}
-    values = {**DEFAULT_PARAMS, **PRECISION_DEFAULTS, **given}
+    given = {k: v for k in (*KEYS, *OPTIONAL_KEYS) if (v := _value(params, k)) not in (None, "")}
+    values = {**DEFAULT_PARAMS, **OPTIONAL_DEFAULTS, **given}
     model = model_preset(values["model"])
     cluster = cluster_preset(values["cluster"])
     gpn = _int("gpn", given["gpn"]) if "gpn" in given else cluster.gpus_per_node
@@ -155,6 +158,7 @@ def plan_from_params(params: Mapping) -> tuple[Model, Cluster, Plan]:
         order=values["order"],
         main_grads=values["grads"],
         fp8=values["fp8"],
+        cp_kind=values["ck"],
     )
     if "nodes" in given:
         nodes = _int("nodes", given["nodes"])
@@ -170,7 +174,7 @@ def usable_params(params: Mapping) -> tuple[dict[str, str], list[str]]:
     """The plan keys of `params` that can be used on their own, and a message for each that cannot
     (so a link with one bad value still opens with the rest of its plan)."""
     good, errors = {}, []
-    for key in KEYS:
+    for key in (*KEYS, "ck"):  # ck: the plan form's one optional key
         value = _value(params, key)
         if value in (None, ""):
             continue
@@ -195,7 +199,7 @@ def usable_params(params: Mapping) -> tuple[dict[str, str], list[str]]:
 REVIEW_VIEWS = ("compare", "search", "import", "saved")
 # A plan code's keys: the plan's own URL keys (not where it runs), then `model`: a preset this plan
 # trains when it is not the review's (dense vs MoE side by side).
-_PLAN_FIELDS = (*(k for k in KEYS if k not in ("model", "cluster", "nodes", "gpn")), *PRECISION_KEYS)
+_PLAN_FIELDS = (*(k for k in KEYS if k not in ("model", "cluster", "nodes", "gpn")), *OPTIONAL_KEYS)
 _PLAN_CODE_KEYS = (*_PLAN_FIELDS, "model")
 _PLAN_CODE_KEYS = (
     "dp",
@@ -212,6 +216,7 @@ _PLAN_CODE_KEYS = (
     "ep",
     "grads",
     "fp8",
+    "ck",
     "model",
 )
 _PLAN_CODE_DEFAULTS = {
@@ -226,7 +231,7 @@ _PLAN_CODE_DEFAULTS = {
     "recompute": "none",
     "order": DEFAULT_PARAMS["order"],
     "ep": "1",
-    **PRECISION_DEFAULTS,
+    **OPTIONAL_DEFAULTS,
     "model": "",
 }
 _SHAPE = {
@@ -300,7 +305,7 @@ def plan_code(named) -> str:
         "recompute": p.recompute,
         "order": p.order,
         **({"ep": p.ep} if p.ep > 1 else {}),  # only where it is not 1: older plan codes stay as they were
-        **_precision(p),
+        **_optional(p),
         **({"model": named.model.name} if named.model is not None else {}),  # a preset: the page's own model else
     }
     return f"{named.name}|" + ",".join(f"{k}={values[k]}" for k in _PLAN_CODE_KEYS if k in values)
@@ -479,6 +484,7 @@ def plan_rows_of(plans) -> list[dict]:
                 "ep": p.ep,
                 "grads": p.main_grads,
                 "fp8": p.fp8,
+                "ck": p.cp_kind,
                 "model": named.model.name if named.model is not None else "",
             }
         )
@@ -504,7 +510,7 @@ def plans_from_rows(rows) -> tuple[tuple, list[str]]:
         try:
             # a row without the precision columns (an older editor) means the defaults
             values = {
-                k: row.get(k, _PLAN_CODE_DEFAULTS[k] if k in ("ep", "grads", "fp8", "model") else None)
+                k: row.get(k, _PLAN_CODE_DEFAULTS[k] if k in ("ep", "grads", "fp8", "ck", "model") else None)
                 for k in _PLAN_CODE_KEYS
             }
             if _empty(values["model"]):

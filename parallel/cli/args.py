@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from parallel.core.plan import FP8, MAIN_GRADS, RECOMPUTE, SCHEDULES, Plan
+from parallel.core.plan import CP_KINDS, FP8, MAIN_GRADS, RECOMPUTE, SCHEDULES, Plan
 from parallel.core.specs import CLUSTERS, GB, MODELS, Cluster, GiB, Link, Model, SpecError, cluster_preset, model_preset
 from parallel.core.topology import DEFAULT_ORDER, ORDERS
 
@@ -133,6 +133,12 @@ def add_plan_args(parser: argparse.ArgumentParser) -> None:
         g.add_argument(f"--{flag}", type=int, default=1)
     g.add_argument("--sp", action="store_true", help="Megatron sequence parallelism (needs tp > 1)")
     g.add_argument(
+        "--cp-kind",
+        choices=CP_KINDS,
+        default="allgather",
+        help="how context parallelism exchanges the sequence: all-gathered K/V, ring attention, or Ulysses all-to-all",
+    )
+    g.add_argument(
         "--ep", type=int, default=1, help="expert parallelism of a MoE model (ranks taken from dp x cp; adds no GPUs)"
     )
     g.add_argument("--etp", type=int, default=None, help="expert tensor parallelism (default: tp)")
@@ -187,6 +193,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         fp8=args.fp8,
         ep=args.ep,
         etp=args.etp,
+        cp_kind=args.cp_kind,
     )
 
 

@@ -12,7 +12,7 @@ import sys
 
 from parallel.cli.args import add_cluster_args, add_model_args, cluster_from_args, model_from_args
 from parallel.cli.plan import add_option_args, options_from_args
-from parallel.core.plan import FP8, MAIN_GRADS, RECOMPUTE
+from parallel.core.plan import CP_KINDS, FP8, MAIN_GRADS, RECOMPUTE
 from parallel.core.specs import Cluster, GiB, Model, SpecError
 from parallel.core.topology import DEFAULT_ORDER
 from parallel.search.space import Constraints, SearchResult, plan_of, result_json, search
@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--require-sp", action="store_true", help="every plan with tp > 1 uses sequence parallelism")
     g.add_argument("--zero", default="0,1,2,3", help="ZeRO stages to consider, e.g. 0,1")
     g.add_argument("--recompute", default=",".join(RECOMPUTE), help="recompute modes to consider, e.g. none,selective")
+    g.add_argument(
+        "--cp-kinds", default=",".join(CP_KINDS), help="context-parallel exchanges to consider, e.g. ring,ulysses"
+    )
     g.add_argument("--order", default=DEFAULT_ORDER, help="rank order, fastest first")
     g.add_argument("--main-grads", choices=MAIN_GRADS, default="fp32", help="gradient buffer dtype of every plan")
     g.add_argument("--fp8", choices=FP8, default="none", help="FP8 mode of every plan (none, gemm, weights)")
@@ -59,6 +62,7 @@ def constraints_from_args(args: argparse.Namespace) -> Constraints:
         order=args.order,
         main_grads=args.main_grads,
         fp8=args.fp8,
+        cp_kinds=tuple(k.strip() for k in args.cp_kinds.split(",") if k.strip()),
     )
 
 

@@ -46,6 +46,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--lr", type=float, default=1e-3)
     g.add_argument("--weight-decay", type=float, default=0.0)
     g.add_argument("--dropout", type=float, default=0.0)
+    g.add_argument(
+        "--swiglu",
+        choices=("fused", "unfused"),
+        default="fused",
+        help="llama: keep only the SwiGLU's input for backward (fused, as Megatron-LM) or also silu(gate) (unfused PyTorch)",
+    )
     g.add_argument("--bucket-mb", type=float, default=25.0, help="gradient all-reduce bucket size (MiB)")
     g.add_argument("--timeout", type=float, default=60.0, help="process-group timeout in seconds")
     g.add_argument("--out", default=None, help="run directory for metrics.json")
@@ -94,6 +100,12 @@ def config_from_namespace(args: argparse.Namespace) -> tuple[TrainConfig | None,
         errors.append(f"--steps {args.steps}: train at least one step")
     if not 0 <= args.dropout < 1:
         errors.append(f"--dropout {args.dropout} must be in [0, 1)")
+    elif args.dropout and model.arch == "llama":
+        errors.append(f"--dropout {args.dropout:g}: the engine's llama has no dropout (as Llama 2/3)")
+    elif args.dropout and plan.cp > 1 and plan.cp_kind == "ring":
+        errors.append(
+            f"--dropout {args.dropout:g} with --cp-kind ring: the engine's ring attention has no attention dropout"
+        )
     if not args.timeout > 0:
         errors.append(f"--timeout {args.timeout:g} must be > 0 (seconds a collective may wait for its peers)")
     if args.out and (why := out_error(Path(args.out))):
@@ -106,6 +118,7 @@ def config_from_namespace(args: argparse.Namespace) -> tuple[TrainConfig | None,
         lr=args.lr,
         weight_decay=args.weight_decay,
         dropout=args.dropout,
+        swiglu=getattr(args, "swiglu", "fused"),
         bucket_mb=args.bucket_mb,
         timeout_s=args.timeout,
         out=args.out,

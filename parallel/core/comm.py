@@ -29,9 +29,20 @@ the most layers of work (an interior pipeline stage), with m microbatches of b s
                 gradients, so with m microbatches they reduce-scatter after every microbatch's
                 backward, and ZeRO 3 gathers the weights for every microbatch (as DeepSpeed does);
                 ZeRO 0/1 accumulate full gradients and reduce once. Issued in buckets of `bucket_bytes`.
-    CP          all-gathered K/V: per layer per microbatch an all-gather of K and V (2*b*s*k
-                elements, gathered) forward, a reduce-scatter of their gradients backward
-                (Dubey et al. 2024, Sec. 3.3.2).
+    CP          by plan.cp_kind, per layer per microbatch (k_t = k/min(t, kv_heads) the K/V width of
+                one TP rank, s_q = s/cp):
+                allgather  an all-gather of K and V (2*b*s*k_t elements, gathered) forward, a
+                           reduce-scatter of their gradients backward (Dubey et al. 2024, Sec. 3.3.2);
+                ring       cp-1 sends of the rank's K/V block (2*b*s_q*k_t) forward; backward the
+                           blocks go round again (cp-1) and their dK/dV partial sums travel with
+                           them back to their owners (cp sends) -- Liu et al. 2023, Ring Attention;
+                           each transfer overlaps the attention of the block in hand, so only what
+                           the attention core's compute cannot hide is exposed (`hidden_by`);
+                ulysses    four all-to-alls forward (Q, K, V to head shards, the output back to
+                           sequence shards) and their four conjugates backward, of b*s_q*q/t (Q,
+                           output) and b*s_q*k/t (K, V) elements -- Jacobs et al. 2023, DeepSpeed-
+                           Ulysses; the heads bound cp*t (validate).
+                Full recompute repeats the forward exchange.
     EP          per MoE layer per microbatch, a token dispatch and a combine all-to-all forward and
                 their two conjugates backward (Lepikhin et al. 2021, GShard; Megatron-LM's alltoall
                 token dispatcher), each of the rank's b*s/cp tokens (/t under SP) x top_k copies of h
@@ -48,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from parallel.core.memory import AnyPlan, max_params_per_stage
+from parallel.core.memory import AnyPlan, cp_kind_flags, max_params_per_stage
 from parallel.core.plan import Plan, PlanColumns
 from parallel.core.specs import Cluster, Link, Model
 from parallel.core.vector import ceil, is_array, maximum, minimum, where
@@ -160,6 +171,9 @@ class CommTerm:
     group: tuple[str, ...]
     n: Any
     overlapped: bool = False
+    # computation this term runs beside ("attention": the attention core of the same layers, ring CP):
+    # exposed is what that computation cannot hide (perf.step_time)
+    hidden_by: str = ""
 
 
 def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -> list[CommTerm]:
@@ -180,10 +194,25 @@ def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -
         terms.append(
             CommTerm("sp", "all_gather", where(p.sp, 2 * layers * m, 0), tp_bytes, ("tp",), p.tp, overlapped=True)
         )
-    kv_bytes = 2 * p.micro_batch * model.seq_len * (model.kv_hidden / minimum(p.tp, model.kv_heads)) * act
+    k_t = model.kv_hidden / minimum(p.tp, model.kv_heads)
+    kv_bytes = 2 * p.micro_batch * model.seq_len * k_t * act
+    gathered, ring, ulysses = cp_kind_flags(p)
+    cp_calls = layers * m
+    a2a_q, a2a_k = p.micro_batch * s_q * model.q_hidden / p.tp * act, p.micro_batch * s_q * model.kv_hidden / p.tp * act
     terms += [
-        CommTerm("cp", "all_gather", fwd_passes * layers * m, kv_bytes, ("cp",), p.cp),
-        CommTerm("cp", "reduce_scatter", layers * m, kv_bytes, ("cp",), p.cp),
+        CommTerm("cp", "all_gather", where(gathered, fwd_passes * cp_calls, 0), kv_bytes, ("cp",), p.cp),
+        CommTerm("cp", "reduce_scatter", where(gathered, cp_calls, 0), kv_bytes, ("cp",), p.cp),
+        CommTerm(
+            "cp",
+            "send_recv",
+            where(ring, (fwd_passes * (p.cp - 1) + 2 * p.cp - 1) * cp_calls, 0),
+            kv_bytes / p.cp,
+            ("cp",),
+            p.cp,
+            hidden_by="attention",
+        ),
+        CommTerm("cp", "all_to_all", where(ulysses, 2 * (fwd_passes + 1) * cp_calls, 0), a2a_q, ("cp",), p.cp),
+        CommTerm("cp", "all_to_all", where(ulysses, 2 * (fwd_passes + 1) * cp_calls, 0), a2a_k, ("cp",), p.cp),
         CommTerm("pp", "send_recv", 2 * m * v, tp_bytes / where(p.sp, p.tp, 1), ("pp",), p.pp),
     ]
     if model.experts:  # dispatch + combine forward (again under full recompute), both conjugates backward
@@ -242,28 +271,51 @@ def comm_per_step(model: Model, plan: Plan, cluster: Cluster, opts: CommOptions 
                 "link": link,
                 "seconds": term_seconds(t, cluster, link == "inter"),
                 "overlapped": t.overlapped,
+                "hidden_by": t.hidden_by,
             }
         )
     return rows
 
 
-def exposed_seconds_by_dim(model: Model, plan: AnyPlan, cluster: Cluster, opts: CommOptions = CommOptions()) -> dict:
-    """{tp, sp, cp, ep, pp, dp: seconds not overlapped} -- arrays for a PlanColumns."""
+def _hide(out: dict, hidden: dict, hide: dict | None) -> dict:
+    """Add the terms run beside a computation, less the seconds of that computation (`hide`)."""
+    for (dim, by), seconds in hidden.items():
+        out[dim] = out.get(dim, 0.0) + maximum(seconds - (hide or {}).get(by, 0.0), 0.0)
+    return out
+
+
+def exposed_seconds_by_dim(
+    model: Model, plan: AnyPlan, cluster: Cluster, opts: CommOptions = CommOptions(), hide: dict | None = None
+) -> dict:
+    """{tp, sp, cp, ep, pp, dp: seconds not overlapped} -- arrays for a PlanColumns. `hide`: seconds of
+    the computations that terms run beside ({"attention": s}); such a term is exposed for what exceeds them."""
     out: dict[str, Any] = {d: 0.0 for d in DIMS}
+    hidden: dict[tuple[str, str], Any] = {}
     links: dict[tuple[str, ...], Any] = {}
     for t in comm_terms(model, plan, opts):
         if t.overlapped:
             continue
         if t.group not in links:
             links[t.group] = crosses_nodes(plan, cluster, t.group)
-        out[t.dim] = out[t.dim] + term_seconds(t, cluster, links[t.group])
-    return out
+        seconds = term_seconds(t, cluster, links[t.group])
+        if t.hidden_by:
+            hidden[(t.dim, t.hidden_by)] = hidden.get((t.dim, t.hidden_by), 0.0) + seconds
+        else:
+            out[t.dim] = out[t.dim] + seconds
+    return _hide(out, hidden, hide)
 
 
-def seconds_by_dim(rows: list[dict], *, exposed_only: bool = False) -> dict[str, float]:
+def seconds_by_dim(rows: list[dict], *, exposed_only: bool = False, hide: dict | None = None) -> dict[str, float]:
+    """Seconds per dimension of comm_per_step's rows; `exposed_only`: without the overlapped rows,
+    and the rows run beside a computation less that computation's seconds (`hide`)."""
     out: dict[str, float] = {}
+    hidden: dict[tuple[str, str], float] = {}
     for row in rows:
         if exposed_only and row["overlapped"]:
             continue
+        if exposed_only and row.get("hidden_by"):
+            key = (row["dim"], row["hidden_by"])
+            hidden[key] = hidden.get(key, 0.0) + row["seconds"]
+            continue
         out[row["dim"]] = out.get(row["dim"], 0.0) + row["seconds"]
-    return out
+    return _hide(out, hidden, hide)

@@ -109,8 +109,15 @@ class ActivationOptions:
 def _sizes(model: Model, plan: AnyPlan, opts: ActivationOptions) -> tuple[int, Any, Any]:
     act = opts.act_bytes or model.dtype_bytes
     s_q = model.seq_len // plan.cp  # tokens of the query side on this rank
-    s_kv = where(plan.cp > 1, model.seq_len, s_q)  # K/V are all-gathered across CP
+    s_kv = where(plan.cp > 1, model.seq_len, s_q)  # keys each query attends over: all s under CP
     return act, s_q, s_kv
+
+
+def cp_kind_flags(plan: AnyPlan) -> tuple[Any, Any, Any]:
+    """(allgather, ring, ulysses): which context-parallel exchange each plan uses, False at cp 1."""
+    cp = plan.cp > 1
+    kind = plan.cp_kind
+    return cp & (kind == "allgather"), cp & (kind == "ring"), cp & (kind == "ulysses")
 
 
 def _kv_hidden_per_tp_rank(model: Model, tp: Any) -> Any:
@@ -129,15 +136,16 @@ def activation_components_bytes(
 
         layernorm                 2 * A b s_q h r          inputs of the two LayerNorms
         attention.qkv_input       A b s_q h r              QKV GEMM input (SP: stored sharded, re-gathered)
-        attention.qk              A b (s_q q + s_kv k)/t   Q and K for QK^T (q = heads * head_dim = h,
+        attention.qk              A b (s_q q + s_k k)/t    Q and K for QK^T (q = heads * head_dim = h,
                                                             but for models that set their head width) (K: k/t is k/min(t, kv_heads),
-                                                            one replicated head when tp > kv_heads)
+                                                            one replicated head when tp > kv_heads;
+                                                            s_k: the K/V tokens kept, see below)
         attention.scores          A a b s_q s_kv / t       softmax output      (0 with flash attention)
         attention.dropout_mask    M a b s_q s_kv / t       (0 without dropout or with flash attention)
         attention.dropout_output  A a b s_q s_kv / t       input of scores @ V (0 without dropout: it is
                                                             the softmax output, counted once)
-        attention.softmax_stats   4 a b s_q / t            fp32 log-sum-exp (flash attention only)
-        attention.v               A b s_kv k / t           V for scores @ V
+        attention.softmax_stats   4 a b s_q / t            fp32 log-sum-exp (flash or ring attention only)
+        attention.v               A b s_k k / t            V for scores @ V
         attention.proj_input      A b s_q q / t            out-projection input
         mlp.fc1_input             A b s_q h r
         mlp.act_input             A b s_q f / t            GeLU input  (SwiGLU: gate and up, g = 2: 2A)
@@ -150,6 +158,17 @@ def activation_components_bytes(
     Linear/LayerNormLinear keep for the weight gradient; LayerNorm inputs, Q/K/V, the SwiGLU/GeLU input
     and silu(gate) stay at A bytes; with flash attention the attention output is saved twice (A bytes
     by the attention kernel for its backward, 1 byte by the out-projection), so proj_input = (1 + A).
+
+    Context parallelism (plan.cp > 1), by plan.cp_kind:
+      allgather  K and V of all s tokens are gathered and kept (s_k = s), the scores are s_q x s
+                 (Dubey et al. 2024, Sec. 3.3.2);
+      ring       each rank keeps its own s_q tokens of Q, K, V (s_k = s_q), the attention output and
+                 the fp32 log-sum-exp; blocks of K/V arrive one at a time and the s_q x s_q block
+                 scores are recomputed in backward (Liu et al. 2023, Ring Attention: flash-style), so
+                 no s x s tensor and no attention-dropout mask is kept, as with flash attention;
+      ulysses    after the all-to-all a rank holds all s tokens of a/(t·cp) heads: Q, K, V of
+                 s·(q, k)/(t·cp) = s_q·(q, k)/t (s_k = s_q) and scores a/(t·cp) x s x s = the
+                 all-gather's s_q x s per t (Jacobs et al. 2023, DeepSpeed-Ulysses).
 
     Mixture of experts (model.experts > 0): on the MoE share of the layers the MLP terms are those of
     the routed tokens, dropless with balanced routing (no capacity factor): fc1_input adds the top_k
@@ -168,6 +187,8 @@ def activation_components_bytes(
     is present (0 where it does not apply); for one Plan under full recompute only layer_input is.
     """
     act, s_q, s_kv = _sizes(model, plan, opts)
+    gathered, ring, _ = cp_kind_flags(plan)
+    kv_tokens = where(gathered, model.seq_len, s_q)  # K/V tokens kept: all s only when all-gathered
     b, h, f, a, t = plan.micro_batch, model.hidden, model.ffn_hidden, model.heads, plan.tp
     q = model.q_hidden  # = h unless the model sets its head width (Qwen3)
     k_local = _kv_hidden_per_tp_rank(model, t)  # = k/t unless GQA replicates K/V heads (tp > kv_heads)
@@ -179,21 +200,21 @@ def activation_components_bytes(
     if not is_array(full) and full:
         return {"layer_input": layer_input}
     scores = act * a * b * s_q * s_kv / t
-    flash = opts.flash_attention
-    keep_scores = (not flash) & (plan.recompute != "selective")
+    flash = opts.flash_attention | ring  # ring attention is blockwise: an online softmax, no s x s tensor
+    keep_scores = np.logical_not(flash) & (plan.recompute != "selective")
     gate = 2 if model.gated_mlp else 1
     gemm_in = 1 if plan.fp8 != "none" else act  # bytes of a saved GEMM input
-    proj_in = gemm_in + (act if flash and plan.fp8 != "none" else 0)
+    proj_in = gemm_in + where(flash & (plan.fp8 != "none"), act, 0)
     silu_out = act if model.gated_mlp and opts.swiglu == "unfused" else 0  # saved by the gate product
     parts = {
         "layernorm": 2 * act * b * s_q * h * r,
         "attention.qkv_input": gemm_in * b * s_q * h * r,
-        "attention.qk": act * b * (s_q * q / t + s_kv * k_local),
+        "attention.qk": act * b * (s_q * q / t + kv_tokens * k_local),
         "attention.scores": where(keep_scores, scores, 0.0),
         "attention.dropout_mask": where(keep_scores, mask * a * b * s_q * s_kv / t, 0.0),
         "attention.dropout_output": where(keep_scores & dropout, scores, 0.0),
-        "attention.softmax_stats": 4 * a * b * s_q / t if flash else 0.0,
-        "attention.v": act * b * s_kv * k_local,
+        "attention.softmax_stats": where(flash, 4 * a * b * s_q / t, 0.0),
+        "attention.v": act * b * kv_tokens * k_local,
         "attention.proj_input": proj_in * b * s_q * q / t,
         "mlp.fc1_input": gemm_in * b * s_q * h * r,
         "mlp.act_input": gate * act * b * s_q * f / t,

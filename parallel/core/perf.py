@@ -17,7 +17,9 @@ Time — the GPU computes its share of hardware FLOPs at `mfu` of peak; TP, CP a
 on the critical path of every microbatch, so the pipeline stretches compute and that traffic
 together by the bubble (p - 1)/(v m) (Narayanan et al. 2021, Sec. 2.2); DP traffic follows the
 last backward, with `dp_overlap` of it hidden (an explicit assumption: 0 = none hidden, Megatron-LM's
-default without --overlap-grad-reduce); rows the comm model marks overlapped cost nothing.
+default without --overlap-grad-reduce); rows the comm model marks overlapped cost nothing, and ring
+attention's K/V transfers cost only what the attention core's compute does not hide (Liu et al. 2023,
+Sec. 3: each block's transfer runs while the block in hand is attended).
 
 Every function takes one Plan or a PlanColumns (the search).
 
@@ -58,7 +60,8 @@ def layer_forward_flops(model: Model, tokens_per_seq: int, batch: int) -> dict[s
 
 
 def flops_per_step(model: Model, plan: AnyPlan) -> dict[str, Any]:
-    """Model FLOPs (for MFU) and hardware FLOPs (with recomputation) of one step over all GPUs."""
+    """Model FLOPs (for MFU) and hardware FLOPs (with recomputation) of one step over all GPUs, and
+    the attention core's share of the hardware FLOPs (what ring attention's transfers overlap)."""
     B, s, L = plan.global_batch, model.seq_len, model.layers
     layer = layer_forward_flops(model, s, B)
     fwd = L * (layer["gemm"] + layer["attention"]) + 2 * B * s * model.hidden * model.vocab
@@ -68,7 +71,12 @@ def flops_per_step(model: Model, plan: AnyPlan) -> dict[str, Any]:
         L * layer["attention"],
         where(plan.recompute == "full", L * (layer["gemm"] + layer["attention"]), 0.0),
     )
-    return {"model_flops": model_flops, "hardware_flops": model_flops + extra}
+    passes = 3 + where(plan.recompute == "none", 0, 1)  # forward, backward (2x), and a recomputed forward
+    return {
+        "model_flops": model_flops,
+        "hardware_flops": model_flops + extra,
+        "attention_flops": L * layer["attention"] * passes,
+    }
 
 
 def bubble_fraction(plan: AnyPlan) -> Any:
@@ -87,12 +95,14 @@ def step_time(
     """Seconds per step and its parts: compute, bubble, exposed comm per dim; plus achieved MFU.
     `plan` may be a PlanColumns (every value is then an array); `comm_rows`: comm_per_step's rows
     when the caller has them already."""
-    if comm_rows is not None:
-        exposed = {d: 0.0 for d in DIMS} | seconds_by_dim(comm_rows, exposed_only=True)
-    else:
-        exposed = exposed_seconds_by_dim(model, plan, cluster, comm)
     flops = flops_per_step(model, plan)
-    compute = flops["hardware_flops"] / plan.world_size / (cluster.peak_flops * perf.mfu)
+    rate = cluster.peak_flops * perf.mfu
+    compute = flops["hardware_flops"] / plan.world_size / rate
+    hide = {"attention": flops["attention_flops"] / plan.world_size / rate}  # what ring CP hides behind
+    if comm_rows is not None:
+        exposed = {d: 0.0 for d in DIMS} | seconds_by_dim(comm_rows, exposed_only=True, hide=hide)
+    else:
+        exposed = exposed_seconds_by_dim(model, plan, cluster, comm, hide=hide)
     exposed["dp"] = exposed["dp"] * (1.0 - perf.dp_overlap)
     critical = compute + exposed["tp"] + exposed["sp"] + exposed["cp"] + exposed["ep"] + exposed["pp"]
     bubble = critical * bubble_fraction(plan)

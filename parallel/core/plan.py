@@ -29,6 +29,12 @@ MAIN_GRADS = ("fp32", "bf16")
 # torchtitan float8); weights = FP8 primary GEMM weights, fp32 master copy in the optimizer
 # (Megatron --fp8-param-gather). See parallel.core.memory for what each stores.
 FP8 = ("none", "gemm", "weights")
+# How context parallelism exchanges the sequence (parallel.core.memory / comm have each one's cost):
+# allgather = K/V all-gathered before attention (Megatron-LM's --cp-comm-type allgather; Llama 3);
+# ring = K/V blocks passed around the CP ring with an online softmax (Liu et al. 2023, Ring
+# Attention; Megatron-LM's default p2p); ulysses = all-to-all from sequence to head shards and back
+# (Jacobs et al. 2023, DeepSpeed-Ulysses; Megatron-LM's a2a).
+CP_KINDS = ("allgather", "ring", "ulysses")
 
 
 MAX_WORLD_SIZE = 1 << 24  # 16.8 M GPUs: far past any cluster, small enough to lay out in memory
@@ -58,6 +64,7 @@ class Plan:
     # Expert tensor parallelism (Megatron-LM --expert-tensor-parallel-size): the experts' matrices split
     # over etp ranks instead of tp; None = tp (Megatron's default). Expert layout: etp x ep x edp x pp.
     etp: int | None = None
+    cp_kind: str = "allgather"  # see CP_KINDS; no effect at cp 1
 
     def __post_init__(self):
         _positive(self, "dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "ep")
@@ -82,6 +89,8 @@ class Plan:
             raise SpecError(f"Plan.main_grads must be one of {', '.join(MAIN_GRADS)}, got {self.main_grads!r}")
         if self.fp8 not in FP8:
             raise SpecError(f"Plan.fp8 must be one of {', '.join(FP8)}, got {self.fp8!r}")
+        if self.cp_kind not in CP_KINDS:
+            raise SpecError(f"Plan.cp_kind must be one of {', '.join(CP_KINDS)}, got {self.cp_kind!r}")
         try:
             parse_order(self.order)
         except TopologyError as err:
@@ -117,7 +126,7 @@ class Plan:
         """A short human name: 'DP8 TP8+SP PP8 v2 ZeRO-1 mb1'."""
         parts = [f"DP{self.dp}", f"TP{self.tp}" + ("+SP" if self.sp else ""), f"PP{self.pp}"]
         if self.cp > 1:
-            parts.append(f"CP{self.cp}")
+            parts.append(f"CP{self.cp}" + ("" if self.cp_kind == "allgather" else f"-{self.cp_kind}"))
         if self.vpp > 1:
             parts.append(f"v{self.vpp}")
         if self.zero:
@@ -146,7 +155,7 @@ class PlanColumns:
     """Many plans at once, one numpy array per field (the same names as Plan), so the plan model's
     formulas (parallel.core.memory / comm / perf, written with parallel.core.vector) evaluate every
     candidate of a search in one call. global_batch, order, schedule, main_grads and fp8 are shared
-    by all rows."""
+    by all rows; ep and cp_kind may be shared or one per row."""
 
     dp: np.ndarray
     tp: np.ndarray
@@ -164,6 +173,7 @@ class PlanColumns:
     fp8: str = "none"
     ep: Any = 1  # an array, or one degree shared by all rows
     etp: int | None = None  # shared; None = each row's tp
+    cp_kind: Any = "allgather"  # an array of CP_KINDS names, or one shared by all rows
 
     @property
     def expert_tp(self) -> Any:

@@ -398,6 +398,21 @@ MODELS: dict[str, Model] = {
     # What the CPU jobs train: every degree in {1, 2, 4} of dp/tp/pp/cp divides it, SP and
     # load-balanced CP included (seq 64 % (2*cp*tp) == 0 for cp, tp <= 4). fp32 on CPU.
     "tiny": Model(name="tiny", layers=4, hidden=64, heads=4, vocab=512, seq_len=64, dtype_bytes=4),
+    # tiny's Llama twin: GQA (8 query heads on 4 K/V heads), SwiGLU of 3h (Llama's ~8h/3 rounded to a
+    # multiple of 64), RMSNorm, RoPE, no biases, no dropout, untied output layer
+    "tiny-llama": Model(
+        name="tiny-llama",
+        layers=4,
+        hidden=64,
+        heads=8,
+        kv_heads=4,
+        ffn_hidden=192,
+        vocab=512,
+        seq_len=64,
+        dtype_bytes=4,
+        arch="llama",
+        dropout=False,
+    ),
 }
 
 

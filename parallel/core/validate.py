@@ -61,6 +61,13 @@ def _shape_errors(plan: Plan, model: Model) -> list[str]:
             f"seq_len {m.seq_len} is not divisible by 2×cp = {2 * p.cp}: load-balanced causal "
             f"context parallelism splits the sequence into 2·cp chunks"
         )
+    if p.cp > 1 and p.cp_kind == "ulysses":
+        for name, n in (("heads", m.heads), ("kv_heads", m.kv_heads)):
+            if n % (p.cp * p.tp):
+                errors.append(
+                    f"{name} {n} is not divisible by cp×tp = {p.cp}×{p.tp} = {p.cp * p.tp}: Ulysses context "
+                    f"parallelism gives each rank {name}/(cp·tp) whole heads (use cp-kind ring or allgather)"
+                )
     if p.sp and (m.seq_len // p.cp) % p.tp:
         errors.append(
             f"seq_len/cp = {m.seq_len}/{p.cp} = {m.seq_len // p.cp} is not divisible by tp {p.tp}: "

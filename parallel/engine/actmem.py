@@ -161,16 +161,21 @@ class _Measure:
         del self.meter._seen  # holds storage pointers only; drop them with the measurement
 
 
-def options(model: Model, *, dropout: float) -> ActivationOptions:
+def options(model: Model, *, dropout: float, swiglu: str = "fused") -> ActivationOptions:
     """The plan model's description of this engine: activations at the model's dtype, bool dropout
-    masks, dropout only when enabled, attention that keeps its softmax (no flash attention)."""
-    return ActivationOptions(act_bytes=model.dtype_bytes, mask_bytes=1, dropout=dropout > 0, flash_attention=False)
+    masks, dropout only when enabled, attention that keeps its softmax (no flash attention; ring
+    attention keeps none, which the plan model knows from cp_kind), the run's SwiGLU mode."""
+    return ActivationOptions(
+        act_bytes=model.dtype_bytes, mask_bytes=1, dropout=dropout > 0, flash_attention=False, swiglu=swiglu
+    )
 
 
-def predicted_breakdown(model: Model, plan: Plan, *, stage: int, dropout: float) -> dict[str, float]:
+def predicted_breakdown(
+    model: Model, plan: Plan, *, stage: int, dropout: float, swiglu: str = "fused"
+) -> dict[str, float]:
     """memory.py's bytes for one microbatch on one GPU of `stage`, keyed like `ActivationMeter.breakdown`:
     per-layer components times the stage's layers, plus the first/last stage extras."""
-    opts = options(model, dropout=dropout)
+    opts = options(model, dropout=dropout, swiglu=swiglu)
     n_layers = model.layers // plan.pp
     out = {k: v * n_layers for k, v in memory.activation_components_bytes(model, plan, opts).items() if v}
     if stage == 0:

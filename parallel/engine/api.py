@@ -27,6 +27,7 @@ class TrainConfig:
     lr: float = 1e-3  # AdamW, betas (0.9, 0.95) as GPT-3 (Brown et al. 2020, Sec. B)
     weight_decay: float = 0.0
     dropout: float = 0.0  # off: every plan then computes exactly the serial model
+    swiglu: str = "fused"  # llama: what the SwiGLU keeps for backward (parallel.core.memory.SWIGLU)
     bucket_mb: float = 25.0  # gradient bucket size (PyTorch DDP's default)
     timeout_s: float = 60.0  # process-group timeout: a dead peer ends a collective within this
     out: str | None = None
@@ -37,14 +38,15 @@ class TrainConfig:
 def engine_errors(model: Model, plan: Plan) -> list[str]:
     """What the plan model accepts but this engine does not implement."""
     errors = []
-    if model.arch != "gpt":
+    if model.kv_heads % plan.tp and plan.tp % model.kv_heads:
         errors.append(
-            f"the engine trains arch 'gpt' (LayerNorm, GeLU, learned positions, tied embeddings); got {model.arch!r}"
+            f"kv_heads {model.kv_heads} and tp {plan.tp} do not divide one another: the engine splits K/V heads "
+            f"over TP (tp ≤ kv_heads) or gives each group of tp/kv_heads ranks one whole head"
         )
-    if model.kv_heads % plan.tp:
-        errors.append(
-            f"kv_heads {model.kv_heads} is not divisible by tp {plan.tp}: the engine shards K/V heads, it does not replicate them"
-        )
+    if model.arch == "llama" and model.tie_embeddings:
+        errors.append("tie_embeddings true with arch llama: the engine's llama has an untied output layer")
+    if model.head_dim % 2 and model.arch == "llama":
+        errors.append(f"head_dim {model.head_dim} is odd: rotary embeddings rotate pairs of dimensions")
     if model.vocab % plan.tp:
         errors.append(f"vocab {model.vocab} is not divisible by tp {plan.tp}: the engine does not pad the vocabulary")
     if plan.zero >= 2:

@@ -52,12 +52,12 @@ class Group:
             return nullcontext()
         return torch.profiler.record_function(comm_name(dim or self.dim, op, nbytes, self.ranks, seq))
 
-    def _p2p_label(self, op: str, nbytes: int, src: int, dst: int):  # point-to-point: pipeline only
+    def _p2p_label(self, op: str, nbytes: int, src: int, dst: int):  # point-to-point: pipeline and ring CP
         seq = self._p2p_seq.get((src, dst), 0)
         self._p2p_seq[(src, dst)] = seq + 1
         if not _profiling():
             return nullcontext()
-        return torch.profiler.record_function(comm_name("pp", op, nbytes, (src, dst), seq))
+        return torch.profiler.record_function(comm_name(self.dim, op, nbytes, (src, dst), seq))
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -151,6 +151,59 @@ def exchange(*, group: Group, send=(), recv=()) -> None:
                     w.wait()
 
 
+class Pending:
+    """Point-to-point transfers in flight (start_exchange): `wait()` returns the received tensors."""
+
+    def __init__(self, works, labels, received):
+        self.works, self.labels, self.received = works, labels, received
+
+    def wait(self) -> list[torch.Tensor]:
+        for i, label in enumerate(self.labels):
+            with label:
+                if i == 0:  # the first recv range holds the wait, as in `exchange`
+                    for w in self.works:
+                        w.wait()
+        return self.received
+
+
+def start_exchange(*, group: Group, send, recv) -> Pending:
+    """`exchange` without waiting: sends and receives are issued (inside the send ranges) and run
+    while the caller computes; `Pending.wait()` waits for them inside the recv ranges. Both lists
+    must be non-empty (ring attention: every rank sends one block on and receives the next)."""
+    send, recv = list(send), list(recv)
+    if not send or not recv:
+        raise ValueError("start_exchange needs sends and receives")
+    me = dist.get_rank()
+    ops = [_p2p_op(dist.isend, item) for item in send] + [_p2p_op(dist.irecv, item) for item in recv]
+    sends = [group._p2p_label("send", _nbytes(t), me, peer) for t, peer, *_ in send]
+    recvs = [group._p2p_label("recv", _nbytes(t), peer, me) for t, peer, *_ in recv]
+    with ExitStack() as issuing:
+        for label in sends:
+            issuing.enter_context(label)
+        works = dist.batch_isend_irecv(ops) or []
+    return Pending(works, recvs, [t for t, *_ in recv])
+
+
+def ring_shift(t: torch.Tensor, *, group: Group, tag: int = 0) -> Pending:
+    """Send `t` to the next rank of `group` and receive the previous rank's tensor of the same shape
+    (ring attention's K/V rotation); `.wait()[0]` is the received tensor."""
+    n, i = group.size, group.index
+    nxt, prev = group.ranks[(i + 1) % n], group.ranks[(i - 1) % n]
+    return start_exchange(group=group, send=[(t.contiguous(), nxt, tag)], recv=[(torch.empty_like(t), prev, tag)])
+
+
+def all_to_all(t: torch.Tensor, *, group: Group, dim: str | None = None) -> torch.Tensor:
+    """All-to-all of `t` (n, ...): chunk j goes to rank j, chunk j of the result came from rank j
+    (bytes: the whole buffer, as nccl-tests count alltoall)."""
+    if group.size == 1:
+        return t
+    t = t.contiguous()
+    out = torch.empty_like(t)
+    with group._label("all_to_all", _nbytes(t), dim):
+        dist.all_to_all_single(out, t, group=group.pg)
+    return out
+
+
 def gather_object(obj, *, world_size: int):
     """Bookkeeping after training (per-rank metrics to rank 0): a list on rank 0, None elsewhere.
     Not a training collective, so it carries no `ps.comm` label."""
@@ -216,6 +269,44 @@ class _ScatterSeq(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return all_gather(g, group=ctx.group, dim=ctx.dim, axis=ctx.axis), None, None, None
+
+
+class _SeqToHeads(torch.autograd.Function):
+    """DeepSpeed-Ulysses' all-to-all (Jacobs et al. 2023, Sec. 3.1): (B, T, H, d) of this rank's T
+    tokens and H heads -> (B, n·T, H/n, d), all ranks' tokens (in group order) of H/n heads; the
+    backward is the inverse all-to-all. `inverse=True` is that inverse (after attention)."""
+
+    @staticmethod
+    def forward(ctx, x, group, inverse):
+        ctx.group, ctx.inverse = group, inverse
+        return _heads_exchange(x, group, inverse)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _heads_exchange(g, ctx.group, not ctx.inverse), None, None
+
+
+def _heads_exchange(x: torch.Tensor, group: Group, inverse: bool) -> torch.Tensor:
+    n = group.size
+    if not inverse:  # (B, T, H, d) -> chunks of heads to ranks -> (B, n·T, H/n, d)
+        B, T, H, d = x.shape
+        send = x.reshape(B, T, n, H // n, d).permute(2, 0, 1, 3, 4)  # (n, B, T, H/n, d)
+        got = all_to_all(send, group=group, dim="cp")  # chunk j: rank j's tokens of my heads
+        return got.permute(1, 0, 2, 3, 4).reshape(B, n * T, H // n, d)
+    B, S, h, d = x.shape  # (B, n·T, H/n, d) -> token chunks back to their ranks -> (B, T, H, d)
+    send = x.reshape(B, n, S // n, h, d).permute(1, 0, 2, 3, 4)  # (n, B, T, H/n, d)
+    got = all_to_all(send, group=group, dim="cp")  # chunk j: my tokens of rank j's heads
+    return got.permute(1, 2, 0, 3, 4).reshape(B, S // n, n * h, d)
+
+
+def seq_to_heads(x, *, group: Group):
+    """Ulysses before attention: (B, T, H, d) -> (B, n·T, H/n, d)."""
+    return x if group.size == 1 else _SeqToHeads.apply(x, group, False)
+
+
+def heads_to_seq(x, *, group: Group):
+    """Ulysses after attention: (B, n·T, H/n, d) -> (B, T, H, d)."""
+    return x if group.size == 1 else _SeqToHeads.apply(x, group, True)
 
 
 def copy_to_tp(x, *, group: Group):

@@ -14,7 +14,10 @@ Before it, two partial sums of the plan itself are completed:
     applied to s/t tokens per TP rank: their gradients are summed over TP (Korthikanti et al. 2022,
     Sec. 4.2.2; Megatron-LM's allreduce of "sequence_parallel" gradients), one coalesced all-reduce;
   * with pp > 1 the output layer is a copy of the token embedding on the last stage, and the two
-    copies' gradients are summed over the embedding group (Megatron-LM; Shoeybi et al. 2019).
+    copies' gradients are summed over the embedding group (Megatron-LM; Shoeybi et al. 2019) --
+    only where the output layer is tied (GPT);
+  * with GQA and tp > kv_heads, the TP ranks sharing a K/V head each computed its weights'
+    gradient from their own query heads: the rows marked `tp_replicated` are summed over ctx.kv.
 
 ZeRO-1 (Rajbhandari et al. 2020, "ZeRO", Sec. 5.1): each bucket is reduce-scattered instead, the
 optimizer updates only this rank's 1/N of every bucket (its states are 1/N), and the updated
@@ -50,13 +53,14 @@ class _Bucket:
 class GradReducer:
     """Owns the gradient buffers of a stage's parameters and reduces them before the optimizer step."""
 
-    def __init__(self, named_params, *, ctx, zero: int = 0, bucket_bytes: int = 25 * 2**20):
+    def __init__(self, named_params, *, ctx, zero: int = 0, bucket_bytes: int = 25 * 2**20, tied: bool = True):
         named = [(n, p) for n, p in named_params if p.requires_grad]
         params = [p for _, p in named]
         self.ctx, self.zero, self.params = ctx, zero, params
         self.sp_params = [p for p in params if getattr(p, "sequence_parallel", False)]
+        self.kv_params = [p for p in params if hasattr(p, "tp_replicated")]
         # the tied embedding's two copies (first and last stage) when pp > 1
-        self.emb_params = [p for n, p in named if n == "wte.weight"] if ctx.emb.size > 1 else []
+        self.emb_params = [p for n, p in named if n == "wte.weight"] if tied and ctx.emb.size > 1 else []
         n, idx = ctx.dpcp.size, max(ctx.dpcp.index, 0)
         self.buckets, cur, cur_bytes = [], [], 0
         for p in reversed(params):
@@ -90,6 +94,14 @@ class GradReducer:
             for p in self.sp_params:
                 p.grad.copy_(flat[off : off + p.numel()].view_as(p))
                 off += p.numel()
+        if self.kv_params and ctx.kv.size > 1:
+            rows = [p.grad[slice(*p.tp_replicated)] for p in self.kv_params]
+            flat = torch.cat([r.reshape(-1) for r in rows])
+            all_reduce(flat, group=ctx.kv, dim="tp")
+            off = 0
+            for r in rows:
+                r.copy_(flat[off : off + r.numel()].view_as(r))
+                off += r.numel()
         for p in self.emb_params:
             all_reduce(p.grad, group=ctx.emb, dim="pp")
         for b, shard in zip(self.buckets, self.shards if self.zero >= 1 else [None] * len(self.buckets)):

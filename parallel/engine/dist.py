@@ -14,6 +14,8 @@ ones it belongs to:
           different tokens of the same sequences)
     emb   first and last stage of one pipeline: the tied embedding's gradient (Megatron-LM's
           embedding group; only when pp > 1)
+    kv    consecutive TP ranks that share one K/V head when tp > kv_heads (GQA): their K/V weight
+          gradients are summed (`kv_replicas` ranks each; one rank alone otherwise)
 
 Backend: NCCL with one GPU per rank when CUDA is present, else gloo on CPU. Every collective is
 bounded by the process-group timeout, so a rank that dies cannot hang the others forever.
@@ -48,6 +50,7 @@ class ParallelContext:
     dp: Group
     dpcp: Group
     emb: Group
+    kv: Group
 
     @property
     def coords(self) -> dict[str, int]:
@@ -90,13 +93,25 @@ def _emb_rows(topo: Topology) -> list[list[int]]:
     return [[int(row[0]), int(row[-1])] for row in topo.group_ranks("pp")] if topo.pp > 1 else []
 
 
-def build_groups(topo: Topology, rank: int, backend: str, timeout: timedelta) -> dict[str, Group]:
+def _kv_rows(topo: Topology, replicas: int) -> list[list[int]]:
+    """Each TP group cut into runs of `replicas` consecutive ranks (the ranks sharing a K/V head)."""
+    if replicas <= 1:
+        return []
+    return [
+        list(map(int, row[i : i + replicas])) for row in topo.group_ranks("tp") for i in range(0, len(row), replicas)
+    ]
+
+
+def build_groups(
+    topo: Topology, rank: int, backend: str, timeout: timedelta, *, kv_replicas: int = 1
+) -> dict[str, Group]:
     """Every group of every dimension, created in the same order on all ranks; returns this rank's.
     Dimensions with the same ranks share one Group; each collective names its dimension itself."""
     layouts = {dim: [list(map(int, row)) for row in topo.group_ranks(dim)] for dim in ("tp", "cp", "pp", "dp")}
     layouts["dpcp"] = _dpcp_rows(topo)
     layouts["emb"] = _emb_rows(topo)
-    label = {"tp": "tp", "cp": "cp", "pp": "pp", "dp": "dp", "dpcp": "dp", "emb": "pp"}
+    layouts["kv"] = _kv_rows(topo, kv_replicas)
+    label = {"tp": "tp", "cp": "cp", "pp": "pp", "dp": "dp", "dpcp": "dp", "emb": "pp", "kv": "tp"}
     made: dict[tuple[int, ...], Group] = {}
     mine: dict[str, Group] = {}
     for name, rows in layouts.items():
@@ -121,8 +136,10 @@ def init(
     gpus_per_node: int,
     init_method: str = "env://",
     timeout_s: float = 60.0,
+    kv_replicas: int = 1,
 ) -> ParallelContext:
-    """init_process_group for this rank and all groups of `plan`; returns the rank's context."""
+    """init_process_group for this rank and all groups of `plan`; returns the rank's context.
+    `kv_replicas`: TP ranks sharing one K/V head (tp / kv_heads when tp > kv_heads, else 1)."""
     if plan.world_size != world_size:
         raise ValueError(
             f"dp×tp×pp×cp = {plan.dp}×{plan.tp}×{plan.pp}×{plan.cp} = {plan.world_size}, "
@@ -146,7 +163,7 @@ def init(
     if backend == "nccl":  # batch_isend_irecv needs the world group's first collective to involve every rank
         dist.barrier(device_ids=[local_rank])
     topo = plan.topology(gpus_per_node)
-    g = build_groups(topo, rank, backend, timeout)
+    g = build_groups(topo, rank, backend, timeout, kv_replicas=kv_replicas)
     return ParallelContext(plan=plan, topo=topo, rank=rank, world_size=world_size, device=device, backend=backend, **g)
 
 
@@ -163,7 +180,15 @@ def local_context(plan: Plan | None = None, *, device: str = "cpu") -> ParallelC
         raise ValueError(f"local_context is for one rank; the plan has {plan.world_size}")
     one = {
         name: Group(dim=label, ranks=(0,), pg=None, rank=0)
-        for name, label in (("tp", "tp"), ("cp", "cp"), ("pp", "pp"), ("dp", "dp"), ("dpcp", "dp"), ("emb", "pp"))
+        for name, label in (
+            ("tp", "tp"),
+            ("cp", "cp"),
+            ("pp", "pp"),
+            ("dp", "dp"),
+            ("dpcp", "dp"),
+            ("emb", "pp"),
+            ("kv", "tp"),
+        )
     }
     return ParallelContext(
         plan=plan, topo=plan.topology(1), rank=0, world_size=1, device=torch.device(device), backend="none", **one

@@ -62,6 +62,7 @@ def train_rank(
     t_start = time.perf_counter()
     _threads()
     ctx = dist.init(
+        kv_replicas=max(1, cfg.plan.tp // cfg.model.kv_heads),
         plan=cfg.plan,
         rank=rank,
         world_size=world_size,
@@ -81,12 +82,14 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
     fail_step = _fail_hook(rank)
     torch.manual_seed(cfg.seed * 1000 + rank)  # dropout streams only: weights come from (seed, name)
 
-    chunks = [GPTStage(model=model, ctx=ctx, dropout=cfg.dropout, chunk=c) for c in range(plan.vpp)]
+    chunks = [GPTStage(model=model, ctx=ctx, dropout=cfg.dropout, chunk=c, swiglu=cfg.swiglu) for c in range(plan.vpp)]
     for chunk in chunks:
         chunk.init_weights(seed=cfg.seed)
         chunk.to(device=ctx.device, dtype=dtype)
     named = [(n, p) for chunk in chunks for n, p in chunk.named_parameters()]  # the serial model's names
-    reducer = GradReducer(named, ctx=ctx, zero=plan.zero, bucket_bytes=int(cfg.bucket_mb * 2**20))
+    reducer = GradReducer(
+        named, ctx=ctx, zero=plan.zero, bucket_bytes=int(cfg.bucket_mb * 2**20), tied=model.tied_embeddings
+    )
     optimizer = AdamW(reducer.optimizer_params(), lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=cfg.weight_decay)
     meter = ActivationMeter(exclude=[p for _, p in named])
     t_local = model.seq_len // plan.cp // (plan.tp if plan.sp else 1)  # tokens per rank between layers
@@ -138,7 +141,9 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
         "activation_bytes": meter.total(),
         "activation_breakdown": meter.breakdown(),
         "activation_bytes_per_layer": meter.per_layer(),
-        "predicted_activation_breakdown": predicted_breakdown(model, plan, stage=ctx.stage, dropout=cfg.dropout),
+        "predicted_activation_breakdown": predicted_breakdown(
+            model, plan, stage=ctx.stage, dropout=cfg.dropout, swiglu=cfg.swiglu
+        ),
         "live_microbatches": {
             "peak": pipe.peak_total,
             "per_chunk": list(pipe.peak_live),

@@ -71,8 +71,7 @@ def full_state_dict(run_dir, *, key: str = "params") -> dict:
             if name in out:  # the last stage's tied copy of wte
                 continue
             if name in s["tp_shard"]:
-                axis, parts = s["tp_shard"][name]
-                out[name] = unshard_tensor([r[key][name] for r in peers], axis=axis, parts=parts)
+                out[name] = unshard_tensor([r[key][name] for r in peers], *s["tp_shard"][name])
             else:
                 out[name] = tensor
     return out

@@ -6,8 +6,10 @@ all-reduce forward and one backward. With sequence parallelism (Korthikanti et a
 the all-reduces become an all-gather before the column-parallel GEMM and a reduce-scatter after the
 row-parallel one, and the tensors in between the pairs (LayerNorm, dropout, residual) hold s/t tokens.
 
-Each sharded parameter carries `tp_shard = (axis, parts)`: the full tensor is the blocks `parts`
-along `axis` (e.g. [q | k | v] rows of the QKV weight), each block split evenly over the TP ranks.
+Each sharded parameter carries `tp_shard = (axis, parts, pieces)`: the full tensor is the blocks
+`parts` along `axis` (e.g. [q | k | v] rows of the QKV weight), block j cut into pieces[j] equal
+pieces of which TP rank i keeps piece i·pieces[j]/t: one piece per rank when pieces[j] = t, and
+a piece shared by t/pieces[j] consecutive ranks when fewer (GQA's K/V heads when tp > kv_heads).
 `shard_tensor` / `unshard_tensor` convert between the full (serial) tensor and a rank's shard.
 Parameters whose gradient is a partial sum over the TP ranks under SP carry `sequence_parallel = True`.
 """
@@ -30,17 +32,22 @@ from parallel.engine.collectives import (
 )
 
 
-def shard_tensor(full: torch.Tensor, *, axis: int, parts, index: int, size: int) -> torch.Tensor:
+def shard_tensor(full: torch.Tensor, axis: int, parts, pieces=None, *, index: int, size: int) -> torch.Tensor:
     """TP rank `index`'s piece of each block of `full`, concatenated along `axis`."""
+    pieces = pieces or (size,) * len(parts)
     blocks = full.split(list(parts), dim=axis)
-    return torch.cat([b.chunk(size, dim=axis)[index] for b in blocks], dim=axis).contiguous()
+    return torch.cat([b.chunk(n, dim=axis)[index * n // size] for b, n in zip(blocks, pieces)], dim=axis).contiguous()
 
 
-def unshard_tensor(shards: list[torch.Tensor], *, axis: int, parts) -> torch.Tensor:
-    """The full tensor from the shards of TP ranks 0..n-1 (inverse of `shard_tensor`)."""
-    n = len(shards)
-    pieces = [s.split([p // n for p in parts], dim=axis) for s in shards]
-    return torch.cat([torch.cat([pc[j] for pc in pieces], dim=axis) for j in range(len(parts))], dim=axis)
+def unshard_tensor(shards: list[torch.Tensor], axis: int, parts, pieces=None) -> torch.Tensor:
+    """The full tensor from the shards of TP ranks 0..t-1 (inverse of `shard_tensor`; a piece shared
+    by several ranks is taken from the first of them)."""
+    t = len(shards)
+    pieces = pieces or (t,) * len(parts)
+    split = [s.split([p // n for p, n in zip(parts, pieces)], dim=axis) for s in shards]
+    return torch.cat(
+        [torch.cat([split[c * t // n][j] for c in range(n)], dim=axis) for j, n in enumerate(pieces)], dim=axis
+    )
 
 
 class _LinearSeqGather(torch.autograd.Function):
@@ -77,15 +84,16 @@ class ColumnParallelLinear(nn.Module):
     """Output features split over TP: weight (sum(out_parts)/t, in). `out_parts` keeps fused
     projections (QKV) head-aligned: each block is split separately."""
 
-    def __init__(self, in_features: int, out_parts, *, group: Group, sp: bool, bias: bool = True):
+    def __init__(self, in_features: int, out_parts, *, group: Group, sp: bool, bias: bool = True, pieces=None):
         super().__init__()
         self.group, self.sp, t = group, sp, group.size
-        out_local = sum(p // t for p in out_parts)
+        pieces = tuple(pieces or (t,) * len(out_parts))  # see the module docstring
+        out_local = sum(p // n for p, n in zip(out_parts, pieces))
         self.weight = nn.Parameter(torch.empty(out_local, in_features))
-        self.weight.tp_shard = (0, tuple(out_parts))
+        self.weight.tp_shard = (0, tuple(out_parts), pieces)
         self.bias = nn.Parameter(torch.empty(out_local)) if bias else None
         if bias:
-            self.bias.tp_shard = (0, tuple(out_parts))
+            self.bias.tp_shard = (0, tuple(out_parts), pieces)
 
     def forward(self, x):
         return column_parallel_linear(x, self.weight, self.bias, group=self.group, sp=self.sp)

@@ -13,6 +13,8 @@ the plan, read as Megatron-LM's `arguments.py` reads them:
 * vocab: `--vocab-size`, or GPT-2 BPE (50257) with `--vocab-file/--merge-file`, padded to a multiple
   of `--make-vocab-size-divisible-by` (128) × tp as Megatron-LM pads it.
 * `--swiglu` -> the llama architecture (gated MLP; ffn default int(8h/3/64)·64), else gpt.
+* `--cp-comm-type p2p|a2a|allgather|a2a+p2p` (default p2p) -> the plan's cp_kind ring | ulysses |
+  allgather | ring (hierarchical, noted).
 * `--attention-backend flash|fused|auto` or `--use-flash-attn` -> no s² scores kept; both dropouts
   0 -> no dropout masks (modelling hints, `Imported.options`).
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from parallel.core.plan import Plan
+from parallel.core.plan import CP_KINDS, Plan
 from parallel.core.specs import MODELS, Model, SpecError
 from parallel.importers.base import Imported, failure
 from parallel.importers.shell_eval import UNRESOLVED, Reader, ShellError, Word, run
@@ -86,7 +88,7 @@ USED = {  # flag -> (type, key)
     "--overlap-grad-reduce": ("true", "overlap_grad_reduce"),
     "--tp-comm-overlap": ("true", "tp_comm_overlap"),
     "--rampup-batch-size": ("list", "rampup"),
-    "--cp-comm-type": ("str", "cp_comm_type"),
+    "--cp-comm-type": ("list", "cp_comm_type"),
     "--fp8-format": ("str", "fp8"),
     "--fp8-param-gather": ("true", "fp8_params"),
     "--grad-reduce-in-bf16": ("true", "grad_bf16"),
@@ -469,6 +471,7 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         fp8="none",
         ep=get.get("ep", 1),
         etp=get.get("etp"),
+        cp_kind=_cp_kind(get, line, cp, r),
     )
     if get.get("fp8"):
         plan["fp8"] = "weights" if get.get("fp8_params") else "gemm"
@@ -488,7 +491,6 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         ),
         ("tp_comm_overlap", "--tp-comm-overlap: TP communication overlap is not modelled (it counts as exposed)"),
         ("rampup", "--rampup-batch-size: the plan uses the final global batch"),
-        ("cp_comm_type", "--cp-comm-type: CP is modelled as all-gathered K/V"),
         ("first_stage_layers", "uneven pipeline stages are not modelled: layers split evenly"),
         ("last_stage_layers", "uneven pipeline stages are not modelled: layers split evenly"),
     ):
@@ -503,6 +505,33 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
     if get.get("no_swiglu_fusion") and get.get("swiglu"):
         options["swiglu"] = "unfused"
     return plan, options
+
+
+# Megatron-LM's --cp-comm-type (megatron/training/arguments.py; Transformer Engine's attention with CP):
+# p2p = ring attention (the default), a2a = DeepSpeed-Ulysses, allgather = all-gathered K/V,
+# a2a+p2p = hierarchical (all-to-all inside the hierarchical_context_parallel_sizes groups, ring across).
+CP_COMM_TYPES = {"p2p": "ring", "a2a": "ulysses", "allgather": "allgather", "a2a+p2p": "ring"}
+
+
+def _cp_kind(get: dict, line: dict, cp: int, r) -> str:
+    """The plan's cp_kind from --cp-comm-type (one value, or one per layer: the most used)."""
+    values = get.get("cp_comm_type") or ["p2p"]
+    for v in values:
+        if v not in CP_COMM_TYPES:
+            raise r.fail(line["cp_comm_type"], f"--cp-comm-type must be among {', '.join(CP_COMM_TYPES)}, got {v!r}")
+    kinds = [CP_COMM_TYPES[v] for v in values]
+    kind = max(CP_KINDS, key=kinds.count)
+    if cp > 1 and len(set(values)) > 1:
+        r.notes.append(
+            f"line {line['cp_comm_type']}: --cp-comm-type {' '.join(values)}: one exchange per layer; "
+            f"modelled as {kind} for every layer"
+        )
+    if cp > 1 and "a2a+p2p" in values:
+        r.notes.append(
+            f"line {line['cp_comm_type']}: --cp-comm-type a2a+p2p: hierarchical CP (all-to-all inside a "
+            f"group, ring across groups) is modelled as ring attention over all cp ranks"
+        )
+    return kind
 
 
 def import_megatron(text: str, source: str = "pasted text", *, read: Reader | None = None) -> Imported:

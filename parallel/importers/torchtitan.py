@@ -21,6 +21,7 @@ Read as torchtitan's `JobConfig` reads it (torchtitan/config/job_config.py):
 * Sep 2024 TOMLs keep pipeline_parallel_degree (and schedule, microbatches, CP, async TP) under
   `[experimental]`; they are read from there.
 * Llama 3 in torchtitan has no dropout and uses SDPA (flash): hints flash_attention, no dropout.
+* `context_parallel_rotate_method` allgather (default) | alltoall -> the plan's cp_kind allgather | ring.
 
 Keys it does not know, in the sections it reads, are listed; other torchtitan sections are skipped.
 Pure: stdlib only (tomllib).
@@ -36,6 +37,31 @@ from parallel.core.plan import Plan
 from parallel.core.specs import MODELS, Model, SpecError
 from parallel.importers.base import Imported, failure
 from parallel.importers.limits import toml_shape_error
+
+# torchtitan's context_parallel_rotate_method (PyTorch's experimental context_parallel, ring attention
+# over SDPA blocks): "allgather" (the default) all-gathers the K/V shards, "alltoall" rotates them one
+# block per step with an all-to-all used as the ring shift.
+ROTATE_METHODS = {"allgather": "allgather", "alltoall": "ring"}
+
+
+def _cp_kind(par: dict, cp: int) -> tuple[str, str | None]:
+    """(the plan's cp_kind, a note or None) from [parallelism] context_parallel_rotate_method."""
+    method = par.get("context_parallel_rotate_method", "allgather")
+    if method not in ROTATE_METHODS:
+        raise ValueError(f"context_parallel_rotate_method must be one of {', '.join(ROTATE_METHODS)}, got {method!r}")
+    if cp == 1:
+        return "allgather", None
+    kind = ROTATE_METHODS[method]
+    note = (
+        "context_parallel_rotate_method = 'allgather': K/V all-gathered per layer (PyTorch then attends "
+        "block by block and keeps only its own K/V for backward, so the plan model's gathered K/V "
+        "activations are an upper bound)"
+        if kind == "allgather"
+        else "context_parallel_rotate_method = 'alltoall': K/V blocks rotate around the CP ring "
+        "(ring attention, one all-to-all shift per block)"
+    )
+    return kind, note
+
 
 FLAVOURS = {  # torchtitan's model name -> flavour -> our preset
     "llama3": {"8B": "llama3-8b", "70B": "llama3-70b", "405B": "llama3-405b"},
@@ -410,12 +436,20 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
     for key, why in (
         ("enable_async_tensor_parallel", "async TP overlaps TP communication; it is counted as exposed"),
         ("fsdp_reshard_after_forward", "FSDP reshard policy not modelled (ZeRO-3 gathers twice)"),
-        ("context_parallel_rotate_method", "CP is modelled as all-gathered K/V"),
     ):
         value = par.get(key)
         if value is True or (not isinstance(value, bool) and value not in (None, 1, "default", "allgather")):
             where = t.line_of(par_section, key) or t.line_of("experimental", key)
             notes.append(f"line {where}: {key} = {par[key]!r}: {why}")
+    try:
+        cp_kind, rotate_note = _cp_kind(par, cp)
+    except ValueError as err:
+        raise t.fail("parallelism", "context_parallel_rotate_method", str(err)) from None
+    if rotate_note:
+        where = t.line_of(par_section, "context_parallel_rotate_method") or t.line_of(
+            "experimental", "context_parallel_rotate_method"
+        )
+        notes.append(f"line {where}: {rotate_note}" if where else rotate_note)
     try:
         plan = Plan(
             dp=1,
@@ -431,6 +465,7 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
             main_grads=main_grads,
             ep=ep,
             etp=etp,
+            cp_kind=cp_kind,
         )
     except SpecError as err:
         raise t.fail("parallelism", None, str(err)) from None

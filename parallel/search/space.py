@@ -29,12 +29,13 @@ from parallel.core.comm import DIMS as COMM_DIMS
 from parallel.core.comm import crosses_nodes
 from parallel.core.memory import activation_bytes_per_layer, memory_per_gpu_bytes
 from parallel.core.perf import bubble_fraction, step_time
-from parallel.core.plan import MAX_GLOBAL_BATCH, MAX_WORLD_SIZE, RECOMPUTE, Plan, PlanColumns
+from parallel.core.plan import CP_KINDS, MAX_GLOBAL_BATCH, MAX_WORLD_SIZE, RECOMPUTE, Plan, PlanColumns
 from parallel.core.report import Options, plan_report
 from parallel.core.specs import Cluster, GiB, Model, SpecError
 from parallel.core.topology import DEFAULT_ORDER
 
-PLAN_KEYS = ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "recompute", "ep")
+PLAN_KEYS = ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "recompute", "ep", "cp_kind")
+STR_KEYS = ("recompute", "cp_kind")
 
 
 class SearchEmpty(SpecError):
@@ -58,9 +59,12 @@ class Constraints:
     order: str = DEFAULT_ORDER
     main_grads: str = "fp32"  # every candidate's gradient dtype and FP8 mode (Plan.main_grads, Plan.fp8)
     fp8: str = "none"
+    cp_kinds: tuple[str, ...] = CP_KINDS  # the context-parallel exchanges tried where cp > 1
 
     def __post_init__(self):
         Plan(main_grads=self.main_grads, fp8=self.fp8)  # SpecError naming a bad value
+        if not self.cp_kinds or set(self.cp_kinds) - set(CP_KINDS):
+            raise SpecError(f"cp kinds must be among {', '.join(CP_KINDS)}, got {self.cp_kinds}")
         if not 0 <= self.headroom < 1:
             raise SpecError(f"headroom must be in [0, 1), got {self.headroom}")
         for name in ("max_tp", "max_pp", "max_cp", "max_micro_batch"):
@@ -107,7 +111,17 @@ def plan_of(row: dict, global_batch: int, order: str = DEFAULT_ORDER) -> Plan:
         main_grads=str(row.get("main_grads", "fp32")),
         fp8=str(row.get("fp8", "none")),
         ep=int(row.get("ep", 1)),
+        cp_kind=str(row.get("cp_kind", "allgather")),
     )
+
+
+def cp_kinds_for(model: Model, tp: int, cp: int, kinds: tuple[str, ...] = CP_KINDS) -> list[str]:
+    """The context-parallel exchanges a (tp, cp) plan can use (validate's rules): at cp 1 only the
+    default; Ulysses only where heads and kv_heads divide by cp·tp."""
+    if cp == 1:
+        return ["allgather"]
+    ok = model.heads % (cp * tp) == 0 and model.kv_heads % (cp * tp) == 0
+    return [k for k in kinds if k != "ulysses" or ok]
 
 
 # ---------------------------------------------------------------- candidates, rule by rule
@@ -158,7 +172,7 @@ def candidates(
 ) -> tuple[pd.DataFrame, list[dict]]:
     """Every structurally valid plan (all of validate's shape rules hold) and the funnel that built it."""
     funnel: list[dict] = []
-    base = []  # (dp, tp, pp, cp, mb, vpp, ep)
+    base = []  # (dp, tp, pp, cp, mb, vpp, ep, cp_kind)
     n_mb = 0
     for tp, pp, cp, dp in _degrees(model, world, global_batch, c, funnel):
         for mb in divisors(global_batch // dp):
@@ -169,17 +183,19 @@ def candidates(
             for v in divisors(model.layers // pp):
                 if v == 1 or (pp > 1 and m % pp == 0):
                     for ep in expert_degrees(model, dp * cp):
-                        base.append((dp, tp, pp, cp, mb, v, ep))
+                        for kind in cp_kinds_for(model, tp, cp, c.cp_kinds):
+                            base.append((dp, tp, pp, cp, mb, v, ep, CP_KINDS.index(kind)))
     if c.max_micro_batch is not None:
         funnel.append({"constraint": f"max micro batch {c.max_micro_batch}", "remaining": n_mb})
     funnel.append(
         {
             "constraint": "vpp divides layers/pp; vpp > 1 needs pp > 1 and microbatches divisible by pp"
-            + ("; × ep dividing dp·cp and the experts" if model.experts else ""),
+            + ("; × ep dividing dp·cp and the experts" if model.experts else "")
+            + f"; × cp kinds {list(c.cp_kinds)} where cp > 1 (Ulysses: cp·tp dividing the heads)",
             "remaining": len(base),
         }
     )
-    cols = ["dp", "tp", "pp", "cp", "micro_batch", "vpp", "ep"]
+    cols = ["dp", "tp", "pp", "cp", "micro_batch", "vpp", "ep", "ck"]
     b = np.array(base, dtype=np.int64).reshape(-1, len(cols))
     zero = np.array(c.zero, dtype=np.int64)
     rc = np.array([RECOMPUTE.index(r) for r in c.recompute], dtype=np.int64)
@@ -218,6 +234,7 @@ def columns_of(
         **ints,
         sp=cands["sp"].to_numpy(bool),
         recompute=np.array(RECOMPUTE)[cands["rc"].to_numpy()],
+        cp_kind=np.array(CP_KINDS)[cands["ck"].to_numpy()],
         global_batch=global_batch,
         order=order,
         main_grads=main_grads,
@@ -242,6 +259,7 @@ def evaluate(
     timing = step_time(model, plans, cluster, options.perf, options.comm)
     out = {k: cands[k].to_numpy() for k in ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "ep")}
     out["recompute"] = plans.recompute.astype(object)
+    out["cp_kind"] = plans.cp_kind.astype(object)
     out["main_grads"], out["fp8"] = main_grads, fp8
     out["microbatches"] = np.maximum(plans.microbatches, 1)
     for name in ("params", "grads", "optimizer", "activations"):
@@ -376,8 +394,9 @@ def search_naive(
         if any(lim is not None and x > lim for x, lim in ((tp, c.max_tp), (pp, c.max_pp), (cp, c.max_cp))):
             continue
         experts = divisors(dp * cp) if model.experts else [1]  # every ep: validate refuses the bad ones
-        for mb, v, sp, zero, rc, ep in itertools.product(
-            divisors(global_batch), divisors(model.layers), (False, True), c.zero, c.recompute, experts
+        kinds = c.cp_kinds if cp > 1 else ("allgather",)  # every kind: validate refuses Ulysses' bad ones
+        for mb, v, sp, zero, rc, ep, kind in itertools.product(
+            divisors(global_batch), divisors(model.layers), (False, True), c.zero, c.recompute, experts, kinds
         ):
             if (c.max_micro_batch and mb > c.max_micro_batch) or (c.require_sp and tp > 1 and not sp):
                 continue
@@ -396,6 +415,7 @@ def search_naive(
                 main_grads=c.main_grads,
                 fp8=c.fp8,
                 ep=ep,
+                cp_kind=kind,
             )
             rep = plan_report(plan, model, cluster, options)
             if rep["memory_per_gpu_bytes"] is None:
@@ -419,7 +439,7 @@ def result_json(result: SearchResult, top: int | None = None) -> list[dict]:
     table = result.table if not top else result.table.head(top)
     out = []
     for i, row in enumerate(table.to_dict("records")):
-        plan = {k: (bool(row[k]) if k == "sp" else str(row[k]) if k == "recompute" else int(row[k])) for k in PLAN_KEYS}
+        plan = {k: (bool(row[k]) if k == "sp" else str(row[k]) if k in STR_KEYS else int(row[k])) for k in PLAN_KEYS}
         out.append(
             {
                 "rank": i + 1,

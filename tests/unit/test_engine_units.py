@@ -172,10 +172,12 @@ def test_meter_counts_a_shared_storage_once_and_skips_parameters():
 
 def test_engine_errors_name_what_is_missing():
     assert engine_errors(TINY, Plan(tp=2)) == []
+    assert engine_errors(MODELS["tiny-llama"], Plan(tp=8, cp=2, cp_kind="ring")) == []  # K/V heads replicated
     msgs = engine_errors(
-        dataclasses.replace(TINY, arch="llama", kv_heads=1, vocab=511), Plan(pp=2, tp=2, vpp=2, zero=2)
+        dataclasses.replace(TINY, arch="llama", tie_embeddings=True, kv_heads=2, vocab=511),
+        Plan(pp=2, tp=3, vpp=2, zero=2),
     )
-    assert any("arch" in m for m in msgs) and any("kv_heads 1" in m for m in msgs)
+    assert any("untied output layer" in m for m in msgs) and any("kv_heads 2 and tp 3" in m for m in msgs)
     assert any("vocab 511" in m for m in msgs) and any("ZeRO-2" in m for m in msgs)
 
 

@@ -68,7 +68,19 @@ def test_cli_json_contract_175b_on_512(capsys):
     rows = json.loads(out)
     assert code == 0 and len(rows) == 7
     for row in rows:
-        assert set(row["plan"]) == {"dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "recompute", "ep"}
+        assert set(row["plan"]) == {
+            "dp",
+            "tp",
+            "pp",
+            "cp",
+            "sp",
+            "vpp",
+            "micro_batch",
+            "zero",
+            "recompute",
+            "ep",
+            "cp_kind",
+        }
         p = row["plan"]
         assert p["dp"] * p["tp"] * p["pp"] * p["cp"] == 512
         assert isinstance(p["sp"], bool) and p["recompute"] in ("none", "selective", "full")
@@ -103,7 +115,7 @@ def test_cli_text_and_constraints(capsys):
             8,
             512,
             S.Constraints(),
-            "no plan fits: all 14,592 valid plans of gpt3-175b on 8 GPUs need more than 72.0 GiB per GPU",
+            "no plan fits: all 26,712 valid plans of gpt3-175b on 8 GPUs need more than 72.0 GiB per GPU",
         ),
         (
             MODELS["tiny"],
