@@ -19,6 +19,7 @@ plan_pages = [
     st.Page("pages/topology.py", title="Topology"),
     st.Page("pages/activation_memory.py", title="Activation memory"),
     st.Page("pages/tp_scaling.py", title="TP scaling"),
+    st.Page("pages/long_context.py", title="Long context"),
     st.Page("pages/plan_review.py", title="Plan review"),
 ]
 mark_routed()

@@ -4,15 +4,18 @@ frames out. Every plan-model call of a page goes through here, so a warm page co
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import streamlit as st
 
 from parallel.core import scaling
 from parallel.core.memory import ActivationOptions, activation_bytes_per_layer
 from parallel.core.perf import PerfOptions
 from parallel.core.plan import Plan
-from parallel.core.specs import Cluster, Model
+from parallel.core.specs import Cluster, Model, SpecError
 from parallel.core.validate import check
-from ui import memory_data, topology_data
+from ui import long_context_data, memory_data, topology_data
 from ui.plan_params import plan_from_params
 
 
@@ -91,4 +94,30 @@ def scaling_view(params: dict[str, str], mfu: float) -> dict:
         "table": scaling.summary_table(df),
         "notes": scaling.invalid_notes(df),
         "highlights": scaling.highlights(df, cluster.gpus_per_node, plan.tp),
+    }
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def long_context_view(params: dict[str, str], cp: int, flash: bool, runs: tuple[tuple[str, int], ...]) -> dict:
+    """Everything the Long-context page draws for the plan's model, cluster, TP, micro batch and
+    recompute mode, with `cp`-way CP; `runs`: (metrics.json path, mtime) of this project's runs, so
+    a new or finished run redraws its measured points."""
+    model, cluster, plan = inputs(params)
+    opts = ActivationOptions(flash_attention=flash)
+    pairs = []
+    for path, _ in runs:
+        try:
+            metrics = json.loads(Path(path).read_text())
+            pairs.append((metrics, Plan.from_dict(metrics["plan"]), Path(path).parent.name))
+        except (OSError, ValueError, KeyError, TypeError, SpecError):
+            continue  # a run being written, or one from an older version: no point for it
+    measured = long_context_data.measured_points(model, plan, cp, pairs)
+    if flash:  # the engine keeps the s x s scores unless its CP exchange is ring: compare without flash
+        measured = measured[measured["variant"].str.endswith(" ring")]
+    lengths = tuple(sorted(set(long_context_data.LENGTHS) | set(measured["seq_len"])))  # the curves pass the runs
+    return {
+        "memory": long_context_data.memory_curves(model, plan, cp, opts, lengths),
+        "comm": long_context_data.comm_curves(model, plan, cp, cluster),
+        "fits": long_context_data.smallest_fits(model, plan, cluster, opts),
+        "measured": measured,
     }

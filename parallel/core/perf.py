@@ -71,7 +71,7 @@ def flops_per_step(model: Model, plan: AnyPlan) -> dict[str, Any]:
         L * layer["attention"],
         where(plan.recompute == "full", L * (layer["gemm"] + layer["attention"]), 0.0),
     )
-    passes = 3 + where(plan.recompute == "none", 0, 1)  # forward, backward (2x), and a recomputed forward
+    passes = 3.0 + where(plan.recompute == "none", 0.0, 1.0)  # forward, backward (2x), a recomputed forward
     return {
         "model_flops": model_flops,
         "hardware_flops": model_flops + extra,

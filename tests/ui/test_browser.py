@@ -193,7 +193,14 @@ def _chart_sizes(page) -> list[tuple[float, float]]:
 
 
 # Heavier views of registered pages, drawn too: (screenshot name, page path, URL path + query).
-EXTRA_VIEWS = [("topology-4096-gpus", "pages/topology.py", "topology?nodes=512&dp=64&tp=8&pp=8&gb=1536")]
+EXTRA_VIEWS = [
+    ("topology-4096-gpus", "pages/topology.py", "topology?nodes=512&dp=64&tp=8&pp=8&gb=1536"),
+    (
+        "long_context-llama3-70b",
+        "pages/long_context.py",
+        "long_context?model=llama3-70b&nodes=8&dp=1&tp=8&pp=1&gb=1&recompute=selective&lc_cp=16",
+    ),
+]
 # Run-dependent views, with the sample run (or its failed copy) named in the URL.
 _RUN_PLAN = "model=tiny&cluster=local-cpu&nodes=1&dp=2&tp=2&pp=1&cp=1&sp=1&mb=1&gb=4&run=sample"
 RUN_VIEWS = [
