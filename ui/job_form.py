@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from parallel.core.plan import RECOMPUTE, SCHEDULES
+from parallel.core.plan import CP_KINDS, RECOMPUTE, SCHEDULES
 from parallel.core.specs import MODELS
 from parallel.core.topology import DEFAULT_ORDER, ORDERS
 from ui.jobs import flags_of
@@ -31,6 +31,7 @@ DEFAULTS = {
     "recompute": "none",
     "order": DEFAULT_ORDER,
     "schedule": "1f1b",
+    "cp_kind": "allgather",
     "steps": 4,
     "launcher": "local",
     "timeout": 60.0,
@@ -60,7 +61,8 @@ def job_form() -> tuple[list[str], str] | None:
             list(MODELS),
             key=K + "model",
             format_func=lambda n: f"{n} ({MODELS[n].layers} layers, h {MODELS[n].hidden})",
-            help="tiny trains in seconds on CPU; the others are the planning presets (shape flags below shrink them)",
+            help="tiny and tiny-llama train in seconds on CPU; the others are the planning presets (shape flags "
+            "below shrink them)",
         )
         c2.number_input(
             "Steps", min_value=1, max_value=1000, step=1, key=K + "steps", help="optimizer steps to train and profile"
@@ -75,10 +77,16 @@ def job_form() -> tuple[list[str], str] | None:
         _int(cols[2], "vpp", "vpp", hi=64, help="virtual pipeline stages per rank (interleaved 1F1B)")
         cols[3].selectbox("ZeRO", [0, 1], key=K + "zero", help="the engine implements ZeRO 0 and 1")
         cols[4].selectbox("Recompute", list(RECOMPUTE), key=K + "recompute")
-        with st.expander("Rank order, schedule, launcher, model shape"):
-            c1, c2, c3 = st.columns(3)
+        with st.expander("Rank order, schedule, CP exchange, launcher, model shape"):
+            c1, c2, c3, c4 = st.columns(4)
             c1.selectbox("Rank order", list(ORDERS), key=K + "order", format_func=lambda o: f"{o} — {ORDERS[o]}")
             c2.selectbox("Pipeline schedule", list(SCHEDULES), key=K + "schedule")
+            c4.selectbox(
+                "CP exchange",
+                list(CP_KINDS),
+                key=K + "cp_kind",
+                help="all-gathered K/V, ring attention (send/recv round the CP ring) or Ulysses all-to-all (CP > 1)",
+            )
             c3.selectbox(
                 "Launcher",
                 ["local", "torchrun"],
@@ -134,7 +142,9 @@ def job_form() -> tuple[list[str], str] | None:
         values["global_batch"] = None
     flags = flags_of(values)
     plan = f"{values['model']} DP{values['dp']} TP{values['tp']}{'+SP' if values['sp'] else ''} PP{values['pp']}" + (
-        f" CP{values['cp']}" if values["cp"] > 1 else ""
+        f" CP{values['cp']}" + ("" if values["cp_kind"] == "allgather" else f" {values['cp_kind']}")
+        if values["cp"] > 1
+        else ""
     )
     return flags, (ss.get(K + "label") or "").strip() or plan
 

@@ -209,6 +209,7 @@ def test_run_a_job_page_starts_the_job_and_shows_it(tmp_path, fake, monkeypatch)
     assert any("heads 4 are not divisible by tp 3" in e.value for e in at.error)
     assert not (runs / ".jobs").exists() or not jobs.jobs(runs)  # nothing started
     at.number_input(key="job.tp").set_value(2)
+    at.selectbox(key="job.cp_kind").set_value("ring")
     at.button[0].click().run()
     assert not at.exception, [e.value for e in at.exception]
     (job,) = jobs.jobs(runs)
@@ -216,6 +217,7 @@ def test_run_a_job_page_starts_the_job_and_shows_it(tmp_path, fake, monkeypatch)
     assert at.query_params["run"] == job.name
     command = " ".join(job.argv)
     assert "--model tiny --dp 2 --tp 2 --pp 2 --cp 1 --sp" in command and "--steps 4" in command
+    assert "--cp-kind ring" in command
     assert _wait(lambda: jobs.refresh(job).returncode == 0)
     at.run()
     assert any(job.name in m.value and "completed" in m.value for m in at.markdown)
