@@ -54,7 +54,8 @@ def job_form() -> tuple[list[str], str] | None:
     for key, value in DEFAULTS.items():
         if value is not None:  # the shape overrides start empty (value=None below)
             ss.setdefault(K + key, value)
-    with st.form("job_form", border=True):
+    # Enter in a field must not start a job (a job is minutes of every core): only the button does
+    with st.form("job_form", border=True, enter_to_submit=False):
         c1, c2 = st.columns([3, 2])
         c1.selectbox(
             "Model",

@@ -312,3 +312,25 @@ def test_shared_link_on_a_fresh_server_keeps_the_navigation(tmp_path_factory, br
             assert "DP2 TP2+SP PP4" in page.inner_text("body")
         finally:
             page.close()
+
+
+def test_enter_in_a_run_a_job_field_starts_nothing(server, browser, dashboard_data):
+    """#17 item 8: pressing Enter in the form's fields submitted it (4 unintended jobs); only the
+    start button starts a job."""
+    jobs_dir = Path(dashboard_data["PARASCOPE_RUNS"]) / ".jobs"
+    before = sorted(jobs_dir.glob("*.json")) if jobs_dir.is_dir() else []
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    try:
+        page.goto(f"{server}/run_job", timeout=PAGE_TIMEOUT_MS)
+        _wait_for_script(page)
+        for label in ("Steps", "Run label (optional)"):
+            field = page.get_by_label(label, exact=True)
+            field.click()
+            field.press("Enter")
+            page.wait_for_timeout(1500)
+            _wait_for_script(page)
+        after = sorted(jobs_dir.glob("*.json")) if jobs_dir.is_dir() else []
+        assert after == before, "Enter started a job"
+        assert "Started **" not in page.inner_text("body")
+    finally:
+        page.close()
