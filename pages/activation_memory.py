@@ -97,8 +97,26 @@ def activation_memory_page(choice: PlanChoice) -> None:
     run_views.memory_measured(choice)  # only when the URL names a run (?run=)
 
 
+def _toggled() -> dict:
+    """The page's activation toggles as they stand before they are drawn (their session state, or
+    on a first visit the URL they are bound to), so the plan form's memory check uses the same
+    assumptions as every number below it (#17 item 4)."""
+    ss, url = st.session_state, st.query_params
+
+    def flag(key: str, default):
+        if key in ss:
+            return bool(ss[key])
+        return url[key].lower() == "true" if key in url else default
+
+    try:
+        act = int(ss.get("mem_act", url.get("mem_act", 0)))
+    except ValueError:
+        act = 0
+    return {"flash": flag("mem_flash", False), "dropout": flag("mem_dropout", None), "act_bytes": act}
+
+
 ensure_navigation()
 st.title("Activation memory")
-memory_choice = plan_form()
+memory_choice = plan_form(_toggled())
 if memory_choice.computable:
     activation_memory_page(memory_choice)

@@ -24,10 +24,13 @@ def inputs(params: dict[str, str]) -> tuple[Model, Cluster, Plan]:
 
 
 @st.cache_data(show_spinner=False, max_entries=512)
-def verdict(params: dict[str, str]) -> dict:
-    """errors, warnings and computable of parallel.core.validate.check for the plan."""
+def verdict(params: dict[str, str], flash: bool = False, dropout: bool | None = None, act_bytes: int = 0) -> dict:
+    """errors, warnings and computable of parallel.core.validate.check for the plan, its memory check
+    with the page's activation assumptions (flash attention, dropout, bytes per activation: the
+    same ones the page's numbers use)."""
     model, cluster, plan = inputs(params)
-    v = check(plan, model, cluster)
+    opts = ActivationOptions(act_bytes=act_bytes or None, dropout=dropout, flash_attention=flash)
+    v = check(plan, model, cluster, opts)
     return {"errors": list(v.errors), "warnings": list(v.warnings), "computable": v.computable}
 
 

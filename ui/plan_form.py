@@ -183,8 +183,10 @@ def _widgets() -> dict[str, str]:
     return params
 
 
-def plan_form() -> PlanChoice:
-    """Sidebar form + URL sync; shows the plan's errors and warnings at the top of the page."""
+def plan_form(activations: dict | None = None) -> PlanChoice:
+    """Sidebar form + URL sync; shows the plan's errors and warnings at the top of the page.
+    `activations`: loaders.verdict's flash / dropout / act_bytes, when the page draws its numbers
+    with other activation assumptions than the defaults (its memory check then uses the same)."""
     url_errors = _adopt_url()
     params = _widgets()
     if any(st.query_params.get(k) != v for k, v in params.items()):
@@ -198,7 +200,7 @@ def plan_form() -> PlanChoice:
         st.error(f"This plan cannot be built: {md(err)}. Showing the default plan.")
         params = dict(DEFAULT_PARAMS)
         model, cluster, plan = plan_from_params(params)
-    verdict = loaders.verdict(params)
+    verdict = loaders.verdict(params, **(activations or {}))
     choice = PlanChoice(
         params, model, cluster, plan, tuple(verdict["errors"]), tuple(verdict["warnings"]), verdict["computable"]
     )

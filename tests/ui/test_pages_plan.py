@@ -203,3 +203,21 @@ def test_view_choices_come_from_the_url_too():
     assert '"field": "dp"' in grid.text() and "moves under tp-cp-pp-dp" in grid.text()
     at = _ok(page_test("pages/activation_memory.py", {**SMALL, "mem_flash": "true", "mem_scope": "per GPU"}))
     assert at.toggle(key="mem_flash").value is True and at.segmented_control(key="mem_scope").value == "gpu"
+
+
+def test_the_memory_banner_follows_the_pages_flash_toggle():
+    """#17 item 4: the flash toggle changed the charts but the plan form's memory banner still showed
+    the non-flash figure; both now come from the same activation assumptions."""
+    query = {"model": "gpt3-175b", "cluster": "dgx-h100", "nodes": "64", "dp": "4", "tp": "8", "pp": "16"}
+    query |= {"sp": "1", "mb": "2", "gb": "1536"}
+    plain = _ok(page_test("pages/activation_memory.py", {**query, "mem_flash": "false"}))
+    (banner,) = [e for e in _errors(plain) if e.startswith("memory per GPU")]
+    stages = next(c for c in vega_charts(plain) if "stage" in c.frame().columns).frame()
+    mine = stages[stages["sp"] == "with SP"]
+    worst = mine.loc[mine["total_bytes"].idxmax(), "stage"]  # the banner's GPU: the most loaded stage
+    act = mine[(mine["stage"] == worst) & (mine["kind"] == "activations")]["bytes_GiB"].item()
+    assert f"activations {act:.1f} GiB" in banner  # the chart's figure
+    flash = _ok(page_test("pages/activation_memory.py", {**query, "mem_flash": "true"}))
+    assert not [e for e in _errors(flash) if e.startswith("memory per GPU")]  # 64.2 GiB of scores gone: it fits
+    flash.toggle(key="mem_flash").set_value(False).run()  # and toggled within the session
+    assert [e for e in _errors(_ok(flash)) if e.startswith("memory per GPU")] == [banner]
