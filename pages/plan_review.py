@@ -357,9 +357,16 @@ def search_section(s: ReviewState) -> ReviewState:
     m3.metric("Search time", f"{result.seconds:.2f} s")
     budget = cluster.gpu_memory_bytes * (1 - s.headroom)
     st.altair_chart(rc.pareto_chart(rc.pareto_points(result.table, s.search_gb), budget))
+    hidden, slowest = rc.hidden_slow(result.table)
     st.caption(
         "Each dot is a plan that fits; dark dots and the line are the Pareto front (no plan is both "
         "leaner and faster). Red dashes: the memory budget."
+        + (
+            f" {hidden:,} slower plans (more than {rc.SLOWEST_DRAWN:g}× the fastest, up to "
+            f"{slowest:,.0f} s a step, the lean end of the front among them) are not drawn."
+            if hidden
+            else ""
+        )
     )
     rows = rc.search_rows(result.table, s.search_gb, s.top)
     st.dataframe(rows, hide_index=True)

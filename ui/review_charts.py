@@ -120,10 +120,24 @@ def comm_chart(comm: pd.DataFrame) -> alt.Chart:
     )
 
 
+# Plans slower than this many times the fastest are not drawn: a search's leanest plans (the far end
+# of its Pareto front) run 10^4 x slower than its best, and an axis out to them squashes the region a
+# user chooses in.
+SLOWEST_DRAWN = 10.0
+
+
+def hidden_slow(table: pd.DataFrame) -> tuple[int, float]:
+    """(how many plans that fit are too slow to draw, the slowest step time among them)."""
+    slow = table["step_time_s"] > table["step_time_s"].min() * SLOWEST_DRAWN
+    return int(slow.sum()), float(table.loc[slow, "step_time_s"].max()) if slow.any() else 0.0
+
+
 def pareto_points(table: pd.DataFrame, global_batch: int, n_other: int = 300) -> pd.DataFrame:
-    """What the Pareto chart draws: every plan on the front, the fastest `n_other` others (the data
-    sent to the browser stays small), with labels and GiB."""
-    keep = table["pareto"] | (table.index < n_other)
+    """What the Pareto chart draws, among the plans no slower than SLOWEST_DRAWN x the fastest: every
+    plan on the front and the fastest `n_other` others (the data sent to the browser stays small),
+    with labels and GiB."""
+    near = table["step_time_s"] <= table["step_time_s"].min() * SLOWEST_DRAWN
+    keep = near & (table["pareto"] | (table.index < n_other))
     out = table[keep].copy()
     out["label"] = [plan_of(r, global_batch).label() for r in out.to_dict("records")]
     out["rank"] = out.index + 1
@@ -138,7 +152,8 @@ def pareto_chart(points: pd.DataFrame, budget_bytes: float) -> alt.LayerChart:
     base = alt.Chart(points)
     dots = base.mark_circle(size=55).encode(
         x=alt.X("gib:Q", title="memory per GPU (GiB)", scale=alt.Scale(zero=False)),
-        y=alt.Y("step_time_s:Q", title="step time (s, log scale)", scale=alt.Scale(type="log")),  # the front spans 100×
+        # log: the drawn plans span up to SLOWEST_DRAWN x; not nice-rounded, or 15 s..150 s reads 10..1000
+        y=alt.Y("step_time_s:Q", title="step time (s, log scale)", scale=alt.Scale(type="log", nice=False)),
         color=alt.Color("tp:O", title="TP", scale=alt.Scale(domain=tps, range=palette(len(tps)))),
         opacity=alt.OpacityValue(0.35, condition={"test": "datum.front == 'Pareto front'", "value": 1.0}),
         tooltip=[
