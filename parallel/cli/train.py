@@ -92,7 +92,11 @@ def config_from_namespace(args: argparse.Namespace) -> tuple[TrainConfig | None,
     except SpecError as err:
         return None, [str(err)], []
     verdict = check(plan, model, cluster)
-    errors = verdict.errors + engine_errors(model, plan)
+    refused = engine_errors(model, plan)
+    errors = verdict.errors + refused
+    warnings = verdict.warnings
+    if any("does not pad the vocabulary" in e for e in refused):  # the plan model's padding note contradicts it
+        warnings = [w for w in warnings if not w.endswith("the embedding is padded")]
     if not errors:  # ranks on this host: all of them, unless torchrun says how many run here
         env = torchrun_env()
         errors += memory_errors(model, plan, ranks_here=env["gpus_per_node"] if env else plan.world_size)
@@ -125,7 +129,7 @@ def config_from_namespace(args: argparse.Namespace) -> tuple[TrainConfig | None,
         save_params=args.save_params,
         launcher=args.launcher,
     )
-    return cfg, errors, verdict.warnings
+    return cfg, errors, warnings
 
 
 def main(argv=None) -> int:

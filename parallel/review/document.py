@@ -182,7 +182,7 @@ def _rows(plan: Plan, rep: dict, model: Model) -> list[tuple[str, str, object]]:
         ("plan", k, getattr(plan, k))
         for k in ("dp", "tp", "pp", "cp", "ep", "sp", "vpp", "micro_batch", "global_batch", "zero", "recompute")
     ]
-    rows += [("plan", k, getattr(plan, k)) for k in ("order", "main_grads", "fp8")]
+    rows += [("plan", k, getattr(plan, k)) for k in ("order", "main_grads", "fp8", "cp_kind")]
     rows += [
         ("plan", "microbatches per step", plan.microbatches),
         ("verdict", "valid", rep["valid"]),

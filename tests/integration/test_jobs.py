@@ -304,3 +304,13 @@ def test_the_form_is_checked_by_the_profilers_own_validation(flags, message):
 
     errors, _ = check(flags)
     assert any(message in e for e in errors) if message else errors == []
+
+
+def test_the_vocabulary_is_either_refused_or_padded_never_both():
+    """#17 item 5: TP 3 on tiny (vocab 512) showed the engine's "does not pad the vocabulary" error
+    beside the plan model's "the embedding is padded" warning."""
+    from ui.job_form import check
+
+    errors, warnings = check(["--model", "tiny", "--heads", "3", "--hidden", "63", "--tp", "3"])
+    assert any("does not pad the vocabulary" in e for e in errors), errors
+    assert not any("the embedding is padded" in w for w in warnings), warnings
