@@ -35,6 +35,7 @@ from ui.plan_params import (
 )
 from ui.routing import ensure_navigation
 from ui.text import md
+from ui.theme import link_names
 
 STATE, WRITTEN, VERSION, BASE, IMPORTED = "rv.state", "rv.url", "rv.version", "rv.editor_base", "rv.imported"
 MAX_PLANS = 4
@@ -272,7 +273,7 @@ def compare_section(s: ReviewState) -> ReviewState:
         st.altair_chart(rc.memory_chart(cmp.memory, cluster.gpu_memory_bytes))
         st.altair_chart(rc.time_chart(cmp.time))
     if len(cmp.comm):
-        st.altair_chart(rc.comm_chart(cmp.comm))
+        st.altair_chart(rc.comm_chart(cmp.comm, link_names(s.cluster_spec)))
     st.subheader("Side by side")
     st.caption("Highlighted rows differ between the plans.")
     st.dataframe(rc.compare_styler(cmp.table, cmp.names), hide_index=True, height=420)

@@ -58,7 +58,7 @@ def topology_page(choice: PlanChoice) -> None:
     m2.metric(
         f"{group_dim.upper()} groups crossing nodes",
         f"{crossing:,}",
-        help="a group that spans nodes runs its collectives over InfiniBand",
+        help=f"a group that spans nodes runs its collectives over {choice.cluster.inter.name or 'the inter-node link'}",
     )
     if view["compare"]:
         m3.metric(
@@ -82,7 +82,8 @@ def topology_page(choice: PlanChoice) -> None:
     st.subheader(f"GPUs of nodes {lo}–{hi}" if view["overview"] is not None else "Every GPU")
     st.caption(
         f"Cells: GPUs by node (x) and local GPU (y), coloured by {color_dim.upper()} coordinate. "
-        f"Lines: {group_dim.upper()} groups, green on NVLink inside a node, orange on InfiniBand across nodes. "
+        f"Lines: {group_dim.upper()} groups, green on {choice.cluster.intra.name or 'the intra-node link'} inside a node, "
+        f"orange on {choice.cluster.inter.name or 'the inter-node link'} across nodes. "
         "Click a GPU to highlight its group, double-click to clear; hover for coordinates."
     )
     if getattr(plan, group_dim) == 1:

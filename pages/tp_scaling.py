@@ -10,6 +10,7 @@ from ui import loaders, run_views, scaling_charts, sweep_data, trace_sets
 from ui.plan_form import PlanChoice, plan_form
 from ui.routing import ensure_navigation
 from ui.text import md
+from ui.theme import link_names
 
 
 def _gbps(bytes_per_s: float) -> str:
@@ -59,9 +60,10 @@ def tp_scaling_page(choice: PlanChoice) -> None:
         "all-gathers and reduce-scatters, so its exposed time matches, and Megatron's backward re-gather "
         "overlaps compute (light segment). SP's gain is memory (see Activation memory)."
     )
-    st.altair_chart(scaling_charts.layer_time_chart(view["frame"], gpn))
+    names = link_names(cluster)
+    st.altair_chart(scaling_charts.layer_time_chart(view["frame"], gpn, names=names))
     st.subheader("Speedup and efficiency")
-    st.altair_chart(scaling_charts.speedup_chart(view["frame"], gpn))
+    st.altair_chart(scaling_charts.speedup_chart(view["frame"], gpn, names=names))
     st.subheader("Bus bandwidth of the TP collective")
     st.caption(
         "Bus bandwidth by the nccl-tests convention (algbw × 2(n−1)/n), ring model: it approaches the "
@@ -69,7 +71,7 @@ def tp_scaling_page(choice: PlanChoice) -> None:
         "measured points (a run's or an uploaded set's TP-group collectives, commbench results)."
     )
     measured = run_views.tp_measured(choice)  # a run's TP-group collectives, commbench results
-    st.altair_chart(scaling_charts.busbw_chart(view["frame"], gpn, measured))
+    st.altair_chart(scaling_charts.busbw_chart(view["frame"], gpn, measured, names=names))
     st.dataframe(view["table"], hide_index=True)
 
 

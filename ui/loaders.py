@@ -17,6 +17,7 @@ from parallel.core.specs import Cluster, Model, SpecError
 from parallel.core.validate import check
 from ui import long_context_data, memory_data, topology_data
 from ui.plan_params import plan_from_params
+from ui.theme import link_names
 
 
 def inputs(params: dict[str, str]) -> tuple[Model, Cluster, Plan]:
@@ -47,9 +48,14 @@ def topology_view(params: dict[str, str], color_dim: str, group_dim: str, compar
     compare = None if topology_data.same_order(plan.order, compare_order) else compare_order
     return {
         "cells": topology_data.gpu_cells(
-            topo, group_dim=group_dim, compare_order=compare or plan.order, first_node=first, nodes=window
+            topo,
+            group_dim=group_dim,
+            compare_order=compare or plan.order,
+            first_node=first,
+            nodes=window,
+            names=link_names(cluster),
         ),
-        "paths": topology_data.group_paths(topo, group_dim, first_node=first, nodes=window),
+        "paths": topology_data.group_paths(topo, group_dim, first_node=first, nodes=window, names=link_names(cluster)),
         "overview": topology_data.node_overview(topo, color_dim) if window < total else None,
         "summary": topology_data.dim_summary(topo, compare_order),
         "crossing": {
@@ -89,14 +95,15 @@ def scaling_view(params: dict[str, str], mfu: float) -> dict:
     """parallel.core.scaling.tp_scaling for the plan's model, cluster, micro batch and recompute mode:
     frame (the prediction), table, highlights and notes (TP degrees left out, and why)."""
     model, cluster, plan = inputs(params)
+    names = (cluster.intra.name or "NVLink", cluster.inter.name or "InfiniBand")
     df = scaling.tp_scaling(
         model, cluster, micro_batch=plan.micro_batch, recompute=plan.recompute, perf=PerfOptions(mfu=mfu)
     )
     return {
         "frame": df,
-        "table": scaling.summary_table(df),
+        "table": scaling.summary_table(df, names),
         "notes": scaling.invalid_notes(df),
-        "highlights": scaling.highlights(df, cluster.gpus_per_node, plan.tp),
+        "highlights": scaling.highlights(df, cluster.gpus_per_node, plan.tp, names),
     }
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from parallel.core.specs import GiB
 from parallel.search.space import plan_of
-from ui.theme import LINK_COLORS, MEMORY_COLORS, link_label, palette, scale
+from ui.theme import MEMORY_COLORS, link_colors, link_names, palette, scale
 
 COMPONENTS = ("params", "grads", "optimizer", "activations")
 PARTS = ("compute", "bubble", "exposed TP", "exposed SP", "exposed CP", "exposed EP", "exposed PP", "exposed DP")
@@ -87,11 +87,12 @@ def time_chart(time: pd.DataFrame) -> alt.Chart:
     )
 
 
-def comm_chart(comm: pd.DataFrame) -> alt.Chart:
-    """Communication seconds per step by dimension (and plan), coloured by the link it runs on;
-    overlapped traffic drawn faint."""
+def comm_chart(comm: pd.DataFrame, names: dict | None = None) -> alt.Chart:
+    """Communication seconds per step by dimension (and plan), coloured by the link it runs on (as the
+    review's cluster names its links: theme.link_names); overlapped traffic drawn faint."""
+    names = names or link_names()
     data = comm.assign(
-        link=comm["link"].map(link_label),
+        link=comm["link"].map(lambda v: names.get(v, v)),
         dim=comm["dim"].str.upper(),
         hidden=comm["overlapped"].map({True: "overlapped", False: "exposed"}),
     )
@@ -103,7 +104,7 @@ def comm_chart(comm: pd.DataFrame) -> alt.Chart:
         .encode(
             x=alt.X("dim:N", title=None, sort=["TP", "SP", "CP", "PP", "DP"], axis=alt.Axis(labelAngle=0)),
             y=alt.Y("sum(seconds):Q", title="seconds per step", stack="zero"),
-            color=alt.Color("link:N", scale=scale(LINK_COLORS, data["link"]), title="link"),
+            color=alt.Color("link:N", scale=scale(link_colors(names), data["link"]), title="link"),
             opacity=alt.Opacity(
                 "hidden:N", scale=alt.Scale(domain=["exposed", "overlapped"], range=[1.0, 0.35]), title=None
             ),

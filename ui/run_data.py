@@ -14,8 +14,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ui.theme import INFINIBAND, NVLINK
-
 ALL = -2  # the "all steps" choice of a step selector
 PARTS = ("compute", "comm overlapped with compute", "comm exposed", "memory copies", "idle")
 TP_DIMS = ("tp", "sp")
@@ -284,11 +282,12 @@ def rank_values(bd: pd.DataFrame, table: pd.DataFrame, inst: pd.DataFrame | None
 
 
 def _link(group: str, node_of: dict[int, object]) -> str:
+    """'intra' or 'inter' (the plan model's words; the page names them for its cluster), or 'unknown link'."""
     ranks = [int(r) for r in str(group).split(",") if r.strip().isdigit()]
     nodes = {node_of.get(r) for r in ranks}
     if not ranks or None in nodes:
         return "unknown link"
-    return NVLINK if len(nodes) == 1 else INFINIBAND
+    return "intra" if len(nodes) == 1 else "inter"
 
 
 def tp_measured(table: pd.DataFrame, node_of: dict[int, object]) -> pd.DataFrame:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from ui.theme import INFINIBAND, LINK_COLORS, link_label, scale
+from ui.theme import INTER_COLOR, INTRA_COLOR, link_colors, link_names, scale
 
 SP_NAME = {False: "TP without SP", True: "TP + SP"}
 PARTS = {"compute": "#4c6ef5", "TP communication (exposed)": "#e8590c", "TP communication (overlapped)": "#ffc9a8"}
@@ -28,11 +28,12 @@ def _tp_x(pred: pd.DataFrame, title: str = "tensor-parallel size (TP)") -> alt.X
     return alt.X("tp:O", title=title, axis=alt.Axis(labelAngle=0), scale=alt.Scale(domain=sorted(pred["tp"].unique())))
 
 
-def _boundary(gpus_per_node: int, x: alt.X, first_inter) -> list[alt.Chart]:
+def _boundary(gpus_per_node: int, x: alt.X, first_inter, names: dict | None = None) -> list[alt.Chart]:
     """Layers (on the parent's data, which has a `tp` column) that shade the TP degrees whose group
-    spans nodes and label the first of them."""
+    spans nodes and label the first of them (with the cluster's inter-node link, `names`)."""
+    inter = (names or link_names())["inter"]
     base = alt.Chart().transform_filter(f"datum.tp > {gpus_per_node}").transform_aggregate(n="count()", groupby=["tp"])
-    band = base.mark_rect(color=LINK_COLORS[INFINIBAND], opacity=0.08).encode(
+    band = base.mark_rect(color=INTER_COLOR, opacity=0.08).encode(
         x=x, tooltip=[alt.Tooltip("tp:O", title=f"TP group crosses nodes ({gpus_per_node} GPUs/node) at TP")]
     )
     text = (
@@ -42,17 +43,22 @@ def _boundary(gpus_per_node: int, x: alt.X, first_inter) -> list[alt.Chart]:
             baseline="top",
             dx=4,
             dy=4,
-            color=LINK_COLORS[INFINIBAND],
+            color=INTER_COLOR,
             fontWeight="bold",
-            text=f"> {gpus_per_node} GPUs: {INFINIBAND}",
+            text=f"> {gpus_per_node} GPUs: {inter}",
         )
         .encode(x=x, y=alt.YValue(0))
     )
     return [band, text]
 
 
-def _valid(pred: pd.DataFrame) -> pd.DataFrame:
-    return pred[pred["valid"]].assign(link=lambda d: d["link"].map(link_label))
+def _named(links: pd.Series, names: dict | None) -> pd.Series:
+    """'intra'/'inter' as the cluster calls them; names already given stay."""
+    return links.map(lambda v: (names or link_names()).get(v, v))
+
+
+def _valid(pred: pd.DataFrame, names: dict | None = None) -> pd.DataFrame:
+    return pred[pred["valid"]].assign(link=lambda d: _named(d["link"], names))
 
 
 def _first_inter(pred: pd.DataFrame, gpus_per_node: int):
@@ -68,10 +74,12 @@ def _sp_column() -> alt.Column:
     )
 
 
-def layer_time_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame | None = None) -> alt.FacetChart:
+def layer_time_chart(
+    pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame | None = None, names: dict | None = None
+) -> alt.FacetChart:
     """Per-layer time on one GPU, split into compute and TP communication, for each TP degree:
     without SP | with SP. Measured `seconds` (TP comm per layer) drawn as black diamonds."""
-    data = _valid(pred)
+    data = _valid(pred, names)
     long = data.melt(
         id_vars=["tp", "sp", "link", "layer_s", "comm_fraction"],
         value_vars=list(_PART_OF),
@@ -85,7 +93,7 @@ def layer_time_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFr
             [
                 long,
                 measured[["tp", "sp", "link", "seconds"]].assign(
-                    part="measured", link=lambda d: d["link"].map(link_label)
+                    part="measured", link=lambda d: _named(d["link"], names)
                 ),
             ],
             ignore_index=True,
@@ -133,14 +141,14 @@ def layer_time_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFr
             ],
         )
     )
-    layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node)), bars, points]
+    layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node), names), bars, points]
     return alt.layer(*layers, data=long, width=300, height=280).facet(column=_sp_column())
 
 
-def speedup_chart(pred: pd.DataFrame, gpus_per_node: int) -> alt.FacetChart:
+def speedup_chart(pred: pd.DataFrame, gpus_per_node: int, names: dict | None = None) -> alt.FacetChart:
     """Speedup of one layer over TP = 1 and efficiency = speedup / TP (dashed: ideal), SP off and
     on; points coloured by the TP group's link."""
-    data = _valid(pred).assign(variant=lambda d: d["sp"].map(SP_NAME))
+    data = _valid(pred, names).assign(variant=lambda d: d["sp"].map(SP_NAME))
     metrics = {"speedup": "speedup over TP = 1", "efficiency": "efficiency = speedup / TP"}
     cols = ["tp", "variant", "link", "comm_fraction", "speedup", "efficiency"]
     long = pd.concat(
@@ -171,7 +179,7 @@ def speedup_chart(pred: pd.DataFrame, gpus_per_node: int) -> alt.FacetChart:
             x=x,
             y=y,
             shape=alt.Shape("variant:N", title=None, sort=variants),
-            color=alt.Color("link:N", title="TP group link", scale=scale(LINK_COLORS)),
+            color=alt.Color("link:N", title="TP group link", scale=scale(link_colors(names or link_names()))),
             tooltip=[
                 alt.Tooltip("tp:O", title="TP"),
                 alt.Tooltip("variant:N", title="variant"),
@@ -182,7 +190,7 @@ def speedup_chart(pred: pd.DataFrame, gpus_per_node: int) -> alt.FacetChart:
             ],
         )
     )
-    layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node)), ideal, line, dots]
+    layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node), names), ideal, line, dots]
     return (
         alt.layer(*layers, data=long, width=300, height=260)
         .facet(
@@ -197,11 +205,13 @@ def speedup_chart(pred: pd.DataFrame, gpus_per_node: int) -> alt.FacetChart:
     )
 
 
-def busbw_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame | None = None) -> alt.LayerChart:
+def busbw_chart(
+    pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame | None = None, names: dict | None = None
+) -> alt.LayerChart:
     """Predicted bus bandwidth (nccl-tests convention: algbw × 2(n−1)/n) of the layer's TP collective
     by TP size (ring model), coloured by link;
     measured `busbw_bytes_per_s` drawn as black diamonds."""
-    data = _valid(pred)
+    data = _valid(pred, names)
     data = data[(data["tp"] > 1) & ~data["sp"]].assign(source="predicted")
     if measured is not None and "busbw_bytes_per_s" in measured and len(measured):
         extra = [c for c in ("source", "op") if c in measured]  # who measured it, which collective
@@ -210,7 +220,7 @@ def busbw_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame |
                 data,
                 measured[["tp", "link", "busbw_bytes_per_s", *extra]]
                 .rename(columns={"source": "measured_by"})
-                .assign(source="measured", link=lambda d: d["link"].map(link_label)),
+                .assign(source="measured", link=lambda d: _named(d["link"], names)),
             ],
             ignore_index=True,
         )
@@ -222,7 +232,7 @@ def busbw_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame |
     dots = predicted.mark_point(filled=True, size=80).encode(
         x=x,
         y=y,
-        color=alt.Color("link:N", title="link", scale=scale(LINK_COLORS)),
+        color=alt.Color("link:N", title="link", scale=scale(link_colors(names or link_names()))),
         tooltip=[
             alt.Tooltip("tp:O", title="TP"),
             alt.Tooltip("link:N", title="link"),
@@ -246,7 +256,7 @@ def busbw_chart(pred: pd.DataFrame, gpus_per_node: int, measured: pd.DataFrame |
             ],
         )
     )
-    layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node)), line, dots, points]
+    layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node), names), line, dots, points]
     return alt.layer(*layers, data=data, width=420, height=280)
 
 
@@ -271,7 +281,7 @@ def sweep_chart(frame: pd.DataFrame, gpus_per_node: int) -> alt.FacetChart:
         alt.Tooltip("value:Q", title="value", format=",.4g"),
     ]
     colors = alt.Scale(
-        domain=["inside a node (loopback)", "across nodes (shaped veth)"], range=[LINK_COLORS[k] for k in LINK_COLORS]
+        domain=["inside a node (loopback)", "across nodes (shaped veth)"], range=[INTRA_COLOR, INTER_COLOR]
     )
     line = predicted.mark_line(color="#adb5bd").encode(x=x, y=y)
     dots = predicted.mark_point(filled=True, size=70).encode(
@@ -294,7 +304,7 @@ def sweep_chart(frame: pd.DataFrame, gpus_per_node: int) -> alt.FacetChart:
         x=x, y=y, text=alt.Text("error_label:N")
     )
     base = alt.Chart().transform_filter(f"datum.tp > {gpus_per_node}").transform_aggregate(n="count()", groupby=["tp"])
-    band = base.mark_rect(color=LINK_COLORS[INFINIBAND], opacity=0.08).encode(
+    band = base.mark_rect(color=INTER_COLOR, opacity=0.08).encode(
         x=x, tooltip=[alt.Tooltip("tp:O", title=f"TP group spans both lab nodes ({gpus_per_node} ranks each) at TP")]
     )
     mark = (
@@ -304,7 +314,7 @@ def sweep_chart(frame: pd.DataFrame, gpus_per_node: int) -> alt.FacetChart:
             baseline="top",
             dx=-4,
             dy=4,
-            color=LINK_COLORS[INFINIBAND],
+            color=INTER_COLOR,
             fontWeight="bold",
             text=f"> {gpus_per_node} ranks: across nodes",
         )

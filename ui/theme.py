@@ -13,8 +13,24 @@ from __future__ import annotations
 
 import altair as alt
 
-NVLINK, INFINIBAND = "NVLink (intra-node)", "InfiniBand (inter-node)"
-LINK_COLORS = {NVLINK: "#2f9e44", INFINIBAND: "#e8590c"}
+INTRA_COLOR, INTER_COLOR = "#2f9e44", "#e8590c"
+
+
+def link_names(cluster=None) -> dict[str, str]:
+    """'intra'/'inter' as the legends say them, with the cluster's own link names (NVLink and
+    InfiniBand for the GPU presets; loopback and the lab's shaped veth for local-cpu)."""
+    intra = (cluster.intra.name if cluster is not None else "") or "NVLink"
+    inter = (cluster.inter.name if cluster is not None else "") or "InfiniBand"
+    return {"intra": f"{intra} (intra-node)", "inter": f"{inter} (inter-node)"}
+
+
+def link_colors(names: dict[str, str]) -> dict[str, str]:
+    """The same two colours for whatever the links are called."""
+    return {names["intra"]: INTRA_COLOR, names["inter"]: INTER_COLOR}
+
+
+NVLINK, INFINIBAND = link_names().values()  # a GPU cluster's names (the default)
+LINK_COLORS = link_colors(link_names())
 MEMORY_COLORS = {"params": "#4c6ef5", "grads": "#15aabf", "optimizer": "#868e96", "activations": "#f59f00"}
 GROUP_COLORS = {
     "attention": "#e8590c",
@@ -71,6 +87,6 @@ def palette(n: int) -> list[str]:
     return [TABLEAU20[i % len(TABLEAU20)] for i in range(n)]
 
 
-def link_label(link: str) -> str:
-    """'intra'/'inter' (the plan model's words) as the legend says them."""
-    return {"intra": NVLINK, "inter": INFINIBAND}.get(link, link)
+def link_label(link: str, cluster=None) -> str:
+    """'intra'/'inter' (the plan model's words) as the legend says them, for `cluster`'s links."""
+    return link_names(cluster).get(link, link)

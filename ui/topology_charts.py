@@ -10,7 +10,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from ui.theme import LINK_COLORS, palette, scale
+from ui.theme import INTER_COLOR, INTRA_COLOR, link_names, palette
 
 _HALF = 0.44  # half a cell: cells are 0.88 wide, leaving a gap between GPUs
 _TOOLTIP = (
@@ -22,6 +22,13 @@ _TOOLTIP = (
     ("cp", "cp"),
     ("tp", "tp"),
 )
+
+
+def _link_scale(links: pd.Series) -> alt.Scale:
+    """Intra-node green, inter-node orange, under whatever names the cluster gives its links (the
+    frame's categories: [intra, inter], topology_data)."""
+    names = list(links.cat.categories) if hasattr(links, "cat") else list(link_names().values())
+    return alt.Scale(domain=names, range=[INTRA_COLOR, INTER_COLOR])
 
 
 def _cell_tooltip() -> list[alt.Tooltip]:
@@ -127,7 +134,10 @@ def gpu_grid_chart(
             detail=alt.Detail("group:N"),
             order=alt.Order("step:Q"),
             color=alt.Color(
-                "link:N", title=f"{dim} group link", scale=scale(LINK_COLORS), legend=alt.Legend(orient="bottom")
+                "link:N",
+                title=f"{dim} group link",
+                scale=_link_scale(paths["link"]),
+                legend=alt.Legend(orient="bottom"),
             ),
             strokeWidth=alt.StrokeWidthValue(2.4, condition={"param": "group_pick", "empty": False, "value": 4}),
             opacity=alt.OpacityValue(0.15, condition={"param": "group_pick", "value": 0.95}),

@@ -15,8 +15,7 @@ import numpy as np
 import pandas as pd
 
 from parallel.core.topology import DIMS, Topology, parse_order
-from ui.theme import INFINIBAND as INTER
-from ui.theme import NVLINK as INTRA
+from ui.theme import link_names
 
 MAX_GPU_CELLS = 1024  # per-GPU cells sent to the browser at most
 OVERVIEW_PER_ROW = 64  # nodes per row of the node overview
@@ -50,7 +49,13 @@ def node_count(world_size: int, gpus_per_node: int) -> int:
 
 
 def gpu_cells(
-    topo: Topology, *, group_dim: str, compare_order: str, first_node: int = 0, nodes: int | None = None
+    topo: Topology,
+    *,
+    group_dim: str,
+    compare_order: str,
+    first_node: int = 0,
+    nodes: int | None = None,
+    names: dict | None = None,
 ) -> pd.DataFrame:
     """One row per GPU of nodes [first_node, first_node + nodes): rank, node, local, dp, pp, cp, tp,
     group (its `group_dim` group), group_ranks, group_link, moved (its coordinates differ under
@@ -71,7 +76,8 @@ def gpu_cells(
     df["group"] = gid[ranks]
     labels = {g: _ranks_label(groups[g]) for g in np.unique(df["group"])}
     df["group_ranks"] = df["group"].map(labels).astype("category")  # categorical: sent once per group
-    df["group_link"] = pd.Categorical(np.where(crosses[df["group"]], INTER, INTRA), categories=[INTRA, INTER])
+    intra, inter = (names or link_names()).values()
+    df["group_link"] = pd.Categorical(np.where(crosses[df["group"]], inter, intra), categories=[intra, inter])
     df["moved"] = (coords != other_coords).any(axis=1)
     for i, d in enumerate(DIMS):
         df[f"c_{d}"] = other_coords[:, i]
@@ -79,8 +85,11 @@ def gpu_cells(
     return df.astype({c: "int32" for c in ints})  # half the bytes sent to the browser
 
 
-def group_paths(topo: Topology, dim: str, *, first_node: int = 0, nodes: int | None = None) -> pd.DataFrame:
-    """Polyline vertices of every `dim` group inside the window: group, step, rank, x, y, link.
+def group_paths(
+    topo: Topology, dim: str, *, first_node: int = 0, nodes: int | None = None, names: dict | None = None
+) -> pd.DataFrame:
+    """Polyline vertices of every `dim` group inside the window: group, step, rank, x, y, link
+    (theme.link_names of the cluster: `names`, by default a GPU cluster's).
 
     Groups that would draw on top of each other (PP groups sharing a row of GPUs) get a small
     lane offset, so each stays visible."""
@@ -103,7 +112,8 @@ def group_paths(topo: Topology, dim: str, *, first_node: int = 0, nodes: int | N
             }
         )
     node_of = groups // gpn
-    link = np.where(node_of.min(axis=1) != node_of.max(axis=1), INTER, INTRA)
+    intra, inter = (names or link_names()).values()
+    link = np.where(node_of.min(axis=1) != node_of.max(axis=1), inter, intra)
     inside = (groups >= lo) & (groups < hi)
     keep = inside.sum(axis=1) >= 2
     gids = np.repeat(np.flatnonzero(keep)[:, None], groups.shape[1], axis=1)[inside[keep]]
@@ -118,7 +128,7 @@ def group_paths(topo: Topology, dim: str, *, first_node: int = 0, nodes: int | N
             "rank": ranks.astype("int32"),
             "x": (ranks // gpn + offset).astype("float32"),
             "y": (ranks % gpn + offset).astype("float32"),
-            "link": pd.Categorical(link[gids], categories=[INTRA, INTER]),
+            "link": pd.Categorical(link[gids], categories=[intra, inter]),
         }
     )
 

@@ -125,9 +125,12 @@ def tp_scaling(
     return df
 
 
-def highlights(df: pd.DataFrame, gpus_per_node: int, current_tp: int) -> list[dict]:
+def highlights(
+    df: pd.DataFrame, gpus_per_node: int, current_tp: int, link_names: tuple[str, str] = ("NVLink", "InfiniBand")
+) -> list[dict]:
     """Up to three rows worth a headline (without SP): the plan's TP, the largest TP inside a node
-    and the smallest that leaves it — each with label, tp, link, comm_fraction, efficiency, help."""
+    and the smallest that leaves it — each with label, tp, link, comm_fraction, efficiency, help.
+    `link_names`: what the cluster calls its (intra, inter)-node links."""
     valid = df[df["valid"] & ~df["sp"]]
     inside = valid[valid["tp"] <= gpus_per_node]["tp"]
     outside = valid[valid["tp"] > gpus_per_node]["tp"]
@@ -143,7 +146,7 @@ def highlights(df: pd.DataFrame, gpus_per_node: int, current_tp: int) -> list[di
             continue
         seen.add(tp)
         r = row.iloc[0]
-        link = "NVLink" if r["link"] == "intra" else "InfiniBand"
+        link = link_names[0] if r["link"] == "intra" else link_names[1]
         out.append(
             {
                 "label": label,
@@ -158,14 +161,15 @@ def highlights(df: pd.DataFrame, gpus_per_node: int, current_tp: int) -> list[di
     return out
 
 
-def summary_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The prediction as a readable table: milliseconds, shares and GB/s, one row per (TP, SP)."""
+def summary_table(df: pd.DataFrame, link_names: tuple[str, str] = ("NVLink", "InfiniBand")) -> pd.DataFrame:
+    """The prediction as a readable table: milliseconds, shares and GB/s, one row per (TP, SP);
+    `link_names` as in `highlights`."""
     valid = df[df["valid"]]
     return pd.DataFrame(
         {
             "TP": valid["tp"],
             "SP": valid["sp"].map({False: "off", True: "on"}),
-            "link": valid["link"].map({"intra": "NVLink", "inter": "InfiniBand"}),
+            "link": valid["link"].map(dict(zip(("intra", "inter"), link_names))),
             "compute ms": valid["compute_s"] * 1e3,
             "TP comm ms (exposed)": valid["tp_comm_s"] * 1e3,
             "TP comm ms (overlapped)": valid["overlapped_s"] * 1e3,

@@ -8,9 +8,10 @@ import pytest
 
 from parallel.core.memory import ActivationOptions, activation_bytes_per_layer
 from parallel.core.plan import Plan
-from parallel.core.specs import MODELS
+from parallel.core.specs import CLUSTERS, MODELS
 from tests.support.apptest import page_test, vega_charts
 from ui.plan_params import DEFAULT_PARAMS
+from ui.theme import link_names
 
 SMALL = {"model": "gpt3-22b", "cluster": "dgx-h100", "nodes": "2", "dp": "2", "tp": "2", "pp": "4", "gb": "64"}
 
@@ -54,7 +55,11 @@ def test_topology_draws_one_cell_per_gpu(query, world, nodes):
     assert cells["node"].nunique() == nodes
     paths = [f for f in grid.datasets.values() if "step" in f.columns][0]
     assert paths["group"].nunique() == world // 2  # TP groups (the default "groups of" dimension), TP = 2
-    assert set(paths["link"]) == {"NVLink (intra-node)"}
+    # the cluster's own link names (#17 item 5): NVLink on DGX, loopback for a CPU run
+    assert set(paths["link"]) == {link_names(CLUSTERS[query["cluster"]])["intra"]}
+    assert set(paths["link"]) == (
+        {"loopback (intra-node)"} if query["cluster"] == "local-cpu" else {"NVLink (intra-node)"}
+    )
 
 
 def test_topology_shows_what_moves_under_another_order():
