@@ -66,8 +66,25 @@ def _cells_base(cells: pd.DataFrame) -> alt.Chart:
     )
 
 
+# Above this many coordinates a categorical palette repeats (Tableau 20) and its legend outgrows the
+# chart: coordinates are then drawn on a sequential scale, neighbours in similar colours (#17 item 2).
+CATEGORICAL_MAX = 16
+
+
+def _sequential(field: str, size: int, title: str) -> alt.Color:
+    return alt.Color(
+        field,
+        title=title,
+        scale=alt.Scale(scheme="viridis", domain=[0, size - 1]),
+        legend=alt.Legend(orient="bottom", direction="horizontal", gradientLength=320, format="d"),
+    )
+
+
 def _coordinate_color(dim: str, size: int) -> alt.Color:
-    """Coordinate k of `dim` always gets palette colour k, whichever window of nodes is shown."""
+    """Coordinate k of `dim` always gets palette colour k, whichever window of nodes is shown; a
+    sequential scale past CATEGORICAL_MAX coordinates."""
+    if size > CATEGORICAL_MAX:
+        return _sequential(f"{dim}:Q", size, f"{dim.upper()} coordinate")
     return alt.Color(
         f"{dim}:O",
         title=f"{dim.upper()} coordinate",
@@ -168,26 +185,36 @@ def node_overview_chart(nodes: pd.DataFrame, *, color_dim: str, window: tuple[in
     values = [str(v) for v in range(size)]  # the same colour per coordinate as the GPU grid
     mixed = ["mixed"] if (nodes["value"] == "mixed").any() else []
     per_row, rows = int(nodes["col"].max()) + 1, int(nodes["row"].max()) + 1
-    return (
-        alt.Chart(nodes, width=min(1000, per_row * 15), height=max(60, rows * 16) + 110)
-        .transform_calculate(
-            shown=f"datum.node >= {lo} && datum.node <= {hi}",
-        )
-        .mark_rect(strokeWidth=1.5)
-        .encode(
-            x=alt.X("col:O", title=f"node mod {per_row}", axis=alt.Axis(labelOverlap=True, labelAngle=0)),
-            y=alt.Y("row:O", title=f"node ÷ {per_row}"),
+    title = f"{color_dim.upper()} of the node"
+    sequential = size > CATEGORICAL_MAX
+    legend_rows = 1 if sequential else -(-(size + len(mixed)) // min(size + 1, 17))
+    # Streamlit fits the axes and the legend into `height`: leave them room, or the cells collapse
+    base = alt.Chart(nodes, width=min(1000, per_row * 15), height=rows * 16 + 90 + 22 * legend_rows).encode(
+        x=alt.X("col:O", title=f"node mod {per_row}", axis=alt.Axis(labelOverlap=True, labelAngle=0)),
+        y=alt.Y("row:O", title=f"node ÷ {per_row}"),
+        stroke=alt.StrokeValue("#ffffff00", condition={"test": "datum.shown", "value": "#212529"}),
+        tooltip=[
+            alt.Tooltip("node:Q", title="node"),
+            alt.Tooltip("ranks:N", title="ranks"),
+            *[alt.Tooltip(f"{d}:N", title=d) for d in ("dp", "pp", "cp", "tp")],
+        ],
+    )
+    base = base.transform_calculate(
+        shown=f"datum.node >= {lo} && datum.node <= {hi}", value_num="toNumber(datum.value)"
+    )
+    if not sequential:
+        return base.mark_rect(strokeWidth=1.5).encode(
             color=alt.Color(
                 "value:N",
-                title=f"{color_dim.upper()} of the node",
+                title=title,
                 scale=alt.Scale(domain=values + mixed, range=palette(len(values)) + ["#dee2e6"] * len(mixed)),
                 legend=alt.Legend(orient="bottom", direction="horizontal", columns=min(size + 1, 17), symbolLimit=80),
-            ),
-            stroke=alt.StrokeValue("#ffffff00", condition={"test": "datum.shown", "value": "#212529"}),
-            tooltip=[
-                alt.Tooltip("node:Q", title="node"),
-                alt.Tooltip("ranks:N", title="ranks"),
-                *[alt.Tooltip(f"{d}:N", title=d) for d in ("dp", "pp", "cp", "tp")],
-            ],
+            )
         )
+    valued = (
+        base.transform_filter("datum.value != 'mixed'")
+        .mark_rect(strokeWidth=1.5)
+        .encode(color=_sequential("value_num:Q", size, title))
     )
+    grey = base.transform_filter("datum.value == 'mixed'").mark_rect(strokeWidth=1.5, color="#dee2e6")
+    return alt.layer(valued, grey)

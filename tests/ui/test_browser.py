@@ -196,6 +196,11 @@ def _chart_sizes(page) -> list[tuple[float, float]]:
 EXTRA_VIEWS = [
     ("topology-4096-gpus", "pages/topology.py", "topology?nodes=512&dp=64&tp=8&pp=8&gb=1536"),
     (
+        "topology-4096-gpus-pp64",
+        "pages/topology.py",
+        "topology?model=gpt3-1t&cluster=dgx-h100&nodes=512&gpn=8&dp=8&tp=8&pp=64&sp=1&mb=1&gb=3072",
+    ),
+    (
         "long_context-llama3-70b",
         "pages/long_context.py",
         "long_context?model=llama3-70b&nodes=8&dp=1&tp=8&pp=1&gb=1&recompute=selective&lc_cp=16",

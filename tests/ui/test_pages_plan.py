@@ -226,3 +226,20 @@ def test_the_memory_banner_follows_the_pages_flash_toggle():
     assert not [e for e in _errors(flash) if e.startswith("memory per GPU")]  # 64.2 GiB of scores gone: it fits
     flash.toggle(key="mem_flash").set_value(False).run()  # and toggled within the session
     assert [e for e in _errors(_ok(flash)) if e.startswith("memory per GPU")] == [banner]
+
+
+def test_topology_overview_of_512_nodes_keeps_its_rows_and_tells_64_stages_apart():
+    """#17 item 2: at 512 nodes with PP 64 the "All nodes" chart collapsed to a flat line (its
+    65-entry legend took the height) and 64 PP colours repeated a 20-colour palette."""
+    query = {"model": "gpt3-1t", "cluster": "dgx-h100", "nodes": "512", "gpn": "8", "dp": "8", "tp": "8", "pp": "64"}
+    query |= {"sp": "1", "mb": "1", "gb": "3072", "topo_color": "pp"}
+    at = _ok(page_test("pages/topology.py", query))
+    overview, grid = vega_charts(at)[:2]
+    nodes = overview.frame()
+    assert sorted(nodes["row"].unique()) == list(range(8)) and nodes["value"].nunique() == 64
+    spec = overview.text()
+    assert '"scheme": "viridis"' in spec and '"domain": [0, 63]' in spec  # sequential, every stage its own shade
+    assert overview.spec["height"] >= 8 * 16 + 90  # the 8 rows of cells, with room for the legend
+    assert '"scheme": "viridis"' in grid.text()  # the GPU grid uses the same scale
+    small = _ok(page_test("pages/topology.py", {**query, "pp": "8", "dp": "64", "gb": "1536"}))
+    assert '"viridis"' not in vega_charts(small)[0].text()  # 8 stages: distinct categorical colours
