@@ -154,8 +154,23 @@ def gantt_detail_chart(
         )
         .add_params(pick)
     )
+    # The picked instance is marked at its middle on every rank with a fixed-size symbol, so it is
+    # seen at any zoom: a 0.2 ms send is under a pixel wide at whole-step zoom, its outline invisible.
+    marker = (
+        alt.Chart()
+        .transform_filter("datum.lane == 'comm'")
+        .transform_filter({"param": PICK, "empty": False})
+        .transform_calculate(mid_ms="(datum.start_ms + datum.end_ms) / 2", dur_ms="datum.end_ms - datum.start_ms")
+        .mark_point(shape="triangle-down", size=90, filled=True, color="#212529", opacity=1.0, clip=True)
+        .encode(
+            x=alt.X("mid_ms:Q", scale=alt.Scale(domain=list(window), nice=False, zero=False)),
+            y=_rank_y(n),
+            yOffset=alt.YOffset("lane:N", scale=alt.Scale(domain=lanes or ["comm"], paddingInner=0.15)),
+            tooltip=_tooltip(),
+        )
+    )
     plot = max(90, 9 * n * max(1, len(lanes)))
-    return alt.layer(work, comm, data=frame, width="container", height=plot + LEGEND_PX)
+    return alt.layer(work, comm, marker, data=frame, width="container", height=plot + LEGEND_PX)
 
 
 def breakdown_chart(parts: pd.DataFrame) -> alt.Chart:

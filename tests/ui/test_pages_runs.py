@@ -262,7 +262,13 @@ def test_timeline_window_step_and_highlight_come_from_the_url(runs):
     at.selectbox(key="tl_inst").set_value(worst).run()
     _ok(at)
     assert at.query_params["inst"] == worst
-    assert f'"value": [{{"instance": "{worst}"}}]' in vega_charts(at)[1].text()
+    detail = vega_charts(at)[1]
+    assert f'"value": [{{"instance": "{worst}"}}]' in detail.text()
+    # #17 item 3: the picked instance also gets a fixed-size marker, visible at whole-step zoom where
+    # a sub-pixel collective's outline is not: a point layer filtered by the pick, at its middle
+    (marker,) = [la for la in detail.spec["layer"] if (la.get("mark") or {}).get("type") == "point"]
+    assert {"param": "pick", "empty": False} in [t.get("filter") for t in marker["transform"]]
+    assert marker["encoding"]["x"]["field"] == "mid_ms" and marker["mark"]["size"] >= 60
     shared = _ok(page_test("pages/timeline.py", {"run": "alpha", "inst": worst}))
     assert shared.selectbox(key="tl_inst").value == worst
     # a brushed window and another step, from a copied URL
