@@ -16,6 +16,7 @@ from ui.trace_sets import TraceSet
 
 KEY = "run"  # the query parameter
 _REMEMBERED = "_selected_run"
+_AUTO = "_run_picked_for_you"  # the set opened because the link named none
 
 PAGES = {
     "home": "pages/home.py",
@@ -28,12 +29,22 @@ PAGES = {
 }
 
 
+def latest_completed() -> TraceSet | None:
+    """The most recent completed run with traces (the demo on a fresh install), else None."""
+    return next((s for s in trace_sets.list_sets() if s.status == "completed" and s.has_traces), None)
+
+
 def current_id() -> str | None:
+    """The URL's set, else the one this session last showed, else the most recent completed run
+    (#17 item 10: a link without ?run= opened an empty page although runs exist)."""
     sid = st.query_params.get(KEY)
     if sid:
         st.session_state[_REMEMBERED] = sid
         return sid
     sid = st.session_state.get(_REMEMBERED)
+    if not sid and (latest := latest_completed()) is not None:
+        sid = st.session_state[_AUTO] = latest.id
+        st.session_state[_REMEMBERED] = sid
     if sid:
         st.query_params[KEY] = sid
     return sid
@@ -44,6 +55,7 @@ def current_set() -> TraceSet | None:
 
 
 def select(set_id: str | None) -> None:
+    st.session_state.pop(_AUTO, None)  # a set the user chose
     if set_id:
         st.query_params[KEY] = set_id
         st.session_state[_REMEMBERED] = set_id
@@ -72,5 +84,6 @@ def set_caption(s: TraceSet) -> None:
     ranks = f"{s.world_size} ranks" if s.world_size else "ranks unknown"
     kind = "uploaded set" if s.kind == "upload" else f"run · {s.status}"
     c1, c2 = st.columns([5, 1], vertical_alignment="center")
-    c1.caption(f"**{s.name}** ({kind}) · {s.plan_label} · {ranks}")
+    picked = " · the most recent completed run (the link named none)" if st.session_state.get(_AUTO) == s.id else ""
+    c1.caption(f"**{s.name}** ({kind}) · {s.plan_label} · {ranks}{picked}")
     c2.page_link(PAGES["home"], label="Other runs", icon=":material/swap_horiz:", query_params={KEY: s.id})

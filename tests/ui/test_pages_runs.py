@@ -203,6 +203,15 @@ def test_timeline_without_a_run_says_what_to_do(runs):
     assert "There is no run or uploaded set called **nope**" in _text(at)
 
 
+def test_timeline_without_a_run_opens_the_latest_completed_one_and_says_so(runs):
+    """#17 item 10: a newcomer following a link without ?run= saw an empty page although runs exist."""
+    install_run(runs, "alpha")
+    install_run(runs, "broken", status="failed", error={"rank": 1, "message": "x"})
+    at = _ok(page_test("pages/timeline.py"))
+    assert at.query_params["run"] == "alpha" and vega_charts(at)  # the failed run is not picked for you
+    assert "the most recent completed run (the link named none)" in _text(at)
+
+
 def test_timeline_draws_every_rank_by_dimension(runs):
     install_run(runs, "alpha")
     at = _ok(page_test("pages/timeline.py", {"run": "alpha"}))
