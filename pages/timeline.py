@@ -203,5 +203,7 @@ else:
         run_status.failure(timeline_set)
     if timeline_set.has_traces:
         timeline_page(timeline_set)
-    else:
+    elif timeline_set.status == "failed":
+        st.info("No rank wrote its trace before the failure: there is nothing to draw.")
+    elif timeline_set.status != "cancelled":  # a cancelled run's warning says it already
         st.info("No traces yet: a run writes one trace per rank when it finishes; this page fills in then.")

@@ -62,8 +62,15 @@ def log_of(s: TraceSet, lines: int = 40) -> tuple[str, str]:
 def failure(s: TraceSet) -> None:
     """The failing rank, its message and its log."""
     where = f"on rank {s.error_rank}" if s.error_rank is not None else ""
-    if s.status == "cancelled":
-        st.warning(f"**{md(s.name)}** was cancelled. Traces already written are kept.")
+    if s.status == "cancelled":  # say what is there: ranks write their traces when they finish (#17 item 9)
+        kept = (
+            f"The {s.trace_files} trace file{'s' if s.trace_files != 1 else ''} written before it stopped "
+            "are kept and shown below."
+            if s.has_traces
+            else "It stopped before any rank wrote its trace (a rank writes one when its profiled steps "
+            "end), so there is nothing to show."
+        )
+        st.warning(f"**{md(s.name)}** was cancelled. {kept}")
     else:
         st.error(f"**{md(s.name)}** failed {where}: {md(s.error or 'no message recorded')}")
     title, text = log_of(s)

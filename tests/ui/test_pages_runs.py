@@ -15,11 +15,13 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.apptest import ROOT, page_test, vega_charts
+from ui import jobs, trace_sets
 
 SAMPLE = ROOT / ".cache" / "test-runs" / "profiler-dp2-tp2-sp-v2"
 SAMPLE_PLAN = {
@@ -370,3 +372,22 @@ def test_tp_scaling_overlays_commbench_results(runs, tmp_path):
     measured = vega_charts(at)[2].frame().query("source == 'measured'")
     assert 3.0 in set(measured["busbw_gbs"].round(3))  # the largest all_reduce message of group size 2
     assert 9.0 not in set(measured["busbw_gbs"].round(3))  # all_gather rows are not the layer's all-reduce
+
+
+@pytest.mark.parametrize("traces", [True, False])
+def test_a_cancelled_run_says_what_it_kept_and_shows_it(runs, traces):
+    """#17 item 9: "Traces already written are kept" beside "No traces yet" on the same page."""
+    install_run(runs, "stopped", traces=traces, status="running")
+    job = jobs.start([sys.executable, "-c", "import time; time.sleep(60)"], name="stopped", runs_dir=runs)
+    jobs.cancel(job, grace_s=1)  # cancelled from the dashboard, as the Home page's button does
+    deadline = time.monotonic() + 20
+    while jobs.alive(jobs.refresh(job)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    at = _ok(page_test("pages/timeline.py", {"run": "stopped"}))
+    assert trace_sets.find_set("stopped").status == "cancelled"
+    text = _text(at)
+    assert "No traces yet" not in text
+    if traces:
+        assert "trace files written before it stopped are kept and shown below" in text and vega_charts(at)
+    else:
+        assert "nothing to show" in text and not vega_charts(at)
