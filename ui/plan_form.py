@@ -111,7 +111,7 @@ def _widgets() -> dict[str, str]:
     c0.selectbox("Cluster", list(CLUSTERS), key=k + "cluster")
     c1.number_input("Nodes", min_value=1, max_value=65536, step=1, key=k + "nodes")
     c2.number_input(
-        "GPUs/node",
+        "Per node",  # "GPUs/node" wrapped to "GPUs/nod e" in the narrow column (#17 item 13)
         min_value=1,
         max_value=1024,
         step=1,

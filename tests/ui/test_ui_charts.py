@@ -252,3 +252,13 @@ def test_pure_modules_import_neither_streamlit_nor_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_node_overview_names_a_one_gpu_node_by_its_rank():
+    """#17 item 13: a node of one GPU read "ranks 3–3"."""
+    from ui.topology_data import node_overview
+
+    one = node_overview(Topology(dp=4, pp=1, cp=1, tp=1, gpus_per_node=1), "dp")
+    assert list(one["ranks"]) == ["0", "1", "2", "3"]
+    two = node_overview(Topology(dp=4, pp=1, cp=1, tp=1, gpus_per_node=2), "dp")
+    assert list(two["ranks"]) == ["0–1", "2–3"]
