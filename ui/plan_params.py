@@ -201,24 +201,7 @@ REVIEW_VIEWS = ("compare", "search", "import", "saved")
 # trains when it is not the review's (dense vs MoE side by side).
 _PLAN_FIELDS = (*(k for k in KEYS if k not in ("model", "cluster", "nodes", "gpn")), *OPTIONAL_KEYS)
 _PLAN_CODE_KEYS = (*_PLAN_FIELDS, "model")
-_PLAN_CODE_KEYS = (
-    "dp",
-    "tp",
-    "pp",
-    "cp",
-    "sp",
-    "mb",
-    "gb",
-    "vpp",
-    "zero",
-    "recompute",
-    "order",
-    "ep",
-    "grads",
-    "fp8",
-    "ck",
-    "model",
-)
+_LATER_COLUMNS = ("ep", *OPTIONAL_KEYS, "model")  # columns an older editor's rows may lack: their defaults
 _PLAN_CODE_DEFAULTS = {
     "dp": "1",
     "tp": "1",
@@ -510,7 +493,7 @@ def plans_from_rows(rows) -> tuple[tuple, list[str]]:
         try:
             # a row without the precision columns (an older editor) means the defaults
             values = {
-                k: row.get(k, _PLAN_CODE_DEFAULTS[k] if k in ("ep", "grads", "fp8", "ck", "model") else None)
+                k: row.get(k, _PLAN_CODE_DEFAULTS[k] if k in _LATER_COLUMNS else None)
                 for k in _PLAN_CODE_KEYS
             }
             if _empty(values["model"]):
