@@ -131,24 +131,29 @@ def exchange(*, group: Group, send=(), recv=()) -> None:
     `recv` ranges the wait for data (and, with nothing to send, the issue too: every backend op
     of the batch runs inside a label, so a trace never shows an unlabelled c10d::recv_)."""
     send, recv = list(send), list(recv)
+    if send and recv:  # the send ranges hold the issue, the first recv range the wait
+        start_exchange(group=group, send=send, recv=recv).wait()
+        return
     if not send and not recv:
         return
+    ops, sends, recvs = _p2p_batch(group, send, recv)
+    with ExitStack() as issuing:  # one kind only: the same ranges hold the issue and the completion
+        for label in sends or recvs[:1]:
+            issuing.enter_context(label)
+        for w in dist.batch_isend_irecv(ops) or []:
+            w.wait()
+    for label in recvs[1:]:
+        with label:
+            pass
+
+
+def _p2p_batch(group: Group, send: list, recv: list):
+    """The batch's P2POps and its labels (sends, then recvs: the order their sequence numbers advance)."""
     me = dist.get_rank()
     ops = [_p2p_op(dist.isend, item) for item in send] + [_p2p_op(dist.irecv, item) for item in recv]
     sends = [group._p2p_label("send", _nbytes(t), me, peer) for t, peer, *_ in send]
     recvs = [group._p2p_label("recv", _nbytes(t), peer, me) for t, peer, *_ in recv]
-    with ExitStack() as issuing:
-        for label in sends or recvs[:1]:  # the ranges that hold the issue of the batch
-            issuing.enter_context(label)
-        works = dist.batch_isend_irecv(ops) or []
-        if not send or not recv:  # one kind only: the same ranges hold its completion
-            for w in works:
-                w.wait()
-    for i, label in enumerate(recvs if send else recvs[1:]):
-        with label:
-            if i == 0 and send:  # sends and receives: the first recv range holds the wait
-                for w in works:
-                    w.wait()
+    return ops, sends, recvs
 
 
 class Pending:
@@ -173,10 +178,7 @@ def start_exchange(*, group: Group, send, recv) -> Pending:
     send, recv = list(send), list(recv)
     if not send or not recv:
         raise ValueError("start_exchange needs sends and receives")
-    me = dist.get_rank()
-    ops = [_p2p_op(dist.isend, item) for item in send] + [_p2p_op(dist.irecv, item) for item in recv]
-    sends = [group._p2p_label("send", _nbytes(t), me, peer) for t, peer, *_ in send]
-    recvs = [group._p2p_label("recv", _nbytes(t), peer, me) for t, peer, *_ in recv]
+    ops, sends, recvs = _p2p_batch(group, send, recv)
     with ExitStack() as issuing:
         for label in sends:
             issuing.enter_context(label)
