@@ -50,6 +50,16 @@ class _Bucket:
         self.lo, self.hi = index * size, (index + 1) * size
 
 
+def _sum_in_place(grads: list[torch.Tensor], *, group, dim: str) -> None:
+    """Sum `grads` (views into the gradient buckets) over `group` with one coalesced all-reduce."""
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    all_reduce(flat, group=group, dim=dim)
+    off = 0
+    for g in grads:
+        g.copy_(flat[off : off + g.numel()].view_as(g))
+        off += g.numel()
+
+
 class GradReducer:
     """Owns the gradient buffers of a stage's parameters and reduces them before the optimizer step."""
 
@@ -88,20 +98,9 @@ class GradReducer:
     def reduce(self) -> None:
         ctx = self.ctx
         if self.sp_params and ctx.tp.size > 1:
-            flat = torch.cat([p.grad.reshape(-1) for p in self.sp_params])
-            all_reduce(flat, group=ctx.tp, dim="sp")
-            off = 0
-            for p in self.sp_params:
-                p.grad.copy_(flat[off : off + p.numel()].view_as(p))
-                off += p.numel()
+            _sum_in_place([p.grad for p in self.sp_params], group=ctx.tp, dim="sp")
         if self.kv_params and ctx.kv.size > 1:
-            rows = [p.grad[slice(*p.tp_replicated)] for p in self.kv_params]
-            flat = torch.cat([r.reshape(-1) for r in rows])
-            all_reduce(flat, group=ctx.kv, dim="tp")
-            off = 0
-            for r in rows:
-                r.copy_(flat[off : off + r.numel()].view_as(r))
-                off += r.numel()
+            _sum_in_place([p.grad[slice(*p.tp_replicated)] for p in self.kv_params], group=ctx.kv, dim="tp")
         for p in self.emb_params:
             all_reduce(p.grad, group=ctx.emb, dim="pp")
         for b, shard in zip(self.buckets, self.shards if self.zero >= 1 else [None] * len(self.buckets)):
