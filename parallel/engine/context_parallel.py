@@ -65,35 +65,38 @@ def positions(ranges: list[tuple[int, int]]) -> torch.Tensor:
     return torch.cat([torch.arange(a, b) for a, b in ranges])
 
 
+def _rank_positions(seq_len: int, cp: int, index: int) -> torch.Tensor:
+    return positions(token_ranges(seq_len=seq_len, cp=cp, index=index))
+
+
+def all_positions(*, seq_len: int, cp: int) -> torch.Tensor:
+    """Global positions of the tokens in CP-rank order: the order an all-gather of K/V and Ulysses'
+    all-to-all put them in."""
+    return torch.cat([_rank_positions(seq_len, cp, j) for j in range(cp)])
+
+
+def _mask(q: torch.Tensor, k: torch.Tensor, dtype) -> torch.Tensor:
+    """Additive causal mask (len q, len k) from global positions: 0 where key <= query, -inf elsewhere."""
+    return torch.zeros(len(q), len(k), dtype=dtype).masked_fill_(k.unsqueeze(0) > q.unsqueeze(1), float("-inf"))
+
+
 def causal_bias(*, seq_len: int, cp: int, index: int, dtype=torch.float32, device=None) -> torch.Tensor:
     """Additive mask (s/cp, s) for CP rank `index`'s queries against the keys gathered from all CP
     ranks in group order: 0 where key position <= query position, -inf elsewhere."""
-    q = positions(token_ranges(seq_len=seq_len, cp=cp, index=index))
-    k = torch.cat([positions(token_ranges(seq_len=seq_len, cp=cp, index=j)) for j in range(cp)])
-    bias = torch.zeros(len(q), len(k), dtype=dtype)
-    bias.masked_fill_(k.unsqueeze(0) > q.unsqueeze(1), float("-inf"))
+    bias = _mask(_rank_positions(seq_len, cp, index), all_positions(seq_len=seq_len, cp=cp), dtype)
     return bias.to(device) if device is not None else bias
 
 
 def block_bias(*, seq_len: int, cp: int, q_index: int, k_index: int, dtype=torch.float32) -> torch.Tensor:
     """Additive causal mask (s/cp, s/cp) of CP rank `q_index`'s queries against rank `k_index`'s keys:
     one block of `causal_bias` (ring attention's mask for the K/V block in hand)."""
-    q = positions(token_ranges(seq_len=seq_len, cp=cp, index=q_index))
-    k = positions(token_ranges(seq_len=seq_len, cp=cp, index=k_index))
-    bias = torch.zeros(len(q), len(k), dtype=dtype)
-    return bias.masked_fill_(k.unsqueeze(0) > q.unsqueeze(1), float("-inf"))
-
-
-def all_positions(*, seq_len: int, cp: int) -> torch.Tensor:
-    """Global positions of the tokens in CP-rank order: the order Ulysses' all-to-all gathers them in."""
-    return torch.cat([positions(token_ranges(seq_len=seq_len, cp=cp, index=j)) for j in range(cp)])
+    return _mask(_rank_positions(seq_len, cp, q_index), _rank_positions(seq_len, cp, k_index), dtype)
 
 
 def gathered_bias(*, seq_len: int, cp: int, dtype=torch.float32) -> torch.Tensor:
     """Additive causal mask (s, s) over all tokens in CP-rank order (Ulysses' attention)."""
     p = all_positions(seq_len=seq_len, cp=cp)
-    bias = torch.zeros(len(p), len(p), dtype=dtype)
-    return bias.masked_fill_(p.unsqueeze(0) > p.unsqueeze(1), float("-inf"))
+    return _mask(p, p, dtype)
 
 
 def _block_scores(qg, k, bias, scale):
