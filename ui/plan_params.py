@@ -492,10 +492,7 @@ def plans_from_rows(rows) -> tuple[tuple, list[str]]:
             continue
         try:
             # a row without the precision columns (an older editor) means the defaults
-            values = {
-                k: row.get(k, _PLAN_CODE_DEFAULTS[k] if k in _LATER_COLUMNS else None)
-                for k in _PLAN_CODE_KEYS
-            }
+            values = {k: row.get(k, _PLAN_CODE_DEFAULTS[k] if k in _LATER_COLUMNS else None) for k in _PLAN_CODE_KEYS}
             if _empty(values["model"]):
                 values["model"] = ""  # an empty model cell: the review's model
             if any(_empty(v) for v in values.values()):
