@@ -46,8 +46,7 @@ def predicted_cp_bytes(seq_len: int, cp: int, kind: str, global_batch: int) -> f
     """parallel.core.comm's CP bytes per step for one rank of the plan."""
     model = dataclasses.replace(MODELS[MODEL], seq_len=seq_len)
     plan = Plan(cp=cp, cp_kind=kind, global_batch=global_batch)
-    rows = comm.comm_per_step(model, plan, CLUSTERS["local-cpu"].sized_for(cp))
-    return float(sum(r["calls"] * r["bytes_per_call"] for r in rows if r["dim"] == "cp"))
+    return comm.bytes_per_step(comm.comm_per_step(model, plan, CLUSTERS["local-cpu"].sized_for(cp)), "cp")
 
 
 def measure(seq_len: int, cp: int, kind: str, *, steps: int, global_batch: int, tmp: Path) -> dict:

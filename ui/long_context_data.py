@@ -58,8 +58,7 @@ def memory_curves(
             m = at_length(model, s)
             if _shape_errors(p, m):
                 continue
-            per_mb = memory.activation_bytes_per_layer(m, p, opts) * m.layers
-            per_mb += memory.first_stage_extra_bytes(m, p, opts) + memory.last_stage_extra_bytes(m, p, opts)
+            per_mb = memory.activation_bytes_per_stage(m, p, 0, opts)  # pp 1, one microbatch: all of it
             rows.append(
                 {
                     "variant": label,
@@ -95,7 +94,7 @@ def comm_curves(model: Model, plan: Plan, cp: int, cluster: Cluster) -> pd.DataF
             for r in comm.comm_per_step(m, p, c):
                 if r["dim"] in ("tp", "sp", "cp") and not r["overlapped"]:
                     by_link[r["link"]] = by_link.get(r["link"], 0.0) + r["seconds"] / per
-            attention = perf.flops_per_step(m, p)["attention_flops"] / p.world_size / (c.peak_flops * 0.5) / per
+            attention = perf.attention_seconds(m, p, c) / per
             for link, seconds in by_link.items():
                 rows.append(
                     {

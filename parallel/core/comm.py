@@ -305,6 +305,11 @@ def exposed_seconds_by_dim(
     return _hide(out, hidden, hide)
 
 
+def bytes_per_step(rows: list[dict], dim: str) -> float:
+    """Bytes one GPU moves per step in `dim`'s collectives (comm_per_step's rows: calls x bytes per call)."""
+    return float(sum(r["calls"] * r["bytes_per_call"] for r in rows if r["dim"] == dim))
+
+
 def seconds_by_dim(rows: list[dict], *, exposed_only: bool = False, hide: dict | None = None) -> dict[str, float]:
     """Seconds per dimension of comm_per_step's rows; `exposed_only`: without the overlapped rows,
     and the rows run beside a computation less that computation's seconds (`hide`)."""

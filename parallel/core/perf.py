@@ -79,6 +79,15 @@ def flops_per_step(model: Model, plan: AnyPlan) -> dict[str, Any]:
     }
 
 
+def attention_seconds(
+    model: Model, plan: AnyPlan, cluster: Cluster, perf: PerfOptions = PerfOptions(), flops: dict | None = None
+) -> Any:
+    """Seconds of the attention core's compute on one GPU per step, at `perf.mfu` of peak: what ring
+    attention's K/V transfers run beside (comm.CommTerm.hidden_by). `flops`: flops_per_step's, if at hand."""
+    flops = flops or flops_per_step(model, plan)
+    return flops["attention_flops"] / plan.world_size / (cluster.peak_flops * perf.mfu)
+
+
 def bubble_fraction(plan: AnyPlan) -> Any:
     """(p - 1)/(v m): idle time of the pipeline relative to its ideal time."""
     return where(plan.pp == 1, 0.0, (plan.pp - 1) / (plan.vpp * maximum(plan.microbatches, 1)))
@@ -96,9 +105,8 @@ def step_time(
     `plan` may be a PlanColumns (every value is then an array); `comm_rows`: comm_per_step's rows
     when the caller has them already."""
     flops = flops_per_step(model, plan)
-    rate = cluster.peak_flops * perf.mfu
-    compute = flops["hardware_flops"] / plan.world_size / rate
-    hide = {"attention": flops["attention_flops"] / plan.world_size / rate}  # what ring CP hides behind
+    compute = flops["hardware_flops"] / plan.world_size / (cluster.peak_flops * perf.mfu)
+    hide = {"attention": attention_seconds(model, plan, cluster, perf, flops)}  # what ring CP hides behind
     if comm_rows is not None:
         exposed = {d: 0.0 for d in DIMS} | seconds_by_dim(comm_rows, exposed_only=True, hide=hide)
     else:

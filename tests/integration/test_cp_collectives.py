@@ -45,10 +45,6 @@ def test_cp_collectives_are_labelled_and_sized_as_the_model_says(plan, tmp_path)
     rows = [c for c in json.loads(run("profiler", "analyze", str(out), "--json"))["collectives"] if c["dim"] == "cp"]
     assert {c["op"] for c in rows} == OPS[plan.cp_kind]
     cluster = CLUSTERS["local-cpu"].sized_for(plan.world_size)
-    predicted = sum(
-        r["calls"] * r["bytes_per_call"]
-        for r in comm.comm_per_step(MODELS["tiny-llama"], plan, cluster)
-        if r["dim"] == "cp"
-    )
+    predicted = comm.bytes_per_step(comm.comm_per_step(MODELS["tiny-llama"], plan, cluster), "cp")
     measured = sum(c["bytes"] for c in rows if c["op"] in MOVED) / ACTIVE / plan.world_size
     assert measured == pytest.approx(predicted, rel=0.05), (rows, predicted)

@@ -117,6 +117,7 @@ def test_ring_is_exposed_only_beyond_the_attention_compute():
     rows = comm.comm_per_step(L70, p, cluster)
     ring = sum(r["seconds"] for r in rows if r["dim"] == "cp")
     attention = perf.flops_per_step(L70, p)["attention_flops"] / p.world_size / (cluster.peak_flops * 0.5)
+    assert perf.attention_seconds(L70, p, cluster) == pytest.approx(attention)  # the helper the page uses
     exposed = perf.step_time(L70, p, cluster)["exposed_cp_s"]
     assert exposed == pytest.approx(max(0.0, ring - attention))
     assert perf.step_time(L70, p, cluster, comm_rows=rows)["exposed_cp_s"] == pytest.approx(exposed)
