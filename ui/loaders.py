@@ -17,7 +17,7 @@ from parallel.core.specs import Cluster, Model, SpecError
 from parallel.core.validate import check
 from ui import long_context_data, memory_data, topology_data
 from ui.plan_params import plan_from_params
-from ui.theme import link_names
+from ui.theme import link_names, link_words
 
 
 def inputs(params: dict[str, str]) -> tuple[Model, Cluster, Plan]:
@@ -30,8 +30,7 @@ def verdict(params: dict[str, str], flash: bool = False, dropout: bool | None = 
     with the page's activation assumptions (flash attention, dropout, bytes per activation: the
     same ones the page's numbers use)."""
     model, cluster, plan = inputs(params)
-    opts = ActivationOptions(act_bytes=act_bytes or None, dropout=dropout, flash_attention=flash)
-    v = check(plan, model, cluster, opts)
+    v = check(plan, model, cluster, _activation_options(flash, dropout, act_bytes))
     return {"errors": list(v.errors), "warnings": list(v.warnings), "computable": v.computable}
 
 
@@ -95,7 +94,7 @@ def scaling_view(params: dict[str, str], mfu: float) -> dict:
     """parallel.core.scaling.tp_scaling for the plan's model, cluster, micro batch and recompute mode:
     frame (the prediction), table, highlights and notes (TP degrees left out, and why)."""
     model, cluster, plan = inputs(params)
-    names = (cluster.intra.name or "NVLink", cluster.inter.name or "InfiniBand")
+    names = link_words(cluster)
     df = scaling.tp_scaling(
         model, cluster, micro_batch=plan.micro_batch, recompute=plan.recompute, perf=PerfOptions(mfu=mfu)
     )

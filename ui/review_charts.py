@@ -17,7 +17,7 @@ import pandas as pd
 
 from parallel.core.specs import GiB
 from parallel.search.space import plan_of
-from ui.theme import MEMORY_COLORS, link_colors, link_names, palette, scale
+from ui.theme import MEMORY_COLORS, link_colors, link_names, named_links, palette, scale
 
 COMPONENTS = ("params", "grads", "optimizer", "activations")
 PARTS = ("compute", "bubble", "exposed TP", "exposed SP", "exposed CP", "exposed EP", "exposed PP", "exposed DP")
@@ -92,7 +92,7 @@ def comm_chart(comm: pd.DataFrame, names: dict | None = None) -> alt.Chart:
     review's cluster names its links: theme.link_names); overlapped traffic drawn faint."""
     names = names or link_names()
     data = comm.assign(
-        link=comm["link"].map(lambda v: names.get(v, v)),
+        link=named_links(comm["link"], names),
         dim=comm["dim"].str.upper(),
         hidden=comm["overlapped"].map({True: "overlapped", False: "exposed"}),
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from ui.theme import INTER_COLOR, INTRA_COLOR, link_colors, link_names, scale
+from ui.theme import INTER_COLOR, INTRA_COLOR, link_colors, link_names, named_links, scale
 
 SP_NAME = {False: "TP without SP", True: "TP + SP"}
 PARTS = {"compute": "#4c6ef5", "TP communication (exposed)": "#e8590c", "TP communication (overlapped)": "#ffc9a8"}
@@ -52,13 +52,8 @@ def _boundary(gpus_per_node: int, x: alt.X, first_inter, names: dict | None = No
     return [band, text]
 
 
-def _named(links: pd.Series, names: dict | None) -> pd.Series:
-    """'intra'/'inter' as the cluster calls them; names already given stay."""
-    return links.map(lambda v: (names or link_names()).get(v, v))
-
-
 def _valid(pred: pd.DataFrame, names: dict | None = None) -> pd.DataFrame:
-    return pred[pred["valid"]].assign(link=lambda d: _named(d["link"], names))
+    return pred[pred["valid"]].assign(link=lambda d: named_links(d["link"], names))
 
 
 def _first_inter(pred: pd.DataFrame, gpus_per_node: int):
@@ -93,7 +88,7 @@ def layer_time_chart(
             [
                 long,
                 measured[["tp", "sp", "link", "seconds"]].assign(
-                    part="measured", link=lambda d: _named(d["link"], names)
+                    part="measured", link=lambda d: named_links(d["link"], names)
                 ),
             ],
             ignore_index=True,
@@ -220,7 +215,7 @@ def busbw_chart(
                 data,
                 measured[["tp", "link", "busbw_bytes_per_s", *extra]]
                 .rename(columns={"source": "measured_by"})
-                .assign(source="measured", link=lambda d: _named(d["link"], names)),
+                .assign(source="measured", link=lambda d: named_links(d["link"], names)),
             ],
             ignore_index=True,
         )

@@ -16,12 +16,25 @@ import altair as alt
 INTRA_COLOR, INTER_COLOR = "#2f9e44", "#e8590c"
 
 
-def link_names(cluster=None) -> dict[str, str]:
-    """'intra'/'inter' as the legends say them, with the cluster's own link names (NVLink and
-    InfiniBand for the GPU presets; loopback and the lab's shaped veth for local-cpu)."""
+def link_words(cluster=None) -> tuple[str, str]:
+    """The cluster's own (intra, inter)-node link names: NVLink and InfiniBand for the GPU presets
+    (and a cluster that names none), loopback and the lab's shaped veth for local-cpu."""
     intra = (cluster.intra.name if cluster is not None else "") or "NVLink"
     inter = (cluster.inter.name if cluster is not None else "") or "InfiniBand"
+    return intra, inter
+
+
+def link_names(cluster=None) -> dict[str, str]:
+    """'intra'/'inter' as the legends say them, with the cluster's own link names (link_words)."""
+    intra, inter = link_words(cluster)
     return {"intra": f"{intra} (intra-node)", "inter": f"{inter} (inter-node)"}
+
+
+def named_links(links, names: dict[str, str] | None = None):
+    """A column of 'intra'/'inter' (the plan model's words) as the legends say them (`names`:
+    link_names of the cluster, default a GPU cluster's); names already given stay."""
+    names = names or link_names()
+    return links.map(lambda v: names.get(v, v))
 
 
 def link_colors(names: dict[str, str]) -> dict[str, str]:
@@ -85,8 +98,3 @@ def scale(colors: dict[str, str], present=None) -> alt.Scale:
 def palette(n: int) -> list[str]:
     """n categorical colours (Tableau 20, repeated beyond 20)."""
     return [TABLEAU20[i % len(TABLEAU20)] for i in range(n)]
-
-
-def link_label(link: str, cluster=None) -> str:
-    """'intra'/'inter' (the plan model's words) as the legend says them, for `cluster`'s links."""
-    return link_names(cluster).get(link, link)
