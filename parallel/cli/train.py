@@ -27,7 +27,7 @@ from pathlib import Path
 
 from parallel.cli import args as cli_args
 from parallel.core.specs import SpecError
-from parallel.core.validate import check
+from parallel.core.validate import VOCAB_PADDED, check
 from parallel.engine.api import TrainConfig, engine_errors, memory_errors, run_rank, torchrun_env
 
 
@@ -92,11 +92,12 @@ def config_from_namespace(args: argparse.Namespace) -> tuple[TrainConfig | None,
     except SpecError as err:
         return None, [str(err)], []
     verdict = check(plan, model, cluster)
-    refused = engine_errors(model, plan)
-    errors = verdict.errors + refused
+    errors = verdict.errors + engine_errors(model, plan)
     warnings = verdict.warnings
-    if any("does not pad the vocabulary" in e for e in refused):  # the plan model's padding note contradicts it
-        warnings = [w for w in warnings if not w.endswith("the embedding is padded")]
+    if (
+        model.vocab % plan.tp
+    ):  # the engine refuses to pad (engine_errors): the plan model's padding note would contradict it
+        warnings = [w for w in warnings if not w.endswith(VOCAB_PADDED)]
     if not errors:  # ranks on this host: all of them, unless torchrun says how many run here
         env = torchrun_env()
         errors += memory_errors(model, plan, ranks_here=env["gpus_per_node"] if env else plan.world_size)

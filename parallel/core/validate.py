@@ -27,6 +27,9 @@ class Verdict:
         return not self.errors
 
 
+VOCAB_PADDED = "the embedding is padded"  # the warning's end, for callers that refuse padding instead
+
+
 def _size_error(plan: Plan, cluster: Cluster) -> list[str]:
     p, world, gpus = plan, plan.world_size, cluster.gpus
     if world == gpus:
@@ -139,7 +142,7 @@ def _layout_warnings(plan: Plan, model: Model, cluster: Cluster) -> list[str]:
             f"tp {p.tp} > kv_heads {model.kv_heads}: each K/V head is replicated on {p.tp // model.kv_heads} TP ranks"
         )
     if model.vocab % p.tp:
-        warnings.append(f"vocab {model.vocab} is not divisible by tp {p.tp}: the embedding is padded")
+        warnings.append(f"vocab {model.vocab} is not divisible by tp {p.tp}: {VOCAB_PADDED}")
     if p.zero >= 1 and p.dp * p.cp == 1:
         warnings.append(f"ZeRO-{p.zero} with dp×cp = 1 shards nothing")
     return warnings
