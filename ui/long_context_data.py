@@ -186,7 +186,7 @@ def smallest_fits(
             global_batch=sub.global_batch,
             zero=1,
             recompute=plan.recompute,
-            cp_kind=str(sub.cp_kind[i]) if cp > 1 else "allgather",
+            cp_kind=str(sub.cp_kind[i]),  # "allgather" for the cp-1 candidates
         )
         out.append({"seq_len": s, "plan": p.label(), "gpus": gpus, "memory_GiB": mem / 2**30, "fits": True})
     return pd.DataFrame(out, columns=["seq_len", "plan", "gpus", "memory_GiB", "fits"])
@@ -197,14 +197,14 @@ def measured_points(model: Model, plan: Plan, cp: int, runs: list[tuple[dict, Pl
     plan is one of the variants (same TP, micro batch and recompute mode; cp 1 or the page's cp),
     with the activation bytes measured on the rank holding every layer's first microbatch (pp 1)."""
     rows = []
-    names = {(p.tp, p.sp, p.cp, p.cp_kind if p.cp > 1 else "allgather"): n for n, p in variants(plan, cp).items()}
+    names = {(p.tp, p.sp, p.cp, p.cp_exchange): n for n, p in variants(plan, cp).items()}
     for metrics, p, name in runs:
         spec = metrics.get("model") or {}
         if spec.get("name") != model.name or p.pp != 1 or p.micro_batch != plan.micro_batch:
             continue
         if p.recompute != plan.recompute:
             continue
-        key = (p.tp, p.sp, p.cp, p.cp_kind if p.cp > 1 else "allgather")
+        key = (p.tp, p.sp, p.cp, p.cp_exchange)
         if key not in names or not metrics.get("activation_bytes"):
             continue
         rows.append(

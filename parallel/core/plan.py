@@ -106,6 +106,11 @@ class Plan:
         return self.global_batch // (self.dp * self.micro_batch)
 
     @property
+    def cp_exchange(self) -> str:
+        """The CP exchange in effect: cp_kind, or the default at cp 1 (where nothing is exchanged)."""
+        return self.cp_kind if self.cp > 1 else CP_KINDS[0]
+
+    @property
     def expert_tp(self) -> int:
         """The experts' tensor-parallel degree: etp, else tp."""
         return self.tp if self.etp is None else self.etp

@@ -184,7 +184,7 @@ class CausalSelfAttention(nn.Module):
             if bias:
                 self.c_attn.bias.tp_replicated = self.c_attn.weight.tp_replicated
         self.c_proj = RowParallelLinear(h, h, group=ctx.tp, sp=plan.sp, bias=bias)
-        self.kind = plan.cp_kind if plan.cp > 1 else "allgather"
+        self.kind = plan.cp_exchange
         # selective recompute drops the s x s scores; ring attention keeps none to drop
         self.selective = plan.recompute == "selective" and self.kind != "ring"
 
@@ -317,7 +317,7 @@ class GPTStage(nn.Module):
         # the causal mask(s) of this CP rank's queries for the plan's CP exchange; buffers, so .to()
         # moves and casts them with the weights
         s, cp, me = model.seq_len, plan.cp, ctx.cp.index
-        kind = plan.cp_kind if cp > 1 else "allgather"
+        kind = plan.cp_exchange
         if kind == "ring":  # one (s/cp, s/cp) block per CP rank whose K/V pass by
             mask = torch.stack([block_bias(seq_len=s, cp=cp, q_index=me, k_index=j) for j in range(cp)])
         elif kind == "ulysses":  # all s tokens, in CP-rank order
