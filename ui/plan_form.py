@@ -22,7 +22,15 @@ from parallel.core.plan import CP_KINDS, RECOMPUTE, Plan
 from parallel.core.specs import CLUSTERS, MODELS, Cluster, Model, SpecError
 from parallel.core.topology import ORDERS
 from ui import loaders
-from ui.plan_params import DEFAULT_PARAMS, KEYS, plan_from_params, plan_to_params, usable_params
+from ui.plan_params import (
+    DEFAULT_PARAMS,
+    FORM_KEYS,
+    KEYS,
+    OPTIONAL_DEFAULTS,
+    plan_from_params,
+    plan_to_params,
+    usable_params,
+)
 from ui.text import md
 from ui.topology_data import same_order
 
@@ -59,7 +67,7 @@ def _widget_values(params: dict[str, str]) -> dict[str, object]:
         sp=params["sp"] in ("1", "true"),
         recompute=params["recompute"],
         order=params["order"],
-        ck=params.get("ck", Plan().cp_kind),
+        ck=params.get("ck", OPTIONAL_DEFAULTS["ck"]),
     )
     return out
 
@@ -74,7 +82,7 @@ def _adopt_url() -> list[str]:
     take their defaults); the messages of its bad values. Otherwise keep the widgets' values,
     re-asserted so that they survive a page switch (widget state is per page)."""
     ss = st.session_state
-    url = {k: st.query_params[k] for k in (*KEYS, "ck") if k in st.query_params}
+    url = {k: st.query_params[k] for k in FORM_KEYS if k in st.query_params}
     written = ss.get(_WRITTEN)
     if url and (written is None or any(written.get(k) != v for k, v in url.items())):
         good, errors = usable_params(url)
@@ -178,7 +186,7 @@ def _widgets() -> dict[str, str]:
         order=values["order"],
     )
     params = {key: out[key] for key in KEYS}
-    if ss[k + "ck"] != Plan().cp_kind:  # optional key: links of all-gather plans stay as they were
+    if ss[k + "ck"] != OPTIONAL_DEFAULTS["ck"]:  # optional key: links of all-gather plans stay as they were
         params["ck"] = ss[k + "ck"]
     return params
 

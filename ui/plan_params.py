@@ -46,6 +46,7 @@ KEYS = (
 # review page's plan codes carry them): the gradient dtype, the FP8 mode and the context-parallel
 # exchange (ck: allgather | ring | ulysses).
 OPTIONAL_KEYS = ("grads", "fp8", "ck")
+FORM_KEYS = (*KEYS, "ck")  # what the sidebar plan form reads and writes: ck is its one optional key
 _INT_FIELDS = {
     "dp": "dp",
     "tp": "tp",
@@ -174,7 +175,7 @@ def usable_params(params: Mapping) -> tuple[dict[str, str], list[str]]:
     """The plan keys of `params` that can be used on their own, and a message for each that cannot
     (so a link with one bad value still opens with the rest of its plan)."""
     good, errors = {}, []
-    for key in (*KEYS, "ck"):  # ck: the plan form's one optional key
+    for key in FORM_KEYS:
         value = _value(params, key)
         if value in (None, ""):
             continue
