@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import torch
 
+from parallel.engine.collectives import ring_shift
+
 
 def token_ranges(*, seq_len: int, cp: int, index: int) -> list[tuple[int, int]]:
     """The [start, end) position ranges CP rank `index` holds: chunks index and 2·cp−1−index."""
@@ -112,8 +114,6 @@ class _RingAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, group, biases, scale, labels):
-        from parallel.engine.collectives import ring_shift
-
         B, nh, T, hd = q.shape
         nkv, n, me = k.size(1), group.size, group.index
         qg = q.view(B, nkv, nh // nkv * T, hd)  # the query heads of one K/V head, stacked
@@ -140,8 +140,6 @@ class _RingAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
-        from parallel.engine.collectives import ring_shift
-
         q, k, v, out, lse = ctx.saved_tensors
         group, biases, scale = ctx.group, ctx.biases, ctx.scale
         B, nh, T, hd = q.shape
@@ -167,12 +165,13 @@ class _RingAttention(torch.autograd.Function):
             pending_dkv = ring_shift(partial, group=group, tag=1)  # on with the block, towards its owner
             if pending is not None:
                 kv = pending.wait()[0]
-        dkv = pending_dkv.wait()[0] if n > 1 else partial  # after n shifts: this rank's own block
+        dkv = pending_dkv.wait()[0]  # after n shifts: this rank's own block
         return dq.view(B, nh, T, hd), dkv[0], dkv[1], None, None, None, None
 
 
 def ring_attention(q, k, v, *, group, biases, scale: float, labels: dict | None = None) -> torch.Tensor:
     """Causal attention of this CP rank's queries q (B, nh, T, hd) over every rank's k, v (B, nkv, T, hd),
-    by ring attention; `biases[j]` the mask against rank j's block (block_bias). Returns (B, T, nh, hd).
+    by ring attention (a CP group of two or more ranks); `biases[j]` the mask against rank j's block
+    (block_bias). Returns (B, T, nh, hd).
     `labels`: an actmem.saves dict, given the log-sum-exp and the output it keeps."""
     return _RingAttention.apply(q, k, v, group, biases, scale, labels)
