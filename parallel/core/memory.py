@@ -307,12 +307,16 @@ def params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
     and a MoE model's routed experts split over ep x etp: expert_params_per_stage)."""
     t, p = plan.tp, plan.pp
     rep = _replicated_params_per_layer(model)
-    dense = (model.params_per_layer() - rep) / t + rep
+    # GQA with tp > kv_heads: each rank keeps a whole K/V head (its weights and GPT's biases), one
+    # 1/kv_heads share of the K/V projections instead of 1/tp (Megatron-LM and vLLM replicate them)
+    kv = 2 * model.kv_hidden * (model.hidden + (model.arch == "gpt"))
+    kv_extra = kv / minimum(t, model.kv_heads) - kv / t
+    dense = (model.params_per_layer() - rep) / t + rep + kv_extra
     share = model.moe_share
     # besides its experts a MoE layer holds attention, norms, shared experts (TP-sharded) and the
     # router (hidden x experts, kept whole on every TP rank, as Megatron-LM's router)
     router = model.hidden * model.experts
-    moe = (model.moe_layer_params_besides_experts() - rep - router) / t + rep + router
+    moe = (model.moe_layer_params_besides_experts() - rep - router) / t + rep + router + kv_extra
     n = (dense * (1 - share) + moe * share) * model.layers / p + expert_params_per_stage(model, plan, stage)
     pos = model.seq_len * model.hidden if model.arch == "gpt" else 0
     n = n + where(stage == 0, model.vocab * model.hidden / t + pos, 0.0)
@@ -343,7 +347,7 @@ def gemm_params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
     return (attention + mlp) / plan.tp * model.layers / plan.pp  # the same on every stage
 
 
-def model_state_bytes(model: Model, plan: AnyPlan, stage: Any) -> dict[str, Any]:
+def model_state_bytes(model: Model, plan: AnyPlan, stage: Any, *, mixed_precision: bool = True) -> dict[str, Any]:
     """Weights, gradients and optimizer states of one GPU of `stage`, split by ZeRO over dp*cp ranks.
 
     Bytes per parameter (Rajbhandari et al. 2020, Sec. 3.1 and 5, with Megatron-LM's buffers):
@@ -359,6 +363,8 @@ def model_state_bytes(model: Model, plan: AnyPlan, stage: Any) -> dict[str, Any]
     Megatron-LM's theoretical_memory_usage.py writes 6 + 12/d), stage 2 also the gradients, stage 3
     also the weights. A MoE model's routed experts shard over the expert-data-parallel ranks instead,
     N_d · tp / (etp · ep) (each expert shard lives on one rank of every etp × ep block).
+    `mixed_precision=False`: everything in the model's dtype, no master copy -- gradients of w bytes,
+    Adam's two moments 2w (this project's engine, parallel.engine.optim; equal to the above at fp32).
     """
     experts = expert_params_per_stage(model, plan, stage)
     dense = params_per_stage(model, plan, stage) - experts
@@ -367,6 +373,8 @@ def model_state_bytes(model: Model, plan: AnyPlan, stage: Any) -> dict[str, Any]
     w = model.dtype_bytes
     k = 12 if w == 2 else 8
     g = 4 if w == 4 or plan.main_grads == "fp32" else 2
+    if not mixed_precision:
+        k, g = 2 * w, w
     if plan.fp8 != "none":  # the experts' matrices are GEMMs too
         extra = 1 if plan.fp8 == "gemm" else 1 - w
         gemm = gemm_params_per_stage(model, plan, stage)
