@@ -1,5 +1,7 @@
 """Shared test options and fixtures."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,3 +34,10 @@ def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip("../shared/traces is not present")
     return SHARED_TRACES
+
+
+def run_module(*args: str, timeout: int = 600) -> str:
+    """`python -m ARGS` from the project root; its stdout (the test fails with its stderr otherwise)."""
+    r = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout

@@ -84,10 +84,12 @@ class ActivationMeter:
     """Bytes saved for backward inside `measure()`, by (layer, component).
 
     `exclude`: tensors never counted (parameters); `measure(inputs=...)` adds the microbatch's inputs.
+    Their storages are looked up at each save, not once: under ZeRO-3 a parameter's storage is
+    allocated again each time its layer is all-gathered (parallel.engine.zero).
     """
 
     def __init__(self, *, exclude=()):
-        self._exclude = {_key(t) for t in exclude}
+        self._exclude_tensors = list(exclude)
         self.bytes: dict[tuple[int | None, str], int] = defaultdict(int)
 
     def measure(self, *, inputs=()):
@@ -95,7 +97,7 @@ class ActivationMeter:
 
     def _pack(self, t: torch.Tensor):
         key = _key(t)
-        if key in self._seen or key in self._exclude:
+        if key in self._seen or key in {_key(p) for p in self._exclude_tensors}:
             return t
         self._seen.add(key)
         comp = _component

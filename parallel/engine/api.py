@@ -49,8 +49,6 @@ def engine_errors(model: Model, plan: Plan) -> list[str]:
         errors.append(f"head_dim {model.head_dim} is odd: rotary embeddings rotate pairs of dimensions")
     if model.vocab % plan.tp:
         errors.append(f"vocab {model.vocab} is not divisible by tp {plan.tp}: the engine does not pad the vocabulary")
-    if plan.zero >= 2:
-        errors.append(f"ZeRO-{plan.zero}: the engine implements ZeRO 0 and 1")
     if model.dtype_bytes not in (2, 4):
         errors.append(f"dtype_bytes {model.dtype_bytes}: the engine trains fp32 (4) or bf16 (2)")
     if model.tie_embeddings is False and model.arch == "gpt":

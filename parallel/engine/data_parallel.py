@@ -83,9 +83,11 @@ class GradReducer:
             self.buckets.append(_Bucket(cur, n_shards=n, index=idx))
         if zero >= 1:
             # the optimizer sees one parameter per bucket: this rank's shard of the flat buffer
+            # and its gradient is the same slice of the bucket's (the distributed optimizer keeps the
+            # whole gradient buffer; its shard is a view, not a second copy)
             self.shards = [nn.Parameter(b.param[b.lo : b.hi]) for b in self.buckets]
-            for s in self.shards:
-                s.grad = torch.zeros_like(s)
+            for s, b in zip(self.shards, self.buckets):
+                s.grad = b.grad[b.lo : b.hi]
 
     def optimizer_params(self) -> list[nn.Parameter]:
         """What the optimizer updates: the parameters, or under ZeRO-1 this rank's bucket shards."""
@@ -106,10 +108,10 @@ class GradReducer:
         for b, shard in zip(self.buckets, self.shards if self.zero >= 1 else [None] * len(self.buckets)):
             if shard is None:
                 all_reduce(b.grad, group=ctx.dpcp, dim="dp")
-            elif ctx.dpcp.size > 1:
-                reduce_scatter_flat(shard.grad, b.grad, group=ctx.dpcp, dim="dp")
-            else:
-                shard.grad.copy_(b.grad)
+            elif ctx.dpcp.size > 1:  # into a fresh shard: the output may not alias the input
+                out = torch.empty_like(shard.grad)
+                reduce_scatter_flat(out, b.grad, group=ctx.dpcp, dim="dp")
+                shard.grad.copy_(out)
 
     def after_step(self) -> None:
         """ZeRO-1: all-gather the updated shards into every replica's parameters."""

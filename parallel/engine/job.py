@@ -2,7 +2,7 @@
 
 The flat `parallelize` sequence of torchtitan, in plain steps: process groups from the plan's
 topology (dist.py) -> this rank's stage of the GPT with its TP/SP/CP shards (gpt.py) -> gradient
-buckets and ZeRO-1 shards (data_parallel.py) -> AdamW -> per step: the rank's microbatches
+buckets and ZeRO-1 shards (data_parallel.py), or ZeRO-2/3's per-layer units (zero.py) -> AdamW -> per step: the rank's microbatches
 (data.py), the GPipe or 1F1B schedule (pipeline.py), gradient reduction, optimizer step. The first
 microbatch of the first step runs under the activation meter (actmem.py). At the end every rank's
 numbers go to rank 0, which writes metrics.json (metrics.py).
@@ -25,8 +25,10 @@ from parallel.engine.collectives import all_reduce, gather_object
 from parallel.engine.data_parallel import GradReducer
 from parallel.engine.gpt import GPTStage
 from parallel.engine.metrics import build_metrics
+from parallel.engine.modelstate import held_bytes, predicted_bytes
 from parallel.engine.optim import AdamW
 from parallel.engine.pipeline import Pipeline, phase
+from parallel.engine.zero import ShardedReducer
 from profiler.formats.rundir import write_json_atomic
 
 
@@ -87,9 +89,12 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
         chunk.init_weights(seed=cfg.seed)
         chunk.to(device=ctx.device, dtype=dtype)
     named = [(n, p) for chunk in chunks for n, p in chunk.named_parameters()]  # the serial model's names
-    reducer = GradReducer(
-        named, ctx=ctx, zero=plan.zero, bucket_bytes=int(cfg.bucket_mb * 2**20), tied=model.tied_embeddings
-    )
+    if plan.zero >= 2:  # sharded gradients (and parameters): per-layer units, zero.py
+        reducer = ShardedReducer(chunks, ctx=ctx, zero=plan.zero, tied=model.tied_embeddings)
+    else:  # flat buckets: all-reduce, or ZeRO-1's reduce-scatter of the same buckets
+        reducer = GradReducer(
+            named, ctx=ctx, zero=plan.zero, bucket_bytes=int(cfg.bucket_mb * 2**20), tied=model.tied_embeddings
+        )
     optimizer = AdamW(reducer.optimizer_params(), lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=cfg.weight_decay)
     meter = ActivationMeter(exclude=[p for _, p in named])
     t_local = model.seq_len // plan.cp // (plan.tp if plan.sp else 1)  # tokens per rank between layers
@@ -97,7 +102,7 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
     tokens = plan.global_batch * model.seq_len  # the loss is the mean over all of them
     init_s = time.perf_counter() - t_start
 
-    losses, times, first_grads = [], [], {}
+    losses, times, first_grads, state_bytes = [], [], {}, {}
     for step in range(cfg.steps):
         if step == fail_step:
             _fail(rank, step)
@@ -109,6 +114,8 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
         reducer.zero_grad()
         loss = pipe.step(mbs, schedule=plan.schedule, tokens=tokens, meter=meter if step == 0 else None)
         reducer.reduce()
+        if step == 0:  # model state with gradients, states and parameters all alive (modelstate.py)
+            state_bytes = held_bytes([p for _, p in named], reducer, optimizer)
         if step == 0 and cfg.save_params and plan.zero == 0:  # the first step's reduced gradients, for tests
             first_grads = {n: p.grad.detach().cpu().clone() for n, p in named}
         with phase("optim"):
@@ -127,6 +134,8 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
             on_step(step, {"step": step, "steps": cfg.steps, "loss": value, "step_time_s": times[-1]})
 
     if cfg.save_params and cfg.out:
+        if plan.zero == 3:  # the full parameters exist only while gathered
+            reducer.gather_all()
         _save_shards(named, ctx, Path(cfg.out), grads=first_grads)
     result = {
         "rank": rank,
@@ -144,6 +153,9 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
         "predicted_activation_breakdown": predicted_breakdown(
             model, plan, stage=ctx.stage, dropout=cfg.dropout, swiglu=cfg.swiglu
         ),
+        "model_state_bytes": state_bytes,
+        "predicted_model_state_bytes": predicted_bytes(model, plan, stage=ctx.stage),
+        "model_state_transient_bytes": reducer.transient_peak() if plan.zero >= 2 else {},
         "live_microbatches": {
             "peak": pipe.peak_total,
             "per_chunk": list(pipe.peak_live),

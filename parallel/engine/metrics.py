@@ -34,6 +34,9 @@ def build_metrics(cfg, results: list[dict], *, backend: str) -> dict:
             k: sum(r["predicted_activation_breakdown"].values()) for k, r in by_rank.items()
         },
         "predicted_activation_breakdown": {k: r["predicted_activation_breakdown"] for k, r in by_rank.items()},
+        "model_state_bytes": {k: r["model_state_bytes"] for k, r in by_rank.items()},
+        "predicted_model_state_bytes": {k: r["predicted_model_state_bytes"] for k, r in by_rank.items()},
+        "model_state_transient_bytes": {k: r["model_state_transient_bytes"] for k, r in by_rank.items()},
         "live_microbatches": {k: r["live_microbatches"] for k, r in by_rank.items()},
         "coords": {k: r["coords"] for k, r in by_rank.items()},
         "hosts": {

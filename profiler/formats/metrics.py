@@ -16,6 +16,14 @@ metrics.json (rank keys are strings, as JSON requires):
     activation_bytes_per_layer      {rank: {layer: bytes}}
     predicted_activation_bytes      {rank: bytes} from parallel.core.memory for the same microbatch
     predicted_activation_breakdown  {rank: {component: bytes}}, keyed like activation_breakdown
+    model_state_bytes               {rank: {params, grads, optimizer}}: the bytes of the storages the rank
+                                    held for them after the first step's gradient reduction
+                                    (parallel.engine.modelstate: each storage once, ZeRO shards included)
+    predicted_model_state_bytes     {rank: {params, grads, optimizer}} from parallel.core.memory for the
+                                    engine's dtypes
+    model_state_transient_bytes     {rank: {gathered_params, unsharded_grads}}: ZeRO-2/3's peaks inside a
+                                    step (all-gathered layers; full-size gradients awaiting their
+                                    reduce-scatter); {} at ZeRO 0 and 1
     live_microbatches               {rank: {peak, per_chunk, predicted_peak, predicted_first_chunk}}:
                                     the most microbatch-chunks whose activations the rank held at once
                                     (all chunks; per model chunk), and parallel.core.memory's

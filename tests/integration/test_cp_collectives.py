@@ -6,25 +6,17 @@ reduce_scatter, ring -> send/recv, Ulysses -> all_to_all; the bytes come from th
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from parallel.core import comm
 from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, MODELS
-from tests.conftest import ROOT
+from tests.conftest import run_module as run
 
 ACTIVE, GLOBAL_BATCH = 1, 2
 OPS = {"allgather": {"all_gather", "reduce_scatter"}, "ring": {"send", "recv"}, "ulysses": {"all_to_all"}}
 MOVED = {"all_gather", "reduce_scatter", "all_to_all", "send"}  # a recv is the other end of a send
-
-
-def run(*args):
-    r = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r.stdout
 
 
 @pytest.mark.slow

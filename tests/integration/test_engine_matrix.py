@@ -17,13 +17,19 @@ same command at world size 1:
   direction set by rounding; a real bug moves thousands of elements by about lr;
 * every dp×cp replica holds bit-identical parameters;
 * measured activation bytes equal to parallel.core.memory's formula on every rank, component by
-  component (#3, item 4; #15, item 4: the SwiGLU, GQA, ring and Ulysses terms checked by measurement).
+  component (#3, item 4; #15, item 4: the SwiGLU, GQA, ring and Ulysses terms checked by measurement);
+* measured model-state bytes (parameters, gradients, optimizer states: parallel.engine.modelstate)
+  within 1% of the formula on every rank (#19, item 3).
+
+ZeRO (#19, item 2): the plans with dp > 1 again at ZeRO-1, -2 and -3 (ZERO_PLANS), each against the
+same serial run; the CI spread ZERO_CI, the rest under `--full-matrix`.
 """
 
 import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from itertools import product
 
 import pytest
@@ -86,12 +92,14 @@ def plan_id(p: Plan, model: str = "tiny") -> str:
         parts.append("gpipe")
     if p.vpp > 1:
         parts.append(f"v{p.vpp}")
+    if p.zero:
+        parts.append(f"z{p.zero}")
     return "-".join(parts)
 
 
 def plan_flags(p: Plan) -> list[str]:
     flags = [f"--{d}={getattr(p, d)}" for d in ("dp", "tp", "pp", "cp", "vpp")] + [f"--schedule={p.schedule}"]
-    return flags + (["--sp"] if p.sp else []) + [f"--cp-kind={p.cp_kind}"]
+    return flags + (["--sp"] if p.sp else []) + [f"--cp-kind={p.cp_kind}", f"--zero={p.zero}"]
 
 
 def matrix() -> dict[str, tuple[str, Plan]]:
@@ -128,6 +136,22 @@ def matrix() -> dict[str, tuple[str, Plan]]:
 
 
 PLANS = matrix()
+ZERO_PLANS = {
+    plan_id(z, name): (name, z)
+    for name, p in PLANS.values()
+    if p.dp > 1
+    for z in (replace(p, zero=stage) for stage in (1, 2, 3))
+}
+ZERO_CI = [
+    "dp2-z2",
+    "dp2-z3",
+    "dp4-z3",
+    "dp2-tp2-pp2-sp-z3",
+    "dp2-pp2-cp2-gpipe-z2",
+    "dp2-tp2-cp2-sp-ring-z3",
+    "llama-dp2-tp2-pp2-sp-z2",
+    "llama-dp2-pp2-v2-z3",
+]
 # The CI spread: every parallelism alone, SP with TP and CP, both schedules, degree 4, and 3-D mixes;
 # each CP exchange alone and with TP+SP, PP and DP; the llama architecture alone and in 3-D plans.
 CI = [
@@ -166,6 +190,13 @@ FEATURES = {
         ["--tp=4", "--sp", "--cp=2", "--cp-kind=ring"],
     ),
     "llama-swiglu-unfused-tp2-pp2": (("--model=tiny-llama",), ["--tp=2", "--pp=2", "--swiglu=unfused"]),
+    # ZeRO-3's layers gathered for the forward replayed inside backward, and GQA's shared K/V rows
+    # summed over their TP pair on the gradient shards
+    "zero3-recompute-full-dp2-pp2": ((), ["--dp=2", "--pp=2", "--zero=3", "--recompute=full"]),
+    "zero3-llama-kv2-replicated-dp2-tp4-sp": (
+        ("--model=tiny-llama", "--kv-heads=2"),
+        ["--dp=2", "--tp=4", "--sp", "--zero=3"],
+    ),
 }
 
 
@@ -237,6 +268,11 @@ def check_against_serial(out, serial, *, world_size: int, grads: bool = True):
     for rank, measured in m["activation_bytes"].items():
         assert measured == m["predicted_activation_bytes"][rank], rank
         assert m["activation_breakdown"][rank] == m["predicted_activation_breakdown"][rank], rank
+    for rank, held in m["model_state_bytes"].items():
+        predicted = m["predicted_model_state_bytes"][rank]
+        assert held.keys() == predicted.keys() == {"params", "grads", "optimizer"}
+        for kind, n in held.items():
+            assert abs(n - predicted[kind]) <= 0.01 * predicted[kind], (rank, kind, n, predicted[kind])
     return m
 
 
@@ -244,8 +280,10 @@ def run_plan(model: str, plan: Plan, serials, tmp_path):
     flags = () if model == "tiny" else (f"--model={model}",)
     r = train_cli(tmp_path, "--save-params", *flags, *plan_flags(plan))
     assert r.returncode == 0, r.stderr[-3000:]
-    m = check_against_serial(tmp_path, serials(flags), world_size=plan.world_size)
+    # the first step's reduced gradients are kept whole only without ZeRO (each rank has its shard)
+    m = check_against_serial(tmp_path, serials(flags), world_size=plan.world_size, grads=plan.zero == 0)
     assert m["plan"] == plan.to_dict()
+    return m
 
 
 @pytest.mark.slow
@@ -268,7 +306,8 @@ def test_engine_feature_trains_the_serial_model(name, serials, tmp_path):
     r = train_cli(tmp_path, "--save-params", *model_flags, *flags)
     assert r.returncode == 0, r.stderr[-3000:]
     world = json.loads((tmp_path / "metrics.json").read_text())["world_size"]
-    check_against_serial(tmp_path, serials(model_flags), world_size=world, grads="--zero=1" not in flags)
+    sharded = any(f.startswith("--zero=") and f != "--zero=0" for f in flags)
+    check_against_serial(tmp_path, serials(model_flags), world_size=world, grads=not sharded)
 
 
 @pytest.mark.slow
@@ -287,3 +326,31 @@ def test_interleaved_pp4_vpp2_trains_the_serial_8_layer_model(global_batch, tmp_
     r = train_cli(out, *flags, "--pp=4", "--vpp=2")
     assert r.returncode == 0, r.stderr[-3000:]
     check_against_serial(out, ref, world_size=4)
+
+
+def test_zero_matrix_covers_every_stage_with_each_parallelism():
+    plans = [p for _, p in ZERO_PLANS.values()]
+    assert set(ZERO_CI) <= set(ZERO_PLANS)
+    assert {p.zero for p in plans} == {1, 2, 3} and {p.dp for p in plans} == {2, 4}
+    for stage in (2, 3):
+        mine = [p for p in plans if p.zero == stage]
+        assert any(p.tp > 1 and p.sp for p in mine) and any(p.pp > 1 for p in mine) and any(p.cp > 1 for p in mine)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pid", ZERO_CI)
+def test_zero_plan_trains_the_serial_model(pid, serials, tmp_path):
+    m = run_plan(*ZERO_PLANS[pid], serials, tmp_path)
+    zero, nd = m["plan"]["zero"], m["plan"]["dp"] * m["plan"]["cp"]
+    for rank, held in m["model_state_bytes"].items():  # sharded: less than the replicated state
+        transient = m["model_state_transient_bytes"][rank]
+        assert held["grads"] < held["params"] if zero == 2 else held["grads"] == held["params"]
+        assert (transient["gathered_params"] > 0) == (zero == 3) and transient["unsharded_grads"] > 0
+        assert held["optimizer"] == 2 * held["grads"] and nd > 1
+
+
+@pytest.mark.slow
+@pytest.mark.full
+@pytest.mark.parametrize("pid", [p for p in ZERO_PLANS if p not in ZERO_CI])
+def test_zero_plan_trains_the_serial_model_all(pid, serials, tmp_path):
+    run_plan(*ZERO_PLANS[pid], serials, tmp_path)
