@@ -108,7 +108,7 @@ def _details(s: TraceSet) -> None:
     if s.has_metrics:
         mtime = (s.path / "metrics.json").stat().st_mtime_ns
         head = metrics_summary(run_loaders.metrics(str(s.path), mtime))
-        m = st.columns(3)
+        m = st.columns(4)
         if head["step_time_s"] is not None:
             m[0].metric("Steady step time", f"{head['step_time_s']:.3f} s", help="median after the first step")
         if head["loss_last"] is not None:
@@ -124,6 +124,13 @@ def _details(s: TraceSet) -> None:
                 "Activation memory vs model",
                 f"{head['act_error_pct']:.1f} % off",
                 help="largest per-rank error of parallel.core.memory's prediction against the measured bytes",
+            )
+        if head["state_error_pct"] is not None:
+            m[3].metric(
+                "Model state vs model",
+                f"{head['state_error_pct']:.1f} % off",
+                help="largest per-rank error of the predicted parameter, gradient and optimizer bytes "
+                "against the tensors the run held",
             )
     _links(s)
 

@@ -76,7 +76,13 @@ def job_form() -> tuple[list[str], str] | None:
         _int(cols[0], "Micro batch", "micro_batch")
         _int(cols[1], "Global batch", "global_batch", lo=0, hi=10**6, help="0: dp × micro batch × pp")
         _int(cols[2], "vpp", "vpp", hi=64, help="virtual pipeline stages per rank (interleaved 1F1B)")
-        cols[3].selectbox("ZeRO", [0, 1], key=K + "zero", help="the engine implements ZeRO 0 and 1")
+        cols[3].selectbox(
+            "ZeRO",
+            [0, 1, 2, 3],
+            key=K + "zero",
+            help="over the DP×CP ranks: 1 shards optimizer states, 2 also gradients, 3 also parameters "
+            "(gathered per layer)",
+        )
         cols[4].selectbox("Recompute", list(RECOMPUTE), key=K + "recompute")
         with st.expander("Rank order, schedule, CP exchange, launcher, model shape"):
             c1, c2, c3, c4 = st.columns(4)

@@ -10,7 +10,7 @@ import altair as alt
 import pandas as pd
 
 from parallel.core.plan import RECOMPUTE
-from ui.memory_data import GROUPS, SP_LABEL, STATE_KINDS, capacity_drawn, stage_unit, with_units
+from ui.memory_data import GROUPS, MODEL_STATE_KINDS, SP_LABEL, STATE_KINDS, capacity_drawn, stage_unit, with_units
 from ui.theme import GROUP_COLORS, MEMORY_COLORS, scale
 
 _SP_ORDER = [SP_LABEL[False], SP_LABEL[True]]
@@ -129,28 +129,36 @@ def stage_chart(df: pd.DataFrame) -> alt.FacetChart:
     return alt.layer(*layers, data=data, width=width, height=280).facet(column=_sp_column())
 
 
+# a run's measurement beside the plan model's prediction, in every measured-vs-predicted chart
+SOURCE_OFFSET = alt.XOffset("source:N", sort=["measured", "predicted"])
+SOURCE_COLOR = alt.Color(
+    "source:N", title=None, scale=alt.Scale(domain=["measured", "predicted"], range=["#f59f00", "#adb5bd"])
+)
+
+
+def _by_source(data: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """measured_bytes_MiB / predicted_bytes_MiB columns as rows: keys..., source, MiB."""
+    long = data.melt(
+        id_vars=keys, value_vars=["measured_bytes_MiB", "predicted_bytes_MiB"], var_name="source", value_name="MiB"
+    )
+    long["source"] = long["source"].str.removesuffix("_bytes_MiB")
+    return long
+
+
 def measured_vs_predicted_chart(df: pd.DataFrame) -> alt.VConcatChart:
     """Per rank, measured activation bytes beside predicted, and the error in % below
     (frame of memory_data.measured_vs_predicted)."""
     data = with_units(df, "MiB", "measured_bytes", "predicted_bytes", "error_bytes")
-    long = data.melt(
-        id_vars=["rank", "error_pct"],
-        value_vars=["measured_bytes_MiB", "predicted_bytes_MiB"],
-        var_name="source",
-        value_name="MiB",
-    )
-    long["source"] = long["source"].str.removesuffix("_bytes_MiB")
+    long = _by_source(data, ["rank", "error_pct"])
     rank_x = alt.X("rank:O", title="rank", axis=alt.Axis(labelAngle=0))
     bars = (
         alt.Chart(long, height=240)
         .mark_bar()
         .encode(
             x=rank_x,
-            xOffset=alt.XOffset("source:N", sort=["measured", "predicted"]),
+            xOffset=SOURCE_OFFSET,
             y=alt.Y("MiB:Q", title="activation MiB (peak, one GPU)"),
-            color=alt.Color(
-                "source:N", title=None, scale=alt.Scale(domain=["measured", "predicted"], range=["#f59f00", "#adb5bd"])
-            ),
+            color=SOURCE_COLOR,
             tooltip=[
                 alt.Tooltip("rank:O", title="rank"),
                 alt.Tooltip("source:N", title="source"),
@@ -181,3 +189,30 @@ def measured_vs_predicted_chart(df: pd.DataFrame) -> alt.VConcatChart:
         )
     )
     return alt.vconcat(bars, error)
+
+
+def model_state_chart(df: pd.DataFrame) -> alt.FacetChart:
+    """Per rank, measured parameter / gradient / optimizer bytes beside predicted, one panel per kind
+    (frame of memory_data.model_state_vs_predicted)."""
+    data = with_units(df, "MiB", "measured_bytes", "predicted_bytes")
+    long = _by_source(data, ["rank", "kind", "error_pct"])
+    width = max(120, min(300, 22 * int(data["rank"].nunique())))
+    return (
+        alt.Chart(long, width=width, height=200)
+        .mark_bar()
+        .encode(
+            x=alt.X("rank:O", title="rank", axis=alt.Axis(labelAngle=0)),
+            xOffset=SOURCE_OFFSET,
+            y=alt.Y("MiB:Q", title="MiB (one GPU)"),
+            color=SOURCE_COLOR,
+            tooltip=[
+                alt.Tooltip("rank:O", title="rank"),
+                alt.Tooltip("kind:N", title="state"),
+                alt.Tooltip("source:N", title="source"),
+                alt.Tooltip("MiB:Q", title="MiB", format=",.3f"),
+                alt.Tooltip("error_pct:Q", title="error %", format="+.2f"),
+            ],
+        )
+        .facet(column=alt.Column("kind:N", title=None, sort=list(MODEL_STATE_KINDS)))
+        .resolve_scale(y="independent")
+    )

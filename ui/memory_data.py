@@ -190,3 +190,41 @@ def measured_breakdown(metrics: dict) -> pd.DataFrame:
         for c, b in parts.items()
     ]
     return pd.DataFrame(rows, columns=["rank", "component", "group", "bytes"])
+
+
+MODEL_STATE_KINDS = ("params", "grads", "optimizer")
+
+
+def model_state_vs_predicted(metrics: dict) -> pd.DataFrame:
+    """Per rank and kind (params, grads, optimizer): measured_bytes (model_state_bytes: the tensors the
+    run held, parallel.engine.modelstate), predicted_bytes (predicted_model_state_bytes: the plan
+    model for the engine's dtypes), error_bytes, error_pct. Ranks sorted, kinds in MODEL_STATE_KINDS order."""
+    held, predicted = metrics.get("model_state_bytes"), metrics.get("predicted_model_state_bytes")
+    if not isinstance(held, dict) or not isinstance(predicted, dict) or not held:
+        raise MetricsError(
+            "metrics.json has no model_state_bytes / predicted_model_state_bytes ({rank: {params, grads, "
+            "optimizer}}): the run predates model-state measurement"
+        )
+    rows = []
+    try:
+        for rank, parts in held.items():
+            for kind in MODEL_STATE_KINDS:
+                rows.append(
+                    {
+                        "rank": int(rank),
+                        "kind": kind,
+                        "measured_bytes": float(parts[kind]),
+                        "predicted_bytes": float(predicted[rank][kind]),
+                    }
+                )
+    except (KeyError, TypeError, ValueError) as err:
+        raise MetricsError(
+            f"metrics.json model_state_bytes must map ranks to {{params, grads, optimizer}}: {err!r}"
+        ) from None
+    df = pd.DataFrame(rows)
+    df["kind"] = pd.Categorical(df["kind"], MODEL_STATE_KINDS, ordered=True)
+    df = df.sort_values(["rank", "kind"]).reset_index(drop=True)
+    df["kind"] = df["kind"].astype(str)
+    df["error_bytes"] = df["measured_bytes"] - df["predicted_bytes"]
+    df["error_pct"] = 100 * df["error_bytes"] / df["predicted_bytes"].where(df["predicted_bytes"] > 0)
+    return df

@@ -322,8 +322,9 @@ def node_of_ranks(run: dict | None, hosts: dict[int, str | None]) -> dict[int, o
 
 def metrics_summary(metrics: dict | None) -> dict:
     """Headline numbers of a run's metrics.json: steady step time (median after the first step), first
-    and last loss, the largest activation-memory error vs the prediction (%). Missing ones are None."""
-    out = {"step_time_s": None, "loss_first": None, "loss_last": None, "act_error_pct": None}
+    and last loss, the largest activation-memory and model-state errors vs the prediction (%). Missing
+    ones are None."""
+    out = {"step_time_s": None, "loss_first": None, "loss_last": None, "act_error_pct": None, "state_error_pct": None}
     if not metrics:
         return out
     times = [float(t) for t in metrics.get("step_time_s") or [] if isinstance(t, (int, float))]
@@ -332,13 +333,14 @@ def metrics_summary(metrics: dict | None) -> dict:
     loss = [float(x) for x in metrics.get("loss") or [] if isinstance(x, (int, float))]
     if loss:
         out["loss_first"], out["loss_last"] = loss[0], loss[-1]
-    from ui.memory_data import MetricsError, measured_vs_predicted
+    from ui.memory_data import MetricsError, measured_vs_predicted, model_state_vs_predicted
 
-    try:
-        err = measured_vs_predicted(metrics)["error_pct"]
-        out["act_error_pct"] = float(err.abs().max()) if len(err) else None
-    except MetricsError:
-        pass
+    for key, frame in (("act_error_pct", measured_vs_predicted), ("state_error_pct", model_state_vs_predicted)):
+        try:
+            err = frame(metrics)["error_pct"].dropna()
+            out[key] = float(err.abs().max()) if len(err) else None
+        except MetricsError:
+            pass
     return out
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from ui import memory_charts, run_data, run_loaders, topology_charts, trace_sets
-from ui.memory_data import MetricsError, measured_vs_predicted
+from ui.memory_data import MetricsError, bytes_text, measured_vs_predicted, model_state_vs_predicted
 from ui.plan_form import PlanChoice
 from ui.run_data import RANK_VALUES
 from ui.selection import KEY, PAGES
@@ -127,6 +127,38 @@ def memory_measured(choice: PlanChoice) -> None:
         f"same shapes; below, the error in %. Recompute {plan.get('recompute', '?')}."
     )
     st.altair_chart(memory_charts.measured_vs_predicted_chart(frame))
+    _model_state_measured(s, metrics)
+
+
+def _model_state_measured(s, metrics: dict) -> None:
+    """The run's parameter, gradient and optimizer bytes per rank beside the plan model's."""
+    st.markdown("**Model state**")
+    try:
+        frame = model_state_vs_predicted(metrics)
+    except MetricsError as err:
+        st.info(f"{md(s.name)}: {md(err)}")
+        return
+    zero = (metrics.get("plan") or {}).get("zero", 0)
+    worst = frame["error_pct"].abs().max()
+    transient = metrics.get("model_state_transient_bytes") or {}
+    peaks = [
+        (max(float(v.get(k, 0)) for v in transient.values() if isinstance(v, dict)), label)
+        for k, label in (("gathered_params", "all-gathered layers"), ("unsharded_grads", "full-size gradients"))
+        if any(isinstance(v, dict) and v.get(k) for v in transient.values())
+    ]
+    extra = (
+        " Held for moments inside a step, not counted above: "
+        + ", ".join(f"{label} up to {bytes_text(n)}" for n, label in peaks)
+        + " (the most on any rank)."
+        if peaks
+        else ""
+    )
+    st.caption(
+        f"Parameters, gradients and optimizer states each rank holds (ZeRO-{zero}; counted from the tensors' "
+        f"storages after the first step's gradient reduction), beside parallel.core.memory.model_state_bytes for "
+        f"the engine's dtypes; largest error {worst:.2f} %.{extra}"
+    )
+    st.altair_chart(memory_charts.model_state_chart(frame))
 
 
 def _json(data: bytes):

@@ -23,7 +23,7 @@ import pytest
 from tests.support.apptest import ROOT, page_test, vega_charts
 from ui import jobs, trace_sets
 
-SAMPLE = ROOT / ".cache" / "test-runs" / "profiler-dp2-tp2-sp-v2"
+SAMPLE = ROOT / ".cache" / "test-runs" / "profiler-dp2-tp2-sp-v3"  # v3: metrics.json with model_state_bytes (#19)
 SAMPLE_PLAN = {
     "model": "tiny",
     "cluster": "local-cpu",
@@ -338,13 +338,25 @@ def test_activation_memory_shows_measured_beside_predicted(runs):
     run = install_run(runs, "alpha")
     metrics = json.loads((run / "metrics.json").read_text())
     at = _ok(page_test("pages/activation_memory.py", {**SAMPLE_PLAN, "run": "alpha"}))
-    chart = vega_charts(at)[-1]
-    assert {"bar"} == chart.marks()
+    *_, chart, state = vega_charts(at)
+    assert {"bar"} == chart.marks() == state.marks()
     frame = chart.frame()
     assert sorted(frame["rank"].unique()) == [0, 1, 2, 3]
     per_rank = frame[frame["source"] == "measured"].set_index("rank")["MiB"] if "source" in frame else None
     if per_rank is not None:
         assert per_rank[0] == pytest.approx(metrics["activation_bytes"]["0"] / 2**20)
+    # model state (#19 item 3): each rank's parameters, gradients and optimizer states, measured and predicted
+    held = state.frame().set_index(["rank", "kind", "source"])["MiB"]
+    assert len(held) == 4 * 3 * 2
+    for rank in range(4):
+        for kind in ("params", "grads", "optimizer"):
+            assert held[(rank, kind, "measured")] == pytest.approx(
+                metrics["model_state_bytes"][str(rank)][kind] / 2**20
+            )
+            assert held[(rank, kind, "predicted")] == pytest.approx(held[(rank, kind, "measured")], rel=0.01)
+    assert any("Model state" in m.value for m in at.markdown) and any("ZeRO-0" in c.value for c in at.caption)
+    home = _ok(page_test("pages/home.py", {"run": "alpha"}))
+    assert [m.value for m in home.metric if m.label == "Model state vs model"] == ["0.0 % off"]
 
 
 def test_tp_scaling_overlays_the_runs_tp_group_busbw(runs):

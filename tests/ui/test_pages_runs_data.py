@@ -186,7 +186,21 @@ def test_skew_table_and_metrics_summary():
             "predicted_activation_bytes": {"0": 100},
         }
     )
-    assert head == {"step_time_s": 2.0, "loss_first": 6.0, "loss_last": 5.5, "act_error_pct": pytest.approx(10.0)}
+    assert head == {
+        "step_time_s": 2.0,
+        "loss_first": 6.0,
+        "loss_last": 5.5,
+        "act_error_pct": pytest.approx(10.0),
+        "state_error_pct": None,  # a run from before model-state measurement
+    }
+    state = {"params": 100, "grads": 100, "optimizer": 200}
+    head = run_data.metrics_summary(
+        {
+            "model_state_bytes": {"0": state, "1": {**state, "optimizer": 190}},
+            "predicted_model_state_bytes": {"0": state, "1": state},
+        }
+    )
+    assert head["state_error_pct"] == pytest.approx(5.0) and head["act_error_pct"] is None
     assert run_data.metrics_summary(None)["step_time_s"] is None
 
 

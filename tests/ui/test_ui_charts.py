@@ -60,6 +60,26 @@ def test_measured_vs_predicted_chart_shows_both_and_the_error():
     assert sorted(errors["error_pct"].round(6)) == [-5.0, 10.0]
 
 
+def test_model_state_frame_and_chart():
+    state = {"params": 4 * 2**20, "grads": 2 * 2**20, "optimizer": 8 * 2**20}
+    metrics = {
+        "model_state_bytes": {"1": {**state, "grads": 3 * 2**20}, "0": state},
+        "predicted_model_state_bytes": {"0": state, "1": state},
+    }
+    df = memory_data.model_state_vs_predicted(metrics)
+    assert list(zip(df["rank"], df["kind"])) == [(r, k) for r in (0, 1) for k in ("params", "grads", "optimizer")]
+    assert list(df["error_pct"]) == [0.0, 0.0, 0.0, 0.0, 50.0, 0.0]
+    chart = memory_charts.model_state_chart(df)
+    spec = chart.to_dict()
+    assert spec["facet"]["column"]["field"] == "kind"
+    (data,) = (pd.DataFrame(d) for d in _datasets(chart))
+    assert len(data) == 12 and set(data["source"]) == {"measured", "predicted"}
+    with pytest.raises(memory_data.MetricsError, match="predates model-state measurement"):
+        memory_data.model_state_vs_predicted({"activation_bytes": {"0": 1}})
+    with pytest.raises(memory_data.MetricsError, match="must map ranks"):
+        memory_data.model_state_vs_predicted({**metrics, "predicted_model_state_bytes": {"0": state}})
+
+
 def test_an_exact_match_keeps_a_readable_error_axis():
     exact = {"activation_bytes": {"0": 2**20, "1": 2**20}, "predicted_activation_bytes": {"0": 2**20, "1": 2**20}}
     spec = memory_charts.measured_vs_predicted_chart(memory_data.measured_vs_predicted(exact)).to_dict()
