@@ -136,7 +136,9 @@ def timeline_page(s: TraceSet) -> None:
     )
     st.caption(
         "Every rank (rows) over the step; drag across it to zoom the detail view below, double-click to reset. "
-        "Short events are merged so the chart stays light (hover: events merged, busy %)."
+        "Each rank's row holds a strip per class: compute, memory copies, and each dimension's collectives. "
+        "Short events are merged within their class so the chart stays light; a merged span is as opaque as it "
+        "is busy (hover: events merged, busy %)."
     )
     st.altair_chart(
         timeline_charts.gantt_overview_chart(over["frame"], span=over["span"], window=detail["window"]),

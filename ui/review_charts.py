@@ -105,8 +105,11 @@ def comm_chart(comm: pd.DataFrame, names: dict | None = None) -> alt.Chart:
             x=alt.X("dim:N", title=None, sort=["TP", "SP", "CP", "PP", "DP"], axis=alt.Axis(labelAngle=0)),
             y=alt.Y("sum(seconds):Q", title="seconds per step", stack="zero"),
             color=alt.Color("link:N", scale=scale(link_colors(names), data["link"]), title="link"),
-            opacity=alt.Opacity(
-                "hidden:N", scale=alt.Scale(domain=["exposed", "overlapped"], range=[1.0, 0.35]), title=None
+            opacity=alt.Opacity(  # sorted: Vega-Lite warns of opacity on an unsorted nominal field
+                "hidden:N",
+                sort=["exposed", "overlapped"],
+                scale=alt.Scale(domain=["exposed", "overlapped"], range=[1.0, 0.35]),
+                title=None,
             ),
             column=alt.Column("plan:N", sort=plans, title=None, header=alt.Header(labelFontWeight="bold")),
             tooltip=[

@@ -66,15 +66,26 @@ def _rank_y(n_ranks: int) -> alt.Y:
     )
 
 
+def overview_classes(frame: pd.DataFrame) -> list[str]:
+    """The overview's strips within a rank's row: compute, memory copies, then each dimension's collectives."""
+    present = set(frame["category"].astype(str)) if len(frame) else set()
+    return [c for c in ("compute", "memory") if c in present] + sorted(present - {"compute", "memory"})
+
+
 def gantt_overview_chart(
     frame: pd.DataFrame, *, span: tuple[float, float], window: tuple[float, float] | None = None
 ) -> alt.Chart | alt.LayerChart:
     """The whole step, one thin row per rank; an x-interval brush named BRUSH picks the detail window.
-    The window shown in detail is outlined (a dashed box), since a brush does not survive a reload."""
+    The window shown in detail is outlined (a dashed box), since a brush does not survive a reload.
+
+    Each row is a stack of strips, one per class (compute, memory, each dimension's collectives: the
+    analyzer never merges across them), and a merged rectangle is as opaque as it is busy, so a span of
+    ten short copies that are 1% busy reads as a faint tint, not as a solid bar over the compute."""
     n = int(frame["rank"].nunique()) if len(frame) else 1
+    classes = overview_classes(frame) or ["compute"]
     brush = alt.selection_interval(encodings=["x"], name=BRUSH, value={"x": list(window)} if window else alt.Undefined)
     # Streamlit fits the axes and the legend below into `height` too: ~130 px on top of the plot.
-    height = min(360, max(60, 12 * n)) + LEGEND_PX
+    height = min(360, max(60, 12 * n, 4 * n * len(classes))) + LEGEND_PX
     x = _x(span, "ms from the step's start (drag to zoom the detail view)")
     rects = (
         alt.Chart(frame, width="container", height=height)
@@ -86,7 +97,9 @@ def gantt_overview_chart(
             x=x,
             x2=alt.X2("end_ms"),
             y=_rank_y(n),
+            yOffset=alt.YOffset("category:N", scale=alt.Scale(domain=classes, paddingInner=0.1)),
             color=_color(frame),
+            opacity=alt.Opacity("busy_pct:Q", scale=alt.Scale(domain=[0, 100], range=[0.12, 1.0]), legend=None),
             tooltip=_tooltip(detail=False),
         )
         .add_params(brush)

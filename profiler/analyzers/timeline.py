@@ -6,12 +6,16 @@ Lanes: 'compute' (GPU compute kernels; CPU-only ranks: outermost CPU operators),
 memcpy/memset) and 'comm' (rows of the collectives table, with op, dim, bytes and instance). Events
 are clipped to the window. When a rank has more events than its budget, neighbours are merged across
 the smallest gaps first, so the (budget - 1) largest idle gaps stay visible; a merged rectangle says
-how many events it holds (`n_events`), how much of it is busy (`busy_ns`), and takes the name, op and
-dim that cover the most time inside it. Unmerged comm rectangles keep their `instance` (to highlight
-one collective across ranks). Collectives get a larger share of the budget than compute (LANE_WEIGHT).
+how many events it holds (`n_events`), how much of it is busy (`busy_ns`: the union of its events),
+and takes the name (and op) that covers the most time inside it. Merging never crosses a class --
+compute, memory, or the collectives of one parallel dimension -- so a rectangle's busy time is all of
+its class (a tp rectangle holds no SP time), and each class's busy time in a window is the same at
+any level of detail. Unmerged comm rectangles keep their `instance` (to highlight one collective
+across ranks). Collectives get a larger share of the budget than compute (LANE_WEIGHT).
 
 Columns: rank, lane, start_ns, end_ns, name, op, dim, instance, bytes, n_events, busy_ns, merged.
-Rows: ranks in the order asked, lanes in LANES order, then by start.
+Rows: ranks in the order asked, lanes in LANES order (the comm lane one dimension after another, by
+name), then by start.
 
 Speed: a rank's lanes are laid out on first use per (traces, table) -- one sorted array per column,
 each lane a contiguous segment, with how far its events reach so far -- and the most recent ranks
@@ -59,9 +63,10 @@ I64 = np.iinfo(np.int64)
 
 @dataclass(frozen=True)
 class _Index:
-    """All ranks' lanes, one row per event: segment (rank, lane) -> rows [a, b), each sorted by start."""
+    """One rank's classes, one row per event: segment (rank, class) -> rows [a, b), each sorted by start.
+    Classes: 0 compute, 1 memory, 2 + k the collectives of the k-th dimension (by name)."""
 
-    segments: dict  # (rank, lane number) -> (a, b)
+    segments: dict  # (rank, class number) -> (a, b)
     start: np.ndarray
     end: np.ndarray
     reach: np.ndarray  # running max of `end` within the segment: rows before the first reach > t end by t
@@ -141,7 +146,8 @@ def _build(traces, rank: int, rows: pd.DataFrame) -> _Index:
     if gpu and len(rows):
         rows = rows[(rows["source"] == "kernel").to_numpy(dtype=bool)]
     comm_label, comm_labels = _comm_labels(rows) if len(rows) else (np.empty(0, np.int64), [])
-    lane = np.concatenate([ev_lane, np.full(len(rows), 2)])
+    dim_code = pd.factorize(rows["dim"].astype(str), sort=True)[0] if len(rows) else np.empty(0, np.int64)
+    lane = np.concatenate([ev_lane, 2 + dim_code])  # the class: compute, memory, or one dimension's comm
     start = np.concatenate([a["ts"][ev_rows], rows["start_ns"].to_numpy(dtype=np.int64)])
     end = np.concatenate([a["end"][ev_rows], rows["end_ns"].to_numpy(dtype=np.int64)])
     label = np.concatenate([codes, comm_label + n_cats + 1])
@@ -211,13 +217,22 @@ def _index(traces, table: pd.DataFrame) -> _Lanes:
     return lanes
 
 
-def _budgets(counts: dict[str, int], max_rects: int) -> dict[str, int]:
-    """Rectangles per lane: all of them when they fit, else shares weighted by LANE_WEIGHT, each lane at
-    least one; when there are more lanes than rectangles, the lightest lanes are left out."""
+def _lane(cls: int) -> str:
+    return LANES[min(cls, len(LANES) - 1)]  # classes 2, 3, ... are the comm lane's dimensions
+
+
+def _weight(cls: int) -> int:
+    return LANE_WEIGHT.get(_lane(cls), 1)
+
+
+def _budgets(counts: dict[int, int], max_rects: int) -> dict[int, int]:
+    """Rectangles per class: all of them when they fit, else shares weighted by their lane's
+    LANE_WEIGHT, each class at least one; when there are more classes than rectangles, the lightest
+    classes are left out."""
     if sum(counts.values()) <= max_rects:
         return dict(counts)
-    lanes = sorted(counts, key=lambda k: -LANE_WEIGHT.get(k, 1))[:max_rects]
-    weight = {k: LANE_WEIGHT.get(k, 1) * counts[k] for k in lanes}
+    lanes = sorted(counts, key=lambda k: -_weight(k))[:max_rects]
+    weight = {k: _weight(k) * counts[k] for k in lanes}
     total = sum(weight.values())
     out = {k: max(1, min(counts[k], max_rects * weight[k] // total)) for k in lanes}
     while sum(out.values()) > max_rects:  # the floors of 1 can overshoot by a few
@@ -273,11 +288,7 @@ def _rank_rects(x: _Index, rank: int, lo: int, hi: int, off: int, max_rects: int
     # Pieces: the part of one (rank, lane) segment inside the window, in the rank's own clock.
     p_rank, p_lane, p_a, p_b, p_lo, p_hi, p_off = ([] for _ in range(7))
     r_lo, r_hi = _clamp(lo - off), _clamp(hi - off)
-    for lane in range(len(LANES)):
-        seg = x.segments.get((rank, lane))
-        if seg is None:
-            continue
-        a, b = seg
+    for (_, lane), (a, b) in sorted(x.segments.items()):
         i = a + int(np.searchsorted(x.reach[a:b], r_lo, side="right"))  # the first that reaches past lo
         j = a + int(np.searchsorted(x.start[a:b], r_hi, side="left"))  # the first that starts at hi
         if j > i:
@@ -292,9 +303,9 @@ def _rank_rects(x: _Index, rank: int, lo: int, hi: int, off: int, max_rects: int
     counts = np.bincount(piece, minlength=len(p_a))
     budget = np.zeros(len(p_a), dtype=np.int64)
     mine = np.flatnonzero(counts > 0)  # the lanes share max_rects
-    got = _budgets({LANES[p_lane[k]]: int(counts[k]) for k in mine}, max_rects)
+    got = _budgets({int(p_lane[k]): int(counts[k]) for k in mine}, max_rects)
     for k in mine:
-        budget[k] = got.get(LANES[p_lane[k]], 0)
+        budget[k] = got.get(int(p_lane[k]), 0)
     kept = budget[piece] > 0
     rows, piece = rows[kept], piece[kept]
     if not len(rows):
@@ -358,7 +369,7 @@ def _lod(x: _Index, rows, piece, budget, p_lo, p_hi, p_off, p_rank, p_lane) -> p
     frame = pd.DataFrame(
         {
             "rank": p_rank[pf],
-            "lane": np.array(LANES, dtype=object)[p_lane[pf]],
+            "lane": np.array(LANES, dtype=object)[np.minimum(p_lane[pf], len(LANES) - 1)],
             "start_ns": s[first] + off,
             "end_ns": np.maximum.reduceat(e, first) + off,
             "name": x.names[dominant],
