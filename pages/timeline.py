@@ -127,6 +127,12 @@ def timeline_page(s: TraceSet) -> None:
         help="last start − first start of one collective instance across its group",
     )
 
+    inferred = a.table["dim_source"].astype(str) == "inferred"
+    if inferred.any():
+        st.caption(
+            f"Dimension dp is inferred for {int(inferred.sum()):,} collectives: no plan came with the traces, and in "
+            "this training job every collective spans the whole world, which only data parallelism does."
+        )
     if len(ranks) > run_loaders.MAX_GANTT_RANKS:  # too many for one Gantt: the all-ranks picture first
         _all_ranks(key, len(ranks))
     st.subheader(

@@ -21,6 +21,10 @@ bytes_source, group ('0,1,2,3'), group_size, group_desc, pg_name, seq, seq_sourc
 algbw_gbps, busbw_gbps (nccl-tests: bytes / dur, x bus factor), stream, step, event (row of
 the rank's events: traces.rank_events(rank)), cpu_event (the root's row there, -1 if none).
 
+Across ranks, after the per-rank parts: a group size the trace did not record is the number of ranks
+in the row's instance when the set holds every rank of the job (its busbw then follows), and without
+a plan a training job whose collectives all span the world is labelled dp (dim_source 'inferred').
+
 Pure: numpy, pandas.
 """
 
@@ -116,8 +120,65 @@ def collectives(
         table = pd.DataFrame({c: pd.Series(dtype=_DTYPES.get(c, "object")) for c in COLUMNS})
     else:
         table = pd.concat(parts, ignore_index=True).astype(_DTYPES)
+        _sizes_from_instances(table, traces)
+        if plan is None:
+            _infer_data_parallel(table, traces)
     table.attrs["not_collectives"] = dict(not_collectives)  # CPU comm events that are no collective
     return table
+
+
+def _complete(traces: Traces) -> bool:
+    """Every rank of the job is in the set (so an instance's ranks are its whole group)."""
+    return traces.world_size > 1 and set(traces.rank_ids) == set(range(traces.world_size))
+
+
+def _sizes_from_instances(table: pd.DataFrame, traces: Traces) -> None:
+    """Group sizes the trace did not record, from the instances: in a set holding every rank of the
+    job, the ranks that took part in one collective instance are its group. Fills group_size and
+    busbw for those rows (p2p rows excepted: their size is the pair)."""
+    missing = (table["group_size"].isna() | (table["group_size"] < 1)).to_numpy() & ~table["op"].isin(
+        P2P_OPS
+    ).to_numpy()
+    if not missing.any() or not _complete(traces):
+        return
+    ranks = table.groupby("instance", observed=True)["rank"].nunique()
+    size = table.loc[missing, "instance"].map(ranks).to_numpy(dtype=float)
+    ok = size > 1
+    rows = np.flatnonzero(missing)[ok]
+    if not len(rows):
+        return
+    table.loc[table.index[rows], "group_size"] = size[ok].astype(np.int64)
+    keys = list(zip(table["op"].iloc[rows].tolist(), size[ok].astype(int).tolist()))
+    factors = np.array([bus_factor(*k) for k in keys], dtype=float)
+    table.loc[table.index[rows], "busbw_gbps"] = table["algbw_gbps"].iloc[rows].to_numpy() * factors
+
+
+BACKWARD_MARKERS = ("Backward", "autograd::engine::evaluate_function")  # autograd's node and engine names
+
+
+def _trains(traces: Traces) -> bool:
+    """Whether the job runs backward passes (autograd's events in the first rank's trace)."""
+    names = traces.rank_events(traces.rank_ids[0])["name"]
+    cats = names.cat.categories if hasattr(names, "cat") else pd.Index(names.unique())
+    return bool(cats.astype(str).str.contains("|".join(BACKWARD_MARKERS), regex=True).any())
+
+
+def _infer_data_parallel(table: pd.DataFrame, traces: Traces) -> None:
+    """Without a plan: a training job whose every collective spans the whole world has no dimension but
+    data parallelism (DDP, FSDP), so its unlabelled collectives are dp, dim_source 'inferred'. Not for
+    inference jobs (vLLM's whole-world all-reduces are tensor parallel) nor when any collective runs
+    on a subgroup (then the world-wide ones could be anything)."""
+    world = traces.world_size
+    collective = ~table["op"].isin(P2P_OPS)
+    sizes = table.loc[collective, "group_size"].dropna()
+    if world < 2 or not len(sizes) or (sizes != world).any():
+        return
+    unknown = collective & (table["dim"] == "unknown") & (table["group_size"] == world)
+    if unknown.any() and _trains(traces):
+        for col, value in (("dim", "dp"), ("dim_source", "inferred")):
+            if isinstance(table[col].dtype, pd.CategoricalDtype) and value not in table[col].cat.categories:
+                table[col] = table[col].cat.add_categories([value])
+            table.loc[unknown, col] = value
 
 
 _KINDS = ("ps_comm", "cpu_comm", "runtime", "comm")  # the events a row is made of

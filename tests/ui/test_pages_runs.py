@@ -263,6 +263,22 @@ def test_timeline_of_a_set_too_big_for_one_gantt_shows_all_ranks_first(runs):
     assert vega_charts(_ok(at))[0].spec["encoding"]["color"]["field"] == "late_ms"
 
 
+def test_timeline_says_when_the_dimension_is_inferred(runs):
+    """#17 item 12: a plain DDP job's whole-world all-reduce, no plan: dp, and the page says it is inferred."""
+    from tests.support import trace_samples as ts
+
+    for rank in (0, 1):
+        t = ts.gloo_cpu(rank, 2)
+        t["traceEvents"].append(ts.cpu("autograd::engine::evaluate_function: MmBackward0", 700, 50))
+        (runs / "ddp" / "traces").mkdir(parents=True, exist_ok=True)
+        ts.write(runs / "ddp" / "traces" / f"rank{rank}_trace.json.gz", t)
+    at = _ok(page_test("pages/timeline.py", {"run": "ddp"}))
+    assert any("Dimension dp is inferred for 2 collectives" in c.value for c in at.caption)
+    detail = vega_charts(at)[1].frame()
+    comm = detail[detail["lane"] == "comm"]
+    assert set(comm["category"]) == {"dp"} and (comm["busbw_gbps"] > 0).all()
+
+
 def test_timeline_window_step_and_highlight_come_from_the_url(runs):
     install_run(runs, "alpha")
     at = _ok(page_test("pages/timeline.py", {"run": "alpha"}))

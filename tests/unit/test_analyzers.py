@@ -297,3 +297,38 @@ def test_p2p_group_beside_a_collective_without_peers(tmp_path):
     ]
     table = collectives(_load(tmp_path, [ts.trace(0, 2, events)]))
     assert list(zip(table["op"], table["group"])) == [("send", "0,1"), ("all_reduce", "0,1")]
+
+
+def _gloo_job(tmp_path, *, world=2, train=True):
+    """`world` CPU ranks that each all-reduce 100 floats with no group recorded (a plain DDP step)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    out = []
+    for rank in range(world):
+        t = ts.gloo_cpu(rank, world)
+        if train:  # autograd's node, as a training step's trace has it
+            t["traceEvents"].append(ts.cpu("autograd::engine::evaluate_function: MmBackward0", 700, 50))
+        out.append(t)
+    return _load(tmp_path, out)
+
+
+def test_group_size_from_instances_gives_busbw(tmp_path):
+    """#17 item 12: every rank of the job is in the set, so an instance's ranks are its group."""
+    table = collectives(_gloo_job(tmp_path))
+    assert list(table["group_size"]) == [2, 2] and table["busbw_gbps"].notna().all()
+    # bus factor of a 2-rank all-reduce: 2 (n - 1) / n = 1
+    assert (table["busbw_gbps"] == table["algbw_gbps"]).all()
+    # one rank of a 2-rank job: the instance says nothing about the group
+    (tmp_path / "one").mkdir()
+    partial = collectives(_load(tmp_path / "one", [ts.gloo_cpu(0, 2)]))
+    assert partial["group_size"].isna().all() and partial["busbw_gbps"].isna().all()
+
+
+def test_whole_world_collectives_of_a_training_job_are_data_parallel(tmp_path):
+    table = collectives(_gloo_job(tmp_path))
+    assert set(table["dim"]) == {"dp"} and set(table["dim_source"]) == {"inferred"}
+    # an inference job's whole-world all-reduce is tensor parallel (vLLM): left unknown
+    serving = collectives(_gloo_job(tmp_path / "serve", train=False))
+    assert set(serving["dim"]) == {"unknown"}
+    # a plan decides instead of inferring
+    planned = collectives(_gloo_job(tmp_path / "plan"), {"dp": 1, "tp": 2, "global_batch": 1})
+    assert set(planned["dim_source"]) != {"inferred"}
