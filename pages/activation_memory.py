@@ -117,6 +117,7 @@ def _toggled() -> dict:
 
 ensure_navigation()
 st.title("Activation memory")
+run_views.adopt_run_plan()  # ?run= without a plan: start from the set's (or its traces') layout
 memory_choice = plan_form(_toggled())
 if memory_choice.computable:
     activation_memory_page(memory_choice)

@@ -60,8 +60,9 @@ def _links(s: TraceSet) -> None:
         label="Topology, measured",
         icon=":material/grid_view:",
         query_params={**(plan or {}), **run},
-        disabled=plan is None or not s.has_traces,
-        help=no_plan if plan is None else "the rank grid coloured by exposed comm, busbw, ... per rank",
+        disabled=not s.has_traces,
+        help="the rank grid coloured by exposed comm, busbw, ... per rank"
+        + ("; this set has no plan: the page starts from the layout its process groups show" if plan is None else ""),
     )
     c[2].page_link(
         selection.PAGES["memory"],

@@ -108,6 +108,7 @@ def topology_page(choice: PlanChoice) -> None:
 
 ensure_navigation()
 st.title("Topology")
+run_views.adopt_run_plan()  # ?run= without a plan: start from the set's (or its traces') layout
 topology_choice = plan_form()
 if topology_choice.computable:
     topology_page(topology_choice)

@@ -123,6 +123,7 @@ def lab_sweep_section() -> None:
 
 ensure_navigation()
 st.title("TP scaling")
+run_views.adopt_run_plan()  # ?run= without a plan: start from the set's (or its traces') layout
 scaling_choice = plan_form()
 if scaling_choice.computable:
     tp_scaling_page(scaling_choice)

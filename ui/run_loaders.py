@@ -205,6 +205,15 @@ def rank_values(key: tuple) -> pd.DataFrame:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
+def layout(key: tuple):
+    """The layout of a set without a plan, from its process groups (profiler.analyzers.layout)."""
+    from profiler.analyzers.layout import infer_layout
+
+    b = analysis(key)
+    return infer_layout(b.traces, b.table)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
 def tp_measured(key: tuple) -> pd.DataFrame:
     b = analysis(key)
     return run_data.tp_measured(b.table, run_data.node_of_ranks(b.traces.run, b.traces.hosts()))

@@ -36,6 +36,49 @@ def _forget() -> None:
     st.query_params.pop(KEY, None)
 
 
+ADOPTED = "run_plan_adopted"  # session: (set id, the note to show) of the last set whose plan a page adopted
+PLAN_KEYS = ("model", "dp", "tp", "pp")
+
+
+def adopt_run_plan() -> None:
+    """A plan page opened with ?run= and no plan in the URL starts from the set's plan; a set that came
+    without one, from the layout its process groups show, else from a guess of its world size, and
+    says which (#17 item 11). Once per set: afterwards the sidebar is the user's."""
+    s = _named_set()
+    if s is None or any(k in st.query_params for k in PLAN_KEYS):
+        return
+    done = st.session_state.get(ADOPTED)
+    if done and done[0] == s.id:
+        return
+    params, note = trace_sets.plan_params(s), None
+    if params is None and s.has_traces:
+        from profiler import TraceError
+
+        try:
+            if run_loaders.open_analysis(run_loaders.set_key(s)) is None:
+                return
+            guess = run_loaders.layout(run_loaders.set_key(s))
+        except TraceError:
+            return  # the measured section below says why the traces cannot be read
+        params = trace_sets.plan_params(s, guess.plan)
+        label = guess.plan.label()
+        note = (
+            f"{s.name} came without a plan: the layout {label} is inferred from {guess.evidence}."
+            if guess.inferred
+            else f"{s.name} came without a plan and {guess.evidence}: this is a guess, {label} over its "
+            f"{guess.plan.world_size} ranks. Set the real layout in the sidebar."
+        )
+    if params:
+        st.query_params.update(params)
+        st.session_state[ADOPTED] = (s.id, note)
+
+
+def _adopted_note(s: TraceSet) -> None:
+    done = st.session_state.get(ADOPTED)
+    if done and done[0] == s.id and done[1]:
+        st.info(md(done[1]))
+
+
 def _header(s: TraceSet, what: str) -> None:
     c1, c2 = st.columns([5, 1], vertical_alignment="bottom")
     c1.subheader(f"Measured: {what} on {s.name}")
@@ -45,6 +88,7 @@ def _header(s: TraceSet, what: str) -> None:
 
 
 def _same_size(s: TraceSet, choice: PlanChoice) -> bool:
+    _adopted_note(s)
     if s.world_size and s.world_size != choice.plan.world_size:
         st.info(
             f"{s.name} ran on {s.world_size} ranks ({s.plan_label}) but the plan in the sidebar has "

@@ -254,11 +254,11 @@ def find_set(set_id: str | None, runs: Path | None = None, uploads: Path | None 
     return read_run(path, jobs_mod.load(folder, name))
 
 
-def plan_params(s: TraceSet) -> dict[str, str] | None:
-    """Query params that open the set's plan on the plan pages (Topology, Activation memory, TP
-    scaling): its model and cluster when they are presets (else the dashboard's defaults), nodes from
-    its hosts. None when the set has no plan."""
-    plan = s.plan_obj
+def plan_params(s: TraceSet, plan: Plan | None = None) -> dict[str, str] | None:
+    """Query params that open the set's plan (or `plan`, e.g. the layout inferred from its traces) on
+    the plan pages (Topology, Activation memory, TP scaling): its model and cluster when they are
+    presets (else the dashboard's defaults), nodes from its hosts. None when the set has no plan."""
+    plan = plan or s.plan_obj
     if plan is None:
         return None
     model = s.model if s.model in MODELS else ("tiny" if s.kind == "run" else DEFAULT_PARAMS["model"])

@@ -350,6 +350,27 @@ def test_topology_with_a_run_of_another_size_offers_its_plan(runs):
     assert any("ran on 4 ranks" in i.value for i in at.info) and len(vega_charts(at)) == 1
 
 
+def test_topology_of_a_set_without_a_plan_starts_from_its_inferred_layout(runs):
+    """#17 item 11: the traces of the sample run (DP2 TP2+SP) without its run.json: the layout comes from
+    their process groups, and the page says so; with nothing to go on, a guess of the world size."""
+    dest = runs / "noplan"
+    shutil.copytree(sample_run() / "traces", dest / "traces")
+    at = _ok(page_test("pages/topology.py", {"run": "noplan"}))
+    assert at.query_params["dp"] == "2" and at.query_params["tp"] == "2" and at.query_params["pp"] == "1"
+    assert any("came without a plan: the layout DP2 TP2" in i.value and "inferred from" in i.value for i in at.info)
+    assert not any("ran on 4 ranks" in i.value for i in at.info)  # the plan fits the set: no size mismatch
+    assert len(vega_charts(at)) == 2  # the plan's grid and the measured one
+    # a plain 2-rank job whose groups say nothing (only the world): a guess, said to be one
+    from tests.support import trace_samples as ts
+
+    for rank in (0, 1):
+        (runs / "ddp" / "traces").mkdir(parents=True, exist_ok=True)
+        ts.write(runs / "ddp" / "traces" / f"rank{rank}_trace.json.gz", ts.gloo_cpu(rank, 2))
+    at = _ok(page_test("pages/topology.py", {"run": "ddp"}))
+    assert at.query_params["dp"] == "2" and at.query_params["tp"] == "1"
+    assert any("this is a guess, DP2" in i.value for i in at.info)
+
+
 def test_activation_memory_shows_measured_beside_predicted(runs):
     run = install_run(runs, "alpha")
     metrics = json.loads((run / "metrics.json").read_text())
