@@ -54,7 +54,11 @@ def activation_memory_page(choice: PlanChoice) -> None:
     cols[0].metric("Per layer, one microbatch, without SP", bytes_text(off), help=f"recompute: {plan.recompute}")
     if SP_LABEL[True] in view["per_layer"]:
         on = view["per_layer"][SP_LABEL[True]]
-        cols[1].metric("… with SP", bytes_text(on), delta=f"{(on - off) / off:+.0%}", delta_color="inverse")
+        change = (on - off) / off if off else 0.0
+        # no arrow for no change: a "▼ 0%" reads as a saving that is not there
+        cols[1].metric(
+            "… with SP", bytes_text(on), delta=f"{change:+.0%}" if round(change, 2) else None, delta_color="inverse"
+        )
     else:
         cols[1].metric("… with SP", "needs TP > 1", help="SP shards LayerNorm/dropout across the TP group; set TP ≥ 2")
     cols[2].metric("GPU memory", f"{choice.cluster.gpu_memory_bytes / GiB:,.0f} GiB", help=choice.cluster.name)
@@ -90,11 +94,18 @@ def activation_memory_page(choice: PlanChoice) -> None:
 
     st.subheader("Against TP")
     st.caption(
-        f"TP = 1 … 32 for this model (the plan's TP = {plan.tp} marked ▼); without SP the "
+        f"TP = {_tp_values(view['tp'])} for this model (the plan's TP = {plan.tp} marked ▼; degrees the model "
+        "cannot be split by are left out); without SP the "
         "LayerNorm/dropout/residual group stays whole on every rank, with SP it shrinks with TP."
     )
     st.altair_chart(memory_charts.sweep_chart(view["tp"], axis="tp", scope=scope))
     run_views.memory_measured(choice)  # only when the URL names a run (?run=)
+
+
+def _tp_values(sweep) -> str:
+    """The TP degrees the sweep actually drew: '1, 2, 4' (not the 1 … 32 it tried)."""
+    values = sorted({int(x) for x in sweep["x"]}) if len(sweep) else []
+    return ", ".join(map(str, values)) or "none"
 
 
 def _toggled() -> dict:

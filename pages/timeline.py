@@ -93,7 +93,7 @@ def timeline_page(s: TraceSet) -> None:
             starts,
             key="tl_ranks",
             **url,
-            format_func=lambda r: f"{r}–{r + run_loaders.MAX_GANTT_RANKS - 1}",
+            format_func=lambda r: f"{r}–{min(r + run_loaders.MAX_GANTT_RANKS, max(ranks) + 1) - 1}",
         )
     tables = run_loaders.step_tables(key, step)
     labels = tables["labels"]
@@ -138,7 +138,7 @@ def timeline_page(s: TraceSet) -> None:
     st.subheader(
         "Overview"
         if len(ranks) <= run_loaders.MAX_GANTT_RANKS
-        else f"Ranks {first}–{first + run_loaders.MAX_GANTT_RANKS - 1}"
+        else f"Ranks {first}–{min(first + run_loaders.MAX_GANTT_RANKS, max(ranks) + 1) - 1}"
     )
     st.caption(
         "Every rank (rows) over the step; drag across it to zoom the detail view below, double-click to reset. "

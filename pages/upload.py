@@ -11,7 +11,7 @@ from parallel.core.specs import SpecError
 from parallel.core.topology import DEFAULT_ORDER, ORDERS
 from ui import selection, trace_sets, uploads
 from ui.routing import ensure_navigation
-from ui.text import md
+from ui.text import md, rank_span
 
 NO_PLAN, PLAN_FILE, PLAN_DEGREES = "none", "plan file", "degrees"
 
@@ -82,9 +82,7 @@ def _store(checked: uploads.Checked, name: str, plan, model) -> None:
         return
     set_id = trace_sets.UPLOAD + path.name
     selection.select(set_id)
-    st.success(
-        f"Stored **{md(path.name)}**: {len(checked.accepted)} file(s), ranks {checked.ranks[0]}–{checked.ranks[-1]}."
-    )
+    st.success(f"Stored **{md(path.name)}**: {len(checked.accepted)} file(s), {rank_span(checked.ranks)}.")
     c1, c2 = st.columns(2)
     c1.page_link(
         selection.PAGES["timeline"],
@@ -124,7 +122,7 @@ def upload_page() -> None:
         st.warning("No file could be read as a trace; nothing to store.")
         return
     st.success(
-        f"Kept {len(checked.accepted)} file(s): ranks {checked.ranks[0]}–{checked.ranks[-1]} of a job of world "
+        f"Kept {len(checked.accepted)} file(s): {rank_span(checked.ranks)} of a job of world "
         f"size {checked.world_size}." + (f" {len(checked.rejected)} rejected (above)." if checked.rejected else "")
     )
     st.dataframe(checked.rows(), hide_index=True, column_config={"MB": st.column_config.NumberColumn(format="%.2f")})

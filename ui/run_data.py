@@ -19,6 +19,7 @@ PARTS = ("compute", "comm overlapped with compute", "comm exposed", "memory copi
 TP_DIMS = ("tp", "sp")
 RANK_VALUES = {  # column -> (button label, legend title, number format)
     "exposed_comm_ms": ("exposed communication", "exposed comm, ms/step", ",.1f"),
+    "step_ms": ("traced step", "traced step, ms", ",.1f"),
     "comm_ms": ("communication", "comm, ms/step", ",.1f"),
     "compute_ms": ("compute", "compute, ms/step", ",.1f"),
     "idle_ms": ("idle", "idle, ms/step", ",.1f"),
@@ -134,17 +135,20 @@ def breakdown_table(bd: pd.DataFrame, step: int) -> pd.DataFrame:
 
 def breakdown_parts(bd: pd.DataFrame, step: int) -> pd.DataFrame:
     """Long form for a stacked bar per rank whose parts sum to the step's window: rank, part, order, ms.
-    compute = compute not overlapped by comm; memory copies = time only memcpy/memset were busy."""
+    compute = compute not overlapped by comm; memory copies = time only memcpy/memset were busy
+    (exposed_memory_ns)."""
     g = (
         step_rows(bd, step)
-        .groupby("rank")[["window_ns", "compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "idle_ns"]]
+        .groupby("rank")[
+            ["window_ns", "compute_ns", "overlapped_comm_ns", "exposed_comm_ns", "exposed_memory_ns", "idle_ns"]
+        ]
         .sum()
     )
     values = {
         PARTS[0]: g["compute_ns"] - g["overlapped_comm_ns"],
         PARTS[1]: g["overlapped_comm_ns"],
         PARTS[2]: g["exposed_comm_ns"],
-        PARTS[3]: (g["window_ns"] - g["idle_ns"] - g["compute_ns"] - g["exposed_comm_ns"]).clip(lower=0),
+        PARTS[3]: g["exposed_memory_ns"],
         PARTS[4]: g["idle_ns"],
     }
     long = pd.concat(
@@ -260,12 +264,14 @@ def dim_table(by_dim: pd.DataFrame, step: int) -> pd.DataFrame:
 
 
 def rank_values(bd: pd.DataFrame, table: pd.DataFrame, inst: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per rank: exposed_comm_ms, comm_ms, compute_ms, idle_ms (mean per step), busbw_gbps (median
-    over its collectives with a known size), late_count (instances it arrived last at)."""
+    """One row per rank: exposed_comm_ms, step_ms (its traced steps' window), comm_ms, compute_ms, idle_ms
+    (mean per step, so each is a part of step_ms), busbw_gbps (median over its collectives with a known
+    size), late_count (instances it arrived last at)."""
     g = bd.groupby("rank")
     out = pd.DataFrame(
         {
             "exposed_comm_ms": g["exposed_comm_ns"].mean() / 1e6,
+            "step_ms": g["window_ns"].mean() / 1e6,
             "comm_ms": g["comm_ns"].mean() / 1e6,
             "compute_ms": g["compute_ns"].mean() / 1e6,
             "idle_ms": g["idle_ns"].mean() / 1e6,

@@ -19,7 +19,7 @@ import streamlit as st
 from ui import memory_charts, run_data, run_loaders, topology_charts, trace_sets
 from ui.memory_data import MetricsError, bytes_text, measured_vs_predicted, model_state_vs_predicted
 from ui.plan_form import PlanChoice
-from ui.run_data import RANK_VALUES
+from ui.run_data import RANK_VALUES, metrics_summary
 from ui.selection import KEY, PAGES
 from ui.text import md
 from ui.topology_data import with_rank_values
@@ -106,6 +106,15 @@ def _same_size(s: TraceSet, choice: PlanChoice) -> bool:
     return True
 
 
+def _steady_step_ms(s: TraceSet) -> float | None:
+    """The run's steady step (the median of its steps after the first, metrics.json), in ms."""
+    if not s.has_metrics:
+        return None
+    metrics = run_loaders.metrics(str(s.path), (s.path / "metrics.json").stat().st_mtime_ns) or {}
+    head = metrics_summary(metrics)
+    return head["step_time_s"] * 1e3 if head["step_time_s"] is not None else None
+
+
 def topology_measured(choice: PlanChoice, cells: pd.DataFrame) -> None:
     s = _named_set()
     if s is None:
@@ -135,10 +144,19 @@ def topology_measured(choice: PlanChoice, cells: pd.DataFrame) -> None:
         format_func=lambda c: RANK_VALUES[c][0],
     )
     _, title, fmt = RANK_VALUES[column]
+    traced = float(values["step_ms"].mean()) if "step_ms" in values and len(values) else None
+    steady = _steady_step_ms(s)
+    step_note = (
+        f" The traced steps took {traced:,.1f} ms on average (profiler attached)"
+        + (f"; the run reports a steady step of {steady:,.1f} ms (median after its first)." if steady else ".")
+        + " Per-step values are parts of the traced step."
+        if traced
+        else ""
+    )
     st.caption(
         f"The same grid as above, each GPU coloured by its rank's {title} in {s.name} (per step: the mean over "
         "the traced steps; busbw: the median over its collectives); grey: no value. A rank that waits on a "
-        "slow peer shows high exposed communication; the slow peer itself is often the last to arrive."
+        "slow peer shows high exposed communication; the slow peer itself is often the last to arrive." + step_note
     )
     st.altair_chart(
         topology_charts.rank_values_chart(with_rank_values(cells, values[column], column), column, title=title, fmt=fmt)

@@ -136,7 +136,9 @@ def layer_time_chart(
             ],
         )
     )
-    layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node), names), bars, points]
+    # the measured layer only with points: a filter that leaves nothing gives Vega an infinite extent
+    shown = [bars, points] if (long["part"] == "measured").any() else [bars]
+    layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node), names), *shown]
     return alt.layer(*layers, data=long, width=300, height=280).facet(column=_sp_column())
 
 
@@ -251,7 +253,8 @@ def busbw_chart(
             ],
         )
     )
-    layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node), names), line, dots, points]
+    shown = [line, dots, points] if (data["source"] == "measured").any() else [line, dots]
+    layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node), names), *shown]
     return alt.layer(*layers, data=data, width=420, height=280)
 
 

@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from parallel.core.plan import Plan
 from profiler.formats.rundir import now_iso
+from ui.text import rank_span
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 TRACE_SUFFIXES = (".json", ".json.gz", ".zip", ".tar.gz", ".tgz", ".tar")
@@ -67,9 +68,7 @@ class Checked:
         return [
             {
                 "file": a.name,
-                "ranks": ", ".join(map(str, a.ranks))
-                if len(a.ranks) <= 8
-                else f"{a.ranks[0]}–{a.ranks[-1]} ({len(a.ranks)})",
+                "ranks": rank_span(a.ranks).removeprefix("ranks ").removeprefix("rank "),
                 "world size": a.world_size,
                 "events": a.events,
                 "MB": len(a.data) / 1e6,

@@ -1,7 +1,8 @@
 """Per rank per step: compute, communication (total, overlapped with compute, exposed) and idle time.
 
     bd = breakdown(traces)         # rank, step, device, start_ns, end_ns, window_ns, compute_ns, comm_ns,
-                                   # overlapped_comm_ns, exposed_comm_ns, memory_ns, idle_ns, events
+                                   # overlapped_comm_ns, exposed_comm_ns, memory_ns, exposed_memory_ns,
+                                   # idle_ns, events
     by_dim = comm_by_dim(traces)   # rank, step, dim, count, bytes, comm_ns, exposed_comm_ns
 
 Every number is a length of a union of event intervals, in integer ns, never NaN:
@@ -10,8 +11,11 @@ Every number is a length of a union of event intervals, in integer ns, never NaN
                 operators minus that thread's collective calls (a thread blocked in a collective is not
                 computing), then the union over threads
     overlapped  |comm ∩ compute|; exposed = comm - overlapped
-    memory      GPU memcpy/memset union (0 on CPU-only ranks)
+    memory      GPU memcpy/memset union (0 on CPU-only ranks); exposed_memory = memory outside compute
+                and comm, |memory - (compute ∪ comm)|
     idle        window - |compute ∪ comm ∪ memory|
+So compute + exposed_comm + exposed_memory + idle = window exactly: the phases of a step add up to
+it (memory copies overlap kernels on other streams, so memory_ns itself may not).
 
 Steps: GPU events belong to the ProfilerStep their launch (cuda_runtime via correlation) falls in,
 else the one their own start falls in; the window is then their first start to last end. CPU-only
@@ -48,6 +52,7 @@ COLUMNS = [
     "overlapped_comm_ns",
     "exposed_comm_ns",
     "memory_ns",
+    "exposed_memory_ns",
     "idle_ns",
     "events",
 ]
@@ -217,6 +222,7 @@ def _rank_breakdown(store: PartStore, rank: int, gpu: bool, rows: pd.DataFrame, 
     for step, lo, hi in r.steps():
         compute, sel, comm, memory, n = r.sets(step, lo, hi)
         overlapped = iv.overlap(comm, compute)
+        working = iv.length(iv.merge(compute, comm))
         busy = iv.length(iv.merge(compute, comm, memory))
         window = max(hi - lo, busy)
         out.append(
@@ -232,6 +238,7 @@ def _rank_breakdown(store: PartStore, rank: int, gpu: bool, rows: pd.DataFrame, 
                 overlapped,
                 iv.length(comm) - overlapped,
                 iv.length(memory),
+                busy - working,
                 window - busy,
                 n,
             )

@@ -36,7 +36,7 @@ from profiler.traces.loader import load_traces
 from profiler.traces.model import Traces
 from profiler.traces.store import load_frame, save_frame
 
-ANALYSIS_VERSION = "2"  # bump when an analyzer's table changes: it keys the results kept in the cache
+ANALYSIS_VERSION = "3"  # bump when an analyzer's table changes: it keys the results kept in the cache
 
 
 class TraceAnalysis:

@@ -121,6 +121,16 @@ def test_activation_memory_stacks_components_with_and_without_sp():
     assert {512, 2048, 32768} <= set(seq.frame()["x"])
     assert set(tp.frame()["x"]) == {1, 2, 4, 8, 16, 32}
     assert set(tp.frame().query("sp == 'with SP'")["x"]) == {2, 4, 8, 16, 32}  # SP needs TP > 1
+    assert any("TP = 1, 2, 4, 8, 16, 32 for this model" in c.value for c in at.caption)
+    # a model of 4 heads shows TP 1, 2, 4 only, and the caption says so (#17 item 13: it read "1 … 32")
+    tiny = _ok(
+        page_test(
+            "pages/activation_memory.py",
+            {**DEFAULT_PARAMS, "model": "tiny", "tp": "2", "dp": "1", "pp": "1", "nodes": "1", "gb": "4"},
+        )
+    )
+    assert set(vega_charts(tiny)[-1].frame()["x"]) == {1, 2, 4}
+    assert any("TP = 1, 2, 4 for this model" in c.value for c in tiny.caption)
 
 
 def test_activation_memory_options_change_the_bars():

@@ -282,3 +282,18 @@ def test_node_overview_names_a_one_gpu_node_by_its_rank():
     assert list(one["ranks"]) == ["0", "1", "2", "3"]
     two = node_overview(Topology(dp=4, pp=1, cp=1, tp=1, gpus_per_node=2), "dp")
     assert list(two["ranks"]) == ["0–1", "2–3"]
+
+
+@pytest.mark.parametrize(
+    "ranks, text",
+    [
+        ([3], "rank 3"),  # was "ranks 3–3"
+        ([0, 1, 2, 3], "ranks 0–3"),
+        ([0, 2, 5], "ranks 0, 2, 5"),
+        (list(range(0, 2048, 2)), "ranks 0 … 2,046 (1,024)"),
+    ],
+)
+def test_rank_span(ranks, text):
+    from ui.text import rank_span
+
+    assert rank_span(ranks) == text

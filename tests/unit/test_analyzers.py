@@ -100,6 +100,7 @@ def test_gpu_breakdown_exact(pair):
         overlapped_comm_ns=100,
         exposed_comm_ns=200,
         memory_ns=50,
+        exposed_memory_ns=50,  # the copy [650, 700) runs after compute and comm
         idle_ns=50,
     )
     want1 = dict(want0, comm_ns=250, overlapped_comm_ns=50)
