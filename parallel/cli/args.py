@@ -127,6 +127,19 @@ def cluster_from_args(args: argparse.Namespace, world_size: int) -> Cluster:
     return c.with_nodes(args.nodes) if args.nodes is not None else c.sized_for(world_size)
 
 
+def launch_cluster(args: argparse.Namespace, world_size: int, *, nnodes: int = 1) -> Cluster:
+    """The cluster a launch of `world_size` ranks runs on: the preset's links and GPUs, shaped as the
+    launch is -- `nnodes` machines of world/nnodes ranks (the local launcher: one machine holding them
+    all) -- unless --nodes or --gpus-per-node say otherwise. A preset's node size describes its
+    hardware, not this launch: 12 local-cpu ranks on one machine are one node, and their TP groups
+    never cross one."""
+    c = cluster_from_args(args, world_size)
+    if args.nodes is None and args.gpus_per_node is None:
+        nodes = max(int(nnodes), 1)
+        c = dataclasses.replace(c, nodes=nodes, gpus_per_node=-(-world_size // nodes))
+    return c
+
+
 def add_plan_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("plan")
     for flag in ("dp", "tp", "pp", "cp"):

@@ -79,6 +79,19 @@ def out_error(out: Path) -> str | None:
     return f"--out {out}: {where} {what}"
 
 
+def launch_nodes(args: argparse.Namespace, world_size: int) -> int:
+    """The machines this launch spreads its ranks over: the lab's two nodes, the profiler's --nnodes,
+    torchrun's world / LOCAL_WORLD_SIZE, else one (the local launcher)."""
+    if getattr(args, "lab", False):
+        return 2
+    if getattr(args, "nnodes", None):
+        return int(args.nnodes)
+    env = torchrun_env()
+    if env is not None and env["gpus_per_node"]:
+        return max(1, world_size // env["gpus_per_node"])
+    return 1
+
+
 def config_from_args(argv) -> tuple[TrainConfig | None, list[str], list[str]]:
     """(config, errors, warnings) from the command line; errors mean exit 2."""
     return config_from_namespace(parser().parse_args(argv))
@@ -88,7 +101,7 @@ def config_from_namespace(args: argparse.Namespace) -> tuple[TrainConfig | None,
     """config_from_args for a namespace parsed by `parser()` or a parser built on it (the profiler's)."""
     try:
         model, plan = cli_args.model_from_args(args), cli_args.plan_from_args(args)
-        cluster = cli_args.cluster_from_args(args, plan.world_size)
+        cluster = cli_args.launch_cluster(args, plan.world_size, nnodes=launch_nodes(args, plan.world_size))
     except SpecError as err:
         return None, [str(err)], []
     verdict = check(plan, model, cluster)

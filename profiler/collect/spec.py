@@ -201,7 +201,7 @@ def parse_run(argv) -> tuple[RunSpec | None, list[str], list[str]]:
     if args.job_timeout is not None and args.job_timeout <= 0:
         errors.append(f"--job-timeout {args.job_timeout} must be > 0")
     try:
-        cluster = cli_args.cluster_from_args(args, cfg.plan.world_size)
+        cluster = cli_args.launch_cluster(args, cfg.plan.world_size, nnodes=args.nnodes)
     except SpecError as err:
         return None, errors + [str(err)], warnings
     spec = RunSpec(

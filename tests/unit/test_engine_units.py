@@ -294,3 +294,23 @@ def test_params_per_stage_counts_the_engines_parameters(model, plan):
     for stage in range(plan.pp):
         built = GPTStage(model=model, ctx=_stage_context(plan, stage=stage))
         assert sum(p.numel() for p in built.parameters()) == memory.params_per_stage(model, plan, stage)
+
+
+def test_a_launch_is_validated_on_the_machines_it_runs_on(monkeypatch):
+    """#17 item 5: 12 local ranks with TP 3 were checked against local-cpu's 8-rank nodes, and warned
+    that TP crossed 'nodes' of one machine. The local launcher is one node; torchrun's nodes are
+    world / LOCAL_WORLD_SIZE; --gpus-per-node still wins."""
+    from parallel.cli.train import config_from_args
+    from profiler.collect.spec import parse_run
+
+    flags = "--tp 3 --heads 6 --hidden 96 --vocab 513 --dp 4".split()
+    _, errors, warnings = config_from_args(flags)
+    assert errors == [] and not any("cross nodes" in w for w in warnings)
+    spec, _, warnings = parse_run([*flags, "--steps", "3", "--out", "/tmp/unused"])
+    assert (spec.cluster.nodes, spec.cluster.gpus_per_node) == (1, 12) and not any("cross" in w for w in warnings)
+    _, _, warnings = config_from_args([*flags, "--gpus-per-node", "8"])  # said by the user: checked as said
+    assert any("TP groups cross nodes" in w for w in warnings)
+    for k, v in {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "12", "LOCAL_WORLD_SIZE": "4"}.items():
+        monkeypatch.setenv(k, v)  # torchrun: 3 nodes of 4 ranks, TP 3 crosses them
+    _, _, warnings = config_from_args(flags)
+    assert any("TP groups cross nodes" in w for w in warnings)
