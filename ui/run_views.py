@@ -263,7 +263,8 @@ def tp_measured(choice: PlanChoice) -> pd.DataFrame | None:
                     hide_index=True,
                     column_config={
                         "busbw_bytes_per_s": None,
-                        "busbw_gbps": st.column_config.NumberColumn("busbw GB/s", format="%.4g"),
+                        # wide enough for its header ("busbw G…" was cut in the default width)
+                        "busbw_gbps": st.column_config.NumberColumn("busbw GB/s", format="%.4g", width="medium"),
                     },
                 )
                 parts.append(ours.assign(source=s.name))

@@ -171,7 +171,9 @@ def rank_values_chart(cells: pd.DataFrame, column: str, *, title: str, fmt: str 
         _cells_base(cells)
         .mark_rect()
         .encode(
-            color=alt.Color(f"{column}:Q", title=title, scale=alt.Scale(scheme="viridis")),
+            color=alt.Color(  # the legend in the value's own format (it printed '14.653500')
+                f"{column}:Q", title=title, scale=alt.Scale(scheme="viridis"), legend=alt.Legend(format=fmt)
+            ),
             tooltip=[*_cell_tooltip(), alt.Tooltip(f"{column}:Q", title=title, format=fmt)],
         )
     )

@@ -237,6 +237,7 @@ def test_rank_values_hook_colours_by_a_measured_series():
     assert valued["exposed_ms"].notna().sum() == 2
     spec = topology_charts.rank_values_chart(valued, "exposed_ms", title="exposed comm, ms").to_dict()
     assert spec["encoding"]["color"]["field"] == "exposed_ms" and spec["encoding"]["color"]["type"] == "quantitative"
+    assert spec["encoding"]["color"]["legend"]["format"] == ",.3g"  # #17 item 13: the legend read "14.653500"
 
 
 def test_moved_ranks_between_orders():
