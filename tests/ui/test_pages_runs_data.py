@@ -244,6 +244,7 @@ def test_timeline_chart_specs():
     # a strip per class in each rank's row, and a merged span as opaque as it is busy (#17 item 1)
     assert rects["encoding"]["yOffset"]["scale"]["domain"] == ["compute", "tp"]
     assert rects["encoding"]["opacity"]["field"] == "busy_pct"
+    assert rects["encoding"]["y"]["axis"]["labelOverlap"] is False  # every rank labelled (not every other)
     assert rects["encoding"]["opacity"]["scale"] == {"domain": [0, 100], "range": [0.12, 1.0]}
     detail = timeline_charts.gantt_detail_chart(frame, window=(0.5, 1.5), highlight="0,1#0").to_dict()
     comm = detail["layer"][1]
