@@ -56,13 +56,14 @@ def _group_of(instance: pd.Series) -> pd.Series:
     return instance.astype(str).str.rsplit("#", n=1).str[0]
 
 
-OVERVIEW_COLUMNS = ["rank", "start_ms", "end_ms", "category", "label", "n_events", "busy_pct"]
+OVERVIEW_COLUMNS = ["rank", "start_ms", "end_ms", "category", "label", "n_events", "busy_pct", "busy_ms"]
 
 
 def gantt_frame(rects: pd.DataFrame, table: pd.DataFrame, *, t0_ns: int) -> pd.DataFrame:
     """profiler.analyzers.timeline rectangles for a chart: rank, lane, start_ms, end_ms (float32 ms from
     t0), category (compute | memory | the collective's dim), label (kernel or op name), dim, bytes, group,
-    busbw_gbps (from the collectives table; unmerged collectives only), n_events, busy_pct, instance
+    busbw_gbps (from the collectives table; unmerged collectives only), n_events, busy_pct (rounded, for
+    the eye), busy_ms (exact: a class's busy time in a window is its sum, at any zoom), instance
     (unique for merged rectangles, so selecting one never selects another). Narrow dtypes and Arrow
     dictionaries: this is what the browser receives."""
     if rects.empty:
@@ -80,6 +81,7 @@ def gantt_frame(rects: pd.DataFrame, table: pd.DataFrame, *, t0_ns: int) -> pd.D
                 "busbw_gbps",
                 "n_events",
                 "busy_pct",
+                "busy_ms",
                 "instance",
             ]
         )
@@ -107,6 +109,7 @@ def gantt_frame(rects: pd.DataFrame, table: pd.DataFrame, *, t0_ns: int) -> pd.D
             "busy_pct": (100 * rects["busy_ns"] / (rects["end_ns"] - rects["start_ns"]).clip(lower=1))
             .round()
             .astype("uint8"),
+            "busy_ms": (rects["busy_ns"] / 1e6).astype("float32"),
             "instance": np.where(comm, instance, ""),
         }
     )

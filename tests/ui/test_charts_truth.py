@@ -144,3 +144,59 @@ def test_the_checker_finds_what_it_looks_for():
         _check_chart(chart(good.assign(v=[1.0, np.inf])), "inf")
     with pytest.raises(AssertionError, match="draws no rows"):
         _check_chart(chart(good, filter_to="measured"), "empty layer")
+
+
+def _shared_set(runs, name: str):
+    """A real set of ../shared/traces copied in as a traces-only set (as an upload lands), or None."""
+    import shutil
+
+    from tests.conftest import SHARED_TRACES
+
+    src = SHARED_TRACES / name
+    if not src.is_dir():
+        return None
+    dest = runs / f"shared-{name}" / "traces"
+    if not dest.exists():
+        dest.mkdir(parents=True)
+        for f in src.iterdir():
+            if f.name.endswith((".json", ".json.gz")):
+                shutil.copy(f, dest / f.name)
+    return f"shared-{name}"
+
+
+@pytest.mark.parametrize("source", ["sample", "hta_nccl_parser_config", "hta_df_index_resolver"])
+def test_timeline_charts_show_the_analyzers_tables(source, with_run, monkeypatch):
+    """The Collective timeline's pictures against the tables they claim to show: the per-rank stacked
+    bar sums to the breakdown's window, the overview's busy time per rank and class matches the
+    analyzer's unmerged events, and every chart holds finite data inside its axes -- on our run and on
+    real uploaded GPU traces."""
+    from profiler import TraceAnalysis
+
+    monkeypatch.setenv("PARASCOPE_RUNS", str(with_run))
+    monkeypatch.setenv("PARASCOPE_UPLOADS", str(with_run.parent / "uploads"))
+    set_id = source if source == "sample" else _shared_set(with_run, source)
+    if set_id is None:
+        pytest.skip(f"../shared/traces/{source} is not present")
+    at = page_test("pages/timeline.py", {"run": set_id, "tl_step": "all"}, timeout=180)
+    assert not at.exception, [e.value for e in at.exception]
+    charts = vega_charts(at)
+    for i, chart in enumerate(charts):
+        _check_chart(chart, f"timeline {source} chart {i}")
+    a = TraceAnalysis.load(with_run / set_id)
+    bd = a.breakdown
+    parts = next(c for c in charts if "part" in c.frame())
+    shown = parts.frame().groupby("rank")["ms"].sum()
+    window = bd.groupby("rank")["window_ns"].sum() / 1e6
+    assert shown.to_numpy() == pytest.approx(window.loc[shown.index].to_numpy(), rel=1e-6)
+    # the overview (merged to a few spans per rank) and the detail (the same whole-step window at a
+    # finer level of detail) show each class's busy time alike, per rank (#17 item 1)
+    overview = next(c for c in charts if "brush" in c.text()).frame()
+    detail = next(c for c in charts if '"pick"' in c.text()).frame()
+
+    def busy(frame):
+        return frame.groupby([frame["rank"], frame["category"].astype(str)], observed=True)["busy_ms"].sum()
+
+    coarse, fine = busy(overview), busy(detail)
+    assert set(coarse.index) == set(fine.index)
+    assert coarse.to_numpy() == pytest.approx(fine.loc[coarse.index].to_numpy(), rel=1e-4, abs=1e-3)
+    assert overview["n_events"].sum() <= detail["n_events"].sum() or len(overview) < len(detail)
