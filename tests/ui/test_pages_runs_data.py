@@ -222,6 +222,7 @@ def test_timeline_chart_specs():
             "busbw_gbps": [np.nan, 1.0],
             "n_events": [1, 1],
             "busy_pct": [100.0, 100.0],
+            "busy_ms": [1.0, 1.0],
             "instance": ["", "0,1#0"],
         }
     )
