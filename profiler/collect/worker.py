@@ -97,11 +97,6 @@ def _exporter(run_dir: Path, rank: int, status: RankStatus):
     """on_trace_ready: Kineto JSON to .partial/, gzip beside it, rename into traces/."""
 
     def export(prof) -> None:
-        # Every rank's recorded window ends before any rank spends CPU on writing its trace: on a shared
-        # host the first ranks' export (JSON + gzip, seconds) otherwise slows the last recorded step of
-        # the ranks still in it, and that step's window then says more about the export than the job.
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.barrier()
         t0 = time.perf_counter()
         partial = rundir.partial_dir(run_dir)
         partial.mkdir(parents=True, exist_ok=True)
