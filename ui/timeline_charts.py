@@ -89,7 +89,8 @@ def gantt_overview_chart(
     classes = overview_classes(frame) or ["compute"]
     brush = alt.selection_interval(encodings=["x"], name=BRUSH, value={"x": list(window)} if window else alt.Undefined)
     # Streamlit fits the axes and the legend below into `height` too: ~130 px on top of the plot.
-    height = min(360, max(60, 14 * n, 4 * n * len(classes))) + LEGEND_PX  # 14 px: a rank's label fits
+    # 14 px a rank (its label fits), 6 px a strip (a class stays visible)
+    height = min(360, max(60, 14 * n, 6 * n * len(classes))) + LEGEND_PX
     x = _x(span, "ms from the step's start (drag to zoom the detail view)")
     rects = (
         alt.Chart(frame, width="container", height=height)
