@@ -32,22 +32,30 @@ import torch.nn as nn
 from parallel.engine.collectives import all_gather_flat, all_reduce, reduce_scatter_flat
 
 
+def flatten_params(params: list[nn.Parameter], *, n_shards: int, index: int):
+    """The parameters copied into one flat buffer padded to a multiple of `n_shards` elements, each
+    parameter becoming a view of it: (flat, offset of each parameter, [lo, hi) of shard `index`)."""
+    numel = sum(p.numel() for p in params)
+    padded = -(-numel // n_shards) * n_shards  # a multiple of the dp×cp size, for ZeRO
+    p0 = params[0]
+    flat = torch.zeros(padded, dtype=p0.dtype, device=p0.device)
+    offsets, off = [], 0
+    for p in params:
+        n = p.numel()
+        flat[off : off + n].copy_(p.detach().reshape(-1))
+        p.data = flat[off : off + n].view_as(p)
+        offsets.append(off)
+        off += n
+    size = padded // n_shards
+    return flat, offsets, (index * size, (index + 1) * size)
+
+
 class _Bucket:
     def __init__(self, params: list[nn.Parameter], *, n_shards: int, index: int):
-        numel = sum(p.numel() for p in params)
-        padded = -(-numel // n_shards) * n_shards  # a multiple of the dp×cp size, for ZeRO-1
-        p0 = params[0]
-        self.param = torch.zeros(padded, dtype=p0.dtype, device=p0.device)
-        self.grad = torch.zeros(padded, dtype=p0.dtype, device=p0.device)
-        off = 0
-        for p in params:  # parameters and gradients become views of the flat buffers
-            n = p.numel()
-            self.param[off : off + n].copy_(p.detach().reshape(-1))
-            p.data = self.param[off : off + n].view_as(p)
-            p.grad = self.grad[off : off + n].view_as(p)
-            off += n
-        size = padded // n_shards
-        self.lo, self.hi = index * size, (index + 1) * size
+        self.param, offsets, (self.lo, self.hi) = flatten_params(params, n_shards=n_shards, index=index)
+        self.grad = torch.zeros_like(self.param)
+        for p, off in zip(params, offsets):  # gradients become views of the flat buffer too
+            p.grad = self.grad[off : off + p.numel()].view_as(p)
 
 
 def _sum_in_place(grads: list[torch.Tensor], *, group, dim: str) -> None:

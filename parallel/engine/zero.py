@@ -43,30 +43,19 @@ import torch
 import torch.nn as nn
 
 from parallel.engine.collectives import all_gather_flat, all_reduce, reduce_scatter_flat
-from parallel.engine.data_parallel import _sum_in_place
+from parallel.engine.data_parallel import _sum_in_place, flatten_params
 
 
 class _Unit:
     """The parameters of one layer (or one end of a chunk) in a flat buffer, and this rank's shard."""
 
     def __init__(self, named: list[tuple[str, nn.Parameter]], *, reducer: ShardedReducer, shard_params: bool):
-        self.reducer, self.names = reducer, [n for n, _ in named]
-        self.params = [p for _, p in named]
-        n, index = reducer.ctx.dpcp.size, max(reducer.ctx.dpcp.index, 0)
-        numel = sum(p.numel() for p in self.params)
-        padded = -(-numel // n) * n
-        p0 = self.params[0]
-        self.flat = torch.zeros(padded, dtype=p0.dtype, device=p0.device)
-        self.offsets = []
-        off = 0
-        for p in self.params:
-            self.flat[off : off + p.numel()].copy_(p.detach().reshape(-1))
-            p.data = self.flat[off : off + p.numel()].view_as(p)
-            self.offsets.append(off)
-            off += p.numel()
-        self.pad = padded - numel
-        size = padded // n
-        self.lo, self.hi = index * size, (index + 1) * size
+        self.reducer, self.params = reducer, [p for _, p in named]
+        ctx = reducer.ctx
+        self.flat, self.offsets, (self.lo, self.hi) = flatten_params(
+            self.params, n_shards=ctx.dpcp.size, index=max(ctx.dpcp.index, 0)
+        )
+        self.pad = self.flat.numel() - sum(p.numel() for p in self.params)
         self.shard_params = shard_params
         if shard_params:  # ZeRO-3: the shard is the only stored copy; the flat buffer is freed
             self.shard = nn.Parameter(self.flat[self.lo : self.hi].clone())
