@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from profiler import TraceAnalysis, TraceError
+from profiler.traces import intervals as iv
 from tests.support import tracegen
 
 
@@ -31,19 +32,8 @@ def _sets(engine_run):
 
 
 def _union_ns(rects: pd.DataFrame) -> int:
-    """Total length of the union of [start_ns, end_ns) intervals."""
-    order = np.argsort(rects["start_ns"].to_numpy(dtype=np.int64), kind="stable")
-    s = rects["start_ns"].to_numpy(dtype=np.int64)[order]
-    e = rects["end_ns"].to_numpy(dtype=np.int64)[order]
-    total, cur_s, cur_e = 0, None, None
-    for a, b in zip(s, e):
-        if cur_e is None or a > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = a, b
-        else:
-            cur_e = max(cur_e, b)
-    return int(total + (cur_e - cur_s if cur_e is not None else 0))
+    """Total length of the union of [start_ns, end_ns) intervals (profiler.traces.intervals, tested on its own)."""
+    return iv.length(iv.union(rects["start_ns"].to_numpy(dtype=np.int64), rects["end_ns"].to_numpy(dtype=np.int64)))
 
 
 def _by_class(rects: pd.DataFrame, how) -> dict:

@@ -18,23 +18,11 @@ import pandas as pd
 import pytest
 
 from tests.support.apptest import page_test, registered_pages, vega_charts
-from tests.ui.test_pages_runs import install_run
+from tests.ui.test_pages_runs import SAMPLE_PLAN, install_run
 
 POSITIONAL = ("x", "y", "x2", "y2")
 PAGES = [p["path"] for p in registered_pages()]
-RUN_PLAN = {
-    "model": "tiny",
-    "cluster": "local-cpu",
-    "nodes": "1",
-    "dp": "2",
-    "tp": "2",
-    "pp": "1",
-    "cp": "1",
-    "sp": "1",
-    "mb": "1",
-    "gb": "4",
-    "run": "sample",
-}
+RUN_PLAN = {**SAMPLE_PLAN, "run": "sample"}
 FILTER = re.compile(r"^datum\.(\w+) (==|!=) '([^']*)'$")
 
 
