@@ -55,6 +55,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--bucket-mb", type=float, default=25.0, help="gradient all-reduce bucket size (MiB)")
     g.add_argument("--timeout", type=float, default=60.0, help="process-group timeout in seconds")
     g.add_argument("--out", default=None, help="run directory for metrics.json")
+    g.add_argument(
+        "--straggler",
+        default=None,
+        metavar="RANK:MS",
+        help="inject a straggler: a host delay of MS ms on every microbatch's forward of RANK",
+    )
     g.add_argument("--save-params", action="store_true", help="write each rank's parameter shards to OUT/params/")
     g.add_argument(
         "--launcher",
@@ -128,6 +134,9 @@ def config_from_namespace(args: argparse.Namespace) -> tuple[TrainConfig | None,
         errors.append(f"--timeout {args.timeout:g} must be > 0 (seconds a collective may wait for its peers)")
     if args.out and (why := out_error(Path(args.out))):
         errors.append(why)
+    straggler, why = _straggler(getattr(args, "straggler", None), plan.world_size)
+    if why:
+        errors.append(why)
     cfg = TrainConfig(
         model=model,
         plan=plan,
@@ -142,8 +151,25 @@ def config_from_namespace(args: argparse.Namespace) -> tuple[TrainConfig | None,
         out=args.out,
         save_params=args.save_params,
         launcher=args.launcher,
+        straggler=straggler,
     )
     return cfg, errors, warnings
+
+
+def _straggler(text: str | None, world_size: int) -> tuple[tuple[int, float] | None, str | None]:
+    """--straggler RANK:MS -> (rank, ms), or the error that says what is wrong with it."""
+    if not text:
+        return None, None
+    rank, _, ms = text.partition(":")
+    try:
+        r, delay = int(rank), float(ms)
+    except ValueError:
+        return None, f"--straggler {text!r}: expected RANK:MS, e.g. 3:20"
+    if not 0 <= r < world_size:
+        return None, f"--straggler {text!r}: rank {r} is outside 0..{world_size - 1}"
+    if not 0 <= delay <= 60_000:
+        return None, f"--straggler {text!r}: the delay must be 0-60000 ms"
+    return (r, delay), None
 
 
 def main(argv=None) -> int:

@@ -33,6 +33,9 @@ class TrainConfig:
     out: str | None = None
     save_params: bool = False  # DIR/params/rank{r}.pt: each rank's shards (see metrics.full_state_dict)
     launcher: str = "local"
+    # (rank, ms): a host delay of ms on every microbatch's forward of that rank -- an injected straggler
+    # that what-if replays are checked against (profiler whatif --rank-speed R=median)
+    straggler: tuple[int, float] | None = None
 
 
 def engine_errors(model: Model, plan: Plan) -> list[str]:

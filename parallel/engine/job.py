@@ -99,6 +99,8 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
     meter = ActivationMeter(exclude=[p for _, p in named])
     t_local = model.seq_len // plan.cp // (plan.tp if plan.sp else 1)  # tokens per rank between layers
     pipe = Pipeline(models=chunks, ctx=ctx, act_shape=(plan.micro_batch, t_local, model.hidden), dtype=dtype)
+    if cfg.straggler and cfg.straggler[0] == rank:
+        pipe.delay_s = cfg.straggler[1] / 1e3
     tokens = plan.global_batch * model.seq_len  # the loss is the mean over all of them
     init_s = time.perf_counter() - t_start
 

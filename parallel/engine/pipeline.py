@@ -18,6 +18,7 @@ same order and GPipe and 1F1B give bit-identical results.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from contextlib import nullcontext
 
@@ -44,6 +45,7 @@ class Pipeline:
         self.live = [0] * len(self.models)
         self.peak_live = [0] * len(self.models)
         self.peak_total = 0  # the most microbatch-chunks held at once, all chunks together
+        self.delay_s = 0.0  # host delay per microbatch forward (TrainConfig.straggler): a slow rank
 
     # ---- boundary exchange (picotron's pp_communications, Megatron's p2p_communication) ----------
     def _buf(self):
@@ -99,6 +101,8 @@ class Pipeline:
             )
             with measure:
                 y = model(x, ids=mb.get("ids"), targets=mb.get("targets"), tokens=self.tokens)
+            if self.delay_s and chunk == 0:
+                time.sleep(self.delay_s)
         if model.last:
             self.loss += y.detach()
         self.live[chunk] += 1

@@ -203,6 +203,10 @@ def test_validating_a_train_command_does_not_import_torch():
         (["--zero", "3"], None),  # ZeRO-3 at dp 1 is allowed (one shard is the whole)
         (["--dp", "2", "--global-batch", "2", "--timeout", "-1"], "--timeout -1 must be > 0"),  # was gloo's traceback
         (["--tp", "2", "--layers", "3"], None),  # fine for TP: not an error
+        (["--dp", "2", "--straggler", "2:10"], "rank 2 is outside 0..1"),
+        (["--dp", "2", "--straggler", "1"], "expected RANK:MS"),
+        (["--dp", "2", "--straggler", "1:-5"], "the delay must be 0-60000 ms"),
+        (["--dp", "2", "--straggler", "1:20"], None),
     ],
 )
 def test_cli_rejects_a_bad_plan_with_exit_2(flags, needle, tmp_path):
