@@ -4,7 +4,7 @@ its ranks, the arrival skew and stragglers, the per-rank breakdown, and download
 
 import streamlit as st
 
-from ui import run_loaders, run_status, selection, timeline_charts
+from ui import run_loaders, run_status, selection, timeline_charts, whatif_views
 from ui.routing import ensure_navigation
 from ui.run_data import ALL, HEAT_VALUES, slowest_ranks
 from ui.text import md
@@ -146,8 +146,15 @@ def timeline_page(s: TraceSet) -> None:
         "Short events are merged within their class so the chart stays light; a merged span is as opaque as it "
         "is busy (hover: events merged, busy %)."
     )
+    path = run_loaders.critical_path(key, step) if whatif_views.path_toggle(len(ranks)) else None
     st.altair_chart(
-        timeline_charts.gantt_overview_chart(over["frame"], span=over["span"], window=detail["window"]),
+        timeline_charts.gantt_overview_chart(
+            over["frame"],
+            span=over["span"],
+            window=detail["window"],
+            path=None if path is None else path["frame"][path["frame"]["rank"].isin(over["ranks"])],
+            links=None if path is None else path["links"],
+        ),
         key=BRUSH_KEY,
         on_select=_on_brush,
         selection_mode=timeline_charts.BRUSH,
@@ -176,6 +183,9 @@ def timeline_page(s: TraceSet) -> None:
     t4.dataframe(tables["dims"], hide_index=True)
     if tables["clock_note"]:
         st.caption(tables["clock_note"])
+    if path is not None:
+        whatif_views.critical_path_section(key, step, path)
+        whatif_views.whatif_section(key, ranks)
     d1, d2 = st.columns(2)
     d1.download_button(
         "Merged Perfetto trace (.json.gz)",

@@ -318,17 +318,6 @@ def tp_measured(table: pd.DataFrame, node_of: dict[int, object]) -> pd.DataFrame
     return out.reset_index()
 
 
-def node_of_ranks(run: dict | None, hosts: dict[int, str | None]) -> dict[int, object]:
-    """rank -> node: run.json's hosts[r].node when present, else the host name from the traces."""
-    out: dict[int, object] = dict(hosts)
-    for r, info in ((run or {}).get("hosts") or {}).items():
-        if isinstance(info, dict) and str(r).isdigit():
-            node = info.get("node", info.get("hostname"))
-            if node is not None:
-                out[int(r)] = node
-    return out
-
-
 def metrics_summary(metrics: dict | None) -> dict:
     """Headline numbers of a run's metrics.json: steady step time (median after the first step), first
     and last loss, the largest activation-memory and model-state errors vs the prediction (%). Missing

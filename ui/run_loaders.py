@@ -23,7 +23,8 @@ import pandas as pd
 import streamlit as st
 
 from profiler.analyzers.front import TraceAnalysis
-from ui import run_data
+from profiler.traces.model import node_of_ranks
+from ui import run_data, whatif_data
 from ui.trace_sets import TraceSet
 
 MAX_GANTT_RANKS = 64  # ranks drawn at once; larger sets pick a range
@@ -216,7 +217,7 @@ def layout(key: tuple):
 @st.cache_data(show_spinner=False, max_entries=16)
 def tp_measured(key: tuple) -> pd.DataFrame:
     b = analysis(key)
-    return run_data.tp_measured(b.table, run_data.node_of_ranks(b.traces.run, b.traces.hosts()))
+    return run_data.tp_measured(b.table, node_of_ranks(b.traces.run, b.traces.hosts()))
 
 
 def perfetto_bytes(key: tuple) -> bytes:
@@ -238,3 +239,38 @@ def metrics(path: str, mtime_ns: int) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def critical_path(key: tuple, step: int) -> dict:
+    """The cross-rank critical path of `step` (every step for ALL), measured: frame (whatif_data.path_frame,
+    ms from the step's aligned start, as the overview draws), links (rank hops), categories."""
+    from profiler.analyzers.replay import critical_path as path_of
+    from profiler.analyzers.replay import replay
+
+    b = analysis(key)
+    g = b.front.graph
+    t0, _ = run_data.step_span(b.bd, b.offsets, step)
+    rp = replay(g)
+    steps = b.steps if step == run_data.ALL else [step]
+    path = pd.concat([path_of(g, rp, s) for s in steps], ignore_index=True)
+    frame = whatif_data.path_frame(path, t0)
+    return {"frame": frame, "links": whatif_data.path_links(frame), "categories": whatif_data.path_categories(path)}
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def whatif(
+    key: tuple,
+    rank: int | None,
+    speed: str | float | None,
+    link: str | None,
+    link_factor: float,
+    overlap: tuple[str, ...],
+    microbatches: int | None,
+) -> dict:
+    """profiler.analyzers.whatif's object for the form's scenario (plain values: the cache key)."""
+    from profiler.analyzers.whatif import whatif as run
+
+    b = analysis(key)
+    scenario = whatif_data.scenario_of(rank=rank, speed=speed, link=link, link_factor=link_factor, overlap=overlap)
+    return run(b.front.graph, scenario, plan=b.front.layout_plan, microbatches=microbatches)

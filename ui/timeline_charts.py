@@ -18,6 +18,8 @@ import pandas as pd
 from ui.run_data import PARTS
 from ui.theme import ACTIVITY_COLORS, scale
 
+PATH_COLOR = "#d6336c"  # the critical path: a colour no activity uses
+
 PART_COLORS = dict(zip(PARTS, ("#adb5bd", "#ffc9a8", "#e8590c", "#b197fc", "#f1f3f5")))
 BRUSH = "brush"  # the overview's interval selection: st.altair_chart(..., on_select=...) reports it by this name
 PICK = "pick"
@@ -76,15 +78,51 @@ def overview_classes(frame: pd.DataFrame) -> list[str]:
     return [c for c in ("compute", "memory") if c in present] + sorted(present - {"compute", "memory"})
 
 
+def critical_path_layers(path: pd.DataFrame, links: pd.DataFrame, span: tuple[float, float], n: int) -> list[alt.Chart]:
+    """The cross-rank critical path over a Gantt: a dark rule along each segment on its rank's row
+    (ui.whatif_data.path_frame) and a vertical hop where the path changes rank (path_links)."""
+    seg = (
+        alt.Chart(path)
+        .mark_rule(color=PATH_COLOR, strokeWidth=3, opacity=0.9)
+        .encode(
+            x=_x(span),
+            x2=alt.X2("end_ms"),
+            y=_rank_y(n),
+            tooltip=[
+                alt.Tooltip("rank:O"),
+                alt.Tooltip("category:N", title="on the path"),
+                alt.Tooltip("label:N", title="op"),
+                alt.Tooltip("dur_ms:Q", title="ms", format=",.3f"),
+            ],
+        )
+    )
+    hop = (
+        alt.Chart(links)
+        .mark_rule(color=PATH_COLOR, strokeWidth=1.5, strokeDash=[3, 2])
+        .encode(
+            x=alt.X("at_ms:Q", scale=alt.Scale(domain=list(span), nice=False, zero=False)),
+            y=alt.Y("from_rank:O"),
+            y2=alt.Y2("to_rank"),
+        )
+    )
+    return [seg, hop] if len(links) else [seg]  # a layer with no rows would draw nothing
+
+
 def gantt_overview_chart(
-    frame: pd.DataFrame, *, span: tuple[float, float], window: tuple[float, float] | None = None
+    frame: pd.DataFrame,
+    *,
+    span: tuple[float, float],
+    window: tuple[float, float] | None = None,
+    path: pd.DataFrame | None = None,
+    links: pd.DataFrame | None = None,
 ) -> alt.Chart | alt.LayerChart:
     """The whole step, one thin row per rank; an x-interval brush named BRUSH picks the detail window.
     The window shown in detail is outlined (a dashed box), since a brush does not survive a reload.
 
     Each row is a stack of strips, one per class (compute, memory, each dimension's collectives: the
     analyzer never merges across them), and a merged rectangle is as opaque as it is busy, so a span of
-    ten short copies that are 1% busy reads as a faint tint, not as a solid bar over the compute."""
+    ten short copies that are 1% busy reads as a faint tint, not as a solid bar over the compute.
+    `path`/`links`: the critical path drawn over the rows (critical_path_layers)."""
     n = int(frame["rank"].nunique()) if len(frame) else 1
     classes = overview_classes(frame) or ["compute"]
     brush = alt.selection_interval(encodings=["x"], name=BRUSH, value={"x": list(window)} if window else alt.Undefined)
@@ -109,8 +147,11 @@ def gantt_overview_chart(
         )
         .add_params(brush)
     )
+    layers = [rects]
+    if path is not None and len(path):
+        layers += critical_path_layers(path, links if links is not None else path.iloc[:0], span, n)
     if window is None:
-        return rects
+        return layers[0] if len(layers) == 1 else alt.layer(*layers)
     box = (
         alt.Chart(pd.DataFrame({"start_ms": [window[0]], "end_ms": [window[1]]}))
         .mark_rect(
@@ -129,7 +170,7 @@ def gantt_overview_chart(
             ],
         )
     )
-    return alt.layer(rects, box)
+    return alt.layer(*layers, box)
 
 
 def gantt_detail_chart(

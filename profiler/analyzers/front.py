@@ -6,6 +6,8 @@ others (the collectives table feeds all of them; clock offsets feed the matching
     a = TraceAnalysis.load("runs/demo")            # or TraceAnalysis(traces, plan)
     a.collectives, a.offsets, a.per_rank_wait, a.instances, a.breakdown, a.comm_by_dim
     a.stragglers(top=20), a.timeline(ranks=..., start_ns=..., end_ns=...), a.export_perfetto(path)
+    a.layout_plan, a.graph                         # the plan the set ran (given, run.json's, inferred);
+                                                   # the steps' dependency graph (replay.py)
     a.summary(top=20)                              # `python -m profiler analyze --json`'s object
 
 The pages, `profiler analyze`, the TP sweep and the benches all ask this object; none chains the
@@ -26,14 +28,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from parallel.core.plan import Plan
 from profiler.analyzers.breakdown import breakdowns
 from profiler.analyzers.collectives import collectives
 from profiler.analyzers.export import export_collectives, export_perfetto
 from profiler.analyzers.labels import plan_of
 from profiler.analyzers.matching import clock_offsets, instances, per_rank_wait, stragglers
+from profiler.analyzers.replay import Graph, build_graph
 from profiler.analyzers.timeline import timeline
 from profiler.traces.loader import load_traces
-from profiler.traces.model import Traces
+from profiler.traces.model import Traces, node_of_ranks
 from profiler.traces.store import load_frame, save_frame
 
 ANALYSIS_VERSION = "3"  # bump when an analyzer's table changes: it keys the results kept in the cache
@@ -134,6 +138,32 @@ class TraceAnalysis:
     @property
     def comm_by_dim(self) -> pd.DataFrame:
         return self._breakdowns[1]
+
+    @cached_property
+    def layout_plan(self) -> Plan:
+        """The plan that places ranks: the one given, else run.json's, else the layout the process groups
+        imply (analyzers.layout; DP over the world when nothing is known)."""
+        plan = plan_of(self.plan, self.traces)
+        if plan is None:
+            from profiler.analyzers.layout import infer_layout
+
+            plan = infer_layout(self.traces, self.collectives).plan
+        return plan
+
+    @cached_property
+    def graph(self) -> Graph:
+        """The traced steps' dependency graph (replay.build_graph), stages from layout_plan."""
+        plan = self.layout_plan
+        topo = plan.topology(max(plan.world_size, 1))
+        stage = {r: int(topo.coords_of(r)["pp"]) for r in self.traces.rank_ids if r < plan.world_size}
+        return build_graph(
+            self.traces,
+            self.per_rank_wait,
+            self.breakdown,
+            self.offsets,
+            stage=stage,
+            nodes=node_of_ranks(self.traces.run, self.traces.hosts()),
+        )
 
     def stragglers(self, top: int | None = 20) -> pd.DataFrame:
         """The `top` (None: all) instances with the largest arrival skew."""

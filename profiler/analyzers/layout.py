@@ -11,7 +11,8 @@ our own annotation names (Megatron-LM's TENSOR_MODEL_PARALLEL_GROUP, a DeviceMes
 Method: every factorisation world = dp × tp × pp × cp (cp only when a group says cp) and every rank
 order of parallel.core.topology is a candidate; its score is how many observed groups are exactly
 one of its groups (a send/recv pair: inside one of its pp groups, or any dimension's), then how many
-named groups it puts in the named dimension, then how few of its dimensions > 1 nothing observed
+named groups it puts in the named dimension, then how many send/recv pairs fall inside its pipeline
+groups (p2p is the pipeline's exchange in every common framework), then how few of its dimensions > 1 nothing observed
 supports (data parallelism is the default: an unsupported dp costs nothing), then the larger TP
 (groups of consecutive ranks are tensor parallel in Megatron-LM, torchtitan and DeepSpeed's
 layouts alike) and the fewer pipeline stages. The best candidate that
@@ -104,13 +105,15 @@ def infer_layout(traces: Traces, table: pd.DataFrame) -> LayoutGuess:
                     for row in topo.group_ranks(dim):
                         mine.setdefault(frozenset(int(r) for r in row), dim)
             pp_groups = [s for s, d in mine.items() if d == "pp"]
+            in_pp = sum(any(p <= s for s in pp_groups) for p in pairs)
             explained = sum(g in mine for g in groups) + sum(any(p <= s for s in pp_groups) or p in mine for p in pairs)
             agree = sum(mine.get(g) == d for g, d in groups.items() if d)
             seen = {mine[g] for g in groups if g in mine} | {"pp" for p in pairs if any(p <= s for s in pp_groups)}
             unsupported = sum(1 for d in ("tp", "pp", "cp") if topo.sizes[d] > 1 and d not in seen)
             # ties: contiguous groups are tensor parallel (every common launcher keeps TP innermost,
             # inside a node), and fewer pipeline stages
-            score = (explained, agree, -unsupported, tp, -pp)
+            # send/recv between ranks is the pipeline's exchange far more often than anything else
+            score = (explained, agree, in_pp, -unsupported, tp, -pp)
             if best_score is None or score > best_score:
                 best, best_score = (dp, tp, pp, cp, order), score
     n = len(groups) + len(pairs)

@@ -35,3 +35,13 @@ def assign_steps(ranks: np.ndarray, times: np.ndarray, windows: pd.DataFrame) ->
         ok[ok] = times[sel][ok] < ends[i[ok]]
         out[sel[ok]] = steps[i[ok]]
     return out
+
+
+def steady_step_s(windows: pd.DataFrame) -> float | None:
+    """The trace's step time, one definition everywhere (what-if, the pages): the median over traced
+    steps of the mean over ranks of the step's window (rank, step, start_ns, end_ns). None when empty."""
+    if windows is None or not len(windows):
+        return None
+    dur = (windows["end_ns"] - windows["start_ns"]).astype("float64")
+    per_step = dur.groupby(windows["step"]).mean()
+    return float(np.median(per_step.to_numpy())) / 1e9

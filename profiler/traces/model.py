@@ -181,6 +181,17 @@ class Traces:
         return "\n".join(lines)
 
 
+def node_of_ranks(run: dict | None, hosts: dict[int, str | None]) -> dict[int, object]:
+    """rank -> node: run.json's hosts[r].node when present, else the host name from the traces."""
+    out: dict[int, object] = dict(hosts)
+    for r, info in ((run or {}).get("hosts") or {}).items():
+        if isinstance(info, dict) and str(r).isdigit():
+            node = info.get("node", info.get("hostname"))
+            if node is not None:
+                out[int(r)] = node
+    return out
+
+
 def event_arrays(ev: pd.DataFrame) -> dict[str, np.ndarray]:
     """One rank's events (a partition's frame) as numpy arrays: ts, end, kind (index into
     patterns.KINDS, -1 if unknown), pid, tid, correlation, and `thread` numbering each distinct

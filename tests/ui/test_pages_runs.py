@@ -217,7 +217,7 @@ def test_timeline_without_a_run_opens_the_latest_completed_one_and_says_so(runs)
 def test_timeline_draws_every_rank_by_dimension(runs):
     install_run(runs, "alpha")
     at = _ok(page_test("pages/timeline.py", {"run": "alpha"}))
-    overview, detail, parts, heat = vega_charts(at)
+    overview, detail, parts, phases, heat = vega_charts(at)
     o, d = overview.frame(), detail.frame()
     assert sorted(o["rank"].unique()) == [0, 1, 2, 3] and sorted(d["rank"].unique()) == [0, 1, 2, 3]
     assert set(d["lane"]) == {"compute", "comm"}
@@ -236,6 +236,15 @@ def test_timeline_draws_every_rank_by_dimension(runs):
     assert {"Per rank", "Skew by dimension", "Stragglers", "By dimension"} == {t.label for t in at.tabs}
     assert len(at.dataframe[0].value) == 4  # one breakdown row per rank
     assert {"sp", "dp"} <= set(at.dataframe[3].value["dim"]) <= {"tp", "sp", "dp"}
+    # the critical path: drawn over the overview, its time per category adds up to its length
+    assert "rule" in overview.marks() and "#d6336c" in overview.text()
+    on_path = at.dataframe[4].value
+    assert set(on_path["category"]) <= {"work", "comm: sp", "comm: dp", "comm: tp"} and on_path["ms"].gt(0).all()
+    assert abs(on_path["share"].sum() - 1) < 1e-6
+    # the what-if with no change reproduces the measured step, and its phases chart has both
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Measured step"] == metrics["Predicted step"]
+    assert set(phases.frame()["which"]) == {"measured", "predicted"}
     downloads = [b.proto.label for b in at.get("download_button")]
     assert downloads == ["Merged Perfetto trace (.json.gz)", "Collectives table (.csv)"]
     # all ranks x steps: one cell per (rank, traced step), its step time the breakdown's window
@@ -243,7 +252,7 @@ def test_timeline_draws_every_rank_by_dimension(runs):
     assert sorted(h["rank"].unique()) == [0, 1, 2, 3] and sorted(h["step"].unique()) == [2, 3]
     assert len(h) == 8 and (h["step_ms"] > 0).all() and (h["late_ms"] >= 0).all()
     assert (h["exposed_ms"] <= h["step_ms"] + 1e-6).all()
-    slow = at.dataframe[4].value
+    slow = at.dataframe[6].value
     assert slow["late ms (sum)"].is_monotonic_decreasing and len(slow) == 4
 
 
@@ -299,12 +308,14 @@ def test_timeline_window_step_and_highlight_come_from_the_url(runs):
     shared = _ok(page_test("pages/timeline.py", {"run": "alpha", "inst": worst}))
     assert shared.selectbox(key="tl_inst").value == worst
     # a brushed window and another step, from a copied URL
-    span = vega_charts(at)[0].spec["encoding"]["x"]["scale"]["domain"]
+    over = vega_charts(at)[0].spec
+    span = (over["layer"][0] if "layer" in over else over)["encoding"]["x"]["scale"]["domain"]
     lo, hi = round(span[1] * 0.25, 3), round(span[1] * 0.5, 3)
     at = _ok(page_test("pages/timeline.py", {"run": "alpha", "win": f"{lo},{hi}", "tl_step": "3"}))
     assert at.selectbox(key="tl_step").value == "3"
     overview, detail, *_ = vega_charts(at)
-    assert overview.spec["params"][0]["value"] == {"x": [lo, hi]}
+    params = overview.spec.get("params") or overview.spec["layer"][0]["params"]
+    assert params[0]["value"] == {"x": [lo, hi]}
     assert detail.spec["layer"][0]["encoding"]["x"]["scale"]["domain"] == [lo, hi]
     d = detail.frame()
     assert d["end_ms"].max() <= hi + 1e-6 and d["start_ms"].min() >= lo - 1e-6
@@ -318,7 +329,8 @@ def test_timeline_of_a_failed_run_shows_its_traces_and_the_failure(runs):
     install_run(runs, "broken", status="failed", error={"rank": 3, "message": "killed by SIGKILL"})
     at = _ok(page_test("pages/timeline.py", {"run": "broken"}))
     assert any("failed on rank 3" in e.value for e in at.error)
-    assert len(vega_charts(at)) == 4  # traces already written are still shown (Gantt x2, breakdown, heat map)
+    # traces already written are still shown (Gantt x2, breakdown, what-if phases, heat map)
+    assert len(vega_charts(at)) == 5
 
 
 def test_timeline_of_a_run_without_traces_waits_for_them(runs):

@@ -1,0 +1,173 @@
+"""What-if on a measured trace: scenarios replayed over the step's dependency graph (replay.py).
+
+    out = whatif(analysis, Scenario(rank_speed={3: "median"}), microbatches=None)
+
+`out` is `python -m profiler whatif --json`'s object:
+    measured_step_time_s   the trace's own step (steps.steady_step_s: median over traced steps of the
+                           mean rank window)
+    predicted_step_time_s  the same, of the replayed windows; equal to the measured one when no
+                           scenario is given (the replay reproduces the trace exactly)
+    change_pct             predicted vs measured
+    measured_phases / predicted_phases   per rank and step, averaged: work_s, wait_s and transfer_s
+                           per dimension -- they add up to the step
+    scenarios              what was applied (rank speed factors per step, link factors, hidden dims,
+                           microbatches), each with what it assumes
+    changed                sentences: what moved, largest first
+    critical_path          of the measured step closest to the median and of its replay: length_s,
+                           by_category (work, comm:<dim>), ranks, segments
+    pipeline               per stage (pp > 1): work, bubble, p2p wait and transfer (ms), bubble
+                           fraction beside (p-1)/(v m) -- bubble.py
+    cut_dependencies, overlapped_left_out   the replay's honesty counters
+
+More microbatches (`microbatches=M`, same global batch, so each is smaller): the pipeline's schedule
+bubble (bubble.py's bubble_ns, not the late-peer wait) scales by m/M, per-microbatch work and
+communication stay the same in total -- optimistic by the per-microbatch fixed costs. It is applied on
+top of the replayed step, not replayed (the trace has no schedule for M microbatches).
+
+Pure: numpy, pandas.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler.analyzers import bubble
+from profiler.analyzers.replay import Graph, Replay, Scenario, critical_path, phases, replay, step_windows
+from profiler.analyzers.steps import steady_step_s
+
+
+def _phase_summary(ph: pd.DataFrame) -> dict[str, Any]:
+    if not len(ph):
+        return {"window_s": 0.0, "work_s": 0.0, "wait_s": 0.0, "transfer_s": {}}
+    mean = ph.drop(columns=["rank", "step"]).mean()
+    transfer = {
+        c[len("transfer_") : -3]: round(float(mean[c]) / 1e9, 6) for c in ph.columns if c.startswith("transfer_")
+    }
+    return {
+        "window_s": round(float(mean["window_ns"]) / 1e9, 6),
+        "work_s": round(float(mean["work_ns"]) / 1e9, 6),
+        "wait_s": round(float(mean["wait_ns"]) / 1e9, 6),
+        "transfer_s": transfer,
+    }
+
+
+def _median_step(g: Graph) -> int | None:
+    w = step_windows(g)
+    if not len(w):
+        return None
+    per = (w["end_ns"] - w["start_ns"]).groupby(w["step"]).mean()
+    return int((per - per.median()).abs().idxmin())
+
+
+def path_summary(path: pd.DataFrame) -> dict[str, Any]:
+    """A critical path's length, its time per category (work, comm:<dim>), the ranks it visits."""
+    if not len(path):
+        return {"length_s": 0.0, "by_category": {}, "ranks": [], "segments": 0, "rank_switches": 0}
+    cat = np.where(path["kind"] == "work", "work", "comm:" + path["dim"].astype(str))
+    by = path.groupby(cat)["dur_ns"].sum().sort_values(ascending=False)
+    ranks = path["rank"].to_numpy()
+    return {
+        "step": int(path["step"].iloc[0]),
+        "length_s": round(float(path["end_ns"].max() - path["start_ns"].min()) / 1e9, 6),
+        "by_category": {str(k): round(float(v) / 1e9, 6) for k, v in by.items()},
+        "ranks": sorted({int(r) for r in ranks}),
+        "segments": len(path),
+        "rank_switches": int((ranks[1:] != ranks[:-1]).sum()),
+    }
+
+
+def _changed(measured: dict, predicted: dict, m_step: float, p_step: float) -> list[str]:
+    out = []
+    if m_step:
+        out.append(f"step {m_step * 1e3:,.2f} → {p_step * 1e3:,.2f} ms ({(p_step / m_step - 1) * 100:+.1f}%)")
+    deltas = [("work", measured["work_s"], predicted["work_s"]), ("wait", measured["wait_s"], predicted["wait_s"])]
+    for dim in sorted(set(measured["transfer_s"]) | set(predicted["transfer_s"])):
+        deltas.append((f"{dim} transfer", measured["transfer_s"].get(dim, 0.0), predicted["transfer_s"].get(dim, 0.0)))
+    for name, a, b in sorted(deltas, key=lambda d: -abs(d[2] - d[1])):
+        if abs(b - a) * 1e3 >= 0.01:
+            out.append(f"{name} per rank {a * 1e3:,.2f} → {b * 1e3:,.2f} ms")
+    return out
+
+
+def whatif(
+    graph: Graph, scenario: Scenario = Scenario(), *, plan: Any = None, microbatches: int | None = None
+) -> dict[str, Any]:
+    """The what-if object (see the module docstring). `plan`: the set's Plan (stages, microbatches)."""
+    rp: Replay = replay(graph, scenario)
+    measured_w, predicted_w = step_windows(graph), step_windows(graph, rp)
+    m_step = steady_step_s(measured_w) or 0.0
+    p_step = steady_step_s(predicted_w) or 0.0
+    m_ph, p_ph = _phase_summary(phases(graph)), _phase_summary(phases(graph, rp))
+    applied: list[dict] = []
+    for rank, speed in scenario.rank_speed.items():
+        factors = {str(s): round(f, 4) for (r, s), f in rp.speed.items() if r == rank}
+        applied.append(
+            {
+                "kind": "rank_speed",
+                "rank": int(rank),
+                "speed": speed,
+                "work_factor_by_step": factors,
+                "assumes": "the rank's own time (compute, host code) scales; its transfers do not",
+            }
+        )
+    for key, k in scenario.link.items():
+        applied.append(
+            {
+                "kind": "link",
+                "link": key,
+                "factor": float(k),
+                "assumes": "transfer time (after the last arrival) scales by 1/k; latency-bound ops gain less in reality",
+            }
+        )
+    for dim in sorted(scenario.overlap):
+        applied.append(
+            {"kind": "overlap", "dim": dim, "assumes": "fully hidden behind compute: costs nothing, waits for no one"}
+        )
+    pipeline: list[dict] = []
+    if plan is not None and plan.pp > 1:
+        table = bubble.pipeline_phases(graph, pp=plan.pp, vpp=plan.vpp, microbatches=plan.microbatches)
+        pipeline = [
+            {k: (round(float(v), 4) if isinstance(v, float) else int(v)) for k, v in r.items()}
+            for r in bubble.per_stage(table).to_dict("records")
+        ]
+        if microbatches:
+            m = plan.microbatches
+            bubble_s = float(table["bubble_ns"].mean()) / 1e9 if len(table) else 0.0
+            saved = bubble_s * (1 - m / microbatches)
+            p_step -= saved
+            applied.append(
+                {
+                    "kind": "microbatches",
+                    "from": m,
+                    "to": int(microbatches),
+                    "bubble_s": round(bubble_s, 6),
+                    "assumes": "same global batch in smaller microbatches: the schedule's bubble scales by m/M, "
+                    "the work does not change (per-microbatch fixed costs make this optimistic)",
+                }
+            )
+    elif microbatches:
+        applied.append(
+            {"kind": "microbatches", "to": int(microbatches), "assumes": "no pipeline (pp 1): nothing changes"}
+        )
+    step = _median_step(graph)
+    out = {
+        "measured_step_time_s": round(m_step, 6),
+        "predicted_step_time_s": round(p_step, 6),
+        "change_pct": round((p_step / m_step - 1) * 100, 2) if m_step else None,
+        "measured_phases": m_ph,
+        "predicted_phases": p_ph,
+        "scenarios": applied,
+        "changed": _changed(m_ph, p_ph, m_step, p_step),
+        "critical_path": {
+            "measured": path_summary(critical_path(graph, replay(graph), step)) if step is not None else {},
+            "predicted": path_summary(critical_path(graph, rp, step)) if step is not None else {},
+        },
+        "pipeline": pipeline,
+        "steps": sorted({int(s) for s in measured_w["step"]}),
+        "cut_dependencies": rp.cut,
+        "overlapped_left_out": graph.dropped_overlapped,
+    }
+    return out

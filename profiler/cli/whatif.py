@@ -1,0 +1,146 @@
+"""`python -m profiler whatif RUN_OR_TRACES [scenarios] [--json]`: a measured trace replayed with changes.
+
+    python -m profiler whatif runs/demo                              # the measured step, reproduced
+    python -m profiler whatif runs/slow --rank-speed 3=median --json # rank 3 at its peers' median speed
+    python -m profiler whatif runs/lab --link inter=2                # the inter-node link twice as fast
+    python -m profiler whatif runs/demo --overlap dp --microbatches 16
+
+Scenarios (repeatable, combined):
+    --rank-speed R=median | R=F   rank R's own time at the median of its stage's peers, or F x faster
+    --link KEY=K                  transfers K x faster on link tier intra / inter, or of a dimension
+    --overlap DIM                 that dimension's communication fully hidden
+    --microbatches M              the same global batch in M microbatches (the pipeline bubble scales)
+
+--json prints profiler.analyzers.whatif's object (measured_step_time_s, predicted_step_time_s, the
+per-phase breakdown of both, the scenarios and what each assumes, the critical path, the pipeline's
+bubble vs P2P wait per stage). Bad input exits 2 with one line on stderr.
+Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import orjson
+
+from parallel.core.comm import DIMS
+from profiler.analyzers.replay import Scenario
+from profiler.cli.analyze import _plan, _ranks
+
+
+class ScenarioError(ValueError):
+    pass
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m profiler whatif", description="replay a measured trace with changes")
+    ap.add_argument("path", nargs="+", help="run directory, folder, trace file(s), or .zip/.tar.gz")
+    ap.add_argument("--plan", help="Plan JSON (or a run.json with a 'plan'): stages and microbatches")
+    ap.add_argument("--rank-speed", action="append", default=[], metavar="R=median|F")
+    ap.add_argument("--link", action="append", default=[], metavar="KEY=K", help="KEY: intra, inter or a dimension")
+    ap.add_argument("--overlap", action="append", default=[], metavar="DIM", choices=sorted(DIMS))
+    ap.add_argument("--microbatches", type=int, default=None, metavar="M")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--rank", action="append", default=[], metavar="FILE=R", help="as in profiler analyze")
+    ap.add_argument("--no-cache", action="store_true", help="neither read nor write the parse cache")
+    return ap
+
+
+def _pair(item: str, flag: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key or not value:
+        raise ScenarioError(f"{flag} {item!r}: expected KEY=VALUE")
+    return key.strip(), value.strip()
+
+
+def scenario_from_args(args: argparse.Namespace, ranks: list[int]) -> Scenario:
+    """The Scenario the flags describe; ScenarioError names the flag that is wrong and why."""
+    speed: dict = {}
+    for item in args.rank_speed:
+        key, value = _pair(item, "--rank-speed")
+        if not key.isdigit() or int(key) not in ranks:
+            raise ScenarioError(
+                f"--rank-speed {item!r}: rank {key} is not in the traces (ranks {ranks[0]}..{ranks[-1]})"
+            )
+        if value != "median":
+            try:
+                f = float(value)
+            except ValueError:
+                raise ScenarioError(f"--rank-speed {item!r}: expected 'median' or a speed factor like 1.5") from None
+            if not 0 < f < 1e6:
+                raise ScenarioError(f"--rank-speed {item!r}: the speed factor must be > 0")
+            value = f
+        speed[int(key)] = value
+    link: dict = {}
+    for item in args.link:
+        key, value = _pair(item, "--link")
+        if key not in ("intra", "inter", *DIMS):
+            raise ScenarioError(f"--link {item!r}: KEY is intra, inter or one of {', '.join(DIMS)}")
+        try:
+            k = float(value)
+        except ValueError:
+            raise ScenarioError(f"--link {item!r}: K must be a number, e.g. inter=2") from None
+        if not 0 < k < 1e6:
+            raise ScenarioError(f"--link {item!r}: K must be > 0")
+        link[key] = k
+    if args.microbatches is not None and args.microbatches < 1:
+        raise ScenarioError(f"--microbatches {args.microbatches}: expected 1 or more")
+    return Scenario(rank_speed=speed, link=link, overlap=frozenset(args.overlap))
+
+
+def _text(out: dict) -> str:
+    lines = [
+        f"measured step  {out['measured_step_time_s'] * 1e3:,.2f} ms   (median over traced steps of the mean rank window)",
+        f"predicted step {out['predicted_step_time_s'] * 1e3:,.2f} ms"
+        + (f"   ({out['change_pct']:+.1f}%)" if out["change_pct"] is not None else ""),
+    ]
+    for s in out["scenarios"]:
+        lines.append(f"  {s['kind']}: " + ", ".join(f"{k}={v}" for k, v in s.items() if k not in ("kind", "assumes")))
+        lines.append(f"    assumes: {s['assumes']}")
+    lines += ["", "what changed:"] + [f"  {c}" for c in out["changed"]]
+    path = out["critical_path"].get("measured") or {}
+    if path:
+        lines += [
+            "",
+            f"critical path of step {path['step']}: {path['length_s'] * 1e3:,.2f} ms over ranks {path['ranks']}, "
+            f"{path['rank_switches']} rank switches",
+        ]
+        lines += [f"  {k:<12}{v * 1e3:>10,.2f} ms" for k, v in path["by_category"].items()]
+    if out["pipeline"]:
+        lines += [
+            "",
+            f"  {'stage':>5}{'work':>10}{'bubble':>10}{'p2p wait':>10}{'p2p xfer':>10}{'bubble %':>10}{'theory %':>10}",
+        ]
+        for r in out["pipeline"]:
+            lines.append(
+                f"  {r['stage']:>5}{r['work_ms']:>10,.1f}{r['bubble_ms']:>10,.1f}{r['p2p_wait_ms']:>10,.1f}"
+                f"{r['p2p_transfer_ms']:>10,.1f}{r['bubble_fraction'] * 100:>10,.1f}{r['theory_fraction'] * 100:>10,.1f}"
+            )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    from profiler.analyzers.front import TraceAnalysis
+    from profiler.analyzers.whatif import whatif
+    from profiler.traces.errors import TraceError
+
+    try:
+        plan = _plan(args.plan)
+        source = args.path if len(args.path) > 1 else args.path[0]
+        analysis = TraceAnalysis.load(source, plan, ranks=_ranks(args.rank), cache=not args.no_cache)
+        scenario = scenario_from_args(args, analysis.traces.rank_ids)
+        out = whatif(analysis.graph, scenario, plan=analysis.layout_plan, microbatches=args.microbatches)
+    except (TraceError, ScenarioError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ncancelled", file=sys.stderr)
+        return 130
+    sys.stdout.write(orjson.dumps(out).decode() + "\n" if args.json else _text(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

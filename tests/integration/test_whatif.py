@@ -1,0 +1,94 @@
+"""`python -m profiler whatif` against real runs (#16 items 4-6): an injected straggler removed by the
+what-if predicts the run without it; the pipeline's bubble on uniform stages sits near (p-1)/(v m) and
+a slowed stage shows up as P2P wait on its neighbour. Bounds are loose (CI shares 2 cores with other
+work); bench/whatif.py measures the goal figures (within 10% / 15%). Marked slow (spawns processes)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+KEYS = {
+    "measured_step_time_s",
+    "predicted_step_time_s",
+    "change_pct",
+    "measured_phases",
+    "predicted_phases",
+    "scenarios",
+    "changed",
+    "critical_path",
+    "pipeline",
+    "steps",
+    "cut_dependencies",
+    "overlapped_left_out",
+}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "profiler", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+
+
+def _run(out, *flags: str):
+    done = _cli("run", "--steps=5", f"--out={out}", *flags)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+def _whatif(path, *flags: str) -> dict:
+    done = _cli("whatif", str(path), "--json", *flags)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def test_whatif_removes_an_injected_straggler(tmp_path):
+    plan = ["--dp=2", "--global-batch=8"]  # 2 ranks on 2 cores: no contention between them
+    slow = _run(tmp_path / "slow", *plan, "--straggler=1:15")
+    base = _run(tmp_path / "base", *plan)
+    same = _whatif(slow)
+    assert KEYS <= set(same) and same["scenarios"] == [] and same["cut_dependencies"] == 0
+    assert same["predicted_step_time_s"] == pytest.approx(same["measured_step_time_s"], rel=0.03)
+    fixed = _whatif(slow, "--rank-speed=1=median")
+    measured = _whatif(base)["measured_step_time_s"]
+    assert same["measured_step_time_s"] > 1.2 * measured  # 4 microbatches x 15 ms: the straggler is real
+    assert fixed["predicted_step_time_s"] == pytest.approx(measured, rel=0.25)
+    (sc,) = fixed["scenarios"]
+    assert sc["kind"] == "rank_speed" and all(0 < f < 1 for f in sc["work_factor_by_step"].values())
+    path = same["critical_path"]["measured"]
+    assert 1 in path["ranks"] and path["by_category"]["work"] > 0.5 * path["length_s"]  # the slow rank's work
+
+
+def test_pipeline_bubble_near_theory_and_a_slow_stage_is_p2p_wait(tmp_path):
+    flags = ["--pp=2", "--layers=8", "--global-batch=4"]  # 8 layers: the output layer is a small share
+    uniform = _whatif(_run(tmp_path / "uniform", *flags))["pipeline"]
+    assert [r["stage"] for r in uniform] == [0, 1] and {r["theory_fraction"] for r in uniform} == {0.25}
+    mean = sum(r["bubble_fraction"] for r in uniform) / 2
+    assert 0.5 * 0.25 < mean < 2 * 0.25, uniform
+    slow = _whatif(_run(tmp_path / "slow", *flags, "--straggler=1:20"))["pipeline"]
+    s0, s1 = slow
+    assert s0["p2p_wait_ms"] > max(10.0, 2 * s1["p2p_wait_ms"]), slow  # stage 0 waits on the slowed stage 1
+    assert s0["bubble_ms"] <= s0["work_ms"] * 0.25 + 1e-6
+
+
+@pytest.mark.parametrize(
+    "flags, error",
+    [
+        (["--rank-speed=7=median"], "rank 7 is not in the traces"),
+        (["--rank-speed=0=fast"], "expected 'median' or a speed factor"),
+        (["--link=wan=2"], "KEY is intra, inter or one of"),
+        (["--link=inter=0"], "K must be > 0"),
+        (["--microbatches=0"], "--microbatches 0"),
+    ],
+)
+def test_bad_scenarios_exit_2_with_one_line(flags, error):
+    from tests.ui.test_pages_runs import sample_run
+
+    done = _cli("whatif", str(sample_run()), *flags)
+    assert done.returncode == 2 and error in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr

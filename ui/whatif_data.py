@@ -1,0 +1,105 @@
+"""The Collective timeline's critical-path and what-if tables, shaped for charts and tables (no Streamlit).
+
+    path_frame(path, t0_ns)      the critical path's segments in ms from the step's start: one rule per
+                                 segment on its rank's row (kind work | comm, category: work or the dim)
+    path_links(frame)            the vertical hops where the path changes rank (a collective's last
+                                 arrival on another rank set its end)
+    path_categories(path)        time on the path per category, with its share
+    phase_rows(out)              whatif's measured vs predicted phases, long form for a grouped bar
+    scenario_of(...)             a Scenario from the form's plain values (the cache key)
+
+Pure: pandas.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from profiler.analyzers.replay import Scenario
+
+PATH_FRAME_COLUMNS = ["rank", "start_ms", "end_ms", "dur_ms", "kind", "category", "label"]
+LINK_COLUMNS = ["at_ms", "from_rank", "to_rank"]
+
+
+def path_frame(path: pd.DataFrame, t0_ns: int) -> pd.DataFrame:
+    """profiler.analyzers.replay.critical_path's rows in ms from t0 (the step's aligned start)."""
+    if not len(path):
+        return pd.DataFrame(columns=PATH_FRAME_COLUMNS)
+    kind = path["kind"].astype(str)
+    dim = path["dim"].astype(str)
+    return pd.DataFrame(
+        {
+            "rank": path["rank"].astype("int64"),
+            "start_ms": (path["start_ns"] - t0_ns) / 1e6,
+            "end_ms": (path["end_ns"] - t0_ns) / 1e6,
+            "dur_ms": path["dur_ns"] / 1e6,
+            "kind": kind,
+            "category": kind.where(kind == "work", "comm: " + dim),
+            "label": kind.where(kind == "work", path["op"].astype(str) + " " + path["instance"].astype(str)),
+        }
+    ).reset_index(drop=True)
+
+
+def path_links(frame: pd.DataFrame) -> pd.DataFrame:
+    """Where consecutive segments sit on different ranks: the time of the hop and the two ranks."""
+    if len(frame) < 2:
+        return pd.DataFrame(columns=LINK_COLUMNS)
+    prev, nxt = frame.iloc[:-1].reset_index(drop=True), frame.iloc[1:].reset_index(drop=True)
+    hop = prev["rank"].to_numpy() != nxt["rank"].to_numpy()
+    return pd.DataFrame(
+        {
+            "at_ms": nxt["start_ms"][hop].to_numpy(),
+            "from_rank": prev["rank"][hop].to_numpy(),
+            "to_rank": nxt["rank"][hop].to_numpy(),
+        }
+    )
+
+
+def path_categories(path: pd.DataFrame) -> pd.DataFrame:
+    """category, ms on the path, share of the path (largest first)."""
+    if not len(path):
+        return pd.DataFrame(columns=["category", "ms", "share"])
+    frame = path_frame(path, 0)
+    by = frame.groupby("category")["dur_ms"].sum().sort_values(ascending=False)
+    total = float(frame["end_ms"].max() - frame["start_ms"].min()) or 1.0
+    return pd.DataFrame({"category": by.index, "ms": by.to_numpy(), "share": by.to_numpy() / total})
+
+
+def phase_rows(out: dict) -> pd.DataFrame:
+    """whatif's measured_phases / predicted_phases as rows: which (measured | predicted), phase, ms."""
+    rows = []
+    for which in ("measured", "predicted"):
+        ph = out[f"{which}_phases"]
+        rows.append({"which": which, "phase": "work", "ms": ph["work_s"] * 1e3})
+        rows.append({"which": which, "phase": "wait", "ms": ph["wait_s"] * 1e3})
+        for dim, s in sorted(ph["transfer_s"].items()):
+            rows.append({"which": which, "phase": f"{dim} transfer", "ms": s * 1e3})
+    return pd.DataFrame(rows, columns=["which", "phase", "ms"])
+
+
+def scenario_of(
+    *, rank: int | None, speed: str | float | None, link: str | None, link_factor: float, overlap: tuple[str, ...]
+) -> Scenario:
+    """The form's values as a Scenario: a rank at `speed` ('median' or a factor), `link` k x faster, dims hidden."""
+    return Scenario(
+        rank_speed={int(rank): speed} if rank is not None and speed not in (None, "", 1.0) else {},
+        link={link: float(link_factor)} if link and link_factor and float(link_factor) != 1.0 else {},
+        overlap=frozenset(overlap),
+    )
+
+
+def pipeline_table(out: dict) -> pd.DataFrame:
+    """whatif's pipeline rows for a table: stage, ranks, ms columns, measured and theory bubble %."""
+    rows = pd.DataFrame(out.get("pipeline") or [])
+    if rows.empty:
+        return rows
+    rows["bubble %"] = rows.pop("bubble_fraction") * 100
+    rows["(p−1)/(v·m) %"] = rows.pop("theory_fraction") * 100
+    return rows.rename(
+        columns={
+            "work_ms": "work ms",
+            "bubble_ms": "bubble ms",
+            "p2p_wait_ms": "P2P wait ms",
+            "p2p_transfer_ms": "P2P transfer ms",
+        }
+    )
