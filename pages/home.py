@@ -4,7 +4,7 @@ links into the pages that read it. A fresh install starts a small real demo run.
 
 import streamlit as st
 
-from ui import demo, jobs, run_loaders, run_status, selection, trace_sets
+from ui import calibration_data, calibration_views, demo, jobs, run_loaders, run_status, selection, trace_sets
 from ui.routing import ensure_navigation
 from ui.run_data import metrics_summary
 from ui.text import md
@@ -133,6 +133,7 @@ def _details(s: TraceSet) -> None:
                 help="largest per-rank error of the predicted parameter, gradient and optimizer bytes "
                 "against the tensors the run held",
             )
+        calibration_views.run_prediction(s, run_loaders.metrics(str(s.path), mtime))
     _links(s)
 
 
@@ -172,6 +173,7 @@ def home_page() -> None:
     _details(next(s for s in sets if s.id == current))
     st.subheader("All runs and uploads")
     sets_table(sets)
+    calibration_views.calibrate_form(calibration_data.calibration_candidates(sets))
 
 
 ensure_navigation()

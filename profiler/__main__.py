@@ -1,4 +1,4 @@
-"""`python -m profiler <command>`: run | commbench | analyze | whatif | lab | tpsweep.
+"""`python -m profiler <command>`: run | commbench | analyze | calibrate | whatif | lab | tpsweep.
 
 Each command lives in its own module with a `main(argv) -> int`; it is imported only when asked for,
 so `analyze` never pays for importing torch.

@@ -54,3 +54,23 @@ def pipeline_chart(table: pd.DataFrame) -> alt.Chart:
         )
         .transform_calculate(order=f"indexof({parts!r}, datum.part)")
     )
+
+
+def prediction_chart(phases: pd.DataFrame, measured_ms: float) -> alt.LayerChart:
+    """The calibrated prediction's phases stacked in one bar, and the measured steady step as a rule."""
+    bar = (
+        alt.Chart(phases.assign(row="predicted"), width="container", height=60 + LEGEND_PX)
+        .mark_bar()
+        .encode(
+            y=alt.Y("row:N", title=None),
+            x=alt.X("ms:Q", title="ms per step", stack="zero"),
+            color=alt.Color("phase:N", title=None, sort=None, legend=alt.Legend(orient="bottom", columns=5)),
+            tooltip=[alt.Tooltip("phase:N"), alt.Tooltip("ms:Q", format=",.1f")],
+        )
+    )
+    rule = (
+        alt.Chart(pd.DataFrame({"ms": [measured_ms], "what": ["measured"]}))
+        .mark_rule(color="#212529", strokeWidth=2, strokeDash=[4, 2])
+        .encode(x="ms:Q", tooltip=[alt.Tooltip("what:N"), alt.Tooltip("ms:Q", title="measured ms", format=",.1f")])
+    )
+    return alt.layer(bar, rule)

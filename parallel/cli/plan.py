@@ -80,8 +80,41 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="take model and plan from a Megatron-LM command line/script, a torchtitan TOML or a plan JSON",
     )
+    parser.add_argument(
+        "--calibration",
+        default=None,
+        metavar="CALIB.json",
+        help="step time from the model fitted to measured runs (python -m profiler calibrate)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
+
+
+def _calibrated(rep: dict, model, plan, path: str) -> None:
+    """Replace the step time with the calibrated model's (parallel.core.calibrated); keep the analytic
+    one as `analytic_step_time`, and name the calibration's sources and assumptions."""
+    from parallel.core.calibrated import Calibration, CalibrationError, predict
+
+    try:
+        with open(path, "rb") as f:
+            cal = Calibration.from_dict(json.loads(f.read()))
+    except OSError as err:
+        raise ValueError(f"--calibration {path}: cannot read it ({err.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"--calibration {path}: not valid JSON ({err})") from None
+    except CalibrationError as err:
+        raise ValueError(f"--calibration {path}: {err}") from None
+    timing = predict(model, plan, cal)
+    rep["analytic_step_time"] = rep["step_time"]
+    rep["step_time_s"] = timing["step_time_s"]
+    rep["step_time"] = {**timing, "mfu": rep["analytic_step_time"].get("mfu")}
+    rep["calibration"] = {
+        "path": path,
+        "sources": cal.sources,
+        "cores": cal.cores,
+        "device": cal.device,
+        "assumptions": list(cal.assumptions),
+    }
 
 
 def _gib(x: float) -> str:
@@ -161,7 +194,17 @@ def render_text(rep: dict) -> str:
         ),
     ]
     t = rep["step_time"]
-    exposed = ", ".join(f"{d} {t[f'exposed_{d}_s']:.3f}" for d in ("tp", "sp", "cp", "pp", "dp") if t[f"exposed_{d}_s"])
+    exposed = ", ".join(
+        f"{d} {t[f'exposed_{d}_s']:.3f}" for d in ("tp", "sp", "cp", "pp", "dp") if t.get(f"exposed_{d}_s")
+    )
+    if "calibration" in rep:
+        out += [
+            "",
+            f"step time {t['step_time_s']:.4f} s (calibrated: {len(rep['calibration']['sources'])} measured run(s)) = "
+            f"compute {t['compute_s']:.4f} + bubble {t['bubble_s']:.4f} + exposed comm ({exposed or 'none'}) + "
+            f"fixed {t['fixed_s']:.4f}; contention x{t['contention_factor']:.2f}",
+        ]
+        return "\n".join(out)
     out += [
         "",
         f"step time {t['step_time_s']:.3f} s = compute {t['compute_s']:.3f} + bubble {t['bubble_s']:.3f} "
@@ -220,6 +263,11 @@ def main(argv=None) -> int:
     except (SpecError, ValueError, OSError) as err:
         return _fail(str(err), args.json)
     rep = plan_report(plan, model, cluster, options)
+    if args.calibration and rep["valid"]:
+        try:
+            _calibrated(rep, model, plan, args.calibration)
+        except ValueError as err:
+            return _fail(str(err), args.json)
     if args.import_file:
         rep["imported"] = imported.summary()
     text = None if args.json else render_text(rep) + (_import_text(rep["imported"]) if args.import_file else "")

@@ -452,3 +452,33 @@ def test_a_cancelled_run_says_what_it_kept_and_shows_it(runs, traces):
         assert "trace files written before it stopped are kept and shown below" in text and vega_charts(at)
     else:
         assert "nothing to show" in text and not vega_charts(at)
+
+
+# ----------------------------------------------------------------------- calibrated prediction (#16)
+
+
+def test_home_fits_a_calibration_and_shows_predicted_beside_measured(runs):
+    install_run(runs, "alpha")
+    at = _ok(page_test("pages/home.py", {"run": "alpha"}))
+    assert "No calibrated step-time model yet" in _text(at)
+    assert "Predicted step (calibrated)" not in {m.label for m in at.metric}
+    # fit one from the run itself, in the page: the file is written, every run then shows its prediction
+    at.multiselect[0].select("alpha")  # a form: the choice goes with the submit
+    next(b for b in at.button if b.label == "Fit and save").click()
+    _ok(at.run(timeout=120))
+    cal = json.loads((runs / "calibration.json").read_text())
+    assert [s["path"] for s in cal["sources"]] == [str(runs / "alpha")] and cal["layer_fixed_s"] >= 0
+    at = _ok(page_test("pages/home.py", {"run": "alpha"}))
+    metric = next(m for m in at.metric if m.label == "Predicted step (calibrated)")
+    assert metric.value.endswith(" s") and "% vs measured" in metric.delta
+    chart = next(c for c in vega_charts(at) if "rule" in c.marks())
+    phases = next(f for f in chart.datasets.values() if "phase" in f.columns)
+    assert phases["ms"].gt(0).all() and "compute" in set(phases["phase"])
+    assert "profiler attached" in _text(at)  # the sample run traced every step after its first
+
+
+def test_home_says_when_the_calibration_is_unusable(runs):
+    install_run(runs, "alpha")
+    (runs / "calibration.json").write_text('{"layer_fixed_s": 1}')
+    at = _ok(page_test("pages/home.py", {"run": "alpha"}))
+    assert any("calibration lacks flop" in w.value for w in at.warning)  # the fields, markdown-escaped

@@ -1,0 +1,221 @@
+"""The step-time model calibrated from measured runs: compute, collectives and contention of *this*
+machine, fitted by `python -m profiler calibrate` (profiler.analyzers.calibrate) and used by
+`python -m parallel plan --calibration calib.json`.
+
+Terms, each with what it assumes (Calibration.ASSUMPTIONS repeats them in the JSON):
+
+    work per microbatch on stage s   layers_s x (a + [tp>1] a_tp + [sp] a_sp + [cp>1] a_cp + passes x F_layer x k)
+                                     + [last stage] (a_head + 3 F_head k)
+        F_layer: one layer's forward FLOPs of one microbatch on one rank (GEMMs / tp; attention
+        b (s/cp) s q-wide / tp), F_head: the output layer's 2 b (s/cp) h V / tp (Narayanan et al. 2021,
+        Eq. 3's terms); passes = 3 (forward, backward 2x), +1 forward under full recomputation, +the
+        attention core under selective. `a` is a layer's fixed cost (operator dispatch: on a CPU and for
+        small layers it dominates), `k` seconds per FLOP -- both fitted, not peak-derived.
+    collective                       c + alpha x hops + bytes x bus_factor x beta, hops the ring's latency terms
+        (all-reduce 2(n-1), all-gather / reduce-scatter / all-to-all n-1, send/recv 1) -- Thakur et al.
+        2005 as parallel.core.comm, with c (per call), alpha, beta fitted from the traces' collectives
+        (a p2p op's transfer after both sides arrived; a collective's whole time, its peers' jitter
+        included, since lock-step ranks pay it every call), not the link's datasheet.
+    step                             D x [ (m + (p-1)/v) x max_s(work_mb + comm_mb)  +  DP comm  +  w0 ]
+        the pipeline fill/drain as (p-1)/v extra microbatch slots of the slowest stage (GPipe/1F1B,
+        Narayanan et al. 2021 Sec. 2.2); DP communication after the last backward, not overlapped (the
+        engine's buckets reduce after backward); w0 the per-step fixed cost (optimizer, data, loss).
+    contention                       D = max(1, ranks x (work + gamma x comm) / step / cores): ranks that
+        share cores share their time, but a rank blocked on a peer frees its core; gamma, the busy share
+        of communication time, is fitted from a calibration run with more ranks than cores (else 0.5).
+        On GPUs (a rank per device) D = 1.
+
+Pure: stdlib and numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from parallel.core.comm import RING_STEPS, bus_factor, comm_terms
+from parallel.core.perf import layer_forward_flops
+from parallel.core.plan import Plan
+from parallel.core.specs import Model
+
+ASSUMPTIONS = (
+    "work: a fixed cost per layer and microbatch plus a cost per FLOP, both fitted; the output layer has its own fixed cost",
+    "collectives: alpha per ring latency step plus beta per bus byte, fitted from transfer times (after the last arrival)",
+    "pipeline: (p-1)/v extra microbatch slots of the slowest stage; stages otherwise balanced",
+    "data parallel: communication after the last backward, not overlapped",
+    "contention: ranks share the cores by the time they keep them busy: work and gamma of their communication",
+    "the prediction is of an unprofiled step: tracing overhead is removed from the calibration runs",
+)
+
+
+class CalibrationError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Calibration:
+    layer_fixed_s: float  # a: per layer per microbatch (forward + backward)
+    flop_s: float  # k: seconds per FLOP
+    head_fixed_s: float  # a_head: the output layer and loss per microbatch
+    step_fixed_s: float  # w0: per step
+    alpha_s: float  # per latency step of a collective
+    beta_s_per_byte: float  # per bus byte
+    tp_layer_s: float = 0.0  # extra per layer per microbatch when tp > 1 (the f/g operators, copies)
+    sp_layer_s: float = 0.0  # ... and more under sequence parallelism (gathers, scatters, their copies)
+    cp_layer_s: float = 0.0  # ... and under context parallelism (the K/V exchange's concatenations, masks)
+    call_s: float = 0.0  # per collective call, whatever its size (the host's part of issuing one)
+    gamma: float = 0.5  # share of communication time a rank's host is busy (contention), 0..1
+    overlaps: bool = False  # whether the ranks overlap what the plan model marks overlapped (GPU Megatron)
+    cores: int = 1  # cores (CPU) of the machine calibrated; 0 = a device per rank (no sharing)
+    device: str = "cpu"
+    sources: list = field(default_factory=list)  # [{path, plan, ranks, overhead_factor, ...}]
+    assumptions: tuple = ASSUMPTIONS
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["assumptions"] = list(self.assumptions)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Calibration:
+        if not isinstance(data, dict):
+            raise CalibrationError("a calibration is a JSON object (python -m profiler calibrate ... --out calib.json)")
+        need = ("layer_fixed_s", "flop_s", "head_fixed_s", "step_fixed_s", "alpha_s", "beta_s_per_byte")
+        missing = [k for k in need if k not in data]
+        if missing:
+            raise CalibrationError(f"the calibration lacks {', '.join(missing)}")
+        values = {}
+        for k in (*need, "tp_layer_s", "sp_layer_s", "cp_layer_s", "call_s", "gamma"):
+            if k in data:
+                v = data[k]
+                if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+                    raise CalibrationError(f"calibration {k} must be a finite number >= 0, got {v!r}")
+                values[k] = float(v)
+        cores = data.get("cores", 1)
+        if not isinstance(cores, int) or isinstance(cores, bool) or cores < 0:
+            raise CalibrationError(f"calibration cores must be an integer >= 0, got {cores!r}")
+        return cls(
+            **values,
+            overlaps=bool(data.get("overlaps", False)),
+            cores=cores,
+            device=str(data.get("device", "cpu")),
+            sources=list(data.get("sources") or []),
+            assumptions=tuple(data.get("assumptions") or ASSUMPTIONS),
+        )
+
+
+def hops(op: str, n: int) -> float:
+    """Latency steps of one collective over n ranks (send/recv: 1)."""
+    if op in ("send", "recv", "send_recv"):
+        return 1.0
+    return RING_STEPS.get(op, 1) * max(n - 1, 0)
+
+
+def collective_s(op: str, n: int, nbytes: float, cal: Calibration) -> float:
+    """One collective's uncontended seconds under the calibration."""
+    if n <= 1 and op not in ("send", "recv", "send_recv"):
+        return 0.0
+    bus = 1.0 if op in ("send", "recv", "send_recv") else float(bus_factor(op, n))
+    return cal.call_s + cal.alpha_s * hops(op, n) + nbytes * bus * cal.beta_s_per_byte
+
+
+def layer_flops(model: Model, plan: Plan) -> dict[str, float]:
+    """Forward FLOPs of one microbatch on one rank: per layer (GEMMs + attention core) and the head."""
+    s_q = model.seq_len // plan.cp
+    f = layer_forward_flops(model, s_q, plan.micro_batch)
+    attention = f["attention"] * plan.cp  # queries s/cp against all s keys
+    passes = 3.0 + (1.0 if plan.recompute == "full" else 0.0)
+    extra_attention = attention if plan.recompute == "selective" else 0.0
+    head = 2.0 * plan.micro_batch * s_q * model.hidden * model.vocab
+    return {
+        "layer": (passes * (f["gemm"] + attention) + extra_attention) / plan.tp,
+        "head": 3.0 * head / plan.tp,
+    }
+
+
+def stage_layers(model: Model, plan: Plan) -> list[float]:
+    """Layers per pipeline stage (all virtual chunks of a rank together)."""
+    base, extra = divmod(model.layers, plan.pp)
+    return [base + (1 if s < extra else 0) for s in range(plan.pp)]
+
+
+def features(model: Model, plan: Plan) -> dict[str, Any]:
+    """Per stage, the regressors of the work model: layers, layers x passes x F_layer, head, head FLOPs."""
+    fl = layer_flops(model, plan)
+    layers = stage_layers(model, plan)
+    last = [1.0 if s == plan.pp - 1 else 0.0 for s in range(plan.pp)]
+    return {
+        "layers": layers,
+        "layer_flops": [n * fl["layer"] for n in layers],
+        "head": last,
+        "head_flops": [x * fl["head"] for x in last],
+        "microbatches": plan.microbatches,
+    }
+
+
+def comm_calls(model: Model, plan: Plan, *, overlaps: bool = True) -> list[dict]:
+    """The plan's blocking collectives per step on the busiest rank: dim, op, n, bytes, calls."""
+    rows = []
+    for t in comm_terms(model, plan):
+        # rows the plan model marks overlapped (Megatron-LM's backward re-gather under SP) block on
+        # an engine that issues collectives synchronously (ours on gloo): Calibration.overlaps
+        if (t.overlapped and overlaps) or not t.calls or (t.n <= 1 and t.collective != "send_recv"):
+            continue
+        if t.collective == "send_recv" and plan.pp == 1 and t.dim == "pp":
+            continue
+        rows.append(
+            {"dim": t.dim, "op": t.collective, "n": int(t.n), "bytes": float(t.bytes_per_call), "calls": float(t.calls)}
+        )
+    return rows
+
+
+def contention(ranks: int, cal: Calibration, *, busy_s: float, step_s: float) -> float:
+    """D = max(1, U): U the cores the ranks would keep busy -- ranks x (work + gamma x communication
+    time) / uncontended step / cores. A rank blocked on a peer frees its core; gamma is the share of
+    communication time its host is busy (copies, the transport's threads), fitted or 0.5."""
+    if cal.cores <= 0 or ranks <= cal.cores or step_s <= 0:
+        return 1.0
+    return max(1.0, ranks * busy_s / step_s / cal.cores)
+
+
+def predict(model: Model, plan: Plan, cal: Calibration, *, ranks_here: int | None = None) -> dict[str, Any]:
+    """Seconds per step and its parts under the calibration (see the module docstring). `ranks_here`:
+    ranks sharing this machine's cores (default: the whole world, as the local launcher runs it)."""
+    f = features(model, plan)
+    m = max(plan.microbatches, 1)
+    per_layer = (
+        cal.layer_fixed_s
+        + (cal.tp_layer_s if plan.tp > 1 else 0.0)
+        + (cal.sp_layer_s if plan.sp else 0.0)
+        + (cal.cp_layer_s if plan.cp > 1 else 0.0)
+    )
+    work_mb = [
+        f["layers"][s] * per_layer
+        + f["layer_flops"][s] * cal.flop_s
+        + f["head"][s] * cal.head_fixed_s
+        + f["head_flops"][s] * cal.flop_s
+        for s in range(plan.pp)
+    ]
+    per_mb: dict[str, float] = {}
+    dp = 0.0
+    for row in comm_calls(model, plan, overlaps=cal.overlaps):
+        t = row["calls"] * collective_s(row["op"], row["n"], row["bytes"], cal)
+        if row["dim"] == "dp":
+            dp += t
+        else:
+            per_mb[row["dim"]] = per_mb.get(row["dim"], 0.0) + t / m
+    slot = max(work_mb) + sum(per_mb.values())
+    bubble_slots = (plan.pp - 1) / plan.vpp if plan.pp > 1 else 0.0
+    comm = m * sum(per_mb.values()) + dp
+    work = m * max(work_mb) + cal.step_fixed_s
+    plain = work + bubble_slots * slot + comm
+    D = contention(ranks_here or plan.world_size, cal, busy_s=work + cal.gamma * comm, step_s=plain)
+    parts = {
+        "compute_s": D * m * max(work_mb),
+        "bubble_s": D * bubble_slots * slot,
+        **{f"exposed_{d}_s": D * m * t for d, t in sorted(per_mb.items())},
+        "exposed_dp_s": D * dp,
+        "fixed_s": D * cal.step_fixed_s,
+    }
+    return {"step_time_s": sum(parts.values()), **parts, "contention_factor": D}

@@ -1,0 +1,276 @@
+"""Fit parallel.core.calibrated's step-time model to measured runs: `python -m profiler calibrate`.
+
+    cal = fit([Measured(analysis, metrics, plan, model, path), ...], cores=os.cpu_count())
+
+From each profiled run:
+    tracing overhead   f = the traced steps' time (steps.steady_step_s) / the run's own unprofiled steady
+                       step (metrics.json: the median of the steps before the profiler's warm-up, after
+                       the first); every trace-derived time is divided by f. A run with no such step
+                       (profiler run --wait 1 or 2) keeps f = 1 and its source says so.
+    work samples       per rank and step: GEMM time (leaf GEMM ops on CPU, GEMM kernels on GPU) for k,
+                       the seconds per FLOP; the work inside the engine's forward/backward phases (less
+                       the collectives inside them) for a (per layer), a_tp, a_sp, a_head by non-negative
+                       least squares against the plan's regressors (calibrated.features) of the rank's
+                       stage; the work outside them for w0.
+    link samples       per (op, group size, bytes), the mean cost of the trace's ops -- a p2p op's
+                       transfer after both sides arrived, a collective's whole time -- against (1, hops,
+                       bus bytes): per-call c, alpha, beta (non-negative least squares).
+    contention         a run with more ranks than cores: its samples are divided by the contention the
+                       model gives it, and gamma (the busy share of communication) is fitted so the model
+                       gives that run its unprofiled step -- alternating a few rounds; without such a run
+                       gamma stays 0.5.
+
+Pure: numpy, pandas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from parallel.core.calibrated import Calibration, CalibrationError, collective_s, features, predict
+from parallel.core.plan import Plan
+from parallel.core.specs import Model
+from profiler.analyzers.replay import phases, step_windows
+from profiler.analyzers.steps import steady_step_s
+
+P2P = {"send", "recv", "send_recv"}
+
+
+def nnls(A: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
+    """Non-negative least squares for a few columns: the best least-squares fit over every subset of
+    columns whose solution is non-negative (exact; 2^columns small solves)."""
+    n = A.shape[1]
+    best, best_res = np.zeros(n), float(np.sum(b**2))
+    for mask in range(1, 2**n):
+        cols = [j for j in range(n) if mask >> j & 1]
+        x, *_ = np.linalg.lstsq(A[:, cols], b, rcond=None)
+        if (x < 0).any():
+            continue
+        res = float(np.sum((A[:, cols] @ x - b) ** 2))
+        if res < best_res - 1e-18:
+            best = np.zeros(n)
+            best[cols] = x
+            best_res = res
+    return best, best_res
+
+
+@dataclass
+class Measured:
+    analysis: Any  # profiler.TraceAnalysis of the run's traces
+    metrics: dict  # its metrics.json
+    plan: Plan
+    model: Model
+    path: str = ""
+
+
+def unprofiled_step_s(metrics: dict, traced_steps: list[int]) -> float | None:
+    """Median of the run's steps that were neither the first nor traced (nor the profiler's warm-up,
+    the step just before the first traced one): the steady step without the profiler attached."""
+    times = metrics.get("step_time_s") or []
+    first_traced = min(traced_steps) if traced_steps else len(times)
+    keep = [t for i, t in enumerate(times) if 0 < i < first_traced - 1 and isinstance(t, (int, float))]
+    return float(np.median(keep)) if keep else None
+
+
+def _overhead(run: Measured) -> tuple[float, float | None, float]:
+    """(f, unprofiled step, traced step) of one run."""
+    g = run.analysis.graph
+    traced = steady_step_s(step_windows(g)) or 0.0
+    plain = unprofiled_step_s(run.metrics, run.analysis.traces.steps)
+    return (traced / plain if plain and traced else 1.0), plain, traced
+
+
+GEMM_CPU_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})  # leaves: not matmul/linear
+GEMM_KERNEL = r"gemm|cutlass|xmma|cublas|sm\d+_"
+PHASE = r"^ps\.phase kind=(?:fwd|bwd)\b"
+
+
+def _rank_split(run: Measured, rank: int, comm: pd.DataFrame, windows: pd.DataFrame) -> tuple[float, float, float]:
+    """(GEMM seconds, forward/backward work seconds, other work seconds) of one rank per traced step,
+    on its own clock: GEMMs are leaf ops (CPU) or GEMM kernels (GPU); forward/backward work is the
+    engine's ps.phase ranges less the collectives inside them."""
+    from profiler.traces import intervals as iv
+
+    ev = run.analysis.traces.rank_events(rank)
+    names = ev["name"].astype(str)
+    if run.analysis.traces.device_of(rank) == "gpu":
+        gemm = (ev["kind"] == "compute").to_numpy() & names.str.contains(GEMM_KERNEL, case=False, regex=True).to_numpy()
+    else:
+        gemm = names.isin(GEMM_CPU_OPS).to_numpy()
+    ts, end = ev["ts_ns"].to_numpy(), (ev["ts_ns"] + ev["dur_ns"]).to_numpy()
+    n_steps = max(len(windows), 1)
+    lo, hi = (
+        (int(windows["start_ns"].min()), int(windows["end_ns"].max()))
+        if len(windows)
+        else (int(ts.min()), int(end.max()))
+    )
+    inside = (ts >= lo) & (ts < hi)
+    gemm_s = iv.length(iv.union(ts[gemm & inside], end[gemm & inside])) / 1e9 / n_steps
+    ph = names.str.contains(PHASE, regex=True).to_numpy() & inside
+    phases_iv = iv.union(ts[ph], end[ph])
+    comm_iv = iv.union(
+        comm["start_ns"].to_numpy() - comm["offset_ns"].to_numpy(),
+        comm["end_ns"].to_numpy() - comm["offset_ns"].to_numpy(),
+    )
+    fb = (iv.length(phases_iv) - iv.overlap(phases_iv, comm_iv)) / 1e9 / n_steps
+    return gemm_s, fb, 0.0
+
+
+def _work_samples(run: Measured, scale: float) -> list[dict]:
+    """Per rank: stage, its regressors and its measured work per step (seconds, divided by `scale`)."""
+    f = features(run.model, run.plan)
+    m = max(run.plan.microbatches, 1)
+    g = run.analysis.graph
+    work = phases(g).groupby("rank")["work_ns"].mean() / 1e9
+    per = run.analysis.per_rank_wait
+    bd = run.analysis.breakdown
+    out = []
+    for rank, w in work.items():
+        rank = int(rank)
+        s = min(int(g.stage.get(rank, 0)), run.plan.pp - 1)
+        gemm_s, fb_s, _ = _rank_split(run, rank, per[per["rank"] == rank], bd[bd["rank"] == rank])
+        fb_s = fb_s if fb_s > 0 else float(w)  # no ps.phase ranges (another framework's traces): all of it
+        out.append(
+            {
+                "rank": rank,
+                "stage": s,
+                "layers_mb": m * f["layers"][s],
+                "tp_layers_mb": m * f["layers"][s] * (run.plan.tp > 1),
+                "sp_layers_mb": m * f["layers"][s] * bool(run.plan.sp),
+                "cp_layers_mb": m * f["layers"][s] * (run.plan.cp > 1),
+                "head_mb": m * f["head"][s],
+                "flops": m * (f["layer_flops"][s] + f["head_flops"][s]),
+                "gemm_s": gemm_s / scale,
+                "pipeline_work_s": fb_s / scale,
+                "work_s": float(w) / scale,
+            }
+        )
+    return out
+
+
+def _link_rows(run: Measured, scale: float) -> pd.DataFrame:
+    per = run.analysis.per_rank_wait
+    per = per[per["n_ranks"] >= 2]
+    if per.empty:
+        return pd.DataFrame(columns=["op", "n", "bytes", "transfer_s", "count"])
+    cost = per["transfer_ns"].where(per["op"].astype(str).isin(P2P), per["dur_ns"])  # see the module docstring
+    g = per.assign(cost_ns=cost).groupby(["op", "group_size", "bytes"], observed=True)
+    out = g["cost_ns"].mean().rename("transfer_ns").reset_index()  # the step pays the mean, tail included
+    out["count"] = g.size().to_numpy()
+    out["transfer_s"] = out["transfer_ns"] / 1e9 / scale
+    return out.rename(columns={"group_size": "n"})[["op", "n", "bytes", "transfer_s", "count"]]
+
+
+def _fit_links(frames: list[pd.DataFrame]) -> tuple[float, float, float]:
+    """(call, alpha, beta) by non-negative least squares over the (op, n, bytes) groups."""
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    rows = rows.dropna(subset=["bytes", "n"]) if len(rows) else rows
+    if rows.empty:
+        raise CalibrationError(
+            "no collective in the calibration runs was seen on two or more ranks: nothing to fit links on"
+        )
+    units = [
+        Calibration(0, 0, 0, 0, alpha_s=0.0, beta_s_per_byte=0.0, call_s=1.0),
+        Calibration(0, 0, 0, 0, alpha_s=1.0, beta_s_per_byte=0.0),
+        Calibration(0, 0, 0, 0, alpha_s=0.0, beta_s_per_byte=1.0),
+    ]
+    op = rows["op"].astype(str).replace({"send": "send_recv", "recv": "send_recv"})
+    A = np.array(
+        [[collective_s(o, int(n), float(b), u) for u in units] for o, n, b in zip(op, rows["n"], rows["bytes"])]
+    )
+    w = np.sqrt(rows["count"].to_numpy(dtype=float))
+    scale = A.max(axis=0)
+    scale[scale == 0] = 1.0
+    coef, _ = nnls(A * w[:, None] / scale, rows["transfer_s"].to_numpy() * w)
+    call, alpha, beta = coef / scale
+    return float(call), float(alpha), float(beta)
+
+
+def _fit_work(samples: list[dict]) -> tuple[float, float, float, float, float, float, float]:
+    """(a, k, a_head, w0, a_tp, a_sp, a_cp): k from the GEMMs' time per FLOP; a, a_head, a_tp, a_sp by
+    non-negative least squares on the forward/backward work less k x FLOPs; w0 the mean work outside
+    forward/backward. A column no run varies (no tp > 1 run: a_tp) gets 0."""
+    flops = sum(x["flops"] for x in samples)
+    k = sum(x["gemm_s"] for x in samples) / flops if flops else 0.0
+    cols = ("layers_mb", "head_mb", "tp_layers_mb", "sp_layers_mb", "cp_layers_mb")
+    X = np.array([[x[c] for c in cols] for x in samples], dtype=float)
+    y = np.array([max(0.0, x["pipeline_work_s"] - k * x["flops"]) for x in samples])
+    scale = X.max(axis=0)
+    scale[scale == 0] = 1.0
+    coef, _ = nnls(X / scale, y)
+    a, a_head, a_tp, a_sp, a_cp = coef / scale
+    w0 = float(np.mean([max(0.0, x["work_s"] - x["pipeline_work_s"]) for x in samples]))
+    return float(a), float(k), float(a_head), w0, float(a_tp), float(a_sp), float(a_cp)
+
+
+def _gamma_for(r: Measured, cal: Calibration, step_s: float) -> float:
+    """The busy share of communication that makes the model give this shared-core run its step."""
+    lo, hi = 0.0, 1.0
+    if predict(r.model, r.plan, _with(cal, gamma=hi))["step_time_s"] < step_s:
+        return hi
+    for _ in range(40):  # the step grows with gamma: bisect
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if predict(r.model, r.plan, _with(cal, gamma=mid))["step_time_s"] < step_s else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _with(cal: Calibration, **changes) -> Calibration:
+    return Calibration(**{**cal.to_dict(), **changes, "assumptions": cal.assumptions})
+
+
+def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 5) -> Calibration:
+    """The calibration these runs imply (see the module docstring)."""
+    if not runs:
+        raise CalibrationError("give at least one profiled run to calibrate from")
+    over = [_overhead(r) for r in runs]
+    shared = device == "cpu" and cores > 0
+    sharing = [shared and r.plan.world_size > cores for r in runs]
+    deflate = [r.plan.world_size / cores if s else 1.0 for r, s in zip(runs, sharing)]  # first guess: time-slicing
+    gamma, cal = 0.5, None
+    for _ in range(rounds):
+        samples = [x for r, (f, _, _), d in zip(runs, over, deflate) for x in _work_samples(r, f * d)]
+        a, k, a_head, w0, a_tp, a_sp, a_cp = _fit_work(samples)
+        call, alpha, beta = _fit_links([_link_rows(r, f * d) for r, (f, _, _), d in zip(runs, over, deflate)])
+        cal = Calibration(
+            a,
+            k,
+            a_head,
+            w0,
+            alpha,
+            beta,
+            tp_layer_s=a_tp,
+            sp_layer_s=a_sp,
+            call_s=call,
+            gamma=gamma,
+            cores=cores if shared else 0,
+            device=device,
+            overlaps=device != "cpu",
+        )
+        fitted = [(r, plain) for r, (_, plain, _), s in zip(runs, over, sharing) if s and plain]
+        if not fitted:
+            break
+        gamma = float(np.mean([_gamma_for(r, cal, plain) for r, plain in fitted]))
+        cal = _with(cal, gamma=gamma)
+        # a shared run's samples are then divided by the contention the model now gives it
+        deflate = [predict(r.model, r.plan, cal)["contention_factor"] if s else 1.0 for r, s in zip(runs, sharing)]
+    assert cal is not None
+    sources = []
+    for r, (f, plain, traced) in zip(runs, over):
+        pred = predict(r.model, r.plan, cal)["step_time_s"]
+        sources.append(
+            {
+                "path": r.path,
+                "plan": r.plan.label(),
+                "ranks": r.plan.world_size,
+                "traced_step_s": round(traced, 6),
+                "unprofiled_step_s": None if plain is None else round(plain, 6),
+                "overhead_factor": round(f, 4),
+                "overhead_removed": plain is not None,
+                "fitted_step_s": round(pred, 6),
+            }
+        )
+    return Calibration(**{**cal.to_dict(), "sources": sources, "assumptions": cal.assumptions})

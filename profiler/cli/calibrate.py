@@ -1,0 +1,104 @@
+"""`python -m profiler calibrate RUN [RUN ...] --out calib.json`: fit the step-time model to measured runs.
+
+    python -m profiler run --pp 2 --global-batch 4 --wait 3 --steps 7 --out runs/cal-a
+    python -m profiler run --dp 2 --tp 2 --pp 2 --sp --global-batch 8 --wait 3 --steps 7 --out runs/cal-b
+    python -m profiler calibrate runs/cal-a runs/cal-b --out calib.json
+    python -m parallel plan --model tiny --dp 4 --cluster local-cpu --calibration calib.json --json
+
+Each RUN is a `profiler run` directory (its run.json names the plan and model; its metrics.json's
+unprofiled steps -- `--wait 2` or more -- let the fit remove the tracing overhead) or a folder of
+traces with `--plan PLAN.json --model NAME` (then the overhead stays in, and the JSON says so).
+`--cores` is the machine's cores the ranks shared (default: this machine's). The JSON is
+parallel.core.calibrated.Calibration: fitted terms, `sources` (each run, its overhead factor and
+the step the fit gives it back), `assumptions`. Bad input exits 2 with one line on stderr.
+Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import orjson
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m profiler calibrate", description="fit the step-time model to runs")
+    ap.add_argument("path", nargs="+", help="profiler run directories (or trace folders with --plan and --model)")
+    ap.add_argument("--out", required=True, help="where to write calib.json")
+    ap.add_argument("--plan", help="Plan JSON for trace folders without a run.json")
+    ap.add_argument("--model", help="model preset for trace folders without a run.json")
+    ap.add_argument(
+        "--cores", type=int, default=os.cpu_count() or 1, help="cores the ranks shared (default: this machine's)"
+    )
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="gpu: a device per rank, no contention")
+    return ap
+
+
+def _measured(path: str, args: argparse.Namespace):
+    """A run directory (or a trace folder with --plan and --model) as profiler.analyzers.calibrate.Measured."""
+    from parallel.core.plan import Plan
+    from parallel.core.specs import MODELS, Model
+    from profiler.analyzers.calibrate import Measured
+    from profiler.analyzers.front import TraceAnalysis
+    from profiler.traces.errors import NoTracesError, PlanMismatchError
+
+    folder = Path(path)
+    if not folder.exists():
+        raise NoTracesError(f"{path}: no such file or directory")
+    run = folder / "run.json"
+    metrics = {}
+    if (folder / "metrics.json").is_file():
+        metrics = orjson.loads((folder / "metrics.json").read_bytes())
+    if run.is_file():
+        data = orjson.loads(run.read_bytes())
+        plan, model = Plan.from_dict(data["plan"]), Model.from_dict(data["model"])
+    else:
+        if not (args.plan and args.model):
+            raise PlanMismatchError(f"{path}: no run.json; give --plan PLAN.json and --model NAME for a trace folder")
+        if args.model not in MODELS:
+            raise PlanMismatchError(f"--model {args.model!r}: not a preset ({', '.join(sorted(MODELS))})")
+        from profiler.cli.analyze import _plan
+
+        plan, model = Plan.from_dict(_plan(args.plan)), MODELS[args.model]
+    analysis = TraceAnalysis.load(folder, plan.to_dict())
+    return Measured(analysis=analysis, metrics=metrics, plan=plan, model=model, path=str(folder))
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    from parallel.core.calibrated import CalibrationError
+    from parallel.core.specs import SpecError
+    from profiler.analyzers.calibrate import fit
+    from profiler.traces.errors import TraceError
+
+    if args.cores < 1:
+        print(f"error: --cores {args.cores}: expected 1 or more", file=sys.stderr)
+        return 2
+    try:
+        runs = [_measured(p, args) for p in args.path]
+        cal = fit(runs, cores=args.cores, device=args.device)
+    except (TraceError, CalibrationError, SpecError, KeyError, orjson.JSONDecodeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_bytes(orjson.dumps(cal.to_dict(), option=orjson.OPT_INDENT_2))
+    tmp.replace(out)  # never a half-written calibration
+    for s in cal.sources:
+        removed = (
+            f"overhead x{s['overhead_factor']:.2f} removed"
+            if s["overhead_removed"]
+            else "overhead NOT removed (no unprofiled step)"
+        )
+        print(
+            f"{s['path']}: {s['plan']}, traced {s['traced_step_s'] * 1e3:,.1f} ms, {removed}, fit gives {s['fitted_step_s'] * 1e3:,.1f} ms"
+        )
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

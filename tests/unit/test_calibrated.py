@@ -1,0 +1,109 @@
+"""parallel.core.calibrated: the calibrated step-time model's arithmetic, by hand, and its JSON checks;
+profiler.analyzers.calibrate's exact non-negative least squares."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from parallel.core.calibrated import Calibration, CalibrationError, comm_calls, contention, predict
+from parallel.core.plan import Plan
+from parallel.core.specs import MODELS
+from profiler.analyzers.calibrate import nnls, unprofiled_step_s
+from tests.conftest import ROOT
+
+TINY = MODELS["tiny"]
+CAL = Calibration(
+    layer_fixed_s=1e-3, flop_s=0.0, head_fixed_s=2e-3, step_fixed_s=5e-3, alpha_s=1e-4, beta_s_per_byte=0.0, cores=8
+)
+
+
+def test_one_rank_is_layers_head_and_fixed():
+    # 4 layers x 4 microbatches x 1 ms + 4 x 2 ms head + 5 ms, nothing else
+    out = predict(TINY, Plan(global_batch=4), CAL)
+    assert out["step_time_s"] == pytest.approx(16e-3 + 8e-3 + 5e-3)
+    assert out["bubble_s"] == 0 and out["contention_factor"] == 1.0
+
+
+def test_pipeline_adds_p_minus_1_over_v_slots_of_the_slowest_stage():
+    plan = Plan(pp=2, global_batch=4)  # 4 microbatches; stage 1: 2 layers + the head = 4 ms a slot
+    out = predict(TINY, plan, CAL)
+    sends = sum(r["calls"] for r in comm_calls(TINY, plan)) * 1e-4 / 4  # per microbatch
+    slot = 4e-3 + sends
+    assert out["compute_s"] == pytest.approx(4 * 4e-3)
+    assert out["bubble_s"] == pytest.approx(1 * slot)
+    assert out["step_time_s"] == pytest.approx(4 * slot + slot + 5e-3)
+
+
+def test_collectives_cost_alpha_per_ring_step_and_overlapped_rows_block_on_our_engine():
+    plan = Plan(tp=2, sp=True, global_batch=1)
+    blocking = comm_calls(TINY, plan, overlaps=False)
+    hidden = comm_calls(TINY, plan, overlaps=True)
+    assert sum(r["calls"] for r in blocking) > sum(r["calls"] for r in hidden)  # the backward re-gathers
+    out = predict(TINY, plan, CAL)
+    hops = sum(r["calls"] * (r["n"] - 1) for r in blocking)  # all-gather / reduce-scatter: n-1 steps
+    assert out["exposed_sp_s"] == pytest.approx(hops * 1e-4)
+
+
+def test_contention_counts_the_cores_ranks_keep_busy():
+    cal = Calibration(**{**CAL.to_dict(), "cores": 2, "gamma": 0.5, "assumptions": CAL.assumptions})
+    assert contention(2, cal, busy_s=1.0, step_s=1.0) == 1.0  # a core each
+    assert contention(8, cal, busy_s=1.0, step_s=1.0) == pytest.approx(4.0)  # always busy: time-slicing
+    assert contention(8, cal, busy_s=0.2, step_s=1.0) == 1.0  # mostly blocked: the cores suffice
+    gpu = Calibration(**{**CAL.to_dict(), "cores": 0, "assumptions": CAL.assumptions})
+    assert contention(1024, gpu, busy_s=1.0, step_s=1.0) == 1.0
+
+
+@pytest.mark.parametrize(
+    "data, error",
+    [
+        ([], "a JSON object"),
+        ({"layer_fixed_s": 1}, "lacks flop_s"),
+        ({**CAL.to_dict(), "alpha_s": -1}, "alpha_s must be a finite number >= 0"),
+        ({**CAL.to_dict(), "gamma": "x"}, "gamma must be"),
+        ({**CAL.to_dict(), "cores": 1.5}, "cores must be an integer"),
+    ],
+)
+def test_bad_calibration_json_is_refused_with_a_reason(data, error):
+    with pytest.raises(CalibrationError, match=error):
+        Calibration.from_dict(data)
+
+
+def test_round_trip():
+    assert Calibration.from_dict(json.loads(json.dumps(CAL.to_dict()))) == CAL
+
+
+def test_nnls_is_exact_and_non_negative():
+    rng = np.random.default_rng(0)
+    A = rng.random((30, 3))
+    x, _ = nnls(A, A @ np.array([2.0, 0.0, 0.5]))
+    assert x == pytest.approx([2.0, 0.0, 0.5], abs=1e-9)
+    x, _ = nnls(A, A @ np.array([1.0, -3.0, 1.0]))  # the unconstrained fit is negative: clamped
+    assert (x >= 0).all()
+
+
+def test_unprofiled_steps_are_those_before_the_profiler_warm_up():
+    # wait 3, warm-up 1: steps 1, 2 are unprofiled and steady; 0 is the first; 3 the warm-up; 4+ traced
+    metrics = {"step_time_s": [1.0, 0.10, 0.12, 0.5, 0.2, 0.2]}
+    assert unprofiled_step_s(metrics, [4, 5]) == pytest.approx(0.11)
+    assert unprofiled_step_s(metrics, [2, 3]) is None  # --wait 1: none
+
+
+def test_plan_cli_with_a_calibration(tmp_path):
+    calib = tmp_path / "calib.json"
+    calib.write_text(json.dumps({**CAL.to_dict(), "sources": [{"path": "runs/a", "plan": "DP1 TP1 PP2 mb1"}]}))
+    run = [sys.executable, "-m", "parallel", "plan", "--model", "tiny", "--global-batch", "4", "--cluster", "local-cpu"]
+    out = json.loads(
+        subprocess.run([*run, f"--calibration={calib}", "--json"], cwd=ROOT, capture_output=True, text=True).stdout
+    )
+    assert out["step_time_s"] == pytest.approx(29e-3) and out["step_time"]["fixed_s"] == pytest.approx(5e-3)
+    assert out["calibration"]["sources"][0]["path"] == "runs/a" and out["calibration"]["assumptions"]
+    assert out["analytic_step_time"]["step_time_s"] != out["step_time_s"]
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"layer_fixed_s": 1}')
+    done = subprocess.run([*run, f"--calibration={bad}"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and "lacks flop_s" in done.stderr and "Traceback" not in done.stderr
