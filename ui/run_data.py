@@ -292,11 +292,10 @@ def rank_values(bd: pd.DataFrame, table: pd.DataFrame, inst: pd.DataFrame | None
 
 def _link(group: str, node_of: dict[int, object]) -> str:
     """'intra' or 'inter' (the plan model's words; the page names them for its cluster), or 'unknown link'."""
-    ranks = [int(r) for r in str(group).split(",") if r.strip().isdigit()]
-    nodes = {node_of.get(r) for r in ranks}
-    if not ranks or None in nodes:
-        return "unknown link"
-    return "intra" if len(nodes) == 1 else "inter"
+    from profiler.traces.model import link_tier
+
+    tier = link_tier(group, node_of)
+    return "unknown link" if tier == "unknown" else tier
 
 
 def tp_measured(table: pd.DataFrame, node_of: dict[int, object]) -> pd.DataFrame:

@@ -131,9 +131,10 @@ def chart_frame(sweep: dict) -> pd.DataFrame:
 
 
 def error_table(sweep: dict) -> pd.DataFrame:
-    """Measured beside predicted, one row per run, in ms, GB/s and s, errors in %."""
+    """Measured beside predicted, one row per run, in ms, GB/s and s, errors in %; with the sweep's
+    calibrated step-time model (profiler.lab.sweep_model.calibrate_sweep) when it has one."""
     c = compare(sweep)
-    return pd.DataFrame(
+    out = pd.DataFrame(
         {
             "TP": c["tp"],
             "SP": c["sp"].map({False: "off", True: "on"}),
@@ -149,7 +150,15 @@ def error_table(sweep: dict) -> pd.DataFrame:
             "predicted s": c["predicted_step_s"],
             "step error %": c["step_error_pct"],
         }
-    ).round(3)
+    )
+    cal = ((sweep.get("calibrated") or {}).get("points")) or []
+    if cal:
+        by = {(q["tp"], q["sp"]): q for q in cal}
+        keys = list(zip(c["tp"], c["sp"]))
+        out["calibrated s"] = [by.get(k, {}).get("predicted_step_s") for k in keys]
+        out["calibrated error %"] = [by.get(k, {}).get("error_pct") for k in keys]
+        out["calibrated on"] = ["yes" if by.get(k, {}).get("calibrated_on") else "" for k in keys]
+    return out.round(3)
 
 
 def caption(sweep: dict) -> str:

@@ -13,7 +13,8 @@ Terms, each with what it assumes (Calibration.ASSUMPTIONS repeats them in the JS
         small layers it dominates), `k` seconds per FLOP -- both fitted, not peak-derived.
     collective                       c + alpha x hops + bytes x bus_factor x beta, hops the ring's latency terms
         (all-reduce 2(n-1), all-gather / reduce-scatter / all-to-all n-1, send/recv 1) -- Thakur et al.
-        2005 as parallel.core.comm, with c (per call), alpha, beta fitted from the traces' collectives
+        2005 as parallel.core.comm, with c (per call), alpha, beta per link tier (intra; inter when a
+        calibration run had groups across nodes) fitted from the traces' collectives
         (a p2p op's transfer after both sides arrived; a collective's whole time, its peers' jitter
         included, since lock-step ranks pay it every call), not the link's datasheet.
     step                             D x [ (m + (p-1)/v) x max_s(work_mb + comm_mb)  +  DP comm  +  w0 ]
@@ -34,10 +35,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from parallel.core.comm import RING_STEPS, bus_factor, comm_terms
+from parallel.core.comm import RING_STEPS, bus_factor, comm_terms, crosses_nodes
 from parallel.core.perf import layer_forward_flops
 from parallel.core.plan import Plan
-from parallel.core.specs import Model
+from parallel.core.specs import Cluster, Model
 
 ASSUMPTIONS = (
     "work: a fixed cost per layer and microbatch plus a cost per FLOP, both fitted; the output layer has its own fixed cost",
@@ -65,6 +66,10 @@ class Calibration:
     sp_layer_s: float = 0.0  # ... and more under sequence parallelism (gathers, scatters, their copies)
     cp_layer_s: float = 0.0  # ... and under context parallelism (the K/V exchange's concatenations, masks)
     call_s: float = 0.0  # per collective call, whatever its size (the host's part of issuing one)
+    # the inter-node link, when a calibration run crossed nodes (else the same as the intra link's)
+    inter_call_s: float | None = None
+    inter_alpha_s: float | None = None
+    inter_beta_s_per_byte: float | None = None
     gamma: float = 0.5  # share of communication time a rank's host is busy (contention), 0..1
     overlaps: bool = False  # whether the ranks overlap what the plan model marks overlapped (GPU Megatron)
     cores: int = 1  # cores (CPU) of the machine calibrated; 0 = a device per rank (no sharing)
@@ -92,6 +97,12 @@ class Calibration:
                 if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
                     raise CalibrationError(f"calibration {k} must be a finite number >= 0, got {v!r}")
                 values[k] = float(v)
+        for k in ("inter_call_s", "inter_alpha_s", "inter_beta_s_per_byte"):
+            v = data.get(k)
+            if v is not None:
+                if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+                    raise CalibrationError(f"calibration {k} must be a finite number >= 0 or null, got {v!r}")
+                values[k] = float(v)
         cores = data.get("cores", 1)
         if not isinstance(cores, int) or isinstance(cores, bool) or cores < 0:
             raise CalibrationError(f"calibration cores must be an integer >= 0, got {cores!r}")
@@ -112,12 +123,15 @@ def hops(op: str, n: int) -> float:
     return RING_STEPS.get(op, 1) * max(n - 1, 0)
 
 
-def collective_s(op: str, n: int, nbytes: float, cal: Calibration) -> float:
-    """One collective's uncontended seconds under the calibration."""
+def collective_s(op: str, n: int, nbytes: float, cal: Calibration, *, inter: bool = False) -> float:
+    """One collective's uncontended seconds under the calibration, on the intra- or inter-node link."""
     if n <= 1 and op not in ("send", "recv", "send_recv"):
         return 0.0
     bus = 1.0 if op in ("send", "recv", "send_recv") else float(bus_factor(op, n))
-    return cal.call_s + cal.alpha_s * hops(op, n) + nbytes * bus * cal.beta_s_per_byte
+    call, alpha, beta = cal.call_s, cal.alpha_s, cal.beta_s_per_byte
+    if inter and cal.inter_alpha_s is not None:
+        call, alpha, beta = cal.inter_call_s or 0.0, cal.inter_alpha_s, cal.inter_beta_s_per_byte or 0.0
+    return call + alpha * hops(op, n) + nbytes * bus * beta
 
 
 def layer_flops(model: Model, plan: Plan) -> dict[str, float]:
@@ -154,8 +168,9 @@ def features(model: Model, plan: Plan) -> dict[str, Any]:
     }
 
 
-def comm_calls(model: Model, plan: Plan, *, overlaps: bool = True) -> list[dict]:
-    """The plan's blocking collectives per step on the busiest rank: dim, op, n, bytes, calls."""
+def comm_calls(model: Model, plan: Plan, *, overlaps: bool = True, cluster: Cluster | None = None) -> list[dict]:
+    """The plan's blocking collectives per step on the busiest rank: dim, op, n, bytes, calls, inter
+    (its groups span nodes of `cluster`; False without one)."""
     rows = []
     for t in comm_terms(model, plan):
         # rows the plan model marks overlapped (Megatron-LM's backward re-gather under SP) block on
@@ -164,8 +179,16 @@ def comm_calls(model: Model, plan: Plan, *, overlaps: bool = True) -> list[dict]
             continue
         if t.collective == "send_recv" and plan.pp == 1 and t.dim == "pp":
             continue
+        inter = bool(crosses_nodes(plan, cluster, t.group)) if cluster is not None else False
         rows.append(
-            {"dim": t.dim, "op": t.collective, "n": int(t.n), "bytes": float(t.bytes_per_call), "calls": float(t.calls)}
+            {
+                "dim": t.dim,
+                "op": t.collective,
+                "n": int(t.n),
+                "bytes": float(t.bytes_per_call),
+                "calls": float(t.calls),
+                "inter": inter,
+            }
         )
     return rows
 
@@ -179,9 +202,12 @@ def contention(ranks: int, cal: Calibration, *, busy_s: float, step_s: float) ->
     return max(1.0, ranks * busy_s / step_s / cal.cores)
 
 
-def predict(model: Model, plan: Plan, cal: Calibration, *, ranks_here: int | None = None) -> dict[str, Any]:
+def predict(
+    model: Model, plan: Plan, cal: Calibration, *, ranks_here: int | None = None, cluster: Cluster | None = None
+) -> dict[str, Any]:
     """Seconds per step and its parts under the calibration (see the module docstring). `ranks_here`:
-    ranks sharing this machine's cores (default: the whole world, as the local launcher runs it)."""
+    ranks sharing one machine's cores (default: the whole world, as the local launcher runs it);
+    `cluster`: where groups that span its nodes take the inter-node link's terms."""
     f = features(model, plan)
     m = max(plan.microbatches, 1)
     per_layer = (
@@ -199,8 +225,8 @@ def predict(model: Model, plan: Plan, cal: Calibration, *, ranks_here: int | Non
     ]
     per_mb: dict[str, float] = {}
     dp = 0.0
-    for row in comm_calls(model, plan, overlaps=cal.overlaps):
-        t = row["calls"] * collective_s(row["op"], row["n"], row["bytes"], cal)
+    for row in comm_calls(model, plan, overlaps=cal.overlaps, cluster=cluster):
+        t = row["calls"] * collective_s(row["op"], row["n"], row["bytes"], cal, inter=row["inter"])
         if row["dim"] == "dp":
             dp += t
         else:

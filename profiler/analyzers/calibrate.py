@@ -15,10 +15,11 @@ From each profiled run:
     link samples       per (op, group size, bytes), the mean cost of the trace's ops -- a p2p op's
                        transfer after both sides arrived, a collective's whole time -- against (1, hops,
                        bus bytes): per-call c, alpha, beta (non-negative least squares).
-    contention         a run with more ranks than cores: its samples are divided by the contention the
-                       model gives it, and gamma (the busy share of communication) is fitted so the model
-                       gives that run its unprofiled step -- alternating a few rounds; without such a run
-                       gamma stays 0.5.
+    contention         a run with more ranks than cores: its samples are divided by the stretch measured
+                       in it -- its wall time per operator inside forward/backward over that of the runs
+                       whose ranks had a core each -- and gamma (the busy share of communication) is
+                       fitted so the model gives that run its unprofiled step; without such a run gamma
+                       stays 0.5.
 
 Pure: numpy, pandas.
 """
@@ -33,11 +34,10 @@ import pandas as pd
 
 from parallel.core.calibrated import Calibration, CalibrationError, collective_s, features, predict
 from parallel.core.plan import Plan
-from parallel.core.specs import Model
+from parallel.core.specs import Cluster, Model
+from profiler.analyzers.labels import P2P_OPS
 from profiler.analyzers.replay import phases, step_windows
 from profiler.analyzers.steps import steady_step_s
-
-P2P = {"send", "recv", "send_recv"}
 
 
 def nnls(A: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
@@ -65,6 +65,7 @@ class Measured:
     plan: Plan
     model: Model
     path: str = ""
+    cluster: Cluster | None = None  # its nodes, when it ran on more than one (groups across them: inter)
 
 
 def unprofiled_step_s(metrics: dict, traced_steps: list[int]) -> float | None:
@@ -90,7 +91,7 @@ PHASE = r"^ps\.phase kind=(?:fwd|bwd)\b"
 
 
 def _rank_split(run: Measured, rank: int, comm: pd.DataFrame, windows: pd.DataFrame) -> tuple[float, float, float]:
-    """(GEMM seconds, forward/backward work seconds, other work seconds) of one rank per traced step,
+    """(GEMM seconds, forward/backward work seconds, operators started in that work) of one rank per traced step,
     on its own clock: GEMMs are leaf ops (CPU) or GEMM kernels (GPU); forward/backward work is the
     engine's ps.phase ranges less the collectives inside them."""
     from profiler.traces import intervals as iv
@@ -117,7 +118,13 @@ def _rank_split(run: Measured, rank: int, comm: pd.DataFrame, windows: pd.DataFr
         comm["end_ns"].to_numpy() - comm["offset_ns"].to_numpy(),
     )
     fb = (iv.length(phases_iv) - iv.overlap(phases_iv, comm_iv)) / 1e9 / n_steps
-    return gemm_s, fb, 0.0
+    ops = 0.0
+    if len(phases_iv[0]):
+        cpu = (ev["cat"].astype(str) == "cpu_op").to_numpy() & inside
+        starts = ts[cpu]
+        i = np.searchsorted(phases_iv[0], starts, side="right") - 1
+        ops = float(((i >= 0) & (starts < phases_iv[1][np.clip(i, 0, None)])).sum()) / n_steps
+    return gemm_s, fb, ops
 
 
 def _work_samples(run: Measured, scale: float) -> list[dict]:
@@ -132,7 +139,7 @@ def _work_samples(run: Measured, scale: float) -> list[dict]:
     for rank, w in work.items():
         rank = int(rank)
         s = min(int(g.stage.get(rank, 0)), run.plan.pp - 1)
-        gemm_s, fb_s, _ = _rank_split(run, rank, per[per["rank"] == rank], bd[bd["rank"] == rank])
+        gemm_s, fb_s, ops = _rank_split(run, rank, per[per["rank"] == rank], bd[bd["rank"] == rank])
         fb_s = fb_s if fb_s > 0 else float(w)  # no ps.phase ranges (another framework's traces): all of it
         out.append(
             {
@@ -146,6 +153,7 @@ def _work_samples(run: Measured, scale: float) -> list[dict]:
                 "flops": m * (f["layer_flops"][s] + f["head_flops"][s]),
                 "gemm_s": gemm_s / scale,
                 "pipeline_work_s": fb_s / scale,
+                "ops": ops,
                 "work_s": float(w) / scale,
             }
         )
@@ -153,21 +161,32 @@ def _work_samples(run: Measured, scale: float) -> list[dict]:
 
 
 def _link_rows(run: Measured, scale: float) -> pd.DataFrame:
+    """Mean cost per (op, group size, bytes, tier) of the run's ops seen on two or more ranks."""
+    from profiler.traces.model import link_tier, node_of_ranks
+
     per = run.analysis.per_rank_wait
     per = per[per["n_ranks"] >= 2]
     if per.empty:
-        return pd.DataFrame(columns=["op", "n", "bytes", "transfer_s", "count"])
-    cost = per["transfer_ns"].where(per["op"].astype(str).isin(P2P), per["dur_ns"])  # see the module docstring
-    g = per.assign(cost_ns=cost).groupby(["op", "group_size", "bytes"], observed=True)
+        return pd.DataFrame(columns=["op", "n", "bytes", "tier", "transfer_s", "count"])
+    nodes = node_of_ranks(run.analysis.traces.run, run.analysis.traces.hosts())
+    tiers = {g: link_tier(g, nodes) for g in per["group"].astype(str).unique()}
+    per = per.assign(tier=per["group"].astype(str).map(tiers).replace({"unknown": "intra"}))
+    cost = per["transfer_ns"].where(per["op"].astype(str).isin(P2P_OPS), per["dur_ns"])  # see the module docstring
+    g = per.assign(cost_ns=cost).groupby(["op", "group_size", "bytes", "tier"], observed=True)
     out = g["cost_ns"].mean().rename("transfer_ns").reset_index()  # the step pays the mean, tail included
     out["count"] = g.size().to_numpy()
     out["transfer_s"] = out["transfer_ns"] / 1e9 / scale
-    return out.rename(columns={"group_size": "n"})[["op", "n", "bytes", "transfer_s", "count"]]
+    return out.rename(columns={"group_size": "n"})[["op", "n", "bytes", "tier", "transfer_s", "count"]]
 
 
-def _fit_links(frames: list[pd.DataFrame]) -> tuple[float, float, float]:
-    """(call, alpha, beta) by non-negative least squares over the (op, n, bytes) groups."""
+def _fit_links(frames: list[pd.DataFrame], tier: str = "intra") -> tuple[float, float, float] | None:
+    """(call, alpha, beta) of one link tier by non-negative least squares over its (op, n, bytes)
+    groups; None for the inter tier when no calibration run crossed nodes."""
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if len(rows):
+        rows = rows[rows["tier"] == tier]
+    if tier != "intra" and rows.empty:
+        return None
     rows = rows.dropna(subset=["bytes", "n"]) if len(rows) else rows
     if rows.empty:
         raise CalibrationError(
@@ -210,57 +229,76 @@ def _fit_work(samples: list[dict]) -> tuple[float, float, float, float, float, f
 def _gamma_for(r: Measured, cal: Calibration, step_s: float) -> float:
     """The busy share of communication that makes the model give this shared-core run its step."""
     lo, hi = 0.0, 1.0
-    if predict(r.model, r.plan, _with(cal, gamma=hi))["step_time_s"] < step_s:
+
+    def step(g: float) -> float:
+        return predict(r.model, r.plan, _with(cal, gamma=g), cluster=r.cluster)["step_time_s"]
+
+    if step(hi) < step_s:
         return hi
     for _ in range(40):  # the step grows with gamma: bisect
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if predict(r.model, r.plan, _with(cal, gamma=mid))["step_time_s"] < step_s else (lo, mid)
+        lo, hi = (mid, hi) if step(mid) < step_s else (lo, mid)
     return (lo + hi) / 2
+
+
+def _measured_stretch(runs: list[Measured], over: list, sharing: list[bool], cores: int) -> list[float]:
+    """Per run, how much sharing cores stretched its work: its wall time per operator inside forward/
+    backward over that of the runs whose ranks had a core each (1 for those; ranks/cores for a
+    shared run when no run had a core each, or no operator was counted)."""
+    per_op = []
+    for r, (f, _, _) in zip(runs, over):
+        xs = _work_samples(r, f)
+        ops = sum(x["ops"] for x in xs)
+        per_op.append(sum(x["pipeline_work_s"] for x in xs) / ops if ops else None)
+    free = [t for t, s in zip(per_op, sharing) if not s and t]
+    base = float(np.mean(free)) if free else None
+    return [
+        (max(1.0, t / base) if (base and t) else r.plan.world_size / cores) if s else 1.0
+        for r, t, s in zip(runs, per_op, sharing)
+    ]
 
 
 def _with(cal: Calibration, **changes) -> Calibration:
     return Calibration(**{**cal.to_dict(), **changes, "assumptions": cal.assumptions})
 
 
-def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 5) -> Calibration:
+def fit(runs: list[Measured], *, cores: int, device: str = "cpu") -> Calibration:
     """The calibration these runs imply (see the module docstring)."""
     if not runs:
         raise CalibrationError("give at least one profiled run to calibrate from")
     over = [_overhead(r) for r in runs]
     shared = device == "cpu" and cores > 0
     sharing = [shared and r.plan.world_size > cores for r in runs]
-    deflate = [r.plan.world_size / cores if s else 1.0 for r, s in zip(runs, sharing)]  # first guess: time-slicing
-    gamma, cal = 0.5, None
-    for _ in range(rounds):
-        samples = [x for r, (f, _, _), d in zip(runs, over, deflate) for x in _work_samples(r, f * d)]
-        a, k, a_head, w0, a_tp, a_sp, a_cp = _fit_work(samples)
-        call, alpha, beta = _fit_links([_link_rows(r, f * d) for r, (f, _, _), d in zip(runs, over, deflate)])
-        cal = Calibration(
-            a,
-            k,
-            a_head,
-            w0,
-            alpha,
-            beta,
-            tp_layer_s=a_tp,
-            sp_layer_s=a_sp,
-            call_s=call,
-            gamma=gamma,
-            cores=cores if shared else 0,
-            device=device,
-            overlaps=device != "cpu",
-        )
-        fitted = [(r, plain) for r, (_, plain, _), s in zip(runs, over, sharing) if s and plain]
-        if not fitted:
-            break
-        gamma = float(np.mean([_gamma_for(r, cal, plain) for r, plain in fitted]))
-        cal = _with(cal, gamma=gamma)
-        # a shared run's samples are then divided by the contention the model now gives it
-        deflate = [predict(r.model, r.plan, cal)["contention_factor"] if s else 1.0 for r, s in zip(runs, sharing)]
-    assert cal is not None
+    deflate = _measured_stretch(runs, over, sharing, cores)
+    samples = [x for r, (f, _, _), d in zip(runs, over, deflate) for x in _work_samples(r, f * d)]
+    a, k, a_head, w0, a_tp, a_sp, a_cp = _fit_work(samples)
+    links = [_link_rows(r, f * d) for r, (f, _, _), d in zip(runs, over, deflate)]
+    call, alpha, beta = _fit_links(links)
+    inter = _fit_links(links, "inter") or (None, None, None)
+    cal = Calibration(
+        a,
+        k,
+        a_head,
+        w0,
+        alpha,
+        beta,
+        tp_layer_s=a_tp,
+        sp_layer_s=a_sp,
+        cp_layer_s=a_cp,
+        call_s=call,
+        inter_call_s=inter[0],
+        inter_alpha_s=inter[1],
+        inter_beta_s_per_byte=inter[2],
+        cores=cores if shared else 0,
+        device=device,
+        overlaps=device != "cpu",
+    )
+    fitted = [(r, plain) for r, (_, plain, _), s in zip(runs, over, sharing) if s and plain]
+    if fitted:  # the busy share of communication that gives the shared runs their steps
+        cal = _with(cal, gamma=float(np.mean([_gamma_for(r, cal, plain) for r, plain in fitted])))
     sources = []
     for r, (f, plain, traced) in zip(runs, over):
-        pred = predict(r.model, r.plan, cal)["step_time_s"]
+        pred = predict(r.model, r.plan, cal, cluster=r.cluster)["step_time_s"]
         sources.append(
             {
                 "path": r.path,

@@ -45,8 +45,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.traces import intervals as iv
-from profiler.traces.model import Traces
-from profiler.traces.patterns import KINDS
+from profiler.traces.model import Traces, link_tier
 
 START, OP, END = 0, 1, 2  # node kinds
 OVERLAPPED = 0.5  # a GPU comm kernel at least this much under compute does not block its rank
@@ -110,14 +109,6 @@ def _gpu_overlapped(traces: Traces, rank: int, rows: pd.DataFrame) -> np.ndarray
     return out
 
 
-def _tier(group: str, nodes: dict[int, object]) -> str:
-    ranks = [int(r) for r in str(group).split(",") if r.strip().isdigit()]
-    seen = {nodes.get(r) for r in ranks}
-    if not ranks or None in seen:
-        return "unknown"
-    return "intra" if len(seen) == 1 else "inter"
-
-
 def build_graph(
     traces: Traces,
     per: pd.DataFrame,
@@ -129,7 +120,6 @@ def build_graph(
 ) -> Graph:
     """The dependency graph of the traced steps (see the module docstring). `per`: per_rank_wait;
     `bd`: breakdown (its windows, on each rank's own clock); `offsets`: clock_offsets (the same align)."""
-    assert KINDS  # the compute kind name used by _gpu_overlapped is one of KINDS
     off = dict(zip(offsets["rank"].astype(int), offsets["offset_ns"].astype("int64")))
     keep = per
     dropped = 0
@@ -187,7 +177,7 @@ def build_graph(
             "op": first["op"].astype(str).to_numpy() if len(keep) else [],
             "dim": first["dim"].astype(str).to_numpy() if len(keep) else [],
             "group": first["group"].astype(str).to_numpy() if len(keep) else [],
-            "tier": [_tier(g, nodes) for g in first["group"]] if len(keep) else [],
+            "tier": [link_tier(g, nodes) for g in first["group"]] if len(keep) else [],
             "n": [len(m) for m in members],
         }
     )

@@ -64,7 +64,24 @@ def _measured(path: str, args: argparse.Namespace):
 
         plan, model = Plan.from_dict(_plan(args.plan)), MODELS[args.model]
     analysis = TraceAnalysis.load(folder, plan.to_dict())
-    return Measured(analysis=analysis, metrics=metrics, plan=plan, model=model, path=str(folder))
+    return Measured(
+        analysis=analysis, metrics=metrics, plan=plan, model=model, path=str(folder), cluster=run_cluster(folder, plan)
+    )
+
+
+def run_cluster(folder: Path, plan):
+    """The nodes a run directory's job ran on, as a Cluster (None for one node or no run.json)."""
+    import dataclasses
+
+    from parallel.core.specs import CLUSTERS
+
+    try:
+        nodes = int(orjson.loads((folder / "run.json").read_bytes()).get("nodes") or 1)
+    except (OSError, ValueError, TypeError, orjson.JSONDecodeError):
+        return None
+    if nodes <= 1 or plan.world_size % nodes:
+        return None
+    return dataclasses.replace(CLUSTERS["local-cpu"], nodes=nodes, gpus_per_node=plan.world_size // nodes)
 
 
 def main(argv=None) -> int:

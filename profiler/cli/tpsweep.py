@@ -440,6 +440,10 @@ def main(argv=None) -> int:
         ok = False
         sweep["error"] = "interrupted"
     sweep = with_predictions(sweep) if sweep["points"] else sweep
+    if sweep["points"]:
+        from profiler.lab.sweep_model import calibrate_sweep
+
+        sweep["calibrated"] = calibrate_sweep(sweep, out)
     sweep.update(status="completed" if ok else "failed", finished_at=rundir.now_iso())
     write(out, sweep)
     if sweep["points"]:

@@ -54,6 +54,17 @@ def _pair(item: str, flag: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def _factor(value: str, where: str, expected: str) -> float:
+    """A positive factor, or the ScenarioError that says which flag and what it expected."""
+    try:
+        f = float(value)
+    except ValueError:
+        raise ScenarioError(f"{where}: expected {expected}") from None
+    if not 0 < f < 1e6:
+        raise ScenarioError(f"{where}: the factor must be > 0")
+    return f
+
+
 def scenario_from_args(args: argparse.Namespace, ranks: list[int]) -> Scenario:
     """The Scenario the flags describe; ScenarioError names the flag that is wrong and why."""
     speed: dict = {}
@@ -63,27 +74,17 @@ def scenario_from_args(args: argparse.Namespace, ranks: list[int]) -> Scenario:
             raise ScenarioError(
                 f"--rank-speed {item!r}: rank {key} is not in the traces (ranks {ranks[0]}..{ranks[-1]})"
             )
-        if value != "median":
-            try:
-                f = float(value)
-            except ValueError:
-                raise ScenarioError(f"--rank-speed {item!r}: expected 'median' or a speed factor like 1.5") from None
-            if not 0 < f < 1e6:
-                raise ScenarioError(f"--rank-speed {item!r}: the speed factor must be > 0")
-            value = f
-        speed[int(key)] = value
+        speed[int(key)] = (
+            value
+            if value == "median"
+            else _factor(value, f"--rank-speed {item!r}", "'median' or a speed factor like 1.5")
+        )
     link: dict = {}
     for item in args.link:
         key, value = _pair(item, "--link")
         if key not in ("intra", "inter", *DIMS):
             raise ScenarioError(f"--link {item!r}: KEY is intra, inter or one of {', '.join(DIMS)}")
-        try:
-            k = float(value)
-        except ValueError:
-            raise ScenarioError(f"--link {item!r}: K must be a number, e.g. inter=2") from None
-        if not 0 < k < 1e6:
-            raise ScenarioError(f"--link {item!r}: K must be > 0")
-        link[key] = k
+        link[key] = _factor(value, f"--link {item!r}", "a number K, e.g. inter=2")
     if args.microbatches is not None and args.microbatches < 1:
         raise ScenarioError(f"--microbatches {args.microbatches}: expected 1 or more")
     return Scenario(rank_speed=speed, link=link, overlap=frozenset(args.overlap))

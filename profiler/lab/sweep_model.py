@@ -327,3 +327,68 @@ def with_predictions(sweep: dict) -> dict:
         )
     sweep["points"] = points
     return sweep
+
+
+def calibrate_sweep(sweep: dict, out: Path) -> dict | None:
+    """The step-time model calibrated on two of the sweep's own runs (#16): the smallest TP inside one
+    node and the largest TP across the link (its groups give the inter-node terms), then every point's
+    calibrated step beside the measured one. None when the sweep lacks such a pair. The runs are
+    profiled from their second step (--wait 1), so the overhead stays in on both sides: the prediction
+    is of a traced step, as the measured step is."""
+    import dataclasses
+
+    from parallel.core.calibrated import CalibrationError, predict
+    from parallel.core.specs import CLUSTERS
+    from profiler.analyzers.calibrate import Measured, fit
+    from profiler.analyzers.front import TraceAnalysis
+    from profiler.traces.errors import TraceError
+
+    model = sweep_model(sweep)
+    done = [p for p in _points(sweep) if p.get("status") == "completed" and p.get("run_dir")]
+    inside = [p for p in done if p.get("nodes") == 1]
+    across = [p for p in done if (p.get("nodes") or 1) > 1]
+    if not inside or not across:
+        return None
+    pick = [min(inside, key=lambda q: (q["tp"], q["sp"])), max(across, key=lambda q: (q["tp"], q["sp"]))]
+    gpn = int(sweep["gpus_per_node"])
+
+    def cluster(p: dict):
+        plan = sweep_plan(int(p["tp"]), bool(p["sp"]), sweep.get("micro_batch", 1))
+        nodes = max(1, -(-plan.world_size // gpn))
+        return plan, dataclasses.replace(CLUSTERS["local-cpu"], nodes=nodes, gpus_per_node=min(gpn, plan.world_size))
+
+    runs = []
+    try:
+        for p in pick:
+            plan, c = cluster(p)
+            folder = Path(out) / p["run_dir"]
+            runs.append(
+                Measured(
+                    analysis=TraceAnalysis.load(folder, plan.to_dict()),
+                    metrics=load_metrics(folder),
+                    plan=plan,
+                    model=model,
+                    path=str(p["run_dir"]),
+                    cluster=c,
+                )
+            )
+        cal = fit(runs, cores=int(sweep.get("machine", {}).get("cpus") or 1))
+    except (TraceError, CalibrationError, OSError) as err:
+        return {"error": str(err)}
+    points = []
+    for p in done:
+        plan, c = cluster(p)
+        # the lab runs gpn ranks per node, each node's ranks on this machine's shared cores
+        pred = predict(model, plan, cal, cluster=c, ranks_here=plan.world_size)["step_time_s"]
+        measured = (p.get("measured") or {}).get("step_time_s")
+        points.append(
+            {
+                "tp": int(p["tp"]),
+                "sp": bool(p["sp"]),
+                "predicted_step_s": pred,
+                "measured_step_s": measured,
+                "error_pct": _none(_err(measured, pred)),
+                "calibrated_on": p in pick,
+            }
+        )
+    return {"calibration": cal.to_dict(), "points": points}

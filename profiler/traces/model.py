@@ -192,6 +192,16 @@ def node_of_ranks(run: dict | None, hosts: dict[int, str | None]) -> dict[int, o
     return out
 
 
+def link_tier(group: str, nodes: dict[int, object]) -> str:
+    """'intra' when the group's ranks ('0,1,2') sit on one node of `nodes` (node_of_ranks), 'inter' when
+    they span nodes, 'unknown' when a rank's node is not known."""
+    ranks = [int(r) for r in str(group).split(",") if r.strip().isdigit()]
+    seen = {nodes.get(r) for r in ranks}
+    if not ranks or None in seen:
+        return "unknown"
+    return "intra" if len(seen) == 1 else "inter"
+
+
 def event_arrays(ev: pd.DataFrame) -> dict[str, np.ndarray]:
     """One rank's events (a partition's frame) as numpy arrays: ts, end, kind (index into
     patterns.KINDS, -1 if unknown), pid, tid, correlation, and `thread` numbering each distinct

@@ -207,6 +207,13 @@ def test_tpsweep_quick_writes_its_json_and_the_page_shows_it(lab_prefix, tmp_pat
     assert cb["links"]["inter"]["bandwidth_bytes_per_s"] < cb["links"]["intra"]["bandwidth_bytes_per_s"]
     assert sweep["commbench"]["links"] == cb["links"]
     assert (out / "sweep.csv").read_text().startswith("tp,sp,link,")
+    # the step-time model calibrated on the sweep's own runs (one inside a node, one across: the inter
+    # link's terms); the quick sweep has no third run to hold back, so each is a calibration run here
+    cal = sweep["calibrated"]
+    assert cal["calibration"]["inter_alpha_s"] is not None and cal["calibration"]["sources"]
+    assert [(q["tp"], q["calibrated_on"]) for q in cal["points"]] == [(2, True), (4, True)]
+    for q in cal["points"]:
+        assert q["predicted_step_s"] == pytest.approx(q["measured_step_s"], rel=0.5), q
     run4 = json.loads((out / "tp4" / "run.json").read_text())
     assert run4["lab"]["prefix"] == lab_prefix and {h["lab_node"] for h in run4["hosts"].values()} == {0, 1}
 
@@ -224,6 +231,7 @@ def test_tpsweep_quick_writes_its_json_and_the_page_shows_it(lab_prefix, tmp_pat
     assert "datum.tp > 2" in json.dumps(lab_chart.spec)  # the boundary band
     table = at.dataframe[-1].value
     assert list(table["TP"]) == [2, 4] and "TP comm error %" in table
+    assert table["calibrated s"].gt(0).all() and list(table["calibrated on"]) == ["yes", "yes"]
     assert any("tpsweep --lab" in c.value for c in at.caption)
 
 

@@ -50,15 +50,17 @@ def _whatif(path, *flags: str) -> dict:
 
 def test_whatif_removes_an_injected_straggler(tmp_path):
     plan = ["--dp=2", "--global-batch=8"]  # 2 ranks on 2 cores: no contention between them
-    slow = _run(tmp_path / "slow", *plan, "--straggler=1:15")
+    # 40 ms a microbatch: large enough to stand out of a CI machine's noise (at 15 ms another test
+    # worker's load hid it once: the 60 ms of sleep overlapped the wait for a core)
+    slow = _run(tmp_path / "slow", *plan, "--straggler=1:40")
     base = _run(tmp_path / "base", *plan)
     same = _whatif(slow)
     assert KEYS <= set(same) and same["scenarios"] == [] and same["cut_dependencies"] == 0
     assert same["predicted_step_time_s"] == pytest.approx(same["measured_step_time_s"], rel=0.03)
     fixed = _whatif(slow, "--rank-speed=1=median")
     measured = _whatif(base)["measured_step_time_s"]
-    assert same["measured_step_time_s"] > 1.2 * measured  # 4 microbatches x 15 ms: the straggler is real
-    assert fixed["predicted_step_time_s"] == pytest.approx(measured, rel=0.25)
+    assert same["measured_step_time_s"] > 1.2 * measured  # 4 microbatches x 40 ms: the straggler is real
+    assert fixed["predicted_step_time_s"] == pytest.approx(measured, rel=0.35)
     (sc,) = fixed["scenarios"]
     assert sc["kind"] == "rank_speed" and all(0 < f < 1 for f in sc["work_factor_by_step"].values())
     path = same["critical_path"]["measured"]
@@ -71,7 +73,7 @@ def test_pipeline_bubble_near_theory_and_a_slow_stage_is_p2p_wait(tmp_path):
     assert [r["stage"] for r in uniform] == [0, 1] and {r["theory_fraction"] for r in uniform} == {0.25}
     mean = sum(r["bubble_fraction"] for r in uniform) / 2
     assert 0.5 * 0.25 < mean < 2 * 0.25, uniform
-    slow = _whatif(_run(tmp_path / "slow", *flags, "--straggler=1:20"))["pipeline"]
+    slow = _whatif(_run(tmp_path / "slow", *flags, "--straggler=1:30"))["pipeline"]
     s0, s1 = slow
     assert s0["p2p_wait_ms"] > max(10.0, 2 * s1["p2p_wait_ms"]), slow  # stage 0 waits on the slowed stage 1
     assert s0["bubble_ms"] <= s0["work_ms"] * 0.25 + 1e-6
@@ -83,7 +85,8 @@ def test_pipeline_bubble_near_theory_and_a_slow_stage_is_p2p_wait(tmp_path):
         (["--rank-speed=7=median"], "rank 7 is not in the traces"),
         (["--rank-speed=0=fast"], "expected 'median' or a speed factor"),
         (["--link=wan=2"], "KEY is intra, inter or one of"),
-        (["--link=inter=0"], "K must be > 0"),
+        (["--link=inter=0"], "the factor must be > 0"),
+        (["--link=inter=x"], "expected a number K"),
         (["--microbatches=0"], "--microbatches 0"),
     ],
 )

@@ -107,3 +107,21 @@ def test_plan_cli_with_a_calibration(tmp_path):
     bad.write_text('{"layer_fixed_s": 1}')
     done = subprocess.run([*run, f"--calibration={bad}"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2 and "lacks flop_s" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_groups_across_nodes_take_the_inter_link():
+    import dataclasses
+
+    from parallel.core.specs import CLUSTERS
+
+    cal = Calibration(**{**CAL.to_dict(), "inter_alpha_s": 1e-2, "assumptions": CAL.assumptions})
+    plan = Plan(dp=2, tp=2, global_batch=2)
+    two_nodes = dataclasses.replace(CLUSTERS["local-cpu"], nodes=2, gpus_per_node=2)  # TP inside, DP across
+    rows = {r["dim"]: r["inter"] for r in comm_calls(TINY, plan, cluster=two_nodes)}
+    assert rows == {"tp": False, "dp": True}
+    one = predict(TINY, plan, cal)
+    across = predict(TINY, plan, cal, cluster=two_nodes)
+    assert across["exposed_tp_s"] == one["exposed_tp_s"]  # TP stayed inside a node
+    dp_calls = sum(r["calls"] for r in comm_calls(TINY, plan) if r["dim"] == "dp")
+    assert across["exposed_dp_s"] == pytest.approx(dp_calls * 2 * 1e-2)  # an all-reduce of 2 ranks: 2(n-1) hops
+    assert across["exposed_dp_s"] > one["exposed_dp_s"]

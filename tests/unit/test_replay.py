@@ -166,3 +166,16 @@ def test_real_sets_replay_exactly_and_their_paths_add_up(name):
         path = out["critical_path"][which]
         assert sum(path["by_category"].values()) == pytest.approx(path["length_s"], rel=1e-4, abs=2e-6)
         assert path["length_s"] <= 1.05 * max(a.breakdown["window_ns"]) / 1e9
+
+
+def test_more_microbatches_shrink_the_schedules_bubble(tmp_path):
+    from parallel.core.plan import Plan
+
+    a = _gpipe_pair(tmp_path, 0)  # windows 940 and 740 us; bubbles 300 and 100 us
+    out = whatif(a.graph, plan=Plan(pp=2, global_batch=2), microbatches=4)
+    assert out["measured_step_time_s"] == pytest.approx(840e-6)
+    # the same global batch in 4 microbatches: the mean bubble (200 us) x (1 - 2/4) saved
+    assert out["predicted_step_time_s"] == pytest.approx(740e-6)
+    (sc,) = out["scenarios"]
+    assert sc["kind"] == "microbatches" and (sc["from"], sc["to"]) == (2, 4) and "optimistic" in sc["assumes"]
+    assert [r["stage"] for r in out["pipeline"]] == [0, 1]
