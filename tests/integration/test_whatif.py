@@ -76,7 +76,7 @@ def test_pipeline_bubble_near_theory_and_a_slow_stage_is_p2p_wait(tmp_path):
     slow = _whatif(_run(tmp_path / "slow", *flags, "--straggler=1:30"))["pipeline"]
     s0, s1 = slow
     assert s0["p2p_wait_ms"] > max(10.0, 2 * s1["p2p_wait_ms"]), slow  # stage 0 waits on the slowed stage 1
-    assert s0["bubble_ms"] <= s0["work_ms"] * 0.25 + 1e-6
+    assert s0["bubble_ms"] <= s0["work_ms"] * 0.25 + 1e-3  # (the JSON rounds to 4 decimals)
 
 
 @pytest.mark.parametrize(
