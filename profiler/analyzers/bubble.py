@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.analyzers.labels import P2P_OPS
-from profiler.analyzers.replay import OP, START, Graph
+from profiler.analyzers.replay import OP, START, Graph, op_wait
 
 COLUMNS = [
     "rank",
@@ -76,7 +76,7 @@ def pipeline_phases(g: Graph, *, pp: int, vpp: int, microbatches: int) -> pd.Dat
                     continue
                 c = int(ch.inst[i])
                 dur = int(ch.e[i] - ch.a[i])
-                wait = min(dur, max(0, int(g.last_arrival[c] - ch.a[i]))) if ch.waits[i] else 0
+                wait = op_wait(ch, i, ch.a, ch.e, g.last_arrival)
                 if spans[c]:
                     idle += wait
                 if p2p[c]:

@@ -92,8 +92,8 @@ GEMM_KERNEL = r"gemm|cutlass|xmma|cublas|sm\d+_"
 PHASE = r"^ps\.phase kind=(?:fwd|bwd)\b"
 
 
-def _rank_split(run: Measured, rank: int, comm: pd.DataFrame, windows: pd.DataFrame) -> tuple[float, float, float]:
-    """(GEMM seconds, forward/backward work seconds, operators started in that work) of one rank per traced step,
+def _rank_split(run: Measured, rank: int, comm: pd.DataFrame, windows: pd.DataFrame) -> tuple[float, float]:
+    """(GEMM seconds, forward/backward work seconds) of one rank per traced step,
     on its own clock: GEMMs are leaf ops (CPU) or GEMM kernels (GPU); forward/backward work is the
     engine's ps.phase ranges less the collectives inside them."""
     from profiler.traces import intervals as iv
@@ -120,13 +120,7 @@ def _rank_split(run: Measured, rank: int, comm: pd.DataFrame, windows: pd.DataFr
         comm["end_ns"].to_numpy() - comm["offset_ns"].to_numpy(),
     )
     fb = (iv.length(phases_iv) - iv.overlap(phases_iv, comm_iv)) / 1e9 / n_steps
-    ops = 0.0
-    if len(phases_iv[0]):
-        cpu = (ev["cat"].astype(str) == "cpu_op").to_numpy() & inside
-        starts = ts[cpu]
-        i = np.searchsorted(phases_iv[0], starts, side="right") - 1
-        ops = float(((i >= 0) & (starts < phases_iv[1][np.clip(i, 0, None)])).sum()) / n_steps
-    return gemm_s, fb, ops
+    return gemm_s, fb
 
 
 def _work_samples(run: Measured, scale: float) -> list[dict]:
@@ -141,7 +135,7 @@ def _work_samples(run: Measured, scale: float) -> list[dict]:
     for rank, w in work.items():
         rank = int(rank)
         s = min(int(g.stage.get(rank, 0)), run.plan.pp - 1)
-        gemm_s, fb_s, ops = _rank_split(run, rank, per[per["rank"] == rank], bd[bd["rank"] == rank])
+        gemm_s, fb_s = _rank_split(run, rank, per[per["rank"] == rank], bd[bd["rank"] == rank])
         fb_s = fb_s if fb_s > 0 else float(w)  # no ps.phase ranges (another framework's traces): all of it
         out.append(
             {
@@ -155,7 +149,6 @@ def _work_samples(run: Measured, scale: float) -> list[dict]:
                 "flops": m * (f["layer_flops"][s] + f["head_flops"][s]),
                 "gemm_s": gemm_s / scale,
                 "pipeline_work_s": fb_s / scale,
-                "ops": ops,
                 "work_s": float(w) / scale,
             }
         )

@@ -191,6 +191,14 @@ def build_graph(
     )
 
 
+def op_wait(ch: Chain, i: int, a: np.ndarray, e: np.ndarray, last: np.ndarray) -> int:
+    """How long op i of a chain waited for its last participant (times a, e; last arrivals `last`):
+    none when it did not depend on the others, never more than its duration."""
+    if not ch.waits[i]:
+        return 0
+    return min(int(e[i] - a[i]), max(0, int(last[int(ch.inst[i])]) - int(a[i])))
+
+
 def work_per_step(g: Graph) -> pd.DataFrame:
     """One row per (rank, step): work_ns (the gaps inside the step), comm_ns (its ops' durations)."""
     rows = []
@@ -349,7 +357,7 @@ def phases(g: Graph, rp: Replay | None = None) -> pd.DataFrame:
                     continue
                 c = int(ch.inst[i])
                 dur = int(e[i] - a[i])
-                wait = min(dur, max(0, int(last[c]) - int(a[i]))) if ch.waits[i] else 0
+                wait = op_wait(ch, i, a, e, last)
                 row["wait_ns"] += wait
                 key = f"transfer_{dims[c]}_ns"
                 row[key] = row.get(key, 0) + dur - wait
