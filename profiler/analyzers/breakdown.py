@@ -97,7 +97,7 @@ class _Rank:
 
     def __init__(self, store, rank: int, gpu: bool, table_rows: pd.DataFrame, windows: pd.DataFrame):
         self.rank, self.gpu = rank, gpu
-        a = event_arrays(store.events(rank))
+        a = event_arrays(store.arrow(rank, "events"))  # columns only: no pandas frame of every event
         lo, hi = 0, len(a["ts"])
         self.ts, self.end, self.kind = a["ts"][lo:hi], a["end"][lo:hi], a["kind"][lo:hi]
         rows = table_rows[table_rows["source"] == "kernel"] if self.gpu else table_rows

@@ -36,14 +36,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from parallel.core.comm import bus_factor
 from profiler.analyzers.labels import P2P_OPS, DimLabeler, PlanLike, plan_of
-from profiler.analyzers.steps import assign_steps, step_windows
+from profiler.analyzers.steps import step_of, step_windows
 from profiler.formats.annotations import parse_comm
 from profiler.traces.loader import map_rank_tasks
 from profiler.traces.model import COMM_ARG_FIELDS, Traces
-from profiler.traces.patterns import KINDS, RECORD_PARAM_COMMS, dtype_bytes, normalize_op
+from profiler.traces.patterns import KINDS, OPS, RECORD_PARAM_COMMS, dtype_bytes, normalize_op
 from profiler.traces.store import PartStore
 
 META_FIELDS = COMM_ARG_FIELDS
@@ -184,15 +185,41 @@ def _infer_data_parallel(table: pd.DataFrame, traces: Traces) -> None:
 _KINDS = ("ps_comm", "cpu_comm", "runtime", "comm")  # the events a row is made of
 
 
+_KIND_NAMES = np.array(KINDS, dtype=object)
+_OP_NAMES = np.array([*OPS, None], dtype=object)  # code -1 (no op) -> None
+
+
+def _event_columns(store: PartStore, rank: int) -> dict[str, np.ndarray]:
+    """The rank's events of _KINDS as plain columns (row: the event's row in the rank; kind, op and
+    name as Python strings): read from the Arrow partition, only those rows, no pandas frame -- the
+    collectives need a few % of a rank's events, and per-rank frames cost more than the rows."""
+    table = store.arrow(rank, "events")
+    rows = np.flatnonzero(np.isin(table.column("kind").to_numpy(), [KINDS.index(k) for k in _KINDS]))
+    sub = table.take(pa.array(rows))
+    cols = {c: sub.column(c).to_numpy() for c in ("ts_ns", "dur_ns", "pid", "tid", "correlation", "external_id")}
+    cols["row"] = rows
+    cols["kind"] = _KIND_NAMES[sub.column("kind").to_numpy()]
+    cols["op"] = _OP_NAMES[sub.column("op").to_numpy()]
+    name = sub.column("name").combine_chunks()
+    if isinstance(name, pa.ChunkedArray):  # no chunks at all (an empty part)
+        name = name.chunk(0) if name.num_chunks else pa.array([], type=pa.dictionary(pa.int32(), pa.string()))
+    words = name.dictionary.to_numpy(zero_copy_only=False).astype(object)
+    cols["name"] = words[name.indices.to_numpy()] if len(words) else np.array([], dtype=object)
+    return cols
+
+
+def _comm_meta(store: PartStore, rank: int) -> dict[int, dict]:
+    """event row -> its comm args (None where not recorded), from the rank's Arrow comm table."""
+    table = store.arrow(rank, "comm")
+    fields = list(META_FIELDS)
+    values = [table.column(c).to_pylist() for c in fields]
+    return {e: dict(zip(fields, vals)) for e, *vals in zip(table.column("event").to_pylist(), *values)}
+
+
 def _rows_of(store, rank: int, gpu: bool, labels: dict, not_collectives: Counter) -> list[dict]:
     """The rows of one rank, read from its partition."""
-    # Only CPU collectives, launches and comm kernels matter (a few % of the events).
-    sub = store.of_kinds(rank, [KINDS.index(k) for k in _KINDS])
-    strings = {c: sub[c].to_numpy(dtype=object) for c in ("kind", "op")}
-    strings["name"] = sub["name"].to_numpy(dtype=object).astype(str)
-    ca = store.comm_args(rank)
-    meta = {int(e): rec for e, rec in zip(ca["event"], ca[list(META_FIELDS)].to_dict("records"))}
-    return _rank_rows(sub, strings, rank, meta, labels, gpu=gpu, not_collectives=not_collectives)
+    cols = _event_columns(store, rank)
+    return _rank_rows(cols, rank, _comm_meta(store, rank), labels, gpu=gpu, not_collectives=not_collectives)
 
 
 # Per process (the caller's or a worker's): ps.comm name -> label (every rank of a group has the same
@@ -212,10 +239,31 @@ def _rank_table(store: PartStore, rank: int, gpu: bool, plan, pg: pd.DataFrame, 
     if key not in _LABELERS:
         _LABELERS.clear()
         _LABELERS[key] = DimLabeler(plan)
-    table = pd.DataFrame(rows)
-    table["step"] = assign_steps(table["rank"], table["issue_ns"], windows)
-    _label(table, rows, pg, _LABELERS[key])
-    return table[COLUMNS], dict(skipped)
+    cols = {c: [r[c] for r in rows] for c in _ROW_FIELDS}
+    w = windows.sort_values("start_ns")
+    cols["step"] = step_of(
+        np.asarray(cols["issue_ns"], dtype=np.int64),
+        *(w[c].to_numpy(dtype=np.int64) for c in ("start_ns", "end_ns", "step")),
+    )
+    cols.update(_label(rows, pg, _LABELERS[key]))
+    return pd.DataFrame({c: cols[c] for c in COLUMNS}), dict(skipped)
+
+
+# The row fields taken as they are; _label makes the rest.
+_ROW_FIELDS = (
+    "rank",
+    "source",
+    "op",
+    "name",
+    "start_ns",
+    "end_ns",
+    "dur_ns",
+    "issue_ns",
+    "stream",
+    "event",
+    "cpu_event",
+    "pg_name",
+)
 
 
 _DTYPES = {
@@ -247,15 +295,15 @@ _DTYPES = {
 }
 
 
-def _roots(cpu: pd.DataFrame, names: np.ndarray) -> dict[int, _Root]:
-    """Outermost CPU comm event of each nest, per thread, with its members (`names`: cpu's, as str)."""
+def _roots(cpu: dict[str, np.ndarray]) -> dict[int, _Root]:
+    """Outermost CPU comm event of each nest, per thread, with its members (`cpu`: _event_columns)."""
     roots: dict[int, _Root] = {}
-    pid, tid = cpu["pid"].to_numpy(), cpu["tid"].to_numpy()
-    ts = cpu["ts_ns"].to_numpy()
-    end = ts + cpu["dur_ns"].to_numpy()
+    pid, tid = cpu["pid"], cpu["tid"]
+    ts = cpu["ts_ns"]
+    end = ts + cpu["dur_ns"]
     order = np.lexsort((-end, ts, tid, pid))  # per thread, by start, the enclosing event first
-    names = names[order].tolist()
-    rows, pid, tid = cpu.index.to_numpy()[order].tolist(), pid[order].tolist(), tid[order].tolist()
+    names = cpu["name"][order].tolist()
+    rows, pid, tid = cpu["row"][order].tolist(), pid[order].tolist(), tid[order].tolist()
     ts, end = ts[order].tolist(), end[order].tolist()  # plain ints: the loop below is per event
     stack: list[tuple[int, int]] = []  # (end, root row) of open events on the current thread
     thread = None
@@ -279,7 +327,9 @@ def _roots(cpu: pd.DataFrame, names: np.ndarray) -> dict[int, _Root]:
 
 def _value(x):
     """None for missing (None, NaN, NA), else a plain Python value."""
-    if x is None or (not isinstance(x, str) and pd.isna(x)):
+    if x is None or type(x) in (int, str):  # the common case, from Arrow's to_pylist
+        return x
+    if not isinstance(x, str) and pd.isna(x):
         return None
     return x.item() if hasattr(x, "item") else x
 
@@ -366,15 +416,19 @@ def _compatible(worker_op: str, caller_op: str) -> bool:
     )
 
 
+def _select(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: v[mask] for k, v in cols.items()}
+
+
 def _rank_rows(
-    sub: pd.DataFrame, strings: dict, rank: int, meta: dict, labels: dict, *, gpu: bool, not_collectives: Counter
+    sub: dict[str, np.ndarray], rank: int, meta: dict, labels: dict, *, gpu: bool, not_collectives: Counter
 ) -> list[dict]:
-    """The rows of one rank; `sub`: its events of _KINDS, `strings`: their kind, op, name as objects."""
-    kind = strings["kind"]
+    """The rows of one rank; `sub`: its events of _KINDS as columns (_event_columns)."""
+    kind = sub["kind"]
     is_cpu = (kind == "ps_comm") | (kind == "cpu_comm")
-    cpu = sub[is_cpu]
-    roots = _roots(cpu, strings["name"][is_cpu])
-    info = dict(zip(cpu.index, zip(kind[is_cpu], strings["op"][is_cpu], strings["name"][is_cpu])))
+    cpu = _select(sub, is_cpu)
+    roots = _roots(cpu)
+    info = dict(zip(cpu["row"].tolist(), zip(cpu["kind"].tolist(), cpu["op"].tolist(), cpu["name"].tolist())))
     per_thread: dict[tuple, list[_Root]] = {}
     for r in roots.values():
         r.op, r.label = _root_op(info, r.members, labels)
@@ -383,27 +437,23 @@ def _rank_rows(
     for tid, rs in per_thread.items():
         rs.sort(key=lambda r: r.start)
         thread_roots[tid] = (np.array([r.start for r in rs], dtype=np.int64), rs)
-    by_ext = {x: row for row, x in zip(cpu.index.tolist(), cpu["external_id"].tolist()) if x >= 0}
+    by_ext = {x: row for row, x in zip(cpu["row"].tolist(), cpu["external_id"].tolist()) if x >= 0}
     member_root = {m: r for r in roots.values() for m in r.members}
     out = []
     if gpu:
-        runtime = sub[(kind == "runtime") & (sub["correlation"].to_numpy() >= 0)]
+        runtime = _select(sub, (kind == "runtime") & (sub["correlation"] >= 0))
         launch = dict(
             zip(
                 runtime["correlation"].tolist(),
                 zip(runtime["pid"].tolist(), runtime["tid"].tolist(), runtime["ts_ns"].tolist()),
             )
         )
-        kernels = sub[kind == "comm"]
+        kernels = _select(sub, kind == "comm")
         for row, corr, ext, ts, dur, tid, name, kop in zip(
-            kernels.index.tolist(),
-            kernels["correlation"].tolist(),
-            kernels["external_id"].tolist(),
-            kernels["ts_ns"].tolist(),
-            kernels["dur_ns"].tolist(),
-            kernels["tid"].tolist(),
-            strings["name"][kind == "comm"].tolist(),
-            strings["op"][kind == "comm"],
+            *(
+                kernels[c].tolist()
+                for c in ("row", "correlation", "external_id", "ts_ns", "dur_ns", "tid", "name", "op")
+            )
         ):
             root, issue = None, int(ts)
             if corr >= 0 and corr in launch:
@@ -480,10 +530,9 @@ def _row(rank, row, source, name, start, end, issue, stream, root: _Root | None,
     }
 
 
-def _label(table: pd.DataFrame, rows: list[dict], pg_config: pd.DataFrame, labeler: DimLabeler) -> None:
-    """Fill group, bytes, dim, seq, instance and bandwidths in place (table is ours, not the input),
-    from `rows`, the table's rows as plain Python values (a column with a missing value would turn
-    its ints into floats: a p2p group '0.0,1.0')."""
+def _label(rows: list[dict], pg_config: pd.DataFrame, labeler: DimLabeler) -> dict[str, list | np.ndarray]:
+    """The columns group, bytes, dim, seq, instance and bandwidths of one rank's `rows` (plain Python
+    values: a column with a missing value would turn its ints into floats, a p2p group '0.0,1.0')."""
     pg = {
         (int(r), str(n)): (ranks, desc, size)
         for r, n, ranks, desc, size in zip(
@@ -494,7 +543,7 @@ def _label(table: pd.DataFrame, rows: list[dict], pg_config: pd.DataFrame, label
             pg_config["pg_size"],
         )
     }
-    cols = {
+    cols: dict[str, list] = {
         c: []
         for c in (
             "group",
@@ -546,15 +595,17 @@ def _label(table: pd.DataFrame, rows: list[dict], pg_config: pd.DataFrame, label
             ("seq_source", "none" if seq is None else ("annotation" if label else "trace")),
         ):
             cols[key].append(value)
-    for key, values in cols.items():
-        table[key] = values
-    _ordinal_seq(table)
-    nbytes = table["bytes"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
-    dur = table["dur_ns"].to_numpy(dtype=float)
-    table["algbw_gbps"] = np.where(dur > 0, nbytes / np.where(dur > 0, dur, 1), np.nan)  # bytes/ns = GB/s
-    keys = list(zip(table["op"].tolist(), cols["group_size"]))
+    cols["group_size"] = pd.array(cols["group_size"], dtype="Int64")
+    cols["bytes"] = pd.array(cols["bytes"], dtype="Int64")
+    _ordinal_seq(cols, rows)
+    nbytes = cols["bytes"].to_numpy(dtype=float, na_value=np.nan)
+    dur = np.array([r["dur_ns"] for r in rows], dtype=float)
+    algbw = np.where(dur > 0, nbytes / np.where(dur > 0, dur, 1), np.nan)  # bytes/ns = GB/s
+    keys = list(zip((r["op"] for r in rows), (None if n is pd.NA else int(n) for n in cols["group_size"])))
     factors = {k: bus_factor(*k) for k in set(keys)}
-    table["busbw_gbps"] = table["algbw_gbps"] * np.array([factors[k] for k in keys], dtype=float)
+    cols["algbw_gbps"] = algbw
+    cols["busbw_gbps"] = algbw * np.array([factors[k] for k in keys], dtype=float)
+    return cols
 
 
 def _bytes(rec: dict, label) -> tuple[int | None, str]:
@@ -569,28 +620,26 @@ def _bytes(rec: dict, label) -> tuple[int | None, str]:
     return None, "unknown"
 
 
-def _ordinal_seq(table: pd.DataFrame) -> None:
-    """Where no seq was recorded: the order of issue within (rank, group), counting each call once."""
-    key = np.where(
-        table["group"] != "",
-        table["group"],
-        np.where(
-            table["pg_name"].notna() & (table["pg_name"] != ""),
-            "pg:" + table["pg_name"].astype(str),
-            "?" + table["op"].astype(str),
-        ),
-    )
-    table["_key"] = key
-    missing = table["seq"] < 0
-    if missing.any():
-        calls = table[missing].groupby(["rank", "_key", "unit"], sort=False)["issue_ns"].min().reset_index()
-        calls["ord"] = calls.groupby(["rank", "_key"])["issue_ns"].rank(method="first").astype(np.int64) - 1
-        ords = (
-            table[missing]
-            .merge(calls[["rank", "_key", "unit", "ord"]], on=["rank", "_key", "unit"], how="left")["ord"]
-            .to_numpy()
-        )
-        table.loc[missing, "seq"] = ords
-        table.loc[missing, "seq_source"] = "order"
-    # The same call on every rank of its group: group (or pg name; else the op) and seq.
-    table["instance"] = [f"{k}#{s}" for k, s in zip(table["_key"].tolist(), table["seq"].tolist())]
+def _ordinal_seq(cols: dict, rows: list[dict]) -> None:
+    """Where no seq was recorded: the order of issue within the rank's group (its pg name; else the
+    op), counting each call once (a call's rows share its `unit`); then `instance`: the same call on
+    every rank of its group is group (or pg name, or op) # seq. In place on `cols` (one rank's)."""
+    keys = [
+        g if g != "" else (f"pg:{r['pg_name']}" if r["pg_name"] else f"?{r['op']}") for g, r in zip(cols["group"], rows)
+    ]
+    seq, source = cols["seq"], cols["seq_source"]
+    calls: dict[tuple, int] = {}  # (key, unit) -> the call's first issue, in order of first appearance
+    for i in (i for i, s in enumerate(seq) if s < 0):
+        call = (keys[i], rows[i]["unit"])
+        issue = rows[i]["issue_ns"]
+        if call not in calls or issue < calls[call]:
+            calls[call] = issue
+    per_key: dict[str, list] = {}
+    for n, ((key, unit), issue) in enumerate(calls.items()):
+        per_key.setdefault(key, []).append((issue, n, unit))  # ties: the first to appear first
+    ordinal = {(key, unit): o for key, calls_of in per_key.items() for o, (_, _, unit) in enumerate(sorted(calls_of))}
+    for i, s in enumerate(seq):
+        if s < 0:
+            seq[i] = ordinal[(keys[i], rows[i]["unit"])]
+            source[i] = "order"
+    cols["instance"] = [f"{k}#{s}" for k, s in zip(keys, seq)]

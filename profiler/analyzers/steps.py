@@ -29,11 +29,18 @@ def assign_steps(ranks: np.ndarray, times: np.ndarray, windows: pd.DataFrame) ->
         if not len(sel):
             continue
         w = w.sort_values("start_ns")
-        starts, ends, steps = (w[c].to_numpy() for c in ("start_ns", "end_ns", "step"))
-        i = np.searchsorted(starts, times[sel], side="right") - 1
-        ok = i >= 0
-        ok[ok] = times[sel][ok] < ends[i[ok]]
-        out[sel[ok]] = steps[i[ok]]
+        out[sel] = step_of(times[sel], *(w[c].to_numpy() for c in ("start_ns", "end_ns", "step")))
+    return out
+
+
+def step_of(times: np.ndarray, starts: np.ndarray, ends: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Step number of each time on one rank whose windows (sorted by start) are starts/ends/steps;
+    -1 where no window holds it."""
+    out = np.full(len(times), -1, dtype=np.int64)
+    i = np.searchsorted(starts, times, side="right") - 1
+    ok = i >= 0
+    ok[ok] = times[ok] < ends[i[ok]]
+    out[ok] = steps[i[ok]]
     return out
 
 

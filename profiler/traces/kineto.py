@@ -189,6 +189,16 @@ def _ints(values, default: int = -1) -> np.ndarray:
         return np.array([v if type(v) is int and -(2**63) <= v < 2**63 else default for v in values], dtype=np.int64)
 
 
+def _ids(values: list) -> np.ndarray:
+    """int64 pids / tids: a value that is not a Python int within int64 (Kineto writes strings such
+    as "Spans" for a few rows) becomes -1."""
+    clean = [v if type(v) is int else -1 for v in values]
+    try:
+        return np.array(clean, dtype=np.int64)
+    except OverflowError:
+        return np.array([v if -(2**63) <= v < 2**63 else -1 for v in clean], dtype=np.int64)
+
+
 def _micros_to_ns(values: list) -> tuple[np.ndarray, np.ndarray]:
     """(ns int64, ok mask) from microsecond numbers. Epoch us (< 2**53) are exact in float64; the
     whole and fractional parts are converted separately so ns stay exact."""
@@ -231,13 +241,13 @@ def parse_stream(pieces: Iterator[bytes], source: str, *, chunk_bytes: int = CHU
     it = iter(pieces)
     eof = _fill(buf, it, chunk_bytes)
     if eof:
-        return parse(bytes(buf), source)
+        return parse(buf, source)  # msgspec reads the buffer itself: no copy
     head = _HEAD.search(buf, 0, chunk_bytes)
     top = _head_fields(bytes(buf[: head.start()])) if head else None
     if top is None:  # not the layout we can cut: whole, with the whole-file errors
         while not _fill(buf, it, len(buf) + chunk_bytes):
             pass
-        return parse(bytes(buf), source)
+        return parse(buf, source)
     skipped: Counter = Counter()
     out, n, pos, size = [], 0, head.end(), chunk_bytes
     while True:
@@ -363,25 +373,10 @@ def _piece(events: list[_Event], skipped: Counter) -> dict:
         reason = PHASE_REASONS.get(p) if isinstance(p, str) else None
         skipped[reason or (f"event with unknown phase ph={p!r}" if p else "event without a phase 'ph'")] += c
     xs = list(compress(events, is_x))
-    # One pass over the structs, then columns (zip(*) transposes in C).
-    ts_l, dur_l, name_l, cat_l, pid_l, tid_l, args_l = (
-        zip(
-            *[
-                (
-                    e.ts,
-                    e.dur,
-                    e.name,
-                    e.cat,
-                    e.pid if type(e.pid) is int else -1,
-                    e.tid if type(e.tid) is int else -1,
-                    e.args,
-                )
-                for e in xs
-            ]
-        )
-        if xs
-        else ((),) * 7
-    )
+    # One comprehension per field: a plain attribute read per event is about half the cost of one
+    # pass building a tuple per event (bench: 7 vs 14 ms on 17k events).
+    ts_l, dur_l, name_l, cat_l = [e.ts for e in xs], [e.dur for e in xs], [e.name for e in xs], [e.cat for e in xs]
+    pid_l, tid_l, args_l = [e.pid for e in xs], [e.tid for e in xs], [e.args for e in xs]
     del xs
     ts, ts_ok = _micros_to_ns(ts_l)
     dur, dur_ok = _micros_to_ns(dur_l)
@@ -403,8 +398,8 @@ def _piece(events: list[_Event], skipped: Counter) -> dict:
         name_codes, names = _factorize_str(name_l)
     cat_codes, cats = _factorize_str(cat_l, missing="")
     kind, op = _classify(name_codes, names, cat_codes, cats)
-    links = [(a.correlation, a.external_id) if a is not None else (-1, -1) for a in args_l]
-    corr_l, ext_l = zip(*links) if links else ((), ())
+    corr_l = [a.correlation if a is not None else -1 for a in args_l]
+    ext_l = [a.external_id if a is not None else -1 for a in args_l]
     comm_rows = np.flatnonzero(np.isin(kind, [KINDS.index(k) for k in COMM_KINDS]))
     return {
         "ts_ns": ts,
@@ -415,8 +410,8 @@ def _piece(events: list[_Event], skipped: Counter) -> dict:
         "cats": cats,
         "kind": kind,
         "op": op,
-        "pid": _ints(pid_l),
-        "tid": _ints(tid_l),
+        "pid": _ids(pid_l),
+        "tid": _ids(tid_l),
         "correlation": _ints(corr_l),
         "external_id": _ints(ext_l),
         "comm": [r for r in (_comm_record(int(i), args_l[i]) for i in comm_rows) if r is not None],

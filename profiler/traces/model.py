@@ -46,6 +46,7 @@ from functools import cached_property
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pandas.api.types import union_categoricals
 
 from profiler.traces.store import EVENT_COLUMNS, PartStore
@@ -123,7 +124,7 @@ class Traces:
 
     def rank_arrays(self, rank: int) -> dict[str, np.ndarray]:
         """One rank's events as numpy arrays (see event_arrays)."""
-        return event_arrays(self.rank_events(rank))
+        return event_arrays(self.store.arrow(rank, "events"))
 
     @cached_property
     def events(self) -> pd.DataFrame:
@@ -202,19 +203,26 @@ def link_tier(group: str, nodes: dict[int, object]) -> str:
     return "intra" if len(seen) == 1 else "inter"
 
 
-def event_arrays(ev: pd.DataFrame) -> dict[str, np.ndarray]:
-    """One rank's events (a partition's frame) as numpy arrays: ts, end, kind (index into
-    patterns.KINDS, -1 if unknown), pid, tid, correlation, and `thread` numbering each distinct
-    (pid, tid) 0, 1, 2, ... in order of first appearance."""
-    ts, pid, tid = ev["ts_ns"].to_numpy(), ev["pid"].to_numpy(), ev["tid"].to_numpy()
+def event_arrays(ev: pd.DataFrame | pa.Table) -> dict[str, np.ndarray]:
+    """One rank's events (a partition's frame, or its Arrow table as stored: nothing decoded but the
+    columns asked for) as numpy arrays: ts, end, kind (index into patterns.KINDS, -1 if unknown),
+    pid, tid, correlation, and `thread` numbering each distinct (pid, tid) 0, 1, 2, ... in order of
+    first appearance."""
+    if isinstance(ev, pa.Table):
+        col = {c: ev.column(c).to_numpy() for c in ("ts_ns", "dur_ns", "pid", "tid", "correlation")}
+        kind = ev.column("kind").to_numpy().astype(np.int16)  # stored as codes into KINDS
+    else:
+        col = {c: ev[c].to_numpy() for c in ("ts_ns", "dur_ns", "pid", "tid", "correlation")}
+        kind = ev["kind"].cat.codes.to_numpy().astype(np.int16)  # categories are KINDS (store.events_frame)
+    ts, pid, tid = col["ts_ns"], col["pid"], col["tid"]
     return {
         "ts": ts,
-        "end": ts + ev["dur_ns"].to_numpy(),
-        "kind": ev["kind"].cat.codes.to_numpy().astype(np.int16),  # categories are KINDS (store.events_frame)
+        "end": ts + col["dur_ns"],
+        "kind": kind,
         "pid": pid,
         "tid": tid,
         "thread": _threads(np.zeros(len(ts), dtype=np.int64), pid, tid),
-        "correlation": ev["correlation"].to_numpy(),
+        "correlation": col["correlation"],
     }
 
 

@@ -174,14 +174,10 @@ class PartStore:
     def comm_args(self, rank: int) -> pd.DataFrame:
         return self._cached(("comm", rank), lambda: comm_frame(self._table(rank, 1)))
 
-    def of_kinds(self, rank: int, codes: list[int]) -> pd.DataFrame:
-        """The rank's events whose kind code is in `codes` (the index is their row in the rank): only
-        those rows are converted, for analyses that need a few % of the events (the collectives)."""
-        table = self._table(rank, 0)
-        rows = np.flatnonzero(np.isin(table.column("kind").to_numpy(), codes))
-        frame = events_frame(table.take(pa.array(rows)))
-        frame.index = pd.Index(rows)
-        return frame
+    def arrow(self, rank: int, which: str) -> pa.Table:
+        """The rank's `which` ('events' or 'comm') Arrow table as stored: memory-mapped from its file,
+        nothing decoded (for analyses that want plain columns, not a pandas frame)."""
+        return self._table(rank, ("events", "comm").index(which))
 
     def window(self, rank: int, start_ns: int, end_ns: int) -> pd.DataFrame:
         """The rank's events starting in [start_ns, end_ns): only those rows are read (binary search on
