@@ -33,6 +33,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -114,13 +115,13 @@ def collectives(
         preload=__name__,
     )
     for part, skipped in tasks:
-        if len(part):
+        if part:
             parts.append(part)
         not_collectives.update(skipped)
     if not parts:
         table = pd.DataFrame({c: pd.Series(dtype=_DTYPES.get(c, "object")) for c in COLUMNS})
-    else:
-        table = pd.concat(parts, ignore_index=True).astype(_DTYPES)
+    else:  # one frame of all ranks' columns: a frame per rank and a concat of them cost ~5x more
+        table = pd.DataFrame({c: _joined([p[c] for p in parts]) for c in COLUMNS}).astype(_DTYPES)
         _sizes_from_instances(table, traces)
         if plan is None:
             _infer_data_parallel(table, traces)
@@ -229,12 +230,13 @@ _LABELERS: dict = {}
 
 
 def _rank_table(store: PartStore, rank: int, gpu: bool, plan, pg: pd.DataFrame, windows: pd.DataFrame):
-    """One rank's finished part of the table and its CPU comm events that are no collective: a task
+    """One rank's finished part of the table (its columns: lists and arrays; {} when it has no
+    collectives) and its CPU comm events that are no collective: a task
     (loader.map_rank_tasks) that runs in a worker process or on a Dask worker as well as here."""
     skipped: Counter = Counter()
     rows = _rows_of(store, rank, gpu, _LABELS, skipped)
     if not rows:
-        return pd.DataFrame(), dict(skipped)
+        return {}, dict(skipped)
     key = repr(plan)
     if key not in _LABELERS:
         _LABELERS.clear()
@@ -246,7 +248,16 @@ def _rank_table(store: PartStore, rank: int, gpu: bool, plan, pg: pd.DataFrame, 
         *(w[c].to_numpy(dtype=np.int64) for c in ("start_ns", "end_ns", "step")),
     )
     cols.update(_label(rows, pg, _LABELERS[key]))
-    return pd.DataFrame({c: cols[c] for c in COLUMNS}), dict(skipped)
+    return {c: cols[c] for c in COLUMNS}, dict(skipped)
+
+
+def _joined(pieces: list) -> Any:
+    """One column from the ranks' pieces: lists joined as a list, arrays (numpy, pandas) concatenated."""
+    if all(isinstance(p, list) for p in pieces):
+        return [v for p in pieces for v in p]
+    if all(isinstance(p, np.ndarray) for p in pieces):
+        return np.concatenate(pieces)
+    return pd.concat([pd.Series(p) for p in pieces], ignore_index=True)
 
 
 # The row fields taken as they are; _label makes the rest.

@@ -160,27 +160,29 @@ def main(argv=None) -> int:
         return 2
     from profiler.analyzers.front import TraceAnalysis
     from profiler.traces.errors import TraceError
-    from profiler.traces.loader import default_workers
+    from profiler.traces.loader import default_workers, shared_workers
 
     live = sys.stderr.isatty()
     bar = _Bar(sys.stderr, live) if (args.progress if args.progress is not None else live) else None
+    workers = args.workers or default_workers()
     try:
         ranks = _ranks(args.rank)
         plan = _plan(args.plan)
         source = args.path if len(args.path) > 1 else args.path[0]
-        analysis = TraceAnalysis.load(
-            source,
-            plan,
-            align=args.align,
-            ranks=ranks,
-            cache=not args.no_cache,
-            workers=args.workers or default_workers(),
-            scheduler=args.scheduler,
-            progress=bar,
-        )
-        if bar is not None:
-            bar.phase(f"analysing {len(analysis.traces.ranks):,} ranks: collectives, matching, breakdown")
-        summary = analysis.summary(top=args.top)
+        with shared_workers(workers if not args.scheduler else 1):  # one pool: parse, then each analysis
+            analysis = TraceAnalysis.load(
+                source,
+                plan,
+                align=args.align,
+                ranks=ranks,
+                cache=not args.no_cache,
+                workers=workers,
+                scheduler=args.scheduler,
+                progress=bar,
+            )
+            if bar is not None:
+                bar.phase(f"analysing {len(analysis.traces.ranks):,} ranks: collectives, matching, breakdown")
+            summary = analysis.summary(top=args.top)
     except TraceError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -35,9 +35,10 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -251,6 +252,42 @@ def _parse_all(found: TraceSet, folder: Path | None, *, workers, scheduler, prog
     return out, tables
 
 
+_SHARED = threading.local()  # per thread (the dashboard runs a session per thread): the open pools
+
+
+@contextmanager
+def shared_workers(n: int, preload: str = "profiler.analyzers.front") -> Iterator[None]:
+    """Within the block, the parse and every per-rank analysis of up to `n` workers reuse one pool of
+    `n` processes instead of a pool per stage (each start is ~1 s of two cores: the processes and
+    their imports). The pool starts when first needed -- a load from the cache starts none."""
+    if n <= 1:
+        yield
+        return
+    stack = _SHARED.__dict__.setdefault("pools", [])
+    slot: dict = {"n": n, "preload": preload, "pool": None}
+    stack.append(slot)
+    try:
+        yield
+    finally:
+        stack.pop()
+        if slot["pool"] is not None:
+            slot["pool"].shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def _pool(n: int, preload: str):
+    """The enclosing shared_workers pool when it has `n` workers or more, else a pool of our own."""
+    stack = _SHARED.__dict__.get("pools") or []
+    if stack and stack[-1]["n"] >= n:
+        slot = stack[-1]
+        if slot["pool"] is None:
+            slot["pool"] = process_pool(slot["n"], slot["preload"])
+        yield slot["pool"]
+        return
+    with process_pool(n, preload) as pool:
+        yield pool
+
+
 def process_pool(n: int, preload: str = __name__) -> Any:
     """A ProcessPoolExecutor of `n` workers started by a forkserver (never forked from a process with
     threads, such as the dashboard's) that imports `preload` once -- not the caller's script."""
@@ -267,7 +304,7 @@ def _on_processes(n: int, jobs, limits: Limits, folder: str | None, finished) ->
     """A pool of `n` worker processes, at most 2n files queued (bounded memory for archive members)."""
     from concurrent.futures import FIRST_COMPLETED, wait
 
-    with process_pool(n) as pool:
+    with _pool(n, __name__) as pool:
         pending: set = set()
         try:
             for index, name, source in jobs:
@@ -281,7 +318,11 @@ def _on_processes(n: int, jobs, limits: Limits, folder: str | None, finished) ->
                 for f in done:
                     finished(f.result())
         except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
+            # cancelled or failed: drop the queued files and let the running ones finish before the
+            # caller removes the folder they write into (the pool may be shared: it stays up)
+            for f in pending:
+                f.cancel()
+            wait(pending)
             raise
 
 
@@ -295,7 +336,7 @@ def map_ranks(
         with dask_client(scheduler) as client:
             yield from client.gather(client.map(task, *zip(*args), pure=False))
     elif workers > 1 and len(args) > 1:
-        with process_pool(min(workers, len(args)), preload) as pool:
+        with _pool(min(workers, len(args)), preload) as pool:
             yield from pool.map(task, *zip(*args), chunksize=max(1, len(args) // (8 * workers)))
     else:
         for a in args:

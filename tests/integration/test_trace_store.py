@@ -122,6 +122,26 @@ def test_progress_is_reported_and_a_cancelled_load_keeps_nothing(run, tmp_path):
         assert list(cache.iterdir()) == []  # neither an entry nor a temporary folder
 
 
+def test_one_shared_pool_serves_parse_and_analyses_and_survives_a_cancelled_load(run, tmp_path):
+    """shared_workers: the parse and the per-rank analyses reuse one pool; a load cancelled inside the
+    block keeps nothing and the next load in the same block (same pool) gives the one-worker results."""
+    from profiler.analyzers.front import TraceAnalysis
+    from profiler.traces.loader import shared_workers
+
+    def stop(done, total, name):
+        if done == 2:
+            raise Cancelled("user")
+
+    alone = TraceAnalysis.load(run, cache_dir=tmp_path / "one", workers=1)
+    with shared_workers(2):
+        with pytest.raises(Cancelled):
+            load_traces(run, cache_dir=tmp_path / "cut", workers=2, progress=stop)
+        assert list((tmp_path / "cut").iterdir()) == []
+        shared = TraceAnalysis.load(run, cache_dir=tmp_path / "two", workers=2)
+        pd.testing.assert_frame_equal(shared.collectives, alone.collectives)
+        pd.testing.assert_frame_equal(shared.breakdown, alone.breakdown)
+
+
 def test_a_bad_file_in_the_middle_leaves_no_entry(run, tmp_path):
     folder = tmp_path / "set"
     folder.mkdir()
