@@ -20,6 +20,7 @@ from parallel.importers import KINDS, ImportFailed, import_text, place
 from parallel.review.document import NamedPlan, Review, compare, justify, plan_rows, review_markdown
 from parallel.review.store import ReviewStore, default_url
 from parallel.search.space import Constraints, SearchEmpty, plan_of, search
+from ui import calibration_data, calibration_views, run_loaders, trace_sets
 from ui import review_charts as rc
 from ui.plan_params import (
     REVIEW_VIEWS,
@@ -234,6 +235,43 @@ def links(s: ReviewState, named: NamedPlan, where) -> None:
             where.page_link(page, label=title, query_params=params, help=f"open {named.name} in {title}")
 
 
+def predicted_vs_measured(s: ReviewState, cmp) -> None:
+    """The calibrated model's step beside the analytic one, and a run's measured step where a run
+    here ran the very plan (ui.calibration_data.review_predictions)."""
+    st.subheader("Predicted vs measured")
+    cal, problem = calibration_views.calibration()
+    if problem:
+        st.warning(f"The calibration cannot be used: {md(problem)}")
+    steps = plan_rows(cmp).set_index("name")["step_time_s"].to_dict()
+    plans = [(p.name, p.model_or(s.model), p.plan, steps.get(p.name)) for p in s.plans]
+    view = calibration_data.review_predictions(
+        plans, s.cluster_spec, cal, trace_sets.list_sets(), lambda r: run_loaders.metrics(str(r.path), _mtime(r))
+    )
+    if set(view["chart"]["source"]) > {"analytic"}:  # the analytic step alone is the chart above
+        st.altair_chart(rc.predicted_measured_chart(view["chart"]))
+        st.dataframe(view["table"].round(3), hide_index=True)
+    if view["calibrated"]:
+        st.caption(
+            "Calibrated: parallel.core.calibrated fitted from "
+            + ", ".join(str(src.get("plan")) for src in cal.sources)
+            + ". Measured: the latest completed run of exactly this model and plan on this cluster "
+            "(its unprofiled steps when it was profiled with `--wait`)."
+        )
+    else:
+        st.caption(
+            f"No calibrated prediction ({md(view['note'])}). {calibration_views.HOW} For GPU clusters, "
+            "calibrate from your own job's traces: `python -m profiler calibrate TRACES --out "
+            f"$PARASCOPE_RUNS/{calibration_data.CALIBRATION_FILE}`."
+        )
+
+
+def _mtime(r) -> int:
+    try:
+        return (r.path / "metrics.json").stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
 def compare_section(s: ReviewState) -> ReviewState:
     st.caption("One row per plan (2–4). Edit cells, add or delete rows; every number below follows.")
     s = plan_editor(s)
@@ -274,6 +312,7 @@ def compare_section(s: ReviewState) -> ReviewState:
         st.altair_chart(rc.time_chart(cmp.time))
     if len(cmp.comm):
         st.altair_chart(rc.comm_chart(cmp.comm, link_names(s.cluster_spec)))
+    predicted_vs_measured(s, cmp)
     st.subheader("Side by side")
     st.caption("Highlighted rows differ between the plans.")
     st.dataframe(rc.compare_styler(cmp.table, cmp.names), hide_index=True, height=420)

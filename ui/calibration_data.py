@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
-from parallel.core.calibrated import Calibration, CalibrationError, predict
+from parallel.core.calibrated import Calibration, CalibrationError, predict, read_calibration
 from parallel.core.plan import Plan
-from parallel.core.specs import Model, SpecError
+from parallel.core.specs import Cluster, Model, SpecError
 from ui.trace_sets import TraceSet, runs_dir
 
 CALIBRATION_FILE = "calibration.json"
@@ -47,9 +48,9 @@ def load_calibration(path: Path) -> Calibration | None:
     if not path.is_file():
         return None
     try:
-        return Calibration.from_dict(json.loads(path.read_text()))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CalibrationError(f"{path.name} cannot be read: {err}") from None
+        return read_calibration(path)
+    except CalibrationError as err:
+        raise CalibrationError(f"{path.name}: {err}") from None
 
 
 def save_calibration(cal: Calibration, path: Path) -> None:
@@ -65,23 +66,35 @@ def _model_plan(s: TraceSet) -> tuple[Model, Plan] | None:
         return None
 
 
+def measured_step(s: TraceSet, metrics: dict | None) -> tuple[float, bool] | None:
+    """(seconds, unprofiled) of a run's measured step: the steps a profiled run ran before the
+    profiler started (after the first; unprofiled True), else the median after the first step
+    (unprofiled True only when the run was not profiled); None without two step times."""
+    times = [float(t) for t in (metrics or {}).get("step_time_s") or [] if isinstance(t, (int, float))]
+    if len(times) < 2:
+        return None
+    from profiler.analyzers.calibrate import unprofiled_step_s
+
+    traced = ((s.run.get("profile") or {}).get("profiled_steps")) or []
+    plain = unprofiled_step_s(metrics or {}, traced) if traced else None
+    # the model predicts an unprofiled step: compare with the run's unprofiled steps when it has them
+    if plain is not None:
+        return plain, True
+    return float(pd.Series(times[1:]).median()), not traced
+
+
 def run_prediction(s: TraceSet, metrics: dict | None, cal: Calibration) -> dict | None:
     """{predicted_s, measured_s, measured_unprofiled, error_pct, phases (DataFrame: phase, ms),
     contention, calibrated_on (this run is one of the calibration's sources)}; None when the run names
     no model and plan or has no step times. measured_s: the steps a profiled run ran before the
     profiler started (after the first), else the steady step (median after the first)."""
     mp = _model_plan(s)
-    times = [float(t) for t in (metrics or {}).get("step_time_s") or [] if isinstance(t, (int, float))]
-    if mp is None or len(times) < 2:
+    step = measured_step(s, metrics)
+    if mp is None or step is None:
         return None
     model, plan = mp
     out = predict(model, plan, cal)
-    from profiler.analyzers.calibrate import unprofiled_step_s
-
-    traced = ((s.run.get("profile") or {}).get("profiled_steps")) or []
-    plain = unprofiled_step_s(metrics or {}, traced) if traced else None
-    # the model predicts an unprofiled step: compare with the run's unprofiled steps when it has them
-    measured = plain if plain is not None else float(pd.Series(times[1:]).median())
+    measured, unprofiled = step
     phases = pd.DataFrame(
         [{"phase": name, "ms": out[key] * 1e3} for key, name in PHASES.items() if out.get(key)],
         columns=["phase", "ms"],
@@ -92,7 +105,7 @@ def run_prediction(s: TraceSet, metrics: dict | None, cal: Calibration) -> dict 
         "error_pct": (out["step_time_s"] / measured - 1) * 100,
         "phases": phases,
         "contention": out["contention_factor"],
-        "measured_unprofiled": plain is not None or not traced,
+        "measured_unprofiled": unprofiled,
         "calibrated_on": any(str(src.get("path")) == str(s.path) for src in cal.sources),
     }
 
@@ -114,3 +127,82 @@ def calibrate_runs(sets: list[TraceSet], *, cores: int) -> Calibration:
         analysis = TraceAnalysis.load(s.path, plan.to_dict())
         runs.append(Measured(analysis=analysis, metrics=metrics, plan=plan, model=model, path=str(s.path)))
     return fit(runs, cores=cores)
+
+
+SOURCES = ("analytic", "calibrated", "measured")
+
+
+def _runs_of(sets: list[TraceSet], model: Model, plan: Plan, cluster: Cluster) -> list[TraceSet]:
+    """Completed runs of exactly this model and plan on this kind of machine (the cluster preset's
+    name and device), the latest first."""
+    out = []
+    for s in sets:
+        if s.kind != "run" or s.status != "completed" or not s.has_metrics:
+            continue
+        c = s.run.get("cluster") if isinstance(s.run.get("cluster"), dict) else {}
+        if c.get("name") != cluster.name or c.get("device", "gpu") != cluster.device:
+            continue
+        mp = _model_plan(s)
+        if mp is not None and mp == (model, plan):
+            out.append(s)
+    return sorted(out, key=lambda s: s.finished_at or s.started_at, reverse=True)
+
+
+def review_predictions(
+    plans: list[tuple[str, Model, Plan, float | None]],
+    cluster: Cluster,
+    cal: Calibration | None,
+    sets: list[TraceSet],
+    metrics_of: Callable[[TraceSet], dict | None],
+) -> dict:
+    """Plan review's step times side by side: for each (name, model, plan, analytic seconds) the
+    analytic model's step, the calibrated model's (when `cal` was measured on this kind of device:
+    a CPU calibration says nothing about a GPU cluster) and the measured step of the latest completed
+    run of that very model and plan on this cluster (`sets`; metrics_of reads a run's metrics).
+    {table (one row per plan), chart (plan, source, seconds), calibrated (bool), note (str | None)}."""
+    usable = cal is not None and cal.device == cluster.device
+    note = None
+    if cal is None:
+        note = "no calibration yet"
+    elif not usable:
+        note = (
+            f"the calibration was measured on {cal.device.upper()} ranks and this cluster runs on "
+            f"{cluster.device.upper()}s: it cannot predict these plans"
+        )
+    rows, chart = [], []
+    for name, model, plan, analytic in plans:
+        calibrated = None
+        if usable:
+            here = plan.world_size if cluster.nodes == 1 else min(plan.world_size, cluster.gpus_per_node)
+            calibrated = predict(model, plan, cal, ranks_here=here, cluster=cluster)["step_time_s"]
+        runs = _runs_of(sets, model, plan, cluster)
+        step = next((m for m in (measured_step(r, metrics_of(r)) for r in runs) if m is not None), None)
+        measured = step[0] if step else None
+        rows.append(
+            {
+                "plan": name,
+                "analytic s": analytic,
+                "calibrated s": calibrated,
+                "measured s": measured,
+                "measured by": f"{runs[0].name}" + (f" (+{len(runs) - 1} more)" if len(runs) > 1 else "")
+                if runs and step
+                else "",
+                "calibrated error %": _error(calibrated, measured),
+                "analytic error %": _error(analytic, measured),
+            }
+        )
+        for source, value in zip(SOURCES, (analytic, calibrated, measured)):
+            if value is not None and value > 0:
+                chart.append({"plan": name, "source": source, "seconds": value})
+    return {
+        "table": pd.DataFrame(rows),
+        "chart": pd.DataFrame(chart, columns=["plan", "source", "seconds"]),
+        "calibrated": usable,
+        "note": note,
+    }
+
+
+def _error(predicted: float | None, measured: float | None) -> float | None:
+    if predicted is None or not measured:
+        return None
+    return (predicted / measured - 1) * 100

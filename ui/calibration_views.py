@@ -19,7 +19,8 @@ HOW = (
 )
 
 
-def _calibration():
+def calibration():
+    """(the calibration in use or None, the problem reading it or None)."""
     try:
         return calibration_data.load_calibration(calibration_data.calibration_path()), None
     except CalibrationError as err:
@@ -28,7 +29,7 @@ def _calibration():
 
 def run_prediction(s: TraceSet, metrics: dict | None) -> None:
     """The calibrated model's step beside the run's measured one, with the error and the phases."""
-    cal, problem = _calibration()
+    cal, problem = calibration()
     if problem:
         st.warning(f"The calibration cannot be used: {md(problem)}")
         return
@@ -58,7 +59,7 @@ def run_prediction(s: TraceSet, metrics: dict | None) -> None:
 
 
 def calibrate_form(candidates: list[TraceSet]) -> None:
-    cal, problem = _calibration()
+    cal, problem = calibration()
     with st.expander("Step-time calibration", expanded=False):
         if cal is not None:
             st.caption("In use: fitted from")

@@ -4,6 +4,7 @@ in, `alt.Chart`s and display-ready frames out). Encodings are channel objects (s
     memory_chart(cmp.memory, capacity)   stacked GiB per GPU by component, one bar per plan, capacity rule
     time_chart(cmp.time)                 the step split into compute, bubble and exposed comm per dimension
     comm_chart(cmp.comm)                 communication seconds per step by dimension, coloured by link
+    predicted_measured_chart(frame)      analytic vs calibrated vs a run's measured step, per plan
     pareto_chart(points, budget)         search results: memory vs step time, the Pareto front drawn
     compare_styler(table, names)         the side-by-side table with differing rows highlighted
 
@@ -84,6 +85,29 @@ def time_chart(time: pd.DataFrame) -> alt.Chart:
             tooltip=[alt.Tooltip("plan:N"), alt.Tooltip("part:N"), alt.Tooltip("seconds:Q", format=".3f")],
         )
         .properties(height=_bar_height(len(plans)), title="Step time")
+    )
+
+
+SOURCE_COLORS = {"analytic": "#adb5bd", "calibrated": "#4c6ef5", "measured": "#212529"}
+
+
+def predicted_measured_chart(chart: pd.DataFrame) -> alt.Chart:
+    """Step seconds per plan (ui.calibration_data.review_predictions' chart frame): the analytic model,
+    the calibrated one and a run's measured step side by side, on a log scale (the analytic model can be
+    100x off on a machine it was not calibrated for)."""
+    plans = list(dict.fromkeys(chart["plan"]))
+    sources = [s for s in SOURCE_COLORS if s in set(chart["source"])]
+    return (
+        alt.Chart(chart)
+        .mark_bar()
+        .encode(
+            y=alt.Y("plan:N", sort=plans, title=None),
+            yOffset=alt.YOffset("source:N", sort=sources),
+            x=alt.X("seconds:Q", title="seconds per training step (log scale)", scale=alt.Scale(type="log")),
+            color=alt.Color("source:N", scale=scale(SOURCE_COLORS, sources), sort=sources, title=None),
+            tooltip=[alt.Tooltip("plan:N"), alt.Tooltip("source:N"), alt.Tooltip("seconds:Q", format=".4g")],
+        )
+        .properties(height=_bar_height(len(plans)), title="Step time: predicted and measured")
     )
 
 

@@ -258,10 +258,14 @@ def busbw_chart(
     return alt.layer(*layers, data=data, width=420, height=280)
 
 
+CALIBRATED_COLOR = "#4c6ef5"
+
+
 def sweep_chart(frame: pd.DataFrame, gpus_per_node: int) -> alt.FacetChart:
     """The lab's TP sweep (ui.sweep_data.chart_frame): per metric (rows) and SP variant (columns), the
-    plan model's prediction for the lab's fitted links (grey line, dots coloured by link) and the
-    measured points (black diamonds; TP comm with a p25–p75 bar) labelled with their error."""
+    plan model's prediction for the lab's fitted links (grey line, dots coloured by link), the
+    measured points (black diamonds; TP comm with a p25–p75 bar) labelled with their error, and on
+    the step-time row the calibrated step-time model (blue dashed line, squares) when the sweep has one."""
     x = alt.X(
         "tp:O",
         title="tensor-parallel size (TP)",
@@ -318,7 +322,16 @@ def sweep_chart(frame: pd.DataFrame, gpus_per_node: int) -> alt.FacetChart:
         )
         .encode(x=x, y=alt.YValue(0))
     )
+    calibrated = alt.Chart().transform_filter("datum.source == 'calibrated'")
+    cal_line = calibrated.mark_line(color=CALIBRATED_COLOR, strokeDash=[5, 3]).encode(x=x, y=y)
+    cal_marks = calibrated.mark_point(shape="square", filled=True, size=60, color=CALIBRATED_COLOR).encode(
+        x=x,
+        y=y,
+        tooltip=[*tip, alt.Tooltip("error_pct:Q", title="calibrated vs measured, %", format="+.1f")],
+    )
     layers = [band, mark, line, dots, bars, points, labels]
+    if (frame["source"] == "calibrated").any():
+        layers += [cal_line, cal_marks]
     return (
         alt.layer(*layers, data=frame, width=300, height=200)
         .facet(

@@ -75,7 +75,9 @@ def _finite(x) -> bool:
 
 def chart_frame(sweep: dict) -> pd.DataFrame:
     """Long form for scaling_charts.sweep_chart: one row per (metric, variant, tp, source) with value,
-    lo/hi (measured spread), error_pct (measured vs predicted), link (LAB_LINKS words)."""
+    lo/hi (measured spread), error_pct (measured vs predicted; on 'calibrated' rows, the calibrated
+    step vs measured), link (LAB_LINKS words). Sources: predicted (the analytic plan model for the
+    lab's links), measured, calibrated (the sweep's calibrated step-time model, when it has one)."""
     cmp, pred = compare(sweep), prediction(sweep)
     rows = []
     for r in pred[pred["valid"]].itertuples():  # the model's curve at every TP degree of the sweep
@@ -125,6 +127,22 @@ def chart_frame(sweep: dict) -> pd.DataFrame:
                         "error_pct": getattr(r, f"{key}_error_pct"),
                     }
                 )
+    links = {(int(r.tp), bool(r.sp)): LAB_LINKS.get(r.link, r.link) for r in cmp.itertuples()}
+    for q in ((sweep.get("calibrated") or {}).get("points")) or []:  # the calibrated step-time model
+        if _finite(q.get("predicted_step_s")):
+            rows.append(
+                {
+                    "tp": int(q["tp"]),
+                    "variant": VARIANTS[bool(q["sp"])],
+                    "link": links.get((int(q["tp"]), bool(q["sp"])), ""),
+                    "source": "calibrated",
+                    "metric": METRICS["step"][0],
+                    "value": q["predicted_step_s"],
+                    "lo": math.nan,
+                    "hi": math.nan,
+                    "error_pct": q["error_pct"] if _finite(q.get("error_pct")) else math.nan,
+                }
+            )
     df = pd.DataFrame(rows, columns=["tp", "variant", "link", "source", "metric", "value", "lo", "hi", "error_pct"])
     df["error_label"] = df["error_pct"].map(lambda e: f"{e:+.0f}%" if _finite(e) else "")
     return df

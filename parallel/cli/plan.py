@@ -93,15 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _calibrated(rep: dict, model, plan, path: str) -> None:
     """Replace the step time with the calibrated model's (parallel.core.calibrated); keep the analytic
     one as `analytic_step_time`, and name the calibration's sources and assumptions."""
-    from parallel.core.calibrated import Calibration, CalibrationError, predict
+    from parallel.core.calibrated import CalibrationError, predict, read_calibration
 
     try:
-        with open(path, "rb") as f:
-            cal = Calibration.from_dict(json.loads(f.read()))
-    except OSError as err:
-        raise ValueError(f"--calibration {path}: cannot read it ({err.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"--calibration {path}: not valid JSON ({err})") from None
+        cal = read_calibration(path)
     except CalibrationError as err:
         raise ValueError(f"--calibration {path}: {err}") from None
     timing = predict(model, plan, cal)

@@ -31,6 +31,7 @@ Pure: stdlib and numpy.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -52,6 +53,29 @@ ASSUMPTIONS = (
 
 class CalibrationError(ValueError):
     pass
+
+
+MAX_CALIBRATION_BYTES = 1 << 22  # 4 MiB: a calibration is a few KiB (its sources grow with the runs fitted)
+
+
+def read_calibration(path: Any) -> Calibration:
+    """The calibration in the JSON file at `path` (`python -m profiler calibrate ... --out`), read
+    bounded (MAX_CALIBRATION_BYTES); CalibrationError saying what is wrong: unreadable, too large,
+    not JSON, a field out of range."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CALIBRATION_BYTES + 1)
+    except OSError as err:
+        raise CalibrationError(f"cannot read it ({err.strerror or err})") from None
+    if len(data) > MAX_CALIBRATION_BYTES:
+        raise CalibrationError(
+            f"larger than {MAX_CALIBRATION_BYTES >> 20} MiB: not a calibration (those are a few KiB)"
+        )
+    try:
+        doc = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise CalibrationError(f"not valid JSON ({err})") from None
+    return Calibration.from_dict(doc)
 
 
 @dataclass(frozen=True)

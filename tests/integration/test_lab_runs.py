@@ -224,7 +224,12 @@ def test_tpsweep_quick_writes_its_json_and_the_page_shows_it(lab_prefix, tmp_pat
     assert not at.exception, [e.value for e in at.exception]
     lab_chart = vega_charts(at)[-1]
     frame = lab_chart.frame()
-    assert set(frame["source"]) == {"predicted", "measured"} and set(frame["tp"]) == {1, 2, 4}
+    assert set(frame["source"]) == {"predicted", "measured", "calibrated"} and set(frame["tp"]) == {1, 2, 4}
+    # the calibrated model on the step-time row: its points, with its error vs measured
+    drawn = frame[frame["source"] == "calibrated"].sort_values("tp")
+    assert list(drawn["value"]) == pytest.approx([q["predicted_step_s"] for q in cal["points"]])
+    assert list(drawn["error_pct"]) == pytest.approx([q["error_pct"] for q in cal["points"]])
+    assert "datum.source == 'calibrated'" in json.dumps(lab_chart.spec)
     measured = frame[frame["source"] == "measured"]
     assert set(measured["link"]) == {"inside a node (loopback)", "across nodes (shaped veth)"}
     assert measured["error_label"].str.endswith("%").all()

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests.support.apptest import ROOT, page_test, vega_charts
@@ -482,3 +483,41 @@ def test_home_says_when_the_calibration_is_unusable(runs):
     (runs / "calibration.json").write_text('{"layer_fixed_s": 1}')
     at = _ok(page_test("pages/home.py", {"run": "alpha"}))
     assert any("calibration lacks flop" in w.value for w in at.warning)  # the fields, markdown-escaped
+
+
+def test_plan_review_shows_calibrated_and_measured_beside_the_analytic_step(runs):
+    """#16 item 3: a plan that a run here ran gets its measured step; the calibrated model's step sits
+    beside the analytic one -- only when the calibration was measured on the cluster's kind of device."""
+    from parallel.core.calibrated import Calibration, predict
+    from parallel.core.plan import Plan
+    from parallel.core.specs import Model, cluster_preset
+    from parallel.review.document import NamedPlan
+    from ui.plan_params import ReviewState, review_to_params
+
+    run = json.loads((install_run(runs, "alpha") / "run.json").read_text())
+    metrics = json.loads((runs / "alpha" / "metrics.json").read_text())
+    model, plan = Model.from_dict(run["model"]), Plan.from_dict(run["plan"])
+    other = Plan.from_dict({**run["plan"], "global_batch": run["plan"]["global_batch"] * 2})  # never ran
+    review = ReviewState(
+        model=model, cluster="local-cpu", nodes=1, plans=(NamedPlan("ran", plan), NamedPlan("new", other))
+    )
+    params = review_to_params(review)
+    cal = Calibration(1e-3, 1e-10, 2e-3, 5e-3, 1e-4, 1e-9, cores=2, device="cpu", sources=[{"plan": "hand-made"}])
+    (runs / "calibration.json").write_text(json.dumps(cal.to_dict()))
+    at = _ok(page_test("pages/plan_review.py", params))
+    table = next(d.value for d in at.dataframe if "calibrated s" in d.value.columns).set_index("plan")
+    expected = predict(model, plan, cal, ranks_here=plan.world_size, cluster=cluster_preset("local-cpu"))
+    assert table.loc["ran", "calibrated s"] == pytest.approx(expected["step_time_s"], abs=1e-3)
+    measured = float(pd.Series(metrics["step_time_s"][1:]).median())  # profiled after its first step
+    assert table.loc["ran", "measured s"] == pytest.approx(measured, abs=1e-3)
+    assert table.loc["ran", "measured by"] == "alpha"
+    assert table.loc["ran", "calibrated error %"] == pytest.approx(
+        (expected["step_time_s"] / measured - 1) * 100, abs=0.5
+    )
+    assert pd.isna(table.loc["new", "measured s"]) and table.loc["new", "calibrated s"] > 0
+    chart = next(c for c in vega_charts(at) if "yOffset" in c.text())
+    assert set(chart.frame()["source"]) == {"analytic", "calibrated", "measured"}
+    # the same calibration says nothing about an H100 cluster: no calibrated column, and the page says why
+    at = _ok(page_test("pages/plan_review.py", {**params, "cluster": "dgx-h100"}))
+    assert not any("calibrated s" in d.value.columns for d in at.dataframe)
+    assert "measured on CPU ranks and this cluster runs on GPUs" in _text(at)
