@@ -10,7 +10,15 @@ import sys
 import numpy as np
 import pytest
 
-from parallel.core.calibrated import Calibration, CalibrationError, comm_calls, contention, predict
+from parallel.core.calibrated import (
+    MAX_CALIBRATION_BYTES,
+    Calibration,
+    CalibrationError,
+    comm_calls,
+    contention,
+    predict,
+    read_calibration,
+)
 from parallel.core.plan import Plan
 from parallel.core.specs import MODELS
 from profiler.analyzers.calibrate import nnls, unprofiled_step_s
@@ -71,6 +79,22 @@ def test_contention_counts_the_cores_ranks_keep_busy():
 def test_bad_calibration_json_is_refused_with_a_reason(data, error):
     with pytest.raises(CalibrationError, match=error):
         Calibration.from_dict(data)
+
+
+def test_a_calibration_file_is_read_bounded_with_a_reason(tmp_path):
+    path = tmp_path / "calib.json"
+    path.write_text(json.dumps(CAL.to_dict()))
+    assert read_calibration(path) == CAL
+    for content, error in (
+        (b"{" + b" " * MAX_CALIBRATION_BYTES + b"}", "larger than 4 MiB"),  # not decoded: refused by its size
+        (b"\xff\xfe{", "not valid JSON"),
+        (b"[" * 100_000, "not valid JSON"),  # nesting Python's json cannot follow
+    ):
+        path.write_bytes(content)
+        with pytest.raises(CalibrationError, match=error):
+            read_calibration(path)
+    with pytest.raises(CalibrationError, match="cannot read it"):
+        read_calibration(tmp_path / "missing.json")
 
 
 def test_round_trip():
