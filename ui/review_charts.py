@@ -97,13 +97,15 @@ def predicted_measured_chart(chart: pd.DataFrame) -> alt.Chart:
     100x off on a machine it was not calibrated for)."""
     plans = list(dict.fromkeys(chart["plan"]))
     sources = [s for s in SOURCE_COLORS if s in set(chart["source"])]
+    # dots, not bars: a bar on a log scale has no zero to start from (Vega draws none)
     return (
         alt.Chart(chart)
-        .mark_bar()
+        .mark_point(filled=True, size=160, opacity=1)
         .encode(
             y=alt.Y("plan:N", sort=plans, title=None),
             yOffset=alt.YOffset("source:N", sort=sources),
             x=alt.X("seconds:Q", title="seconds per training step (log scale)", scale=alt.Scale(type="log")),
+            shape=alt.Shape("source:N", sort=sources, title=None),
             color=alt.Color("source:N", scale=scale(SOURCE_COLORS, sources), sort=sources, title=None),
             tooltip=[alt.Tooltip("plan:N"), alt.Tooltip("source:N"), alt.Tooltip("seconds:Q", format=".4g")],
         )
