@@ -11,12 +11,14 @@ Terms, each with what it assumes (Calibration.ASSUMPTIONS repeats them in the JS
         Eq. 3's terms); passes = 3 (forward, backward 2x), +1 forward under full recomputation, +the
         attention core under selective. `a` is a layer's fixed cost (operator dispatch: on a CPU and for
         small layers it dominates), `k` seconds per FLOP -- both fitted, not peak-derived.
-    collective                       c + alpha x hops + bytes x bus_factor x beta, hops the ring's latency terms
+    collective                       s_op x (c + alpha x hops + bytes x bus_factor x beta), hops the ring's latency terms
         (all-reduce 2(n-1), all-gather / reduce-scatter / all-to-all n-1, send/recv 1) -- Thakur et al.
         2005 as parallel.core.comm, with c (per call), alpha, beta per link tier (intra; inter when a
         calibration run had groups across nodes) fitted from the traces' collectives
         (a p2p op's transfer after both sides arrived; a collective's whole time, its peers' jitter
-        included, since lock-step ranks pay it every call), not the link's datasheet.
+        included, since lock-step ranks pay it every call), not the link's datasheet; s_op, per
+        collective, its measured cost over the shared fit's (1 for one never measured): a backend's
+        own algorithm (gloo reduce-scatters by a full all-reduce, twice the ring's bytes).
     step                             D x [ (m + (p-1)/v) x max_s(work_mb + comm_mb)  +  DP comm  +  w0 ]
         the pipeline fill/drain as (p-1)/v extra microbatch slots of the slowest stage (GPipe/1F1B,
         Narayanan et al. 2021 Sec. 2.2); DP communication after the last backward, not overlapped (the
@@ -44,6 +46,7 @@ from parallel.core.specs import Cluster, Model
 ASSUMPTIONS = (
     "work: a fixed cost per layer and microbatch plus a cost per FLOP, both fitted; the output layer has its own fixed cost",
     "collectives: alpha per ring latency step plus beta per bus byte, fitted from transfer times (after the last arrival)",
+    "collectives: each op scaled by its measured cost over the shared fit (op_scale; 1 for an op never measured)",
     "pipeline: (p-1)/v extra microbatch slots of the slowest stage; stages otherwise balanced",
     "data parallel: communication after the last backward, not overlapped",
     "contention: ranks share the cores by the time they keep them busy: work and gamma of their communication",
@@ -94,6 +97,9 @@ class Calibration:
     inter_call_s: float | None = None
     inter_alpha_s: float | None = None
     inter_beta_s_per_byte: float | None = None
+    # per collective (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv): its measured cost
+    # over the ring model's (a backend's own implementation: gloo reduce-scatters by an all-reduce)
+    op_scale: dict = field(default_factory=dict)
     gamma: float = 0.5  # share of communication time a rank's host is busy (contention), 0..1
     overlaps: bool = False  # whether the ranks overlap what the plan model marks overlapped (GPU Megatron)
     cores: int = 1  # cores (CPU) of the machine calibrated; 0 = a device per rank (no sharing)
@@ -127,6 +133,17 @@ class Calibration:
                 if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
                     raise CalibrationError(f"calibration {k} must be a finite number >= 0 or null, got {v!r}")
                 values[k] = float(v)
+        op_scale = data.get("op_scale") or {}
+        if not isinstance(op_scale, dict) or not all(
+            isinstance(k, str)
+            and isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            and math.isfinite(v)
+            and v > 0
+            for k, v in op_scale.items()
+        ):
+            raise CalibrationError(f"calibration op_scale must map collective names to numbers > 0, got {op_scale!r}")
+        values["op_scale"] = {k: float(v) for k, v in op_scale.items()}
         cores = data.get("cores", 1)
         if not isinstance(cores, int) or isinstance(cores, bool) or cores < 0:
             raise CalibrationError(f"calibration cores must be an integer >= 0, got {cores!r}")
@@ -151,11 +168,13 @@ def collective_s(op: str, n: int, nbytes: float, cal: Calibration, *, inter: boo
     """One collective's uncontended seconds under the calibration, on the intra- or inter-node link."""
     if n <= 1 and op not in ("send", "recv", "send_recv"):
         return 0.0
-    bus = 1.0 if op in ("send", "recv", "send_recv") else float(bus_factor(op, n))
+    p2p = op in ("send", "recv", "send_recv")
+    bus = 1.0 if p2p else float(bus_factor(op, n))
     call, alpha, beta = cal.call_s, cal.alpha_s, cal.beta_s_per_byte
     if inter and cal.inter_alpha_s is not None:
         call, alpha, beta = cal.inter_call_s or 0.0, cal.inter_alpha_s, cal.inter_beta_s_per_byte or 0.0
-    return call + alpha * hops(op, n) + nbytes * bus * beta
+    scale = cal.op_scale.get("send_recv" if p2p else op, 1.0)
+    return scale * (call + alpha * hops(op, n) + nbytes * bus * beta)
 
 
 def layer_flops(model: Model, plan: Plan) -> dict[str, float]:

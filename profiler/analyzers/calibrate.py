@@ -14,7 +14,9 @@ From each profiled run:
                        stage; the work outside them for w0.
     link samples       per (op, group size, bytes), the mean cost of the trace's ops -- a p2p op's
                        transfer after both sides arrived, a collective's whole time -- against (1, hops,
-                       bus bytes): per-call c, alpha, beta (non-negative least squares).
+                       bus bytes): per-call c, alpha, beta (non-negative least squares), and per
+                       collective a scale (op_scale: its cost over the shared terms'), alternated
+                       until they settle; the median op keeps scale 1.
     contention         a run with more ranks than cores: its samples are divided by the contention the
                        model gives it (first guess: ranks/cores), and gamma (the busy share of
                        communication) is fitted so the model gives that run its unprofiled step,
@@ -174,9 +176,14 @@ def _link_rows(run: Measured, scale: float) -> pd.DataFrame:
     return out.rename(columns={"group_size": "n"})[["op", "n", "bytes", "tier", "transfer_s", "count"]]
 
 
-def _fit_links(frames: list[pd.DataFrame], tier: str = "intra") -> tuple[float, float, float] | None:
-    """(call, alpha, beta) of one link tier by non-negative least squares over its (op, n, bytes)
-    groups; None for the inter tier when no calibration run crossed nodes."""
+def _fit_links(
+    frames: list[pd.DataFrame], tier: str = "intra", op_scale: dict | None = None
+) -> tuple[float, float, float, dict] | None:
+    """(call, alpha, beta, op_scale) of one link tier by non-negative least squares over its (op, n,
+    bytes) groups, then each collective's scale: its measured cost over the fit's, count-weighted
+    (a backend's own algorithm: gloo's reduce-scatter is an all-reduce), alternating until both settle,
+    the count-weighted median op at scale 1 -- so one odd op does not bend the others. `op_scale` given
+    (the inter tier: the intra fit's) is kept. None for the inter tier when no run crossed nodes."""
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if len(rows):
         rows = rows[rows["tier"] == tier]
@@ -192,16 +199,47 @@ def _fit_links(frames: list[pd.DataFrame], tier: str = "intra") -> tuple[float, 
         Calibration(0, 0, 0, 0, alpha_s=1.0, beta_s_per_byte=0.0),
         Calibration(0, 0, 0, 0, alpha_s=0.0, beta_s_per_byte=1.0),
     ]
-    op = rows["op"].astype(str).replace({"send": "send_recv", "recv": "send_recv"})
+    op = rows["op"].astype(str).replace({"send": "send_recv", "recv": "send_recv"}).to_numpy()
     A = np.array(
         [[collective_s(o, int(n), float(b), u) for u in units] for o, n, b in zip(op, rows["n"], rows["bytes"])]
     )
-    w = np.sqrt(rows["count"].to_numpy(dtype=float))
+    y = rows["transfer_s"].to_numpy(dtype=float)
+    count = rows["count"].to_numpy(dtype=float)
+    w = np.sqrt(count)
     scale = A.max(axis=0)
     scale[scale == 0] = 1.0
-    coef, _ = nnls(A * w[:, None] / scale, rows["transfer_s"].to_numpy() * w)
-    call, alpha, beta = coef / scale
-    return float(call), float(alpha), float(beta)
+    fixed = op_scale is not None
+    op_scale = dict(op_scale or {})
+    ops = sorted(set(op))
+    weight = {o: count[op == o].sum() for o in ops}
+    for _ in range(1 if fixed else 100):  # alternating least squares: shared terms, then each op's scale
+        s_row = np.array([op_scale.get(o, 1.0) for o in op])
+        coef, _ = nnls(A * w[:, None] / scale, y / s_row * w)
+        coef = coef / scale
+        if fixed:
+            break
+        model = A @ coef
+        new = {}
+        for o in ops:
+            m, yo, c = model[op == o], y[op == o], count[op == o]
+            if (c * m * m).sum() > 0:
+                new[o] = float((c * yo * m).sum() / (c * m * m).sum())
+        # scale and shared terms trade off: the count-weighted median op keeps scale 1 (the shared
+        # fit is the typical op's, the odd ones carry their factor)
+        order = sorted(new, key=new.get)
+        acc, half, mid = 0.0, sum(weight[o] for o in order) / 2, 1.0
+        for o in order:
+            acc += weight[o]
+            if acc >= half:
+                mid = new[o]
+                break
+        new = {o: v / mid for o, v in new.items()} if mid > 0 else new
+        done = new.keys() == op_scale.keys() and all(abs(new[o] - op_scale[o]) <= 1e-9 * new[o] for o in new)
+        op_scale = new
+        if done:
+            break
+    call, alpha, beta = coef
+    return float(call), float(alpha), float(beta), op_scale
 
 
 def _fit_work(samples: list[dict]) -> tuple[float, float, float, float, float, float, float]:
@@ -253,8 +291,8 @@ def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 
         samples = [x for r, (f, _, _), d in zip(runs, over, deflate) for x in _work_samples(r, f * d)]
         a, k, a_head, w0, a_tp, a_sp, a_cp = _fit_work(samples)
         links = [_link_rows(r, f * d) for r, (f, _, _), d in zip(runs, over, deflate)]
-        call, alpha, beta = _fit_links(links)
-        inter = _fit_links(links, "inter") or (None, None, None)
+        call, alpha, beta, op_scale = _fit_links(links)
+        inter = _fit_links(links, "inter", op_scale) or (None, None, None, None)
         cal = Calibration(
             a,
             k,
@@ -269,6 +307,7 @@ def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 
             inter_call_s=inter[0],
             inter_alpha_s=inter[1],
             inter_beta_s_per_byte=inter[2],
+            op_scale=op_scale,
             gamma=gamma,
             cores=cores if shared else 0,
             device=device,

@@ -14,6 +14,7 @@ from parallel.core.calibrated import (
     MAX_CALIBRATION_BYTES,
     Calibration,
     CalibrationError,
+    collective_s,
     comm_calls,
     contention,
     predict,
@@ -95,6 +96,33 @@ def test_a_calibration_file_is_read_bounded_with_a_reason(tmp_path):
             read_calibration(path)
     with pytest.raises(CalibrationError, match="cannot read it"):
         read_calibration(tmp_path / "missing.json")
+
+
+def test_each_collective_gets_its_measured_cost_over_the_shared_fit():
+    """A backend whose reduce-scatter costs twice the ring model's (gloo runs it as an all-reduce):
+    the shared call/alpha/beta come from the other ops, op_scale carries the 2x, predictions follow."""
+    import pandas as pd
+
+    from profiler.analyzers.calibrate import _fit_links
+
+    true = Calibration(0, 0, 0, 0, alpha_s=50e-6, beta_s_per_byte=2e-9, call_s=20e-6)
+    rows = []
+    for op, factor in (("all_reduce", 1.0), ("all_gather", 1.0), ("send", 1.0), ("reduce_scatter", 2.0)):
+        for n in (2, 4):
+            for nbytes in (1e4, 1e5, 1e6):
+                t = factor * collective_s(op, n, nbytes, true)
+                rows.append({"op": op, "n": n, "bytes": nbytes, "tier": "intra", "transfer_s": t, "count": 4})
+    call, alpha, beta, op_scale = _fit_links([pd.DataFrame(rows)])
+    assert (call, alpha, beta) == pytest.approx((20e-6, 50e-6, 2e-9), rel=1e-3)
+    assert op_scale == pytest.approx({"all_gather": 1, "all_reduce": 1, "reduce_scatter": 2, "send_recv": 1}, rel=1e-3)
+    fitted = Calibration(0, 0, 0, 0, alpha_s=alpha, beta_s_per_byte=beta, call_s=call, op_scale=op_scale)
+    assert collective_s("reduce_scatter", 4, 1e6, fitted) == pytest.approx(
+        2 * collective_s("reduce_scatter", 4, 1e6, true)
+    )
+    assert collective_s("all_to_all", 4, 1e6, fitted) == pytest.approx(collective_s("all_to_all", 4, 1e6, true))
+    assert Calibration.from_dict(fitted.to_dict()) == fitted
+    with pytest.raises(CalibrationError, match="op_scale"):
+        Calibration.from_dict({**fitted.to_dict(), "op_scale": {"all_reduce": 0}})
 
 
 def test_round_trip():
