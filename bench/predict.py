@@ -32,6 +32,8 @@ CALIBRATION_PLANS = {
     "pp2": ["--pp", "2", "--global-batch", "4"],  # 2 ranks, a core each: the layers, the head, p2p
     "demo": ["--dp", "2", "--tp", "2", "--pp", "2", "--sp", "--global-batch", "8"],  # 8 ranks, 4 a core
     "all": ["--tp", "2", "--sp", "--cp", "2", "--pp", "2", "--global-batch", "4"],  # every dimension but DP
+    # TP+SP and CP on 4 ranks (2 per core): less sharing than 8 ranks, so their costs carry over
+    "spcp": ["--tp", "2", "--sp", "--cp", "2", "--global-batch", "4"],
 }
 CALIBRATE = ("pp2", "all")
 HELD_BACK = {

@@ -18,7 +18,6 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import compress
 from typing import Any
 
 import msgspec
@@ -366,13 +365,16 @@ def _tail(rest: bytes, source: str, skipped: Counter) -> tuple[list[_Event], dic
 def _piece(events: list[_Event], skipped: Counter) -> dict:
     """Columns of one chunk's kept complete events (ts not yet on the epoch), with its own name and
     category dictionaries, comm records (rows local to the chunk) and thread names."""
-    ph = np.array([e.ph if type(e.ph) is str else "" for e in events], dtype=object)
-    is_x = ph == "X"
-    threads = _threads(events[i] for i in np.flatnonzero(ph == "M"))
-    for p, c in Counter(ph[~is_x].tolist()).items():
-        reason = PHASE_REASONS.get(p) if isinstance(p, str) else None
+    # the complete events, and the few others (metadata, flows, instants) counted by phase: two
+    # comprehensions over the structs, not an array of every event's phase (each pass over ~1e4
+    # freshly decoded structs is memory-bound: fewer passes, less time)
+    xs = [e for e in events if e.ph == "X"]
+    other = [e for e in events if e.ph != "X"] if len(xs) < len(events) else []
+    phs = [e.ph if type(e.ph) is str else "" for e in other]
+    threads = _threads(e for e, p in zip(other, phs) if p == "M")
+    for p, c in Counter(phs).items():
+        reason = PHASE_REASONS.get(p)
         skipped[reason or (f"event with unknown phase ph={p!r}" if p else "event without a phase 'ph'")] += c
-    xs = list(compress(events, is_x))
     # One comprehension per field: a plain attribute read per event is about half the cost of one
     # pass building a tuple per event (bench: 7 vs 14 ms on 17k events).
     ts_l, dur_l, name_l, cat_l = [e.ts for e in xs], [e.dur for e in xs], [e.name for e in xs], [e.cat for e in xs]
