@@ -201,9 +201,7 @@ def _event_columns(store: PartStore, rank: int) -> dict[str, np.ndarray]:
     cols["row"] = rows
     cols["kind"] = _KIND_NAMES[sub.column("kind").to_numpy()]
     cols["op"] = _OP_NAMES[sub.column("op").to_numpy()]
-    name = sub.column("name").combine_chunks()
-    if isinstance(name, pa.ChunkedArray):  # no chunks at all (an empty part)
-        name = name.chunk(0) if name.num_chunks else pa.array([], type=pa.dictionary(pa.int32(), pa.string()))
+    name = sub.column("name").combine_chunks()  # one DictionaryArray (empty when no row is a comm event)
     words = name.dictionary.to_numpy(zero_copy_only=False).astype(object)
     cols["name"] = words[name.indices.to_numpy()] if len(words) else np.array([], dtype=object)
     return cols
