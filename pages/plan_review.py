@@ -250,6 +250,8 @@ def predicted_vs_measured(s: ReviewState, cmp) -> None:
     if set(view["chart"]["source"]) > {"analytic"}:  # the analytic step alone is the chart above
         st.altair_chart(rc.predicted_measured_chart(view["chart"]))
         st.dataframe(view["table"].round(3), hide_index=True)
+    if len(view["phases"]):
+        st.altair_chart(rc.time_chart(view["phases"], title="Calibrated step time"))
     if view["calibrated"]:
         st.caption(
             "Calibrated: parallel.core.calibrated fitted from "

@@ -130,6 +130,17 @@ def calibrate_runs(sets: list[TraceSet], *, cores: int) -> Calibration:
 
 
 SOURCES = ("analytic", "calibrated", "measured")
+REVIEW_PARTS = {  # calibrated.predict's keys -> the Plan review's step-time parts (ui.review_charts.PARTS)
+    "compute_s": "compute",
+    "bubble_s": "bubble",
+    "exposed_tp_s": "exposed TP",
+    "exposed_sp_s": "exposed SP",
+    "exposed_cp_s": "exposed CP",
+    "exposed_ep_s": "exposed EP",
+    "exposed_pp_s": "exposed PP",
+    "exposed_dp_s": "exposed DP",
+    "fixed_s": "per-step fixed",
+}
 
 
 def _runs_of(sets: list[TraceSet], model: Model, plan: Plan, cluster: Cluster) -> list[TraceSet]:
@@ -159,7 +170,8 @@ def review_predictions(
     analytic model's step, the calibrated model's (when `cal` was measured on this kind of device:
     a CPU calibration says nothing about a GPU cluster) and the measured step of the latest completed
     run of that very model and plan on this cluster (`sets`; metrics_of reads a run's metrics).
-    {table (one row per plan), chart (plan, source, seconds), calibrated (bool), note (str | None)}."""
+    {table (one row per plan), chart (plan, source, seconds), phases (plan, part, seconds: the
+    calibrated step's parts), calibrated (bool), note (str | None)}."""
     usable = cal is not None and cal.device == cluster.device
     note = None
     if cal is None:
@@ -169,12 +181,18 @@ def review_predictions(
             f"the calibration was measured on {cal.device.upper()} ranks and this cluster runs on "
             f"{cluster.device.upper()}s: it cannot predict these plans"
         )
-    rows, chart = [], []
+    rows, chart, phases = [], [], []
     for name, model, plan, analytic in plans:
         calibrated = None
         if usable:
             here = plan.world_size if cluster.nodes == 1 else min(plan.world_size, cluster.gpus_per_node)
-            calibrated = predict(model, plan, cal, ranks_here=here, cluster=cluster)["step_time_s"]
+            out = predict(model, plan, cal, ranks_here=here, cluster=cluster)
+            calibrated = out["step_time_s"]
+            phases += [
+                {"plan": name, "part": part, "seconds": float(out[key])}
+                for key, part in REVIEW_PARTS.items()
+                if out.get(key)
+            ]
         runs = _runs_of(sets, model, plan, cluster)
         step = next((m for m in (measured_step(r, metrics_of(r)) for r in runs) if m is not None), None)
         measured = step[0] if step else None
@@ -197,6 +215,7 @@ def review_predictions(
     return {
         "table": pd.DataFrame(rows),
         "chart": pd.DataFrame(chart, columns=["plan", "source", "seconds"]),
+        "phases": pd.DataFrame(phases, columns=["plan", "part", "seconds"]),
         "calibrated": usable,
         "note": note,
     }

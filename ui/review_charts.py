@@ -21,8 +21,20 @@ from parallel.search.space import plan_of
 from ui.theme import MEMORY_COLORS, link_colors, link_names, named_links, palette, scale
 
 COMPONENTS = ("params", "grads", "optimizer", "activations")
-PARTS = ("compute", "bubble", "exposed TP", "exposed SP", "exposed CP", "exposed EP", "exposed PP", "exposed DP")
-PART_COLORS = dict(zip(PARTS, ["#4c6ef5", "#ced4da", "#e8590c", "#f08c00", "#ae3ec9", "#1098ad", "#2f9e44", "#868e96"]))
+PARTS = (
+    "compute",
+    "bubble",
+    "exposed TP",
+    "exposed SP",
+    "exposed CP",
+    "exposed EP",
+    "exposed PP",
+    "exposed DP",
+    "per-step fixed",  # the calibrated model's optimizer, data and loss time (the analytic model has none)
+)
+PART_COLORS = dict(
+    zip(PARTS, ["#4c6ef5", "#ced4da", "#e8590c", "#f08c00", "#ae3ec9", "#1098ad", "#2f9e44", "#868e96", "#495057"])
+)
 DIFF_BACKGROUND = "background-color: #fff3bf"
 
 
@@ -68,8 +80,9 @@ def memory_chart(memory: pd.DataFrame, capacity_bytes: float, budget_bytes: floa
     return alt.layer(bars, rules).properties(height=_bar_height(len(plans)), title="Memory per GPU")
 
 
-def time_chart(time: pd.DataFrame) -> alt.Chart:
-    """Seconds per step: compute, the pipeline bubble and each dimension's exposed communication."""
+def time_chart(time: pd.DataFrame, title: str = "Step time") -> alt.Chart:
+    """Seconds per step: compute, the pipeline bubble and each dimension's exposed communication
+    (frame: plan, part, seconds; the analytic model's cmp.time or the calibrated one's phases)."""
     data = time[time["seconds"] > 0].assign(order=lambda d: d["part"].map(PARTS.index))
     plans = list(dict.fromkeys(time["plan"]))
     return (
@@ -84,7 +97,7 @@ def time_chart(time: pd.DataFrame) -> alt.Chart:
             order=alt.Order("order:Q"),
             tooltip=[alt.Tooltip("plan:N"), alt.Tooltip("part:N"), alt.Tooltip("seconds:Q", format=".3f")],
         )
-        .properties(height=_bar_height(len(plans)), title="Step time")
+        .properties(height=_bar_height(len(plans)), title=title)
     )
 
 

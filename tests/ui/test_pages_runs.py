@@ -517,6 +517,10 @@ def test_plan_review_shows_calibrated_and_measured_beside_the_analytic_step(runs
     assert pd.isna(table.loc["new", "measured s"]) and table.loc["new", "calibrated s"] > 0
     chart = next(c for c in vega_charts(at) if "yOffset" in c.text())
     assert set(chart.frame()["source"]) == {"analytic", "calibrated", "measured"}
+    # the calibrated step's parts, stacked per plan: they add up to the calibrated step
+    parts = next(c for c in vega_charts(at) if "Calibrated step time" in c.text()).frame()
+    assert parts.groupby("plan")["seconds"].sum()["ran"] == pytest.approx(expected["step_time_s"])
+    assert {"compute", "per-step fixed"} <= set(parts["part"])
     # the same calibration says nothing about an H100 cluster: no calibrated column, and the page says why
     at = _ok(page_test("pages/plan_review.py", {**params, "cluster": "dgx-h100"}))
     assert not any("calibrated s" in d.value.columns for d in at.dataframe)
