@@ -109,6 +109,15 @@ def open_analysis(key: tuple) -> Analysis | None:
         st.info("Loading these traces was cancelled; nothing of that load was kept.")
         st.button("Load again", key="load_again", on_click=cancelled.discard, args=(key,))
         return None
+    from profiler.traces.loader import shared_workers
+
+    options = _load_options()
+    # the parse and the analyses after it share one pool of workers (a pool per stage costs ~1 s each)
+    with shared_workers(options["workers"] if not options["scheduler"] else 1):
+        return _open(key, cancelled)
+
+
+def _open(key: tuple, cancelled: set) -> Analysis:
     if key not in _PARSED:
         from profiler import load_traces
 
