@@ -14,6 +14,7 @@ Pure: stdlib, pandas, parallel/, profiler/ (no streamlit, no torch).
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -183,8 +184,10 @@ def review_predictions(
         )
     rows, chart, phases = [], [], []
     for name, model, plan, analytic in plans:
+        if analytic is not None and not math.isfinite(analytic):  # a table's NaN: no analytic step
+            analytic = None
         calibrated = None
-        if usable:
+        if usable and analytic is not None:  # a plan the plan model cannot evaluate gets no prediction
             here = plan.world_size if cluster.nodes == 1 else min(plan.world_size, cluster.gpus_per_node)
             out = predict(model, plan, cal, ranks_here=here, cluster=cluster)
             calibrated = out["step_time_s"]

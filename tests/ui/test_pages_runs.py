@@ -498,8 +498,12 @@ def test_plan_review_shows_calibrated_and_measured_beside_the_analytic_step(runs
     metrics = json.loads((runs / "alpha" / "metrics.json").read_text())
     model, plan = Model.from_dict(run["model"]), Plan.from_dict(run["plan"])
     other = Plan.from_dict({**run["plan"], "global_batch": run["plan"]["global_batch"] * 2})  # never ran
+    bad = Plan.from_dict({**run["plan"], "tp": 1, "dp": 4})  # SP without TP: the plan model gives no step
     review = ReviewState(
-        model=model, cluster="local-cpu", nodes=1, plans=(NamedPlan("ran", plan), NamedPlan("new", other))
+        model=model,
+        cluster="local-cpu",
+        nodes=1,
+        plans=(NamedPlan("ran", plan), NamedPlan("new", other), NamedPlan("bad", bad)),
     )
     params = review_to_params(review)
     cal = Calibration(1e-3, 1e-10, 2e-3, 5e-3, 1e-4, 1e-9, cores=2, device="cpu", sources=[{"plan": "hand-made"}])
@@ -515,6 +519,7 @@ def test_plan_review_shows_calibrated_and_measured_beside_the_analytic_step(runs
         (expected["step_time_s"] / measured - 1) * 100, abs=0.5
     )
     assert pd.isna(table.loc["new", "measured s"]) and table.loc["new", "calibrated s"] > 0
+    assert pd.isna(table.loc["bad", "analytic s"]) and pd.isna(table.loc["bad", "calibrated s"])
     chart = next(c for c in vega_charts(at) if "yOffset" in c.text())
     assert set(chart.frame()["source"]) == {"analytic", "calibrated", "measured"}
     # the calibrated step's parts, stacked per plan: they add up to the calibrated step
