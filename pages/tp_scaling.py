@@ -115,8 +115,8 @@ def lab_sweep_section() -> None:
         st.warning(md(note))
     st.caption(
         view["caption"] + " Diamonds: measured (TP comm with its p25–p75 bar), labelled with the error "
-        "vs the prediction; blue squares on the step-time row: the step-time model calibrated on two of "
-        "the sweep's own runs (table: its error); shaded: TP groups that span both lab nodes."
+        "vs the prediction; blue squares: the model calibrated on two of the sweep's own runs (TP comm and "
+        "step time; the table has its errors); shaded: TP groups that span both lab nodes."
     )
     st.altair_chart(scaling_charts.sweep_chart(view["chart"], view["gpus_per_node"]))
     st.dataframe(view["table"], hide_index=True)

@@ -265,7 +265,7 @@ def sweep_chart(frame: pd.DataFrame, gpus_per_node: int) -> alt.FacetChart:
     """The lab's TP sweep (ui.sweep_data.chart_frame): per metric (rows) and SP variant (columns), the
     plan model's prediction for the lab's fitted links (grey line, dots coloured by link), the
     measured points (black diamonds; TP comm with a p25–p75 bar) labelled with their error, and on
-    the step-time row the calibrated step-time model (blue dashed line, squares) when the sweep has one."""
+    the TP-comm and step-time rows the calibrated model (blue dashed line, squares) when the sweep has one."""
     x = alt.X(
         "tp:O",
         title="tensor-parallel size (TP)",

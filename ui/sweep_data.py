@@ -129,20 +129,24 @@ def chart_frame(sweep: dict) -> pd.DataFrame:
                 )
     links = {(int(r.tp), bool(r.sp)): LAB_LINKS.get(r.link, r.link) for r in cmp.itertuples()}
     for q in ((sweep.get("calibrated") or {}).get("points")) or []:  # the calibrated step-time model
-        if _finite(q.get("predicted_step_s")):
-            rows.append(
-                {
-                    "tp": int(q["tp"]),
-                    "variant": VARIANTS[bool(q["sp"])],
-                    "link": links.get((int(q["tp"]), bool(q["sp"])), ""),
-                    "source": "calibrated",
-                    "metric": METRICS["step"][0],
-                    "value": q["predicted_step_s"],
-                    "lo": math.nan,
-                    "hi": math.nan,
-                    "error_pct": q["error_pct"] if _finite(q.get("error_pct")) else math.nan,
-                }
-            )
+        for key, value, error in (
+            ("step", q.get("predicted_step_s"), q.get("error_pct")),
+            ("tp_comm", q.get("predicted_tp_comm_s") if q["tp"] > 1 else None, q.get("tp_comm_error_pct")),
+        ):
+            if _finite(value):
+                rows.append(
+                    {
+                        "tp": int(q["tp"]),
+                        "variant": VARIANTS[bool(q["sp"])],
+                        "link": links.get((int(q["tp"]), bool(q["sp"])), ""),
+                        "source": "calibrated",
+                        "metric": METRICS[key][0],
+                        "value": value * METRICS[key][1],
+                        "lo": math.nan,
+                        "hi": math.nan,
+                        "error_pct": error if _finite(error) else math.nan,
+                    }
+                )
     df = pd.DataFrame(rows, columns=["tp", "variant", "link", "source", "metric", "value", "lo", "hi", "error_pct"])
     df["error_label"] = df["error_pct"].map(lambda e: f"{e:+.0f}%" if _finite(e) else "")
     return df
@@ -175,6 +179,9 @@ def error_table(sweep: dict) -> pd.DataFrame:
         keys = list(zip(c["tp"], c["sp"]))
         out["calibrated s"] = [by.get(k, {}).get("predicted_step_s") for k in keys]
         out["calibrated error %"] = [by.get(k, {}).get("error_pct") for k in keys]
+        comm = [by.get(k, {}).get("predicted_tp_comm_s") for k in keys]
+        out["calibrated TP comm ms"] = [None if v is None else v * 1e3 for v in comm]
+        out["calibrated TP comm error %"] = [by.get(k, {}).get("tp_comm_error_pct") for k in keys]
         out["calibrated on"] = ["yes" if by.get(k, {}).get("calibrated_on") else "" for k in keys]
     return out.round(3)
 

@@ -332,12 +332,14 @@ def with_predictions(sweep: dict) -> dict:
 def calibrate_sweep(sweep: dict, out: Path) -> dict | None:
     """The step-time model calibrated on two of the sweep's own runs (#16): the smallest TP inside one
     node and the largest TP across the link (its groups give the inter-node terms), then every point's
-    calibrated step beside the measured one. None when the sweep lacks such a pair. The runs are
+    calibrated step and TP communication per layer beside the measured ones. None when the sweep
+    lacks such a pair. The runs are
     profiled from their second step (--wait 1), so the overhead stays in on both sides: the prediction
     is of a traced step, as the measured step is."""
     import dataclasses
 
-    from parallel.core.calibrated import CalibrationError, predict
+    from parallel.core.calibrated import CalibrationError, collective_s, predict
+    from parallel.core.comm import crosses_nodes
     from parallel.core.specs import CLUSTERS
     from profiler.analyzers.calibrate import Measured, fit
     from profiler.analyzers.front import TraceAnalysis
@@ -379,8 +381,20 @@ def calibrate_sweep(sweep: dict, out: Path) -> dict | None:
     for p in done:
         plan, c = cluster(p)
         # the lab runs gpn ranks per node, each node's ranks on this machine's shared cores
-        pred = predict(model, plan, cal, cluster=c, ranks_here=plan.world_size)["step_time_s"]
+        out = predict(model, plan, cal, cluster=c, ranks_here=plan.world_size)
+        pred = out["step_time_s"]
         measured = (p.get("measured") or {}).get("step_time_s")
+        # one layer's TP/SP communication as measure_run counts it (each op's calls of the layer's
+        # size, the re-gather included), under the calibrated links and the run's contention
+        inter = bool(crosses_nodes(plan, c, ("tp",)))
+        size = layer_bytes(model, plan)
+        tp_comm = (
+            out["contention_factor"]
+            * sum(n * collective_s(op, plan.tp, size, cal, inter=inter) for op, n in layer_calls(model, plan).items())
+            if plan.tp > 1
+            else 0.0
+        )
+        measured_comm = (p.get("measured") or {}).get("tp_comm_s")
         points.append(
             {
                 "tp": int(p["tp"]),
@@ -388,6 +402,9 @@ def calibrate_sweep(sweep: dict, out: Path) -> dict | None:
                 "predicted_step_s": pred,
                 "measured_step_s": measured,
                 "error_pct": _none(_err(measured, pred)),
+                "predicted_tp_comm_s": tp_comm,
+                "measured_tp_comm_s": measured_comm,
+                "tp_comm_error_pct": _none(_err(measured_comm, tp_comm)) if plan.tp > 1 else None,
                 "calibrated_on": p in pick,
             }
         )

@@ -226,9 +226,15 @@ def test_tpsweep_quick_writes_its_json_and_the_page_shows_it(lab_prefix, tmp_pat
     frame = lab_chart.frame()
     assert set(frame["source"]) == {"predicted", "measured", "calibrated"} and set(frame["tp"]) == {1, 2, 4}
     # the calibrated model on the step-time row: its points, with its error vs measured
-    drawn = frame[frame["source"] == "calibrated"].sort_values("tp")
+    calibrated = frame[frame["source"] == "calibrated"]
+    drawn = calibrated[calibrated["metric"] == "step time, s"].sort_values("tp")
     assert list(drawn["value"]) == pytest.approx([q["predicted_step_s"] for q in cal["points"]])
     assert list(drawn["error_pct"]) == pytest.approx([q["error_pct"] for q in cal["points"]])
+    # and its TP communication per layer (ms), beside the measured one
+    comm = calibrated[calibrated["metric"] == "TP comm, ms/layer"].sort_values("tp")
+    assert list(comm["value"]) == pytest.approx([q["predicted_tp_comm_s"] * 1e3 for q in cal["points"]])
+    for q in cal["points"]:
+        assert q["predicted_tp_comm_s"] > 0 and q["tp_comm_error_pct"] is not None
     assert "datum.source == 'calibrated'" in json.dumps(lab_chart.spec)
     measured = frame[frame["source"] == "measured"]
     assert set(measured["link"]) == {"inside a node (loopback)", "across nodes (shaped veth)"}
@@ -237,6 +243,7 @@ def test_tpsweep_quick_writes_its_json_and_the_page_shows_it(lab_prefix, tmp_pat
     table = at.dataframe[-1].value
     assert list(table["TP"]) == [2, 4] and "TP comm error %" in table
     assert table["calibrated s"].gt(0).all() and list(table["calibrated on"]) == ["yes", "yes"]
+    assert table["calibrated TP comm ms"].gt(0).all() and "calibrated TP comm error %" in table
     assert any("tpsweep --lab" in c.value for c in at.caption)
 
 
