@@ -330,8 +330,8 @@ def with_predictions(sweep: dict) -> dict:
 
 
 def calibrate_sweep(sweep: dict, out: Path) -> dict | None:
-    """The step-time model calibrated on two of the sweep's own runs (#16): the smallest TP inside one
-    node and the largest TP across the link (its groups give the inter-node terms), then every point's
+    """The step-time model calibrated on two of the sweep's own runs (#16): the smallest TP > 1 inside
+    one node and the largest TP across the link (its groups give the inter-node terms), then every point's
     calibrated step and TP communication per layer beside the measured ones. None when the sweep
     lacks such a pair. The runs are
     profiled from their second step (--wait 1), so the overhead stays in on both sides: the prediction
@@ -347,7 +347,8 @@ def calibrate_sweep(sweep: dict, out: Path) -> dict | None:
 
     model = sweep_model(sweep)
     done = [p for p in _points(sweep) if p.get("status") == "completed" and p.get("run_dir")]
-    inside = [p for p in done if p.get("nodes") == 1]
+    # the intra-node link's terms need TP collectives inside a node: TP 1 has none
+    inside = [p for p in done if p.get("nodes") == 1 and int(p["tp"]) > 1]
     across = [p for p in done if (p.get("nodes") or 1) > 1]
     if not inside or not across:
         return None
