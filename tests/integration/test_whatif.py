@@ -60,7 +60,13 @@ def test_whatif_removes_an_injected_straggler(tmp_path):
     fixed = _whatif(slow, "--rank-speed=1=median")
     measured = _whatif(base)["measured_step_time_s"]
     assert same["measured_step_time_s"] > 1.2 * measured  # 4 microbatches x 40 ms: the straggler is real
-    assert fixed["predicted_step_time_s"] == pytest.approx(measured, rel=0.35)
+    # within the run: what the what-if takes off the step is the injected sleep (4 x 40 ms; a quiet run
+    # here: 179 ms) -- a wall-clock sleep, so it holds however loaded the machine is
+    removed = same["measured_step_time_s"] - fixed["predicted_step_time_s"]
+    assert 0.6 * 0.160 < removed < 1.6 * 0.160, removed
+    # against the run without the straggler (quiet: -17%; another test worker's load once slowed the
+    # straggled run's every rank by a third, which no what-if of that run can know)
+    assert fixed["predicted_step_time_s"] == pytest.approx(measured, rel=0.6)
     (sc,) = fixed["scenarios"]
     assert sc["kind"] == "rank_speed" and all(0 < f < 1 for f in sc["work_factor_by_step"].values())
     path = same["critical_path"]["measured"]
