@@ -107,8 +107,8 @@ def _details(s: TraceSet) -> None:
     if s.status in ("failed", "cancelled"):
         run_status.failure(s)
     if s.has_metrics:
-        mtime = (s.path / "metrics.json").stat().st_mtime_ns
-        head = metrics_summary(run_loaders.metrics(str(s.path), mtime))
+        run_metrics = run_loaders.run_metrics(s)
+        head = metrics_summary(run_metrics)
         m = st.columns(4)
         if head["step_time_s"] is not None:
             m[0].metric("Steady step time", f"{head['step_time_s']:.3f} s", help="median after the first step")
@@ -133,7 +133,7 @@ def _details(s: TraceSet) -> None:
                 help="largest per-rank error of the predicted parameter, gradient and optimizer bytes "
                 "against the tensors the run held",
             )
-        calibration_views.run_prediction(s, run_loaders.metrics(str(s.path), mtime))
+        calibration_views.run_prediction(s, run_metrics)
     _links(s)
 
 

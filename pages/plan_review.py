@@ -245,7 +245,7 @@ def predicted_vs_measured(s: ReviewState, cmp) -> None:
     steps = plan_rows(cmp).set_index("name")["step_time_s"].to_dict()
     plans = [(p.name, p.model_or(s.model), p.plan, steps.get(p.name)) for p in s.plans]
     view = calibration_data.review_predictions(
-        plans, s.cluster_spec, cal, trace_sets.list_sets(), lambda r: run_loaders.metrics(str(r.path), _mtime(r))
+        plans, s.cluster_spec, cal, trace_sets.list_sets(), run_loaders.run_metrics
     )
     if set(view["chart"]["source"]) > {"analytic"}:  # the analytic step alone is the chart above
         st.altair_chart(rc.predicted_measured_chart(view["chart"]))
@@ -265,13 +265,6 @@ def predicted_vs_measured(s: ReviewState, cmp) -> None:
             "calibrate from your own job's traces: `python -m profiler calibrate TRACES --out "
             f"$PARASCOPE_RUNS/{calibration_data.CALIBRATION_FILE}`."
         )
-
-
-def _mtime(r) -> int:
-    try:
-        return (r.path / "metrics.json").stat().st_mtime_ns
-    except OSError:
-        return 0
 
 
 def compare_section(s: ReviewState) -> ReviewState:

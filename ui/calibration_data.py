@@ -103,7 +103,7 @@ def run_prediction(s: TraceSet, metrics: dict | None, cal: Calibration) -> dict 
     return {
         "predicted_s": out["step_time_s"],
         "measured_s": measured,
-        "error_pct": (out["step_time_s"] / measured - 1) * 100,
+        "error_pct": _error(out["step_time_s"], measured),
         "phases": phases,
         "contention": out["contention_factor"],
         "measured_unprofiled": unprofiled,

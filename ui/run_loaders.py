@@ -250,6 +250,16 @@ def metrics(path: str, mtime_ns: int) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def run_metrics(s) -> dict | None:
+    """A run's metrics.json (a TraceSet's), cached by its modification time; None when it has none
+    or it cannot be read."""
+    try:
+        mtime = (s.path / "metrics.json").stat().st_mtime_ns
+    except OSError:
+        return None
+    return metrics(str(s.path), mtime)
+
+
 @st.cache_data(show_spinner=False, max_entries=32)
 def critical_path(key: tuple, step: int) -> dict:
     """The cross-rank critical path of `step` (every step for ALL), measured: frame (whatif_data.path_frame,

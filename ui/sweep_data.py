@@ -76,8 +76,8 @@ def _finite(x) -> bool:
 def chart_frame(sweep: dict) -> pd.DataFrame:
     """Long form for scaling_charts.sweep_chart: one row per (metric, variant, tp, source) with value,
     lo/hi (measured spread), error_pct (measured vs predicted; on 'calibrated' rows, the calibrated
-    step vs measured), link (LAB_LINKS words). Sources: predicted (the analytic plan model for the
-    lab's links), measured, calibrated (the sweep's calibrated step-time model, when it has one)."""
+    step or TP comm vs measured), link (LAB_LINKS words). Sources: predicted (the analytic plan model
+    for the lab's links), measured, calibrated (the sweep's calibrated model, when it has one)."""
     cmp, pred = compare(sweep), prediction(sweep)
     rows = []
     for r in pred[pred["valid"]].itertuples():  # the model's curve at every TP degree of the sweep
@@ -128,7 +128,7 @@ def chart_frame(sweep: dict) -> pd.DataFrame:
                     }
                 )
     links = {(int(r.tp), bool(r.sp)): LAB_LINKS.get(r.link, r.link) for r in cmp.itertuples()}
-    for q in ((sweep.get("calibrated") or {}).get("points")) or []:  # the calibrated step-time model
+    for q in ((sweep.get("calibrated") or {}).get("points")) or []:  # the calibrated model: step and TP comm
         for key, value, error in (
             ("step", q.get("predicted_step_s"), q.get("error_pct")),
             ("tp_comm", q.get("predicted_tp_comm_s") if q["tp"] > 1 else None, q.get("tp_comm_error_pct")),
