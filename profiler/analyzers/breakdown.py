@@ -33,10 +33,10 @@ import pandas as pd
 
 from profiler.analyzers.collectives import collectives
 from profiler.analyzers.labels import PlanLike
-from profiler.analyzers.steps import assign_steps, step_windows
+from profiler.analyzers.steps import step_of, step_windows
 from profiler.traces import intervals as iv
 from profiler.traces.loader import map_rank_tasks
-from profiler.traces.model import Traces, event_arrays
+from profiler.traces.model import Traces, empty_columns, event_arrays, rank_columns
 from profiler.traces.patterns import KINDS
 from profiler.traces.store import PartStore
 
@@ -95,17 +95,17 @@ def cpu_compute(a: dict, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
 class _Rank:
     """One rank's arrays and collectives, and the sets of one step window."""
 
-    def __init__(self, store, rank: int, gpu: bool, table_rows: pd.DataFrame, windows: pd.DataFrame):
+    def __init__(self, store, rank: int, gpu: bool, rows: dict, windows: dict):
         self.rank, self.gpu = rank, gpu
         a = event_arrays(store.arrow(rank, "events"))  # columns only: no pandas frame of every event
         lo, hi = 0, len(a["ts"])
         self.ts, self.end, self.kind = a["ts"][lo:hi], a["end"][lo:hi], a["kind"][lo:hi]
-        rows = table_rows[table_rows["source"] == "kernel"] if self.gpu else table_rows
-        self.r_start, self.r_end = rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()
-        self.r_issue, self.r_step = rows["issue_ns"].to_numpy(), rows["step"].to_numpy()
-        self.r_dim = rows["dim"].to_numpy(dtype=object).astype(str)
-        self.r_bytes = rows["bytes"].fillna(0).to_numpy(dtype=np.int64)
-        self.windows = windows
+        keep = rows["kernel"] if self.gpu else slice(None)
+        self.r_start, self.r_end = rows["start_ns"][keep], rows["end_ns"][keep]
+        self.r_issue, self.r_step = rows["issue_ns"][keep], rows["step"][keep]
+        self.r_dim, self.r_bytes = rows["dim"][keep], rows["bytes"][keep]
+        order = np.argsort(windows["start_ns"], kind="stable")
+        self.windows = {c: np.asarray(v, dtype=np.int64)[order] for c, v in windows.items()}
         if self.gpu:
             g = np.isin(self.kind, GPU_CODES)
             self.g_ts, self.g_end, self.g_kind = self.ts[g], self.end[g], self.kind[g]
@@ -114,7 +114,8 @@ class _Rank:
             self.cpu_busy = cpu_compute(a, lo, hi)
 
     def _gpu_steps(self, corr, g) -> np.ndarray:
-        if not len(self.windows):
+        w = self.windows
+        if not len(w["step"]):
             return np.full(int(g.sum()), -1)
         rt = (self.kind == K["runtime"]) & (corr >= 0)
         order = np.argsort(corr[rt], kind="stable")
@@ -123,26 +124,26 @@ class _Rank:
         i = np.clip(np.searchsorted(rt_corr, want), 0, max(len(rt_corr) - 1, 0))
         linked = (len(rt_corr) > 0) & (want >= 0) & (rt_corr[i] == want) if len(rt_corr) else np.zeros(len(want), bool)
         when = np.where(linked, rt_ts[i] if len(rt_corr) else 0, self.ts[g])
-        return assign_steps(np.full(len(when), self.rank), when, self.windows)
+        return step_of(when.astype(np.int64), w["start_ns"], w["end_ns"], w["step"])
 
     def steps(self):
         """(step, lo, hi) windows of this rank."""
         w = self.windows
         if self.gpu:
             out = []
-            for step in w["step"].tolist() if len(w) else [-1]:
+            for step in w["step"].tolist() if len(w["step"]) else [-1]:
                 m = self.g_step == step
                 if m.any():
                     out.append((step, int(self.g_ts[m].min()), int(self.g_end[m].max())))
                 else:
-                    row = w[w["step"] == step]
+                    at = np.flatnonzero(w["step"] == step)
                     out.append(
-                        (step, int(row["start_ns"].iloc[0]), int(row["end_ns"].iloc[0]))
-                        if len(row)
+                        (step, int(w["start_ns"][at[0]]), int(w["end_ns"][at[0]]))
+                        if len(at)
                         else (step, int(self.ts.min()), int(self.end.max()))
                     )
             return out
-        if len(w):
+        if len(w["step"]):
             return [(int(s), int(lo), int(hi)) for s, lo, hi in zip(w["step"], w["start_ns"], w["end_ns"])]
         return [(-1, int(self.ts.min()), int(self.end.max()))]
 
@@ -186,13 +187,23 @@ def breakdowns(
     rank's task (`workers` processes or a Dask `scheduler`'s workers when the store is on disk)."""
     table = table if table is not None else collectives(traces, plan, workers=workers, scheduler=scheduler)
     windows = step_windows(traces)
-    by_rank = dict(tuple(table.groupby("rank", sort=False))) if len(table) else {}
-    w_by_rank = dict(tuple(windows.groupby("rank", sort=False))) if len(windows) else {}
+    rows = pd.DataFrame(
+        {
+            "rank": table["rank"].to_numpy(),
+            "kernel": (table["source"] == "kernel").to_numpy(dtype=bool),
+            **{c: table[c].to_numpy(dtype=np.int64) for c in ("start_ns", "end_ns", "issue_ns", "step")},
+            "dim": table["dim"].to_numpy(dtype=object).astype(str),
+            "bytes": table["bytes"].fillna(0).to_numpy(dtype=np.int64),
+        }
+    )
+    fields = tuple(c for c in rows.columns if c != "rank")
+    by_rank, no_rows = rank_columns(rows, fields), empty_columns(rows, fields)
+    w_by_rank, no_windows = rank_columns(windows, _WINDOW_FIELDS), empty_columns(windows, _WINDOW_FIELDS)
     out, dims = [], []
     tasks = map_rank_tasks(
         traces,
         _rank_breakdown,
-        lambda r: (by_rank.get(r, table.iloc[:0]), w_by_rank.get(r, windows.iloc[:0])),
+        lambda r: (by_rank.get(r, no_rows), w_by_rank.get(r, no_windows)),
         workers=workers,
         scheduler=scheduler,
         preload=__name__,
@@ -214,9 +225,13 @@ def breakdowns(
     return bd, by_dim
 
 
-def _rank_breakdown(store: PartStore, rank: int, gpu: bool, rows: pd.DataFrame, windows: pd.DataFrame):
+_WINDOW_FIELDS = ("step", "start_ns", "end_ns")
+
+
+def _rank_breakdown(store: PartStore, rank: int, gpu: bool, rows: dict, windows: dict):
     """One rank's breakdown and comm_by_dim rows (tuples): a task (loader.map_rank_tasks) for a
-    worker process or a Dask worker as well as here."""
+    worker process or a Dask worker as well as here. `rows` and `windows`: the rank's collectives and
+    step windows as columns (rank_columns)."""
     r = _Rank(store, rank, gpu, rows, windows)
     out, dims = [], []
     for step, lo, hi in r.steps():
