@@ -65,6 +65,41 @@ def read(cache_dir: Path, key: str) -> Traces | None:
     )
 
 
+DIGESTS = "digests.json"  # {stat key: sha256} of trace files hashed before (TraceSet.digest's memo)
+MAX_DIGESTS = 200_000  # entries kept (~25 MB); the oldest are dropped beyond it
+MAX_DIGESTS_BYTES = 64 << 20
+
+
+def read_digests(cache_dir: Path) -> dict[str, str]:
+    """The file-hash memo of the cache dir; empty when there is none or it cannot be used (never an
+    error: without it every file is hashed again)."""
+    path = Path(cache_dir) / DIGESTS
+    try:
+        if path.stat().st_size > MAX_DIGESTS_BYTES:
+            return {}
+        memo = orjson.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(memo, dict):
+        return {}
+    return {k: v for k, v in memo.items() if isinstance(v, str) and len(v) == 64}
+
+
+def write_digests(cache_dir: Path, memo: dict[str, str]) -> None:
+    """Store the memo (temporary name, then rename: a reader sees the old one or the new one); the
+    newest MAX_DIGESTS entries. Disk problems are swallowed, as for every cache write."""
+    if len(memo) > MAX_DIGESTS:
+        memo = dict(list(memo.items())[-MAX_DIGESTS:])
+    path = Path(cache_dir) / DIGESTS
+    tmp = path.with_name(f".{DIGESTS}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(orjson.dumps(memo))
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
 def _plain(col: pd.Series) -> list:
     """The column as JSON-able Python values, missing ones as None."""
     return [None if pd.isna(v) else v for v in col.astype(object).tolist()]

@@ -87,8 +87,12 @@ def load_traces(
     guard of multiprocessing; `default_workers()` is the cores); `progress(done, total, name)` is
     called after each file (it may raise Cancelled)."""
     found = resolve(path, limits=limits)
-    key = _key(found, ranks)
     where = Path(cache_dir) if cache_dir is not None else trace_cache.default_dir()
+    memo = trace_cache.read_digests(where) if cache else None  # files unchanged since hashed: not read
+    known = len(memo) if memo is not None else 0
+    key = _key(found, ranks, memo)
+    if memo is not None and len(memo) > known:
+        trace_cache.write_digests(where, memo)
     if cache:
         hit = trace_cache.read(where, key)
         if hit is not None:  # run.json is not part of the key (it changes while a run goes on): read it fresh
@@ -140,9 +144,9 @@ def _gc_paused():
             gc.enable()
 
 
-def _key(found: TraceSet, ranks) -> str:
+def _key(found: TraceSet, ranks, memo: dict | None = None) -> str:
     extra = repr(sorted(ranks.items()) if isinstance(ranks, dict) else ranks).encode()
-    return hashlib.sha256(f"v{LOADER_VERSION}:{found.digest()}:".encode() + extra).hexdigest()[:32]
+    return hashlib.sha256(f"v{LOADER_VERSION}:{found.digest(memo)}:".encode() + extra).hexdigest()[:32]
 
 
 # -- one file: a task -------------------------------------------------------------------------------

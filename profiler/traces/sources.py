@@ -19,6 +19,7 @@ import hashlib
 import os
 import stat
 import tarfile
+import time
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -160,6 +161,24 @@ def safe_member_name(archive: str, name: str) -> str:
     return "/".join(p for p in parts if p not in ("", "."))
 
 
+MEMO_SETTLE_NS = 2_000_000_000  # a file this recently modified is not memoized (see TraceSet.digest)
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _stat_key(path: Path) -> tuple[str, int]:
+    """(the file's memo key, its newest of mtime and ctime in ns)."""
+    st = os.stat(path)
+    key = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{os.path.abspath(path)}"
+    return key, max(st.st_mtime_ns, st.st_ctime_ns)
+
+
 @dataclass(frozen=True)
 class TraceSet:
     """The trace files of one input, found but not yet read."""
@@ -170,15 +189,24 @@ class TraceSet:
     run: dict | None = None  # run.json of a run directory (#4), when there is one
     limits: Limits = field(default_factory=Limits)
 
-    def digest(self) -> str:
-        """sha256 over every input file's name and bytes (read in 1 MiB chunks)."""
+    def digest(self, memo: dict[str, str] | None = None) -> str:
+        """sha256 over every input file's name and the sha256 of its bytes (read in 1 MiB chunks).
+
+        `memo` ({stat key: file sha256}, read and updated) skips reading a file whose stat key is
+        in it: path, device, inode, size, mtime and ctime in ns -- what git's index trusts. Any write
+        moves mtime and ctime, and ctime cannot be set back (a tool that restores mtime still moves
+        it). A file modified in the last MEMO_SETTLE_NS is hashed but not memoized: it may still be
+        being written within one timestamp tick."""
         h = hashlib.sha256()
+        now = time.time_ns()
         for path in sorted(self.files + self.archives, key=lambda p: p.name + str(p)):
-            h.update(path.name.encode() + b"\0")
-            with open(path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-            h.update(b"\0")
+            key = _stat_key(path) if memo is not None else None
+            file_hash = memo.get(key[0]) if key is not None else None
+            if file_hash is None:
+                file_hash = _file_sha256(path)
+                if key is not None and now - key[1] > MEMO_SETTLE_NS:
+                    memo[key[0]] = file_hash
+            h.update(path.name.encode() + b"\0" + file_hash.encode() + b"\0")
         return h.hexdigest()
 
     def sources(self) -> Iterator[tuple[str, Path | bytes]]:

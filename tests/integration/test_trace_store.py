@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -119,7 +120,12 @@ def test_progress_is_reported_and_a_cancelled_load_keeps_nothing(run, tmp_path):
         cache = tmp_path / f"c{workers}"
         with pytest.raises(Cancelled):
             load_traces(run, cache_dir=cache, workers=workers, progress=stop)
-        assert list(cache.iterdir()) == []  # neither an entry nor a temporary folder
+        assert _left(cache) == []  # neither an entry nor a temporary folder
+
+
+def _left(cache: Path) -> list[Path]:
+    """What a load left in a cache dir besides the file-hash memo (which is about the inputs, not the load)."""
+    return [p for p in cache.iterdir() if p.name != "digests.json"] if cache.exists() else []
 
 
 def test_one_shared_pool_serves_parse_and_analyses_and_survives_a_cancelled_load(run, tmp_path):
@@ -136,7 +142,7 @@ def test_one_shared_pool_serves_parse_and_analyses_and_survives_a_cancelled_load
     with shared_workers(2):
         with pytest.raises(Cancelled):
             load_traces(run, cache_dir=tmp_path / "cut", workers=2, progress=stop)
-        assert list((tmp_path / "cut").iterdir()) == []
+        assert _left(tmp_path / "cut") == []
         shared = TraceAnalysis.load(run, cache_dir=tmp_path / "two", workers=2)
         pd.testing.assert_frame_equal(shared.collectives, alone.collectives)
         pd.testing.assert_frame_equal(shared.breakdown, alone.breakdown)
@@ -152,7 +158,7 @@ def test_a_bad_file_in_the_middle_leaves_no_entry(run, tmp_path):
     for workers in (1, 2):
         with pytest.raises(NotJSONError, match="rank4_trace.json.gz"):
             load_traces(folder, cache_dir=cache, workers=workers)
-        assert not cache.exists() or list(cache.iterdir()) == []
+        assert _left(cache) == []
 
 
 def test_cli_workers_give_the_same_json(run, tmp_path):
@@ -236,7 +242,7 @@ def test_a_local_dask_cluster_gives_the_same_json(run, tmp_path):
         assert on_dask == local
         from_env = analyze("--no-cache", PARASCOPE_DASK_SCHEDULER=address)
         assert from_env == local
-        entries = [p for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")]
+        entries = [p for p in (tmp_path / "cache").iterdir() if p.is_dir() and not p.name.startswith(".")]
         assert len(entries) == 1 and len(list(entries[0].glob("part-*.events.arrow"))) == 8  # written by the workers
         bad = subprocess.run(
             [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -129,9 +130,46 @@ def test_cache_round_trip_and_key(tmp_path, cache):
     assert not cold.from_cache and warm.from_cache and cold.key == warm.key
     for name in ("events", "comm_args", "ranks", "pg_config", "threads", "skipped"):
         pd.testing.assert_frame_equal(getattr(cold, name), getattr(warm, name), check_dtype=True)
-    assert list(cache.iterdir()) == [cache / cold.key]
+    assert [p for p in cache.iterdir() if p.is_dir()] == [cache / cold.key]
     ts.write(folder / "rank1_trace.json.gz", ts.gpu_pair(late_us=70)[1])  # new bytes, new key
     assert load_traces(folder).key != cold.key
+
+
+def test_digest_memo_skips_unchanged_files_and_sees_every_write(tmp_path, monkeypatch):
+    from profiler.traces import sources
+
+    monkeypatch.setattr(sources, "MEMO_SETTLE_NS", 0)  # files written just now may be memoized
+    folder = _pair(tmp_path / "p")
+    found = sources.resolve(folder)
+    memo: dict = {}
+    digest = found.digest(memo)
+    assert digest == found.digest() and len(memo) == 2  # the same key with or without the memo
+    # an unchanged file is not read again: a (deliberately) wrong memo value changes the key
+    trusted = {k: "0" * 64 for k in memo}
+    assert found.digest(trusted) != digest
+    # a write of the same size with its mtime set back is still seen (ctime moves)
+    path = folder / "rank1_trace.json.gz"
+    before = path.stat()
+    data = bytearray(path.read_bytes())
+    data[-9] ^= 0xFF  # a byte of the gzip trailer's CRC: same size, other bytes
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size and path.stat().st_mtime_ns == before.st_mtime_ns
+    assert found.digest(memo) == found.digest() != digest
+
+
+def test_digest_memo_is_kept_in_the_cache_and_a_bad_one_is_ignored(tmp_path, cache, monkeypatch):
+    from profiler.traces import sources
+
+    folder = _pair(tmp_path / "p")
+    assert load_traces(folder).key and not (cache / "digests.json").exists()  # files just written: not memoized
+    monkeypatch.setattr(sources, "MEMO_SETTLE_NS", 0)
+    key = load_traces(folder).key
+    memo = json.loads((cache / "digests.json").read_text())
+    assert {k.rsplit(":", 1)[1] for k in memo} == {str(folder / f"rank{r}_trace.json.gz") for r in (0, 1)}
+    for bad in (b"not json", b"[1, 2]", json.dumps({k: 7 for k in memo}).encode()):
+        (cache / "digests.json").write_bytes(bad)
+        assert load_traces(folder).key == key  # hashed again, same key
 
 
 def test_corrupt_cache_entry_is_rebuilt(tmp_path, cache):
