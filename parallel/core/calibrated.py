@@ -19,10 +19,13 @@ Terms, each with what it assumes (Calibration.ASSUMPTIONS repeats them in the JS
         included, since lock-step ranks pay it every call), not the link's datasheet; s_op, per
         collective, its measured cost over the shared fit's (1 for one never measured): a backend's
         own algorithm (gloo reduce-scatters by a full all-reduce, twice the ring's bytes).
-    step                             D x [ (m + (p-1)/v) x max_s(work_mb + comm_mb)  +  DP comm  +  w0 ]
+    step                             D x [ (m + (p-1)/v) x max_s(work_mb + comm_mb)  +  step comm  +  w0 ]
         the pipeline fill/drain as (p-1)/v extra microbatch slots of the slowest stage (GPipe/1F1B,
-        Narayanan et al. 2021 Sec. 2.2); DP communication after the last backward, not overlapped (the
-        engine's buckets reduce after backward); w0 the per-step fixed cost (optimizer, data, loss).
+        Narayanan et al. 2021 Sec. 2.2), comm_mb that stage's collectives (its layers', and the
+        embedding's on the first stage, the output layer's and the loss's on the last); the once-per-
+        step collectives (DP gradients, SP's and the tied embedding's partial sums) after the last
+        backward, not overlapped (the engine's buckets reduce after backward); w0 the per-step fixed
+        cost (optimizer, data, loss).
     contention                       D = max(1, ranks x (work + gamma x comm) / step / cores): ranks that
         share cores share their time, but a rank blocked on a peer frees its core; gamma, the busy share
         of communication time, is fitted from a calibration run with more ranks than cores (else 0.5).
@@ -231,9 +234,14 @@ def comm_calls(model: Model, plan: Plan, *, overlaps: bool = True, cluster: Clus
                 "bytes": float(t.bytes_per_call),
                 "calls": float(t.calls),
                 "inter": inter,
+                "scope": t.scope,
             }
         )
     return rows
+
+
+def _on_stage(scope: str, stage: int, pp: int) -> bool:
+    return scope not in ("first", "last") or stage == (0 if scope == "first" else pp - 1)
 
 
 def contention(ranks: int, cal: Calibration, *, busy_s: float, step_s: float) -> float:
@@ -266,25 +274,34 @@ def predict(
         + f["head_flops"][s] * cal.flop_s
         for s in range(plan.pp)
     ]
-    per_mb: dict[str, float] = {}
-    dp = 0.0
+    # per stage and dim, the seconds of one microbatch's collectives; once-per-step ones apart
+    per_mb: list[dict[str, float]] = [{} for _ in range(plan.pp)]
+    per_step: dict[str, float] = {}
     for row in comm_calls(model, plan, overlaps=cal.overlaps, cluster=cluster):
         t = row["calls"] * collective_s(row["op"], row["n"], row["bytes"], cal, inter=row["inter"])
-        if row["dim"] == "dp":
-            dp += t
-        else:
-            per_mb[row["dim"]] = per_mb.get(row["dim"], 0.0) + t / m
-    slot = max(work_mb) + sum(per_mb.values())
+        if row["scope"] == "step":
+            per_step[row["dim"]] = per_step.get(row["dim"], 0.0) + t
+            continue
+        for s in range(plan.pp):
+            if _on_stage(row["scope"], s, plan.pp):
+                per_mb[s][row["dim"]] = per_mb[s].get(row["dim"], 0.0) + t / m
+    # the slowest stage sets the pace: its work and its collectives
+    slowest = max(range(plan.pp), key=lambda s: work_mb[s] + sum(per_mb[s].values()))
+    stage_comm = per_mb[slowest]
+    slot = work_mb[slowest] + sum(stage_comm.values())
     bubble_slots = (plan.pp - 1) / plan.vpp if plan.pp > 1 else 0.0
-    comm = m * sum(per_mb.values()) + dp
-    work = m * max(work_mb) + cal.step_fixed_s
+    comm = m * sum(stage_comm.values()) + sum(per_step.values())
+    work = m * work_mb[slowest] + cal.step_fixed_s
     plain = work + bubble_slots * slot + comm
     D = contention(ranks_here or plan.world_size, cal, busy_s=work + cal.gamma * comm, step_s=plain)
+    exposed = {d: m * t for d, t in stage_comm.items()}
+    for d, t in per_step.items():
+        exposed[d] = exposed.get(d, 0.0) + t
+    exposed.setdefault("dp", 0.0)
     parts = {
-        "compute_s": D * m * max(work_mb),
+        "compute_s": D * m * work_mb[slowest],
         "bubble_s": D * bubble_slots * slot,
-        **{f"exposed_{d}_s": D * m * t for d, t in sorted(per_mb.items())},
-        "exposed_dp_s": D * dp,
+        **{f"exposed_{d}_s": D * t for d, t in sorted(exposed.items())},
         "fixed_s": D * cal.step_fixed_s,
     }
     return {"step_time_s": sum(parts.values()), **parts, "contention_factor": D}

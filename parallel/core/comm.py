@@ -9,8 +9,11 @@ factors are the same (n-1)/n terms):
     all-to-all                     (n-1)/n * S/B + (n-1) alpha
     send/recv                      S/B + alpha
 
-A group whose ranks span nodes is bound by the inter-node link. Volumes per step, for the GPU with
-the most layers of work (an interior pipeline stage), with m microbatches of b sequences:
+A group whose ranks span nodes is bound by the inter-node link. Volumes per step with m microbatches
+of b sequences; each term has a `scope`: per layer of a stage, per microbatch of every stage, of the
+first or the last stage only, or once per step. The analytic step (comm_per_step, perf.step_time)
+is of the last stage -- it has the most work: its layers, the output layer and the loss -- so the
+first stage's terms count only when there is one stage; the calibrated model sums them per stage.
 
     TP, no SP   4 all-reduces per layer per microbatch of b*s*h elements (2 forward: after attention
                 and MLP; 2 backward: the conjugate f operators) — Shoeybi et al. 2019, Sec. 3.
@@ -20,6 +23,19 @@ the most layers of work (an interior pipeline stage), with m microbatches of b s
                 the weight gradient (2 more all-gathers per layer), overlapped with the input-gradient
                 GEMM: listed as its own row, marked overlapped.
     full recompute repeats the forward collectives once more.
+    The ends of the model, per microbatch (Megatron-LM's VocabParallelEmbedding, output layer and
+    vocab-parallel cross entropy; Shoeybi et al. 2019, Sec. 3): the first stage's embedding output is
+    all-reduced over TP (reduce-scattered under SP, all-gathered back in backward); the last stage's
+    output-layer input gradient is all-reduced (under SP its input is all-gathered forward -- and
+    re-gathered in backward, overlapped as above -- and its gradient reduce-scattered); the loss takes
+    two all-reduces of b*s fp32 values: the row max, then the target logit and the sum of exponentials
+    together (Megatron-core's fused cross entropy, megatron/core/fusions/fused_cross_entropy.py; the
+    unfused one makes the last two separate calls).
+    Once per step: under SP, the gradients of the weights applied to s/t tokens (norms, the row-
+    parallel biases, GPT's positions) summed over TP in one all-reduce (Korthikanti et al. 2022,
+    Sec. 4.2.2); with GQA and t > kv heads, the K/V projection gradients of the TP ranks sharing a
+    head; with pp > 1 and tied embeddings, the two copies' gradients (first and last stage, Megatron's
+    embedding group); the loss all-reduced over the dp*cp ranks of the last stage.
     PP          one send of the boundary activation b*s*h (/t under SP) forward and one of its
                 gradient backward per microbatch and virtual stage (Narayanan et al. 2021).
     DP          the gradients of this GPU's parameters, reduced over the dp*cp ranks that hold the
@@ -31,8 +47,9 @@ the most layers of work (an interior pipeline stage), with m microbatches of b s
                 ZeRO 0/1 accumulate full gradients and reduce once. Issued in buckets of `bucket_bytes`.
     CP          by plan.cp_kind, per layer per microbatch (k_t = k/min(t, kv_heads) the K/V width of
                 one TP rank, s_q = s/cp):
-                allgather  an all-gather of K and V (2*b*s*k_t elements, gathered) forward, a
-                           reduce-scatter of their gradients backward (Dubey et al. 2024, Sec. 3.3.2);
+                allgather  an all-gather of K and one of V (b*s*k_t elements each, gathered) forward,
+                           a reduce-scatter of each of their gradients backward (Dubey et al. 2024,
+                           Sec. 3.3.2; two calls, as TransformerEngine's AttnFuncWithCPAndKVAllGather);
                 ring       cp-1 sends of the rank's K/V block (2*b*s_q*k_t) forward; backward the
                            blocks go round again (cp-1) and their dK/dV partial sums travel with
                            them back to their owners (cp sends) -- Liu et al. 2023, Ring Attention;
@@ -174,6 +191,13 @@ class CommTerm:
     # computation this term runs beside ("attention": the attention core of the same layers, ring CP):
     # exposed is what that computation cannot hide (perf.step_time)
     hidden_by: str = ""
+    # where the calls are (SCOPES): "layer" every layer of a stage, "microbatch" every stage once per
+    # microbatch, "first" / "last" that stage only (per microbatch), "step" once per step
+    scope: str = "layer"
+    what: str = ""  # what the calls carry when not the layers' own: "embedding", "loss", ...
+
+
+SCOPES = ("layer", "microbatch", "first", "last", "step")
 
 
 def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -> list[CommTerm]:
@@ -194,14 +218,15 @@ def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -
         terms.append(
             CommTerm("sp", "all_gather", where(p.sp, 2 * layers * m, 0), tp_bytes, ("tp",), p.tp, overlapped=True)
         )
+    terms += _end_terms(model, p, opts, tp_bytes=tp_bytes, m=m, layers=layers, s_q=s_q)
     k_t = model.kv_hidden / minimum(p.tp, model.kv_heads)
     kv_bytes = 2 * p.micro_batch * model.seq_len * k_t * act
     gathered, ring, ulysses = cp_kind_flags(p)
     cp_calls = layers * m
     a2a_q, a2a_k = p.micro_batch * s_q * model.q_hidden / p.tp * act, p.micro_batch * s_q * model.kv_hidden / p.tp * act
-    terms += [
-        CommTerm("cp", "all_gather", where(gathered, fwd_passes * cp_calls, 0), kv_bytes, ("cp",), p.cp),
-        CommTerm("cp", "reduce_scatter", where(gathered, cp_calls, 0), kv_bytes, ("cp",), p.cp),
+    terms += [  # all-gather CP: K and V in a call each, their gradients likewise
+        CommTerm("cp", "all_gather", where(gathered, 2 * fwd_passes * cp_calls, 0), kv_bytes / 2, ("cp",), p.cp),
+        CommTerm("cp", "reduce_scatter", where(gathered, 2 * cp_calls, 0), kv_bytes / 2, ("cp",), p.cp),
         CommTerm(
             "cp",
             "send_recv",
@@ -213,7 +238,7 @@ def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -
         ),
         CommTerm("cp", "all_to_all", where(ulysses, 2 * (fwd_passes + 1) * cp_calls, 0), a2a_q, ("cp",), p.cp),
         CommTerm("cp", "all_to_all", where(ulysses, 2 * (fwd_passes + 1) * cp_calls, 0), a2a_k, ("cp",), p.cp),
-        CommTerm("pp", "send_recv", 2 * m * v, tp_bytes / where(p.sp, p.tp, 1), ("pp",), p.pp),
+        CommTerm("pp", "send_recv", 2 * m * v, tp_bytes / where(p.sp, p.tp, 1), ("pp",), p.pp, scope="microbatch"),
     ]
     if model.experts:  # dispatch + combine forward (again under full recompute), both conjugates backward
         moe_layers = model.moe_layers / p.pp
@@ -226,7 +251,9 @@ def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -
     w_calls = maximum(1, ceil(weight_bytes / opts.bucket_bytes))
     zero = p.zero
     terms += [
-        CommTerm("dp", "all_reduce", where(zero == 0, g_calls, 0), grad_bytes / g_calls, ("dp", "cp"), nd),
+        CommTerm(
+            "dp", "all_reduce", where(zero == 0, g_calls, 0), grad_bytes / g_calls, ("dp", "cp"), nd, scope="step"
+        ),
         CommTerm(
             "dp",
             "reduce_scatter",
@@ -234,6 +261,7 @@ def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -
             grad_bytes / g_calls,
             ("dp", "cp"),
             nd,
+            scope="step",
         ),
         CommTerm(
             "dp",
@@ -242,36 +270,123 @@ def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -
             weight_bytes / w_calls,
             ("dp", "cp"),
             nd,
+            scope="step",
+        ),
+        CommTerm("dp", "all_reduce", where(nd > 1, 1, 0), 4, ("dp", "cp"), nd, scope="step", what="loss"),  # fp32
+    ]
+    return terms
+
+
+def _end_terms(model: Model, p: AnyPlan, opts: CommOptions, *, tp_bytes, m, layers, s_q) -> list[CommTerm]:
+    """The embedding's, the output layer's and the loss's TP collectives, and the once-per-step partial
+    gradient sums (module docstring)."""
+    sp, tp = p.sp, p.tp
+    ce_bytes = p.micro_batch * s_q * 4  # one fp32 value per token
+    terms = [
+        CommTerm("tp", "all_reduce", where(sp, 0, m), tp_bytes, ("tp",), tp, scope="first", what="embedding"),
+        CommTerm("sp", "reduce_scatter", where(sp, m, 0), tp_bytes, ("tp",), tp, scope="first", what="embedding"),
+        CommTerm("sp", "all_gather", where(sp, m, 0), tp_bytes, ("tp",), tp, scope="first", what="embedding"),
+        CommTerm("tp", "all_reduce", where(sp, 0, m), tp_bytes, ("tp",), tp, scope="last", what="output layer"),
+        CommTerm("sp", "all_gather", where(sp, m, 0), tp_bytes, ("tp",), tp, scope="last", what="output layer"),
+        CommTerm("sp", "reduce_scatter", where(sp, m, 0), tp_bytes, ("tp",), tp, scope="last", what="output layer"),
+        CommTerm("tp", "all_reduce", m, ce_bytes, ("tp",), tp, scope="last", what="loss"),  # the row max
+        CommTerm("tp", "all_reduce", m, 2 * ce_bytes, ("tp",), tp, scope="last", what="loss"),  # target, sum exp
+    ]
+    if opts.sp_regather:
+        terms.append(
+            CommTerm(
+                "sp",
+                "all_gather",
+                where(sp, m, 0),
+                tp_bytes,
+                ("tp",),
+                tp,
+                overlapped=True,
+                scope="last",
+                what="output layer",
+            )
+        )
+    h, act = model.hidden, model.dtype_bytes
+    gpt = model.arch == "gpt"
+    per_layer = 6 * h if gpt else 2 * h  # norms' gains (and biases), the row-parallel biases
+    final_norm = 2 * h if gpt else h
+    positions = model.seq_len * h if gpt else 0  # on the first stage: counted when it is also the last
+    sp_params = layers * per_layer + final_norm + where(p.pp == 1, positions, 0)
+    kv = model.kv_heads
+    sharing = where(tp > kv, tp // kv, 1)  # TP ranks holding the same K/V head
+    kv_grads = layers * 2 * h * model.kv_hidden / kv
+    terms += [
+        CommTerm(
+            "sp",
+            "all_reduce",
+            where(sp & (tp > 1), 1, 0),
+            sp_params * act,
+            ("tp",),
+            tp,
+            scope="step",
+            what="sp weights",
+        ),
+        CommTerm(
+            "tp",
+            "all_reduce",
+            where(tp > kv, 1, 0),
+            kv_grads * act,
+            ("tp",),
+            sharing,
+            scope="step",
+            what="shared K/V heads",
+        ),
+        CommTerm(
+            "pp",
+            "all_reduce",
+            where(p.pp > 1, 1 if model.tied_embeddings else 0, 0),
+            model.vocab / tp * h * act,
+            ("pp",),
+            2,
+            scope="step",
+            what="tied embedding",
         ),
     ]
     return terms
 
 
-def term_seconds(term: CommTerm, cluster: Cluster, inter: Any) -> Any:
-    """Seconds of all of a term's calls on the link its group uses (inter-node where `inter`)."""
+def on_last_stage(term: CommTerm, plan: AnyPlan) -> Any:
+    """The term's calls on the last pipeline stage (the analytic model's GPU): the first stage's
+    terms only when it is the last too."""
+    return where(plan.pp == 1, term.calls, 0) if term.scope == "first" else term.calls
+
+
+def term_seconds(term: CommTerm, cluster: Cluster, inter: Any, calls: Any = None) -> Any:
+    """Seconds of all of a term's calls (or of `calls` of them) on the link its group uses (inter-node
+    where `inter`)."""
+    calls = term.calls if calls is None else calls
     bw = where(inter, cluster.inter.bandwidth_bytes_per_s, cluster.intra.bandwidth_bytes_per_s)
     lat = where(inter, cluster.inter.latency_s, cluster.intra.latency_s)
     each = ring_seconds(term.collective, term.n, term.bytes_per_call, bw, lat)
-    return where((term.n > 1) & (term.calls > 0), term.calls * each, 0.0)
+    return where((term.n > 1) & (calls > 0), calls * each, 0.0)
 
 
 def comm_per_step(model: Model, plan: Plan, cluster: Cluster, opts: CommOptions = CommOptions()) -> list[dict]:
-    """Rows {dim, collective, calls, bytes_per_call, link, seconds, overlapped} for one GPU's step."""
+    """Rows {dim, collective, calls, bytes_per_call, link, seconds, overlapped, hidden_by, scope} for
+    the step of the last pipeline stage's GPU (on_last_stage)."""
     rows: list[dict] = []
     for t in comm_terms(model, plan, opts):
-        if t.calls <= 0 or t.n <= 1:
+        calls = on_last_stage(t, plan)
+        if calls <= 0 or t.n <= 1:
             continue
         link = _link_of(plan, cluster, t.group)
         rows.append(
             {
                 "dim": t.dim,
                 "collective": t.collective,
-                "calls": int(t.calls),
+                "calls": int(calls),
                 "bytes_per_call": int(t.bytes_per_call),
                 "link": link,
-                "seconds": term_seconds(t, cluster, link == "inter"),
+                "seconds": term_seconds(t, cluster, link == "inter", calls),
                 "overlapped": t.overlapped,
                 "hidden_by": t.hidden_by,
+                "scope": t.scope,
+                "what": t.what,
             }
         )
     return rows
@@ -297,7 +412,7 @@ def exposed_seconds_by_dim(
             continue
         if t.group not in links:
             links[t.group] = crosses_nodes(plan, cluster, t.group)
-        seconds = term_seconds(t, cluster, links[t.group])
+        seconds = term_seconds(t, cluster, links[t.group], on_last_stage(t, plan))
         if t.hidden_by:
             hidden[(t.dim, t.hidden_by)] = hidden.get((t.dim, t.hidden_by), 0.0) + seconds
         else:

@@ -82,7 +82,7 @@ def _row(
         row.update(valid=False, reason="; ".join(errors), link="")
         return row
     link = plan.topology(cluster.gpus_per_node).link("tp")  # a group of tp ranks from rank 0
-    rows = [r for r in comm_per_step(model, plan, cluster, comm) if r["dim"] in ("tp", "sp")]
+    rows = [r for r in comm_per_step(model, plan, cluster, comm) if r["dim"] in ("tp", "sp") and r["scope"] == "layer"]
     exposed = sum(r["seconds"] for r in rows if not r["overlapped"]) / model.layers
     hidden = sum(r["seconds"] for r in rows if r["overlapped"]) / model.layers
     compute = layer_compute_seconds(model, plan, cluster, perf)

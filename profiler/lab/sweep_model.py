@@ -84,7 +84,7 @@ def layer_calls(model: Model, plan: Plan) -> dict[str, float]:
     )
     calls: dict[str, float] = {}
     for r in rows:
-        if r["dim"] in TP_DIMS:
+        if r["dim"] in TP_DIMS and r["scope"] == "layer":  # the layers' own, not the embedding's or the loss's
             calls[r["collective"]] = calls.get(r["collective"], 0) + r["calls"] / (
                 model.layers * max(plan.microbatches, 1)
             )

@@ -43,7 +43,8 @@ def test_issue_example_json_contract(capsys):
     assert rep["groups"]["pp"][0]["link"] == "inter"
     for row in rep["comm_per_step"]:
         assert {"dim", "collective", "calls", "bytes_per_call", "link", "seconds"} <= set(row)
-    assert {r["dim"] for r in rep["comm_per_step"]} == {"sp", "pp", "dp"}
+    # TP+SP: the layers' gathers and scatters are sp; the loss's all-reduces over TP stay tp
+    assert {r["dim"] for r in rep["comm_per_step"]} == {"tp", "sp", "pp", "dp"}
     assert rep["bubble_fraction"] == pytest.approx(7 / 192)
     assert rep["step_time_s"] > 0
     # 175B, TP8+SP: sbh(34/8 + 5as/(ht)) with 2-byte activations

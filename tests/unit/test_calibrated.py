@@ -41,11 +41,15 @@ def test_one_rank_is_layers_head_and_fixed():
 def test_pipeline_adds_p_minus_1_over_v_slots_of_the_slowest_stage():
     plan = Plan(pp=2, global_batch=4)  # 4 microbatches; stage 1: 2 layers + the head = 4 ms a slot
     out = predict(TINY, plan, CAL)
-    sends = sum(r["calls"] for r in comm_calls(TINY, plan)) * 1e-4 / 4  # per microbatch
+    rows = comm_calls(TINY, plan)
+    sends = sum(r["calls"] for r in rows if r["scope"] == "microbatch") * 1e-4 / 4  # per microbatch
+    # once a step, after the last backward: the tied embedding's two copies summed (2 ring steps)
+    (tied,) = [r for r in rows if r["scope"] == "step"]
+    assert (tied["op"], tied["n"], tied["calls"]) == ("all_reduce", 2, 1)
     slot = 4e-3 + sends
     assert out["compute_s"] == pytest.approx(4 * 4e-3)
     assert out["bubble_s"] == pytest.approx(1 * slot)
-    assert out["step_time_s"] == pytest.approx(4 * slot + slot + 5e-3)
+    assert out["step_time_s"] == pytest.approx(4 * slot + slot + 2e-4 + 5e-3)
 
 
 def test_collectives_cost_alpha_per_ring_step_and_overlapped_rows_block_on_our_engine():
@@ -54,8 +58,11 @@ def test_collectives_cost_alpha_per_ring_step_and_overlapped_rows_block_on_our_e
     hidden = comm_calls(TINY, plan, overlaps=True)
     assert sum(r["calls"] for r in blocking) > sum(r["calls"] for r in hidden)  # the backward re-gathers
     out = predict(TINY, plan, CAL)
-    hops = sum(r["calls"] * (r["n"] - 1) for r in blocking)  # all-gather / reduce-scatter: n-1 steps
-    assert out["exposed_sp_s"] == pytest.approx(hops * 1e-4)
+    sp = [r for r in blocking if r["dim"] == "sp"]
+    assert {r["scope"] for r in sp} == {"layer", "first", "last", "step"}  # layers, embedding, output, weights
+    # all-gather / reduce-scatter: n-1 ring steps; the once-a-step all-reduce of the SP weights: 2(n-1)
+    steps = sum(r["calls"] * (r["n"] - 1) * (2 if r["op"] == "all_reduce" else 1) for r in sp)
+    assert out["exposed_sp_s"] == pytest.approx(steps * 1e-4)
 
 
 def test_contention_counts_the_cores_ranks_keep_busy():

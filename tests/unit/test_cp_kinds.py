@@ -94,11 +94,11 @@ def test_comm_per_kind_volumes_and_calls():
     k_t = m.kv_hidden / t
     base = dict(tp=t, cp=cp, sp=True, global_batch=gb)
     gathered = cp_rows(m, Plan(**base, cp_kind="allgather"), cluster)
-    assert {(r["collective"], r["calls"]) for r in gathered} == {
-        ("all_gather", layers * mbs),
-        ("reduce_scatter", layers * mbs),
+    assert {(r["collective"], r["calls"]) for r in gathered} == {  # K and V in a call each
+        ("all_gather", 2 * layers * mbs),
+        ("reduce_scatter", 2 * layers * mbs),
     }
-    assert all(r["bytes_per_call"] == 2 * m.seq_len * k_t * 4 for r in gathered)
+    assert all(r["bytes_per_call"] == m.seq_len * k_t * 4 for r in gathered)
     (ring,) = cp_rows(m, Plan(**base, cp_kind="ring"), cluster)
     # forward cp-1 K/V blocks, backward cp-1 again and cp dK/dV blocks
     assert (ring["collective"], ring["calls"]) == ("send_recv", (3 * cp - 2) * layers * mbs)

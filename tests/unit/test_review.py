@@ -57,7 +57,7 @@ def test_an_invalid_plan_is_shown_with_its_reasons_not_dropped():
 def test_justifications_quote_the_numbers():
     rep = plan_report(A.plan, MODELS["gpt3-175b"], CLUSTER)
     why = dict(justify(A.plan, rep, MODELS["gpt3-175b"], CLUSTER))
-    exposed = rep["step_time"]["exposed_sp_s"] / rep["step_time_s"]
+    exposed = (rep["step_time"]["exposed_tp_s"] + rep["step_time"]["exposed_sp_s"]) / rep["step_time_s"]
     assert why["TP"].startswith(
         f"TP=8: the group stays inside a node on NVLink; its exposed communication is {100 * exposed:.1f}% of the step"
     )
