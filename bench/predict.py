@@ -1,9 +1,9 @@
 """Predicted = measured (#16 item 2): calibrate the step-time model from two profiled runs, predict a
 spread of held-back plans before they run, then run them and compare.
 
-    .venv/bin/python -m bench.predict [--steps 8] [--json FILE] [--plans name,...]
+    .venv/bin/python -m bench.predict [--steps 10] [--json FILE] [--plans name,...]
 
-1. `python -m profiler run` the two calibration plans (CALIBRATE, or --calibrate a,b of CALIBRATION_PLANS) with --wait 3, so each run has
+1. `python -m profiler run` the two calibration plans (CALIBRATE, or --calibrate a,b of CALIBRATION_PLANS) with --wait 8, so each run has
    unprofiled steady steps the fit uses to remove the tracing overhead; `python -m profiler calibrate`.
 2. For every held-back plan (HELD_BACK): `python -m parallel plan --calibration calib.json --json` --
    the prediction, written down before the plan runs -- then `python -m parallel train` (no profiler)
@@ -34,8 +34,10 @@ CALIBRATION_PLANS = {
     "all": ["--tp", "2", "--sp", "--cp", "2", "--pp", "2", "--global-batch", "4"],  # every dimension but DP
     # TP+SP and CP on 4 ranks (2 per core): less sharing than 8 ranks, so their costs carry over
     "spcp": ["--tp", "2", "--sp", "--cp", "2", "--global-batch", "4"],
+    # the same with ring CP: its K/V blocks go round by send/recv, so the p2p fit sees lock-step shifts too
+    "spcp-ring": ["--tp", "2", "--sp", "--cp", "2", "--cp-kind", "ring", "--global-batch", "4"],
 }
-CALIBRATE = ("pp2", "all")
+CALIBRATE = ("pp2", "spcp")
 HELD_BACK = {
     "1 rank": ["--dp", "1"],
     "1 rank, m 4": ["--dp", "1", "--global-batch", "4"],
@@ -63,12 +65,12 @@ def _cli(*args: str, timeout: int = 900) -> str:
     return r.stdout
 
 
-def calibrate(tmp: Path, steps: int, names: tuple[str, ...]) -> Path:
+def calibrate(tmp: Path, steps: int, names: tuple[str, ...], wait: int) -> Path:
     runs = []
     for name in names:
         flags = CALIBRATION_PLANS[name]
         out = tmp / f"cal-{name}"
-        _cli("profiler", "run", *MODEL, *flags, f"--steps={steps}", "--wait=4", "--warmup=1", f"--out={out}")
+        _cli("profiler", "run", *MODEL, *flags, f"--steps={steps}", f"--wait={wait}", "--warmup=1", f"--out={out}")
         runs.append(str(out))
     calib = tmp / "calib.json"
     print(_cli("profiler", "calibrate", *runs, f"--out={calib}"), end="")
@@ -90,16 +92,23 @@ def measure(flags: list[str], steps: int, out: Path) -> float:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.predict")
-    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--plans", default=None, help="comma-separated names of HELD_BACK (default: all)")
     ap.add_argument("--calibrate", default=",".join(CALIBRATE), help=f"two of {', '.join(CALIBRATION_PLANS)}")
+    ap.add_argument(
+        "--wait",
+        type=int,
+        default=8,
+        help="unprofiled steps before tracing in each calibration run: their median (after the first) is "
+        "the step the overhead is measured against -- a median of 3 moved by 30%% between runs here",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     names = args.plans.split(",") if args.plans else list(HELD_BACK)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        calib = calibrate(tmp, max(args.steps, 8), tuple(args.calibrate.split(",")))
+        calib = calibrate(tmp, max(args.steps, 8), tuple(args.calibrate.split(",")), args.wait)
         predicted = {n: predict(HELD_BACK[n], calib) for n in names}  # all written down before any runs
         for n in names:
             measured = measure(HELD_BACK[n], args.steps, tmp / f"train-{len(rows)}")
