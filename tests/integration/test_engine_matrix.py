@@ -14,7 +14,9 @@ same command at world size 1:
   per-element normalisation would hide from the loss and the parameters);
 * parameters after 3 steps, gathered to full shape, within lr/10: Adam divides each gradient by its
   own running RMS, so an element whose gradient is near zero (cancellation) moves by up to lr in a
-  direction set by rounding; a real bug moves thousands of elements by about lr;
+  direction set by rounding -- at most 1 element in 1,000 may (assert_params_close; one of the 32,768
+  of tiny-llama's embedding did on a CPU whose float sums round otherwise); a real bug moves
+  thousands of elements by about lr;
 * every dp×cp replica holds bit-identical parameters;
 * measured activation bytes equal to parallel.core.memory's formula on every rank, component by
   component (#3, item 4; #15, item 4: the SwiGLU, GQA, ring and Ulysses terms checked by measurement);
@@ -240,6 +242,18 @@ def serial(serials):
     return serials()
 
 
+def assert_params_close(got: torch.Tensor, ref: torch.Tensor, name: str) -> None:
+    """Within lr/10 but for the few elements rounding decides (module docstring): an element whose
+    gradient cancels to ~0 in one run and exactly 0 in the other is moved by Adam by up to about lr a
+    step in one of them only. At most 1 in 1,000 elements (and 2 in a small tensor) may be that far,
+    and none beyond what Adam can move an element in STEPS steps; a real bug moves thousands."""
+    assert got.shape == ref.shape, name
+    diff = (got - ref).abs()
+    far = int((diff > LR / 10).sum())
+    assert far <= max(2, diff.numel() // 1000), f"{name}: {far} of {diff.numel()} elements off by more than lr/10"
+    assert float(diff.max()) <= 4 * STEPS * LR, f"{name}: an element off by {float(diff.max()):.2e}"
+
+
 def check_against_serial(out, serial, *, world_size: int, grads: bool = True):
     m = load_metrics(out)
     assert all(k in m for k in METRIC_KEYS)
@@ -255,7 +269,7 @@ def check_against_serial(out, serial, *, world_size: int, grads: bool = True):
     params = full_state_dict(out)
     assert params.keys() == serial["params"].keys()
     for name, ref in serial["params"].items():
-        torch.testing.assert_close(params[name], ref, rtol=0, atol=LR / 10, msg=name)
+        assert_params_close(params[name], ref, name)
     shards = load_shards(out)
     for s in shards.values():  # replicas: same (pp, tp) coordinates, any dp and cp
         twin = next(
