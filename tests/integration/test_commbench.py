@@ -181,8 +181,12 @@ def test_a_quick_run_writes_json_csv_and_links_the_plan_model_reads(tmp_path):
     assert {(f["op"], f["group_size"]) for f in data["fits"]} == {(op, 2) for op in OPS}
     assert list(data["links"]) == ["intra"]  # one node: no inter-node link to measure
     intra = data["links"]["intra"]
-    assert intra["latency_s"] >= 0 and intra["bandwidth_bytes_per_s"] > 0
-    assert links_from_commbench(out)["intra"].bandwidth_bytes_per_s == intra["bandwidth_bytes_per_s"]
+    # a live loopback run on 2 shared cores can measure no size dependence (the fit then gives no
+    # bandwidth, never a negative one: CI saw it once); the fit itself is checked on synthetic points
+    # (test_the_link_fit_recovers_the_plan_models_link)
+    assert intra["latency_s"] >= 0 and (intra["bandwidth_bytes_per_s"] is None or intra["bandwidth_bytes_per_s"] > 0)
+    if intra["bandwidth_bytes_per_s"] is not None:  # the plan model reads a link only when it was measured
+        assert links_from_commbench(out)["intra"].bandwidth_bytes_per_s == intra["bandwidth_bytes_per_s"]
     with open(out.with_suffix(".csv")) as f:
         rows = list(csv.DictReader(f))
     assert tuple(rows[0]) == fit.CSV_COLUMNS and len(rows) == len(data["results"])
