@@ -190,7 +190,8 @@ def test_a_quick_run_writes_json_csv_and_links_the_plan_model_reads(tmp_path):
     with open(out.with_suffix(".csv")) as f:
         rows = list(csv.DictReader(f))
     assert tuple(rows[0]) == fit.CSV_COLUMNS and len(rows) == len(data["results"])
-    assert all(math.isfinite(float(r["model_time_us"])) for r in rows)
+    if intra["bandwidth_bytes_per_s"] is not None:  # model times need a fitted link
+        assert all(math.isfinite(float(r["model_time_us"])) for r in rows)
     plan = subprocess.run(
         [
             sys.executable,
