@@ -165,11 +165,8 @@ MEMO_SETTLE_NS = 2_000_000_000  # a file this recently modified is not memoized 
 
 
 def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _stat_key(path: Path) -> tuple[str, int]:
@@ -190,7 +187,7 @@ class TraceSet:
     limits: Limits = field(default_factory=Limits)
 
     def digest(self, memo: dict[str, str] | None = None) -> str:
-        """sha256 over every input file's name and the sha256 of its bytes (read in 1 MiB chunks).
+        """sha256 over every input file's name and the sha256 of its bytes (hashlib.file_digest).
 
         `memo` ({stat key: file sha256}, read and updated) skips reading a file whose stat key is
         in it: path, device, inode, size, mtime and ctime in ns -- what git's index trusts. Any write
@@ -200,12 +197,13 @@ class TraceSet:
         h = hashlib.sha256()
         now = time.time_ns()
         for path in sorted(self.files + self.archives, key=lambda p: p.name + str(p)):
-            key = _stat_key(path) if memo is not None else None
-            file_hash = memo.get(key[0]) if key is not None else None
-            if file_hash is None:
+            if memo is None:
                 file_hash = _file_sha256(path)
-                if key is not None and now - key[1] > MEMO_SETTLE_NS:
-                    memo[key[0]] = file_hash
+            else:
+                key, changed_ns = _stat_key(path)
+                file_hash = memo.get(key) or _file_sha256(path)
+                if key not in memo and now - changed_ns > MEMO_SETTLE_NS:
+                    memo[key] = file_hash
             h.update(path.name.encode() + b"\0" + file_hash.encode() + b"\0")
         return h.hexdigest()
 
