@@ -36,7 +36,7 @@ from profiler.analyzers.labels import PlanLike
 from profiler.analyzers.steps import step_of, step_windows
 from profiler.traces import intervals as iv
 from profiler.traces.loader import map_rank_tasks
-from profiler.traces.model import Traces, empty_columns, event_arrays, rank_columns
+from profiler.traces.model import Traces, event_arrays, rank_columns
 from profiler.traces.patterns import KINDS
 from profiler.traces.store import PartStore
 
@@ -197,8 +197,8 @@ def breakdowns(
         }
     )
     fields = tuple(c for c in rows.columns if c != "rank")
-    by_rank, no_rows = rank_columns(rows, fields), empty_columns(rows, fields)
-    w_by_rank, no_windows = rank_columns(windows, _WINDOW_FIELDS), empty_columns(windows, _WINDOW_FIELDS)
+    by_rank, no_rows = rank_columns(rows, fields)
+    w_by_rank, no_windows = rank_columns(windows, _WINDOW_FIELDS)
     out, dims = [], []
     tasks = map_rank_tasks(
         traces,

@@ -44,7 +44,7 @@ from profiler.analyzers.labels import P2P_OPS, DimLabeler, PlanLike, plan_of
 from profiler.analyzers.steps import step_of, step_windows
 from profiler.formats.annotations import parse_comm
 from profiler.traces.loader import map_rank_tasks
-from profiler.traces.model import COMM_ARG_FIELDS, Traces, empty_columns, rank_columns
+from profiler.traces.model import COMM_ARG_FIELDS, Traces, rank_columns
 from profiler.traces.patterns import KINDS, OPS, RECORD_PARAM_COMMS, dtype_bytes, normalize_op
 from profiler.traces.store import PartStore
 
@@ -102,8 +102,8 @@ def collectives(
     rows, in the same order, and only columns travel back."""
     plan = plan_of(plan, traces)
     sw, pg = step_windows(traces), traces.pg_config
-    windows, empty_w = rank_columns(sw, _WINDOW_FIELDS), empty_columns(sw, _WINDOW_FIELDS)
-    pg_of, empty_pg = rank_columns(pg, _PG_FIELDS), empty_columns(pg, _PG_FIELDS)
+    windows, empty_w = rank_columns(sw, _WINDOW_FIELDS)
+    pg_of, empty_pg = rank_columns(pg, _PG_FIELDS)
     parts, not_collectives = [], Counter()
     tasks = map_rank_tasks(
         traces,

@@ -203,24 +203,24 @@ def link_tier(group: str, nodes: dict[int, object]) -> str:
     return "intra" if len(seen) == 1 else "inter"
 
 
-def rank_columns(frame: pd.DataFrame, columns: tuple[str, ...]) -> dict[int, dict[str, np.ndarray]]:
-    """rank -> {column: that rank's values as a numpy array}, rows in their order in `frame`: the
-    per-rank pieces of a small table that per-rank tasks take (a frame per rank from a groupby costs
-    ~0.4 ms each to make and more to pickle; array slices cost neither). Ranks without rows are absent."""
+def rank_columns(
+    frame: pd.DataFrame, columns: tuple[str, ...]
+) -> tuple[dict[int, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """(rank -> {column: that rank's values as a numpy array}, the piece of a rank without rows: each
+    column empty, with its dtype). Rows keep their order in `frame`. The per-rank pieces of a small
+    table that per-rank tasks take: a frame per rank from a groupby costs ~0.4 ms each to make and
+    more to pickle; array slices cost neither."""
+    empty = {c: frame[c].to_numpy()[:0] for c in columns}
     if not len(frame):
-        return {}
+        return {}, empty
     ranks = frame["rank"].to_numpy(dtype=np.int64)
     order = np.argsort(ranks, kind="stable")
     ranks = ranks[order]
     cut = np.flatnonzero(np.diff(ranks)) + 1
     starts, ends = np.r_[0, cut], np.r_[cut, len(ranks)]
     arrays = {c: frame[c].to_numpy()[order] for c in columns}
-    return {int(ranks[a]): {c: v[a:b] for c, v in arrays.items()} for a, b in zip(starts.tolist(), ends.tolist())}
-
-
-def empty_columns(frame: pd.DataFrame, columns: tuple[str, ...]) -> dict[str, np.ndarray]:
-    """The rank_columns piece of a rank without rows: each column empty, with its dtype."""
-    return {c: frame[c].to_numpy()[:0] for c in columns}
+    pieces = {int(ranks[a]): {c: v[a:b] for c, v in arrays.items()} for a, b in zip(starts.tolist(), ends.tolist())}
+    return pieces, empty
 
 
 def event_arrays(ev: pd.DataFrame | pa.Table) -> dict[str, np.ndarray]:
