@@ -22,24 +22,15 @@ import argparse
 import dataclasses
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from bench._subprocess import run_module
 from parallel.core import comm
 from parallel.core.plan import CP_KINDS, Plan
 from parallel.core.specs import CLUSTERS, MODELS
 
-ROOT = Path(__file__).resolve().parents[1]
 MODEL = "tiny-llama"
-
-
-def _run(args: list[str], timeout: int = 1800) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0:
-        raise SystemExit(f"{' '.join(args[:2])} failed:\n{r.stderr[-3000:]}")
-    return r
 
 
 def predicted_cp_bytes(seq_len: int, cp: int, kind: str, global_batch: int) -> float:
@@ -53,7 +44,7 @@ def measure(seq_len: int, cp: int, kind: str, *, steps: int, global_batch: int, 
     flags = ["--model", MODEL, "--seq-len", str(seq_len), "--cp", str(cp), "--cp-kind", kind]
     flags += ["--global-batch", str(global_batch)]
     plain = tmp / f"train-{cp}-{seq_len}-{kind}"
-    _run(["parallel", "train", *flags, "--steps", str(steps), "--out", str(plain)])
+    run_module("parallel", "train", *flags, "--steps", str(steps), "--out", str(plain), timeout=1800)
     metrics = json.loads((plain / "metrics.json").read_text())
     steady = statistics.median(metrics["step_time_s"][1:])  # rank 0's steps: each ends with the loss all-reduce
     act = max(metrics["activation_bytes"].values())
@@ -61,8 +52,10 @@ def measure(seq_len: int, cp: int, kind: str, *, steps: int, global_batch: int, 
 
     run = tmp / f"prof-{cp}-{seq_len}-{kind}"
     active = 2
-    _run(["profiler", "run", *flags, "--steps", str(2 + active), "--active", str(active), "--out", str(run)])
-    analysis = json.loads(_run(["profiler", "analyze", str(run), "--json"]).stdout)
+    run_module(
+        "profiler", "run", *flags, "--steps", str(2 + active), "--active", str(active), "--out", str(run), timeout=1800
+    )
+    analysis = json.loads(run_module("profiler", "analyze", str(run), "--json", timeout=1800))
     moved = sum(
         c["bytes"]
         for c in analysis["collectives"]

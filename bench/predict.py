@@ -21,12 +21,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench._subprocess import run_module
+
 MODEL = ["--model", "tiny"]
 CALIBRATION_PLANS = {
     "pp2": ["--pp", "2", "--global-batch", "4"],  # 2 ranks, a core each: the layers, the head, p2p
@@ -58,34 +58,29 @@ HELD_BACK = {
 }
 
 
-def _cli(*args: str, timeout: int = 900) -> str:
-    r = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0:
-        raise SystemExit(f"{' '.join(args[:2])} failed:\n{r.stderr[-3000:]}")
-    return r.stdout
-
-
 def calibrate(tmp: Path, steps: int, names: tuple[str, ...], wait: int) -> Path:
     runs = []
     for name in names:
         flags = CALIBRATION_PLANS[name]
         out = tmp / f"cal-{name}"
-        _cli("profiler", "run", *MODEL, *flags, f"--steps={steps}", f"--wait={wait}", "--warmup=1", f"--out={out}")
+        run_module(
+            "profiler", "run", *MODEL, *flags, f"--steps={steps}", f"--wait={wait}", "--warmup=1", f"--out={out}"
+        )
         runs.append(str(out))
     calib = tmp / "calib.json"
-    print(_cli("profiler", "calibrate", *runs, f"--out={calib}"), end="")
+    print(run_module("profiler", "calibrate", *runs, f"--out={calib}"), end="")
     return calib
 
 
 def predict(flags: list[str], calib: Path) -> dict:
     rep = json.loads(
-        _cli("parallel", "plan", *MODEL, *flags, "--cluster=local-cpu", f"--calibration={calib}", "--json")
+        run_module("parallel", "plan", *MODEL, *flags, "--cluster=local-cpu", f"--calibration={calib}", "--json")
     )
     return rep["step_time"]
 
 
 def measure(flags: list[str], steps: int, out: Path) -> float:
-    _cli("parallel", "train", *MODEL, *flags, f"--steps={steps}", f"--out={out}")
+    run_module("parallel", "train", *MODEL, *flags, f"--steps={steps}", f"--out={out}")
     times = json.loads((out / "metrics.json").read_text())["step_time_s"]
     return statistics.median(times[1:])
 

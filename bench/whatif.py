@@ -26,24 +26,18 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench._subprocess import ROOT, run_module
+
 PREFIX = "pslwi-"
 
 
-def _cli(*args: str, timeout: int = 900) -> str:
-    r = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0:
-        raise SystemExit(f"{' '.join(args[:2])} failed:\n{r.stderr[-3000:]}")
-    return r.stdout
-
-
 def profile(out: Path, flags: list[str], steps: int) -> Path:
-    _cli("profiler", "run", *flags, f"--steps={steps}", f"--out={out}", "--force")
+    run_module("profiler", "run", *flags, f"--steps={steps}", f"--out={out}", "--force")
     return out
 
 
 def whatif(path: Path, *flags: str) -> dict:
-    return json.loads(_cli("profiler", "whatif", str(path), *flags, "--json"))
+    return json.loads(run_module("profiler", "whatif", str(path), *flags, "--json"))
 
 
 def straggler(tmp: Path, steps: int, repeat: int) -> list[dict]:
@@ -81,7 +75,7 @@ def link(tmp: Path, steps: int, repeat: int) -> list[dict]:
         for k in range(repeat):
             runs = {}
             for bw in ("20mbit", "40mbit") if k % 2 == 0 else ("40mbit", "20mbit"):
-                _cli("profiler", "lab", "up", f"--bw={bw}", f"--prefix={PREFIX}", "--replace")
+                run_module("profiler", "lab", "up", f"--bw={bw}", f"--prefix={PREFIX}", "--replace")
                 runs[bw] = profile(
                     tmp / f"lab-{bw}-{k}", ["--dp=2", "--tp=2", "--lab", f"--lab-prefix={PREFIX}"], steps
                 )

@@ -21,16 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from bench._subprocess import run_module
 from parallel.core import comm
 from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, MODELS
 
-ROOT = Path(__file__).resolve().parents[1]
 MODEL = "tiny"
 PLANS = {
     "dp4": {"dp": 4},
@@ -40,20 +38,13 @@ PLANS = {
 STATES = ("params", "grads", "optimizer")
 
 
-def _run(args: list[str], timeout: int = 1800) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0:
-        raise SystemExit(f"{' '.join(args[:2])} failed:\n{r.stderr[-3000:]}")
-    return r
-
-
 def measure(name: str, zero: int, *, steps: int, global_batch: int, tmp: Path) -> dict:
     shape = PLANS[name]
     plan = Plan(**shape, zero=zero, global_batch=global_batch)
     flags = [f"--{k}={v}" for k, v in shape.items() if k != "sp"] + (["--sp"] if shape.get("sp") else [])
     flags += [f"--zero={zero}", f"--global-batch={global_batch}", f"--model={MODEL}"]
     plain = tmp / f"train-{name}-z{zero}"
-    _run(["parallel", "train", *flags, "--steps", str(steps), "--out", str(plain)])
+    run_module("parallel", "train", *flags, "--steps", str(steps), "--out", str(plain), timeout=1800)
     m = json.loads((plain / "metrics.json").read_text())
     total = {r: sum(v[k] for k in STATES) for r, v in m["model_state_bytes"].items()}
     worst = max(total, key=total.get)  # the most loaded rank
@@ -62,8 +53,10 @@ def measure(name: str, zero: int, *, steps: int, global_batch: int, tmp: Path) -
 
     run = tmp / f"prof-{name}-z{zero}"
     active = 1
-    _run(["profiler", "run", *flags, "--steps", str(2 + active), "--active", str(active), "--out", str(run)])
-    analysis = json.loads(_run(["profiler", "analyze", str(run), "--json"]).stdout)
+    run_module(
+        "profiler", "run", *flags, "--steps", str(2 + active), "--active", str(active), "--out", str(run), timeout=1800
+    )
+    analysis = json.loads(run_module("profiler", "analyze", str(run), "--json", timeout=1800))
     moved = sum(c["bytes"] for c in analysis["collectives"] if c["dim"] == "dp") / active / plan.world_size
     cluster = CLUSTERS["local-cpu"].sized_for(plan.world_size)
     predicted_dp = comm.bytes_per_step(comm.comm_per_step(MODELS[MODEL], plan, cluster), "dp")
