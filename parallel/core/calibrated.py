@@ -15,10 +15,13 @@ Terms, each with what it assumes (Calibration.ASSUMPTIONS repeats them in the JS
         (all-reduce 2(n-1), all-gather / reduce-scatter / all-to-all n-1, send/recv 1) -- Thakur et al.
         2005 as parallel.core.comm, with c (per call), alpha, beta per link tier (intra; inter when a
         calibration run had groups across nodes) fitted from the traces' collectives
-        (a p2p op's transfer after both sides arrived; a collective's whole time, its peers' jitter
-        included, since lock-step ranks pay it every call), not the link's datasheet; s_op, per
-        collective, its measured cost over the shared fit's (1 for one never measured): a backend's
-        own algorithm (gloo reduce-scatters by a full all-reduce, twice the ring's bytes).
+        (a p2p op's transfer after both sides arrived, or its whole time when it ended before its peer
+        came -- an eager send's issue, host time that waited on no one; a collective's whole time, its
+        peers' jitter included, since lock-step ranks pay it every call), not the link's datasheet; s_op,
+        per collective, its measured cost over the shared fit's (1 for one never measured): a backend's
+        own algorithm (gloo reduce-scatters by a full all-reduce, twice the ring's bytes). An exchange
+        (ring CP's K/V shift: every rank sends and receives at once) is two p2p ops on a CPU, where the
+        host issues and waits for each, and one on a GPU (NCCL runs the pair as one kernel).
     step                             D x [ (m + (p-1)/v) x max_s(work_mb + comm_mb)  +  step comm  +  w0 ]
         the pipeline fill/drain as (p-1)/v extra microbatch slots of the slowest stage (GPipe/1F1B,
         Narayanan et al. 2021 Sec. 2.2), comm_mb that stage's collectives (its layers', and the
@@ -50,6 +53,7 @@ ASSUMPTIONS = (
     "work: a fixed cost per layer and microbatch plus a cost per FLOP, both fitted; the output layer has its own fixed cost",
     "collectives: alpha per ring latency step plus beta per bus byte, fitted from transfer times (after the last arrival)",
     "collectives: each op scaled by its measured cost over the shared fit (op_scale; 1 for an op never measured)",
+    "p2p: an exchange that sends and receives at once (ring CP) costs two p2p ops on a CPU, one on a GPU",
     "pipeline: (p-1)/v extra microbatch slots of the slowest stage; stages otherwise balanced",
     "data parallel: communication after the last backward, not overlapped",
     "contention: ranks share the cores by the time they keep them busy: work and gamma of their communication",
@@ -235,6 +239,7 @@ def comm_calls(model: Model, plan: Plan, *, overlaps: bool = True, cluster: Clus
                 "calls": float(t.calls),
                 "inter": inter,
                 "scope": t.scope,
+                "exchange": bool(t.exchange),
             }
         )
     return rows
@@ -279,6 +284,8 @@ def predict(
     per_step: dict[str, float] = {}
     for row in comm_calls(model, plan, overlaps=cal.overlaps, cluster=cluster):
         t = row["calls"] * collective_s(row["op"], row["n"], row["bytes"], cal, inter=row["inter"])
+        if row["exchange"] and cal.device == "cpu":  # a send and a receive per call, each issued and waited
+            t *= 2
         if row["scope"] == "step":
             per_step[row["dim"]] = per_step.get(row["dim"], 0.0) + t
             continue

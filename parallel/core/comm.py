@@ -195,6 +195,9 @@ class CommTerm:
     # microbatch, "first" / "last" that stage only (per microbatch), "step" once per step
     scope: str = "layer"
     what: str = ""  # what the calls carry when not the layers' own: "embedding", "loss", ...
+    # each call both sends and receives on every rank (ring CP's K/V shift): bytes count the send, a
+    # host-driven transport (gloo) pays the issue and the wait of two ops; NCCL runs the pair as one kernel
+    exchange: bool = False
 
 
 SCOPES = ("layer", "microbatch", "first", "last", "step")
@@ -235,6 +238,7 @@ def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -
             ("cp",),
             p.cp,
             hidden_by="attention",
+            exchange=True,
         ),
         CommTerm("cp", "all_to_all", where(ulysses, 2 * (fwd_passes + 1) * cp_calls, 0), a2a_q, ("cp",), p.cp),
         CommTerm("cp", "all_to_all", where(ulysses, 2 * (fwd_passes + 1) * cp_calls, 0), a2a_k, ("cp",), p.cp),

@@ -13,7 +13,8 @@ From each profiled run:
                        least squares against the plan's regressors (calibrated.features) of the rank's
                        stage; the work outside them for w0.
     link samples       per (op, group size, bytes), the mean cost of the trace's ops -- a p2p op's
-                       transfer after both sides arrived, a collective's whole time -- against (1, hops,
+                       transfer after both sides arrived (its whole time when it ended before its peer
+                       came: an eager send's issue), a collective's whole time -- against (1, hops,
                        bus bytes): per-call c, alpha, beta (non-negative least squares), and per
                        collective a scale (op_scale: its cost over the shared terms'), alternated
                        until they settle; the median op keeps scale 1.
@@ -157,6 +158,15 @@ def _work_samples(run: Measured, scale: float) -> list[dict]:
     return out
 
 
+def op_cost_ns(per: pd.DataFrame) -> pd.Series:
+    """What each per_rank_wait row costs its rank as link time: a p2p op its transfer after both sides
+    arrived, or, when it ended before its peer came (an eager send: the issue), its whole time -- the
+    host's, not a wait; a collective its whole time (see the module docstring)."""
+    last = per.groupby("instance")["start_ns"].transform("max")
+    paid_transfer = per["op"].astype(str).isin(P2P_OPS) & (per["end_ns"] >= last)
+    return per["transfer_ns"].where(paid_transfer, per["dur_ns"])
+
+
 def _link_rows(run: Measured, scale: float) -> pd.DataFrame:
     """Mean cost per (op, group size, bytes, tier) of the run's ops seen on two or more ranks."""
     from profiler.traces.model import link_tier, node_of_ranks
@@ -168,8 +178,7 @@ def _link_rows(run: Measured, scale: float) -> pd.DataFrame:
     nodes = node_of_ranks(run.analysis.traces.run, run.analysis.traces.hosts())
     tiers = {g: link_tier(g, nodes) for g in per["group"].astype(str).unique()}
     per = per.assign(tier=per["group"].astype(str).map(tiers).replace({"unknown": "intra"}))
-    cost = per["transfer_ns"].where(per["op"].astype(str).isin(P2P_OPS), per["dur_ns"])  # see the module docstring
-    g = per.assign(cost_ns=cost).groupby(["op", "group_size", "bytes", "tier"], observed=True)
+    g = per.assign(cost_ns=op_cost_ns(per)).groupby(["op", "group_size", "bytes", "tier"], observed=True)
     out = g["cost_ns"].mean().rename("transfer_ns").reset_index()  # the step pays the mean, tail included
     out["count"] = g.size().to_numpy()
     out["transfer_s"] = out["transfer_ns"] / 1e9 / scale

@@ -184,3 +184,37 @@ def test_groups_across_nodes_take_the_inter_link():
     dp_calls = sum(r["calls"] for r in comm_calls(TINY, plan) if r["dim"] == "dp")
     assert across["exposed_dp_s"] == pytest.approx(dp_calls * 2 * 1e-2)  # an all-reduce of 2 ranks: 2(n-1) hops
     assert across["exposed_dp_s"] > one["exposed_dp_s"]
+
+
+def test_a_ring_shift_costs_a_send_and_a_receive_on_a_cpu_and_one_op_on_a_gpu():
+    plan = Plan(cp=2, cp_kind="ring", global_batch=1)
+    (ring,) = [r for r in comm_calls(TINY, plan) if r["dim"] == "cp"]
+    assert ring["exchange"] and ring["op"] == "send_recv"
+    assert ring["calls"] == 4 * 4  # 4 layers x (1 forward K/V shift + 1 backward + 2 dK/dV shifts)
+    each = collective_s("send_recv", 2, ring["bytes"], CAL)  # call + alpha: one hop
+    assert predict(TINY, plan, CAL)["exposed_cp_s"] == pytest.approx(2 * ring["calls"] * each)
+    gpu = Calibration(**{**CAL.to_dict(), "device": "gpu", "cores": 0, "assumptions": CAL.assumptions})
+    assert predict(TINY, plan, gpu)["exposed_cp_s"] == pytest.approx(ring["calls"] * each)
+    # the pipeline's sends and receives are ops of their own: one each
+    (pp,) = [r for r in comm_calls(TINY, Plan(pp=2, global_batch=1)) if r["op"] == "send_recv"]
+    assert not pp["exchange"]
+
+
+def test_an_eager_send_costs_its_issue_and_a_late_peer_is_no_link_time():
+    """per_rank_wait rows of two p2p pairs and one collective (ns): the link cost of each."""
+    import pandas as pd
+
+    from profiler.analyzers.calibrate import op_cost_ns
+
+    rows = [  # instance, op, start, end, wait (min(last start - start, dur))
+        ("a", "send", 0, 300, 300),  # ended before its peer came at 1000: an eager issue, 300 of host time
+        ("a", "recv", 1000, 1100, 0),  # came last: all transfer
+        ("b", "send", 0, 2000, 1500),  # blocked until the peer came at 1500, then 500 of transfer
+        ("b", "recv", 1500, 2000, 0),
+        ("c", "all_reduce", 0, 4000, 1000),  # a collective: its whole time
+        ("c", "all_reduce", 1000, 4000, 0),
+    ]
+    per = pd.DataFrame(rows, columns=["instance", "op", "start_ns", "end_ns", "wait_ns"])
+    per["dur_ns"] = per["end_ns"] - per["start_ns"]
+    per["transfer_ns"] = per["dur_ns"] - per["wait_ns"]
+    assert op_cost_ns(per).tolist() == [300, 100, 500, 500, 4000, 3000]
