@@ -3,8 +3,8 @@
     cal = fit([Measured(analysis, metrics, plan, model, path), ...], cores=os.cpu_count())
 
 From each profiled run:
-    tracing overhead   f = the traced steps' time (steps.steady_step_s) / the run's own unprofiled steady
-                       step (metrics.json: the median of the steps before the profiler's warm-up, after
+    tracing overhead   f = the traced steps' mean time (the samples below are means over them) / the
+                       run's own unprofiled steady step (metrics.json: the median of the steps before the profiler's warm-up, after
                        the first); every trace-derived time is divided by f. A run with no such step
                        (profiler run --wait 1 or 2) keeps f = 1 and its source says so.
     work samples       per rank and step: GEMM time (leaf GEMM ops on CPU, GEMM kernels on GPU) for k,
@@ -42,7 +42,6 @@ from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Model
 from profiler.analyzers.labels import P2P_OPS
 from profiler.analyzers.replay import phases, step_windows
-from profiler.analyzers.steps import steady_step_s
 
 
 def nnls(A: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
@@ -84,8 +83,10 @@ def unprofiled_step_s(metrics: dict, traced_steps: list[int]) -> float | None:
 
 def _overhead(run: Measured) -> tuple[float, float | None, float]:
     """(f, unprofiled step, traced step) of one run."""
-    g = run.analysis.graph
-    traced = steady_step_s(step_windows(g)) or 0.0
+    w = step_windows(run.analysis.graph)
+    # the mean, not steady_step_s's median: the work and link samples are means over the traced steps,
+    # so a slow traced step (a loaded machine) raises both alike and f divides it out again
+    traced = float((w["end_ns"] - w["start_ns"]).groupby(w["step"]).mean().mean()) / 1e9 if len(w) else 0.0
     plain = unprofiled_step_s(run.metrics, run.analysis.traces.steps)
     return (traced / plain if plain and traced else 1.0), plain, traced
 

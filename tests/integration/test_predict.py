@@ -38,8 +38,14 @@ def test_calibrated_model_predicts_plans_it_was_not_fitted_on(tmp_path):
     for s in cal["sources"]:  # the factor removed is the run's own traced / unprofiled step; whether it
         # exceeds 1 depends on the load the other test worker puts on the untraced steps, so no bound here
         assert s["overhead_factor"] == pytest.approx(s["traced_step_s"] / s["unprofiled_step_s"], abs=1e-3), s
-    for s in cal["sources"]:  # the fit gives its own runs back
-        assert s["fitted_step_s"] == pytest.approx(s["unprofiled_step_s"], rel=0.35), s
+    for s in cal["sources"]:  # two runs met different loads (CI: one 2.6x off), so the pair's fit is bounded loosely
+        assert 0.1 < s["fitted_step_s"] / s["unprofiled_step_s"] < 10.0, s
+    for name in cal_runs:  # one run's fit gives that run back: its samples and f come from the same traced steps,
+        # so a load on them divides out (+0..+13% on pp2, 0..1% on dp2 under a toggling load here)
+        one = tmp_path / f"calib-{name}.json"
+        _cli("profiler", "calibrate", str(tmp_path / name), f"--out={one}")
+        (s,) = json.loads(one.read_text())["sources"]
+        assert s["fitted_step_s"] == pytest.approx(s["unprofiled_step_s"], rel=0.25), s
     assert cal["assumptions"] and cal["cores"] >= 1
     for flags in (["--dp=1", "--global-batch=4"], ["--tp=2", "--global-batch=2"]):
         rep = json.loads(
