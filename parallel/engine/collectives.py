@@ -18,11 +18,18 @@ Autograd operators (Shoeybi et al. 2019, "Megatron-LM", Sec. 3, Fig. 3; Korthika
 
 Tensors are (B, T, ...) and sequence collectives act on `axis` (T = 1 for activations, 2 for
 (B, heads, T, head_dim) K/V). A group of one rank makes every operation the identity.
+
+The same labelled ranges are timed whether or not a profiler records them (BLOCKED, two clock reads a
+call): the wall time this rank spent inside its communication calls, their union where several are
+open at once (an exchange's send and receive ranges). A step's share of it goes to metrics.json
+(`comm_time_s_per_rank`), so a run's unprofiled steps say how much of them was communication -- the
+calibration removes the tracing overhead of work and of communication each by its own measure.
 """
 
 from __future__ import annotations
 
-from contextlib import ExitStack, nullcontext
+import time
+from contextlib import ExitStack
 
 import torch
 import torch.distributed as dist
@@ -30,6 +37,54 @@ import torch.distributed as dist
 from profiler.formats.annotations import comm_name
 
 _profiling = torch._C._autograd._profiler_enabled
+
+
+class BlockedClock:
+    """Seconds this process spent inside communication calls: the union of the open ranges (one
+    clock per rank process; `take()` returns the seconds since the last take and restarts)."""
+
+    def __init__(self):
+        self.open, self.since, self.total = 0, 0.0, 0.0
+
+    def enter(self) -> None:
+        if self.open == 0:
+            self.since = time.perf_counter()
+        self.open += 1
+
+    def exit(self) -> None:
+        self.open -= 1
+        if self.open == 0:
+            self.total += time.perf_counter() - self.since
+
+    def take(self) -> float:
+        out, self.total = self.total, 0.0
+        return out
+
+
+BLOCKED = BlockedClock()
+
+
+class _Timed:
+    """One communication call's range: timed on BLOCKED, and a `ps.comm` record_function range when a
+    profiler is recording (the name is formatted only then)."""
+
+    __slots__ = ("name", "rf")
+
+    def __init__(self, name):
+        self.name, self.rf = name, None
+
+    def __enter__(self):
+        if _profiling():
+            self.rf = torch.profiler.record_function(self.name())
+            self.rf.__enter__()
+        BLOCKED.enter()
+        return self
+
+    def __exit__(self, *exc):
+        BLOCKED.exit()
+        if self.rf is not None:
+            self.rf.__exit__(*exc)
+        return False
 
 
 class Group:
@@ -46,18 +101,14 @@ class Group:
     def __repr__(self):
         return f"Group({self.dim}, ranks={list(self.ranks)})"
 
-    def _label(self, op: str, nbytes: int, dim: str | None):
+    def _label(self, op: str, nbytes: int, dim: str | None) -> _Timed:
         seq, self._seq = self._seq, self._seq + 1
-        if not _profiling():
-            return nullcontext()
-        return torch.profiler.record_function(comm_name(dim or self.dim, op, nbytes, self.ranks, seq))
+        return _Timed(lambda: comm_name(dim or self.dim, op, nbytes, self.ranks, seq))
 
-    def _p2p_label(self, op: str, nbytes: int, src: int, dst: int):  # point-to-point: pipeline and ring CP
+    def _p2p_label(self, op: str, nbytes: int, src: int, dst: int) -> _Timed:  # pipeline and ring CP
         seq = self._p2p_seq.get((src, dst), 0)
         self._p2p_seq[(src, dst)] = seq + 1
-        if not _profiling():
-            return nullcontext()
-        return torch.profiler.record_function(comm_name(self.dim, op, nbytes, (src, dst), seq))
+        return _Timed(lambda: comm_name(self.dim, op, nbytes, (src, dst), seq))
 
 
 def _nbytes(t: torch.Tensor) -> int:

@@ -21,7 +21,7 @@ import torch
 from parallel.core import memory
 from parallel.engine import data, dist
 from parallel.engine.actmem import ActivationMeter, predicted_breakdown
-from parallel.engine.collectives import all_reduce, gather_object
+from parallel.engine.collectives import BLOCKED, all_reduce, gather_object
 from parallel.engine.data_parallel import GradReducer
 from parallel.engine.gpt import GPTStage
 from parallel.engine.metrics import build_metrics
@@ -104,10 +104,11 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
     tokens = plan.global_batch * model.seq_len  # the loss is the mean over all of them
     init_s = time.perf_counter() - t_start
 
-    losses, times, first_grads, state_bytes = [], [], {}, {}
+    losses, times, comm_times, first_grads, state_bytes = [], [], [], {}, {}
     for step in range(cfg.steps):
         if step == fail_step:
             _fail(rank, step)
+        BLOCKED.take()  # this step's communication time starts here
         t0 = time.perf_counter()
         batch = data.global_batch(
             step=step, seed=cfg.seed, global_batch=plan.global_batch, seq_len=model.seq_len, vocab=model.vocab
@@ -129,6 +130,7 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
         if ctx.device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+        comm_times.append(BLOCKED.take())
         losses.append(value)
         if rank == ctx.topo.rank_of(pp=plan.pp - 1):  # one rank that knows the loss reports it
             print(f"step {step}  loss {value:.6f}  {times[-1] * 1e3:.0f} ms", flush=True)
@@ -148,6 +150,7 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
         "hostname": socket.gethostname(),
         "loss": losses if ctx.is_last else None,
         "step_time_s": times,
+        "comm_time_s": comm_times,
         "init_s": init_s,
         "activation_bytes": meter.total(),
         "activation_breakdown": meter.breakdown(),

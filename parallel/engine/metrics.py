@@ -24,6 +24,8 @@ def build_metrics(cfg, results: list[dict], *, backend: str) -> dict:
         "loss": loss,
         "step_time_s": [max(r["step_time_s"][i] for r in results) for i in range(n_steps)],
         "step_time_s_per_rank": {k: r["step_time_s"] for k, r in by_rank.items()},
+        # the part of each step a rank spent inside its communication calls (collectives.BLOCKED)
+        "comm_time_s_per_rank": {k: r["comm_time_s"] for k, r in by_rank.items()},
         "init_s": {k: r["init_s"] for k, r in by_rank.items()},
         "activation_bytes": {k: r["activation_bytes"] for k, r in by_rank.items()},
         "activation_breakdown": {k: r["activation_breakdown"] for k, r in by_rank.items()},

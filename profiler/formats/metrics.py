@@ -9,6 +9,9 @@ metrics.json (rank keys are strings, as JSON requires):
     loss                            [float] per optimizer step: the global-batch mean loss
     step_time_s                     [float] per step: the slowest rank's wall time
     step_time_s_per_rank            {rank: [float]}
+    comm_time_s_per_rank            {rank: [float]} per step: the seconds the rank spent inside its
+                                    communication calls (the ps.comm ranges, timed whether or not a
+                                    profiler records them; their union where several are open at once)
     init_s                          {rank: seconds from the rank's start to its first step}
     activation_bytes                {rank: bytes saved for backward by one microbatch on that rank}
     activation_breakdown            {rank: {component: bytes}} memory.py's component names summed

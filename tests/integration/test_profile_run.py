@@ -105,6 +105,7 @@ def test_directory_layout_and_metrics(run_dir):
         "loss",
         "step_time_s",
         "step_time_s_per_rank",
+        "comm_time_s_per_rank",
         "activation_bytes",
         "activation_breakdown",
         "predicted_activation_bytes",
@@ -116,6 +117,31 @@ def test_directory_layout_and_metrics(run_dir):
     assert m["profile"]["profiled_steps"] == PROFILED
     logged = (run_dir / "logs" / "rank4.log").read_text()  # the last stage's first rank prints the loss
     assert f"step {STEPS - 1}  loss" in logged
+
+
+def test_the_engine_times_its_communication_as_the_trace_records_it(run_dir, raw):
+    """metrics.json's comm_time_s_per_rank (the engine's clock on its ps.comm ranges, on in every step)
+    equals, in each profiled step, the union of the trace's ps.comm ranges within ProfilerStep#N --
+    less the profiler's own enter/exit of each range (~50 us here), which the clock does not see."""
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert sorted(m["comm_time_s_per_rank"], key=int) == [str(r) for r in range(8)]
+    for rank, trace in raw.items():
+        clock = m["comm_time_s_per_rank"][str(rank)]
+        assert len(clock) == STEPS and all(0 < c < t for c, t in zip(clock, m["step_time_s_per_rank"][str(rank)]))
+        events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+        ranges = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith("ps.comm"))
+        for e in events:
+            if not e["name"].startswith("ProfilerStep#"):
+                continue
+            step, lo, hi = int(e["name"].split("#")[1]), e["ts"], e["ts"] + e["dur"]
+            inside = [(max(a, lo), min(b, hi)) for a, b in ranges if b > lo and a < hi]
+            union, reach = 0.0, float("-inf")
+            for a, b in inside:  # sorted by start: add what reaches past the ranges so far
+                union += max(0.0, b - max(a, reach))
+                reach = max(reach, b)
+            union_s = union / 1e6
+            assert inside and clock[step] <= union_s + 1e-4, (rank, step, clock[step], union_s)
+            assert clock[step] >= union_s - len(inside) * 200e-6 - 0.05 * union_s, (rank, step, clock[step], union_s)
 
 
 def test_traces_carry_distributed_info_and_profiler_steps(raw):

@@ -318,3 +318,21 @@ def test_a_launch_is_validated_on_the_machines_it_runs_on(monkeypatch):
         monkeypatch.setenv(k, v)  # torchrun: 3 nodes of 4 ranks, TP 3 crosses them
     _, _, warnings = config_from_args(flags)
     assert any("TP groups cross nodes" in w for w in warnings)
+
+
+def test_the_blocked_clock_counts_open_ranges_once():
+    """collectives.BlockedClock: the union of the communication ranges open at once (an exchange's
+    send and receive labels), and `take` returns the seconds since the last take."""
+    from parallel.engine.collectives import BlockedClock
+
+    clock = BlockedClock()
+    clock.enter()
+    time.sleep(0.02)
+    clock.enter()  # a second range inside the first: no time of its own
+    time.sleep(0.02)
+    clock.exit()
+    clock.exit()
+    time.sleep(0.03)  # outside every range: not counted
+    first = clock.take()
+    assert 0.04 <= first < 0.07
+    assert clock.take() == 0.0
