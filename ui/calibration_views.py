@@ -69,6 +69,9 @@ def calibrate_form(candidates: list[TraceSet]) -> None:
                         "run": src.get("path"),
                         "plan": src.get("plan"),
                         "overhead removed": src.get("overhead_removed"),
+                        # per kind (the engine times its communication calls); absent in older calibrations
+                        "work overhead x": src.get("work_overhead_factor"),
+                        "transfer overhead x": src.get("comm_overhead_factor"),
                         "unprofiled step s": src.get("unprofiled_step_s"),
                         "fit gives s": src.get("fitted_step_s"),
                     }

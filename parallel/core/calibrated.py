@@ -57,7 +57,8 @@ ASSUMPTIONS = (
     "pipeline: (p-1)/v extra microbatch slots of the slowest stage; stages otherwise balanced",
     "data parallel: communication after the last backward, not overlapped",
     "contention: ranks share the cores by the time they keep them busy: work and gamma of their communication",
-    "the prediction is of an unprofiled step: tracing overhead is removed from the calibration runs",
+    "the prediction is of an unprofiled step: tracing overhead is removed from the calibration runs, from work and "
+    "from transfers each by its own measure (the engine times its communication calls in every step)",
 )
 
 

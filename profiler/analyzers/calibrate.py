@@ -3,10 +3,18 @@
     cal = fit([Measured(analysis, metrics, plan, model, path), ...], cores=os.cpu_count())
 
 From each profiled run:
-    tracing overhead   f = the traced steps' mean time (the samples below are means over them) / the
-                       run's own unprofiled steady step (metrics.json: the median of the steps before the profiler's warm-up, after
-                       the first); every trace-derived time is divided by f. A run with no such step
-                       (profiler run --wait 1 or 2) keeps f = 1 and its source says so.
+    tracing overhead   per kind of time, against the run's own unprofiled steady steps (metrics.json:
+                       the steps before the profiler's warm-up and after its teardown, the first
+                       excluded; the median): work by f_work = traced work / unprofiled work, link
+                       samples by f_comm = traced transfers / unprofiled transfers. The engine times
+                       its communication calls in every step (comm_time_s_per_rank), which splits an
+                       unprofiled step into work and blocked time; the blocked time's waits for late
+                       peers are those peers' work (the traced waits / f_work), the rest is transfer.
+                       Tracing slows work (a record per op) but not transfers -- on a VM whose idle
+                       cores halt it shortened them. A run without those timers (another framework's
+                       traces) divides both by the step's factor; one without unprofiled steps
+                       (profiler run --wait 1 or 2, nothing after the traced steps) keeps 1 and its
+                       source says so.
     work samples       per rank and step: GEMM time (leaf GEMM ops on CPU, GEMM kernels on GPU) for k,
                        the seconds per FLOP; the work inside the engine's forward/backward phases (less
                        the collectives inside them) for a (per layer), a_tp, a_sp, a_head by non-negative
@@ -41,7 +49,7 @@ from parallel.core.calibrated import Calibration, CalibrationError, collective_s
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Model
 from profiler.analyzers.labels import P2P_OPS
-from profiler.analyzers.replay import phases, step_windows
+from profiler.analyzers.replay import phases
 
 
 def nnls(A: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
@@ -72,23 +80,76 @@ class Measured:
     cluster: Cluster | None = None  # its nodes, when it ran on more than one (groups across them: inter)
 
 
+def _unprofiled(times: list, traced_steps: list[int]) -> list[float]:
+    """The steady steps without the profiler attached: neither the first, nor traced, nor the
+    profiler's warm-up (the step before the first traced one), nor its teardown and export (the step
+    after the last); those after the traced ones count too, so a drift over the run is bracketed."""
+    first = min(traced_steps) if traced_steps else len(times)
+    last = max(traced_steps) if traced_steps else len(times)
+    return [t for i, t in enumerate(times) if (0 < i < first - 1 or i > last + 1) and isinstance(t, (int, float))]
+
+
 def unprofiled_step_s(metrics: dict, traced_steps: list[int]) -> float | None:
-    """Median of the run's steps that were neither the first nor traced (nor the profiler's warm-up,
-    the step just before the first traced one): the steady step without the profiler attached."""
-    times = metrics.get("step_time_s") or []
-    first_traced = min(traced_steps) if traced_steps else len(times)
-    keep = [t for i, t in enumerate(times) if 0 < i < first_traced - 1 and isinstance(t, (int, float))]
+    """Median of the run's unprofiled steady steps (_unprofiled), the slowest rank's each."""
+    keep = _unprofiled(metrics.get("step_time_s") or [], traced_steps)
     return float(np.median(keep)) if keep else None
 
 
-def _overhead(run: Measured) -> tuple[float, float | None, float]:
-    """(f, unprofiled step, traced step) of one run."""
-    w = step_windows(run.analysis.graph)
-    # the mean, not steady_step_s's median: the work and link samples are means over the traced steps,
-    # so a slow traced step (a loaded machine) raises both alike and f divides it out again
-    traced = float((w["end_ns"] - w["start_ns"]).groupby(w["step"]).mean().mean()) / 1e9 if len(w) else 0.0
-    plain = unprofiled_step_s(run.metrics, run.analysis.traces.steps)
-    return (traced / plain if plain and traced else 1.0), plain, traced
+@dataclass(frozen=True)
+class Overhead:
+    """What tracing did to one run, traced over unprofiled per kind of time: `work` divides the work
+    samples, `comm` the link samples (1: nothing removed)."""
+
+    work: float
+    comm: float
+    plain_step_s: float | None  # the unprofiled steady step (median), None without one
+    traced_step_s: float  # the traced steps' mean
+    split: bool  # the unprofiled steps timed their communication: a factor per kind, else one for both
+
+
+def _overhead(run: Measured) -> Overhead:
+    """The run's tracing overhead against its own unprofiled steps. The engine times its communication
+    calls in every step (metrics.json comm_time_s_per_rank), so each kind gets its own factor: tracing
+    slows a host's work (a record per op) but not its transfers -- on a VM whose idle cores halt it
+    even shortened them (tp2: 1.24 ms a traced all-reduce, 1.70 ms an unprofiled one). The blocked
+    time is transfers (what the link samples count, op_cost_ns) and waits for late peers, which are
+    made of those peers' work: the unprofiled waits are the traced ones over the work factor, the
+    rest of the unprofiled blocked time is transfer. Without those timers (another framework's run)
+    one factor, the step's, for both. Means over the traced steps, not medians: the samples are
+    means over them, so a slow traced step (a loaded machine) raises both alike and divides out."""
+    ph = phases(run.analysis.graph)
+    traced_steps = run.analysis.traces.steps
+    plain = unprofiled_step_s(run.metrics, traced_steps)
+    if ph.empty or not plain:
+        traced = float(ph.groupby("step")["window_ns"].mean().mean()) / 1e9 if len(ph) else 0.0
+        return Overhead(1.0, 1.0, plain, traced, False)
+    n_steps = ph["step"].nunique()
+    per = run.analysis.per_rank_wait
+    cost = pd.Series(op_cost_ns(per).to_numpy(), index=per["rank"].to_numpy()).groupby(level=0).sum() / n_steps
+    traced_rank = ph.groupby("rank")[["window_ns", "work_ns"]].mean()
+    traced = float(ph.groupby("step")["window_ns"].mean().mean()) / 1e9
+    f = traced / plain
+    steps = run.metrics.get("step_time_s_per_rank") or {}
+    comms = run.metrics.get("comm_time_s_per_rank") or {}
+    work_t, work_p, xfer_t, wait_t, blocked_p = [], [], [], [], []
+    for rank, row in traced_rank.iterrows():
+        t = _unprofiled(steps.get(str(rank)) or [], traced_steps)
+        c = _unprofiled(comms.get(str(rank)) or [], traced_steps)
+        if not t or len(c) != len(t):
+            continue
+        blocked_t = (row["window_ns"] - row["work_ns"]) / 1e9
+        x = min(float(cost.get(rank, 0.0)) / 1e9, blocked_t)
+        work_t.append(row["work_ns"] / 1e9)
+        work_p.append(float(np.median(np.subtract(t, c))))
+        xfer_t.append(x)
+        wait_t.append(blocked_t - x)
+        blocked_p.append(float(np.median(c)))
+    if not work_t or np.mean(work_p) <= 0:
+        return Overhead(f, f, plain, traced, False)
+    f_work = float(np.mean(work_t) / np.mean(work_p))
+    xfer_p = np.mean(blocked_p) - np.mean(wait_t) / f_work
+    f_comm = float(np.mean(xfer_t) / xfer_p) if xfer_p > 0 and np.mean(xfer_t) > 0 else 1.0
+    return Overhead(work=f_work, comm=f_comm, plain_step_s=plain, traced_step_s=traced, split=True)
 
 
 GEMM_CPU_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})  # leaves: not matmul/linear
@@ -128,7 +189,8 @@ def _rank_split(run: Measured, rank: int, comm: pd.DataFrame, windows: pd.DataFr
 
 
 def _work_samples(run: Measured, scale: float) -> list[dict]:
-    """Per rank: stage, its regressors and its measured work per step (seconds, divided by `scale`)."""
+    """Per rank: stage, its regressors and its measured work per step (seconds, divided by `scale`:
+    the run's work overhead x its contention)."""
     f = features(run.model, run.plan)
     m = max(run.plan.microbatches, 1)
     g = run.analysis.graph
@@ -169,7 +231,8 @@ def op_cost_ns(per: pd.DataFrame) -> pd.Series:
 
 
 def _link_rows(run: Measured, scale: float) -> pd.DataFrame:
-    """Mean cost per (op, group size, bytes, tier) of the run's ops seen on two or more ranks."""
+    """Mean cost per (op, group size, bytes, tier) of the run's ops seen on two or more ranks (seconds,
+    divided by `scale`: the run's communication overhead x its contention)."""
     from profiler.traces.model import link_tier, node_of_ranks
 
     per = run.analysis.per_rank_wait
@@ -298,9 +361,9 @@ def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 
     deflate = [r.plan.world_size / cores if s else 1.0 for r, s in zip(runs, sharing)]  # first guess: time-slicing
     gamma, cal = 0.5, None
     for _ in range(rounds):
-        samples = [x for r, (f, _, _), d in zip(runs, over, deflate) for x in _work_samples(r, f * d)]
+        samples = [x for r, o, d in zip(runs, over, deflate) for x in _work_samples(r, o.work * d)]
         a, k, a_head, w0, a_tp, a_sp, a_cp = _fit_work(samples)
-        links = [_link_rows(r, f * d) for r, (f, _, _), d in zip(runs, over, deflate)]
+        links = [_link_rows(r, o.comm * d) for r, o, d in zip(runs, over, deflate)]
         call, alpha, beta, op_scale = _fit_links(links)
         inter = _fit_links(links, "inter", op_scale) or (None, None, None, None)
         cal = Calibration(
@@ -325,7 +388,9 @@ def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 
         )
         # the step each shared run must be given: its unprofiled one, else (overhead kept in) its traced one
         fitted = [
-            (r, plain or traced) for r, (_, plain, traced), s in zip(runs, over, sharing) if s and (plain or traced)
+            (r, o.plain_step_s or o.traced_step_s)
+            for r, o, s in zip(runs, over, sharing)
+            if s and (o.plain_step_s or o.traced_step_s)
         ]
         if not fitted:
             break
@@ -338,16 +403,20 @@ def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 
         ]
     assert cal is not None
     sources = []
-    for r, (f, plain, traced) in zip(runs, over):
+    for r, o in zip(runs, over):
         pred = predict(r.model, r.plan, cal, cluster=r.cluster)["step_time_s"]
+        plain = o.plain_step_s
         sources.append(
             {
                 "path": r.path,
                 "plan": r.plan.label(),
                 "ranks": r.plan.world_size,
-                "traced_step_s": round(traced, 6),
+                "traced_step_s": round(o.traced_step_s, 6),
                 "unprofiled_step_s": None if plain is None else round(plain, 6),
-                "overhead_factor": round(f, 4),
+                "overhead_factor": round(o.traced_step_s / plain, 4) if plain else 1.0,
+                "work_overhead_factor": round(o.work, 4),
+                "comm_overhead_factor": round(o.comm, 4),
+                "overhead_split": o.split,
                 "overhead_removed": plain is not None,
                 "fitted_step_s": round(pred, 6),
             }

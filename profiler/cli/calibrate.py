@@ -6,8 +6,10 @@
     python -m parallel plan --model tiny --dp 4 --cluster local-cpu --calibration calib.json --json
 
 Each RUN is a `profiler run` directory (its run.json names the plan and model; its metrics.json's
-unprofiled steps -- `--wait 2` or more -- let the fit remove the tracing overhead) or a folder of
-traces with `--plan PLAN.json --model NAME` (then the overhead stays in, and the JSON says so).
+unprofiled steps -- `--wait 2` or more, or steps left after `--active` -- and the engine's timing of
+its communication calls let the fit remove the tracing overhead from work and from transfers each)
+or a folder of traces with `--plan PLAN.json --model NAME` (then the overhead stays in, and the JSON
+says so).
 `--cores` is the machine's cores the ranks shared (default: this machine's). The JSON is
 parallel.core.calibrated.Calibration: fitted terms, `sources` (each run, its overhead factor and
 the step the fit gives it back), `assumptions`. Bad input exits 2 with one line on stderr.
@@ -105,11 +107,14 @@ def main(argv=None) -> int:
     tmp.write_bytes(orjson.dumps(cal.to_dict(), option=orjson.OPT_INDENT_2))
     tmp.replace(out)  # never a half-written calibration
     for s in cal.sources:
-        removed = (
-            f"overhead x{s['overhead_factor']:.2f} removed"
-            if s["overhead_removed"]
-            else "overhead NOT removed (no unprofiled step)"
-        )
+        if not s["overhead_removed"]:
+            removed = "overhead NOT removed (no unprofiled step)"
+        elif s["overhead_split"]:
+            removed = (
+                f"overhead removed: work /{s['work_overhead_factor']:.2f}, transfers /{s['comm_overhead_factor']:.2f}"
+            )
+        else:
+            removed = f"overhead x{s['overhead_factor']:.2f} removed (one factor: no communication timers)"
         print(
             f"{s['path']}: {s['plan']}, traced {s['traced_step_s'] * 1e3:,.1f} ms, {removed}, fit gives {s['fitted_step_s'] * 1e3:,.1f} ms"
         )

@@ -35,6 +35,10 @@ def test_calibrated_model_predicts_plans_it_was_not_fitted_on(tmp_path):
     _cli("profiler", "calibrate", *(str(tmp_path / n) for n in cal_runs), f"--out={calib}")
     cal = json.loads(calib.read_text())
     assert [s["overhead_removed"] for s in cal["sources"]] == [True, True]
+    # the engine timed its communication calls: work and transfers each lose their own overhead
+    assert all(
+        s["overhead_split"] and s["work_overhead_factor"] > 0 < s["comm_overhead_factor"] for s in cal["sources"]
+    )
     for s in cal["sources"]:  # the factor removed is the run's own traced / unprofiled step; whether it
         # exceeds 1 depends on the load the other test worker puts on the untraced steps, so no bound here
         assert s["overhead_factor"] == pytest.approx(s["traced_step_s"] / s["unprofiled_step_s"], abs=1e-3), s
