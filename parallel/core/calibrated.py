@@ -59,6 +59,7 @@ ASSUMPTIONS = (
     "contention: ranks share the cores by the time they keep them busy: work and gamma of their communication",
     "the prediction is of an unprofiled step: tracing overhead is removed from the calibration runs, from work and "
     "from transfers each by its own measure (the engine times its communication calls in every step)",
+    "latency: per ring step (alpha x hops) unless the calibration measured one op at two group sizes (then also per call)",
 )
 
 

@@ -25,7 +25,9 @@ From each profiled run:
                        came: an eager send's issue), a collective's whole time -- against (1, hops,
                        bus bytes): per-call c, alpha, beta (non-negative least squares), and per
                        collective a scale (op_scale: its cost over the shared terms'), alternated
-                       until they settle; the median op keeps scale 1.
+                       until they settle; the median op keeps scale 1. c is fitted only when one op
+                       was measured at two hop counts (group sizes); else alpha per ring step carries
+                       the latency, as the ring model's (Thakur et al. 2005).
     contention         a run with more ranks than cores: its samples are divided by the contention the
                        model gives it (first guess: ranks/cores), and gamma (the busy share of
                        communication) is fitted so the model gives that run its unprofiled step,
@@ -285,9 +287,15 @@ def _fit_links(
     op_scale = dict(op_scale or {})
     ops = sorted(set(op))
     weight = {o: count[op == o].sum() for o in ops}
+    # a per-call cost apart from alpha x hops shows only where one op was measured at two hop counts
+    # (group sizes): with op_scale free, two ops' hops tell nothing. Else alpha per ring step carries
+    # the latency (Thakur et al.) and larger groups pay it per step (tp4 on 2 cores: a 4-rank
+    # all-reduce 6.9 ms, a 2-rank one 2.2 ms -- the ring's 6 steps to 2)
+    cols = [0, 1, 2] if any(len(set(A[op == o, 1])) > 1 for o in ops) else [1, 2]
     for _ in range(1 if fixed else 100):  # alternating least squares: shared terms, then each op's scale
         s_row = np.array([op_scale.get(o, 1.0) for o in op])
-        coef, _ = nnls(A * w[:, None] / scale, y / s_row * w)
+        coef = np.zeros(3)
+        coef[cols], _ = nnls((A * w[:, None] / scale)[:, cols], y / s_row * w)
         coef = coef / scale
         if fixed:
             break

@@ -132,6 +132,29 @@ def test_each_collective_gets_its_measured_cost_over_the_shared_fit():
         Calibration.from_dict({**fitted.to_dict(), "op_scale": {"all_reduce": 0}})
 
 
+def test_latency_is_alpha_per_ring_step_unless_one_op_was_seen_at_two_group_sizes():
+    """Only 2-rank groups measured: a per-call cost and alpha x hops cannot be told apart (each op has
+    one hop count; op_scale absorbs the ops' differences), so alpha carries the latency and a 4-rank
+    all-reduce costs its 6 ring steps to the 2-rank one's 2."""
+    import pandas as pd
+
+    from profiler.analyzers.calibrate import _fit_links
+
+    true = Calibration(0, 0, 0, 0, alpha_s=0.5e-3, beta_s_per_byte=2e-9)
+    rows = [
+        {"op": op, "n": 2, "bytes": b, "tier": "intra", "transfer_s": collective_s(op, 2, b, true), "count": 8}
+        for op in ("all_reduce", "all_gather", "reduce_scatter", "send")
+        for b in (4e3, 16e3, 64e3, 1e6)
+    ]
+    call, alpha, beta, op_scale = _fit_links([pd.DataFrame(rows)])
+    assert call == 0.0
+    fitted = Calibration(0, 0, 0, 0, alpha_s=alpha, beta_s_per_byte=beta, op_scale=op_scale)
+    for op in ("all_reduce", "all_gather"):  # given back at 2 ranks, and 3x the steps at 4
+        assert collective_s(op, 2, 16e3, fitted) == pytest.approx(collective_s(op, 2, 16e3, true), rel=1e-6)
+    small = collective_s("all_reduce", 4, 16, fitted) / collective_s("all_reduce", 2, 16, fitted)
+    assert small == pytest.approx(3.0, rel=1e-3)
+
+
 def test_round_trip():
     assert Calibration.from_dict(json.loads(json.dumps(CAL.to_dict()))) == CAL
 
