@@ -17,9 +17,10 @@ From each profiled run:
                        source says so.
     work samples       per rank and step: GEMM time (leaf GEMM ops on CPU, GEMM kernels on GPU) for k,
                        the seconds per FLOP; the work inside the engine's forward/backward phases (less
-                       the collectives inside them) for a (per layer), a_tp, a_sp, a_head by non-negative
-                       least squares against the plan's regressors (calibrated.features) of the rank's
-                       stage; the work outside them for w0.
+                       the collectives inside them) for a (per layer), a_tp, a_sp, a_cp, a_head by non-
+                       negative least squares against the plan's regressors (calibrated.features) of the
+                       rank's stage -- extras no run tells apart fitted as one and split by the blocking
+                       calls per layer each dimension adds (call_weights); the work outside them for w0.
     link samples       per (op, group size, bytes), the mean cost of the trace's ops -- a p2p op's
                        transfer after both sides arrived (its whole time when it ended before its peer
                        came: an eager send's issue), a collective's whole time -- against (1, hops,
@@ -47,7 +48,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from parallel.core.calibrated import Calibration, CalibrationError, collective_s, features, predict
+from parallel.core.calibrated import (
+    Calibration,
+    CalibrationError,
+    collective_s,
+    comm_calls,
+    features,
+    predict,
+    stage_layers,
+)
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Model
 from profiler.analyzers.labels import P2P_OPS
@@ -194,6 +203,7 @@ def _work_samples(run: Measured, scale: float) -> list[dict]:
     """Per rank: stage, its regressors and its measured work per step (seconds, divided by `scale`:
     the run's work overhead x its contention)."""
     f = features(run.model, run.plan)
+    weights = call_weights(run.model, run.plan)
     m = max(run.plan.microbatches, 1)
     g = run.analysis.graph
     work = phases(g).groupby("rank")["work_ns"].mean() / 1e9
@@ -213,6 +223,7 @@ def _work_samples(run: Measured, scale: float) -> list[dict]:
                 "tp_layers_mb": m * f["layers"][s] * (run.plan.tp > 1),
                 "sp_layers_mb": m * f["layers"][s] * bool(run.plan.sp),
                 "cp_layers_mb": m * f["layers"][s] * (run.plan.cp > 1),
+                "call_weights": weights,
                 "head_mb": m * f["head"][s],
                 "flops": m * (f["layer_flops"][s] + f["head_flops"][s]),
                 "gemm_s": gemm_s / scale,
@@ -323,21 +334,57 @@ def _fit_links(
     return float(call), float(alpha), float(beta), op_scale
 
 
+EXTRA_COLUMNS = ("tp_layers_mb", "sp_layers_mb", "cp_layers_mb")  # a_tp, a_sp, a_cp's regressors
+
+
 def _fit_work(samples: list[dict]) -> tuple[float, float, float, float, float, float, float]:
     """(a, k, a_head, w0, a_tp, a_sp, a_cp): k from the GEMMs' time per FLOP; a, a_head, a_tp, a_sp, a_cp
     by non-negative least squares on the forward/backward work less k x FLOPs; w0 the mean work outside
-    forward/backward. A column no run varies (no tp > 1 run: a_tp) gets 0."""
+    forward/backward. A column no run varies (no tp > 1 run: a_tp) gets 0. Extras that no run tells
+    apart (TP, SP and CP on together in the only run that has any: the same column) are fitted as one
+    and split by the blocking calls per layer each dimension adds (`call_weights`): their extra work
+    is the host's glue around those calls (copies, reshapes, the autograd function)."""
     flops = sum(x["flops"] for x in samples)
     k = sum(x["gemm_s"] for x in samples) / flops if flops else 0.0
-    cols = ("layers_mb", "head_mb", "tp_layers_mb", "sp_layers_mb", "cp_layers_mb")
-    X = np.array([[x[c] for c in cols] for x in samples], dtype=float)
+    X = np.array([[x[c] for c in ("layers_mb", "head_mb", *EXTRA_COLUMNS)] for x in samples], dtype=float)
+    # extras with one pattern over the samples (the same runs have them) form a group: one column
+    groups: dict[tuple, list[int]] = {}
+    for j in range(2, X.shape[1]):
+        if X[:, j].any():
+            groups.setdefault(tuple(X[:, j] > 0), []).append(j)
+    cols = [0, 1] + [g[0] for g in groups.values()]
     y = np.array([max(0.0, x["pipeline_work_s"] - k * x["flops"]) for x in samples])
-    scale = X.max(axis=0)
+    scale = X[:, cols].max(axis=0)
     scale[scale == 0] = 1.0
-    coef, _ = nnls(X / scale, y)
-    a, a_head, a_tp, a_sp, a_cp = coef / scale
+    fitted, _ = nnls(X[:, cols] / scale, y)
+    coef = np.zeros(X.shape[1])
+    coef[cols] = fitted / scale
+    for members in groups.values():
+        lump = coef[members[0]]
+        weights = np.array(
+            [np.mean([x["call_weights"][j - 2] for x in samples if x[EXTRA_COLUMNS[j - 2]]]) for j in members]
+        )
+        share = weights / weights.sum() if weights.sum() > 0 else np.full(len(members), 1 / len(members))
+        coef[members] = lump * share
+    a, a_head, a_tp, a_sp, a_cp = coef
     w0 = float(np.mean([max(0.0, x["work_s"] - x["pipeline_work_s"]) for x in samples]))
     return float(a), float(k), float(a_head), w0, float(a_tp), float(a_sp), float(a_cp)
+
+
+def call_weights(model: Model, plan: Plan) -> tuple[float, float, float]:
+    """Blocking calls per layer and microbatch that TP, SP and CP each add to the plan: TP its own
+    (the all-reduces it would make without SP), SP what it makes beyond those, CP its exchange's (a
+    ring's send-and-receive two)."""
+    import dataclasses
+
+    def per_layer(p: Plan, dims: set[str]) -> float:
+        rows = [r for r in comm_calls(model, p, overlaps=False) if r["scope"] == "layer" and r["dim"] in dims]
+        layers = sum(stage_layers(model, p)) / p.pp * max(p.microbatches, 1)
+        return sum(r["calls"] * (2 if r["exchange"] else 1) for r in rows) / layers if layers else 0.0
+
+    tp = per_layer(dataclasses.replace(plan, sp=False), {"tp"}) if plan.tp > 1 else 0.0
+    sp = max(per_layer(plan, {"tp", "sp"}) - tp, 0.0) if plan.sp else 0.0
+    return tp, sp, per_layer(plan, {"cp"})
 
 
 def _gamma_for(r: Measured, cal: Calibration, step_s: float) -> float:

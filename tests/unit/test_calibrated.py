@@ -155,6 +155,38 @@ def test_latency_is_alpha_per_ring_step_unless_one_op_was_seen_at_two_group_size
     assert small == pytest.approx(3.0, rel=1e-3)
 
 
+def test_extras_no_run_tells_apart_are_split_by_the_calls_each_dimension_adds():
+    """A run without TP/SP/CP gives the per-layer cost; the one run with all three on gives their sum,
+    which is split by the blocking calls per layer each adds (call_weights: TP 4 all-reduces, SP 6
+    calls beyond them, all-gather CP 4)."""
+    from profiler.analyzers.calibrate import _fit_work, call_weights
+
+    a, lump = 1e-3, 0.7e-3
+    plain = Plan(pp=2, global_batch=4)
+    everything = Plan(tp=2, sp=True, cp=2, global_batch=4)
+    assert call_weights(TINY, everything) == (4.0, 6.0, 4.0)
+    assert call_weights(TINY, Plan(cp=2, cp_kind="ring", global_batch=2)) == (0.0, 0.0, 8.0)  # send + recv
+    samples = []
+    for plan, extra in ((plain, 0.0), (everything, lump)):
+        on = [plan.tp > 1, plan.sp, plan.cp > 1]
+        for layers in (8.0, 16.0):
+            samples.append(
+                {
+                    "layers_mb": layers,
+                    "head_mb": 0.0,
+                    **{c: layers * f for c, f in zip(("tp_layers_mb", "sp_layers_mb", "cp_layers_mb"), on)},
+                    "call_weights": call_weights(TINY, plan),
+                    "flops": 0.0,
+                    "gemm_s": 0.0,
+                    "pipeline_work_s": layers * (a + extra),
+                    "work_s": layers * (a + extra),
+                }
+            )
+    fitted_a, _, _, _, a_tp, a_sp, a_cp = _fit_work(samples)
+    assert fitted_a == pytest.approx(a)
+    assert (a_tp, a_sp, a_cp) == pytest.approx((lump * 4 / 14, lump * 6 / 14, lump * 4 / 14))
+
+
 def test_round_trip():
     assert Calibration.from_dict(json.loads(json.dumps(CAL.to_dict()))) == CAL
 
