@@ -42,6 +42,7 @@ Pure: numpy, pandas.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,14 +132,13 @@ def _overhead(run: Measured) -> Overhead:
     ph = phases(run.analysis.graph)
     traced_steps = run.analysis.traces.steps
     plain = unprofiled_step_s(run.metrics, traced_steps)
-    if ph.empty or not plain:
-        traced = float(ph.groupby("step")["window_ns"].mean().mean()) / 1e9 if len(ph) else 0.0
+    traced = float(ph.groupby("step")["window_ns"].mean().mean()) / 1e9 if len(ph) else 0.0
+    if not plain or not traced:
         return Overhead(1.0, 1.0, plain, traced, False)
-    n_steps = ph["step"].nunique()
     per = run.analysis.per_rank_wait
-    cost = pd.Series(op_cost_ns(per).to_numpy(), index=per["rank"].to_numpy()).groupby(level=0).sum() / n_steps
+    cost = pd.Series(op_cost_ns(per).to_numpy(), index=per["rank"].to_numpy()).groupby(level=0).sum()
+    cost = cost / ph["step"].nunique()  # per traced step
     traced_rank = ph.groupby("rank")[["window_ns", "work_ns"]].mean()
-    traced = float(ph.groupby("step")["window_ns"].mean().mean()) / 1e9
     f = traced / plain
     steps = run.metrics.get("step_time_s_per_rank") or {}
     comms = run.metrics.get("comm_time_s_per_rank") or {}
@@ -375,7 +375,6 @@ def call_weights(model: Model, plan: Plan) -> tuple[float, float, float]:
     """Blocking calls per layer and microbatch that TP, SP and CP each add to the plan: TP its own
     (the all-reduces it would make without SP), SP what it makes beyond those, CP its exchange's (a
     ring's send-and-receive two)."""
-    import dataclasses
 
     def per_layer(p: Plan, dims: set[str]) -> float:
         rows = [r for r in comm_calls(model, p, overlaps=False) if r["scope"] == "layer" and r["dim"] in dims]
