@@ -67,12 +67,6 @@ HELD_BACK = {
 }
 
 
-def step_s(flags: list[str], out: Path) -> float:
-    """The plan's steady step from a 3-step unprofiled run (sizes the calibration run)."""
-    run_module("parallel", "train", *MODEL, *flags, "--steps=3", f"--out={out}")
-    return statistics.median(json.loads((out / "metrics.json").read_text())["step_time_s"][1:])
-
-
 def calibrate(tmp: Path, names: tuple[str, ...], seconds: float) -> Path:
     runs = []
     for name in names:
@@ -101,6 +95,11 @@ def measure(flags: list[str], steps: int, out: Path) -> list[float]:
     """The steps after the first of one unprofiled run of the plan."""
     run_module("parallel", "train", *MODEL, *flags, f"--steps={steps}", f"--out={out}")
     return json.loads((out / "metrics.json").read_text())["step_time_s"][1:]
+
+
+def step_s(flags: list[str], out: Path) -> float:
+    """The plan's steady step from a 3-step unprofiled run (sizes the calibration run)."""
+    return statistics.median(measure(flags, 3, out))
 
 
 def main(argv=None) -> int:
