@@ -101,6 +101,14 @@ def _unprofiled(times: list, traced_steps: list[int]) -> list[float]:
     return [t for i, t in enumerate(times) if (0 < i < first - 1 or i > last + 1) and isinstance(t, (int, float))]
 
 
+def rank_series(metrics: dict, key: str, rank: int) -> list:
+    """metrics.json's per-rank list `key` of `rank` ({rank: [float]}, rank keys strings), [] when the
+    field is missing or not of that shape (an older or edited file: the fit then uses one factor)."""
+    field = metrics.get(key)
+    series = field.get(str(rank)) if isinstance(field, dict) else None
+    return series if isinstance(series, list) else []
+
+
 def unprofiled_step_s(metrics: dict, traced_steps: list[int]) -> float | None:
     """Median of the run's unprofiled steady steps (_unprofiled), the slowest rank's each."""
     keep = _unprofiled(metrics.get("step_time_s") or [], traced_steps)
@@ -140,12 +148,10 @@ def _overhead(run: Measured) -> Overhead:
     cost = cost / ph["step"].nunique()  # per traced step
     traced_rank = ph.groupby("rank")[["window_ns", "work_ns"]].mean()
     f = traced / plain
-    steps = run.metrics.get("step_time_s_per_rank") or {}
-    comms = run.metrics.get("comm_time_s_per_rank") or {}
     work_t, work_p, xfer_t, wait_t, blocked_p = [], [], [], [], []
     for rank, row in traced_rank.iterrows():
-        t = _unprofiled(steps.get(str(rank)) or [], traced_steps)
-        c = _unprofiled(comms.get(str(rank)) or [], traced_steps)
+        t = _unprofiled(rank_series(run.metrics, "step_time_s_per_rank", rank), traced_steps)
+        c = _unprofiled(rank_series(run.metrics, "comm_time_s_per_rank", rank), traced_steps)
         if not t or len(c) != len(t):
             continue
         blocked_t = (row["window_ns"] - row["work_ns"]) / 1e9

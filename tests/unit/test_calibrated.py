@@ -208,6 +208,22 @@ def test_unprofiled_steps_bracket_the_traced_ones():
     assert unprofiled_step_s(metrics, [2, 3, 4, 5, 6, 7, 8]) is None  # --wait 1, every step after traced
 
 
+@pytest.mark.parametrize(
+    "metrics, series",
+    [
+        ({"comm_time_s_per_rank": {"0": [0.1, 0.2]}}, [0.1, 0.2]),
+        ({}, []),  # a run before the engine timed its communication
+        ({"comm_time_s_per_rank": [0.1, 0.2]}, []),  # not keyed by rank
+        ({"comm_time_s_per_rank": {"0": 5}}, []),  # not a list
+        ({"comm_time_s_per_rank": {"1": [0.1]}}, []),  # another rank's
+    ],
+)
+def test_a_rank_series_of_the_wrong_shape_reads_as_none(metrics, series):
+    from profiler.analyzers.calibrate import rank_series
+
+    assert rank_series(metrics, "comm_time_s_per_rank", 0) == series
+
+
 def test_plan_cli_with_a_calibration(tmp_path):
     calib = tmp_path / "calib.json"
     calib.write_text(json.dumps({**CAL.to_dict(), "sources": [{"path": "runs/a", "plan": "DP1 TP1 PP2 mb1"}]}))
