@@ -19,8 +19,8 @@ Autograd operators (Shoeybi et al. 2019, "Megatron-LM", Sec. 3, Fig. 3; Korthika
 Tensors are (B, T, ...) and sequence collectives act on `axis` (T = 1 for activations, 2 for
 (B, heads, T, head_dim) K/V). A group of one rank makes every operation the identity.
 
-The same labelled ranges are timed whether or not a profiler records them (BLOCKED, two clock reads a
-call): the wall time this rank spent inside its communication calls, their union where several are
+The same labelled ranges are timed whether or not a profiler records them (BLOCKED, two wall and two
+CPU clock reads a call, ~2 us): the wall time this rank spent inside its communication calls, their union where several are
 open at once (an exchange's send and receive ranges). A step's share of it goes to metrics.json
 (`comm_time_s_per_rank`), so a run's unprofiled steps say how much of them was communication -- the
 calibration removes the tracing overhead of work and of communication each by its own measure.
@@ -41,23 +41,32 @@ _profiling = torch._C._autograd._profiler_enabled
 
 class BlockedClock:
     """Seconds this process spent inside communication calls: the union of the open ranges (one
-    clock per rank process; `take()` returns the seconds since the last take and restarts)."""
+    clock per rank process; `take()` returns the seconds since the last take and restarts), and the
+    process's CPU seconds inside them (`take_cpu()`: its threads', the transport's included) -- on
+    shared cores the two tell a rank's waiting from its host's work."""
 
     def __init__(self):
         self.open, self.since, self.total = 0, 0.0, 0.0
+        self.cpu_since, self.cpu_total = 0.0, 0.0
 
     def enter(self) -> None:
         if self.open == 0:
             self.since = time.perf_counter()
+            self.cpu_since = time.process_time()
         self.open += 1
 
     def exit(self) -> None:
         self.open -= 1
         if self.open == 0:
             self.total += time.perf_counter() - self.since
+            self.cpu_total += time.process_time() - self.cpu_since
 
     def take(self) -> float:
         out, self.total = self.total, 0.0
+        return out
+
+    def take_cpu(self) -> float:
+        out, self.cpu_total = self.cpu_total, 0.0
         return out
 
 

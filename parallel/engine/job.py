@@ -105,11 +105,13 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
     init_s = time.perf_counter() - t_start
 
     losses, times, comm_times, first_grads, state_bytes = [], [], [], {}, {}
+    cpu_times, comm_cpu_times = [], []
     for step in range(cfg.steps):
         if step == fail_step:
             _fail(rank, step)
         BLOCKED.take()  # this step's communication time starts here
-        t0 = time.perf_counter()
+        BLOCKED.take_cpu()
+        t0, c0 = time.perf_counter(), time.process_time()
         batch = data.global_batch(
             step=step, seed=cfg.seed, global_batch=plan.global_batch, seq_len=model.seq_len, vocab=model.vocab
         )
@@ -130,7 +132,9 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
         if ctx.device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+        cpu_times.append(time.process_time() - c0)
         comm_times.append(BLOCKED.take())
+        comm_cpu_times.append(BLOCKED.take_cpu())
         losses.append(value)
         if rank == ctx.topo.rank_of(pp=plan.pp - 1):  # one rank that knows the loss reports it
             print(f"step {step}  loss {value:.6f}  {times[-1] * 1e3:.0f} ms", flush=True)
@@ -151,6 +155,8 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
         "loss": losses if ctx.is_last else None,
         "step_time_s": times,
         "comm_time_s": comm_times,
+        "cpu_time_s": cpu_times,
+        "comm_cpu_time_s": comm_cpu_times,
         "init_s": init_s,
         "activation_bytes": meter.total(),
         "activation_breakdown": meter.breakdown(),

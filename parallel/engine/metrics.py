@@ -26,6 +26,9 @@ def build_metrics(cfg, results: list[dict], *, backend: str) -> dict:
         "step_time_s_per_rank": {k: r["step_time_s"] for k, r in by_rank.items()},
         # the part of each step a rank spent inside its communication calls (collectives.BLOCKED)
         "comm_time_s_per_rank": {k: r["comm_time_s"] for k, r in by_rank.items()},
+        # the CPU seconds of the rank's process in each step, and in its communication calls
+        "cpu_time_s_per_rank": {k: r["cpu_time_s"] for k, r in by_rank.items()},
+        "comm_cpu_time_s_per_rank": {k: r["comm_cpu_time_s"] for k, r in by_rank.items()},
         "init_s": {k: r["init_s"] for k, r in by_rank.items()},
         "activation_bytes": {k: r["activation_bytes"] for k, r in by_rank.items()},
         "activation_breakdown": {k: r["activation_breakdown"] for k, r in by_rank.items()},

@@ -12,6 +12,11 @@ metrics.json (rank keys are strings, as JSON requires):
     comm_time_s_per_rank            {rank: [float]} per step: the seconds the rank spent inside its
                                     communication calls (the ps.comm ranges, timed whether or not a
                                     profiler records them; their union where several are open at once)
+    cpu_time_s_per_rank             {rank: [float]} per step: the CPU seconds of the rank's process (all its
+                                    threads, the transport's included); on shared cores, with the wall
+                                    times, how much of a step the rank ran and how much it waited for a core
+    comm_cpu_time_s_per_rank        {rank: [float]} per step: the part of cpu_time_s inside its
+                                    communication calls
     init_s                          {rank: seconds from the rank's start to its first step}
     activation_bytes                {rank: bytes saved for backward by one microbatch on that rank}
     activation_breakdown            {rank: {component: bytes}} memory.py's component names summed

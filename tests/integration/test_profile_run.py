@@ -108,6 +108,8 @@ def test_directory_layout_and_metrics(run_dir):
         "step_time_s",
         "step_time_s_per_rank",
         "comm_time_s_per_rank",
+        "cpu_time_s_per_rank",
+        "comm_cpu_time_s_per_rank",
         "activation_bytes",
         "activation_breakdown",
         "predicted_activation_bytes",
@@ -116,6 +118,10 @@ def test_directory_layout_and_metrics(run_dir):
         assert key in m
     assert len(m["loss"]) == STEPS and len(m["step_time_s"]) == STEPS
     assert all(len(v) == STEPS for v in m["step_time_s_per_rank"].values())
+    for r in map(str, range(8)):  # CPU seconds of each step, the part in communication calls within them
+        cpu, comm_cpu = m["cpu_time_s_per_rank"][r], m["comm_cpu_time_s_per_rank"][r]
+        assert len(cpu) == len(comm_cpu) == STEPS and all(0 <= c <= u for c, u in zip(comm_cpu, cpu)), r
+        assert all(u > 0 for u in cpu), r
     assert m["profile"]["profiled_steps"] == PROFILED
     logged = (run_dir / "logs" / "rank4.log").read_text()  # the last stage's first rank prints the loss
     assert f"step {STEPS - 1}  loss" in logged

@@ -322,7 +322,8 @@ def test_a_launch_is_validated_on_the_machines_it_runs_on(monkeypatch):
 
 def test_the_blocked_clock_counts_open_ranges_once():
     """collectives.BlockedClock: the union of the communication ranges open at once (an exchange's
-    send and receive labels), and `take` returns the seconds since the last take."""
+    send and receive labels), and `take` returns the seconds since the last take; `take_cpu` the
+    process's CPU seconds inside them."""
     from parallel.engine.collectives import BlockedClock
 
     clock = BlockedClock()
@@ -336,3 +337,13 @@ def test_the_blocked_clock_counts_open_ranges_once():
     first = clock.take()
     assert 0.04 <= first < 0.07
     assert clock.take() == 0.0
+    assert clock.take_cpu() < 0.01  # asleep inside the ranges: waiting costs no CPU
+    clock.enter()
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.03:  # busy inside a range: its CPU counts
+        pass
+    clock.exit()
+    while time.process_time() - t0 < 0.06:  # busy outside every range: not counted
+        pass
+    assert 0.03 <= clock.take_cpu() < 0.045
+    assert clock.take_cpu() == 0.0
