@@ -72,6 +72,8 @@ def calibrate_form(candidates: list[TraceSet]) -> None:
                         # per kind (the engine times its communication calls); absent in older calibrations
                         "work overhead x": src.get("work_overhead_factor"),
                         "transfer overhead x": src.get("comm_overhead_factor"),
+                        # work's wall over CPU time (> 1: ranks waited for a core); absent without CPU clocks
+                        "work stretch x": src.get("work_stretch"),
                         "unprofiled step s": src.get("unprofiled_step_s"),
                         "fit gives s": src.get("fitted_step_s"),
                     }

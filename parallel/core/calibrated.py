@@ -5,12 +5,14 @@ machine, fitted by `python -m profiler calibrate` (profiler.analyzers.calibrate)
 Terms, each with what it assumes (Calibration.ASSUMPTIONS repeats them in the JSON):
 
     work per microbatch on stage s   layers_s x (a + [tp>1] a_tp + [sp] a_sp + [cp>1] a_cp + passes x F_layer x k)
-                                     + [last stage] (a_head + 3 F_head k)
+                                     + [last stage] (a_head + 3 F_head k) + a_mb
         F_layer: one layer's forward FLOPs of one microbatch on one rank (GEMMs / tp; attention
         b (s/cp) s q-wide / tp), F_head: the output layer's 2 b (s/cp) h V / tp (Narayanan et al. 2021,
         Eq. 3's terms); passes = 3 (forward, backward 2x), +1 forward under full recomputation, +the
         attention core under selective. `a` is a layer's fixed cost (operator dispatch: on a CPU and for
-        small layers it dominates), `k` seconds per FLOP -- both fitted, not peak-derived.
+        small layers it dominates), `k` seconds per FLOP -- both fitted, not peak-derived. a_mb: a
+        microbatch's host work outside its forward and backward on every stage (slicing it, scaling
+        its loss, the pipeline's buffers): measured, not fitted.
     collective                       s_op x (c + alpha x hops + bytes x bus_factor x beta), hops the ring's latency terms
         (all-reduce 2(n-1), all-gather / reduce-scatter / all-to-all n-1, send/recv 1) -- Thakur et al.
         2005 as parallel.core.comm, with c (per call), alpha, beta per link tier (intra; inter when a
@@ -28,7 +30,8 @@ Terms, each with what it assumes (Calibration.ASSUMPTIONS repeats them in the JS
         embedding's on the first stage, the output layer's and the loss's on the last); the once-per-
         step collectives (DP gradients, SP's and the tied embedding's partial sums) after the last
         backward, not overlapped (the engine's buckets reduce after backward); w0 the per-step fixed
-        cost (optimizer, data, loss).
+        cost: the optimizer step (the rest of the work outside forward and backward is a_mb's: on
+        the calibration runs it grew with the microbatches, 0.9 ms at 1 to 3-4 ms at 4).
     contention                       D = max(1, ranks x (work + gamma x comm) / step / cores): ranks that
         share cores share their time, but a rank blocked on a peer frees its core; gamma, the busy share
         of communication time, is fitted from a calibration run with more ranks than cores (else 0.5).
@@ -54,6 +57,7 @@ ASSUMPTIONS = (
     "collectives: alpha per ring latency step plus beta per bus byte, fitted from transfer times (after the last arrival)",
     "collectives: each op scaled by its measured cost over the shared fit (op_scale; 1 for an op never measured)",
     "p2p: an exchange that sends and receives at once (ring CP) costs two p2p ops on a CPU, one on a GPU",
+    "work outside forward/backward: the optimizer once per step, the rest once per microbatch on every stage",
     "pipeline: (p-1)/v extra microbatch slots of the slowest stage; stages otherwise balanced",
     "data parallel: communication after the last backward, not overlapped",
     "contention: ranks share the cores by the time they keep them busy: work and gamma of their communication",
@@ -101,6 +105,7 @@ class Calibration:
     tp_layer_s: float = 0.0  # extra per layer per microbatch when tp > 1 (the f/g operators, copies)
     sp_layer_s: float = 0.0  # ... and more under sequence parallelism (gathers, scatters, their copies)
     cp_layer_s: float = 0.0  # ... and under context parallelism (the K/V exchange's concatenations, masks)
+    microbatch_fixed_s: float = 0.0  # a_mb: per microbatch on every stage, outside its forward/backward
     call_s: float = 0.0  # per collective call, whatever its size (the host's part of issuing one)
     # the inter-node link, when a calibration run crossed nodes (else the same as the intra link's)
     inter_call_s: float | None = None
@@ -130,7 +135,7 @@ class Calibration:
         if missing:
             raise CalibrationError(f"the calibration lacks {', '.join(missing)}")
         values = {}
-        for k in (*need, "tp_layer_s", "sp_layer_s", "cp_layer_s", "call_s", "gamma"):
+        for k in (*need, "tp_layer_s", "sp_layer_s", "cp_layer_s", "microbatch_fixed_s", "call_s", "gamma"):
             if k in data:
                 v = data[k]
                 if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
@@ -275,7 +280,8 @@ def predict(
         + (cal.cp_layer_s if plan.cp > 1 else 0.0)
     )
     work_mb = [
-        f["layers"][s] * per_layer
+        cal.microbatch_fixed_s
+        + f["layers"][s] * per_layer
         + f["layer_flops"][s] * cal.flop_s
         + f["head"][s] * cal.head_fixed_s
         + f["head_flops"][s] * cal.flop_s

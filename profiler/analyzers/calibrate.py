@@ -20,22 +20,33 @@ From each profiled run:
                        the collectives inside them) for a (per layer), a_tp, a_sp, a_cp, a_head by non-
                        negative least squares against the plan's regressors (calibrated.features) of the
                        rank's stage -- extras no run tells apart fitted as one and split by the blocking
-                       calls per layer each dimension adds (call_weights); the work outside them for w0.
+                       calls per layer each dimension adds (call_weights). Outside those phases: the
+                       optimizer's range (ps.phase optim) for w0, once per step; the rest per
+                       microbatch for a_mb (on the calibration runs it grew with the microbatches: 0.9
+                       ms at 1, 1.7-2.1 at 2, 2.1-4.4 at 4); without the engine's ranges all of it is w0.
     link samples       per (op, group size, bytes), the mean cost of the trace's ops -- a p2p op's
                        transfer after both sides arrived (its whole time when it ended before its peer
-                       came: an eager send's issue), a collective's whole time -- against (1, hops,
-                       bus bytes): per-call c, alpha, beta (non-negative least squares), and per
+                       came: an eager send's issue), a collective's transfer plus its wait less the
+                       rank's typical wait there (op_cost_ns: jitter in lock-step is paid every call, a
+                       wait the schedule puts on the same rank each step -- a pipeline's drain before
+                       the gradients' all-reduce -- is the bubble's) -- against (1, hops, bus bytes):
+                       per-call c, alpha, beta (non-negative least squares), and per
                        collective a scale (op_scale: its cost over the shared terms'), alternated
                        until they settle; the median op keeps scale 1. c is fitted only when one op
                        was measured at two hop counts (group sizes); else alpha per ring step carries
                        the latency, as the ring model's (Thakur et al. 2005).
-    contention         a run with more ranks than cores: its samples are divided by the contention the
-                       model gives it (first guess: ranks/cores), and gamma (the busy share of
-                       communication) is fitted so the model gives that run its unprofiled step,
-                       alternating a few rounds; without such a run gamma stays 0.5. (Dividing instead
-                       by the stretch measured in the run -- wall time per operator against a run whose
-                       ranks had a core each -- predicted worse: 25.9% and 30.3% mean error against
-                       17.0% and 18.3%, bench/predict.py.)
+    contention         a run with more ranks than cores: its work samples are divided by the stretch
+                       the engine measured in its unprofiled steps -- work's wall time over its CPU time
+                       (cpu_time_s_per_rank less comm_cpu_time_s_per_rank): how long the rank waited
+                       for a core -- and its link samples by the contention the model gives it (first
+                       guess: ranks/cores); gamma (the busy share of communication) is fitted so the
+                       model gives that run its unprofiled step, alternating a few rounds; without such
+                       a run gamma stays 0.5, without CPU clocks the work too is divided by the model's
+                       contention. Measured, work stretches far less than communication when ranks
+                       wait on each other: TP+SP x CP on 4 ranks 1.05-1.19 while the model's contention
+                       was ~1.9; work-bound dp4 1.9-2.0. (Dividing by a stretch per operator -- its wall
+                       time against a run whose ranks had a core each -- predicted worse: 25.9% and
+                       30.3% mean error against 17.0% and 18.3%, bench/predict.py.)
 
 Pure: numpy, pandas.
 """
@@ -125,6 +136,9 @@ class Overhead:
     plain_step_s: float | None  # the unprofiled steady step (median), None without one
     traced_step_s: float  # the traced steps' mean
     split: bool  # the unprofiled steps timed their communication: a factor per kind, else one for both
+    # work's wall time over its CPU time in the unprofiled steps: > 1 where ranks shared cores and
+    # waited for one; None without CPU clocks (metrics.json cpu_time_s_per_rank)
+    stretch: float | None = None
 
 
 def _overhead(run: Measured) -> Overhead:
@@ -148,7 +162,7 @@ def _overhead(run: Measured) -> Overhead:
     cost = cost / ph["step"].nunique()  # per traced step
     traced_rank = ph.groupby("rank")[["window_ns", "work_ns"]].mean()
     f = traced / plain
-    work_t, work_p, xfer_t, wait_t, blocked_p = [], [], [], [], []
+    work_t, work_p, xfer_t, wait_t, blocked_p, work_cpu = [], [], [], [], [], []
     for rank, row in traced_rank.iterrows():
         t = _unprofiled(rank_series(run.metrics, "step_time_s_per_rank", rank), traced_steps)
         c = _unprofiled(rank_series(run.metrics, "comm_time_s_per_rank", rank), traced_steps)
@@ -161,23 +175,31 @@ def _overhead(run: Measured) -> Overhead:
         xfer_t.append(x)
         wait_t.append(blocked_t - x)
         blocked_p.append(float(np.median(c)))
+        u = _unprofiled(rank_series(run.metrics, "cpu_time_s_per_rank", rank), traced_steps)
+        uc = _unprofiled(rank_series(run.metrics, "comm_cpu_time_s_per_rank", rank), traced_steps)
+        if len(u) == len(t) == len(uc):
+            work_cpu.append(float(np.median(np.subtract(u, uc))))
     if not work_t or np.mean(work_p) <= 0:
         return Overhead(f, f, plain, traced, False)
     f_work = float(np.mean(work_t) / np.mean(work_p))
     xfer_p = np.mean(blocked_p) - np.mean(wait_t) / f_work
     f_comm = float(np.mean(xfer_t) / xfer_p) if xfer_p > 0 and np.mean(xfer_t) > 0 else 1.0
-    return Overhead(work=f_work, comm=f_comm, plain_step_s=plain, traced_step_s=traced, split=True)
+    stretch = None
+    if len(work_cpu) == len(work_p) and np.mean(work_cpu) > 0:
+        stretch = max(1.0, float(np.mean(work_p) / np.mean(work_cpu)))
+    return Overhead(f_work, f_comm, plain, traced, True, stretch)
 
 
 GEMM_CPU_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})  # leaves: not matmul/linear
 GEMM_KERNEL = r"gemm|cutlass|xmma|cublas|sm\d+_"
 PHASE = r"^ps\.phase kind=(?:fwd|bwd)\b"
+OPTIM = r"^ps\.phase kind=optim\b"
 
 
-def _rank_split(run: Measured, rank: int, comm: pd.DataFrame, windows: pd.DataFrame) -> tuple[float, float]:
-    """(GEMM seconds, forward/backward work seconds) of one rank per traced step,
+def _rank_split(run: Measured, rank: int, comm: pd.DataFrame, windows: pd.DataFrame) -> tuple[float, float, float]:
+    """(GEMM seconds, forward/backward work seconds, optimizer seconds) of one rank per traced step,
     on its own clock: GEMMs are leaf ops (CPU) or GEMM kernels (GPU); forward/backward work is the
-    engine's ps.phase ranges less the collectives inside them."""
+    engine's ps.phase fwd/bwd ranges less the collectives inside them; the optimizer its optim range."""
     from profiler.traces import intervals as iv
 
     ev = run.analysis.traces.rank_events(rank)
@@ -202,7 +224,10 @@ def _rank_split(run: Measured, rank: int, comm: pd.DataFrame, windows: pd.DataFr
         comm["end_ns"].to_numpy() - comm["offset_ns"].to_numpy(),
     )
     fb = (iv.length(phases_iv) - iv.overlap(phases_iv, comm_iv)) / 1e9 / n_steps
-    return gemm_s, fb
+    opt = names.str.contains(OPTIM, regex=True).to_numpy() & inside
+    opt_iv = iv.union(ts[opt], end[opt])
+    optim = (iv.length(opt_iv) - iv.overlap(opt_iv, comm_iv)) / 1e9 / n_steps
+    return gemm_s, fb, optim
 
 
 def _work_samples(run: Measured, scale: float) -> list[dict]:
@@ -219,7 +244,7 @@ def _work_samples(run: Measured, scale: float) -> list[dict]:
     for rank, w in work.items():
         rank = int(rank)
         s = min(int(g.stage.get(rank, 0)), run.plan.pp - 1)
-        gemm_s, fb_s = _rank_split(run, rank, per[per["rank"] == rank], bd[bd["rank"] == rank])
+        gemm_s, fb_s, optim_s = _rank_split(run, rank, per[per["rank"] == rank], bd[bd["rank"] == rank])
         fb_s = fb_s if fb_s > 0 else float(w)  # no ps.phase ranges (another framework's traces): all of it
         out.append(
             {
@@ -235,6 +260,8 @@ def _work_samples(run: Measured, scale: float) -> list[dict]:
                 "gemm_s": gemm_s / scale,
                 "pipeline_work_s": fb_s / scale,
                 "work_s": float(w) / scale,
+                "optim_s": optim_s / scale,
+                "microbatches": m,
             }
         )
     return out
@@ -243,10 +270,20 @@ def _work_samples(run: Measured, scale: float) -> list[dict]:
 def op_cost_ns(per: pd.DataFrame) -> pd.Series:
     """What each per_rank_wait row costs its rank as link time: a p2p op its transfer after both sides
     arrived, or, when it ended before its peer came (an eager send: the issue), its whole time -- the
-    host's, not a wait; a collective its whole time (see the module docstring)."""
+    host's, not a wait; a collective its transfer plus the part of its wait that is jitter: the wait
+    less the rank's typical (median) wait at that collective (same op, group and size). A wait that
+    repeats on the same rank is the schedule's -- a pipeline's drain before the gradients' all-reduce,
+    an uneven stage -- which the model has as the bubble and the slowest stage; jitter in lock-step
+    (TP's all-reduces: now one rank late, now the other) is paid every call and stays in."""
+    op = per["op"].astype(str)
     last = per.groupby("instance")["start_ns"].transform("max")
-    paid_transfer = per["op"].astype(str).isin(P2P_OPS) & (per["end_ns"] >= last)
-    return per["transfer_ns"].where(paid_transfer, per["dur_ns"])
+    paid_transfer = op.isin(P2P_OPS) & (per["end_ns"] >= last)
+    p2p = per["transfer_ns"].where(paid_transfer, per["dur_ns"])
+    typical = per.groupby([op, per["group"].astype(str), per["bytes"], per["rank"]], observed=True, dropna=False)[
+        "wait_ns"
+    ].transform("median")
+    collective = per["transfer_ns"] + (per["wait_ns"] - typical).clip(lower=0)
+    return p2p.where(op.isin(P2P_OPS), collective)
 
 
 def _link_rows(run: Measured, scale: float) -> pd.DataFrame:
@@ -343,10 +380,23 @@ def _fit_links(
 EXTRA_COLUMNS = ("tp_layers_mb", "sp_layers_mb", "cp_layers_mb")  # a_tp, a_sp, a_cp's regressors
 
 
-def _fit_work(samples: list[dict]) -> tuple[float, float, float, float, float, float, float]:
-    """(a, k, a_head, w0, a_tp, a_sp, a_cp): k from the GEMMs' time per FLOP; a, a_head, a_tp, a_sp, a_cp
-    by non-negative least squares on the forward/backward work less k x FLOPs; w0 the mean work outside
-    forward/backward. A column no run varies (no tp > 1 run: a_tp) gets 0. Extras that no run tells
+@dataclass(frozen=True)
+class Work:
+    a: float  # per layer and microbatch
+    k: float  # per FLOP
+    a_head: float
+    w0: float  # per step: the optimizer
+    a_tp: float
+    a_sp: float
+    a_cp: float
+    a_mb: float  # per microbatch outside forward/backward
+
+
+def _fit_work(samples: list[dict]) -> Work:
+    """k from the GEMMs' time per FLOP; a, a_head, a_tp, a_sp, a_cp by non-negative least squares on the
+    forward/backward work less k x FLOPs; w0 the optimizer's mean work per step and a_mb the rest of the
+    work outside forward/backward per microbatch (without the engine's optim ranges, all of it is w0).
+    A column no run varies (no tp > 1 run: a_tp) gets 0. Extras that no run tells
     apart (TP, SP and CP on together in the only run that has any: the same column) are fitted as one
     and split by the blocking calls per layer each dimension adds (`call_weights`): their extra work
     is the host's glue around those calls (copies, reshapes, the autograd function)."""
@@ -373,8 +423,13 @@ def _fit_work(samples: list[dict]) -> tuple[float, float, float, float, float, f
         share = weights / weights.sum() if weights.sum() > 0 else np.full(len(members), 1 / len(members))
         coef[members] = lump * share
     a, a_head, a_tp, a_sp, a_cp = coef
-    w0 = float(np.mean([max(0.0, x["work_s"] - x["pipeline_work_s"]) for x in samples]))
-    return float(a), float(k), float(a_head), w0, float(a_tp), float(a_sp), float(a_cp)
+    outside = [max(0.0, x["work_s"] - x["pipeline_work_s"]) for x in samples]
+    if all(x["optim_s"] > 0 for x in samples):  # the engine's optim range: the rest is per microbatch
+        w0 = float(np.mean([x["optim_s"] for x in samples]))
+        a_mb = float(np.mean([max(0.0, o - x["optim_s"]) / x["microbatches"] for o, x in zip(outside, samples)]))
+    else:  # another framework's traces: all of it once per step
+        w0, a_mb = float(np.mean(outside)), 0.0
+    return Work(float(a), float(k), float(a_head), w0, float(a_tp), float(a_sp), float(a_cp), a_mb)
 
 
 def call_weights(model: Model, plan: Plan) -> tuple[float, float, float]:
@@ -421,21 +476,28 @@ def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 
     deflate = [r.plan.world_size / cores if s else 1.0 for r, s in zip(runs, sharing)]  # first guess: time-slicing
     gamma, cal = 0.5, None
     for _ in range(rounds):
-        samples = [x for r, o, d in zip(runs, over, deflate) for x in _work_samples(r, o.work * d)]
-        a, k, a_head, w0, a_tp, a_sp, a_cp = _fit_work(samples)
+        # a shared run's work by its measured stretch (wall over CPU time) where the engine timed it,
+        # else by the contention the model gives it; its transfers by the model's contention
+        samples = [
+            x
+            for r, o, d in zip(runs, over, deflate)
+            for x in _work_samples(r, o.work * (o.stretch if o.stretch and d > 1 else d))
+        ]
+        w = _fit_work(samples)
         links = [_link_rows(r, o.comm * d) for r, o, d in zip(runs, over, deflate)]
         call, alpha, beta, op_scale = _fit_links(links)
         inter = _fit_links(links, "inter", op_scale) or (None, None, None, None)
         cal = Calibration(
-            a,
-            k,
-            a_head,
-            w0,
+            w.a,
+            w.k,
+            w.a_head,
+            w.w0,
             alpha,
             beta,
-            tp_layer_s=a_tp,
-            sp_layer_s=a_sp,
-            cp_layer_s=a_cp,
+            tp_layer_s=w.a_tp,
+            sp_layer_s=w.a_sp,
+            cp_layer_s=w.a_cp,
+            microbatch_fixed_s=w.a_mb,
             call_s=call,
             inter_call_s=inter[0],
             inter_alpha_s=inter[1],
@@ -477,6 +539,7 @@ def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 
                 "work_overhead_factor": round(o.work, 4),
                 "comm_overhead_factor": round(o.comm, 4),
                 "overhead_split": o.split,
+                "work_stretch": None if o.stretch is None else round(o.stretch, 4),
                 "overhead_removed": plain is not None,
                 "fitted_step_s": round(pred, 6),
             }

@@ -115,6 +115,8 @@ def main(argv=None) -> int:
             )
         else:
             removed = f"overhead x{s['overhead_factor']:.2f} removed (one factor: no communication timers)"
+        if s.get("work_stretch") and s["ranks"] > cal.cores > 0:
+            removed += f", work waited for a core: x{s['work_stretch']:.2f}"
         print(
             f"{s['path']}: {s['plan']}, traced {s['traced_step_s'] * 1e3:,.1f} ms, {removed}, fit gives {s['fitted_step_s'] * 1e3:,.1f} ms"
         )

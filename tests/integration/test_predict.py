@@ -39,6 +39,9 @@ def test_calibrated_model_predicts_plans_it_was_not_fitted_on(tmp_path):
     assert all(
         s["overhead_split"] and s["work_overhead_factor"] > 0 < s["comm_overhead_factor"] for s in cal["sources"]
     )
+    # the engine timed its CPU: work's wall over CPU time (> 1 where ranks waited for a core)
+    assert all(s["work_stretch"] >= 1.0 for s in cal["sources"])
+    _work_stretch_is_wall_over_cpu(tmp_path / "pp2")
     for s in cal["sources"]:  # the factor removed is the run's own traced / unprofiled step; whether it
         # exceeds 1 depends on the load the other test worker puts on the untraced steps, so no bound here
         assert s["overhead_factor"] == pytest.approx(s["traced_step_s"] / s["unprofiled_step_s"], abs=1e-3), s
@@ -65,6 +68,25 @@ def test_calibrated_model_predicts_plans_it_was_not_fitted_on(tmp_path):
         _cli("parallel", "train", "--model=tiny", *flags, "--steps=6", f"--out={out}")
         measured = statistics.median(json.loads((out / "metrics.json").read_text())["step_time_s"][1:])
         assert 0.1 < predicted / measured < 10.0, (flags, predicted, measured)
+
+
+def _work_stretch_is_wall_over_cpu(path):
+    """A run whose work took twice its CPU time (half of it waiting for a core) has a stretch of 2;
+    without CPU clocks (another framework's run, an older metrics.json) none."""
+    import argparse
+
+    from profiler.analyzers.calibrate import _overhead
+    from profiler.cli.calibrate import _measured
+
+    run = _measured(str(path), argparse.Namespace(plan=None, model=None))
+    m = run.metrics
+    for r, steps in m["step_time_s_per_rank"].items():
+        comm = m["comm_time_s_per_rank"][r]
+        m["cpu_time_s_per_rank"][r] = [(t - c) / 2 + c / 4 for t, c in zip(steps, comm)]
+        m["comm_cpu_time_s_per_rank"][r] = [c / 4 for c in comm]
+    assert _overhead(run).stretch == pytest.approx(2.0)
+    del m["cpu_time_s_per_rank"]
+    assert _overhead(run).stretch is None
 
 
 def test_calibrate_refuses_bad_input_with_one_line(tmp_path):

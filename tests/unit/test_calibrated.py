@@ -180,11 +180,47 @@ def test_extras_no_run_tells_apart_are_split_by_the_calls_each_dimension_adds():
                     "gemm_s": 0.0,
                     "pipeline_work_s": layers * (a + extra),
                     "work_s": layers * (a + extra),
+                    "optim_s": 0.0,
+                    "microbatches": 4,
                 }
             )
-    fitted_a, _, _, _, a_tp, a_sp, a_cp = _fit_work(samples)
-    assert fitted_a == pytest.approx(a)
-    assert (a_tp, a_sp, a_cp) == pytest.approx((lump * 4 / 14, lump * 6 / 14, lump * 4 / 14))
+    w = _fit_work(samples)
+    assert w.a == pytest.approx(a)
+    assert (w.a_tp, w.a_sp, w.a_cp) == pytest.approx((lump * 4 / 14, lump * 6 / 14, lump * 4 / 14))
+
+
+def test_work_outside_forward_backward_is_the_optimizer_per_step_and_the_rest_per_microbatch():
+    """With the engine's optim ranges, w0 is the optimizer's time and the rest of the work outside
+    forward/backward goes per microbatch (a 1-microbatch step pays it once, an 8-microbatch one 8 times);
+    without them (another framework's traces) all of it stays once per step."""
+    from profiler.analyzers.calibrate import _fit_work
+
+    optim, glue, a = 1.5e-3, 0.8e-3, 1e-3
+
+    def sample(m: int, with_optim: bool) -> dict:
+        fb = 4 * m * a
+        return {
+            "layers_mb": 4.0 * m,
+            "head_mb": 0.0,
+            "tp_layers_mb": 0.0,
+            "sp_layers_mb": 0.0,
+            "cp_layers_mb": 0.0,
+            "call_weights": (0.0, 0.0, 0.0),
+            "flops": 0.0,
+            "gemm_s": 0.0,
+            "pipeline_work_s": fb,
+            "work_s": fb + optim + m * glue,
+            "optim_s": optim if with_optim else 0.0,
+            "microbatches": m,
+        }
+
+    w = _fit_work([sample(1, True), sample(4, True), sample(8, True)])
+    assert (w.w0, w.a_mb, w.a) == pytest.approx((optim, glue, a))
+    cal = Calibration(w.a, w.k, w.a_head, w.w0, 0.0, 0.0, microbatch_fixed_s=w.a_mb)
+    for m in (1, 8):
+        assert predict(TINY, Plan(global_batch=m), cal)["step_time_s"] == pytest.approx(optim + m * (glue + 4 * a))
+    w = _fit_work([sample(1, False), sample(8, False)])
+    assert w.a_mb == 0.0 and w.w0 == pytest.approx(optim + 4.5 * glue)
 
 
 def test_round_trip():
@@ -273,20 +309,38 @@ def test_a_ring_shift_costs_a_send_and_a_receive_on_a_cpu_and_one_op_on_a_gpu():
 
 
 def test_an_eager_send_costs_its_issue_and_a_late_peer_is_no_link_time():
-    """per_rank_wait rows of two p2p pairs and one collective (ns): the link cost of each."""
+    """per_rank_wait rows (ns) of two p2p pairs, a collective one rank always reaches early (a pipeline's
+    drain before the gradients' all-reduce: the schedule's wait, not the link's) and one the ranks
+    reach in turn (lock-step jitter: paid every call): the link cost of each."""
     import pandas as pd
 
     from profiler.analyzers.calibrate import op_cost_ns
 
-    rows = [  # instance, op, start, end, wait (min(last start - start, dur))
-        ("a", "send", 0, 300, 300),  # ended before its peer came at 1000: an eager issue, 300 of host time
-        ("a", "recv", 1000, 1100, 0),  # came last: all transfer
-        ("b", "send", 0, 2000, 1500),  # blocked until the peer came at 1500, then 500 of transfer
-        ("b", "recv", 1500, 2000, 0),
-        ("c", "all_reduce", 0, 4000, 1000),  # a collective: its whole time
-        ("c", "all_reduce", 1000, 4000, 0),
+    rows = [  # instance, op, group, rank, start, end, wait (min(last start - start, dur))
+        ("a", "send", "pp", 0, 0, 300, 300),  # ended before its peer came at 1000: an eager issue, 300 of host time
+        ("a", "recv", "pp", 1, 1000, 1100, 0),  # came last: all transfer
+        ("b", "send", "pp", 0, 0, 2000, 1500),  # blocked until the peer came at 1500, then 500 of transfer
+        ("b", "recv", "pp", 1, 1500, 2000, 0),
+        # rank 0 waits 1000 for rank 1 at every step (1400 once): 3000 of transfer, +400 of jitter once
+        ("c1", "all_reduce", "dp", 0, 0, 4000, 1000),
+        ("c1", "all_reduce", "dp", 1, 1000, 4000, 0),
+        ("c2", "all_reduce", "dp", 0, 0, 4000, 1000),
+        ("c2", "all_reduce", "dp", 1, 1000, 4000, 0),
+        ("c3", "all_reduce", "dp", 0, 0, 4400, 1400),
+        ("c3", "all_reduce", "dp", 1, 1400, 4400, 0),
+        # now one rank late, now the other: each one's typical wait is none, so its waits stay
+        ("j1", "all_reduce", "tp", 0, 0, 3500, 500),
+        ("j1", "all_reduce", "tp", 1, 500, 3500, 0),
+        ("j2", "all_reduce", "tp", 0, 500, 3500, 0),
+        ("j2", "all_reduce", "tp", 1, 0, 3500, 500),
+        ("j3", "all_reduce", "tp", 0, 0, 3000, 0),
+        ("j3", "all_reduce", "tp", 1, 0, 3000, 0),
     ]
-    per = pd.DataFrame(rows, columns=["instance", "op", "start_ns", "end_ns", "wait_ns"])
+    per = pd.DataFrame(rows, columns=["instance", "op", "group", "rank", "start_ns", "end_ns", "wait_ns"])
+    per["bytes"] = 64
     per["dur_ns"] = per["end_ns"] - per["start_ns"]
     per["transfer_ns"] = per["dur_ns"] - per["wait_ns"]
-    assert op_cost_ns(per).tolist() == [300, 100, 500, 500, 4000, 3000]
+    cost = op_cost_ns(per).tolist()
+    assert cost[:4] == [300, 100, 500, 500]
+    assert cost[4:10] == [3000, 3000, 3000, 3000, 3400, 3000]
+    assert cost[10:] == [3500, 3000, 3000, 3500, 3000, 3000]
