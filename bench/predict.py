@@ -4,8 +4,8 @@ spread of held-back plans before they run, then run them and compare.
     .venv/bin/python -m bench.predict [--passes 3] [--seconds 4] [--cal-seconds 15] [--json FILE] [--plans a,b]
 
 1. `python -m profiler run` the two calibration plans (CALIBRATE, or --calibrate a,b of
-   CALIBRATION_PLANS): ACTIVE traced steps with unprofiled steady steps on both sides of them, each side
-   spanning --cal-seconds (its step count from a 3-step timing run of the plan), so the fit removes the
+   CALIBRATION_PLANS): ~TRACED_S of traced steps (ACTIVE at least) with unprofiled steady steps on both
+   sides of them, each side spanning --cal-seconds (step counts from a 3-step timing run), so the fit removes the
    tracing overhead against the run's own unprofiled steps and their median brackets the machine's
    drift; `python -m profiler calibrate`.
 2. For every held-back plan (HELD_BACK): `python -m parallel plan --calibration calib.json --json` --
@@ -46,7 +46,8 @@ CALIBRATION_PLANS = {
     "spcp-ring": ["--tp", "2", "--sp", "--cp", "2", "--cp-kind", "ring", "--global-batch", "4"],
 }
 CALIBRATE = ("pp2", "spcp")
-ACTIVE = 4  # traced steps per calibration run
+ACTIVE = 4  # fewest traced steps per calibration run
+TRACED_S = 1.5  # ... and about this long a traced window: 4 steps of pp2 are 0.15 s, one moment of the drift
 HELD_BACK = {
     "1 rank": ["--dp", "1"],
     "1 rank, m 4": ["--dp", "1", "--global-batch", "4"],
@@ -71,12 +72,14 @@ def calibrate(tmp: Path, names: tuple[str, ...], seconds: float) -> Path:
     runs = []
     for name in names:
         flags = CALIBRATION_PLANS[name]
-        side = max(4, round(seconds / step_s(flags, tmp / f"time-{name}")))  # unprofiled steps each side
+        step = step_s(flags, tmp / f"time-{name}")
+        side = max(4, round(seconds / step))  # unprofiled steps each side
+        active = max(ACTIVE, round(TRACED_S / step))
         out = tmp / f"cal-{name}"
-        steps = side + 1 + ACTIVE + 1 + side  # wait, warm-up, traced, teardown, unprofiled again
+        steps = side + 1 + active + 1 + side  # wait, warm-up, traced, teardown, unprofiled again
         run_module(
             "profiler", "run", *MODEL, *flags, f"--steps={steps}", f"--wait={side}", "--warmup=1",
-            f"--active={ACTIVE}", f"--out={out}",
+            f"--active={active}", f"--out={out}",
         )  # fmt: skip
         runs.append(str(out))
     calib = tmp / "calib.json"
