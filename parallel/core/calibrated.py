@@ -54,13 +54,15 @@ from parallel.core.specs import Cluster, Model
 
 ASSUMPTIONS = (
     "work: a fixed cost per layer and microbatch plus a cost per FLOP, both fitted; the output layer has its own fixed cost",
-    "collectives: alpha per ring latency step plus beta per bus byte, fitted from transfer times (after the last arrival)",
+    "collectives: alpha per ring latency step plus beta per bus byte, fitted from transfer times (after the last "
+    "arrival) plus lock-step jitter; a wait the schedule puts on the same rank every step is the bubble's, not the link's",
     "collectives: each op scaled by its measured cost over the shared fit (op_scale; 1 for an op never measured)",
     "p2p: an exchange that sends and receives at once (ring CP) costs two p2p ops on a CPU, one on a GPU",
     "work outside forward/backward: the optimizer once per step, the rest once per microbatch on every stage",
     "pipeline: (p-1)/v extra microbatch slots of the slowest stage; stages otherwise balanced",
     "data parallel: communication after the last backward, not overlapped",
-    "contention: ranks share the cores by the time they keep them busy: work and gamma of their communication",
+    "contention: ranks share the cores by the time they keep them busy: work and gamma of their communication; "
+    "a calibration run's work is divided by its measured stretch (wall over CPU time) where the engine timed it",
     "the prediction is of an unprofiled step: tracing overhead is removed from the calibration runs, from work and "
     "from transfers each by its own measure (the engine times its communication calls in every step)",
     "latency: per ring step (alpha x hops) unless the calibration measured one op at two group sizes (then also per call)",
