@@ -20,10 +20,12 @@ Tensors are (B, T, ...) and sequence collectives act on `axis` (T = 1 for activa
 (B, heads, T, head_dim) K/V). A group of one rank makes every operation the identity.
 
 The same labelled ranges are timed whether or not a profiler records them (BLOCKED, two wall and two
-CPU clock reads a call, ~2 us): the wall time this rank spent inside its communication calls, their union where several are
-open at once (an exchange's send and receive ranges). A step's share of it goes to metrics.json
-(`comm_time_s_per_rank`), so a run's unprofiled steps say how much of them was communication -- the
-calibration removes the tracing overhead of work and of communication each by its own measure.
+CPU clock reads a call, ~2 us): the wall time this rank spent inside its communication calls, their
+union where several are open at once (an exchange's send and receive ranges), and the process's CPU
+time inside them. A step's share goes to metrics.json (`comm_time_s_per_rank`,
+`comm_cpu_time_s_per_rank`), so a run's unprofiled steps say how much of them was communication -- the
+calibration removes the tracing overhead of work and of communication each by its own measure -- and,
+with the step's CPU time, how long work waited for a core where ranks share them.
 """
 
 from __future__ import annotations
