@@ -163,9 +163,12 @@ def _overhead(run: Measured) -> Overhead:
     traced_rank = ph.groupby("rank")[["window_ns", "work_ns"]].mean()
     f = traced / plain
     work_t, work_p, xfer_t, wait_t, blocked_p, work_cpu = [], [], [], [], [], []
+
+    def unprofiled(key: str, rank: int) -> list[float]:
+        return _unprofiled(rank_series(run.metrics, key, rank), traced_steps)
+
     for rank, row in traced_rank.iterrows():
-        t = _unprofiled(rank_series(run.metrics, "step_time_s_per_rank", rank), traced_steps)
-        c = _unprofiled(rank_series(run.metrics, "comm_time_s_per_rank", rank), traced_steps)
+        t, c = unprofiled("step_time_s_per_rank", rank), unprofiled("comm_time_s_per_rank", rank)
         if not t or len(c) != len(t):
             continue
         blocked_t = (row["window_ns"] - row["work_ns"]) / 1e9
@@ -175,8 +178,7 @@ def _overhead(run: Measured) -> Overhead:
         xfer_t.append(x)
         wait_t.append(blocked_t - x)
         blocked_p.append(float(np.median(c)))
-        u = _unprofiled(rank_series(run.metrics, "cpu_time_s_per_rank", rank), traced_steps)
-        uc = _unprofiled(rank_series(run.metrics, "comm_cpu_time_s_per_rank", rank), traced_steps)
+        u, uc = unprofiled("cpu_time_s_per_rank", rank), unprofiled("comm_cpu_time_s_per_rank", rank)
         if len(u) == len(t) == len(uc):
             work_cpu.append(float(np.median(np.subtract(u, uc))))
     if not work_t or np.mean(work_p) <= 0:
@@ -217,22 +219,31 @@ def _rank_split(run: Measured, rank: int, comm: pd.DataFrame, windows: pd.DataFr
     )
     inside = (ts >= lo) & (ts < hi)
     gemm_s = iv.length(iv.union(ts[gemm & inside], end[gemm & inside])) / 1e9 / n_steps
-    ph = names.str.contains(PHASE, regex=True).to_numpy() & inside
-    phases_iv = iv.union(ts[ph], end[ph])
     comm_iv = iv.union(
         comm["start_ns"].to_numpy() - comm["offset_ns"].to_numpy(),
         comm["end_ns"].to_numpy() - comm["offset_ns"].to_numpy(),
     )
-    fb = (iv.length(phases_iv) - iv.overlap(phases_iv, comm_iv)) / 1e9 / n_steps
-    opt = names.str.contains(OPTIM, regex=True).to_numpy() & inside
-    opt_iv = iv.union(ts[opt], end[opt])
-    optim = (iv.length(opt_iv) - iv.overlap(opt_iv, comm_iv)) / 1e9 / n_steps
-    return gemm_s, fb, optim
+
+    def work_in(pattern: str) -> float:
+        """Seconds per step inside the ranges named `pattern`, less the collectives inside them."""
+        sel = names.str.contains(pattern, regex=True).to_numpy() & inside
+        ranges = iv.union(ts[sel], end[sel])
+        return (iv.length(ranges) - iv.overlap(ranges, comm_iv)) / 1e9 / n_steps
+
+    return gemm_s, work_in(PHASE), work_in(OPTIM)
 
 
-def _work_samples(run: Measured, scale: float) -> list[dict]:
-    """Per rank: stage, its regressors and its measured work per step (seconds, divided by `scale`:
-    the run's work overhead x its contention)."""
+TIME_KEYS = ("gemm_s", "pipeline_work_s", "work_s", "optim_s")  # a work sample's seconds
+
+
+def _scaled(samples: list[dict], scale: float) -> list[dict]:
+    """The work samples with their seconds divided by `scale` (the run's work overhead x its stretch)."""
+    return [{**x, **{k: x[k] / scale for k in TIME_KEYS}} for x in samples]
+
+
+def _work_samples(run: Measured) -> list[dict]:
+    """Per rank: stage, its regressors and its measured work per traced step (seconds, as traced:
+    fit divides them by the run's overhead and contention each round, _scaled)."""
     f = features(run.model, run.plan)
     weights = call_weights(run.model, run.plan)
     m = max(run.plan.microbatches, 1)
@@ -257,10 +268,10 @@ def _work_samples(run: Measured, scale: float) -> list[dict]:
                 "call_weights": weights,
                 "head_mb": m * f["head"][s],
                 "flops": m * (f["layer_flops"][s] + f["head_flops"][s]),
-                "gemm_s": gemm_s / scale,
-                "pipeline_work_s": fb_s / scale,
-                "work_s": float(w) / scale,
-                "optim_s": optim_s / scale,
+                "gemm_s": gemm_s,
+                "pipeline_work_s": fb_s,
+                "work_s": float(w),
+                "optim_s": optim_s,
                 "microbatches": m,
             }
         )
@@ -286,9 +297,9 @@ def op_cost_ns(per: pd.DataFrame) -> pd.Series:
     return p2p.where(op.isin(P2P_OPS), collective)
 
 
-def _link_rows(run: Measured, scale: float) -> pd.DataFrame:
+def _link_rows(run: Measured) -> pd.DataFrame:
     """Mean cost per (op, group size, bytes, tier) of the run's ops seen on two or more ranks (seconds,
-    divided by `scale`: the run's communication overhead x its contention)."""
+    as traced: fit divides them by the run's overhead and contention each round)."""
     from profiler.traces.model import link_tier, node_of_ranks
 
     per = run.analysis.per_rank_wait
@@ -301,7 +312,7 @@ def _link_rows(run: Measured, scale: float) -> pd.DataFrame:
     g = per.assign(cost_ns=op_cost_ns(per)).groupby(["op", "group_size", "bytes", "tier"], observed=True)
     out = g["cost_ns"].mean().rename("transfer_ns").reset_index()  # the step pays the mean, tail included
     out["count"] = g.size().to_numpy()
-    out["transfer_s"] = out["transfer_ns"] / 1e9 / scale
+    out["transfer_s"] = out["transfer_ns"] / 1e9
     return out.rename(columns={"group_size": "n"})[["op", "n", "bytes", "tier", "transfer_s", "count"]]
 
 
@@ -475,16 +486,20 @@ def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 
     sharing = [shared and r.plan.world_size > cores for r in runs]
     deflate = [r.plan.world_size / cores if s else 1.0 for r, s in zip(runs, sharing)]  # first guess: time-slicing
     gamma, cal = 0.5, None
+    raw_work = [_work_samples(r) for r in runs]  # the traces are read once; each round rescales
+    raw_links = [_link_rows(r) for r in runs]
     for _ in range(rounds):
         # a shared run's work by its measured stretch (wall over CPU time) where the engine timed it,
         # else by the contention the model gives it; its transfers by the model's contention
         samples = [
             x
-            for r, o, d in zip(runs, over, deflate)
-            for x in _work_samples(r, o.work * (o.stretch if o.stretch and d > 1 else d))
+            for raw, o, d in zip(raw_work, over, deflate)
+            for x in _scaled(raw, o.work * (o.stretch if o.stretch and d > 1 else d))
         ]
         w = _fit_work(samples)
-        links = [_link_rows(r, o.comm * d) for r, o, d in zip(runs, over, deflate)]
+        links = [
+            rows.assign(transfer_s=rows["transfer_s"] / (o.comm * d)) for rows, o, d in zip(raw_links, over, deflate)
+        ]
         call, alpha, beta, op_scale = _fit_links(links)
         inter = _fit_links(links, "inter", op_scale) or (None, None, None, None)
         cal = Calibration(
