@@ -5,9 +5,9 @@ spread of held-back plans before they run, then run them and compare.
 
 1. `python -m profiler run` the two calibration plans (CALIBRATE, or --calibrate a,b of
    CALIBRATION_PLANS): ~TRACED_S of traced steps (ACTIVE at least) with unprofiled steady steps on both
-   sides of them, each side spanning --cal-seconds (step counts from a 3-step timing run), so the fit removes the
-   tracing overhead against the run's own unprofiled steps and their median brackets the machine's
-   drift; `python -m profiler calibrate`.
+   sides of them, each side spanning --cal-seconds (step counts from a 3-step timing run), so the fit
+   removes the tracing overhead against the run's own unprofiled steps and their median brackets the
+   machine's drift; `python -m profiler calibrate`.
 2. For every held-back plan (HELD_BACK): `python -m parallel plan --calibration calib.json --json` --
    the prediction, written down before any plan runs -- then `python -m parallel train` (no profiler)
    for about --seconds of steps (the count from the prediction, at least --steps), in --passes passes
