@@ -7,7 +7,7 @@ import os
 
 import streamlit as st
 
-from parallel.core.calibrated import CalibrationError
+from parallel.core.calibrated import CalibrationError, contention_line
 from ui import calibration_data, whatif_charts
 from ui.text import md
 from ui.trace_sets import TraceSet
@@ -81,6 +81,8 @@ def calibrate_form(candidates: list[TraceSet]) -> None:
                 ],
                 hide_index=True,
             )
+            if any((src.get("ranks") or 0) > cal.cores > 0 for src in cal.sources):
+                st.caption(contention_line(cal))
         elif problem:
             st.warning(md(problem))
         if not candidates:

@@ -32,9 +32,12 @@ Terms, each with what it assumes (Calibration.ASSUMPTIONS repeats them in the JS
         backward, not overlapped (the engine's buckets reduce after backward); w0 the per-step fixed
         cost: the optimizer step (the rest of the work outside forward and backward is a_mb's: on
         the calibration runs it grew with the microbatches, 0.9 ms at 1 to 3-4 ms at 4).
-    contention                       D = max(1, ranks x (work + gamma x comm) / step / cores): ranks that
-        share cores share their time, but a rank blocked on a peer frees its core; gamma, the busy share
-        of communication time, is fitted from a calibration run with more ranks than cores (else 0.5).
+    contention                       D = max(1, ranks x (work + gamma x comm) / step / (cores x eta)): ranks
+        that share cores share their time, but a rank blocked on a peer frees its core; gamma, the busy
+        share of communication time, is measured by the engine's CPU clocks on a calibration run with
+        more ranks than cores (else fitted to its step; 0.5 without one); eta, the share of the cores
+        such ranks keep busy (a rank woken by a peer can find its core taken while another idles),
+        fitted to that run's step (1 without one).
         On GPUs (a rank per device) D = 1.
 
 Pure: stdlib and numpy.
@@ -62,6 +65,7 @@ ASSUMPTIONS = (
     "pipeline: (p-1)/v extra microbatch slots of the slowest stage; stages otherwise balanced",
     "data parallel: communication after the last backward, not overlapped",
     "contention: ranks share the cores by the time they keep them busy: work and gamma of their communication; "
+    "ranks that outnumber the cores keep a share eta of them busy, the same for every plan; "
     "a calibration run's work is divided by its measured stretch (wall over CPU time) where the engine timed it",
     "the prediction is of an unprofiled step: tracing overhead is removed from the calibration runs, from work and "
     "from transfers each by its own measure (the engine times its communication calls in every step)",
@@ -117,6 +121,7 @@ class Calibration:
     # over the ring model's (a backend's own implementation: gloo reduce-scatters by an all-reduce)
     op_scale: dict = field(default_factory=dict)
     gamma: float = 0.5  # share of communication time a rank's host is busy (contention), 0..1
+    core_efficiency: float = 1.0  # eta: the share of the cores ranks that outnumber them keep busy, 0..1
     overlaps: bool = False  # whether the ranks overlap what the plan model marks overlapped (GPU Megatron)
     cores: int = 1  # cores (CPU) of the machine calibrated; 0 = a device per rank (no sharing)
     device: str = "cpu"
@@ -163,6 +168,11 @@ class Calibration:
         cores = data.get("cores", 1)
         if not isinstance(cores, int) or isinstance(cores, bool) or cores < 0:
             raise CalibrationError(f"calibration cores must be an integer >= 0, got {cores!r}")
+        if "core_efficiency" in data:
+            eta = data["core_efficiency"]
+            if not isinstance(eta, (int, float)) or isinstance(eta, bool) or not 0 < eta <= 1:
+                raise CalibrationError(f"calibration core_efficiency must be a number in (0, 1], got {eta!r}")
+            values["core_efficiency"] = float(eta)
         return cls(
             **values,
             overlaps=bool(data.get("overlaps", False)),
@@ -260,11 +270,23 @@ def _on_stage(scope: str, stage: int, pp: int) -> bool:
 
 def contention(ranks: int, cal: Calibration, *, busy_s: float, step_s: float) -> float:
     """D = max(1, U): U the cores the ranks would keep busy -- ranks x (work + gamma x communication
-    time) / uncontended step / cores. A rank blocked on a peer frees its core; gamma is the share of
-    communication time its host is busy (copies, the transport's threads), fitted or 0.5."""
+    time) / uncontended step / (cores x eta). A rank blocked on a peer frees its core; gamma is the
+    share of communication time its host is busy (copies, the transport's threads), measured or 0.5;
+    eta the share of the cores that ranks outnumbering them keep busy (a rank woken by a peer can
+    find its core taken while another idles), fitted or 1."""
     if cal.cores <= 0 or ranks <= cal.cores or step_s <= 0:
         return 1.0
-    return max(1.0, ranks * busy_s / step_s / cal.cores)
+    return max(1.0, ranks * busy_s / step_s / (cal.cores * cal.core_efficiency))
+
+
+def contention_line(cal: Calibration) -> str:
+    """What the fit found about ranks that outnumber the cores (gamma, eta), and where it came from."""
+    measured = any(s.get("comm_cpu_s") is not None and s["ranks"] > cal.cores for s in cal.sources)
+    how = "measured by the engine's CPU clocks" if measured else "fitted to the step (no CPU clocks)"
+    return (
+        f"contention on {cal.cores} cores: communication keeps a rank's host busy {cal.gamma:.0%} of its time "
+        f"({how}); ranks that outnumber the cores keep {cal.core_efficiency:.0%} of them busy"
+    )
 
 
 def predict(

@@ -39,10 +39,18 @@ From each profiled run:
                        the engine measured in its unprofiled steps -- work's wall time over its CPU time
                        (cpu_time_s_per_rank less comm_cpu_time_s_per_rank): how long the rank waited
                        for a core -- and its link samples by the contention the model gives it (first
-                       guess: ranks/cores); gamma (the busy share of communication) is fitted so the
-                       model gives that run its unprofiled step, alternating a few rounds; without such
-                       a run gamma stays 0.5, without CPU clocks the work too is divided by the model's
-                       contention. Measured, work stretches far less than communication when ranks
+                       guess: ranks/cores); gamma (the busy share of communication) is measured: the
+                       CPU seconds inside its communication calls (comm_cpu_time_s_per_rank) over the
+                       communication seconds the model gives it uncontended; eta (the share of the
+                       cores the ranks keep busy) is then fitted so the model gives that run its
+                       unprofiled step, alternating a few rounds. Without CPU clocks eta stays 1 and
+                       gamma is what gives the step, and the work too is divided by the model's
+                       contention; without such a run gamma stays 0.5 and eta 1. Measured here, ranks
+                       that outnumber the cores keep 72-86% of them busy whatever the plan (pp4 on 2
+                       cores 79-80%, dp2 x pp2 87%, tp4 72-74%, TP+SP x CP 73-82%): a rank woken by a
+                       peer can find its core taken while the other idles. gamma alone, fitted to the
+                       step, had folded that idleness into communication and under-predicted pipelines
+                       on shared cores by 10-25% (their loss is not in their communication). Measured, work stretches far less than communication when ranks
                        wait on each other: TP+SP x CP on 4 ranks 1.05-1.19 while the model's contention
                        was ~1.9; work-bound dp4 1.9-2.0. (Dividing by a stretch per operator -- its wall
                        time against a run whose ranks had a core each -- predicted worse: 25.9% and
@@ -139,6 +147,9 @@ class Overhead:
     # work's wall time over its CPU time in the unprofiled steps: > 1 where ranks shared cores and
     # waited for one; None without CPU clocks (metrics.json cpu_time_s_per_rank)
     stretch: float | None = None
+    # a rank's CPU seconds inside its communication calls per unprofiled step (the ranks' mean of their
+    # medians); None without CPU clocks
+    comm_cpu_s: float | None = None
 
 
 def _overhead(run: Measured) -> Overhead:
@@ -162,7 +173,7 @@ def _overhead(run: Measured) -> Overhead:
     cost = cost / ph["step"].nunique()  # per traced step
     traced_rank = ph.groupby("rank")[["window_ns", "work_ns"]].mean()
     f = traced / plain
-    work_t, work_p, xfer_t, wait_t, blocked_p, work_cpu = [], [], [], [], [], []
+    work_t, work_p, xfer_t, wait_t, blocked_p, work_cpu, comm_cpu = [], [], [], [], [], [], []
 
     def unprofiled(key: str, rank: int) -> list[float]:
         return _unprofiled(rank_series(run.metrics, key, rank), traced_steps)
@@ -181,15 +192,17 @@ def _overhead(run: Measured) -> Overhead:
         u, uc = unprofiled("cpu_time_s_per_rank", rank), unprofiled("comm_cpu_time_s_per_rank", rank)
         if len(u) == len(t) == len(uc):
             work_cpu.append(float(np.median(np.subtract(u, uc))))
+            comm_cpu.append(float(np.median(uc)))
     if not work_t or np.mean(work_p) <= 0:
         return Overhead(f, f, plain, traced, False)
     f_work = float(np.mean(work_t) / np.mean(work_p))
     xfer_p = np.mean(blocked_p) - np.mean(wait_t) / f_work
     f_comm = float(np.mean(xfer_t) / xfer_p) if xfer_p > 0 and np.mean(xfer_t) > 0 else 1.0
-    stretch = None
+    stretch = comm_cpu_s = None
     if len(work_cpu) == len(work_p) and np.mean(work_cpu) > 0:
         stretch = max(1.0, float(np.mean(work_p) / np.mean(work_cpu)))
-    return Overhead(f_work, f_comm, plain, traced, True, stretch)
+        comm_cpu_s = float(np.mean(comm_cpu))
+    return Overhead(f_work, f_comm, plain, traced, True, stretch, comm_cpu_s)
 
 
 GEMM_CPU_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})  # leaves: not matmul/linear
@@ -473,6 +486,38 @@ def _gamma_for(r: Measured, cal: Calibration, step_s: float) -> float:
     return (lo + hi) / 2
 
 
+def _comm_busy_share(r: Measured, o: Overhead, cal: Calibration) -> float | None:
+    """gamma measured: the run's CPU seconds inside its communication calls (the engine's clock, per
+    rank and unprofiled step) over the communication seconds the model gives a rank of it uncontended
+    (its slowest stage's); None without CPU clocks."""
+    if o.comm_cpu_s is None:
+        return None
+    p = predict(r.model, r.plan, cal, cluster=r.cluster)
+    comm = sum(v for k, v in p.items() if k.startswith("exposed_")) / p["contention_factor"]
+    return min(1.0, o.comm_cpu_s / comm) if comm > 0 else None
+
+
+EFFICIENCY_FLOOR = 0.25  # the fewest of the cores the ranks are taken to keep busy
+
+
+def _efficiency_for(r: Measured, cal: Calibration, step_s: float) -> float:
+    """The share of the cores the ranks keep busy (eta) that makes the model give this shared-core
+    run its step: 1 when the model is as slow or slower with every core busy."""
+
+    def step(e: float) -> float:
+        return predict(r.model, r.plan, _with(cal, core_efficiency=e), cluster=r.cluster)["step_time_s"]
+
+    lo, hi = EFFICIENCY_FLOOR, 1.0
+    if step(hi) >= step_s:
+        return hi
+    if step(lo) <= step_s:
+        return lo
+    for _ in range(40):  # the step falls as eta grows: bisect
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if step(mid) > step_s else (lo, mid)
+    return (lo + hi) / 2
+
+
 def _with(cal: Calibration, **changes) -> Calibration:
     return Calibration(**{**cal.to_dict(), **changes, "assumptions": cal.assumptions})
 
@@ -485,7 +530,7 @@ def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 
     shared = device == "cpu" and cores > 0
     sharing = [shared and r.plan.world_size > cores for r in runs]
     deflate = [r.plan.world_size / cores if s else 1.0 for r, s in zip(runs, sharing)]  # first guess: time-slicing
-    gamma, cal = 0.5, None
+    gamma, efficiency, cal = 0.5, 1.0, None
     raw_work = [_work_samples(r) for r in runs]  # the traces are read once; each round rescales
     raw_links = [_link_rows(r) for r in runs]
     for _ in range(rounds):
@@ -519,20 +564,29 @@ def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 
             inter_beta_s_per_byte=inter[2],
             op_scale=op_scale,
             gamma=gamma,
+            core_efficiency=efficiency,
             cores=cores if shared else 0,
             device=device,
             overlaps=device != "cpu",
         )
         # the step each shared run must be given: its unprofiled one, else (overhead kept in) its traced one
         fitted = [
-            (r, o.plain_step_s or o.traced_step_s)
+            (r, o, o.plain_step_s or o.traced_step_s)
             for r, o, s in zip(runs, over, sharing)
             if s and (o.plain_step_s or o.traced_step_s)
         ]
         if not fitted:
             break
-        gamma = float(np.mean([_gamma_for(r, cal, plain) for r, plain in fitted]))
-        cal = _with(cal, gamma=gamma)
+        # gamma measured by the CPU clocks where the engine kept them, then eta so the model gives each
+        # shared run its step; without clocks gamma is what gives the step (and every core is busy)
+        measured = [g for g in (_comm_busy_share(r, o, cal) for r, o, _ in fitted) if g is not None]
+        if measured:
+            gamma = float(np.mean(measured))
+            cal = _with(cal, gamma=gamma)
+            efficiency = float(np.mean([_efficiency_for(r, cal, plain) for r, _, plain in fitted]))
+        else:
+            gamma = float(np.mean([_gamma_for(r, cal, plain) for r, _, plain in fitted]))
+        cal = _with(cal, gamma=gamma, core_efficiency=efficiency)
         # a shared run's samples are then divided by the contention the model now gives it
         deflate = [
             predict(r.model, r.plan, cal, cluster=r.cluster)["contention_factor"] if s else 1.0
@@ -555,6 +609,7 @@ def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 
                 "comm_overhead_factor": round(o.comm, 4),
                 "overhead_split": o.split,
                 "work_stretch": None if o.stretch is None else round(o.stretch, 4),
+                "comm_cpu_s": None if o.comm_cpu_s is None else round(o.comm_cpu_s, 6),
                 "overhead_removed": plain is not None,
                 "fitted_step_s": round(pred, 6),
             }

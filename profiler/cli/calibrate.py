@@ -88,7 +88,7 @@ def run_cluster(folder: Path, plan):
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    from parallel.core.calibrated import CalibrationError
+    from parallel.core.calibrated import CalibrationError, contention_line
     from parallel.core.specs import SpecError
     from profiler.analyzers.calibrate import fit
     from profiler.traces.errors import TraceError
@@ -120,6 +120,8 @@ def main(argv=None) -> int:
         print(
             f"{s['path']}: {s['plan']}, traced {s['traced_step_s'] * 1e3:,.1f} ms, {removed}, fit gives {s['fitted_step_s'] * 1e3:,.1f} ms"
         )
+    if any(s["ranks"] > cal.cores > 0 for s in cal.sources):
+        print(contention_line(cal))
     print(f"wrote {out}")
     return 0
 

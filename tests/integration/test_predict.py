@@ -42,6 +42,7 @@ def test_calibrated_model_predicts_plans_it_was_not_fitted_on(tmp_path):
     # the engine timed its CPU: work's wall over CPU time (> 1 where ranks waited for a core)
     assert all(s["work_stretch"] >= 1.0 for s in cal["sources"])
     _work_stretch_is_wall_over_cpu(tmp_path / "pp2")
+    _contention_terms_of_a_shared_run(tmp_path / "pp2")
     for s in cal["sources"]:  # the factor removed is the run's own traced / unprofiled step; whether it
         # exceeds 1 depends on the load the other test worker puts on the untraced steps, so no bound here
         assert s["overhead_factor"] == pytest.approx(s["traced_step_s"] / s["unprofiled_step_s"], abs=1e-3), s
@@ -85,8 +86,43 @@ def _work_stretch_is_wall_over_cpu(path):
         m["cpu_time_s_per_rank"][r] = [(t - c) / 2 + c / 4 for t, c in zip(steps, comm)]
         m["comm_cpu_time_s_per_rank"][r] = [c / 4 for c in comm]
     assert _overhead(run).stretch == pytest.approx(2.0)
+    # the communication calls' CPU seconds: the ranks' mean of their median unprofiled step
+    quarter = statistics.mean(_overhead_series(run, "comm_time_s_per_rank", r) / 4 for r in m["comm_time_s_per_rank"])
+    assert _overhead(run).comm_cpu_s == pytest.approx(quarter)
     del m["cpu_time_s_per_rank"]
-    assert _overhead(run).stretch is None
+    assert _overhead(run).stretch is None and _overhead(run).comm_cpu_s is None
+
+
+def _overhead_series(run, key, rank):
+    """The median of a rank's unprofiled steps of one metrics.json series."""
+    from profiler.analyzers.calibrate import _unprofiled, rank_series
+
+    return statistics.median(_unprofiled(rank_series(run.metrics, key, int(rank)), run.analysis.traces.steps))
+
+
+def _contention_terms_of_a_shared_run(path):
+    """The run fitted as if its two ranks had shared one core: gamma is its communication's measured CPU
+    seconds over the communication the model gives it, and eta (the share of the core kept busy) then
+    makes the model give the run its unprofiled step -- or stays 1 where the model is slower already.
+    Without CPU clocks eta stays 1 and gamma is what gives the step."""
+    import argparse
+
+    from parallel.core.calibrated import predict
+    from profiler.analyzers.calibrate import EFFICIENCY_FLOOR, _overhead, fit
+    from profiler.cli.calibrate import _measured
+
+    run = _measured(str(path), argparse.Namespace(plan=None, model=None))
+    o = _overhead(run)
+    cal = fit([run], cores=1)
+    p = predict(run.model, run.plan, cal)
+    comm = sum(v for k, v in p.items() if k.startswith("exposed_")) / p["contention_factor"]
+    assert cal.gamma == pytest.approx(min(1.0, o.comm_cpu_s / comm), rel=1e-6)
+    if EFFICIENCY_FLOOR < cal.core_efficiency < 1.0:
+        assert p["step_time_s"] == pytest.approx(o.plain_step_s, rel=1e-3)
+    else:
+        assert cal.core_efficiency == 1.0 and p["step_time_s"] >= o.plain_step_s * (1 - 1e-3)
+    del run.metrics["cpu_time_s_per_rank"]
+    assert fit([run], cores=1).core_efficiency == 1.0
 
 
 def test_calibrate_refuses_bad_input_with_one_line(tmp_path):

@@ -72,6 +72,15 @@ def test_contention_counts_the_cores_ranks_keep_busy():
     assert contention(8, cal, busy_s=0.2, step_s=1.0) == 1.0  # mostly blocked: the cores suffice
     gpu = Calibration(**{**CAL.to_dict(), "cores": 0, "assumptions": CAL.assumptions})
     assert contention(1024, gpu, busy_s=1.0, step_s=1.0) == 1.0
+    # ranks that keep only 80% of the cores busy (woken on a taken core while another idles) take longer
+    idle = Calibration(**{**cal.to_dict(), "core_efficiency": 0.8, "assumptions": CAL.assumptions})
+    assert contention(8, idle, busy_s=1.0, step_s=1.0) == pytest.approx(5.0)
+    assert contention(2, idle, busy_s=1.0, step_s=1.0) == 1.0  # a core each: nothing to share
+    slow, fast = (predict(TINY, Plan(pp=4, global_batch=8), c, ranks_here=4) for c in (idle, cal))
+    assert slow["step_time_s"] > fast["step_time_s"] and slow["contention_factor"] > fast["contention_factor"]
+    # a calibration written before eta was fitted reads as every core busy
+    old = {k: v for k, v in cal.to_dict().items() if k != "core_efficiency"}
+    assert Calibration.from_dict(old).core_efficiency == 1.0
 
 
 @pytest.mark.parametrize(
@@ -82,6 +91,8 @@ def test_contention_counts_the_cores_ranks_keep_busy():
         ({**CAL.to_dict(), "alpha_s": -1}, "alpha_s must be a finite number >= 0"),
         ({**CAL.to_dict(), "gamma": "x"}, "gamma must be"),
         ({**CAL.to_dict(), "cores": 1.5}, "cores must be an integer"),
+        ({**CAL.to_dict(), "core_efficiency": 0}, r"core_efficiency must be a number in \(0, 1\]"),
+        ({**CAL.to_dict(), "core_efficiency": 1.5}, r"core_efficiency must be a number in \(0, 1\]"),
     ],
 )
 def test_bad_calibration_json_is_refused_with_a_reason(data, error):
