@@ -39,22 +39,23 @@ From each profiled run:
                        the engine measured in its unprofiled steps -- work's wall time over its CPU time
                        (cpu_time_s_per_rank less comm_cpu_time_s_per_rank): how long the rank waited
                        for a core -- and its link samples by the contention the model gives it (first
-                       guess: ranks/cores); gamma (the busy share of communication) is measured: the
-                       CPU seconds inside its communication calls (comm_cpu_time_s_per_rank) over the
-                       communication seconds the model gives it uncontended; eta (the share of the
-                       cores the ranks keep busy) is then fitted so the model gives that run its
-                       unprofiled step, alternating a few rounds. Without CPU clocks eta stays 1 and
-                       gamma is what gives the step, and the work too is divided by the model's
-                       contention; without such a run gamma stays 0.5 and eta 1. Measured here, ranks
-                       that outnumber the cores keep 72-86% of them busy whatever the plan (pp4 on 2
-                       cores 79-80%, dp2 x pp2 87%, tp4 72-74%, TP+SP x CP 73-82%): a rank woken by a
-                       peer can find its core taken while the other idles. gamma alone, fitted to the
-                       step, had folded that idleness into communication and under-predicted pipelines
-                       on shared cores by 10-25% (their loss is not in their communication). Measured, work stretches far less than communication when ranks
-                       wait on each other: TP+SP x CP on 4 ranks 1.05-1.19 while the model's contention
-                       was ~1.9; work-bound dp4 1.9-2.0. (Dividing by a stretch per operator -- its wall
-                       time against a run whose ranks had a core each -- predicted worse: 25.9% and
-                       30.3% mean error against 17.0% and 18.3%, bench/predict.py.)
+                       guess: ranks/cores). Measured, work stretches far less than communication when
+                       ranks wait on each other: TP+SP x CP on 4 ranks 1.05-1.19 while the model's
+                       contention was ~1.9; work-bound dp4 1.9-2.0. (Dividing by a stretch per operator
+                       -- its wall time against a run whose ranks had a core each -- predicted worse:
+                       25.9% and 30.3% mean error against 17.0% and 18.3%, bench/predict.py.)
+                       gamma (the busy share of communication) is measured: the CPU seconds inside its
+                       communication calls (comm_cpu_time_s_per_rank) over the communication seconds
+                       the model gives it uncontended; eta (the share of the cores the ranks keep busy)
+                       is then fitted so the model gives that run its unprofiled step, alternating a few
+                       rounds. Without CPU clocks eta stays 1, gamma is what gives the step and the work
+                       too is divided by the model's contention; without such a run gamma stays 0.5 and
+                       eta 1. Measured here, ranks that outnumber the cores keep 72-87% of them busy
+                       whatever the plan (pp4 on 2 cores 79-80%, dp2 x pp2 87%, tp4 72-74%, TP+SP x CP
+                       73-82%): a rank woken by a peer can find its core taken while the other idles.
+                       gamma alone, fitted to the step, had folded that idleness into communication and
+                       under-predicted pipelines on shared cores by 10-25% (their loss is not in their
+                       communication).
 
 Pure: numpy, pandas.
 """
