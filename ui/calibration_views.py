@@ -81,8 +81,8 @@ def calibrate_form(candidates: list[TraceSet]) -> None:
                 ],
                 hide_index=True,
             )
-            if any((src.get("ranks") or 0) > cal.cores > 0 for src in cal.sources):
-                st.caption(contention_line(cal))
+            if line := contention_line(cal):
+                st.caption(line)
         elif problem:
             st.warning(md(problem))
         if not candidates:

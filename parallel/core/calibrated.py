@@ -279,9 +279,16 @@ def contention(ranks: int, cal: Calibration, *, busy_s: float, step_s: float) ->
     return max(1.0, ranks * busy_s / step_s / (cal.cores * cal.core_efficiency))
 
 
-def contention_line(cal: Calibration) -> str:
-    """What the fit found about ranks that outnumber the cores (gamma, eta), and where it came from."""
-    measured = any(s.get("comm_cpu_s") is not None and s["ranks"] > cal.cores for s in cal.sources)
+def contention_line(cal: Calibration) -> str | None:
+    """What the fit found about ranks that outnumber the cores (gamma, eta), and where it came from;
+    None when no calibration run had more ranks than cores (sources as read: a hand-edited file's
+    entries may lack fields)."""
+    shared = [
+        s for s in cal.sources if isinstance(s, dict) and isinstance(s.get("ranks"), int) and s["ranks"] > cal.cores > 0
+    ]
+    if not shared:
+        return None
+    measured = any(s.get("comm_cpu_s") is not None for s in shared)
     how = "measured by the engine's CPU clocks" if measured else "fitted to the step (no CPU clocks)"
     return (
         f"contention on {cal.cores} cores: communication keeps a rank's host busy {cal.gamma:.0%} of its time "

@@ -120,8 +120,8 @@ def main(argv=None) -> int:
         print(
             f"{s['path']}: {s['plan']}, traced {s['traced_step_s'] * 1e3:,.1f} ms, {removed}, fit gives {s['fitted_step_s'] * 1e3:,.1f} ms"
         )
-    if any(s["ranks"] > cal.cores > 0 for s in cal.sources):
-        print(contention_line(cal))
+    if line := contention_line(cal):
+        print(line)
     print(f"wrote {out}")
     return 0
 

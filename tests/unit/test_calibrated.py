@@ -17,6 +17,7 @@ from parallel.core.calibrated import (
     collective_s,
     comm_calls,
     contention,
+    contention_line,
     predict,
     read_calibration,
 )
@@ -78,6 +79,11 @@ def test_contention_counts_the_cores_ranks_keep_busy():
     assert contention(2, idle, busy_s=1.0, step_s=1.0) == 1.0  # a core each: nothing to share
     slow, fast = (predict(TINY, Plan(pp=4, global_batch=8), c, ranks_here=4) for c in (idle, cal))
     assert slow["step_time_s"] > fast["step_time_s"] and slow["contention_factor"] > fast["contention_factor"]
+    # the line calibrate and Home print: only when a calibration run shared cores; a hand-edited source
+    # without its ranks is not one (and does not raise)
+    shared = Calibration(**{**idle.to_dict(), "sources": [{"ranks": 4, "comm_cpu_s": 0.1}, {"plan": "x"}, 3]})
+    assert "keep 80% of them busy" in contention_line(shared) and "CPU clocks" in contention_line(shared)
+    assert contention_line(Calibration(**{**idle.to_dict(), "sources": [{"ranks": 2}, {"plan": "x"}]})) is None
     # a calibration written before eta was fitted reads as every core busy
     old = {k: v for k, v in cal.to_dict().items() if k != "core_efficiency"}
     assert Calibration.from_dict(old).core_efficiency == 1.0
