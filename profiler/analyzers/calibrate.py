@@ -15,6 +15,11 @@ From each profiled run:
                        traces) divides both by the step's factor; one without unprofiled steps
                        (profiler run --wait 1 or 2, nothing after the traced steps) keeps 1 and its
                        source says so.
+    level              unprofiled launches of a run's plan and model (`parallel train` runs, given
+                       with --unprofiled): the median of their steady steps and the run's own is the
+                       step the fit gives it, both factors scaled to match (_leveled). One launch runs
+                       20-25% fast or slow throughout now and then, and a calibration run's level sets
+                       every constant fitted from it.
     work samples       per rank and step: GEMM time (leaf GEMM ops on CPU, GEMM kernels on GPU) for k,
                        the seconds per FLOP; the work inside the engine's forward/backward phases (less
                        the collectives inside them) for a (per layer), a_tp, a_sp, a_cp, a_head by non-
@@ -110,6 +115,9 @@ class Measured:
     model: Model
     path: str = ""
     cluster: Cluster | None = None  # its nodes, when it ran on more than one (groups across them: inter)
+    # steady steps (median after the first) of unprofiled launches of the same plan and model: with the
+    # run's own unprofiled step, their median is the level the fit gives the run (_leveled)
+    launches_s: tuple[float, ...] = ()
 
 
 def _unprofiled(times: list, traced_steps: list[int]) -> list[float]:
@@ -151,6 +159,35 @@ class Overhead:
     # a rank's CPU seconds inside its communication calls per unprofiled step (the ranks' mean of their
     # medians); None without CPU clocks
     comm_cpu_s: float | None = None
+    level: float = 1.0  # the run's own unprofiled step over the median of its launches' (_leveled)
+    launches: int = 0  # unprofiled launches of its plan that set that level
+
+
+def _leveled(o: Overhead, launches_s: tuple[float, ...]) -> Overhead:
+    """The overhead with the run's level set by its unprofiled launches: the median of their steady
+    steps and the run's own unprofiled one. A launch can run 20-25% fast or slow throughout (pp2 here:
+    26.5 ms in one of six back-to-back launches, 33.5-38.2 in the others) and one calibration run's
+    level sets every constant fitted from it; the factors grow by level = own / median, so the samples
+    shrink by it. Without an unprofiled step of its own, the run's traced step over the launches'
+    median is its one factor (as for a run without communication timers)."""
+    steps = [float(x) for x in launches_s if x and x > 0]
+    if not steps:
+        return o
+    if not o.plain_step_s:
+        plain = float(np.median(steps))
+        f = o.traced_step_s / plain if o.traced_step_s else 1.0
+        return dataclasses.replace(o, work=f, comm=f, plain_step_s=plain, split=False, launches=len(steps))
+    level_s = float(np.median([o.plain_step_s, *steps]))
+    level = o.plain_step_s / level_s
+    return dataclasses.replace(
+        o,
+        work=o.work * level,
+        comm=o.comm * level,
+        plain_step_s=level_s,
+        comm_cpu_s=None if o.comm_cpu_s is None else o.comm_cpu_s / level,
+        level=level,
+        launches=len(steps),
+    )
 
 
 def _overhead(run: Measured) -> Overhead:
@@ -527,7 +564,7 @@ def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 
     """The calibration these runs imply (see the module docstring)."""
     if not runs:
         raise CalibrationError("give at least one profiled run to calibrate from")
-    over = [_overhead(r) for r in runs]
+    over = [_leveled(_overhead(r), r.launches_s) for r in runs]
     shared = device == "cpu" and cores > 0
     sharing = [shared and r.plan.world_size > cores for r in runs]
     deflate = [r.plan.world_size / cores if s else 1.0 for r, s in zip(runs, sharing)]  # first guess: time-slicing
@@ -612,6 +649,8 @@ def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 
                 "work_stretch": None if o.stretch is None else round(o.stretch, 4),
                 "comm_cpu_s": None if o.comm_cpu_s is None else round(o.comm_cpu_s, 6),
                 "overhead_removed": plain is not None,
+                "unprofiled_launches": o.launches,
+                "level_factor": round(o.level, 4),
                 "fitted_step_s": round(pred, 6),
             }
         )

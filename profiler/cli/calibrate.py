@@ -9,7 +9,9 @@ Each RUN is a `profiler run` directory (its run.json names the plan and model; i
 unprofiled steps -- `--wait 2` or more, or steps left after `--active` -- and the engine's timing of
 its communication calls let the fit remove the tracing overhead from work and from transfers each)
 or a folder of traces with `--plan PLAN.json --model NAME` (then the overhead stays in, and the JSON
-says so).
+says so). `--unprofiled DIR` (repeatable): a `parallel train` run of one RUN's plan and model; the
+median of their steady steps and the RUN's own unprofiled one is the level the fit gives that RUN
+(a launch can run 20-25% fast or slow throughout; `level_factor` and `unprofiled_launches` in its source).
 `--cores` is the machine's cores the ranks shared (default: this machine's). The JSON is
 parallel.core.calibrated.Calibration: fitted terms, `sources` (each run, its overhead factor and
 the step the fit gives it back), `assumptions`. Bad input exits 2 with one line on stderr.
@@ -36,7 +38,52 @@ def _parser() -> argparse.ArgumentParser:
         "--cores", type=int, default=os.cpu_count() or 1, help="cores the ranks shared (default: this machine's)"
     )
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="gpu: a device per rank, no contention")
+    ap.add_argument(
+        "--unprofiled",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a `parallel train` run of a RUN's plan and model: its steady step joins that RUN's level (repeatable)",
+    )
     return ap
+
+
+def _with_launches(runs: list, dirs: list[str]) -> list:
+    """The runs with each unprofiled launch's steady step (median after the first) attached to the
+    run of its plan and model; a launch that matches none, or has no steady steps, is refused."""
+    import dataclasses
+    import statistics
+
+    from parallel.core.plan import Plan
+    from parallel.core.specs import Model
+    from profiler.analyzers.calibrate import _unprofiled
+    from profiler.traces.errors import NoTracesError, PlanMismatchError
+
+    steps: dict[int, list[float]] = {i: [] for i in range(len(runs))}
+    for d in dirs:
+        path = Path(d) / "metrics.json"
+        if not path.is_file():
+            raise NoTracesError(f"--unprofiled {d}: no metrics.json (give a `parallel train` run directory)")
+        m = orjson.loads(path.read_bytes())
+        try:
+            plan, model = Plan.from_dict(m["plan"]), Model.from_dict(m["model"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise PlanMismatchError(f"--unprofiled {d}: its metrics.json names no plan and model ({err})") from None
+        profile = m.get("profile")  # a profiled run given here too: its traced steps and their neighbours left out
+        traced = profile.get("profiled_steps") if isinstance(profile, dict) else None
+        steps_s = m.get("step_time_s") if isinstance(m.get("step_time_s"), list) else []
+        kept = _unprofiled(steps_s, traced) if isinstance(traced, list) and traced else steps_s[1:]
+        times = [t for t in kept if isinstance(t, (int, float)) and t > 0]
+        if not times:
+            raise PlanMismatchError(f"--unprofiled {d}: no steady steps (it ran one step or none)")
+        match = [i for i, r in enumerate(runs) if r.plan == plan and r.model == model]
+        if not match:
+            raise PlanMismatchError(
+                f"--unprofiled {d}: its plan {plan.label()} (model {model.name}) matches none of the runs calibrated"
+            )
+        for i in match:
+            steps[i].append(statistics.median(times))
+    return [dataclasses.replace(r, launches_s=tuple(steps[i])) if steps[i] else r for i, r in enumerate(runs)]
 
 
 def _measured(path: str, args: argparse.Namespace):
@@ -97,7 +144,7 @@ def main(argv=None) -> int:
         print(f"error: --cores {args.cores}: expected 1 or more", file=sys.stderr)
         return 2
     try:
-        runs = [_measured(p, args) for p in args.path]
+        runs = _with_launches([_measured(p, args) for p in args.path], args.unprofiled)
         cal = fit(runs, cores=args.cores, device=args.device)
     except (TraceError, CalibrationError, SpecError, KeyError, orjson.JSONDecodeError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -115,6 +162,9 @@ def main(argv=None) -> int:
             )
         else:
             removed = f"overhead x{s['overhead_factor']:.2f} removed (one factor: no communication timers)"
+        if s.get("unprofiled_launches"):
+            n = s["unprofiled_launches"]
+            removed += f", level x{s['level_factor']:.2f} from {n} unprofiled launch{'es' if n > 1 else ''}"
         if s.get("work_stretch") and s["ranks"] > cal.cores > 0:
             removed += f", work waited for a core: x{s['work_stretch']:.2f}"
         print(

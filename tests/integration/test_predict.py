@@ -7,6 +7,7 @@ figures on 16 plans."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import subprocess
@@ -43,6 +44,7 @@ def test_calibrated_model_predicts_plans_it_was_not_fitted_on(tmp_path):
     assert all(s["work_stretch"] >= 1.0 for s in cal["sources"])
     _work_stretch_is_wall_over_cpu(tmp_path / "pp2")
     _contention_terms_of_a_shared_run(tmp_path / "pp2")
+    _unprofiled_launches_set_the_level(tmp_path, cal_runs["pp2"])
     for s in cal["sources"]:  # the factor removed is the run's own traced / unprofiled step; whether it
         # exceeds 1 depends on the load the other test worker puts on the untraced steps, so no bound here
         assert s["overhead_factor"] == pytest.approx(s["traced_step_s"] / s["unprofiled_step_s"], abs=1e-3), s
@@ -91,6 +93,51 @@ def _work_stretch_is_wall_over_cpu(path):
     assert _overhead(run).comm_cpu_s == pytest.approx(quarter)
     del m["cpu_time_s_per_rank"]
     assert _overhead(run).stretch is None and _overhead(run).comm_cpu_s is None
+
+
+def _unprofiled_launches_set_the_level(tmp_path, flags):
+    """A real unprofiled launch of pp2's plan joins its profiled run's level: the fit's unprofiled step
+    is the median of the two, and every constant fitted from the run (a 2-rank run on 2 cores: no
+    contention) scales by the run's own step over it. A launch of another plan is refused."""
+    import argparse
+
+    from profiler.analyzers.calibrate import _overhead, fit
+    from profiler.cli.calibrate import _measured
+
+    launch = tmp_path / "launch-pp2"
+    _cli("parallel", "train", "--model=tiny", *flags, "--steps=6", f"--out={launch}")
+    steady = statistics.median(json.loads((launch / "metrics.json").read_text())["step_time_s"][1:])
+    out = tmp_path / "calib-launch.json"
+    _cli("profiler", "calibrate", str(tmp_path / "pp2"), f"--unprofiled={launch}", f"--out={out}")
+    (s,) = json.loads(out.read_text())["sources"]
+    run = _measured(str(tmp_path / "pp2"), argparse.Namespace(plan=None, model=None))
+    own = _overhead(run).plain_step_s
+    level_s = statistics.median([own, steady])
+    assert s["unprofiled_launches"] == 1 and s["unprofiled_step_s"] == pytest.approx(level_s, abs=1e-6)
+    assert s["level_factor"] == pytest.approx(own / level_s, abs=1e-4)
+    base, leveled = fit([run], cores=2), fit([dataclasses.replace(run, launches_s=(steady,))], cores=2)
+    for term in ("layer_fixed_s", "flop_s", "step_fixed_s", "alpha_s"):
+        assert getattr(base, term) == pytest.approx(getattr(leveled, term) * own / level_s, rel=1e-6), term
+    for bad, error in (
+        (tmp_path / "dp2", "matches none of the runs calibrated"),
+        (tmp_path / "nope", "no metrics.json"),
+    ):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "profiler",
+                "calibrate",
+                str(tmp_path / "pp2"),
+                f"--unprofiled={bad}",
+                f"--out={out}.x",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2 and error in done.stderr, done.stderr
 
 
 def _overhead_series(run, key, rank):

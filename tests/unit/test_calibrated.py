@@ -23,7 +23,7 @@ from parallel.core.calibrated import (
 )
 from parallel.core.plan import Plan
 from parallel.core.specs import MODELS
-from profiler.analyzers.calibrate import nnls, unprofiled_step_s
+from profiler.analyzers.calibrate import Overhead, _leveled, nnls, unprofiled_step_s
 from tests.conftest import ROOT
 
 TINY = MODELS["tiny"]
@@ -238,6 +238,23 @@ def test_work_outside_forward_backward_is_the_optimizer_per_step_and_the_rest_pe
         assert predict(TINY, Plan(global_batch=m), cal)["step_time_s"] == pytest.approx(optim + m * (glue + 4 * a))
     w = _fit_work([sample(1, False), sample(8, False)])
     assert w.a_mb == 0.0 and w.w0 == pytest.approx(optim + 4.5 * glue)
+
+
+def test_unprofiled_launches_set_the_level_by_their_median():
+    own = Overhead(work=1.5, comm=1.2, plain_step_s=0.040, traced_step_s=0.060, split=True, comm_cpu_s=0.004)
+    assert _leveled(own, ()) == own  # no launches: the run's own level
+    # a slow run (40 ms) among launches at 30, 32, 34, 50 ms: the median of all five, 34 ms, is its level
+    o = _leveled(own, (0.030, 0.032, 0.034, 0.050))
+    level = 0.040 / 0.034
+    assert o.plain_step_s == pytest.approx(0.034) and o.level == pytest.approx(level) and o.launches == 4
+    # both factors grow by it (the samples they divide shrink to the launches' speed), and so does the
+    # communication's CPU time per step that gamma is measured from
+    assert o.work == pytest.approx(1.5 * level) and o.comm == pytest.approx(1.2 * level)
+    assert o.comm_cpu_s == pytest.approx(0.004 / level) and o.split and o.stretch == own.stretch
+    # a run without unprofiled steps of its own: its traced step over the launches' median, one factor
+    bare = Overhead(work=1.0, comm=1.0, plain_step_s=None, traced_step_s=0.060, split=False)
+    o = _leveled(bare, (0.030, 0.050, 0.040, 0.0))  # a launch without a step is ignored
+    assert o.plain_step_s == pytest.approx(0.040) and o.work == o.comm == pytest.approx(1.5) and not o.split
 
 
 def test_round_trip():
