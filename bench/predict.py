@@ -1,13 +1,15 @@
 """Predicted = measured (#16 item 2): calibrate the step-time model from two profiled runs, predict a
 spread of held-back plans before they run, then run them and compare.
 
-    .venv/bin/python -m bench.predict [--passes 3] [--seconds 4] [--cal-seconds 15] [--json FILE] [--plans a,b]
+    .venv/bin/python -m bench.predict [--passes 3] [--seconds 4] [--cal-seconds 15] [--launches 4] [--json FILE] [--plans a,b]
 
 1. `python -m profiler run` the two calibration plans (CALIBRATE, or --calibrate a,b of
    CALIBRATION_PLANS): ~TRACED_S of traced steps (ACTIVE at least) with unprofiled steady steps on both
    sides of them, each side spanning --cal-seconds (step counts from a 3-step timing run), so the fit
    removes the tracing overhead against the run's own unprofiled steps and their median brackets the
-   machine's drift; `python -m profiler calibrate`.
+   machine's drift; around it --launches unprofiled `parallel train` launches of the same plan (~LAUNCH_S
+   each, half before, half after), whose median with the run's own sets the run's level (one launch can
+   run 20-25% fast or slow throughout); `python -m profiler calibrate RUNS --unprofiled LAUNCHES`.
 2. For every held-back plan (HELD_BACK): `python -m parallel plan --calibration calib.json --json` --
    the prediction, written down before any plan runs -- then `python -m parallel train` (no profiler)
    for about --seconds of steps (the count from the prediction, at least --steps), in --passes passes
@@ -48,6 +50,12 @@ CALIBRATION_PLANS = {
 CALIBRATE = ("pp2", "spcp")
 ACTIVE = 4  # fewest traced steps per calibration run
 TRACED_S = 1.5  # ... and about this long a traced window: 4 steps of pp2 are 0.15 s, one moment of the drift
+# unprofiled launches of each calibration plan beside its profiled run: one launch can run 20-25% fast
+# or slow throughout (pp2: 26.5 ms in one of six back to back, 33.5-38.2 in the others), so the fit
+# takes the median of theirs and the run's own as the calibration's level (calibrate --unprofiled)
+LAUNCHES = 4
+LAUNCH_S = 3.0  # ... each about this long
+LAUNCH_STEPS = 6  # ... and at least this many steps
 HELD_BACK = {
     "1 rank": ["--dp", "1"],
     "1 rank, m 4": ["--dp", "1", "--global-batch", "4"],
@@ -68,8 +76,8 @@ HELD_BACK = {
 }
 
 
-def calibrate(tmp: Path, names: tuple[str, ...], seconds: float) -> Path:
-    runs = []
+def calibrate(tmp: Path, names: tuple[str, ...], seconds: float, launches: int = LAUNCHES) -> Path:
+    runs, plain = [], []
     for name in names:
         flags = CALIBRATION_PLANS[name]
         step = step_s(flags, tmp / f"time-{name}")
@@ -77,14 +85,25 @@ def calibrate(tmp: Path, names: tuple[str, ...], seconds: float) -> Path:
         active = max(ACTIVE, round(TRACED_S / step))
         out = tmp / f"cal-{name}"
         steps = side + 1 + active + 1 + side  # wait, warm-up, traced, teardown, unprofiled again
-        run_module(
-            "profiler", "run", *MODEL, *flags, f"--steps={steps}", f"--wait={side}", "--warmup=1",
-            f"--active={active}", f"--out={out}",
-        )  # fmt: skip
+        for j in range(launches):  # half before the profiled run, half after: their median is its level
+            if j == launches // 2:
+                profile(flags, steps, side, active, out)
+            plain.append(tmp / f"launch-{name}-{j}")
+            measure(flags, max(LAUNCH_STEPS, round(LAUNCH_S / step)), plain[-1])
+        if launches == 0:
+            profile(flags, steps, side, active, out)
         runs.append(str(out))
     calib = tmp / "calib.json"
-    print(run_module("profiler", "calibrate", *runs, f"--out={calib}"), end="")
+    print(run_module("profiler", "calibrate", *runs, *(f"--unprofiled={d}" for d in plain), f"--out={calib}"), end="")
     return calib
+
+
+def profile(flags: list[str], steps: int, side: int, active: int, out: Path) -> None:
+    """`profiler run` of a calibration plan: `side` unprofiled steps, the traced ones, `side` more."""
+    run_module(
+        "profiler", "run", *MODEL, *flags, f"--steps={steps}", f"--wait={side}", "--warmup=1",
+        f"--active={active}", f"--out={out}",
+    )  # fmt: skip
 
 
 def predict(flags: list[str], calib: Path) -> dict:
@@ -118,13 +137,19 @@ def main(argv=None) -> int:
         default=15.0,
         help="wall time of a calibration run's unprofiled steps on each side of the traced ones",
     )
+    ap.add_argument(
+        "--launches",
+        type=int,
+        default=LAUNCHES,
+        help="unprofiled launches of each calibration plan that set its level with its profiled run (0: none)",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     names = args.plans.split(",") if args.plans else list(HELD_BACK)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        calib = calibrate(tmp, tuple(args.calibrate.split(",")), args.cal_seconds)
+        calib = calibrate(tmp, tuple(args.calibrate.split(",")), args.cal_seconds, args.launches)
         predicted = {n: predict(HELD_BACK[n], calib) for n in names}  # all written down before any runs
         steps = {n: min(2000, max(args.steps, round(args.seconds / predicted[n]["step_time_s"]))) for n in names}
         runs: dict[str, list[float]] = {n: [] for n in names}
