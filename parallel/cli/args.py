@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 
 from parallel.core.plan import CP_KINDS, FP8, MAIN_GRADS, RECOMPUTE, SCHEDULES, Plan
@@ -85,17 +86,25 @@ def add_cluster_args(parser: argparse.ArgumentParser, *, default: str = "dgx-h10
     )
 
 
-def links_from_commbench(path: Path) -> dict[str, Link]:
-    """The fitted links of a commbench result: its `links` object, {intra|inter: {latency_s, bandwidth_bytes_per_s}}."""
+def links_from_commbench(path: Path, unmeasured: list[str] | None = None) -> dict[str, Link]:
+    """The fitted links of a commbench result: its `links` object, {intra|inter: {latency_s, bandwidth_bytes_per_s}}.
+    A link whose bandwidth the run could not fit (null: its times showed no size dependence, as a
+    loopback run on shared cores can) is left out -- its name appended to `unmeasured` -- so the
+    cluster's own link stays."""
     try:
         data = json.loads(Path(path).read_text())
         links = data["links"]
-        return {
-            name: Link(float(v["bandwidth_bytes_per_s"]), float(v["latency_s"]), v.get("name", f"fitted {name}"))
-            for name, v in links.items()
-            if name in ("intra", "inter")
-        }
-    except (OSError, ValueError, KeyError, TypeError) as err:
+        out = {}
+        for name, v in links.items():
+            if name not in ("intra", "inter"):
+                continue
+            if v.get("bandwidth_bytes_per_s") is None:
+                if unmeasured is not None:
+                    unmeasured.append(name)
+                continue
+            out[name] = Link(float(v["bandwidth_bytes_per_s"]), float(v["latency_s"]), v.get("name", f"fitted {name}"))
+        return out
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise SpecError(f"--links {path}: not a commbench result with fitted links ({err})") from None
 
 
@@ -105,8 +114,15 @@ def cluster_from_args(args: argparse.Namespace, world_size: int) -> Cluster:
         c = dataclasses.replace(c, gpus_per_node=args.gpus_per_node)
     intra, inter = c.intra, c.inter
     if getattr(args, "links", None):
-        fitted = links_from_commbench(args.links)
+        unmeasured: list[str] = []
+        fitted = links_from_commbench(args.links, unmeasured)
         intra, inter = fitted.get("intra", intra), fitted.get("inter", inter)
+        for name in unmeasured:  # stderr: --json keeps stdout to the report
+            print(
+                f"note: --links {args.links}: the {name} link's bandwidth was not fitted (its times showed no "
+                f"size dependence); the cluster's {name} link is used",
+                file=sys.stderr,
+            )
     if args.intra_bw is not None or args.intra_latency_us is not None:
         intra = Link(
             args.intra_bw * GB if args.intra_bw is not None else intra.bandwidth_bytes_per_s,

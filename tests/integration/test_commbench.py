@@ -16,7 +16,7 @@ import pytest
 
 from parallel.cli.args import links_from_commbench
 from parallel.core.comm import collective_seconds
-from parallel.core.specs import Link
+from parallel.core.specs import Link, SpecError
 from profiler.commbench import fit
 from tests.conftest import ROOT
 
@@ -121,6 +121,26 @@ def test_noisy_points_give_a_close_fit_and_model_times():
     assert links["intra"]["bandwidth_bytes_per_s"] == pytest.approx(1e9, rel=0.05)
     assert links["intra"]["latency_s"] == pytest.approx(100e-6, rel=0.1)
     assert all(r["model_time_us"] == pytest.approx(r["time_us"], rel=0.1) for r in rows)
+
+
+def test_a_link_without_a_fitted_bandwidth_keeps_the_clusters_link(tmp_path):
+    """A loopback run on shared cores can show no size dependence: its link's bandwidth is null. The plan
+    model then keeps the cluster's link (a note on stderr says so) instead of failing on the null."""
+    out = tmp_path / "cb.json"
+    out.write_text(json.dumps({"links": {"intra": {"latency_s": 2e-4, "bandwidth_bytes_per_s": None}}}))
+    unmeasured = []
+    assert links_from_commbench(out, unmeasured) == {} and unmeasured == ["intra"]
+    args = ["-m", "parallel", "plan", "--model=tiny", "--cluster=local-cpu", "--tp=2", "--json"]
+    with_links = subprocess.run(
+        [sys.executable, *args, f"--links={out}"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    plain = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert with_links.returncode == 0 == plain.returncode, with_links.stdout + with_links.stderr
+    assert "intra link's bandwidth was not fitted" in with_links.stderr
+    assert json.loads(with_links.stdout)["step_time_s"] == json.loads(plain.stdout)["step_time_s"]
+    out.write_text(json.dumps({"links": {"intra": "fast"}}))  # not a commbench result: the one-line reason
+    with pytest.raises(SpecError, match="not a commbench result"):
+        links_from_commbench(out)
 
 
 def test_a_fit_never_goes_negative():
