@@ -85,13 +85,15 @@ def calibrate(tmp: Path, names: tuple[str, ...], seconds: float, launches: int =
         active = max(ACTIVE, round(TRACED_S / step))
         out = tmp / f"cal-{name}"
         steps = side + 1 + active + 1 + side  # wait, warm-up, traced, teardown, unprofiled again
-        for j in range(launches):  # half before the profiled run, half after: their median is its level
-            if j == launches // 2:
-                profile(flags, steps, side, active, out)
-            plain.append(tmp / f"launch-{name}-{j}")
-            measure(flags, max(LAUNCH_STEPS, round(LAUNCH_S / step)), plain[-1])
-        if launches == 0:
-            profile(flags, steps, side, active, out)
+        launch = [tmp / f"launch-{name}-{j}" for j in range(launches)]
+        size = max(LAUNCH_STEPS, round(LAUNCH_S / step))
+        half = launches // 2  # half the launches before the profiled run, half after: their median is its level
+        for d in launch[:half]:
+            measure(flags, size, d)
+        profile(flags, steps, side, active, out)
+        for d in launch[half:]:
+            measure(flags, size, d)
+        plain += launch
         runs.append(str(out))
     calib = tmp / "calib.json"
     print(run_module("profiler", "calibrate", *runs, *(f"--unprofiled={d}" for d in plain), f"--out={calib}"), end="")
