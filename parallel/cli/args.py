@@ -86,13 +86,20 @@ def add_cluster_args(parser: argparse.ArgumentParser, *, default: str = "dgx-h10
     )
 
 
+MAX_COMMBENCH_BYTES = 16 << 20  # a commbench result: its rows per op, size and group, a few hundred KiB at most
+
+
 def links_from_commbench(path: Path, unmeasured: list[str] | None = None) -> dict[str, Link]:
     """The fitted links of a commbench result: its `links` object, {intra|inter: {latency_s, bandwidth_bytes_per_s}}.
     A link whose bandwidth the run could not fit (null: its times showed no size dependence, as a
     loopback run on shared cores can) is left out -- its name appended to `unmeasured` -- so the
     cluster's own link stays."""
     try:
-        data = json.loads(Path(path).read_text())
+        with open(path, "rb") as f:
+            raw = f.read(MAX_COMMBENCH_BYTES + 1)
+        if len(raw) > MAX_COMMBENCH_BYTES:
+            raise ValueError(f"larger than {MAX_COMMBENCH_BYTES >> 20} MiB")
+        data = json.loads(raw)
         links = data["links"]
         out = {}
         for name, v in links.items():

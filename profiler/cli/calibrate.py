@@ -48,6 +48,24 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+MAX_METRICS_BYTES = 64 << 20  # a run's metrics.json: ~50 KB for 60 steps on 4 ranks, a few MB for long runs
+
+
+def _read_metrics(path: Path) -> dict:
+    """A run's metrics.json, read bounded (MAX_METRICS_BYTES); a one-line error when too large or not
+    a JSON object."""
+    from profiler.traces.errors import PlanMismatchError, TooLargeError
+
+    with open(path, "rb") as f:
+        data = f.read(MAX_METRICS_BYTES + 1)
+    if len(data) > MAX_METRICS_BYTES:
+        raise TooLargeError(f"{path}: larger than {MAX_METRICS_BYTES >> 20} MiB: not a run's metrics.json")
+    doc = orjson.loads(data)
+    if not isinstance(doc, dict):
+        raise PlanMismatchError(f"{path}: not a run's metrics.json (a JSON {type(doc).__name__}, not an object)")
+    return doc
+
+
 def _with_launches(runs: list, dirs: list[str]) -> list:
     """The runs with each unprofiled launch's steady step (median after the first) attached to the
     run of its plan and model; a launch that matches none, or has no steady steps, is refused."""
@@ -64,7 +82,7 @@ def _with_launches(runs: list, dirs: list[str]) -> list:
         path = Path(d) / "metrics.json"
         if not path.is_file():
             raise NoTracesError(f"--unprofiled {d}: no metrics.json (give a `parallel train` run directory)")
-        m = orjson.loads(path.read_bytes())
+        m = _read_metrics(path)
         try:
             plan, model = Plan.from_dict(m["plan"]), Model.from_dict(m["model"])
         except (KeyError, TypeError, ValueError) as err:
@@ -100,7 +118,7 @@ def _measured(path: str, args: argparse.Namespace):
     run = folder / "run.json"
     metrics = {}
     if (folder / "metrics.json").is_file():
-        metrics = orjson.loads((folder / "metrics.json").read_bytes())
+        metrics = _read_metrics(folder / "metrics.json")
     if run.is_file():
         data = orjson.loads(run.read_bytes())
         plan, model = Plan.from_dict(data["plan"]), Model.from_dict(data["model"])

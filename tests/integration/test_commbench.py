@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from parallel.cli.args import links_from_commbench
+from parallel.cli.args import MAX_COMMBENCH_BYTES, links_from_commbench
 from parallel.core.comm import collective_seconds
 from parallel.core.specs import Link, SpecError
 from profiler.commbench import fit
@@ -140,6 +140,9 @@ def test_a_link_without_a_fitted_bandwidth_keeps_the_clusters_link(tmp_path):
     assert json.loads(with_links.stdout)["step_time_s"] == json.loads(plain.stdout)["step_time_s"]
     out.write_text(json.dumps({"links": {"intra": "fast"}}))  # not a commbench result: the one-line reason
     with pytest.raises(SpecError, match="not a commbench result"):
+        links_from_commbench(out)
+    out.write_bytes(b" " * (MAX_COMMBENCH_BYTES + 1))  # read bounded
+    with pytest.raises(SpecError, match="larger than 16 MiB"):
         links_from_commbench(out)
 
 
