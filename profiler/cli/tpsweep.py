@@ -348,6 +348,20 @@ def write(out: Path, sweep: dict) -> None:
         os.replace(tmp, out / "sweep.csv")
 
 
+def commbench_lines(links: dict) -> list[str]:
+    """commbench's fitted links, one line each. A link whose times showed no size dependence (loopback on
+    busy shared cores can) has no bandwidth: the line says so, and the plan model keeps the shaped link."""
+    lines = []
+    for name, link in links.items():
+        bw = link.get("bandwidth_bytes_per_s")
+        beta = f"β {bw / 1e9:.3f} GB/s per rank per direction" if bw else "β not fitted (no size dependence measured)"
+        lines.append(
+            f"commbench {name}: α {(link.get('latency_s') or 0.0) * 1e6:.0f} µs, {beta} "
+            f"(rel err {link.get('rel_rmse', float('nan')):.2f})"
+        )
+    return lines
+
+
 def table(sweep: dict) -> str:
     """The sweep as lines a person reads."""
     from profiler.lab.sweep_model import compare
@@ -369,12 +383,7 @@ def table(sweep: dict) -> str:
             f"{r.busbw_error_pct:>+5.0f}% {r.measured_step_s:>7.3f} {r.predicted_step_s:>7.3f} "
             f"{r.step_error_pct:>+5.0f}%"
         )
-    links = (sweep.get("commbench") or {}).get("links") or {}
-    for name, link in links.items():
-        lines.append(
-            f"commbench {name}: α {link['latency_s'] * 1e6:.0f} µs, β {link['bandwidth_bytes_per_s'] / gb:.3f} "
-            f"GB/s per rank per direction (rel err {link.get('rel_rmse', float('nan')):.2f})"
-        )
+    lines += commbench_lines((sweep.get("commbench") or {}).get("links") or {})
     rate = (sweep.get("compute") or {}).get("flops_per_s")
     if rate:
         lines.append(

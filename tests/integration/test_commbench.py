@@ -146,6 +146,26 @@ def test_a_link_without_a_fitted_bandwidth_keeps_the_clusters_link(tmp_path):
         links_from_commbench(out)
 
 
+def test_the_tp_sweep_reads_a_link_without_a_fitted_bandwidth():
+    """The TP sweep's commbench may fit no bandwidth for a link too: its printed table says so instead of
+    failing on the null, and its lab cluster keeps the shaped link for it (a fitted one is used)."""
+    from profiler.cli.tpsweep import commbench_lines
+    from profiler.lab.sweep_model import lab_cluster
+
+    links = {
+        "intra": {"latency_s": 2e-4, "bandwidth_bytes_per_s": None, "rel_rmse": 0.4},
+        "inter": {"latency_s": 5e-4, "bandwidth_bytes_per_s": 1.25e8, "rel_rmse": 0.1},
+    }
+    lines = commbench_lines(links)
+    assert "not fitted" in lines[0] and "200 µs" in lines[0]
+    assert "β 0.125 GB/s" in lines[1]
+    sweep = {"commbench": {"links": links}, "lab": {"bandwidth_bytes_per_s": 5e7}, "gpus_per_node": 2}
+    c = lab_cluster(sweep, flops_per_s=1e10)
+    assert c.inter.bandwidth_bytes_per_s == 1.25e8 and c.inter.latency_s == 5e-4
+    links["inter"]["bandwidth_bytes_per_s"] = None
+    assert lab_cluster(sweep, flops_per_s=1e10).inter.bandwidth_bytes_per_s == 5e7  # the shaped link
+
+
 def test_a_fit_never_goes_negative():
     rows = [
         {"op": "all_reduce", "group_size": 2, "link": "intra", "bytes": b, "time_us": t}

@@ -204,7 +204,10 @@ def test_tpsweep_quick_writes_its_json_and_the_page_shows_it(lab_prefix, tmp_pat
     assert intra > 2 * inter  # the TP group that spans the link is the slow one
     cb = json.loads((out / "commbench.json").read_text())
     assert set(cb["links"]) == {"intra", "inter"} and cb["lab"]["prefix"] == lab_prefix
-    assert cb["links"]["inter"]["bandwidth_bytes_per_s"] < cb["links"]["intra"]["bandwidth_bytes_per_s"]
+    intra_bw, inter_bw = (cb["links"][k]["bandwidth_bytes_per_s"] for k in ("intra", "inter"))
+    assert inter_bw is not None  # the shaped link's time grows with size
+    # loopback on two busy cores can time flat over the quick sizes: no bandwidth fitted (the table says so)
+    assert intra_bw is None or inter_bw < intra_bw
     assert sweep["commbench"]["links"] == cb["links"]
     assert (out / "sweep.csv").read_text().startswith("tp,sp,link,")
     # the step-time model calibrated on the sweep's own runs (one inside a node, one across: the inter
