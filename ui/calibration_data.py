@@ -24,6 +24,7 @@ import pandas as pd
 from parallel.core.calibrated import Calibration, CalibrationError, predict, read_calibration
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Model, SpecError
+from profiler.formats.rundir import METRICS_JSON, read_json
 from ui.trace_sets import TraceSet, runs_dir
 
 CALIBRATION_FILE = "calibration.json"
@@ -124,7 +125,7 @@ def calibrate_runs(sets: list[TraceSet], *, cores: int) -> Calibration:
     runs = []
     for s in sets:
         model, plan = _model_plan(s)
-        metrics = json.loads((s.path / "metrics.json").read_text()) if s.has_metrics else {}
+        metrics = (read_json(s.path / METRICS_JSON) or {}) if s.has_metrics else {}
         analysis = TraceAnalysis.load(s.path, plan.to_dict())
         runs.append(Measured(analysis=analysis, metrics=metrics, plan=plan, model=model, path=str(s.path)))
     return fit(runs, cores=cores)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from profiler.formats.rundir import log_tail, now_iso, slug
+from profiler.formats.rundir import log_tail, now_iso, read_json, slug
 from profiler.formats.rundir import write_json_atomic as _write
 
 JOBS = ".jobs"
@@ -167,9 +167,8 @@ def _reap(proc: subprocess.Popen, job: Job) -> None:
 
 def load(runs_dir: Path, name: str) -> Job | None:
     path = Path(runs_dir) / JOBS / f"{name}.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    data = read_json(path)
+    if data is None:
         return None
     fields = {f.name for f in dataclasses.fields(Job)}
     data = {k: v for k, v in data.items() if k in fields}

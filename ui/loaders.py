@@ -4,7 +4,6 @@ frames out. Every plan-model call of a page goes through here, so a warm page co
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import streamlit as st
@@ -15,6 +14,7 @@ from parallel.core.perf import PerfOptions
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Model, SpecError
 from parallel.core.validate import check
+from profiler.formats.rundir import load_json_object
 from ui import long_context_data, memory_data, topology_data
 from ui.plan_params import plan_from_params
 from ui.theme import link_names, link_words
@@ -116,7 +116,7 @@ def long_context_view(params: dict[str, str], cp: int, flash: bool, runs: tuple[
     pairs = []
     for path, _ in runs:
         try:
-            metrics = json.loads(Path(path).read_text())
+            metrics = load_json_object(path)
             pairs.append((metrics, Plan.from_dict(metrics["plan"]), Path(path).parent.name))
         except (OSError, ValueError, KeyError, TypeError, SpecError):
             continue  # a run being written, or one from an older version: no point for it

@@ -23,6 +23,7 @@ import pandas as pd
 import streamlit as st
 
 from profiler.analyzers.front import TraceAnalysis
+from profiler.formats.rundir import METRICS_JSON, read_json
 from profiler.traces.model import node_of_ranks
 from ui import run_data, whatif_data
 from ui.trace_sets import TraceSet
@@ -242,12 +243,8 @@ def collectives_csv(key: tuple) -> bytes:
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def metrics(path: str, mtime_ns: int) -> dict | None:
-    """A run's metrics.json (None when it cannot be read)."""
-    try:
-        data = json.loads((Path(path) / "metrics.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    """A run's metrics.json, read bounded (None when it cannot be read)."""
+    return read_json(Path(path) / METRICS_JSON)
 
 
 def run_metrics(s) -> dict | None:

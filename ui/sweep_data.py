@@ -10,12 +10,12 @@ the page). Pure: pandas, json.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pandas as pd
 
+from profiler.formats.rundir import load_json_object
 from profiler.lab.sweep_model import compare, compute_rate, lab_cluster, prediction
 
 SWEEP_JSON = "sweep.json"
@@ -34,10 +34,12 @@ class SweepError(ValueError):
 
 def load_sweep(path: Path) -> dict:
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as err:
-        raise SweepError(f"{path}: cannot be read as JSON ({err})") from None
-    if not isinstance(data, dict) or data.get("kind") != "parascope-tpsweep":
+        data = load_json_object(path)
+    except OSError as err:
+        raise SweepError(f"{path}: cannot be read ({err.strerror or err})") from None
+    except ValueError as err:
+        raise SweepError(f"{path}: cannot be read as a sweep ({err})") from None
+    if data.get("kind") != "parascope-tpsweep":
         raise SweepError(f"{path}: not a sweep of `python -m profiler tpsweep` (no kind 'parascope-tpsweep')")
     missing = [k for k in ("model", "gpus_per_node", "points") if k not in data]
     if missing:

@@ -15,13 +15,13 @@ Pure: stdlib, parallel/ and profiler.formats.runs (no streamlit, no torch).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, MODELS, SpecError
+from profiler.formats.rundir import read_json
 from ui import jobs as jobs_mod
 from ui.plan_params import DEFAULT_PARAMS, plan_to_params
 
@@ -108,14 +108,6 @@ class TraceSet:
         return self.path / "logs" / f"rank{rank}.log"
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # missing, or being rewritten: the next poll reads it
-    return data if isinstance(data, dict) else None
-
-
 def _trace_count(folder: Path) -> int:
     if not folder.is_dir():
         return 0
@@ -187,10 +179,10 @@ def read_run(path: Path, job: jobs_mod.Job | None = None) -> TraceSet | None:
 
 
 def read_upload(path: Path) -> TraceSet | None:
-    manifest = _read_json(path / "manifest.json")
+    manifest = read_json(path / "manifest.json")
     if manifest is None:
         return None
-    plan_file = _read_json(path / "plan.json") or {}
+    plan_file = read_json(path / "plan.json") or {}
     return TraceSet(
         id=UPLOAD + path.name,
         kind="upload",

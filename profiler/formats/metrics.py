@@ -46,12 +46,12 @@ Pure: stdlib only.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from profiler.formats.rundir import METRICS_JSON
+from profiler.formats.rundir import METRICS_JSON, load_json_object
 
 
 def load_metrics(run_dir: str | Path) -> dict:
-    """A run's metrics.json (raises OSError / ValueError when it is missing or not JSON)."""
-    return json.loads((Path(run_dir) / METRICS_JSON).read_text())
+    """A run's metrics.json, read bounded (raises OSError / ValueError when it is missing, too large, not
+    JSON or not an object)."""
+    return load_json_object(Path(run_dir) / METRICS_JSON)

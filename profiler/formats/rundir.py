@@ -115,13 +115,34 @@ def os_error_text(err: OSError, path: str | Path | None = None) -> str:
     return f"{err.strerror or err}" + (f" ({where})" if where else "")
 
 
-def read_json(path: Path) -> dict | None:
-    """A JSON object, or None when missing, unreadable or not an object."""
+# a run's own JSON files (run.json, metrics.json, status, a sweep, a job record): metrics.json is ~50 KB for
+# 60 steps on 4 ranks and a few MB for long runs; a runs dir can be any folder a user points the app at
+MAX_RUN_JSON_BYTES = 64 << 20
+
+
+def load_json_object(path: str | Path, max_bytes: int = MAX_RUN_JSON_BYTES) -> dict:
+    """The JSON object in the file at `path`, read bounded: OSError when it cannot be read, ValueError
+    with a one-line reason when it is larger than `max_bytes`, not JSON, or not an object."""
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"larger than {max_bytes >> 20} MiB: not one of a run's JSON files")
     try:
-        data = json.loads(Path(path).read_text())
+        doc = json.loads(data)
+    except RecursionError:
+        raise ValueError("nested too deeply to be one of a run's JSON files") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"a JSON {type(doc).__name__}, not an object")
+    return doc
+
+
+def read_json(path: str | Path, max_bytes: int = MAX_RUN_JSON_BYTES) -> dict | None:
+    """A JSON object (load_json_object), or None when missing, unreadable, too large or not an object:
+    for files a writer may be replacing right now, which the next poll reads again."""
+    try:
+        return load_json_object(path, max_bytes)
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
 
 
 def read_statuses(run_dir: Path) -> dict[int, dict]:

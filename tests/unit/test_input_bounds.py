@@ -127,3 +127,38 @@ def test_a_global_batch_that_cannot_fit_this_machine_is_refused_before_any_rank_
     (err,) = memory_errors(tiny, Plan(dp=2, global_batch=2**30), ranks_here=2, available=24 << 30)
     assert "--global-batch 1,073,741,824" in err and "2 ranks" in err and "GB is available" in err
     assert memory_errors(tiny, Plan(dp=2, global_batch=8), ranks_here=2, available=24 << 30) == []
+
+
+def test_a_runs_json_files_are_read_bounded_and_must_be_objects(tmp_path):
+    """Every reader of a run's JSON files (run.json, metrics.json, a job record, a sweep, an upload's
+    manifest) goes through one bounded reader: a file past the bound, a non-object or broken JSON is a
+    one-line ValueError (or None where a poll reads it again), never a whole-file read or a crash."""
+    from profiler.formats.metrics import load_metrics
+    from profiler.formats.rundir import MAX_RUN_JSON_BYTES, load_json_object, read_json
+    from ui import jobs, sweep_data
+    from ui.trace_sets import read_upload
+
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps({"step_time_s": [0.1, 0.2]}))
+    assert load_metrics(tmp_path) == {"step_time_s": [0.1, 0.2]} == read_json(path)
+    path.write_text(" " * 65 + "{}")
+    with pytest.raises(ValueError, match="larger than 0 MiB"):
+        load_json_object(path, max_bytes=64)
+    assert read_json(path, max_bytes=64) is None and read_json(path) == {}
+    for text, reason in (("[1, 2]", "a JSON list, not an object"), ("{", "Expecting"), ("[" * 100_000, "too deeply")):
+        path.write_text(text)
+        with pytest.raises(ValueError, match=reason):
+            load_metrics(tmp_path)
+        assert read_json(path) is None
+    with open(path, "wb") as f:  # one byte past the bound, sparse: refused without parsing
+        f.truncate(MAX_RUN_JSON_BYTES + 1)
+    with pytest.raises(ValueError, match=f"larger than {MAX_RUN_JSON_BYTES >> 20} MiB"):
+        load_metrics(tmp_path)
+    (tmp_path / jobs.JOBS).mkdir()
+    (tmp_path / jobs.JOBS / "j1.json").write_text('["not", "a", "job"]')
+    assert jobs.load(tmp_path, "j1") is None  # a record that is not an object: no job, no crash
+    (tmp_path / "sweep.json").write_text("[]")
+    with pytest.raises(sweep_data.SweepError, match="not an object"):
+        sweep_data.load_sweep(tmp_path / "sweep.json")
+    (tmp_path / "manifest.json").write_text('"text"')
+    assert read_upload(tmp_path) is None
