@@ -48,22 +48,16 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-MAX_METRICS_BYTES = 64 << 20  # a run's metrics.json: ~50 KB for 60 steps on 4 ranks, a few MB for long runs
+def _read_run_json(path: Path) -> dict:
+    """A run's metrics.json or run.json, read bounded (rundir.load_json_object); one line naming it when
+    it is too large, not JSON or not an object."""
+    from profiler.formats.rundir import load_json_object
+    from profiler.traces.errors import PlanMismatchError
 
-
-def _read_metrics(path: Path) -> dict:
-    """A run's metrics.json, read bounded (MAX_METRICS_BYTES); a one-line error when too large or not
-    a JSON object."""
-    from profiler.traces.errors import PlanMismatchError, TooLargeError
-
-    with open(path, "rb") as f:
-        data = f.read(MAX_METRICS_BYTES + 1)
-    if len(data) > MAX_METRICS_BYTES:
-        raise TooLargeError(f"{path}: larger than {MAX_METRICS_BYTES >> 20} MiB: not a run's metrics.json")
-    doc = orjson.loads(data)
-    if not isinstance(doc, dict):
-        raise PlanMismatchError(f"{path}: not a run's metrics.json (a JSON {type(doc).__name__}, not an object)")
-    return doc
+    try:
+        return load_json_object(path)
+    except ValueError as err:
+        raise PlanMismatchError(f"{path}: not a run's {path.name} ({err})") from None
 
 
 def _with_launches(runs: list, dirs: list[str]) -> list:
@@ -82,7 +76,7 @@ def _with_launches(runs: list, dirs: list[str]) -> list:
         path = Path(d) / "metrics.json"
         if not path.is_file():
             raise NoTracesError(f"--unprofiled {d}: no metrics.json (give a `parallel train` run directory)")
-        m = _read_metrics(path)
+        m = _read_run_json(path)
         try:
             plan, model = Plan.from_dict(m["plan"]), Model.from_dict(m["model"])
         except (KeyError, TypeError, ValueError) as err:
@@ -118,9 +112,9 @@ def _measured(path: str, args: argparse.Namespace):
     run = folder / "run.json"
     metrics = {}
     if (folder / "metrics.json").is_file():
-        metrics = _read_metrics(folder / "metrics.json")
+        metrics = _read_run_json(folder / "metrics.json")
     if run.is_file():
-        data = orjson.loads(run.read_bytes())
+        data = _read_run_json(run)
         plan, model = Plan.from_dict(data["plan"]), Model.from_dict(data["model"])
     else:
         if not (args.plan and args.model):
@@ -141,10 +135,11 @@ def run_cluster(folder: Path, plan):
     import dataclasses
 
     from parallel.core.specs import CLUSTERS
+    from profiler.formats.rundir import load_json_object
 
     try:
-        nodes = int(orjson.loads((folder / "run.json").read_bytes()).get("nodes") or 1)
-    except (OSError, ValueError, TypeError, orjson.JSONDecodeError):
+        nodes = int(load_json_object(folder / "run.json").get("nodes") or 1)
+    except (OSError, ValueError, TypeError):
         return None
     if nodes <= 1 or plan.world_size % nodes:
         return None

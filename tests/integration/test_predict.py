@@ -182,12 +182,16 @@ def test_calibrate_refuses_bad_input_with_one_line(tmp_path):
     listed = tmp_path / "listed"  # a metrics.json that is not an object
     listed.mkdir()
     (listed / "metrics.json").write_text("[]")
+    broken = tmp_path / "broken"  # a run directory whose run.json is cut short
+    shutil.copytree(sample_run(), broken)
+    (broken / "run.json").write_text('{"plan": {')
     for args, error in (
         ([str(tmp_path / "nope")], "no such file or directory"),
         ([str(bare)], "give --plan PLAN.json and --model NAME"),
         ([str(bare), "--plan=/nope.json", "--model=tiny"], "cannot read it"),
         ([str(sample_run()), "--cores=0"], "--cores 0"),
         ([str(sample_run()), f"--unprofiled={listed}"], "not a run's metrics.json"),
+        ([str(broken)], "not a run's run.json"),
     ):
         done = subprocess.run(
             [sys.executable, "-m", "profiler", "calibrate", *args, f"--out={tmp_path / 'c.json'}"],
