@@ -112,11 +112,10 @@ def local_outcome(path: Path):
     """Outcome reader for a local agent: its outcome file."""
 
     def read(log_text: str, codes: list[int]) -> Outcome | None:
-        import json
+        from profiler.formats.rundir import read_json
 
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError):
+        data = read_json(path)
+        if data is None:
             return None
         return Outcome(bool(data.get("ok")), data.get("rank"), data.get("message"), data.get("exitcode"))
 
