@@ -126,7 +126,8 @@ def load_json_object(path: str | Path, max_bytes: int = MAX_RUN_JSON_BYTES) -> d
     with open(path, "rb") as f:
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise ValueError(f"larger than {max_bytes >> 20} MiB: not one of a run's JSON files")
+        size = f"{max_bytes >> 20} MiB" if max_bytes >= 1 << 20 else f"{max_bytes:,} bytes"
+        raise ValueError(f"larger than {size}: not one of a run's JSON files")
     try:
         doc = json.loads(data)
     except RecursionError:

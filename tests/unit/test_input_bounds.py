@@ -142,7 +142,7 @@ def test_a_runs_json_files_are_read_bounded_and_must_be_objects(tmp_path):
     path.write_text(json.dumps({"step_time_s": [0.1, 0.2]}))
     assert load_metrics(tmp_path) == {"step_time_s": [0.1, 0.2]} == read_json(path)
     path.write_text(" " * 65 + "{}")
-    with pytest.raises(ValueError, match="larger than 0 MiB"):
+    with pytest.raises(ValueError, match="larger than 64 bytes"):
         load_json_object(path, max_bytes=64)
     assert read_json(path, max_bytes=64) is None and read_json(path) == {}
     for text, reason in (("[1, 2]", "a JSON list, not an object"), ("{", "Expecting"), ("[" * 100_000, "too deeply")):
