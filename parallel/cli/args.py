@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 from pathlib import Path
@@ -94,13 +93,10 @@ def links_from_commbench(path: Path, unmeasured: list[str] | None = None) -> dic
     A link whose bandwidth the run could not fit (null: its times showed no size dependence, as a
     loopback run on shared cores can) is left out -- its name appended to `unmeasured` -- so the
     cluster's own link stays."""
+    from profiler.formats.rundir import load_json_object
+
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_COMMBENCH_BYTES + 1)
-        if len(raw) > MAX_COMMBENCH_BYTES:
-            raise ValueError(f"larger than {MAX_COMMBENCH_BYTES >> 20} MiB")
-        data = json.loads(raw)
-        links = data["links"]
+        links = load_json_object(path, MAX_COMMBENCH_BYTES)["links"]
         out = {}
         for name, v in links.items():
             if name not in ("intra", "inter"):
