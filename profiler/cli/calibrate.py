@@ -98,7 +98,7 @@ def _with_launches(runs: list, dirs: list[str]) -> list:
     return [dataclasses.replace(r, launches_s=tuple(steps[i])) if steps[i] else r for i, r in enumerate(runs)]
 
 
-def _measured(path: str, args: argparse.Namespace):
+def measured_run(path: str, plan_file: str | None = None, model_name: str | None = None):
     """A run directory (or a trace folder with --plan and --model) as profiler.analyzers.calibrate.Measured."""
     from parallel.core.plan import Plan
     from parallel.core.specs import MODELS, Model
@@ -117,13 +117,13 @@ def _measured(path: str, args: argparse.Namespace):
         data = _read_run_json(run)
         plan, model = Plan.from_dict(data["plan"]), Model.from_dict(data["model"])
     else:
-        if not (args.plan and args.model):
+        if not (plan_file and model_name):
             raise PlanMismatchError(f"{path}: no run.json; give --plan PLAN.json and --model NAME for a trace folder")
-        if args.model not in MODELS:
-            raise PlanMismatchError(f"--model {args.model!r}: not a preset ({', '.join(sorted(MODELS))})")
+        if model_name not in MODELS:
+            raise PlanMismatchError(f"--model {model_name!r}: not a preset ({', '.join(sorted(MODELS))})")
         from profiler.cli.analyze import _plan
 
-        plan, model = Plan.from_dict(_plan(args.plan)), MODELS[args.model]
+        plan, model = Plan.from_dict(_plan(plan_file)), MODELS[model_name]
     analysis = TraceAnalysis.load(folder, plan.to_dict())
     return Measured(
         analysis=analysis, metrics=metrics, plan=plan, model=model, path=str(folder), cluster=run_cluster(folder, plan)
@@ -157,7 +157,7 @@ def main(argv=None) -> int:
         print(f"error: --cores {args.cores}: expected 1 or more", file=sys.stderr)
         return 2
     try:
-        runs = _with_launches([_measured(p, args) for p in args.path], args.unprofiled)
+        runs = _with_launches([measured_run(p, args.plan, args.model) for p in args.path], args.unprofiled)
         cal = fit(runs, cores=args.cores, device=args.device)
     except (TraceError, CalibrationError, SpecError, KeyError, orjson.JSONDecodeError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -76,12 +76,11 @@ def test_calibrated_model_predicts_plans_it_was_not_fitted_on(tmp_path):
 def _work_stretch_is_wall_over_cpu(path):
     """A run whose work took twice its CPU time (half of it waiting for a core) has a stretch of 2;
     without CPU clocks (another framework's run, an older metrics.json) none."""
-    import argparse
 
     from profiler.analyzers.calibrate import _overhead
-    from profiler.cli.calibrate import _measured
+    from profiler.cli.calibrate import measured_run
 
-    run = _measured(str(path), argparse.Namespace(plan=None, model=None))
+    run = measured_run(str(path))
     m = run.metrics
     for r, steps in m["step_time_s_per_rank"].items():
         comm = m["comm_time_s_per_rank"][r]
@@ -99,10 +98,9 @@ def _unprofiled_launches_set_the_level(tmp_path, flags):
     """A real unprofiled launch of pp2's plan joins its profiled run's level: the fit's unprofiled step
     is the median of the two, and every constant fitted from the run (a 2-rank run on 2 cores: no
     contention) scales by the run's own step over it. A launch of another plan is refused."""
-    import argparse
 
     from profiler.analyzers.calibrate import _overhead, fit
-    from profiler.cli.calibrate import _measured
+    from profiler.cli.calibrate import measured_run
 
     launch = tmp_path / "launch-pp2"
     _cli("parallel", "train", "--model=tiny", *flags, "--steps=6", f"--out={launch}")
@@ -110,7 +108,7 @@ def _unprofiled_launches_set_the_level(tmp_path, flags):
     out = tmp_path / "calib-launch.json"
     _cli("profiler", "calibrate", str(tmp_path / "pp2"), f"--unprofiled={launch}", f"--out={out}")
     (s,) = json.loads(out.read_text())["sources"]
-    run = _measured(str(tmp_path / "pp2"), argparse.Namespace(plan=None, model=None))
+    run = measured_run(str(tmp_path / "pp2"))
     own = _overhead(run).plain_step_s
     level_s = statistics.median([own, steady])
     assert s["unprofiled_launches"] == 1 and s["unprofiled_step_s"] == pytest.approx(level_s, abs=1e-6)
@@ -152,13 +150,12 @@ def _contention_terms_of_a_shared_run(path):
     seconds over the communication the model gives it, and eta (the share of the core kept busy) then
     makes the model give the run its unprofiled step -- or stays 1 where the model is slower already.
     Without CPU clocks eta stays 1 and gamma is what gives the step."""
-    import argparse
 
     from parallel.core.calibrated import predict
     from profiler.analyzers.calibrate import EFFICIENCY_FLOOR, _overhead, fit
-    from profiler.cli.calibrate import _measured
+    from profiler.cli.calibrate import measured_run
 
-    run = _measured(str(path), argparse.Namespace(plan=None, model=None))
+    run = measured_run(str(path))
     o = _overhead(run)
     cal = fit([run], cores=1)
     p = predict(run.model, run.plan, cal)
