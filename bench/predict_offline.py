@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -55,6 +56,13 @@ def _steps(run: Path) -> list[float]:
     return load_metrics(run)["step_time_s"][1:]
 
 
+def repetitions(out: Path, name: str) -> list[int]:
+    """The repetitions REP of DIR/cal-NAME-REP (not another plan's whose name extends NAME: cal-spcp-ring-0
+    is no repetition of spcp)."""
+    pattern = re.compile(rf"cal-{re.escape(name)}-(\d+)")
+    return sorted(int(m[1]) for p in out.iterdir() if p.is_dir() and (m := pattern.fullmatch(p.name)))
+
+
 def _plan_model(flags: list[str]):
     from parallel.cli import args as cli_args
     from parallel.cli.train import parser
@@ -68,7 +76,7 @@ def score(out: Path, names: list[str], plan: str | None) -> float:
     from profiler.analyzers.calibrate import fit
     from profiler.cli.calibrate import measured_run
 
-    reps = {n: sorted(int(p.name.rsplit("-", 1)[1]) for p in out.glob(f"cal-{n}-*") if p.is_dir()) for n in names}
+    reps = {n: repetitions(out, n) for n in names}
     if not all(reps.values()):
         raise SystemExit(f"{out}: no calibration runs of {', '.join(n for n in names if not reps[n])} (collect first)")
     measured = {}
