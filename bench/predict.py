@@ -1,7 +1,7 @@
 """Predicted = measured (#16 item 2): calibrate the step-time model from two profiled runs, predict a
 spread of held-back plans before they run, then run them and compare.
 
-    .venv/bin/python -m bench.predict [--passes 3] [--seconds 4] [--cal-seconds 15] [--launches 4] [--json FILE] [--plans a,b]
+    .venv/bin/python -m bench.predict [--passes 3] [--seconds 4] [--cal-seconds 15] [--launches 4] [--recalibrate] [--json FILE] [--plans a,b]
 
 1. `python -m profiler run` the two calibration plans (CALIBRATE, or --calibrate a,b of
    CALIBRATION_PLANS): ~TRACED_S of traced steps (ACTIVE at least) with unprofiled steady steps on both
@@ -14,15 +14,20 @@ spread of held-back plans before they run, then run them and compare.
    the prediction, written down before any plan runs -- then `python -m parallel train` (no profiler)
    for about --seconds of steps (the count from the prediction, at least --steps), in --passes passes
    over all the plans; its steady step is the median of every pass's steps after its first.
+   --recalibrate repeats step 1 before every pass, whose runs that calibration predicts (written down
+   before the pass runs); a plan's prediction is then the median of the passes' (with its phases).
 3. Print predicted vs measured per plan (and the predicted phases: compute, bubble, exposed comm per
-   dimension, fixed), the error, and the mean absolute / worst error over the held-back plans.
+   dimension, fixed), the error, and the mean absolute / worst error over the held-back plans; --json
+   also keeps each pass's prediction and measured step.
 
 A benchmark, not a test (tests/integration/test_predict.py runs a small spread with a loose bound).
 This 2-core VM's own speed drifts: one 1-rank job measured 28.7 to 50.8 ms a step over one minute,
 steady within each 3-second run. A calibration run's traced samples are scaled to the median of its
 unprofiled steps (the overhead factor), so unprofiled steps that span --cal-seconds on each side make
-its level the drift's average, not a moment's; the passes do the same for the measured side. The
-load average is printed.
+its level the drift's average, not a moment's; the passes do the same for the measured side. A
+calibration before every pass (--recalibrate) was tried so that each one shares its runs' moment: it
+did not predict better (README, "Checked since"), since a calibration's own level moves as much as a
+launch's. The load average is printed.
 """
 
 from __future__ import annotations
@@ -126,6 +131,13 @@ def step_s(flags: list[str], out: Path) -> float:
     return statistics.median(measure(flags, 3, out))
 
 
+def _median_prediction(preds: list[dict]) -> dict:
+    """The prediction whose step is the median of the passes' (the lower middle one of an even count),
+    so its phases add up to the step shown."""
+    ranked = sorted(preds, key=lambda q: q["step_time_s"])
+    return ranked[(len(ranked) - 1) // 2]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.predict")
     ap.add_argument("--passes", type=int, default=3, help="runs of each held-back plan, one per pass over them")
@@ -145,45 +157,69 @@ def main(argv=None) -> int:
         default=LAUNCHES,
         help="unprofiled launches of each calibration plan that set its level with its profiled run (0: none)",
     )
+    ap.add_argument(
+        "--recalibrate", action="store_true", help="a calibration before every pass, not one before the first"
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     names = args.plans.split(",") if args.plans else list(HELD_BACK)
-    rows = []
+    rows, cals = [], []
+    predicted: dict[str, list[dict]] = {n: [] for n in names}  # per plan, each pass's prediction
+    runs: dict[str, list[list[float]]] = {n: [] for n in names}  # ... and each pass's steps after the first
     with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        calib = calibrate(tmp, tuple(args.calibrate.split(",")), args.cal_seconds, args.launches)
-        predicted = {n: predict(HELD_BACK[n], calib) for n in names}  # all written down before any runs
-        steps = {n: min(2000, max(args.steps, round(args.seconds / predicted[n]["step_time_s"]))) for n in names}
-        runs: dict[str, list[float]] = {n: [] for n in names}
-        for k in range(args.passes):  # a pass over every plan, so each plan's runs meet the drift's spread
+        tmp, steps = Path(tmp), {}
+        for k in range(args.passes):
+            if k == 0 or args.recalibrate:
+                (tmp / f"pass-{k}").mkdir()
+                calib = calibrate(tmp / f"pass-{k}", tuple(args.calibrate.split(",")), args.cal_seconds, args.launches)
+                cals.append(json.loads(calib.read_text()))
+                pass_pred = {n: predict(HELD_BACK[n], calib) for n in names}  # written down before the pass runs
+            for n in names:
+                predicted[n].append(pass_pred[n])
+            if not steps:  # every pass runs the same steps, sized by the first prediction
+                steps = {
+                    n: min(2000, max(args.steps, round(args.seconds / pass_pred[n]["step_time_s"]))) for n in names
+                }
             for i, n in enumerate(names):
-                runs[n] += measure(HELD_BACK[n], steps[n], tmp / f"train-{k}-{i}")
+                runs[n].append(measure(HELD_BACK[n], steps[n], tmp / f"train-{k}-{i}"))
+            print(
+                f"pass {k + 1}/{args.passes}: "
+                + ", ".join(
+                    f"{n} {(predicted[n][-1]['step_time_s'] / statistics.median(runs[n][-1]) - 1) * 100:+.0f}%"
+                    for n in names
+                ),
+                flush=True,
+            )
         for n in names:
-            p, measured = predicted[n], statistics.median(runs[n])
+            p = _median_prediction(predicted[n])
+            meas = statistics.median(t for run in runs[n] for t in run)  # all its steady steps
             rows.append(
                 {
                     "plan": n,
-                    "measured_s": measured,
+                    "measured_s": meas,
                     "predicted_s": p["step_time_s"],
-                    "error_pct": (p["step_time_s"] / measured - 1) * 100,
+                    "error_pct": (p["step_time_s"] / meas - 1) * 100,
                     "phases_s": {k: v for k, v in p.items() if k.endswith("_s") and k != "step_time_s" and v},
                     "contention": p["contention_factor"],
-                    "steps": len(runs[n]),
+                    "steps": sum(len(run) for run in runs[n]),
+                    "passes": {  # each pass's prediction and measured step (the median of its steps)
+                        "predicted_s": [q["step_time_s"] for q in predicted[n]],
+                        "measured_s": [statistics.median(run) for run in runs[n]],
+                    },
                 }
             )
             print(
-                f"  {n:<16} predicted {p['step_time_s'] * 1e3:7.1f} ms  measured {measured * 1e3:7.1f} ms  "
+                f"  {n:<16} predicted {p['step_time_s'] * 1e3:7.1f} ms  measured {meas * 1e3:7.1f} ms  "
                 f"error {rows[-1]['error_pct']:+6.1f}%   "
                 + ", ".join(f"{k[:-2]} {v * 1e3:.1f}" for k, v in rows[-1]["phases_s"].items())
                 + f", contention x{p['contention_factor']:.2f}",
                 flush=True,
             )
-        cal = json.loads(calib.read_text())
     errs = [abs(r["error_pct"]) for r in rows]
     summary = {"mae_pct": statistics.mean(errs), "worst_pct": max(errs), "plans": len(rows), "load": os.getloadavg()[0]}
     print(f"\nheld-back plans {len(rows)}: mean |error| {summary['mae_pct']:.1f}%, worst {summary['worst_pct']:.1f}%")
     if args.json:
-        Path(args.json).write_text(json.dumps({"summary": summary, "rows": rows, "calibration": cal}, indent=1))
+        Path(args.json).write_text(json.dumps({"summary": summary, "rows": rows, "calibrations": cals}, indent=1))
     return 0
 
 
