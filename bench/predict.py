@@ -131,6 +131,15 @@ def step_s(flags: list[str], out: Path) -> float:
     return statistics.median(measure(flags, 3, out))
 
 
+def _spread_pct(steps: list[float]) -> float:
+    """How far apart a plan's passes measured: the slowest pass's step over the fastest's, less 1, in %."""
+    return (max(steps) / min(steps) - 1) * 100 if steps and min(steps) > 0 else 0.0
+
+
+def _spread(steps: list[float]) -> str:
+    return "–".join(f"{x * 1e3:.1f}" for x in (min(steps), max(steps))) if len(steps) > 1 else "one"
+
+
 def _median_prediction(preds: list[dict]) -> dict:
     """The prediction whose step is the median of the passes' (the lower middle one of an even count),
     so its phases add up to the step shown."""
@@ -209,15 +218,29 @@ def main(argv=None) -> int:
                 }
             )
             print(
-                f"  {n:<16} predicted {p['step_time_s'] * 1e3:7.1f} ms  measured {meas * 1e3:7.1f} ms  "
+                f"  {n:<16} predicted {p['step_time_s'] * 1e3:7.1f} ms  measured {meas * 1e3:7.1f} ms "
+                f"(passes {_spread(rows[-1]['passes']['measured_s'])})  "
                 f"error {rows[-1]['error_pct']:+6.1f}%   "
                 + ", ".join(f"{k[:-2]} {v * 1e3:.1f}" for k, v in rows[-1]["phases_s"].items())
                 + f", contention x{p['contention_factor']:.2f}",
                 flush=True,
             )
     errs = [abs(r["error_pct"]) for r in rows]
-    summary = {"mae_pct": statistics.mean(errs), "worst_pct": max(errs), "plans": len(rows), "load": os.getloadavg()[0]}
+    # how far the passes of one plan spread: a miss no larger than that is the machine's, not the model's
+    spread = [_spread_pct(r["passes"]["measured_s"]) for r in rows]
+    summary = {
+        "mae_pct": statistics.mean(errs),
+        "worst_pct": max(errs),
+        "plans": len(rows),
+        "load": os.getloadavg()[0],
+        "pass_spread_pct": statistics.median(spread) if spread else 0.0,
+    }
     print(f"\nheld-back plans {len(rows)}: mean |error| {summary['mae_pct']:.1f}%, worst {summary['worst_pct']:.1f}%")
+    if args.passes > 1:
+        print(
+            f"a plan's passes measured up to {max(spread):.0f}% apart (max over min), {summary['pass_spread_pct']:.0f}% "
+            "in the median plan: the machine's own spread, beside which the errors are read"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": summary, "rows": rows, "calibrations": cals}, indent=1))
     return 0
