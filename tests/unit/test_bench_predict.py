@@ -1,7 +1,9 @@
 """The predicted = measured benchmarks' own bookkeeping (bench/predict.py, bench/predict_offline.py): which
-runs a score reads, and which pass's prediction a table row shows."""
+runs a score reads, which pass's prediction a table row shows, how the passes' spread is read."""
 
 from __future__ import annotations
+
+import pytest
 
 from bench.predict import _median_prediction
 from bench.predict_offline import repetitions
@@ -25,3 +27,11 @@ def test_a_rows_prediction_is_the_passes_median_with_its_own_phases():
     # an even count: the lower middle one, a prediction that was made (not an average of two)
     assert _median_prediction(passes[:2])["step_time_s"] == 0.10
     assert _median_prediction(passes[:1]) is passes[0]
+
+
+def test_pass_spread_is_slowest_over_fastest():
+    from bench.predict import _spread, _spread_pct
+
+    assert _spread_pct([0.010, 0.0125, 0.011]) == pytest.approx(25.0)
+    assert _spread_pct([0.02]) == 0.0 and _spread_pct([]) == 0.0
+    assert _spread([0.010, 0.0125]) == "10.0–12.5" and _spread([0.01]) == "one"
