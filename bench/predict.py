@@ -226,7 +226,7 @@ def main(argv=None) -> int:
                 flush=True,
             )
     errs = [abs(r["error_pct"]) for r in rows]
-    # how far the passes of one plan spread: a miss no larger than that is the machine's, not the model's
+    # how far the passes of one plan spread: a miss within that is within the machine's own noise
     spread = [_spread_pct(r["passes"]["measured_s"]) for r in rows]
     summary = {
         "mae_pct": statistics.mean(errs),
