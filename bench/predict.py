@@ -123,7 +123,14 @@ def predict(flags: list[str], calib: Path) -> dict:
 def measure(flags: list[str], steps: int, out: Path) -> list[float]:
     """The steps after the first of one unprofiled run of the plan."""
     run_module("parallel", "train", *MODEL, *flags, f"--steps={steps}", f"--out={out}")
-    return json.loads((out / "metrics.json").read_text())["step_time_s"][1:]
+    return steady_steps(out)
+
+
+def steady_steps(run: Path) -> list[float]:
+    """A run's steps after its first (its metrics.json, read bounded)."""
+    from profiler.formats.metrics import load_metrics
+
+    return load_metrics(run)["step_time_s"][1:]
 
 
 def step_s(flags: list[str], out: Path) -> float:

@@ -25,7 +25,17 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench.predict import ACTIVE, CALIBRATE, CALIBRATION_PLANS, HELD_BACK, MODEL, measure, profile, step_s
+from bench.predict import (
+    ACTIVE,
+    CALIBRATE,
+    CALIBRATION_PLANS,
+    HELD_BACK,
+    MODEL,
+    measure,
+    profile,
+    steady_steps,
+    step_s,
+)
 
 TRACED_S = 1.5  # a calibration run's traced window
 SIDE_S = 5.0  # ... and its unprofiled steps on each side
@@ -47,13 +57,7 @@ def collect(out: Path, names: list[str], repeats: int, seconds: float) -> None:
             d = out / f"m{i:02d}-{rep}"
             if not (d / "metrics.json").is_file():
                 measure(flags, min(2000, max(10, round(seconds / held_step[n]))), d)
-            print(f"held-back {n} #{rep}: {statistics.median(_steps(d)) * 1e3:.1f} ms", flush=True)
-
-
-def _steps(run: Path) -> list[float]:
-    from profiler.formats.metrics import load_metrics
-
-    return load_metrics(run)["step_time_s"][1:]
+            print(f"held-back {n} #{rep}: {statistics.median(steady_steps(d)) * 1e3:.1f} ms", flush=True)
 
 
 def repetitions(out: Path, name: str) -> list[int]:
@@ -83,7 +87,7 @@ def score(out: Path, names: list[str], plan: str | None) -> float:
     for i, (n, flags) in enumerate(HELD_BACK.items()):
         runs = sorted(p for p in out.glob(f"m{i:02d}-*") if (p / "metrics.json").is_file())
         if runs:
-            measured[n] = (_plan_model(flags), [statistics.median(_steps(p)) for p in runs])
+            measured[n] = (_plan_model(flags), [statistics.median(steady_steps(p)) for p in runs])
     if plan is not None and plan not in measured:
         raise SystemExit(f"--plan {plan!r}: not a held-back plan measured in {out} ({', '.join(measured)})")
     loaded = {(n, r): measured_run(str(out / f"cal-{n}-{r}")) for n in names for r in reps[n]}
