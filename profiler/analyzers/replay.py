@@ -199,22 +199,41 @@ def op_wait(ch: Chain, i: int, a: np.ndarray, e: np.ndarray, last: np.ndarray) -
     return min(int(e[i] - a[i]), max(0, int(last[int(ch.inst[i])]) - int(a[i])))
 
 
+def _step_parts(ch: Chain, i0: int, j: int, a: np.ndarray, e: np.ndarray, last: np.ndarray):
+    """(work_ns, [(node i, wait_ns, transfer_ns) per op]) of the step from START node i0 to END node j:
+    the rank's time split so that the parts add up to the window even where its ops overlap (async
+    collectives on a backend's own threads, as gloo's): each op counts only past the time already
+    covered by the ops before it, its wait first (until the last arrival), and work is the time no op
+    covers."""
+    front = int(a[i0])  # the time covered so far
+    work, ops = 0, []
+    for i in range(i0 + 1, j + 1):
+        ai, ei = int(a[i]), int(e[i])
+        work += max(0, ai - front)
+        if ch.kind[i] == OP:
+            lo = max(ai, front)
+            seen = max(0, ei - lo)  # the op's time not already covered
+            waited_until = ai + op_wait(ch, i, a, e, last)
+            wait = max(0, min(waited_until, ei) - lo)
+            ops.append((i, wait, seen - wait))
+        front = max(front, ai, ei)
+    return work, ops
+
+
 def work_per_step(g: Graph) -> pd.DataFrame:
-    """One row per (rank, step): work_ns (the gaps inside the step), comm_ns (its ops' durations)."""
+    """One row per (rank, step): work_ns (the time inside the step no op covers), comm_ns (the time
+    its ops cover): they add up to the step's window (_step_parts)."""
     rows = []
     for rank, ch in g.chains.items():
-        gap = np.zeros(len(ch.a), dtype=np.int64)
-        gap[1:] = ch.a[1:] - ch.e[:-1]
-        inside = np.zeros(len(ch.a), dtype=bool)
-        inside[1:] = ch.kind[1:] != START  # the gap before a step's start is between steps
-        for step in np.unique(ch.step):
-            m = ch.step == step
+        for i0 in np.flatnonzero(ch.kind == START):
+            j = i0 + int(np.argmax(ch.kind[i0:] == END))
+            work, ops = _step_parts(ch, i0, j, ch.a, ch.e, g.last_arrival)
             rows.append(
                 {
                     "rank": rank,
-                    "step": int(step),
-                    "work_ns": int(np.clip(gap[m & inside], 0, None).sum()),
-                    "comm_ns": int((ch.e - ch.a)[m & (ch.kind == OP)].sum()),
+                    "step": int(ch.step[i0]),
+                    "work_ns": work,
+                    "comm_ns": sum(w + x for _, w, x in ops),
                 }
             )
     return pd.DataFrame(rows, columns=["rank", "step", "work_ns", "comm_ns"])
@@ -341,7 +360,8 @@ def step_windows(g: Graph, rp: Replay | None = None) -> pd.DataFrame:
 
 def phases(g: Graph, rp: Replay | None = None) -> pd.DataFrame:
     """One row per (rank, step): work_ns, wait_ns (blocked until the last arrival), transfer_ns per op
-    (column transfer_<dim>_ns), measured or replayed; work + wait + transfers = the window."""
+    (column transfer_<dim>_ns), measured or replayed; work + wait + transfers = the window, also where
+    a rank's ops overlap (_step_parts)."""
     rows = []
     for rank, ch in g.chains.items():
         a = ch.a if rp is None else rp.a[rank]
@@ -350,17 +370,12 @@ def phases(g: Graph, rp: Replay | None = None) -> pd.DataFrame:
         dims = g.instances["dim"].to_numpy() if len(g.instances) else np.empty(0, object)
         for i0 in np.flatnonzero(ch.kind == START):
             j = i0 + int(np.argmax(ch.kind[i0:] == END))
-            row = {"rank": rank, "step": int(ch.step[i0]), "window_ns": int(a[j] - a[i0]), "work_ns": 0, "wait_ns": 0}
-            for i in range(i0 + 1, j + 1):
-                row["work_ns"] += max(0, int(a[i] - e[i - 1]))
-                if ch.kind[i] != OP:
-                    continue
-                c = int(ch.inst[i])
-                dur = int(e[i] - a[i])
-                wait = op_wait(ch, i, a, e, last)
-                row["wait_ns"] += wait
-                key = f"transfer_{dims[c]}_ns"
-                row[key] = row.get(key, 0) + dur - wait
+            work, ops = _step_parts(ch, i0, j, a, e, last)
+            row = {"rank": rank, "step": int(ch.step[i0]), "window_ns": int(a[j] - a[i0]), "work_ns": work}
+            row["wait_ns"] = sum(w for _, w, _ in ops)
+            for i, _, x in ops:
+                key = f"transfer_{dims[int(ch.inst[i])]}_ns"
+                row[key] = row.get(key, 0) + x
             rows.append(row)
     out = pd.DataFrame(rows).fillna(0)
     for c in out.columns:

@@ -19,8 +19,8 @@ from tests.conftest import SHARED_TRACES
 from tests.support import trace_samples as ts
 
 
-def _comm(dim, op, ranks, seq, start, dur, nbytes=800):
-    return ts.annotation(f"ps.comm dim={dim} op={op} bytes={nbytes} ranks={ranks} seq={seq}", start, dur)
+def _comm(dim, op, ranks, seq, start, dur, nbytes=800, tid=1):
+    return ts.annotation(f"ps.comm dim={dim} op={op} bytes={nbytes} ranks={ranks} seq={seq}", start, dur, tid=tid)
 
 
 def _set(tmp_path, per_rank: dict[int, list], ends: dict[int, int] | None = None) -> TraceAnalysis:
@@ -75,6 +75,34 @@ def test_scenarios_by_hand(pair):
     assert _step_us(pair, Scenario(link={"dp": 2.0})) == pytest.approx(950)  # the 100 us transfer halves
     assert _step_us(pair, Scenario(link={"tp": 2.0})) == pytest.approx(1000)  # no tp op: nothing moves
     assert _step_us(pair, Scenario(overlap=frozenset({"dp"}))) == pytest.approx((600 + 900) / 2)
+
+
+def test_overlapping_ops_on_one_rank_are_counted_once(tmp_path):
+    # two async all-reduces that overlap on each rank, each on its own thread (as gloo's workers run
+    # them): rank 0 [200, 600) and [400, 800), rank 1 [100, 600) and [150, 800), rank 1 first at both.
+    # Rank 0's ops cover [200, 800) once: 600 us of transfer and 400 of work, not 800 + 400. Rank 1
+    # waits 100 us for rank 0's first; the second's wait (until 400) lies under the first: not again.
+    a = _set(
+        tmp_path,
+        {
+            0: [
+                ts.cpu("aten::mm", 0, 200),
+                _comm("dp", "all_reduce", "0,1", 0, 200, 400),
+                _comm("dp", "all_reduce", "0,1", 1, 400, 400, tid=2),
+                ts.cpu("aten::add", 800, 200),
+            ],
+            1: [
+                ts.cpu("aten::mm", 0, 100),
+                _comm("dp", "all_reduce", "0,1", 0, 100, 500),
+                _comm("dp", "all_reduce", "0,1", 1, 150, 650, tid=2),
+                ts.cpu("aten::add", 800, 200),
+            ],
+        },
+    )
+    ph = phases(a.graph).set_index("rank")
+    assert ph.loc[0, "transfer_dp_ns"] == 600_000 and ph.loc[0, "work_ns"] == 400_000
+    assert ph.loc[1, "wait_ns"] == 100_000 and ph.loc[1, "transfer_dp_ns"] == 600_000
+    assert (ph["work_ns"] + ph["wait_ns"] + ph["transfer_dp_ns"] == ph["window_ns"]).all()
 
 
 def test_critical_path_follows_the_last_arrival(pair):
@@ -166,6 +194,10 @@ def test_real_sets_replay_exactly_and_their_paths_add_up(name):
         path = out["critical_path"][which]
         assert sum(path["by_category"].values()) == pytest.approx(path["length_s"], rel=1e-4, abs=2e-6)
         assert path["length_s"] <= 1.05 * max(a.breakdown["window_ns"]) / 1e9
+    # the phases partition each window, also where a rank's ops overlap (gloo's async collectives)
+    ph = phases(g)
+    parts = ph["work_ns"] + ph["wait_ns"] + ph.filter(like="transfer_").sum(axis=1)
+    assert (parts == ph["window_ns"]).all()
 
 
 def test_more_microbatches_shrink_the_schedules_bubble(tmp_path):
