@@ -8,8 +8,10 @@
 Each RUN is a `profiler run` directory (its run.json names the plan and model; its metrics.json's
 unprofiled steps -- `--wait 2` or more, or steps left after `--active` -- and the engine's timing of
 its communication calls let the fit remove the tracing overhead from work and from transfers each)
-or a folder of traces with `--plan PLAN.json --model NAME` (then the overhead stays in, and the JSON
-says so). `--unprofiled DIR` (repeatable): a `parallel train` run of one RUN's plan and model; the
+or a folder of traces (then the overhead stays in, and the JSON says so) whose plan and model come from
+`--plan` -- a plan JSON, a Megatron-LM launch script or a torchtitan TOML (parallel.importers) -- or
+from the folder's plan.json (an uploaded set's), and `--model` (a preset or a model JSON) where the plan
+file names none. `--unprofiled DIR` (repeatable): a `parallel train` run of one RUN's plan and model; the
 median of their steady steps and the RUN's own unprofiled one is the level the fit gives that RUN
 (a launch can run 20-25% fast or slow throughout; `level_factor` and `unprofiled_launches` in its source).
 `--cores` is the machine's cores the ranks shared (default: this machine's). The JSON is
@@ -32,8 +34,12 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m profiler calibrate", description="fit the step-time model to runs")
     ap.add_argument("path", nargs="+", help="profiler run directories (or trace folders with --plan and --model)")
     ap.add_argument("--out", required=True, help="where to write calib.json")
-    ap.add_argument("--plan", help="Plan JSON for trace folders without a run.json")
-    ap.add_argument("--model", help="model preset for trace folders without a run.json")
+    ap.add_argument(
+        "--plan",
+        help="for trace folders without a run.json: a plan JSON, a Megatron-LM launch script or a torchtitan TOML "
+        "(default: the folder's plan.json, as an uploaded set has)",
+    )
+    ap.add_argument("--model", help="a model preset or a model JSON file (default: the plan file's model)")
     ap.add_argument(
         "--cores", type=int, default=os.cpu_count() or 1, help="cores the ranks shared (default: this machine's)"
     )
@@ -99,12 +105,12 @@ def _with_launches(runs: list, dirs: list[str]) -> list:
 
 
 def measured_run(path: str, plan_file: str | None = None, model_name: str | None = None):
-    """A run directory (or a trace folder with --plan and --model) as profiler.analyzers.calibrate.Measured."""
+    """A run directory (or a trace folder: folder_plan_model) as profiler.analyzers.calibrate.Measured."""
     from parallel.core.plan import Plan
-    from parallel.core.specs import MODELS, Model
+    from parallel.core.specs import Model
     from profiler.analyzers.calibrate import Measured
     from profiler.analyzers.front import TraceAnalysis
-    from profiler.traces.errors import NoTracesError, PlanMismatchError
+    from profiler.traces.errors import NoTracesError
 
     folder = Path(path)
     if not folder.exists():
@@ -117,17 +123,96 @@ def measured_run(path: str, plan_file: str | None = None, model_name: str | None
         data = _read_run_json(run)
         plan, model = Plan.from_dict(data["plan"]), Model.from_dict(data["model"])
     else:
-        if not (plan_file and model_name):
-            raise PlanMismatchError(f"{path}: no run.json; give --plan PLAN.json and --model NAME for a trace folder")
-        if model_name not in MODELS:
-            raise PlanMismatchError(f"--model {model_name!r}: not a preset ({', '.join(sorted(MODELS))})")
-        from profiler.cli.analyze import _plan
-
-        plan, model = Plan.from_dict(_plan(plan_file)), MODELS[model_name]
+        plan, model = folder_plan_model(folder, plan_file, model_name)
     analysis = TraceAnalysis.load(folder, plan.to_dict())
     return Measured(
         analysis=analysis, metrics=metrics, plan=plan, model=model, path=str(folder), cluster=run_cluster(folder, plan)
     )
+
+
+def folder_plan_model(folder: Path, plan_file: str | None, model_arg: str | None):
+    """(Plan, Model) of a trace folder without a run.json. The plan: --plan FILE -- a plan JSON (bare,
+    or {"plan": ..., "model": ...} as a run's, a report's or an uploaded set's plan.json), a Megatron-LM
+    launch script or a torchtitan TOML (parallel.importers, which read the model too) -- else the
+    folder's own plan.json (an uploaded set's). An import's data-parallel size follows the traces'
+    world size where the file does not fix it. The model: --model, a preset name or a model JSON
+    file, else the plan file's. PlanMismatchError naming what is missing or wrong."""
+    from parallel.core.plan import Plan
+    from parallel.core.specs import SpecError
+    from parallel.importers import ImportFailed, import_plan
+    from profiler.analyzers.front import TraceAnalysis
+    from profiler.traces.errors import PlanMismatchError
+
+    source = Path(plan_file) if plan_file else folder / "plan.json"
+    if not plan_file and not source.is_file():
+        raise PlanMismatchError(
+            f"{folder}: no run.json or plan.json; give --plan (a plan JSON, a Megatron-LM launch script or a "
+            "torchtitan TOML) and --model (a preset or a model JSON) for a trace folder"
+        )
+    doc = _json_or_none(source)
+    if doc is not None:
+        plan_data = doc["plan"] if isinstance(doc.get("plan"), dict) else doc
+        model_data = doc.get("model")
+        try:
+            plan = Plan.from_dict(plan_data)
+        except (SpecError, TypeError, ValueError, KeyError) as err:
+            raise PlanMismatchError(f"--plan {source}: not a plan ({err})") from None
+    else:  # a launch script or a TOML
+        try:
+            imported = import_plan(source)
+            world = TraceAnalysis.load(folder).traces.world_size
+            if world and imported.plan.world_size != world:
+                imported = imported.with_world_size(world, "the traces' world size")
+        except ImportFailed as err:
+            raise PlanMismatchError(f"--plan {source}: {err}") from None
+        plan, model_data = imported.plan, imported.model
+    model = _model(model_arg) if model_arg else _model(model_data, source) if model_data is not None else None
+    if model is None:
+        raise PlanMismatchError(f"--plan {source} names no model: give --model (a preset or a model JSON)")
+    return plan, model
+
+
+def _json_or_none(path: Path) -> dict | None:
+    """The JSON object in `path`, None when it is not JSON (a launch script, a TOML); PlanMismatchError
+    when it cannot be read or is JSON but not an object."""
+    from profiler.formats.rundir import load_json_object
+    from profiler.traces.errors import PlanMismatchError
+
+    try:
+        return load_json_object(path)
+    except OSError as err:
+        raise PlanMismatchError(f"--plan {path}: cannot read it ({err.strerror or err})") from None
+    except ValueError as err:
+        if path.suffix.lower() == ".json":
+            raise PlanMismatchError(f"--plan {path}: {err}") from None
+        return None
+
+
+def _model(value, source: Path | None = None):
+    """A Model from a preset name, a model JSON file's path (its object, or its "model"), a Model, or
+    a model's dict."""
+    from parallel.core.specs import MODELS, Model, SpecError
+    from profiler.traces.errors import PlanMismatchError
+
+    where = f"the model in {source}" if source else "--model"
+    if isinstance(value, Model):
+        return value
+    if isinstance(value, str):
+        if value in MODELS:
+            return MODELS[value]
+        path = Path(value)
+        if source is not None or not path.is_file():
+            raise PlanMismatchError(
+                f"{where} {value!r}: not a preset ({', '.join(sorted(MODELS))}) or a model JSON file"
+            )
+        doc = _json_or_none(path)
+        if doc is None:
+            raise PlanMismatchError(f"--model {value}: not JSON (a model JSON file, or a preset name)")
+        value, where = (doc["model"] if isinstance(doc.get("model"), dict) else doc), f"--model {value}"
+    try:
+        return Model.from_dict(value)
+    except (SpecError, TypeError, ValueError, KeyError) as err:
+        raise PlanMismatchError(f"{where}: not a model ({err})") from None
 
 
 def run_cluster(folder: Path, plan):

@@ -169,6 +169,46 @@ def _contention_terms_of_a_shared_run(path):
     assert fit([run], cores=1).core_efficiency == 1.0
 
 
+def test_calibrate_reads_a_trace_folders_plan_and_model_from_what_users_have(tmp_path):
+    """A folder of traces without a run.json: its plan and model from a Megatron-LM launch script (the
+    world size from the traces), from an uploaded set's plan.json, or from --plan JSON + --model as a
+    model JSON file -- each the same calibration as the run directory's own."""
+    import json
+    import shutil
+
+    from profiler.cli import calibrate
+    from tests.ui.test_pages_runs import sample_run
+
+    run = json.loads((sample_run() / "run.json").read_text())
+    bare = tmp_path / "bare"
+    shutil.copytree(sample_run() / "traces", bare)
+    script = tmp_path / "pretrain.sh"  # no --nproc_per_node: DP follows the traces' 4 ranks
+    script.write_text(
+        "torchrun pretrain_gpt.py --tensor-model-parallel-size 2 --sequence-parallel --num-layers 4 "
+        "--hidden-size 64 --num-attention-heads 4 --ffn-hidden-size 256 --seq-length 64 "
+        "--max-position-embeddings 64 --micro-batch-size 1 --global-batch-size 2 --vocab-size 512\n"
+    )
+    upload = tmp_path / "upload"  # as the Upload page stores a set: its traces and plan.json
+    shutil.copytree(sample_run() / "traces", upload / "traces")
+    (upload / "plan.json").write_text(json.dumps({"plan": run["plan"], "model": "tiny"}))
+    model_file = tmp_path / "model.json"
+    model_file.write_text(json.dumps(run["model"]))
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(run["plan"]))
+
+    def fitted(*args):
+        out = tmp_path / f"c{len(list(tmp_path.glob('c*.json')))}.json"
+        assert calibrate.main([*args, f"--out={out}"]) == 0
+        cal = json.loads(out.read_text())
+        return cal["sources"][0]["plan"], cal["layer_fixed_s"], cal["flop_s"], cal["beta_s_per_byte"]
+
+    own = fitted(str(bare), f"--plan={sample_run() / 'run.json'}")
+    assert own[0] == "DP2 TP2+SP PP1 mb1"
+    assert fitted(str(bare), f"--plan={script}") == own
+    assert fitted(str(upload)) == own
+    assert fitted(str(bare), f"--plan={plan_file}", f"--model={model_file}") == own
+
+
 def test_calibrate_refuses_bad_input_with_one_line(tmp_path):
     import shutil
 
@@ -182,10 +222,14 @@ def test_calibrate_refuses_bad_input_with_one_line(tmp_path):
     broken = tmp_path / "broken"  # a run directory whose run.json is cut short
     shutil.copytree(sample_run(), broken)
     (broken / "run.json").write_text('{"plan": {')
+    bare_plan = tmp_path / "plan.json"  # a plan without a model
+    bare_plan.write_text('{"dp": 2, "tp": 2, "sp": true}')
     for args, error in (
         ([str(tmp_path / "nope")], "no such file or directory"),
-        ([str(bare)], "give --plan PLAN.json and --model NAME"),
+        ([str(bare)], "no run.json or plan.json; give --plan"),
+        ([str(bare), f"--plan={bare_plan}"], "names no model: give --model"),
         ([str(bare), "--plan=/nope.json", "--model=tiny"], "cannot read it"),
+        ([str(bare), f"--plan={sample_run() / 'run.json'}", "--model=gpt-9"], "not a preset"),
         ([str(sample_run()), "--cores=0"], "--cores 0"),
         ([str(sample_run()), f"--unprofiled={listed}"], "not a run's metrics.json"),
         ([str(broken)], "not a run's run.json"),
