@@ -11,7 +11,8 @@ With --json, one object (a contract other tools read):
     stragglers [{op, dim, seq, late_rank, skew_us}]   the largest arrival skews (--top)
 
 PATH is a run directory, a folder, trace files, or a .zip/.tar.gz. --plan takes a Plan JSON (or a
-run.json holding one). Files are parsed by --workers processes (default: the cores), or as tasks on
+run.json holding one), a Megatron-LM launch script or a torchtitan TOML (its data parallelism from the
+traces' world size where the file does not fix it). Files are parsed by --workers processes (default: the cores), or as tasks on
 a Dask cluster with --scheduler tcp://HOST:PORT (or $PARASCOPE_DASK_SCHEDULER); the JSON is the same.
 Bad input exits 2 with one line on stderr; never a traceback. Ctrl-C cancels (exit 130), keeping nothing.
 Pure: no torch.
@@ -31,7 +32,11 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m profiler analyze", description="load and analyse per-rank Kineto traces"
     )
     ap.add_argument("path", nargs="+", help="run directory, folder, trace file(s), or .zip/.tar.gz")
-    ap.add_argument("--plan", help="Plan JSON (or a run.json with a 'plan') to label collectives by dimension")
+    ap.add_argument(
+        "--plan",
+        help="Plan JSON (or a run.json with a 'plan'), a Megatron-LM launch script or a torchtitan TOML "
+        "to label collectives by dimension",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object (see the module docstring)")
     ap.add_argument(
         "--rank",
@@ -103,7 +108,9 @@ def _ranks(items: list[str]) -> dict | None:
     return out or None
 
 
-def _plan(path: str | None):
+def _plan(path: str | None, world_size: int | None = None):
+    """The plan dict in --plan: a plan JSON (bare, or a run's / report's {"plan": ...}), or a Megatron-LM
+    launch script or torchtitan TOML (imported_plan, its DP following `world_size`, the traces')."""
     from profiler.traces.errors import PlanMismatchError
 
     if path is None:
@@ -114,12 +121,30 @@ def _plan(path: str | None):
     except OSError as err:
         raise PlanMismatchError(f"--plan {path}: cannot read it ({err.strerror})") from None
     except orjson.JSONDecodeError as err:
-        raise PlanMismatchError(f"--plan {path}: not valid JSON ({err})") from None
+        if path.lower().endswith(".json"):
+            raise PlanMismatchError(f"--plan {path}: not valid JSON ({err})") from None
+        return imported_plan(path, world_size).plan.to_dict()
     if isinstance(data, dict) and isinstance(data.get("plan"), dict):
         data = data["plan"]
     if not isinstance(data, dict):
         raise PlanMismatchError(f"--plan {path}: expected a JSON object with dp, tp, pp, cp")
     return data
+
+
+def imported_plan(path, world_size: int | None):
+    """A Megatron-LM launch script or torchtitan TOML imported (parallel.importers.Imported), its
+    data-parallel size following `world_size` where the file does not fix it; PlanMismatchError with
+    the importer's one line when it cannot be imported."""
+    from parallel.importers import ImportFailed, import_plan
+    from profiler.traces.errors import PlanMismatchError
+
+    try:
+        imported = import_plan(path)
+        if world_size and imported.plan.world_size != world_size:
+            imported = imported.with_world_size(world_size, "the traces' world size")
+    except ImportFailed as err:
+        raise PlanMismatchError(f"--plan {path}: {err}") from None
+    return imported
 
 
 def _text(traces, summary: dict, not_collectives: dict) -> str:
@@ -160,26 +185,21 @@ def main(argv=None) -> int:
         return 2
     from profiler.analyzers.front import TraceAnalysis
     from profiler.traces.errors import TraceError
-    from profiler.traces.loader import default_workers, shared_workers
+    from profiler.traces.loader import default_workers, load_traces, shared_workers
 
     live = sys.stderr.isatty()
     bar = _Bar(sys.stderr, live) if (args.progress if args.progress is not None else live) else None
     workers = args.workers or default_workers()
     try:
         ranks = _ranks(args.rank)
-        plan = _plan(args.plan)
+        _plan(args.plan)  # a bad plan file fails before the traces are parsed
         source = args.path if len(args.path) > 1 else args.path[0]
         with shared_workers(workers if not args.scheduler else 1):  # one pool: parse, then each analysis
-            analysis = TraceAnalysis.load(
-                source,
-                plan,
-                align=args.align,
-                ranks=ranks,
-                cache=not args.no_cache,
-                workers=workers,
-                scheduler=args.scheduler,
-                progress=bar,
+            traces = load_traces(
+                source, ranks=ranks, cache=not args.no_cache, workers=workers, scheduler=args.scheduler, progress=bar
             )
+            plan = _plan(args.plan, traces.world_size)  # an imported script's DP follows the traces
+            analysis = TraceAnalysis(traces, plan, align=args.align, workers=workers, scheduler=args.scheduler)
             if bar is not None:
                 bar.phase(f"analysing {len(analysis.traces.ranks):,} ranks: collectives, matching, breakdown")
             summary = analysis.summary(top=args.top)

@@ -139,8 +139,8 @@ def folder_plan_model(folder: Path, plan_file: str | None, model_arg: str | None
     file, else the plan file's. PlanMismatchError naming what is missing or wrong."""
     from parallel.core.plan import Plan
     from parallel.core.specs import SpecError
-    from parallel.importers import ImportFailed, import_plan
     from profiler.analyzers.front import TraceAnalysis
+    from profiler.cli.analyze import imported_plan
     from profiler.traces.errors import PlanMismatchError
 
     source = Path(plan_file) if plan_file else folder / "plan.json"
@@ -158,13 +158,7 @@ def folder_plan_model(folder: Path, plan_file: str | None, model_arg: str | None
         except (SpecError, TypeError, ValueError, KeyError) as err:
             raise PlanMismatchError(f"--plan {source}: not a plan ({err})") from None
     else:  # a launch script or a TOML
-        try:
-            imported = import_plan(source)
-            world = TraceAnalysis.load(folder).traces.world_size
-            if world and imported.plan.world_size != world:
-                imported = imported.with_world_size(world, "the traces' world size")
-        except ImportFailed as err:
-            raise PlanMismatchError(f"--plan {source}: {err}") from None
+        imported = imported_plan(source, TraceAnalysis.load(folder).traces.world_size)
         plan, model_data = imported.plan, imported.model
     model = _model(model_arg) if model_arg else _model(model_data, source) if model_data is not None else None
     if model is None:

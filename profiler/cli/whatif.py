@@ -36,7 +36,11 @@ class ScenarioError(ValueError):
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m profiler whatif", description="replay a measured trace with changes")
     ap.add_argument("path", nargs="+", help="run directory, folder, trace file(s), or .zip/.tar.gz")
-    ap.add_argument("--plan", help="Plan JSON (or a run.json with a 'plan'): stages and microbatches")
+    ap.add_argument(
+        "--plan",
+        help="Plan JSON (or a run.json with a 'plan'), a Megatron-LM launch script or a torchtitan TOML: "
+        "stages and microbatches",
+    )
     ap.add_argument("--rank-speed", action="append", default=[], metavar="R=median|F")
     ap.add_argument("--link", action="append", default=[], metavar="KEY=K", help="KEY: intra, inter or a dimension")
     ap.add_argument("--overlap", action="append", default=[], metavar="DIM", choices=sorted(DIMS))
@@ -126,11 +130,13 @@ def main(argv=None) -> int:
     from profiler.analyzers.front import TraceAnalysis
     from profiler.analyzers.whatif import whatif
     from profiler.traces.errors import TraceError
+    from profiler.traces.loader import load_traces
 
     try:
-        plan = _plan(args.plan)
+        _plan(args.plan)  # a bad plan file fails before the traces are parsed
         source = args.path if len(args.path) > 1 else args.path[0]
-        analysis = TraceAnalysis.load(source, plan, ranks=_ranks(args.rank), cache=not args.no_cache)
+        traces = load_traces(source, ranks=_ranks(args.rank), cache=not args.no_cache)
+        analysis = TraceAnalysis(traces, _plan(args.plan, traces.world_size))
         scenario = scenario_from_args(args, analysis.traces.rank_ids)
         out = whatif(analysis.graph, scenario, plan=analysis.layout_plan, microbatches=args.microbatches)
     except (TraceError, ScenarioError) as err:

@@ -47,6 +47,22 @@ def test_plan_file_labels_dimensions(pair_dir, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["collectives"][0]["dim"] == "dp"
 
 
+@pytest.mark.parametrize("tp, dim", [(1, "dp"), (2, "tp")])
+def test_a_megatron_launch_script_labels_dimensions(pair_dir, tmp_path, capsys, tp, dim):
+    # no --nproc_per_node: the world size, and with it DP, comes from the traces' 2 ranks
+    script = tmp_path / "pretrain_gpt.sh"
+    script.write_text(
+        f"torchrun pretrain_gpt.py --tensor-model-parallel-size {tp} --num-layers 2 --hidden-size 64 "
+        "--num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 --micro-batch-size 1 --vocab-size 512\n"
+    )
+    assert main([str(pair_dir), "--plan", str(script), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["collectives"][0]["dim"] == dim
+    script.write_text("torchrun pretrain_gpt.py --tensor-model-parallel-size 2\n")  # no model shape
+    assert main([str(pair_dir), "--plan", str(script), "--json"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "model's shape is unknown" in err[0]
+
+
 @pytest.mark.parametrize(
     "plan_text, message", [("{", "not valid JSON"), ('{"tp": 4}', "world size 2"), ('{"tp": 0}', "cannot be read")]
 )
