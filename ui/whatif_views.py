@@ -61,9 +61,11 @@ def whatif_section(key: tuple, ranks: list[int]) -> None:
         c1, c2, c3 = st.columns(3)
         rank = c1.selectbox("Rank", [None, *ranks], format_func=lambda r: "none" if r is None else f"rank {r}")
         speed = c1.selectbox("… runs at", [MEDIAN, "1.5× speed", "2× speed"])
-        link = c2.selectbox("Link or dimension", [None, "inter", "intra", *DIMS], format_func=lambda v: v or "none")
+        link = c2.selectbox(
+            "Link or dimension", [None, "inter", "intra", *DIMS, "unknown"], format_func=lambda v: v or "none"
+        )
         factor = c2.number_input("… k× faster", min_value=0.1, max_value=100.0, value=2.0, step=0.5)
-        overlap = c3.multiselect("Hide communication of", list(DIMS))
+        overlap = c3.multiselect("Hide communication of", [*DIMS, "unknown"])
         micro = c3.number_input("Microbatches (0: as run)", min_value=0, max_value=4096, value=0, step=1)
         st.form_submit_button("Replay")
     value = "median" if speed == MEDIAN else float(speed.split("×")[0])
@@ -85,6 +87,9 @@ def whatif_section(key: tuple, ranks: list[int]) -> None:
     m3.metric("Dependencies cut", f"{out['cut_dependencies']:,}", help="circular waits from clocks that disagree")
     if out["scenarios"]:
         st.markdown("\n".join(f"- **{s['kind']}** — assumes {s['assumes']}" for s in out["scenarios"]))
+        for s in out["scenarios"]:
+            if s.get("note"):
+                st.warning(f"{s['kind']}: {s['note']}")
     if out["changed"][1:]:
         st.caption("What changed: " + "; ".join(out["changed"]))
     st.altair_chart(whatif_charts.phases_chart(whatif_data.phase_rows(out)))

@@ -11,7 +11,8 @@
     measured_phases / predicted_phases   per rank and step, averaged: work_s, wait_s and transfer_s
                            per dimension -- they add up to the step
     scenarios              what was applied (rank speed factors per step, link factors, hidden dims,
-                           microbatches), each with what it assumes
+                           microbatches), each with what it assumes; a link or overlap one also with
+                           `ops` (the traced ops it applies to) and, when that is 0, `note` (why)
     changed                sentences: what moved, largest first
     critical_path          of the measured step closest to the median and of its replay: length_s,
                            by_category (work, comm:<dim>), ranks, segments
@@ -92,6 +93,31 @@ def _changed(measured: dict, predicted: dict, m_step: float, p_step: float) -> l
     return out
 
 
+def _touched(graph: Graph, key: str, *, link: bool) -> dict[str, Any]:
+    """{ops: the traced ops a link or overlap scenario applies to, and, when none, note: why nothing
+    changes} -- a scenario that matches no op (a dimension the traces do not label, a node boundary
+    one node does not have) must say so rather than report +0%."""
+    inst = graph.instances
+    if not len(inst):
+        return {"ops": 0, "note": "no collective or p2p op in the traces: nothing changes"}
+    dims, tiers = inst["dim"].astype(str), inst["tier"].astype(str)
+    hit = ((dims == key) | (tiers == key)) if link else (dims == key)
+    ops = sum(int(hit.iloc[int(c)]) for ch in graph.chains.values() for c in ch.inst[ch.inst >= 0])
+    if ops:
+        return {"ops": ops}
+    if link and key in ("intra", "inter"):
+        links = sorted(set(tiers))
+        why = f"no op of these traces ran over the {key}-node link (their links: {', '.join(links)})"
+        if links == ["unknown"]:
+            why += "; some rank of each group sits on no known node (its trace is missing or names no host)"
+    else:
+        seen = sorted(set(dims))
+        why = f"no {key} op in these traces (their dimensions: {', '.join(seen)})"
+        if seen == ["unknown"]:
+            why += "; give the job's plan (--plan) to label them, or name 'unknown'"
+    return {"ops": 0, "note": why + ": nothing changes"}
+
+
 def whatif(
     graph: Graph, scenario: Scenario = Scenario(), *, plan: Any = None, microbatches: int | None = None
 ) -> dict[str, Any]:
@@ -120,11 +146,17 @@ def whatif(
                 "link": key,
                 "factor": float(k),
                 "assumes": "transfer time (after the last arrival) scales by 1/k; latency-bound ops gain less in reality",
+                **_touched(graph, key, link=True),
             }
         )
     for dim in sorted(scenario.overlap):
         applied.append(
-            {"kind": "overlap", "dim": dim, "assumes": "fully hidden behind compute: costs nothing, waits for no one"}
+            {
+                "kind": "overlap",
+                "dim": dim,
+                "assumes": "fully hidden behind compute: costs nothing, waits for no one",
+                **_touched(graph, dim, link=False),
+            }
         )
     pipeline: list[dict] = []
     if plan is not None and plan.pp > 1:

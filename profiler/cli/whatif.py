@@ -42,8 +42,14 @@ def _parser() -> argparse.ArgumentParser:
         "stages and microbatches",
     )
     ap.add_argument("--rank-speed", action="append", default=[], metavar="R=median|F")
-    ap.add_argument("--link", action="append", default=[], metavar="KEY=K", help="KEY: intra, inter or a dimension")
-    ap.add_argument("--overlap", action="append", default=[], metavar="DIM", choices=sorted(DIMS))
+    ap.add_argument(
+        "--link",
+        action="append",
+        default=[],
+        metavar="KEY=K",
+        help="KEY: intra, inter, a dimension, or unknown (ops no plan labels)",
+    )
+    ap.add_argument("--overlap", action="append", default=[], metavar="DIM", choices=sorted({*DIMS, "unknown"}))
     ap.add_argument("--microbatches", type=int, default=None, metavar="M")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--rank", action="append", default=[], metavar="FILE=R", help="as in profiler analyze")
@@ -86,8 +92,8 @@ def scenario_from_args(args: argparse.Namespace, ranks: list[int]) -> Scenario:
     link: dict = {}
     for item in args.link:
         key, value = _pair(item, "--link")
-        if key not in ("intra", "inter", *DIMS):
-            raise ScenarioError(f"--link {item!r}: KEY is intra, inter or one of {', '.join(DIMS)}")
+        if key not in ("intra", "inter", *DIMS, "unknown"):
+            raise ScenarioError(f"--link {item!r}: KEY is intra, inter, unknown or one of {', '.join(DIMS)}")
         link[key] = _factor(value, f"--link {item!r}", "a number K, e.g. inter=2")
     if args.microbatches is not None and args.microbatches < 1:
         raise ScenarioError(f"--microbatches {args.microbatches}: expected 1 or more")
@@ -101,8 +107,11 @@ def _text(out: dict) -> str:
         + (f"   ({out['change_pct']:+.1f}%)" if out["change_pct"] is not None else ""),
     ]
     for s in out["scenarios"]:
-        lines.append(f"  {s['kind']}: " + ", ".join(f"{k}={v}" for k, v in s.items() if k not in ("kind", "assumes")))
+        shown = ", ".join(f"{k}={v}" for k, v in s.items() if k not in ("kind", "assumes", "note"))
+        lines.append(f"  {s['kind']}: {shown}")
         lines.append(f"    assumes: {s['assumes']}")
+        if s.get("note"):
+            lines.append(f"    note: {s['note']}")
     lines += ["", "what changed:"] + [f"  {c}" for c in out["changed"]]
     path = out["critical_path"].get("measured") or {}
     if path:

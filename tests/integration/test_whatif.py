@@ -90,7 +90,7 @@ def test_pipeline_bubble_near_theory_and_a_slow_stage_is_p2p_wait(tmp_path):
     [
         (["--rank-speed=7=median"], "rank 7 is not in the traces"),
         (["--rank-speed=0=fast"], "expected 'median' or a speed factor"),
-        (["--link=wan=2"], "KEY is intra, inter or one of"),
+        (["--link=wan=2"], "KEY is intra, inter, unknown or one of"),
         (["--link=inter=0"], "the factor must be > 0"),
         (["--link=inter=x"], "expected a number K"),
         (["--microbatches=0"], "--microbatches 0"),
@@ -101,3 +101,15 @@ def test_bad_scenarios_exit_2_with_one_line(flags, error):
 
     done = _cli("whatif", str(sample_run()), *flags)
     assert done.returncode == 2 and error in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_unlabelled_communication_can_be_named_unknown(shared_traces):
+    # a CPU-only gloo trace with no plan: its all-reduces are of no known dimension. Hiding "dp" touches
+    # nothing and says why; hiding "unknown" hides them all.
+    gloo = str(shared_traces / "hta_cpu_only_gloo")
+    dp = json.loads(_cli("whatif", gloo, "--overlap=dp", "--json").stdout)
+    assert dp["change_pct"] == 0 and dp["scenarios"][0]["ops"] == 0 and "--plan" in dp["scenarios"][0]["note"]
+    hidden = json.loads(_cli("whatif", gloo, "--overlap=unknown", "--json").stdout)
+    assert hidden["scenarios"][0]["ops"] > 0 and "note" not in hidden["scenarios"][0]
+    assert hidden["predicted_step_time_s"] < 0.5 * hidden["measured_step_time_s"]
+    assert hidden["predicted_phases"]["transfer_s"].get("unknown", 0.0) == 0.0

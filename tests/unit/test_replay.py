@@ -105,6 +105,17 @@ def test_overlapping_ops_on_one_rank_are_counted_once(tmp_path):
     assert (ph["work_ns"] + ph["wait_ns"] + ph["transfer_dp_ns"] == ph["window_ns"]).all()
 
 
+def test_a_scenario_that_touches_no_op_says_so(pair):
+    out = whatif(pair.graph, Scenario(overlap=frozenset({"dp", "tp"}), link={"inter": 2.0}))
+    by = {(s["kind"], s.get("dim") or s.get("link")): s for s in out["scenarios"]}
+    assert by["overlap", "dp"]["ops"] == 2 and "note" not in by["overlap", "dp"]  # one all-reduce on each rank
+    assert (
+        by["overlap", "tp"]["ops"] == 0
+        and "no tp op in these traces (their dimensions: dp)" in by["overlap", "tp"]["note"]
+    )
+    assert by["link", "inter"]["ops"] == 0 and "inter-node link" in by["link", "inter"]["note"]
+
+
 def test_critical_path_follows_the_last_arrival(pair):
     path = critical_path(pair.graph, replay(pair.graph), 2)
     # rank 1 arrived last: its work, the transfer after its arrival, its work after
