@@ -560,6 +560,26 @@ def _with(cal: Calibration, **changes) -> Calibration:
     return Calibration(**{**cal.to_dict(), **changes, "assumptions": cal.assumptions})
 
 
+def traced_device(runs: list[Measured]) -> str:
+    """'gpu' when every run's traces have GPU ranks (kernels), 'cpu' when none has: the device a fit
+    of these runs is for (GPU: a device per rank, no sharing of cores). CalibrationError when they mix:
+    one calibration describes one kind of machine."""
+    kinds = {
+        "gpu" if any(r.analysis.traces.device_of(k) == "gpu" for k in r.analysis.traces.rank_ids) else "cpu"
+        for r in runs
+    }
+    if len(kinds) > 1:
+        on = {"gpu": [], "cpu": []}
+        for r in runs:
+            gpu = any(r.analysis.traces.device_of(k) == "gpu" for k in r.analysis.traces.rank_ids)
+            on["gpu" if gpu else "cpu"].append(r.path or r.plan.label())
+        raise CalibrationError(
+            f"these runs mix GPU ranks ({', '.join(on['gpu'])}) and CPU ranks ({', '.join(on['cpu'])}): "
+            "one calibration describes one kind of machine; fit each apart"
+        )
+    return kinds.pop() if kinds else "cpu"
+
+
 def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 5) -> Calibration:
     """The calibration these runs imply (see the module docstring)."""
     if not runs:

@@ -43,7 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--cores", type=int, default=os.cpu_count() or 1, help="cores the ranks shared (default: this machine's)"
     )
-    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="gpu: a device per rank, no contention")
+    ap.add_argument(
+        "--device",
+        choices=("cpu", "gpu"),
+        default=None,
+        help="gpu: a device per rank, no contention (default: the traces', GPU when they have kernels)",
+    )
     ap.add_argument(
         "--unprofiled",
         action="append",
@@ -229,7 +234,7 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     from parallel.core.calibrated import CalibrationError, contention_line
     from parallel.core.specs import SpecError
-    from profiler.analyzers.calibrate import fit
+    from profiler.analyzers.calibrate import fit, traced_device
     from profiler.traces.errors import TraceError
 
     if args.cores < 1:
@@ -237,7 +242,7 @@ def main(argv=None) -> int:
         return 2
     try:
         runs = _with_launches([measured_run(p, args.plan, args.model) for p in args.path], args.unprofiled)
-        cal = fit(runs, cores=args.cores, device=args.device)
+        cal = fit(runs, cores=args.cores, device=args.device or traced_device(runs))
     except (TraceError, CalibrationError, SpecError, KeyError, orjson.JSONDecodeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

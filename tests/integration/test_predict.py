@@ -209,6 +209,29 @@ def test_calibrate_reads_a_trace_folders_plan_and_model_from_what_users_have(tmp
     assert fitted(str(bare), f"--plan={plan_file}", f"--model={model_file}") == own
 
 
+def test_calibrate_takes_the_device_from_the_traces_and_refuses_a_mix(tmp_path, capsys):
+    import json
+
+    from profiler.cli import calibrate
+    from tests.support import trace_samples as ts
+    from tests.ui.test_pages_runs import sample_run
+
+    gpu = tmp_path / "gpu"  # two GPU ranks with a TP all-reduce kernel each
+    gpu.mkdir()
+    for rank, t in enumerate(ts.gpu_pair()):
+        ts.write(gpu / f"rank{rank}_trace.json.gz", t)
+    (gpu / "plan.json").write_text(json.dumps({"plan": {"tp": 2}, "model": "tiny"}))
+    assert calibrate.main([str(gpu), f"--out={tmp_path / 'g.json'}"]) == 0
+    cal = json.loads((tmp_path / "g.json").read_text())
+    assert cal["device"] == "gpu" and cal["overlaps"]  # no --device: the traces' kernels say GPU
+    assert calibrate.main([str(sample_run()), f"--out={tmp_path / 'c.json'}"]) == 0
+    assert json.loads((tmp_path / "c.json").read_text())["device"] == "cpu"
+    capsys.readouterr()
+    assert calibrate.main([str(sample_run()), str(gpu), f"--out={tmp_path / 'm.json'}"]) == 2
+    err = capsys.readouterr().err
+    assert "mix GPU ranks" in err and str(gpu) in err and not (tmp_path / "m.json").exists()
+
+
 def test_calibrate_refuses_bad_input_with_one_line(tmp_path):
     import shutil
 
