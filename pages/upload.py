@@ -7,7 +7,7 @@ from datetime import datetime
 
 import streamlit as st
 
-from parallel.core.specs import SpecError
+from parallel.core.specs import MODELS, SpecError
 from parallel.core.topology import DEFAULT_ORDER, ORDERS
 from ui import selection, trace_sets, uploads
 from ui.routing import ensure_navigation
@@ -28,7 +28,8 @@ def _checked(files) -> uploads.Checked:
 
 
 def _plan(checked: uploads.Checked):
-    """(plan, model name) from the chosen source, or (None, None); shows what is wrong with a bad one."""
+    """(plan, model -- a Model, a preset's name or None) from the chosen source, or (None, None); shows
+    what is wrong with a bad one."""
     how = st.radio(
         "Plan, for dimension labels",
         [NO_PLAN, PLAN_FILE, PLAN_DEGREES],
@@ -65,8 +66,15 @@ def _plan(checked: uploads.Checked):
         }
         sp = cols[4].toggle("SP", key="up_sp")
         order = cols[5].selectbox("Rank order", list(ORDERS), key="up_order", index=list(ORDERS).index(DEFAULT_ORDER))
+        model = st.selectbox(
+            "Model (optional)",
+            [None, *MODELS],
+            format_func=lambda m: "none" if m is None else m,
+            key="up_model",
+            help="with the model, Home can fit the step-time calibration from this set's traces",
+        )
         try:
-            return Plan(**values, sp=sp, order=order, global_batch=values["dp"]), None
+            return Plan(**values, sp=sp, order=order, global_batch=values["dp"]), model
         except SpecError as err:
             st.error(md(err))
     return None, None

@@ -23,7 +23,7 @@ import pandas as pd
 
 from parallel.core.calibrated import Calibration, CalibrationError, predict, read_calibration
 from parallel.core.plan import Plan
-from parallel.core.specs import Cluster, Model, SpecError
+from parallel.core.specs import MODELS, Cluster, Model, SpecError
 from profiler.formats.rundir import METRICS_JSON, read_json
 from ui.trace_sets import TraceSet, runs_dir
 
@@ -62,7 +62,14 @@ def save_calibration(cal: Calibration, path: Path) -> None:
 
 
 def _model_plan(s: TraceSet) -> tuple[Model, Plan] | None:
+    """A run's model and plan (its run.json), or an uploaded set's (its plan.json: the model's shape or a
+    preset's name); None when either is missing or unreadable."""
     try:
+        if s.kind == "upload":
+            doc = read_json(s.path / "plan.json") or {}
+            model = doc.get("model")
+            model = MODELS.get(model) if isinstance(model, str) else Model.from_dict(model)
+            return (model, Plan.from_dict(doc["plan"])) if model is not None else None
         return Model.from_dict(s.run["model"]), Plan.from_dict(s.run["plan"])
     except (KeyError, TypeError, SpecError):
         return None
@@ -113,13 +120,20 @@ def run_prediction(s: TraceSet, metrics: dict | None, cal: Calibration) -> dict 
 
 
 def calibration_candidates(sets: list[TraceSet]) -> list[TraceSet]:
-    """Completed runs with traces, a plan and a model: what a calibration can be fitted from."""
-    return [s for s in sets if s.kind == "run" and s.status == "completed" and s.has_traces and _model_plan(s)]
+    """Completed runs with traces, a plan and a model, and uploaded sets with a plan and a model: what a
+    calibration can be fitted from."""
+    return [
+        s
+        for s in sets
+        if s.has_traces and (s.kind == "upload" or s.status == "completed") and _model_plan(s) is not None
+    ]
 
 
 def calibrate_runs(sets: list[TraceSet], *, cores: int) -> Calibration:
-    """Fit the model to these runs (profiler.analyzers.calibrate); CalibrationError / TraceError."""
-    from profiler.analyzers.calibrate import Measured, fit
+    """Fit the model to these runs or uploaded sets (profiler.analyzers.calibrate), for the device their
+    traces ran on (GPU sets: a device per rank, `cores` unused); CalibrationError (sets of both
+    kinds, nothing to fit) / TraceError."""
+    from profiler.analyzers.calibrate import Measured, fit, traced_device
     from profiler.analyzers.front import TraceAnalysis
 
     runs = []
@@ -128,7 +142,7 @@ def calibrate_runs(sets: list[TraceSet], *, cores: int) -> Calibration:
         metrics = (read_json(s.path / METRICS_JSON) or {}) if s.has_metrics else {}
         analysis = TraceAnalysis.load(s.path, plan.to_dict())
         runs.append(Measured(analysis=analysis, metrics=metrics, plan=plan, model=model, path=str(s.path)))
-    return fit(runs, cores=cores)
+    return fit(runs, cores=cores, device=traced_device(runs))
 
 
 SOURCES = ("analytic", "calibrated", "measured")

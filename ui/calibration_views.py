@@ -86,12 +86,13 @@ def calibrate_form(candidates: list[TraceSet]) -> None:
         elif problem:
             st.warning(md(problem))
         if not candidates:
-            st.caption("No completed profiled run to fit from yet.")
+            st.caption("No completed profiled run, or uploaded set with a plan and a model, to fit from yet.")
             return
         with st.form("calibrate_form"):
             names = {s.id: s.label for s in candidates}
             picked = st.multiselect(
-                "Fit from these runs (two: one whose ranks each had a core, one with more ranks than cores)",
+                "Fit from these runs or uploaded sets (on a CPU: two runs, one whose ranks each had a core, one "
+                "with more ranks than cores; your GPU job: its uploaded traces)",
                 list(names),
                 format_func=names.get,
                 max_selections=4,
@@ -103,7 +104,7 @@ def calibrate_form(candidates: list[TraceSet]) -> None:
                 try:
                     new = calibration_data.calibrate_runs(chosen, cores=os.cpu_count() or 1)
                 except Exception as err:  # a bad trace or a run the fit cannot use: say which, keep the old one
-                    st.error(f"Cannot calibrate from these runs: {md(err)}")
+                    st.error(f"Cannot calibrate from these sets: {md(err)}")
                     return
             calibration_data.save_calibration(new, calibration_data.calibration_path())
             st.success(f"Saved {calibration_data.CALIBRATION_FILE}: every run now shows its prediction.")

@@ -8,7 +8,8 @@ name, each bad one reported with the loader's message (the others are kept).
 
 Layout: UPLOADS/NAME/traces/<files>, UPLOADS/NAME/manifest.json {name, created_at, world_size,
 ranks, files [{name, bytes, ranks}], rejected [{name, message}]}, and UPLOADS/NAME/plan.json
-{plan, model} when a plan is attached (for dimension labels). A set is written into a temporary
+{plan, model} when a plan is attached (for dimension labels; the model, its whole shape or a preset's
+name, lets a calibration be fitted from the set). A set is written into a temporary
 folder beside the others and renamed into place, so it is never half-written, and an existing name
 is never overwritten.
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from parallel.core.plan import Plan
+from parallel.core.specs import Model
 from profiler.formats.rundir import now_iso
 from ui.text import rank_span
 
@@ -165,7 +167,7 @@ def store(
     *,
     uploads: Path,
     plan: Plan | None = None,
-    model: str | None = None,
+    model: Model | str | None = None,
     rejected: list[tuple[str, str]] = (),
 ) -> Path:
     """Write the accepted files as set `name` (see the module docstring); returns its folder."""
@@ -191,7 +193,9 @@ def store(
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
         if plan is not None:
-            (tmp / "plan.json").write_text(json.dumps({"plan": plan.to_dict(), "model": model}, indent=1))
+            # the model's whole shape (a launch script's is no preset): a calibration can be fitted from the set
+            spec = model.to_dict() if isinstance(model, Model) else model
+            (tmp / "plan.json").write_text(json.dumps({"plan": plan.to_dict(), "model": spec}, indent=1))
         final = uploads / name
         try:
             tmp.rename(final)  # fails on an existing non-empty folder: never overwrites a set
@@ -203,13 +207,12 @@ def store(
     return final
 
 
-def plan_from_file(name: str, text: str, world_size: int | None) -> tuple[Plan, str | None]:
-    """A plan (and the model's preset name, if any) from a plan file -- ParaScope plan/run/review JSON,
+def plan_from_file(name: str, text: str, world_size: int | None) -> tuple[Plan, Model | None]:
+    """A plan (and the model, when the file says it) from a plan file -- ParaScope plan/run/review JSON,
     a Megatron-LM launch script, a torchtitan TOML -- resolved for the traces' world size."""
     from parallel.importers import import_text
 
     imported = import_text(text, name)
     if world_size and imported.plan.world_size != world_size:
         imported = imported.with_world_size(world_size, "the traces' world size")
-    model = imported.model.name if imported.model is not None else None
-    return imported.plan, model
+    return imported.plan, imported.model

@@ -482,6 +482,58 @@ def test_home_fits_a_calibration_and_shows_predicted_beside_measured(runs):
     assert "profiler attached" in _text(at)  # the sample run traced every step after its first
 
 
+def _upload(name: str, files: list[tuple[str, bytes]], plan, model) -> Path:
+    """An uploaded set, stored as the Upload page stores one."""
+    from ui import uploads
+
+    checked = uploads.check_files(files)
+    return uploads.store(name, checked.accepted, uploads=trace_sets.uploads_dir(), plan=plan, model=model)
+
+
+def test_home_fits_a_calibration_from_uploaded_sets_for_their_device(runs):
+    """#16 item 1 in the dashboard: an uploaded set with a plan and a model is something to fit from; a
+    CPU job's traces give a CPU calibration equal to the CLI's from the same folder, a GPU job's a GPU one
+    (a device per rank), and sets of both kinds are refused in one fit."""
+    from parallel.core.plan import Plan
+    from parallel.core.specs import MODELS
+    from profiler.cli import calibrate
+    from tests.support import trace_samples as ts
+
+    run = json.loads((sample_run() / "run.json").read_text())
+    cpu_files = [(p.name, p.read_bytes()) for p in sorted((sample_run() / "traces").glob("rank*_trace.json.gz"))]
+    cpu = _upload("cpu-job", cpu_files, Plan.from_dict(run["plan"]), MODELS["tiny"])
+    gpu_files = [(f"rank{r}_trace.json", json.dumps(t).encode()) for r, t in enumerate(ts.gpu_pair())]
+    _upload("gpu-job", gpu_files, Plan(tp=2, global_batch=1), "tiny")
+    _upload("no-model", cpu_files, Plan.from_dict(run["plan"]), None)  # no model: nothing to fit
+
+    def fit_from(*names):
+        at = _ok(page_test("pages/home.py"))
+        form = next(m for m in at.multiselect if "uploaded sets" in m.label)
+        labels = " | ".join(form.options)
+        assert "cpu-job" in labels and "gpu-job" in labels and "no-model" not in labels
+        for n in names:
+            form.select(f"upload:{n}")
+        next(b for b in at.button if b.label == "Fit and save").click()
+        return _ok(at.run(timeout=120))
+
+    fit_from("cpu-job")
+    cal = json.loads((runs / "calibration.json").read_text())
+    assert cal["device"] == "cpu" and [s["path"] for s in cal["sources"]] == [str(cpu)]
+    assert calibrate.main([str(cpu), f"--out={runs.parent / 'cli.json'}", f"--cores={cal['cores']}"]) == 0
+    cli = json.loads((runs.parent / "cli.json").read_text())
+    assert (cal["layer_fixed_s"], cal["flop_s"], cal["beta_s_per_byte"]) == (
+        cli["layer_fixed_s"],
+        cli["flop_s"],
+        cli["beta_s_per_byte"],
+    )
+    fit_from("gpu-job")
+    cal = json.loads((runs / "calibration.json").read_text())
+    assert (cal["device"], cal["cores"], cal["overlaps"]) == ("gpu", 0, True)
+    at = fit_from("cpu-job", "gpu-job")
+    assert any("mix GPU ranks" in e.value for e in at.error)
+    assert json.loads((runs / "calibration.json").read_text())["device"] == "gpu"  # the last good one kept
+
+
 def test_home_says_when_the_calibration_is_unusable(runs):
     install_run(runs, "alpha")
     (runs / "calibration.json").write_text('{"layer_fixed_s": 1}')

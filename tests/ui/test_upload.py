@@ -97,13 +97,14 @@ def test_store_writes_the_set_whole_and_never_overwrites(tmp_path, good):
 def test_plan_from_a_run_json_or_megatron_script():
     run_json = json.dumps({"plan": {"dp": 2, "tp": 2, "sp": True, "global_batch": 4}, "model": "tiny"})
     plan, model = uploads.plan_from_file("run.json", run_json, 4)
-    assert (plan.dp, plan.tp, plan.sp, model) == (2, 2, True, "tiny")
+    assert (plan.dp, plan.tp, plan.sp, model.name) == (2, 2, True, "tiny")
     script = (
         "torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
         "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 64"
     )
-    plan, _ = uploads.plan_from_file("train.sh", script, 8)
+    plan, model = uploads.plan_from_file("train.sh", script, 8)
     assert (plan.dp, plan.tp, plan.pp) == (2, 2, 2)
+    assert (model.layers, model.hidden, model.heads, model.seq_len) == (4, 64, 4, 64)  # the script's shape, kept
 
 
 # ------------------------------------------------------------------------------------------ the page
@@ -135,13 +136,17 @@ def test_upload_page_keeps_good_files_rejects_bad_ones_and_stores_the_set(dirs, 
     at.number_input(key="up_dp").set_value(2)
     at.number_input(key="up_tp").set_value(2)
     at.toggle(key="up_sp").set_value(True)
+    at.selectbox(key="up_model").set_value("tiny")  # with a model, Home can fit a calibration from the set
     at.text_input(key="up_name").set_value("mine").run()
     at.button(key="up_store").click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert any("Stored **mine**" in s.value for s in at.success)
     assert at.query_params["run"] == "upload:mine"
     s = trace_sets.find_set("upload:mine")
-    assert s is not None and s.plan_label == "DP2 TP2+SP PP1 mb1"
+    assert s is not None and s.plan_label == "DP2 TP2+SP PP1 mb1" and s.model == "tiny"
+    from ui import calibration_data
+
+    assert calibration_data.calibration_candidates([s]) == [s]
     # the stored set opens in the timeline, its collectives labelled by the plan
     tl = page_test("pages/timeline.py", {"run": "upload:mine"})
     assert not tl.exception
