@@ -114,7 +114,7 @@ def _touched(graph: Graph, key: str, *, link: bool) -> dict[str, Any]:
         seen = sorted(set(dims))
         why = f"no {key} op in these traces (their dimensions: {', '.join(seen)})"
         if seen == ["unknown"]:
-            why += "; give the job's plan (--plan) to label them, or name 'unknown'"
+            why += "; attach the job's plan (--plan, or a plan file on Upload) to label them, or name 'unknown'"
     return {"ops": 0, "note": why + ": nothing changes"}
 
 
