@@ -102,7 +102,9 @@ def run_prediction(s: TraceSet, metrics: dict | None, cal: Calibration) -> dict 
     if mp is None or step is None:
         return None
     model, plan = mp
-    out = predict(model, plan, cal)
+    from profiler.cli.calibrate import run_cluster
+
+    out = predict(model, plan, cal, cluster=run_cluster(s.path, plan))  # a run over two nodes: inter-node groups
     measured, unprofiled = step
     phases = pd.DataFrame(
         [{"phase": name, "ms": out[key] * 1e3} for key, name in PHASES.items() if out.get(key)],

@@ -90,16 +90,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _calibrated(rep: dict, model, plan, path: str) -> None:
-    """Replace the step time with the calibrated model's (parallel.core.calibrated); keep the analytic
-    one as `analytic_step_time`, and name the calibration's sources and assumptions."""
+def _calibrated(rep: dict, model, plan, path: str, cluster) -> None:
+    """Replace the step time with the calibrated model's (parallel.core.calibrated) on `cluster` (groups
+    that span its nodes take the inter-node link's terms); keep the analytic one as
+    `analytic_step_time`, and name the calibration's sources and assumptions. ValueError when the
+    calibration was measured on another kind of device than the cluster's: it says nothing there."""
     from parallel.core.calibrated import CalibrationError, predict, read_calibration
 
     try:
         cal = read_calibration(path)
     except CalibrationError as err:
         raise ValueError(f"--calibration {path}: {err}") from None
-    timing = predict(model, plan, cal)
+    if cal.device != cluster.device:
+        raise ValueError(
+            f"--calibration {path}: measured on {cal.device.upper()} ranks, but cluster {cluster.name} runs on "
+            f"{cluster.device.upper()}s: it cannot predict this plan there; calibrate from runs on that kind of "
+            "machine (python -m profiler calibrate YOUR_TRACES)"
+        )
+    timing = predict(model, plan, cal, cluster=cluster)
     rep["analytic_step_time"] = rep["step_time"]
     rep["step_time_s"] = timing["step_time_s"]
     rep["step_time"] = {**timing, "mfu": rep["analytic_step_time"].get("mfu")}
@@ -260,7 +268,7 @@ def main(argv=None) -> int:
     rep = plan_report(plan, model, cluster, options)
     if args.calibration and rep["valid"]:
         try:
-            _calibrated(rep, model, plan, args.calibration)
+            _calibrated(rep, model, plan, args.calibration, cluster)
         except ValueError as err:
             return _fail(str(err), args.json)
     if args.import_file:

@@ -308,6 +308,32 @@ def test_plan_cli_with_a_calibration(tmp_path):
     bad.write_text('{"layer_fixed_s": 1}')
     done = subprocess.run([*run, f"--calibration={bad}"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2 and "lacks flop_s" in done.stderr and "Traceback" not in done.stderr
+    # a GPU job's calibration says nothing about this CPU cluster, nor a CPU one about an H100 cluster
+    gpu = tmp_path / "gpu.json"
+    gpu.write_text(json.dumps({**CAL.to_dict(), "device": "gpu", "cores": 0}))
+    done = subprocess.run([*run, f"--calibration={gpu}"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and "measured on GPU ranks, but cluster local-cpu runs on CPUs" in done.stderr
+    h100 = [a if a != "local-cpu" else "dgx-h100" for a in run]
+    done = subprocess.run([*h100, f"--calibration={calib}"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and "measured on CPU ranks" in done.stderr
+    out = json.loads(
+        subprocess.run([*h100, f"--calibration={gpu}", "--json"], cwd=ROOT, capture_output=True, text=True).stdout
+    )
+    assert out["calibration"]["device"] == "gpu" and out["step_time"]["contention_factor"] == 1.0
+
+
+def test_the_plan_cli_takes_the_inter_link_across_the_clusters_nodes(tmp_path):
+    # TP 8 inside a node, DP 2 across two: with a slow inter-node link, the calibrated DP time grows
+    base = {**CAL.to_dict(), "device": "gpu", "cores": 0}
+    run = [sys.executable, "-m", "parallel", "plan", "--model", "tiny", "--dp", "2", "--tp", "4", "--global-batch", "2"]
+    run += ["--cluster", "dgx-h100", "--nodes", "2", "--gpus-per-node", "4", "--json"]
+    dp = {}
+    for name, extra in (("same", {}), ("slow", {"inter_alpha_s": 1.0, "inter_beta_s_per_byte": 1e-6})):
+        calib = tmp_path / f"{name}.json"
+        calib.write_text(json.dumps({**base, **extra}))
+        done = subprocess.run([*run, f"--calibration={calib}"], cwd=ROOT, capture_output=True, text=True)
+        dp[name] = json.loads(done.stdout)["step_time"]["exposed_dp_s"]
+    assert dp["slow"] > dp["same"] + 1.0  # the DP all-reduce's latency steps at 1 s each
 
 
 def test_groups_across_nodes_take_the_inter_link():
