@@ -167,23 +167,23 @@ def folder_plan_model(folder: Path, plan_file: str | None, model_arg: str | None
         plan, model_data = imported.plan, imported.model
     model = _model(model_arg) if model_arg else _model(model_data, source) if model_data is not None else None
     if model is None:
-        raise PlanMismatchError(f"--plan {source} names no model: give --model (a preset or a model JSON)")
+        raise PlanMismatchError(f"{source} names no model: give --model (a preset or a model JSON)")
     return plan, model
 
 
-def _json_or_none(path: Path) -> dict | None:
-    """The JSON object in `path`, None when it is not JSON (a launch script, a TOML); PlanMismatchError
-    when it cannot be read or is JSON but not an object."""
+def _json_or_none(path: Path, flag: str = "--plan") -> dict | None:
+    """The JSON object in `path` (given as `flag`), None when it is not JSON (a launch script, a TOML);
+    PlanMismatchError when it cannot be read, or is a .json file that holds no JSON object."""
     from profiler.formats.rundir import load_json_object
     from profiler.traces.errors import PlanMismatchError
 
     try:
         return load_json_object(path)
     except OSError as err:
-        raise PlanMismatchError(f"--plan {path}: cannot read it ({err.strerror or err})") from None
+        raise PlanMismatchError(f"{flag} {path}: cannot read it ({err.strerror or err})") from None
     except ValueError as err:
         if path.suffix.lower() == ".json":
-            raise PlanMismatchError(f"--plan {path}: {err}") from None
+            raise PlanMismatchError(f"{flag} {path}: {err}") from None
         return None
 
 
@@ -204,7 +204,7 @@ def _model(value, source: Path | None = None):
             raise PlanMismatchError(
                 f"{where} {value!r}: not a preset ({', '.join(sorted(MODELS))}) or a model JSON file"
             )
-        doc = _json_or_none(path)
+        doc = _json_or_none(path, "--model")
         if doc is None:
             raise PlanMismatchError(f"--model {value}: not JSON (a model JSON file, or a preset name)")
         value, where = (doc["model"] if isinstance(doc.get("model"), dict) else doc), f"--model {value}"
