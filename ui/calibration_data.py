@@ -67,8 +67,8 @@ def _model_plan(s: TraceSet) -> tuple[Model, Plan] | None:
     try:
         if s.kind == "upload":
             doc = read_json(s.path / "plan.json") or {}
-            model = doc.get("model")
-            model = MODELS.get(model) if isinstance(model, str) else Model.from_dict(model)
+            spec = doc.get("model")
+            model = MODELS.get(spec) if isinstance(spec, str) else Model.from_dict(spec) if spec else None
             return (model, Plan.from_dict(doc["plan"])) if model is not None else None
         return Model.from_dict(s.run["model"]), Plan.from_dict(s.run["plan"])
     except (KeyError, TypeError, SpecError):

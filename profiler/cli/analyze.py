@@ -12,8 +12,9 @@ With --json, one object (a contract other tools read):
 
 PATH is a run directory, a folder, trace files, or a .zip/.tar.gz. --plan takes a Plan JSON (or a
 run.json holding one), a Megatron-LM launch script or a torchtitan TOML (its data parallelism from the
-traces' world size where the file does not fix it). Files are parsed by --workers processes (default: the cores), or as tasks on
-a Dask cluster with --scheduler tcp://HOST:PORT (or $PARASCOPE_DASK_SCHEDULER); the JSON is the same.
+traces' world size where the file does not fix it). Files are parsed by --workers processes (default:
+the cores), or as tasks on a Dask cluster with --scheduler tcp://HOST:PORT (or $PARASCOPE_DASK_SCHEDULER);
+the JSON is the same.
 Bad input exits 2 with one line on stderr; never a traceback. Ctrl-C cancels (exit 130), keeping nothing.
 Pure: no torch.
 """
