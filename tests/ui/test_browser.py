@@ -106,7 +106,8 @@ def _streamlit(tmp_path_factory, env: dict | None = None):
 
 @pytest.fixture(scope="module")
 def dashboard_data(tmp_path_factory) -> dict:
-    """Runs and uploads folders for the server: the sample run, and a failed copy with its rank's log."""
+    """Runs and uploads folders for the server: the sample run, a failed copy with its rank's log, and a
+    calibration fitted from the sample run."""
     from tests.ui.test_pages_runs import install_run
 
     root = tmp_path_factory.mktemp("dashboard")
@@ -118,6 +119,11 @@ def dashboard_data(tmp_path_factory) -> dict:
     )
     (broken / "logs").mkdir(exist_ok=True)
     (broken / "logs" / "rank1.log").write_text("step 1 ok\nRuntimeError: injected at step 2\n")
+    # a calibration fitted from the sample run, as Home's form or `profiler calibrate` writes it: the run
+    # pages then show the calibrated prediction beside the measured step (#16 item 3)
+    from profiler.cli import calibrate
+
+    assert calibrate.main([str(runs / "sample"), f"--out={runs / 'calibration.json'}"]) == 0
     return {"PARASCOPE_RUNS": str(runs), "PARASCOPE_UPLOADS": str(root / "uploads")}
 
 
@@ -274,6 +280,11 @@ def test_page_renders_in_chromium(server, browser, entry):
             body = page.inner_text("body")
             assert "There is no run or uploaded set called" not in body
             assert ("Measured:" in body) == (entry["path"] in PLAN_PAGES_WITH_RUNS)
+        if entry["name"] == "home-run":  # predicted beside measured, with the error and the phases drawn
+            metric = page.locator('[data-testid="stMetric"]', has_text="Predicted step (calibrated)")
+            text = metric.inner_text()
+            assert re.search(r"\d+\.\d{3} s", text) and re.search(r"[+-]\d+\.\d% vs measured", text), text
+            assert len(sizes) >= 1
     finally:
         page.close()
 
