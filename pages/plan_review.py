@@ -262,8 +262,9 @@ def predicted_vs_measured(s: ReviewState, cmp) -> None:
     else:
         st.caption(
             f"No calibrated prediction ({md(view['note'])}). {calibration_views.HOW} For GPU clusters, "
-            "calibrate from your own job's traces: `python -m profiler calibrate TRACES --out "
-            f"$PARASCOPE_RUNS/{calibration_data.CALIBRATION_FILE}`."
+            "calibrate from your own job's traces: upload them on the Upload page with the job's launch script "
+            "(or plan and model) and fit on Home, or `python -m profiler calibrate TRACES --plan pretrain_gpt.sh "
+            f"--out $PARASCOPE_RUNS/{calibration_data.CALIBRATION_FILE}`."
         )
 
 
