@@ -8,7 +8,9 @@
 The graph. Each rank's traced steps are one chain of nodes in time order: a step's start, the
 collectives and p2p ops the rank blocked on (per_rank_wait's rows on aligned clocks: arrival a, end
 e), the step's end. Between two nodes lies *work*, the rank's own time (compute, host code, anything
-that is not a matched collective): the gap a_next - e_prev. A cross-rank edge joins every
+that is not a matched collective): the gap from the latest end so far to the next arrival (ops that
+overlap on one rank -- a backend's async collectives on its own threads -- end in any order, and the
+time they cover is theirs, not the rank's work). A cross-rank edge joins every
 participant of an instance: an op cannot complete before its last participant arrives, so an op that
 ended at or after the last arrival A (it may have waited) ends at max(a, A) + x, x = e - max(a, A) its
 transfer; one that ended before the last arrival (an eager send, a buffered recv) waited on no one and
@@ -279,6 +281,10 @@ def replay(g: Graph, sc: Scenario = Scenario()) -> Replay:
     size = np.array([len(m) for m in g.members], dtype=np.int64)
     ptr = {r: 0 for r in g.chains}
     has_a = {r: -1 for r in g.chains}  # the last node whose arrival is computed
+    # the time a rank's nodes so far cover (their latest end), measured and replayed: its own work is
+    # what lies beyond it (_step_parts' split; ops that overlap, async ones, end in any order)
+    covered = {r: np.maximum.accumulate(ch.e) if len(ch.e) else ch.e for r, ch in g.chains.items()}
+    front = {r: np.iinfo(np.int64).min for r in g.chains}
     waiting: dict[int, list[int]] = {}
     todo = list(g.chains)
     cut = 0
@@ -288,10 +294,10 @@ def replay(g: Graph, sc: Scenario = Scenario()) -> Replay:
         if i == 0:
             t = int(ch.a[0])
         else:
-            gap = int(ch.a[i] - ch.e[i - 1])
+            gap = int(ch.a[i] - covered[r][i - 1])
             if ch.kind[i] != START:  # work inside a step; between steps it is left alone
                 gap = int(round(gap * speed.get((r, int(ch.step[i])), 1.0))) if gap > 0 else gap
-            t = max(int(A[r][i - 1]), int(E[r][i - 1]) + gap)
+            t = max(int(A[r][i - 1]), int(front[r]) + gap)
         A[r][i] = t
         has_a[r] = i
         c = int(ch.inst[i])
@@ -332,6 +338,7 @@ def replay(g: Graph, sc: Scenario = Scenario()) -> Replay:
                 if not finish(r, i):
                     waiting.setdefault(int(ch.inst[i]), []).append(r)
                     break
+                front[r] = max(front[r], int(E[r][i]))
                 i += 1
             ptr[r] = i
         stuck = [(int(A[r][ptr[r]]), r) for r, ch in g.chains.items() if ptr[r] < len(ch.a)]
@@ -341,6 +348,7 @@ def replay(g: Graph, sc: Scenario = Scenario()) -> Replay:
         c = int(g.chains[r].inst[ptr[r]])
         waiting[c] = [x for x in waiting.get(c, []) if x != r]
         finish(r, ptr[r], force=True)
+        front[r] = max(front[r], int(E[r][ptr[r]]))
         cut += 1
         ptr[r] += 1
         todo.append(r)

@@ -105,6 +105,24 @@ def test_overlapping_ops_on_one_rank_are_counted_once(tmp_path):
     assert (ph["work_ns"] + ph["wait_ns"] + ph["transfer_dp_ns"] == ph["window_ns"]).all()
 
 
+def test_a_ranks_speed_scales_only_the_time_its_ops_do_not_cover(tmp_path):
+    # both ranks: an async all-reduce [200, 600) with a second one [300, 500) nested in it on another
+    # thread, then work to 1000. Rank 0's work is [0, 200) and [600, 1000): 600 us. At 2x speed it
+    # reaches the first all-reduce at 100, waits for rank 1 (200), leaves at 600, and works 200 more:
+    # its window is 800 (counting the time under the outer op after the inner one ends as work would
+    # give 750).
+    ops = [
+        _comm("dp", "all_reduce", "0,1", 0, 200, 400),
+        _comm("dp", "all_reduce", "0,1", 1, 300, 200, tid=2),
+        ts.cpu("aten::add", 600, 400),
+    ]
+    a = _set(tmp_path, {0: [ts.cpu("aten::mm", 0, 200), *ops], 1: [ts.cpu("aten::mm", 0, 200), *ops]})
+    ph = phases(a.graph).set_index("rank")
+    assert list(ph["work_ns"]) == [600_000, 600_000] and list(ph["transfer_dp_ns"]) == [400_000, 400_000]
+    w = step_windows(a.graph, replay(a.graph, Scenario(rank_speed={0: 2.0}))).set_index("rank")
+    assert (w["end_ns"] - w["start_ns"]).to_dict() == {0: 800_000, 1: 1_000_000}
+
+
 def test_a_scenario_that_touches_no_op_says_so(pair):
     out = whatif(pair.graph, Scenario(overlap=frozenset({"dp", "tp"}), link={"inter": 2.0}))
     by = {(s["kind"], s.get("dim") or s.get("link")): s for s in out["scenarios"]}
