@@ -12,7 +12,7 @@ With --json, one object (a contract other tools read):
 
 PATH is a run directory, a folder, trace files, or a .zip/.tar.gz. --plan takes a Plan JSON (or a
 run.json holding one), a Megatron-LM launch script or a torchtitan TOML (its data parallelism from the
-traces' world size where the file does not fix it). Files are parsed by --workers processes (default:
+traces' world size, whatever the file's launcher says). Files are parsed by --workers processes (default:
 the cores), or as tasks on a Dask cluster with --scheduler tcp://HOST:PORT (or $PARASCOPE_DASK_SCHEDULER);
 the JSON is the same.
 Bad input exits 2 with one line on stderr; never a traceback. Ctrl-C cancels (exit 130), keeping nothing.
@@ -134,7 +134,8 @@ def _plan(path: str | None, world_size: int | None = None):
 
 def imported_plan(path, world_size: int | None):
     """A Megatron-LM launch script or torchtitan TOML imported (parallel.importers.Imported), its
-    data-parallel size following `world_size` where the file does not fix it; PlanMismatchError with
+    data-parallel size following `world_size` (the ranks the job ran on, whatever its launcher line
+    says; as Upload does); PlanMismatchError with
     the importer's one line when it cannot be imported."""
     from parallel.importers import ImportFailed, import_plan
     from profiler.traces.errors import PlanMismatchError

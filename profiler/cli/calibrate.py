@@ -140,7 +140,7 @@ def folder_plan_model(folder: Path, plan_file: str | None, model_arg: str | None
     or {"plan": ..., "model": ...} as a run's, a report's or an uploaded set's plan.json), a Megatron-LM
     launch script or a torchtitan TOML (parallel.importers, which read the model too) -- else the
     folder's own plan.json (an uploaded set's). An import's data-parallel size follows the traces'
-    world size where the file does not fix it. The model: --model, a preset name or a model JSON
+    world size (the ranks the job ran on). The model: --model, a preset name or a model JSON
     file, else the plan file's. PlanMismatchError naming what is missing or wrong."""
     from parallel.core.plan import Plan
     from parallel.core.specs import SpecError
