@@ -47,12 +47,12 @@ def test_plan_file_labels_dimensions(pair_dir, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["collectives"][0]["dim"] == "dp"
 
 
-@pytest.mark.parametrize("tp, dim", [(1, "dp"), (2, "tp")])
-def test_a_megatron_launch_script_labels_dimensions(pair_dir, tmp_path, capsys, tp, dim):
-    # no --nproc_per_node: the world size, and with it DP, comes from the traces' 2 ranks
+@pytest.mark.parametrize("tp, dim, launcher", [(1, "dp", ""), (2, "tp", ""), (2, "tp", "--nproc_per_node 8 ")])
+def test_a_megatron_launch_script_labels_dimensions(pair_dir, tmp_path, capsys, tp, dim, launcher):
+    # the world size, and with it DP, comes from the traces' 2 ranks, also where the launcher line says 8
     script = tmp_path / "pretrain_gpt.sh"
     script.write_text(
-        f"torchrun pretrain_gpt.py --tensor-model-parallel-size {tp} --num-layers 2 --hidden-size 64 "
+        f"torchrun {launcher}pretrain_gpt.py --tensor-model-parallel-size {tp} --num-layers 2 --hidden-size 64 "
         "--num-attention-heads 4 --seq-length 64 --max-position-embeddings 64 --micro-batch-size 1 --vocab-size 512\n"
     )
     assert main([str(pair_dir), "--plan", str(script), "--json"]) == 0
