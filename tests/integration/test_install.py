@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -104,14 +104,8 @@ def test_the_installed_code_is_what_runs(venv, tmp_path):
     assert run(venv, "no-such-command", cwd=tmp_path).returncode == 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_parascope_dashboard_serves(venv, tmp_path):
-    port = _free_port()
+    port = free_port()
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     clean["PARASCOPE_RUNS"] = str(tmp_path / "runs")
     proc = subprocess.Popen(

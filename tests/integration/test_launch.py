@@ -7,7 +7,6 @@ the rank and its error, and leave no process behind (found by a tag in their env
 
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import pytest
 from profiler.collect.launchers import processes_with_env
 from profiler.formats.metrics import load_metrics
 from tests.conftest import ROOT
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -76,15 +76,9 @@ def test_a_failing_rank_stops_a_torchrun_job():
     assert elapsed < 120
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_torchrun_nodes_on_loopback_train(tmp_path):
     """Two `torchrun` node processes (2 ranks each) rendezvous over c10d on 127.0.0.1 and train DP2×TP2."""
-    port, tag = _free_port(), uuid.uuid4().hex
+    port, tag = free_port(), uuid.uuid4().hex
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PARASCOPE_TEST_TAG": tag}
     nodes = [
         subprocess.Popen(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,18 +17,13 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.integration.test_profile_failures import _tagged
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_nodes_write_one_run_directory(tmp_path):
-    out, port, job, tag = tmp_path / "run", _free_port(), uuid.uuid4().hex[:12], uuid.uuid4().hex
+    out, port, job, tag = tmp_path / "run", free_port(), uuid.uuid4().hex[:12], uuid.uuid4().hex
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "PARASCOPE_TEST_TAG": tag}
     flags = [
         "--dp=2",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from profiler.traces.loader import Cancelled
 from tests.conftest import ROOT
 from tests.support import trace_samples as ts
 from tests.support import tracegen
+from tests.support.ports import free_port
 
 TABLES = ("collectives", "breakdown", "comm_by_dim", "per_rank_wait", "instances", "offsets")
 
@@ -186,12 +186,6 @@ def test_cli_workers_give_the_same_json(run, tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("error: --workers 0")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_for_workers(address: str, n: int, timeout: float = 90) -> None:
     from distributed import Client
 
@@ -202,7 +196,7 @@ def _wait_for_workers(address: str, n: int, timeout: float = 90) -> None:
 @pytest.mark.slow
 def test_a_local_dask_cluster_gives_the_same_json(run, tmp_path):
     pytest.importorskip("distributed")
-    port = _free_port()
+    port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     env = {**os.environ, "PARASCOPE_CACHE": str(tmp_path / "cache"), "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
     bin_dir = os.path.dirname(sys.executable)
@@ -253,7 +247,7 @@ def test_a_local_dask_cluster_gives_the_same_json(run, tmp_path):
                 str(run),
                 "--no-cache",
                 "--scheduler",
-                f"tcp://127.0.0.1:{_free_port()}",
+                f"tcp://127.0.0.1:{free_port()}",
             ],
             cwd=ROOT,
             capture_output=True,

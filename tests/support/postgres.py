@@ -9,10 +9,11 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
+
+from tests.support.ports import free_port
 
 
 def _bin(name: str) -> str | None:
@@ -44,9 +45,7 @@ class PostgresServer:
         self.root.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres", "postgres")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         run = dict(check=True, capture_output=True, timeout=120)
         subprocess.run(
             _as_owner(

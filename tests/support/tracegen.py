@@ -22,13 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank: int, cfg: dict) -> None:
@@ -175,7 +171,7 @@ def generate(
         late_s=late_s,
         gpus_per_node=gpus_per_node,
         out=str(out),
-        port=_free_port(),
+        port=free_port(),
     )
     ctx = mp.get_context("fork")  # children share the parent's imported torch pages
     procs = [ctx.Process(target=_worker, args=(r, cfg)) for r in range(world)]

@@ -17,7 +17,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.apptest import ROOT, registered_pages
+from tests.support.ports import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
@@ -35,12 +35,6 @@ START_TIMEOUT_S = 90
 PAGE_TIMEOUT_MS = 180_000  # generous: CI machines are shared and slow
 
 pytestmark = pytest.mark.slow
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
@@ -60,7 +54,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
 @contextlib.contextmanager
 def _streamlit(tmp_path_factory, env: dict | None = None):
     """The dashboard on a free port; stopped (its whole process group) on exit."""
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("streamlit") / "server.log"
     cmd = [
         sys.executable,
