@@ -23,6 +23,7 @@ Pure: no torch.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -116,6 +117,7 @@ def measured_run(path: str, plan_file: str | None = None, model_name: str | None
     from profiler.analyzers.calibrate import Measured
     from profiler.analyzers.front import TraceAnalysis
     from profiler.traces.errors import NoTracesError
+    from profiler.traces.loader import load_traces
 
     folder = Path(path)
     if not folder.exists():
@@ -124,28 +126,28 @@ def measured_run(path: str, plan_file: str | None = None, model_name: str | None
     metrics = {}
     if (folder / "metrics.json").is_file():
         metrics = _read_run_json(folder / "metrics.json")
+    traces = load_traces(folder)  # once: a trace folder's imported plan takes its world size from them
     if run.is_file():
         data = _read_run_json(run)
         plan, model = Plan.from_dict(data["plan"]), Model.from_dict(data["model"])
     else:
-        plan, model = folder_plan_model(folder, plan_file, model_name)
-    analysis = TraceAnalysis.load(folder, plan.to_dict())
+        plan, model = folder_plan_model(folder, plan_file, model_name, traces.world_size)
+    analysis = TraceAnalysis(traces, plan.to_dict())
     return Measured(
         analysis=analysis, metrics=metrics, plan=plan, model=model, path=str(folder), cluster=run_cluster(folder, plan)
     )
 
 
-def folder_plan_model(folder: Path, plan_file: str | None, model_arg: str | None):
-    """(Plan, Model) of a trace folder without a run.json. The plan: --plan FILE -- a plan JSON (bare,
-    or {"plan": ..., "model": ...} as a run's, a report's or an uploaded set's plan.json), a Megatron-LM
-    launch script or a torchtitan TOML (parallel.importers, which read the model too) -- else the
-    folder's own plan.json (an uploaded set's). An import's data-parallel size follows the traces'
-    world size (the ranks the job ran on). The model: --model, a preset name or a model JSON
-    file, else the plan file's. PlanMismatchError naming what is missing or wrong."""
+def folder_plan_model(folder: Path, plan_file: str | None, model_arg: str | None, world_size: int | None):
+    """(Plan, Model) of a trace folder without a run.json. The plan: --plan FILE
+    (profiler.cli.analyze.plan_file: a plan JSON, bare or {"plan": ..., "model": ...} as a run's, a
+    report's or an uploaded set's plan.json; a Megatron-LM launch script or a torchtitan TOML, which
+    name the model too, its DP following `world_size`, the traces') -- else the folder's own plan.json
+    (an uploaded set's). The model: --model, a preset name or a model JSON file, else the plan
+    file's. PlanMismatchError naming what is missing or wrong."""
     from parallel.core.plan import Plan
     from parallel.core.specs import SpecError
-    from profiler.analyzers.front import TraceAnalysis
-    from profiler.cli.analyze import imported_plan
+    from profiler.cli.analyze import plan_file as read_plan_file
     from profiler.traces.errors import PlanMismatchError
 
     source = Path(plan_file) if plan_file else folder / "plan.json"
@@ -154,43 +156,22 @@ def folder_plan_model(folder: Path, plan_file: str | None, model_arg: str | None
             f"{folder}: no run.json or plan.json; give --plan (a plan JSON, a Megatron-LM launch script or a "
             "torchtitan TOML) and --model (a preset or a model JSON) for a trace folder"
         )
-    doc = _json_or_none(source)
-    if doc is not None:
-        plan_data = doc["plan"] if isinstance(doc.get("plan"), dict) else doc
-        model_data = doc.get("model")
-        try:
-            plan = Plan.from_dict(plan_data)
-        except (SpecError, TypeError, ValueError, KeyError) as err:
-            raise PlanMismatchError(f"--plan {source}: not a plan ({err})") from None
-    else:  # a launch script or a TOML
-        imported = imported_plan(source, TraceAnalysis.load(folder).traces.world_size)
-        plan, model_data = imported.plan, imported.model
+    plan_data, model_data = read_plan_file(str(source), world_size)
+    try:
+        plan = Plan.from_dict(plan_data)
+    except (SpecError, TypeError, ValueError, KeyError) as err:
+        raise PlanMismatchError(f"--plan {source}: not a plan ({err})") from None
     model = _model(model_arg) if model_arg else _model(model_data, source) if model_data is not None else None
     if model is None:
         raise PlanMismatchError(f"{source} names no model: give --model (a preset or a model JSON)")
     return plan, model
 
 
-def _json_or_none(path: Path, flag: str = "--plan") -> dict | None:
-    """The JSON object in `path` (given as `flag`), None when it is not JSON (a launch script, a TOML);
-    PlanMismatchError when it cannot be read, or is a .json file that holds no JSON object."""
-    from profiler.formats.rundir import load_json_object
-    from profiler.traces.errors import PlanMismatchError
-
-    try:
-        return load_json_object(path)
-    except OSError as err:
-        raise PlanMismatchError(f"{flag} {path}: cannot read it ({err.strerror or err})") from None
-    except ValueError as err:
-        if path.suffix.lower() == ".json":
-            raise PlanMismatchError(f"{flag} {path}: {err}") from None
-        return None
-
-
 def _model(value, source: Path | None = None):
     """A Model from a preset name, a model JSON file's path (its object, or its "model"), a Model, or
     a model's dict."""
     from parallel.core.specs import MODELS, Model, SpecError
+    from profiler.formats.rundir import load_json_object
     from profiler.traces.errors import PlanMismatchError
 
     where = f"the model in {source}" if source else "--model"
@@ -204,9 +185,14 @@ def _model(value, source: Path | None = None):
             raise PlanMismatchError(
                 f"{where} {value!r}: not a preset ({', '.join(sorted(MODELS))}) or a model JSON file"
             )
-        doc = _json_or_none(path, "--model")
-        if doc is None:
-            raise PlanMismatchError(f"--model {value}: not JSON (a model JSON file, or a preset name)")
+        try:
+            doc = load_json_object(path)
+        except OSError as err:
+            raise PlanMismatchError(f"--model {value}: cannot read it ({err.strerror or err})") from None
+        except json.JSONDecodeError:
+            raise PlanMismatchError(f"--model {value}: not JSON (a model JSON file, or a preset name)") from None
+        except ValueError as err:  # too large, or JSON but not an object
+            raise PlanMismatchError(f"--model {value}: {err}") from None
         value, where = (doc["model"] if isinstance(doc.get("model"), dict) else doc), f"--model {value}"
     try:
         return Model.from_dict(value)
