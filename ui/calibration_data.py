@@ -24,7 +24,7 @@ import pandas as pd
 from parallel.core.calibrated import Calibration, CalibrationError, predict, read_calibration
 from parallel.core.plan import Plan
 from parallel.core.specs import MODELS, Cluster, Model, SpecError
-from profiler.formats.rundir import METRICS_JSON, read_json
+from profiler.formats.rundir import read_json
 from ui.trace_sets import TraceSet, runs_dir
 
 CALIBRATION_FILE = "calibration.json"
@@ -132,18 +132,14 @@ def calibration_candidates(sets: list[TraceSet]) -> list[TraceSet]:
 
 
 def calibrate_runs(sets: list[TraceSet], *, cores: int) -> Calibration:
-    """Fit the model to these runs or uploaded sets (profiler.analyzers.calibrate), for the device their
-    traces ran on (GPU sets: a device per rank, `cores` unused); CalibrationError (sets of both
-    kinds, nothing to fit) / TraceError."""
-    from profiler.analyzers.calibrate import Measured, fit, traced_device
-    from profiler.analyzers.front import TraceAnalysis
+    """Fit the model to these runs or uploaded sets (profiler.analyzers.calibrate), each read as `python
+    -m profiler calibrate` reads it (profiler.cli.calibrate.measured_run: its plan, model, metrics and
+    nodes), for the device their traces ran on (GPU sets: a device per rank, `cores` unused);
+    CalibrationError (sets of both kinds, nothing to fit) / TraceError."""
+    from profiler.analyzers.calibrate import fit, traced_device
+    from profiler.cli.calibrate import measured_run
 
-    runs = []
-    for s in sets:
-        model, plan = _model_plan(s)
-        metrics = (read_json(s.path / METRICS_JSON) or {}) if s.has_metrics else {}
-        analysis = TraceAnalysis.load(s.path, plan.to_dict())
-        runs.append(Measured(analysis=analysis, metrics=metrics, plan=plan, model=model, path=str(s.path)))
+    runs = [measured_run(str(s.path)) for s in sets]
     return fit(runs, cores=cores, device=traced_device(runs))
 
 
