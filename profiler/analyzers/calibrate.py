@@ -564,20 +564,16 @@ def traced_device(runs: list[Measured]) -> str:
     """'gpu' when every run's traces have GPU ranks (kernels), 'cpu' when none has: the device a fit
     of these runs is for (GPU: a device per rank, no sharing of cores). CalibrationError when they mix:
     one calibration describes one kind of machine."""
-    kinds = {
-        "gpu" if any(r.analysis.traces.device_of(k) == "gpu" for k in r.analysis.traces.rank_ids) else "cpu"
-        for r in runs
-    }
-    if len(kinds) > 1:
-        on = {"gpu": [], "cpu": []}
-        for r in runs:
-            gpu = any(r.analysis.traces.device_of(k) == "gpu" for k in r.analysis.traces.rank_ids)
-            on["gpu" if gpu else "cpu"].append(r.path or r.plan.label())
+    on: dict[str, list[str]] = {"gpu": [], "cpu": []}
+    for r in runs:
+        gpu = any(r.analysis.traces.device_of(k) == "gpu" for k in r.analysis.traces.rank_ids)
+        on["gpu" if gpu else "cpu"].append(r.path or r.plan.label())
+    if on["gpu"] and on["cpu"]:
         raise CalibrationError(
             f"these runs mix GPU ranks ({', '.join(on['gpu'])}) and CPU ranks ({', '.join(on['cpu'])}): "
             "one calibration describes one kind of machine; fit each apart"
         )
-    return kinds.pop() if kinds else "cpu"
+    return "gpu" if on["gpu"] else "cpu"
 
 
 def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 5) -> Calibration:

@@ -101,8 +101,8 @@ def _touched(graph: Graph, key: str, *, link: bool) -> dict[str, Any]:
     if not len(inst):
         return {"ops": 0, "note": "no collective or p2p op in the traces: nothing changes"}
     dims, tiers = inst["dim"].astype(str), inst["tier"].astype(str)
-    hit = ((dims == key) | (tiers == key)) if link else (dims == key)
-    ops = sum(int(hit.iloc[int(c)]) for ch in graph.chains.values() for c in ch.inst[ch.inst >= 0])
+    hit = (((dims == key) | (tiers == key)) if link else (dims == key)).to_numpy()
+    ops = sum(len(graph.members[c]) for c in np.flatnonzero(hit))  # each instance's nodes on the traced ranks
     if ops:
         return {"ops": ops}
     if link and key in ("intra", "inter"):
