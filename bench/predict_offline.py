@@ -33,6 +33,7 @@ from bench.predict import (
     MODEL,
     measure,
     profile,
+    repeatability,
     steady_steps,
     step_s,
 )
@@ -107,6 +108,10 @@ def score(out: Path, names: list[str], plan: str | None) -> float:
         label = " + ".join(f"{n} #{r}" for n, r in zip(names, combo))
         print(f"{label}: mean |error| {means[-1]:.2f}%, worst {max(per_plan):.1f}% ({len(per_plan)} plans)")
     print(f"over {len(means)} calibrations: mean |error| {statistics.mean(means):.2f}%")
+    floor = repeatability({n: [[m] for m in steps] for n, (_, steps) in measured.items()})
+    if floor:  # the machine's own floor: one repetition of every held-back run as the prediction of the others
+        print(f"repeatability floor over {len(floor['per_pass'])} repetitions: mean |error| {floor['mae_pct']:.2f}%, "
+              f"worst {floor['worst_pct']:.1f}%")  # fmt: skip
     return statistics.mean(means)
 
 

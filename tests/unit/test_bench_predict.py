@@ -35,3 +35,22 @@ def test_pass_spread_is_slowest_over_fastest():
     assert _spread_pct([0.010, 0.0125, 0.011]) == pytest.approx(25.0)
     assert _spread_pct([0.02]) == 0.0 and _spread_pct([]) == 0.0
     assert _spread([0.010, 0.0125]) == "10.0–12.5" and _spread([0.01]) == "one"
+
+
+def test_repeatability_floor_takes_each_pass_as_the_prediction_of_the_others():
+    from bench.predict import repeatability
+
+    steady = [[0.010, 0.010], [0.010], [0.010, 0.010, 0.010]]  # every pass 10 ms: no error from any pass
+    # pass 2 ran 30% slow: it misses the others (13 vs 10 ms: +30%); each of the others misses the median
+    # of its others' steps {10, 13, 13} = 13 ms by -23.1%
+    passes = {"a": steady, "b": steady, "c": [[0.010], [0.013, 0.013], [0.010]]}
+    floor = repeatability(passes)
+    per_pass = floor["per_pass"]
+    assert [p["worst_pct"] for p in per_pass] == pytest.approx([300 / 13, 30.0, 300 / 13])
+    assert [p["mae_pct"] for p in per_pass] == pytest.approx([100 / 13, 10.0, 100 / 13])
+    assert floor["mae_pct"] == pytest.approx((200 / 13 + 10) / 3)
+    assert floor["worst_pct"] == pytest.approx((600 / 13 + 30) / 3)
+    assert floor["goal_met"] == 2  # pass 2's 10.0% mean is within the goal, its 30% worst is not
+    # a plan run once has no other pass to predict: no floor from it, none at all without a second pass
+    assert repeatability({"d": [[0.01]]}) == {}
+    assert repeatability({**passes, "d": [[0.01]]}) == floor
