@@ -1,7 +1,7 @@
 """`python -m profiler tpsweep --lab`: TP scaling measured across the lab's node boundary (issue #8).
 
     sudo python -m profiler lab up --like dgx-h100        # two nodes, link shaped like NVLink4 vs NDR
-    python -m profiler tpsweep --lab [--out DIR] [--steps 4] [--tps 1,2,4,8] [--sp both|on|off]
+    python -m profiler tpsweep --lab [--out DIR] [--steps 4] [--unprofiled-steps 3] [--tps 1,2,4,8] [--sp both|on|off]
     python -m profiler tpsweep --lab --quick              # seconds-scale: TP 2 inside, TP 4 across (tests)
 
 Runs one model at each TP degree, SP off and on: TP <= --gpus-per-node (default 4) inside lab node 0
@@ -19,10 +19,11 @@ Writes DIR (default $PARASCOPE_RUNS/tpsweep-<UTC time>, where the TP-scaling pag
 
 sweep.json: schema 1, kind "parascope-tpsweep", status (running | completed | failed), created_at,
 finished_at, command, machine {cpus, hostname}, lab (profiler.lab.settings.LabSettings.record), model,
-micro_batch, steps, profile {wait, warmup, active}, gpus_per_node, tps, sp, commbench {path, links,
-error}, compute (the CPU rate the prediction uses, and where it came from), cluster (the lab as the
+micro_batch, steps, profile {wait, warmup, active, steps: the runs' schedule}, gpus_per_node, tps, sp,
+commbench {path, links, error}, compute (the CPU rate the prediction uses, and where it came from), cluster (the lab as the
 plan model's Cluster), points: [{tp, sp, nodes, ranks_per_node, link (intra | inter), run_dir,
-status, error, wall_s, measured {step_time_s, tp_comm_s, tp_comm_lo_s, tp_comm_hi_s,
+status, error, wall_s, measured {step_time_s (the untraced steps' median when the run has them:
+step_unprofiled), tp_comm_s, tp_comm_lo_s, tp_comm_hi_s,
 tp_comm_with_wait_s, busbw_bytes_per_s, tp_comm_step_s, calls {op: ...}}, predicted {tp_comm_s,
 busbw_bytes_per_s, step_s}, error_pct {tp_comm, busbw, step}}] (seconds, bytes/s; sweep_model.py
 defines each measure).
@@ -70,10 +71,19 @@ class SweepSpec:
     tps: tuple[int, ...]
     sps: tuple[bool, ...]
     gpus_per_node: int
-    steps: int
+    steps: int  # the profiler's schedule: one untraced, one warm-up, then steps - 2 recorded
+    unprofiled: int  # untraced steps on each side of those (the model predicts an unprofiled step)
     commbench_args: tuple[str, ...]
     run_timeout_s: float
     argv: tuple[str, ...]
+
+    def schedule(self) -> dict:
+        """The profiler's schedule of every run: `unprofiled` untraced steps (after the first) before the
+        warm-up, the recorded ones, the teardown step, `unprofiled` more -- the steps the measured step
+        and the calibration's overhead factors come from (profiler.analyzers.calibrate._unprofiled)."""
+        wait, active = 1 + self.unprofiled, self.steps - 2
+        after = 1 + self.unprofiled if self.unprofiled else 0
+        return {"wait": wait, "warmup": 1, "active": active, "steps": wait + 1 + active + after}
 
     def points(self) -> list[tuple[int, bool]]:
         return [(tp, sp) for sp in self.sps for tp in self.tps if not (sp and tp == 1)]
@@ -110,6 +120,12 @@ def parser() -> argparse.ArgumentParser:
         help="ranks per lab node (default 4): larger TP runs across both nodes, TP/2 ranks each",
     )
     p.add_argument("--steps", type=int, default=None, help="training steps per run (default 4: 2 profiled)")
+    p.add_argument(
+        "--unprofiled-steps",
+        type=int,
+        default=None,
+        help="untraced steps on each side of the profiled ones (default 3, --quick 1): the measured step",
+    )
     p.add_argument("--run-timeout", type=float, default=300.0, help="seconds one run may take (default 300)")
     return p
 
@@ -154,6 +170,9 @@ def parse(argv) -> tuple[SweepSpec | None, list[str]]:
     steps = a.steps or (3 if a.quick else 4)
     if steps < 3:
         errors.append(f"--steps {steps}: at least 3 (one untraced, one warm-up, then the recorded steps)")
+    unprofiled = (1 if a.quick else 3) if a.unprofiled_steps is None else a.unprofiled_steps
+    if unprofiled < 0:
+        errors.append(f"--unprofiled-steps {unprofiled}: 0 or more")
     if gpn < 1 or a.micro_batch < 1:
         errors.append("--gpus-per-node and --micro-batch must be >= 1")
     cb = (
@@ -183,6 +202,7 @@ def parse(argv) -> tuple[SweepSpec | None, list[str]]:
         sps=sps,
         gpus_per_node=gpn,
         steps=steps,
+        unprofiled=unprofiled,
         commbench_args=tuple(cb),
         run_timeout_s=a.run_timeout,
         argv=tuple(argv),
@@ -286,15 +306,17 @@ def run_point(spec: SweepSpec, out: Path, tp: int, sp: bool) -> dict:
 
     name = f"tp{tp}{'-sp' if sp else ''}"
     nodes = spec.nodes(tp)
+    sched = spec.schedule()
     run_dir = out / name
     flags = [
         *_shape_flags(spec.shape),
         f"--tp={tp}",
         *(["--sp"] if sp else []),
         f"--micro-batch={spec.micro_batch}",
-        f"--steps={spec.steps}",
-        "--wait=1",
+        f"--steps={sched['steps']}",
+        f"--wait={sched['wait']}",
         "--warmup=1",
+        f"--active={sched['active']}",
         f"--out={run_dir}",
         f"--job-timeout={spec.run_timeout_s:g}",
     ]
@@ -420,7 +442,7 @@ def main(argv=None) -> int:
         "model": model.to_dict(),
         "micro_batch": spec.micro_batch,
         "steps": spec.steps,
-        "profile": {"wait": 1, "warmup": 1, "active": spec.steps - 2},
+        "profile": spec.schedule(),
         "gpus_per_node": spec.gpus_per_node,
         "tps": list(spec.tps),
         "sp": list(spec.sps),

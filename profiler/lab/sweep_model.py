@@ -110,12 +110,18 @@ def _none(x):
 def measure_run(run_dir: Path, model: Model, plan: Plan) -> dict:
     """A completed run's measured numbers (the module docstring's keys) and `calls`, per op:
     {calls_per_step (per rank), bytes, transfer_s, with_wait_s, busbw_bytes_per_s}."""
+    from profiler.analyzers.calibrate import unprofiled_step_s
     from profiler.analyzers.front import TraceAnalysis
 
     run_dir = Path(run_dir)
     metrics = load_metrics(run_dir)
+    traced = (metrics.get("profile") or {}).get("profiled_steps") or []
+    # the model predicts an unprofiled step: the run's untraced steps when it has them (tpsweep
+    # --unprofiled-steps), else its steady steps, the traced ones among them
+    plain = unprofiled_step_s(metrics, traced) if traced else None
     out = {
-        "step_time_s": _steady(metrics.get("step_time_s")),
+        "step_time_s": plain if plain is not None else _steady(metrics.get("step_time_s")),
+        "step_unprofiled": plain is not None,
         "tp_comm_s": 0.0,
         "tp_comm_lo_s": 0.0,
         "tp_comm_hi_s": 0.0,
@@ -333,9 +339,11 @@ def calibrate_sweep(sweep: dict, out: Path) -> dict | None:
     """The step-time model calibrated on two of the sweep's own runs (#16): the smallest TP > 1 inside
     one node and the largest TP across the link (its groups give the inter-node terms), then every point's
     calibrated step and TP communication per layer beside the measured ones. None when the sweep
-    lacks such a pair. The runs are
-    profiled from their second step (--wait 1), so the overhead stays in on both sides: the prediction
-    is of a traced step, as the measured step is."""
+    lacks such a pair. The runs have untraced steps on each side of the profiled ones (tpsweep
+    --unprofiled-steps), so the fit removes the tracing overhead against them and measures how long the
+    lab's shared ranks waited for a core (the engine's CPU clocks), and the measured step is those
+    untraced steps: both sides are of an unprofiled step. Without them (--unprofiled-steps 0) the
+    overhead stays in on both sides."""
     import dataclasses
 
     from parallel.core.calibrated import CalibrationError, collective_s, predict

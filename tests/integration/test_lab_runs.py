@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from profiler.collect.spec import parse_run
@@ -194,10 +195,17 @@ def test_tpsweep_quick_writes_its_json_and_the_page_shows_it(lab_prefix, tmp_pat
         (2, False, "intra", 1),
         (4, False, "inter", 2),
     ]
+    # one untraced step after the first on each side of the traced one (--quick): the measured step is
+    # theirs, as the model predicts an unprofiled step, and the fit removes the tracing overhead
+    assert sweep["profile"] == {"wait": 2, "warmup": 1, "active": 1, "steps": 6}
     for p in sweep["points"]:
         assert p["status"] == "completed" and (out / p["run_dir"] / "run.json").is_file()
         m = p["measured"]
         assert m["tp_comm_s"] > 0 and m["busbw_bytes_per_s"] > 0 and m["step_time_s"] > 0
+        metrics = json.loads((out / p["run_dir"] / "metrics.json").read_text())
+        assert metrics["profile"]["profiled_steps"] == [3] and len(metrics["step_time_s"]) == 6
+        steps = metrics["step_time_s"]
+        assert m["step_unprofiled"] and m["step_time_s"] == pytest.approx(float(np.median([steps[1], steps[5]])))
         assert set(p["predicted"]) == {"tp_comm_s", "busbw_bytes_per_s", "step_s"}
         assert set(p["error_pct"]) == {"tp_comm", "busbw", "step"}
     intra, inter = (sweep["points"][i]["measured"]["busbw_bytes_per_s"] for i in (0, 1))
@@ -214,6 +222,7 @@ def test_tpsweep_quick_writes_its_json_and_the_page_shows_it(lab_prefix, tmp_pat
     # link's terms); the quick sweep has no third run to hold back, so each is a calibration run here
     cal = sweep["calibrated"]
     assert cal["calibration"]["inter_alpha_s"] is not None and cal["calibration"]["sources"]
+    assert all(s["overhead_removed"] and s["unprofiled_step_s"] for s in cal["calibration"]["sources"])
     assert [(q["tp"], q["calibrated_on"]) for q in cal["points"]] == [(2, True), (4, True)]
     for q in cal["points"]:  # loose: another test worker's load stretched the 4-rank run 4x once
         assert 0.1 < q["predicted_step_s"] / q["measured_step_s"] < 2.0, q
