@@ -4,7 +4,8 @@ machine, fitted by `python -m profiler calibrate` (profiler.analyzers.calibrate)
 
 Terms, each with what it assumes (Calibration.ASSUMPTIONS repeats them in the JSON):
 
-    work per microbatch on stage s   layers_s x (a + [tp>1] a_tp + [sp] a_sp + [cp>1] a_cp + passes x F_layer x k)
+    work per microbatch on stage s   layers_s x (a + [tp>1] a_tp + [sp] a_sp + [cp>1] a_cp + passes x F_layer x k
+                                                 + B_layer x e)
                                      + [last stage] (a_head + 3 F_head k) + a_mb
         F_layer: one layer's forward FLOPs of one microbatch on one rank (GEMMs / tp; attention
         b (s/cp) s q-wide / tp), F_head: the output layer's 2 b (s/cp) h V / tp (Narayanan et al. 2021,
@@ -12,7 +13,13 @@ Terms, each with what it assumes (Calibration.ASSUMPTIONS repeats them in the JS
         attention core under selective. `a` is a layer's fixed cost (operator dispatch: on a CPU and for
         small layers it dominates), `k` seconds per FLOP -- both fitted, not peak-derived. a_mb: a
         microbatch's host work outside its forward and backward on every stage (slicing it, scaling
-        its loss, the pipeline's buffers): measured, not fitted.
+        its loss, the pipeline's buffers): measured, not fitted. e: seconds per byte of the layer's
+        element-wise work (LayerNorm, softmax, GeLU, dropout, residual adds, copies: memory-bound, so
+        it grows with the tensors, not with FLOPs or layers); B_layer the bytes the layer's forward
+        writes for its backward, Korthikanti et al. 2022 Table 2's activations
+        (parallel.core.memory, without recomputation; ring CP's blockwise scores and recomputed tensors
+        added, as they are written again), fitted to the traces' non-GEMM leaf operators (their time
+        less a cost per operator, the dispatch a's terms carry).
     collective                       s_op x (c + alpha x hops + bytes x bus_factor x beta), hops the ring's latency terms
         (all-reduce 2(n-1), all-gather / reduce-scatter / all-to-all n-1, send/recv 1) -- Thakur et al.
         2005 as parallel.core.comm, with c (per call), alpha, beta per link tier (intra; inter when a
@@ -45,18 +52,22 @@ Pure: stdlib and numpy.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from parallel.core.comm import RING_STEPS, bus_factor, comm_terms, crosses_nodes
+from parallel.core.memory import activation_components_bytes
 from parallel.core.perf import layer_forward_flops
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Model
 
 ASSUMPTIONS = (
     "work: a fixed cost per layer and microbatch plus a cost per FLOP, both fitted; the output layer has its own fixed cost",
+    "element-wise work: a cost per byte of the activations a layer writes (Korthikanti et al. 2022 Table 2, "
+    "recomputed tensors twice), fitted to the traces' non-GEMM leaf operators less a cost per operator",
     "collectives: alpha per ring latency step plus beta per bus byte, fitted from transfer times (after the last "
     "arrival) plus lock-step jitter; a wait the schedule puts on the same rank every step is the bubble's, not the link's",
     "collectives: each op scaled by its measured cost over the shared fit (op_scale; 1 for an op never measured)",
@@ -71,6 +82,9 @@ ASSUMPTIONS = (
     "from transfers each by its own measure (the engine times its communication calls in every step)",
     "latency: per ring step (alpha x hops) unless the calibration measured one op at two group sizes (then also per call)",
 )
+
+
+SCORE_PARTS = ("attention.scores", "attention.dropout_mask", "attention.dropout_output")  # s x s, per head
 
 
 class CalibrationError(ValueError):
@@ -112,6 +126,7 @@ class Calibration:
     sp_layer_s: float = 0.0  # ... and more under sequence parallelism (gathers, scatters, their copies)
     cp_layer_s: float = 0.0  # ... and under context parallelism (the K/V exchange's concatenations, masks)
     microbatch_fixed_s: float = 0.0  # a_mb: per microbatch on every stage, outside its forward/backward
+    elementwise_byte_s: float = 0.0  # e: per byte a layer's element-wise operators write (B_layer)
     call_s: float = 0.0  # per collective call, whatever its size (the host's part of issuing one)
     # the inter-node link, when a calibration run crossed nodes (else the same as the intra link's)
     inter_call_s: float | None = None
@@ -142,7 +157,16 @@ class Calibration:
         if missing:
             raise CalibrationError(f"the calibration lacks {', '.join(missing)}")
         values = {}
-        for k in (*need, "tp_layer_s", "sp_layer_s", "cp_layer_s", "microbatch_fixed_s", "call_s", "gamma"):
+        for k in (
+            *need,
+            "tp_layer_s",
+            "sp_layer_s",
+            "cp_layer_s",
+            "microbatch_fixed_s",
+            "elementwise_byte_s",
+            "call_s",
+            "gamma",
+        ):
             if k in data:
                 v = data[k]
                 if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
@@ -217,6 +241,25 @@ def layer_flops(model: Model, plan: Plan) -> dict[str, float]:
     }
 
 
+def elementwise_bytes(model: Model, plan: Plan) -> float:
+    """B_layer: bytes one layer's element-wise operators write for one microbatch on one rank -- the
+    activations its forward keeps for backward as if nothing were recomputed (Korthikanti et al. 2022,
+    Table 2; parallel.core.memory), plus what is written again: ring CP's block scores (an online
+    softmax keeps none, and its backward recomputes each block's), selective recomputation's attention
+    scores, full recomputation's whole forward."""
+    parts = activation_components_bytes(model, dataclasses.replace(plan, recompute="none"))
+    once = float(sum(parts.values()))
+    scores = float(model.dtype_bytes * model.heads * plan.micro_batch * (model.seq_len / plan.cp) * model.seq_len)
+    scores /= plan.tp
+    if plan.cp > 1 and plan.cp_kind == "ring":
+        return once + 2 * scores
+    if plan.recompute == "selective":
+        return once + sum(v for k, v in parts.items() if k in SCORE_PARTS)
+    if plan.recompute == "full":
+        return 2 * once
+    return once
+
+
 def stage_layers(model: Model, plan: Plan) -> list[float]:
     """Layers per pipeline stage (all virtual chunks of a rank together)."""
     base, extra = divmod(model.layers, plan.pp)
@@ -228,9 +271,11 @@ def features(model: Model, plan: Plan) -> dict[str, Any]:
     fl = layer_flops(model, plan)
     layers = stage_layers(model, plan)
     last = [1.0 if s == plan.pp - 1 else 0.0 for s in range(plan.pp)]
+    ew = elementwise_bytes(model, plan)
     return {
         "layers": layers,
         "layer_flops": [n * fl["layer"] for n in layers],
+        "elementwise_bytes": [n * ew for n in layers],
         "head": last,
         "head_flops": [x * fl["head"] for x in last],
         "microbatches": plan.microbatches,
@@ -314,6 +359,7 @@ def predict(
         cal.microbatch_fixed_s
         + f["layers"][s] * per_layer
         + f["layer_flops"][s] * cal.flop_s
+        + f["elementwise_bytes"][s] * cal.elementwise_byte_s
         + f["head"][s] * cal.head_fixed_s
         + f["head_flops"][s] * cal.flop_s
         for s in range(plan.pp)

@@ -249,19 +249,43 @@ PHASE = r"^ps\.phase kind=(?:fwd|bwd)\b"
 OPTIM = r"^ps\.phase kind=optim\b"
 
 
-def _rank_split(run: Measured, rank: int, comm: pd.DataFrame, windows: pd.DataFrame) -> tuple[float, float, float]:
-    """(GEMM seconds, forward/backward work seconds, optimizer seconds) of one rank per traced step,
-    on its own clock: GEMMs are leaf ops (CPU) or GEMM kernels (GPU); forward/backward work is the
-    engine's ps.phase fwd/bwd ranges less the collectives inside them; the optimizer its optim range."""
+def _leaves(ev: pd.DataFrame, ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Which CPU operators contain no other on their thread (aten::linear holds aten::addmm: the leaf
+    is the one that did the work)."""
+    op = (ev["kind"] == "cpu_op").to_numpy()
+    leaf = np.zeros(len(ev), dtype=bool)
+    idx = np.flatnonzero(op)
+    if not len(idx):
+        return leaf
+    tid = ev["tid"].to_numpy()[idx]
+    order = np.lexsort((-(end[idx] - ts[idx]), ts[idx], tid))  # by thread, start, the outer one first
+    i = idx[order]
+    nxt_same = np.r_[tid[order][1:] == tid[order][:-1], False]
+    nxt_ts = np.r_[ts[i][1:], np.iinfo(np.int64).max]
+    leaf[i] = ~nxt_same | (nxt_ts >= end[i])
+    return leaf
+
+
+def _rank_split(
+    run: Measured, rank: int, comm: pd.DataFrame, windows: pd.DataFrame
+) -> tuple[float, float, float, float, float]:
+    """(GEMM seconds, element-wise seconds, element-wise operators, forward/backward work seconds,
+    optimizer seconds) of one rank per traced step, on its own clock: GEMMs are leaf ops (CPU) or GEMM
+    kernels (GPU); element-wise work the other leaf ops or compute kernels inside forward/backward, less
+    the collectives; forward/backward work is the engine's ps.phase fwd/bwd ranges less the collectives
+    inside them; the optimizer its optim range."""
     from profiler.traces import intervals as iv
 
     ev = run.analysis.traces.rank_events(rank)
     names = ev["name"].astype(str)
+    ts, end = ev["ts_ns"].to_numpy(), (ev["ts_ns"] + ev["dur_ns"]).to_numpy()
     if run.analysis.traces.device_of(rank) == "gpu":
-        gemm = (ev["kind"] == "compute").to_numpy() & names.str.contains(GEMM_KERNEL, case=False, regex=True).to_numpy()
+        kernel = (ev["kind"] == "compute").to_numpy()
+        gemm = kernel & names.str.contains(GEMM_KERNEL, case=False, regex=True).to_numpy()
+        elementwise = kernel & ~gemm
     else:
         gemm = names.isin(GEMM_CPU_OPS).to_numpy()
-    ts, end = ev["ts_ns"].to_numpy(), (ev["ts_ns"] + ev["dur_ns"]).to_numpy()
+        elementwise = _leaves(ev, ts, end) & ~gemm
     n_steps = max(len(windows), 1)
     lo, hi = (
         (int(windows["start_ns"].min()), int(windows["end_ns"].max()))
@@ -275,16 +299,25 @@ def _rank_split(run: Measured, rank: int, comm: pd.DataFrame, windows: pd.DataFr
         comm["end_ns"].to_numpy() - comm["offset_ns"].to_numpy(),
     )
 
+    def ranges_of(pattern: str):
+        sel = names.str.contains(pattern, regex=True).to_numpy() & inside
+        return iv.union(ts[sel], end[sel])
+
     def work_in(pattern: str) -> float:
         """Seconds per step inside the ranges named `pattern`, less the collectives inside them."""
-        sel = names.str.contains(pattern, regex=True).to_numpy() & inside
-        ranges = iv.union(ts[sel], end[sel])
+        ranges = ranges_of(pattern)
         return (iv.length(ranges) - iv.overlap(ranges, comm_iv)) / 1e9 / n_steps
 
-    return gemm_s, work_in(PHASE), work_in(OPTIM)
+    phase = ranges_of(PHASE)
+    ew = elementwise & inside
+    if len(phase[0]):  # the engine's forward/backward ranges; else (another framework's) all the steps'
+        starts = np.searchsorted(phase[0], ts[ew], side="right") - 1
+        ew[np.flatnonzero(ew)] = (starts >= 0) & (ts[ew] < phase[1][np.maximum(starts, 0)])
+    ew_iv = iv.minus(iv.union(ts[ew], end[ew]), comm_iv)
+    return gemm_s, iv.length(ew_iv) / 1e9 / n_steps, ew.sum() / n_steps, work_in(PHASE), work_in(OPTIM)
 
 
-TIME_KEYS = ("gemm_s", "pipeline_work_s", "work_s", "optim_s")  # a work sample's seconds
+TIME_KEYS = ("gemm_s", "elementwise_s", "pipeline_work_s", "work_s", "optim_s")  # a work sample's seconds
 
 
 def _scaled(samples: list[dict], scale: float) -> list[dict]:
@@ -306,7 +339,7 @@ def _work_samples(run: Measured) -> list[dict]:
     for rank, w in work.items():
         rank = int(rank)
         s = min(int(g.stage.get(rank, 0)), run.plan.pp - 1)
-        gemm_s, fb_s, optim_s = _rank_split(run, rank, per[per["rank"] == rank], bd[bd["rank"] == rank])
+        gemm_s, ew_s, ew_ops, fb_s, optim_s = _rank_split(run, rank, per[per["rank"] == rank], bd[bd["rank"] == rank])
         fb_s = fb_s if fb_s > 0 else float(w)  # no ps.phase ranges (another framework's traces): all of it
         out.append(
             {
@@ -319,7 +352,10 @@ def _work_samples(run: Measured) -> list[dict]:
                 "call_weights": weights,
                 "head_mb": m * f["head"][s],
                 "flops": m * (f["layer_flops"][s] + f["head_flops"][s]),
+                "elementwise_bytes": m * f["elementwise_bytes"][s],
+                "elementwise_ops": ew_ops,
                 "gemm_s": gemm_s,
+                "elementwise_s": ew_s,
                 "pipeline_work_s": fb_s,
                 "work_s": float(w),
                 "optim_s": optim_s,
@@ -452,6 +488,7 @@ class Work:
     a_sp: float
     a_cp: float
     a_mb: float  # per microbatch outside forward/backward
+    e: float = 0.0  # per byte of element-wise work
 
 
 def _fit_work(samples: list[dict]) -> Work:
@@ -471,7 +508,10 @@ def _fit_work(samples: list[dict]) -> Work:
         if X[:, j].any():
             groups.setdefault(tuple(X[:, j] > 0), []).append(j)
     cols = [0, 1] + [g[0] for g in groups.values()]
-    y = np.array([max(0.0, x["pipeline_work_s"] - k * x["flops"]) for x in samples])
+    e = _fit_elementwise(samples)
+    y = np.array(
+        [max(0.0, x["pipeline_work_s"] - k * x["flops"] - e * x.get("elementwise_bytes", 0.0)) for x in samples]
+    )
     scale = X[:, cols].max(axis=0)
     scale[scale == 0] = 1.0
     fitted, _ = nnls(X[:, cols] / scale, y)
@@ -491,7 +531,23 @@ def _fit_work(samples: list[dict]) -> Work:
         a_mb = float(np.mean([max(0.0, o - x["optim_s"]) / x["microbatches"] for o, x in zip(outside, samples)]))
     else:  # another framework's traces: all of it once per step
         w0, a_mb = float(np.mean(outside)), 0.0
-    return Work(float(a), float(k), float(a_head), w0, float(a_tp), float(a_sp), float(a_cp), a_mb)
+    return Work(float(a), float(k), float(a_head), w0, float(a_tp), float(a_sp), float(a_cp), a_mb, e)
+
+
+def _fit_elementwise(samples: list[dict]) -> float:
+    """e: seconds per byte of element-wise work, by non-negative least squares of the non-GEMM leaf
+    operators' time on their count (each one's dispatch: a's terms carry it) and the bytes the layers
+    write (B_layer). Both columns are needed: on a small model the operators' time is their count's;
+    0 when no two samples tell the columns apart (their ratio the same: one plan's ranks)."""
+    rows = [x for x in samples if x.get("elementwise_ops", 0) > 0 and x.get("elementwise_bytes", 0) > 0]
+    ratios = {round(float(np.log(x["elementwise_bytes"] / x["elementwise_ops"])), 3) for x in rows}
+    if len(ratios) < 2:
+        return 0.0
+    X = np.array([[x["elementwise_ops"], x["elementwise_bytes"]] for x in rows], dtype=float)
+    y = np.array([x["elementwise_s"] for x in rows], dtype=float)
+    scale = X.max(axis=0)
+    coef, _ = nnls(X / scale, y)
+    return float(coef[1] / scale[1])
 
 
 def call_weights(model: Model, plan: Plan) -> tuple[float, float, float]:
@@ -612,6 +668,7 @@ def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 
             sp_layer_s=w.a_sp,
             cp_layer_s=w.a_cp,
             microbatch_fixed_s=w.a_mb,
+            elementwise_byte_s=w.e,
             call_s=call,
             inter_call_s=inter[0],
             inter_alpha_s=inter[1],
