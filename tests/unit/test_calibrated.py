@@ -25,6 +25,7 @@ from parallel.core.plan import Plan
 from parallel.core.specs import MODELS
 from profiler.analyzers.calibrate import Overhead, _leveled, nnls, unprofiled_step_s
 from tests.conftest import ROOT
+from tests.support.work_samples import work_sample
 
 TINY = MODELS["tiny"]
 CAL = Calibration(
@@ -188,18 +189,14 @@ def test_extras_no_run_tells_apart_are_split_by_the_calls_each_dimension_adds():
         on = [plan.tp > 1, plan.sp, plan.cp > 1]
         for layers in (8.0, 16.0):
             samples.append(
-                {
-                    "layers_mb": layers,
-                    "head_mb": 0.0,
+                work_sample(
+                    layers_mb=layers,
                     **{c: layers * f for c, f in zip(("tp_layers_mb", "sp_layers_mb", "cp_layers_mb"), on)},
-                    "call_weights": call_weights(TINY, plan),
-                    "flops": 0.0,
-                    "gemm_s": 0.0,
-                    "pipeline_work_s": layers * (a + extra),
-                    "work_s": layers * (a + extra),
-                    "optim_s": 0.0,
-                    "microbatches": 4,
-                }
+                    call_weights=call_weights(TINY, plan),
+                    pipeline_work_s=layers * (a + extra),
+                    work_s=layers * (a + extra),
+                    microbatches=4,
+                )
             )
     w = _fit_work(samples)
     assert w.a == pytest.approx(a)
@@ -216,20 +213,13 @@ def test_work_outside_forward_backward_is_the_optimizer_per_step_and_the_rest_pe
 
     def sample(m: int, with_optim: bool) -> dict:
         fb = 4 * m * a
-        return {
-            "layers_mb": 4.0 * m,
-            "head_mb": 0.0,
-            "tp_layers_mb": 0.0,
-            "sp_layers_mb": 0.0,
-            "cp_layers_mb": 0.0,
-            "call_weights": (0.0, 0.0, 0.0),
-            "flops": 0.0,
-            "gemm_s": 0.0,
-            "pipeline_work_s": fb,
-            "work_s": fb + optim + m * glue,
-            "optim_s": optim if with_optim else 0.0,
-            "microbatches": m,
-        }
+        return work_sample(
+            layers_mb=4.0 * m,
+            pipeline_work_s=fb,
+            work_s=fb + optim + m * glue,
+            optim_s=optim if with_optim else 0.0,
+            microbatches=m,
+        )
 
     w = _fit_work([sample(1, True), sample(4, True), sample(8, True)])
     assert (w.w0, w.a_mb, w.a) == pytest.approx((optim, glue, a))

@@ -16,6 +16,7 @@ from parallel.core.memory import activation_bytes_per_layer, activation_componen
 from parallel.core.plan import Plan
 from parallel.core.specs import MODELS
 from profiler.analyzers.calibrate import _fit_elementwise, _fit_work, _leaves
+from tests.support.work_samples import work_sample
 
 LONG = dataclasses.replace(MODELS["tiny"], seq_len=256, hidden=128, heads=4)
 
@@ -57,23 +58,14 @@ def test_the_prediction_pays_e_per_byte_of_every_layer_and_microbatch():
 
 def _sample(ops: float, nbytes: float, c: float, e: float, a: float = 0.0) -> dict:
     ew = ops * c + nbytes * e
-    return {
-        "layers_mb": 4.0,
-        "head_mb": 0.0,
-        "tp_layers_mb": 0.0,
-        "sp_layers_mb": 0.0,
-        "cp_layers_mb": 0.0,
-        "call_weights": (0.0, 0.0, 0.0),
-        "flops": 0.0,
-        "gemm_s": 0.0,
-        "elementwise_ops": ops,
-        "elementwise_bytes": nbytes,
-        "elementwise_s": ew,
-        "pipeline_work_s": 4.0 * a + ew,
-        "work_s": 4.0 * a + ew,
-        "optim_s": 0.0,
-        "microbatches": 1,
-    }
+    return work_sample(
+        layers_mb=4.0,
+        elementwise_ops=ops,
+        elementwise_bytes=nbytes,
+        elementwise_s=ew,
+        pipeline_work_s=4.0 * a + ew,
+        work_s=4.0 * a + ew,
+    )
 
 
 def test_e_is_fitted_apart_from_each_operators_dispatch():
