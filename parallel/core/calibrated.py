@@ -132,6 +132,7 @@ class Calibration:
     inter_call_s: float | None = None
     inter_alpha_s: float | None = None
     inter_beta_s_per_byte: float | None = None
+    inter_source: str | None = None  # "traces" (a run crossed nodes), "commbench" (calibrate --links), None
     # per collective (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv): its measured cost
     # over the ring model's (a backend's own implementation: gloo reduce-scatters by an all-reduce)
     op_scale: dict = field(default_factory=dict)
@@ -178,6 +179,10 @@ class Calibration:
                 if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
                     raise CalibrationError(f"calibration {k} must be a finite number >= 0 or null, got {v!r}")
                 values[k] = float(v)
+        source = data.get("inter_source")
+        if source not in (None, "traces", "commbench"):
+            raise CalibrationError(f"calibration inter_source must be traces, commbench or null, got {source!r}")
+        values["inter_source"] = source
         op_scale = data.get("op_scale") or {}
         if not isinstance(op_scale, dict) or not all(
             isinstance(k, str)

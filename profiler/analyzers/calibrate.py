@@ -84,7 +84,7 @@ from parallel.core.calibrated import (
     stage_layers,
 )
 from parallel.core.plan import Plan
-from parallel.core.specs import Cluster, Model
+from parallel.core.specs import Cluster, Link, Model
 from profiler.analyzers.labels import P2P_OPS
 from profiler.analyzers.replay import phases
 
@@ -616,6 +616,20 @@ def _with(cal: Calibration, **changes) -> Calibration:
     return Calibration(**{**cal.to_dict(), **changes, "assumptions": cal.assumptions})
 
 
+def _inter_from_commbench(links: dict[str, Link], call: float, alpha: float, beta: float) -> tuple:
+    """(call, alpha, beta) of the inter-node link from a commbench of both links: the traces' intra
+    terms -- what the job pays on a link beyond its wire: gloo's host work, lock-step jitter, shared
+    cores, which commbench's idle back-to-back calls do not -- plus the inter link's extra latency per
+    hop and seconds per bus byte over the intra link's, as commbench measured both (all of the inter
+    link's when it fitted no intra bandwidth: loopback on busy cores can time flat). On the lab the
+    tiny model's DP all-reduce took the same time across the shaped link as inside a node (27.6 vs
+    27.9 ms a step), where the traced intra terms scaled by commbench's ratio put 29 ms on it."""
+    inter, intra = links["inter"], links.get("intra")
+    hop = inter.latency_s - (intra.latency_s if intra else 0.0)
+    per_byte = 1.0 / inter.bandwidth_bytes_per_s - (1.0 / intra.bandwidth_bytes_per_s if intra else 0.0)
+    return call, alpha + max(0.0, hop), beta + max(0.0, per_byte)
+
+
 def traced_device(runs: list[Measured]) -> str:
     """'gpu' when every run's traces have GPU ranks (kernels), 'cpu' when none has: the device a fit
     of these runs is for (GPU: a device per rank, no sharing of cores). CalibrationError when they mix:
@@ -632,8 +646,17 @@ def traced_device(runs: list[Measured]) -> str:
     return "gpu" if on["gpu"] else "cpu"
 
 
-def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 5) -> Calibration:
-    """The calibration these runs imply (see the module docstring)."""
+def fit(
+    runs: list[Measured],
+    *,
+    cores: int,
+    device: str = "cpu",
+    rounds: int = 5,
+    commbench: dict[str, Link] | None = None,
+) -> Calibration:
+    """The calibration these runs imply (see the module docstring). `commbench` (its fitted links:
+    `profiler calibrate --links`) give the inter-node terms when no run's groups crossed nodes
+    (_inter_from_commbench); a run that crossed them wins (its collectives ran in the job)."""
     if not runs:
         raise CalibrationError("give at least one profiled run to calibrate from")
     over = [_leveled(_overhead(r), r.launches_s) for r in runs]
@@ -656,7 +679,11 @@ def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 
             rows.assign(transfer_s=rows["transfer_s"] / (o.comm * d)) for rows, o, d in zip(raw_links, over, deflate)
         ]
         call, alpha, beta, op_scale = _fit_links(links)
-        inter = _fit_links(links, "inter", op_scale) or (None, None, None, None)
+        inter = _fit_links(links, "inter", op_scale)
+        inter_source = "traces" if inter else None
+        if inter is None and commbench and "inter" in commbench:
+            inter, inter_source = _inter_from_commbench(commbench, call, alpha, beta), "commbench"
+        inter = inter or (None, None, None, None)
         cal = Calibration(
             w.a,
             w.k,
@@ -673,6 +700,7 @@ def fit(runs: list[Measured], *, cores: int, device: str = "cpu", rounds: int = 
             inter_call_s=inter[0],
             inter_alpha_s=inter[1],
             inter_beta_s_per_byte=inter[2],
+            inter_source=inter_source,
             op_scale=op_scale,
             gamma=gamma,
             core_efficiency=efficiency,

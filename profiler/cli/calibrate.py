@@ -14,6 +14,10 @@ from the folder's plan.json (an uploaded set's), and `--model` (a preset or a mo
 file names none. `--unprofiled DIR` (repeatable): a `parallel train` run of one RUN's plan and model; the
 median of their steady steps and the RUN's own unprofiled one is the level the fit gives that RUN
 (a launch can run 20-25% fast or slow throughout; `level_factor` and `unprofiled_launches` in its source).
+`--links COMMBENCH.json` (`profiler commbench` across nodes): when no RUN's groups crossed nodes, the
+inter-node link is the traces' intra one plus the latency per hop and seconds per byte commbench
+measured the inter link to add over the intra one (`inter_source` commbench); a RUN that crossed
+nodes wins (`inter_source` traces).
 `--cores` is the machine's cores the ranks shared (default: this machine's). The JSON is
 parallel.core.calibrated.Calibration: fitted terms, `sources` (each run, its overhead factor and
 the step the fit gives it back), `assumptions`. Bad input exits 2 with one line on stderr.
@@ -56,6 +60,11 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="DIR",
         help="a `parallel train` run of a RUN's plan and model: its steady step joins that RUN's level (repeatable)",
+    )
+    ap.add_argument(
+        "--links",
+        metavar="COMMBENCH.json",
+        help="`profiler commbench` output: its fitted inter-node link when no run crossed nodes",
     )
     return ap
 
@@ -218,6 +227,7 @@ def run_cluster(folder: Path, plan):
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    from parallel.cli.args import links_from_commbench
     from parallel.core.calibrated import CalibrationError, contention_line
     from parallel.core.specs import SpecError
     from profiler.analyzers.calibrate import fit, traced_device
@@ -227,8 +237,13 @@ def main(argv=None) -> int:
         print(f"error: --cores {args.cores}: expected 1 or more", file=sys.stderr)
         return 2
     try:
+        links = links_from_commbench(Path(args.links)) if args.links else None
+        if links is not None and "inter" not in links:
+            raise CalibrationError(
+                f"--links {args.links}: no fitted inter-node link in it (run commbench across nodes)"
+            )
         runs = _with_launches([measured_run(p, args.plan, args.model) for p in args.path], args.unprofiled)
-        cal = fit(runs, cores=args.cores, device=args.device or traced_device(runs))
+        cal = fit(runs, cores=args.cores, device=args.device or traced_device(runs), commbench=links)
     except (TraceError, CalibrationError, SpecError, KeyError, orjson.JSONDecodeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -255,6 +270,9 @@ def main(argv=None) -> int:
         )
     if line := contention_line(cal):
         print(line)
+    if cal.inter_source == "commbench":
+        print(f"inter-node link from {args.links}: alpha {cal.inter_alpha_s * 1e6:,.0f} us a hop, "
+              f"{1 / cal.inter_beta_s_per_byte / 1e9:.3f} GB/s (the traces' intra link + commbench's inter over intra)")  # fmt: skip
     print(f"wrote {out}")
     return 0
 

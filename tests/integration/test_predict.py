@@ -45,6 +45,7 @@ def test_calibrated_model_predicts_plans_it_was_not_fitted_on(tmp_path):
     _work_stretch_is_wall_over_cpu(tmp_path / "pp2")
     _contention_terms_of_a_shared_run(tmp_path / "pp2")
     _unprofiled_launches_set_the_level(tmp_path, cal_runs["pp2"])
+    _commbench_links_give_the_inter_link(tmp_path, cal)
     for s in cal["sources"]:  # the factor removed is the run's own traced / unprofiled step; whether it
         # exceeds 1 depends on the load the other test worker puts on the untraced steps, so no bound here
         assert s["overhead_factor"] == pytest.approx(s["traced_step_s"] / s["unprofiled_step_s"], abs=1e-3), s
@@ -266,3 +267,53 @@ def test_calibrate_refuses_bad_input_with_one_line(tmp_path):
         )
         assert done.returncode == 2 and error in done.stderr, (args, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "c.json").exists()
+
+
+def _commbench_links_give_the_inter_link(tmp_path, cal: dict):
+    """Runs that stayed on one node and a commbench of both links (`--links`): the inter link is the
+    traced intra one plus what commbench measured the inter link to add, and a plan whose DP spans two nodes pays it; a
+    commbench without an inter link is refused."""
+    cb = tmp_path / "commbench.json"
+    cb.write_text(
+        json.dumps(
+            {
+                "links": {
+                    "intra": {"latency_s": 500e-6, "bandwidth_bytes_per_s": 1.0e9, "name": "loopback"},
+                    "inter": {"latency_s": 1000e-6, "bandwidth_bytes_per_s": 0.1e9, "name": "shaped"},
+                }
+            }
+        )
+    )
+    out = tmp_path / "calib-links.json"
+    done = _cli("profiler", "calibrate", str(tmp_path / "pp2"), str(tmp_path / "dp2"), f"--links={cb}", f"--out={out}")
+    assert "inter-node link from" in done.stdout
+    linked = json.loads(out.read_text())
+    assert linked["inter_source"] == "commbench" and cal["inter_source"] is None
+    assert linked["inter_alpha_s"] == pytest.approx(linked["alpha_s"] + 500e-6)  # 500 us more a hop
+    assert linked["inter_beta_s_per_byte"] == pytest.approx(linked["beta_s_per_byte"] + 9e-9)  # 10 - 1 ns a byte
+    dp = {}
+    for nodes in (1, 2):
+        rep = _cli(
+            "parallel", "plan", "--model=tiny", "--dp=2", "--global-batch=4", "--cluster=local-cpu",
+            f"--nodes={nodes}", f"--gpus-per-node={2 // nodes}", f"--calibration={out}", "--json",
+        )  # fmt: skip
+        dp[nodes] = json.loads(rep.stdout)["step_time"]["exposed_dp_s"]
+    assert dp[2] > dp[1] > 0
+    intra_only = tmp_path / "commbench-intra.json"
+    intra_only.write_text(json.dumps({"links": {"intra": {"latency_s": 5e-4, "bandwidth_bytes_per_s": 1e9}}}))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "profiler",
+            "calibrate",
+            str(tmp_path / "pp2"),
+            f"--links={intra_only}",
+            f"--out={tmp_path / 'x.json'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "no fitted inter-node link" in done.stderr, done.stderr

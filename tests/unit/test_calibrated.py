@@ -100,6 +100,7 @@ def test_contention_counts_the_cores_ranks_keep_busy():
         ({**CAL.to_dict(), "cores": 1.5}, "cores must be an integer"),
         ({**CAL.to_dict(), "core_efficiency": 0}, r"core_efficiency must be a number in \(0, 1\]"),
         ({**CAL.to_dict(), "core_efficiency": 1.5}, r"core_efficiency must be a number in \(0, 1\]"),
+        ({**CAL.to_dict(), "inter_source": "datasheet"}, "inter_source must be traces, commbench or null"),
     ],
 )
 def test_bad_calibration_json_is_refused_with_a_reason(data, error):
