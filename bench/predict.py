@@ -2,6 +2,7 @@
 spread of held-back plans before they run, then run them and compare.
 
     .venv/bin/python -m bench.predict [--passes 3] [--seconds 4] [--cal-seconds 15] [--launches 4] [--recalibrate] [--json FILE] [--plans a,b]
+    sudo .venv/bin/python -m bench.predict --lab    # + the two-node lab's plans (python -m profiler lab up first)
 
 1. `python -m profiler run` the two calibration plans (CALIBRATE, or --calibrate a,b of
    CALIBRATION_PLANS): ~TRACED_S of traced steps (ACTIVE at least) with unprofiled steady steps on both
@@ -21,6 +22,10 @@ spread of held-back plans before they run, then run them and compare.
    them the passes' spread and the repeatability floor (each pass's measured steps as the prediction of
    the other passes: what a model exact at one moment would score here); --json also keeps each pass's
    prediction and measured step.
+
+--lab (root, the lab up): also bench.predict_lab's held-back plans, whose DP or PP groups cross the
+lab's shaped link, the calibration's inter-node link from a `profiler commbench --lab` run first
+(`calibrate --links`), each plan measured on the lab (see bench/predict_lab.py).
 
 A benchmark, not a test (tests/integration/test_predict.py runs a small spread with a loose bound).
 This 2-core VM's own speed drifts: one 1-rank job measured 28.7 to 50.8 ms a step over one minute,
@@ -42,6 +47,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench import predict_lab
 from bench._subprocess import run_module
 
 MODEL = ["--model", "tiny"]
@@ -84,7 +90,9 @@ HELD_BACK = {
 }
 
 
-def calibrate(tmp: Path, names: tuple[str, ...], seconds: float, launches: int = LAUNCHES) -> Path:
+def calibrate(
+    tmp: Path, names: tuple[str, ...], seconds: float, launches: int = LAUNCHES, links: Path | None = None
+) -> Path:
     runs, plain = [], []
     for name in names:
         flags = CALIBRATION_PLANS[name]
@@ -104,7 +112,11 @@ def calibrate(tmp: Path, names: tuple[str, ...], seconds: float, launches: int =
         plain += launch
         runs.append(str(out))
     calib = tmp / "calib.json"
-    print(run_module("profiler", "calibrate", *runs, *(f"--unprofiled={d}" for d in plain), f"--out={calib}"), end="")
+    given = [f"--links={links}"] if links else []  # the lab's inter-node link (bench.predict_lab)
+    print(
+        run_module("profiler", "calibrate", *runs, *(f"--unprofiled={d}" for d in plain), *given, f"--out={calib}"),
+        end="",
+    )
     return calib
 
 
@@ -116,10 +128,8 @@ def profile(flags: list[str], steps: int, side: int, active: int, out: Path) -> 
     )  # fmt: skip
 
 
-def predict(flags: list[str], calib: Path) -> dict:
-    rep = json.loads(
-        run_module("parallel", "plan", *MODEL, *flags, "--cluster=local-cpu", f"--calibration={calib}", "--json")
-    )
+def predict(flags: list[str], calib: Path, cluster: tuple[str, ...] = ("--cluster=local-cpu",)) -> dict:
+    rep = json.loads(run_module("parallel", "plan", *MODEL, *flags, *cluster, f"--calibration={calib}", "--json"))
     return rep["step_time"]
 
 
@@ -204,20 +214,46 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--recalibrate", action="store_true", help="a calibration before every pass, not one before the first"
     )
+    ap.add_argument("--lab", action="store_true", help="also the two-node lab's plans (root, lab up)")
+    ap.add_argument("--lab-prefix", default="psl-", help="the lab's name prefix (default %(default)s)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    names = args.plans.split(",") if args.plans else list(HELD_BACK)
+    plans = dict(HELD_BACK)
+    links = None
+    if args.lab:
+        if why := predict_lab.lab_error(args.lab_prefix):
+            ap.error(f"--lab: {why}")
+        plans.update(predict_lab.LAB_HELD_BACK)
+    names = args.plans.split(",") if args.plans else list(plans)
+    unknown = [n for n in names if n not in plans]
+    if unknown:
+        ap.error(f"--plans: {', '.join(unknown)} not among {', '.join(plans)}")
+
+    def plan_prediction(n: str, calib: Path) -> dict:
+        if n in predict_lab.LAB_HELD_BACK:
+            return predict(plans[n], calib, tuple(predict_lab.cluster_flags(plans[n])))
+        return predict(plans[n], calib)
+
+    def plan_steps(n: str, count: int, out: Path) -> list[float]:
+        if n in predict_lab.LAB_HELD_BACK:
+            return predict_lab.measure(plans[n], count, out, args.lab_prefix)
+        return measure(plans[n], count, out)
+
     rows, cals = [], []
     predicted: dict[str, list[dict]] = {n: [] for n in names}  # per plan, each pass's prediction
     runs: dict[str, list[list[float]]] = {n: [] for n in names}  # ... and each pass's steps after the first
     with tempfile.TemporaryDirectory() as tmp:
         tmp, steps = Path(tmp), {}
+        if args.lab:
+            links = predict_lab.commbench(tmp, args.lab_prefix)
         for k in range(args.passes):
             if k == 0 or args.recalibrate:
                 (tmp / f"pass-{k}").mkdir()
-                calib = calibrate(tmp / f"pass-{k}", tuple(args.calibrate.split(",")), args.cal_seconds, args.launches)
+                calib = calibrate(
+                    tmp / f"pass-{k}", tuple(args.calibrate.split(",")), args.cal_seconds, args.launches, links
+                )
                 cals.append(json.loads(calib.read_text()))
-                pass_pred = {n: predict(HELD_BACK[n], calib) for n in names}  # written down before the pass runs
+                pass_pred = {n: plan_prediction(n, calib) for n in names}  # written down before the pass runs
             for n in names:
                 predicted[n].append(pass_pred[n])
             if not steps:  # every pass runs the same steps, sized by the first prediction
@@ -225,7 +261,7 @@ def main(argv=None) -> int:
                     n: min(2000, max(args.steps, round(args.seconds / pass_pred[n]["step_time_s"]))) for n in names
                 }
             for i, n in enumerate(names):
-                runs[n].append(measure(HELD_BACK[n], steps[n], tmp / f"train-{k}-{i}"))
+                runs[n].append(plan_steps(n, steps[n], tmp / f"train-{k}-{i}"))
             print(
                 f"pass {k + 1}/{args.passes}: "
                 + ", ".join(
