@@ -74,6 +74,14 @@ def test_calibrated_model_predicts_plans_it_was_not_fitted_on(tmp_path):
         assert 0.1 < predicted / measured < 10.0, (flags, predicted, measured)
 
 
+def _refused(error: str, *args: str) -> None:
+    """`python -m profiler ARGS` exits 2 with `error` on stderr (bad input is refused before any output)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "profiler", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2 and error in done.stderr, done.stderr
+
+
 def _work_stretch_is_wall_over_cpu(path):
     """A run whose work took twice its CPU time (half of it waiting for a core) has a stretch of 2;
     without CPU clocks (another framework's run, an older metrics.json) none."""
@@ -121,22 +129,7 @@ def _unprofiled_launches_set_the_level(tmp_path, flags):
         (tmp_path / "dp2", "matches none of the runs calibrated"),
         (tmp_path / "nope", "no metrics.json"),
     ):
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "profiler",
-                "calibrate",
-                str(tmp_path / "pp2"),
-                f"--unprofiled={bad}",
-                f"--out={out}.x",
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 2 and error in done.stderr, done.stderr
+        _refused(error, "calibrate", str(tmp_path / "pp2"), f"--unprofiled={bad}", f"--out={out}.x")
 
 
 def _overhead_series(run, key, rank):
@@ -301,19 +294,10 @@ def _commbench_links_give_the_inter_link(tmp_path, cal: dict):
     assert dp[2] > dp[1] > 0
     intra_only = tmp_path / "commbench-intra.json"
     intra_only.write_text(json.dumps({"links": {"intra": {"latency_s": 5e-4, "bandwidth_bytes_per_s": 1e9}}}))
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "profiler",
-            "calibrate",
-            str(tmp_path / "pp2"),
-            f"--links={intra_only}",
-            f"--out={tmp_path / 'x.json'}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    _refused(
+        "no fitted inter-node link",
+        "calibrate",
+        str(tmp_path / "pp2"),
+        f"--links={intra_only}",
+        f"--out={tmp_path / 'x.json'}",
     )
-    assert done.returncode == 2 and "no fitted inter-node link" in done.stderr, done.stderr
