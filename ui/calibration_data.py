@@ -76,20 +76,11 @@ def _model_plan(s: TraceSet) -> tuple[Model, Plan] | None:
 
 
 def measured_step(s: TraceSet, metrics: dict | None) -> tuple[float, bool] | None:
-    """(seconds, unprofiled) of a run's measured step: the steps a profiled run ran before the
-    profiler started (after the first; unprofiled True), else the median after the first step
-    (unprofiled True only when the run was not profiled); None without two step times."""
-    times = [float(t) for t in (metrics or {}).get("step_time_s") or [] if isinstance(t, (int, float))]
-    if len(times) < 2:
-        return None
-    from profiler.analyzers.calibrate import unprofiled_step_s
+    """(seconds, unprofiled) of a run's measured step (profiler.analyzers.calibrate.measured_step, its
+    traced steps from run.json); None without two step times."""
+    from profiler.analyzers.calibrate import measured_step as step_of
 
-    traced = ((s.run.get("profile") or {}).get("profiled_steps")) or []
-    plain = unprofiled_step_s(metrics or {}, traced) if traced else None
-    # the model predicts an unprofiled step: compare with the run's unprofiled steps when it has them
-    if plain is not None:
-        return plain, True
-    return float(pd.Series(times[1:]).median()), not traced
+    return step_of(metrics or {}, ((s.run.get("profile") or {}).get("profiled_steps")) or [])
 
 
 def run_prediction(s: TraceSet, metrics: dict | None, cal: Calibration) -> dict | None:

@@ -143,6 +143,19 @@ def unprofiled_step_s(metrics: dict, traced_steps: list[int]) -> float | None:
     return float(np.median(keep)) if keep else None
 
 
+def measured_step(metrics: dict, traced_steps: list[int]) -> tuple[float, bool] | None:
+    """(seconds, unprofiled) of a run's measured step, as the model predicts it: its unprofiled steps'
+    median when a profiled run has them (unprofiled True), else the median after the first step
+    (unprofiled only when nothing was traced); None without two step times."""
+    times = [float(t) for t in metrics.get("step_time_s") or [] if isinstance(t, (int, float))]
+    if len(times) < 2:
+        return None
+    plain = unprofiled_step_s(metrics, traced_steps) if traced_steps else None
+    if plain is not None:
+        return plain, True
+    return float(np.median(times[1:])), not traced_steps
+
+
 @dataclass(frozen=True)
 class Overhead:
     """What tracing did to one run, traced over unprofiled per kind of time: `work` divides the work

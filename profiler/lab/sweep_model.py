@@ -110,18 +110,17 @@ def _none(x):
 def measure_run(run_dir: Path, model: Model, plan: Plan) -> dict:
     """A completed run's measured numbers (the module docstring's keys) and `calls`, per op:
     {calls_per_step (per rank), bytes, transfer_s, with_wait_s, busbw_bytes_per_s}."""
-    from profiler.analyzers.calibrate import unprofiled_step_s
+    from profiler.analyzers.calibrate import measured_step
     from profiler.analyzers.front import TraceAnalysis
 
     run_dir = Path(run_dir)
     metrics = load_metrics(run_dir)
-    traced = (metrics.get("profile") or {}).get("profiled_steps") or []
     # the model predicts an unprofiled step: the run's untraced steps when it has them (tpsweep
     # --unprofiled-steps), else its steady steps, the traced ones among them
-    plain = unprofiled_step_s(metrics, traced) if traced else None
+    step = measured_step(metrics, (metrics.get("profile") or {}).get("profiled_steps") or [])
     out = {
-        "step_time_s": plain if plain is not None else _steady(metrics.get("step_time_s")),
-        "step_unprofiled": plain is not None,
+        "step_time_s": step[0] if step else _steady(metrics.get("step_time_s")),
+        "step_unprofiled": bool(step and step[1]),
         "tp_comm_s": 0.0,
         "tp_comm_lo_s": 0.0,
         "tp_comm_hi_s": 0.0,
