@@ -52,10 +52,9 @@ Pure: stdlib and numpy.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from parallel.core.comm import RING_STEPS, bus_factor, comm_terms, crosses_nodes
@@ -252,12 +251,11 @@ def elementwise_bytes(model: Model, plan: Plan) -> float:
     Table 2; parallel.core.memory), plus what is written again: ring CP's block scores (an online
     softmax keeps none, and its backward recomputes each block's), selective recomputation's attention
     scores, full recomputation's whole forward."""
-    parts = activation_components_bytes(model, dataclasses.replace(plan, recompute="none"))
+    parts = activation_components_bytes(model, replace(plan, recompute="none"))
     once = float(sum(parts.values()))
-    scores = float(model.dtype_bytes * model.heads * plan.micro_batch * (model.seq_len / plan.cp) * model.seq_len)
-    scores /= plan.tp
-    if plan.cp > 1 and plan.cp_kind == "ring":
-        return once + 2 * scores
+    if plan.cp > 1 and plan.cp_kind == "ring":  # the s/cp x s scores an all-gather CP would keep
+        gathered = activation_components_bytes(model, replace(plan, cp_kind="allgather", recompute="none"))
+        return once + 2 * float(gathered["attention.scores"])
     if plan.recompute == "selective":
         return once + sum(v for k, v in parts.items() if k in SCORE_PARTS)
     if plan.recompute == "full":

@@ -522,9 +522,7 @@ def _fit_work(samples: list[dict]) -> Work:
             groups.setdefault(tuple(X[:, j] > 0), []).append(j)
     cols = [0, 1] + [g[0] for g in groups.values()]
     e = _fit_elementwise(samples)
-    y = np.array(
-        [max(0.0, x["pipeline_work_s"] - k * x["flops"] - e * x.get("elementwise_bytes", 0.0)) for x in samples]
-    )
+    y = np.array([max(0.0, x["pipeline_work_s"] - k * x["flops"] - e * x["elementwise_bytes"]) for x in samples])
     scale = X[:, cols].max(axis=0)
     scale[scale == 0] = 1.0
     fitted, _ = nnls(X[:, cols] / scale, y)
@@ -552,7 +550,7 @@ def _fit_elementwise(samples: list[dict]) -> float:
     operators' time on their count (each one's dispatch: a's terms carry it) and the bytes the layers
     write (B_layer). Both columns are needed: on a small model the operators' time is their count's;
     0 when no two samples tell the columns apart (their ratio the same: one plan's ranks)."""
-    rows = [x for x in samples if x.get("elementwise_ops", 0) > 0 and x.get("elementwise_bytes", 0) > 0]
+    rows = [x for x in samples if x["elementwise_ops"] > 0 and x["elementwise_bytes"] > 0]
     ratios = {round(float(np.log(x["elementwise_bytes"] / x["elementwise_ops"])), 3) for x in rows}
     if len(ratios) < 2:
         return 0.0
