@@ -49,8 +49,8 @@ from pathlib import Path
 
 from bench import predict_lab
 from bench._subprocess import run_module
+from bench.plans import MODEL
 
-MODEL = ["--model", "tiny"]
 CALIBRATION_PLANS = {
     "pp2": ["--pp", "2", "--global-batch", "4"],  # 2 ranks, a core each: the layers, the head, p2p
     "demo": ["--dp", "2", "--tp", "2", "--pp", "2", "--sp", "--global-batch", "8"],  # 8 ranks, 4 a core

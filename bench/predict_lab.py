@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench._subprocess import run_module
+from bench.plans import MODEL, plan_model
 
-MODEL = ["--model", "tiny"]
 # world / 2 ranks a node: TP inside a node, the outer dimension across the link
 LAB_HELD_BACK = {
     "lab dp2": ["--dp", "2", "--global-batch", "4"],  # the gradients' all-reduce crosses
@@ -52,11 +52,8 @@ def lab_error(prefix: str) -> str | None:
 
 
 def world(flags: list[str]) -> int:
-    """The plan's ranks, from `parallel train`'s own flag parsing."""
-    from parallel.cli import args as cli_args
-    from parallel.cli.train import parser
-
-    return cli_args.plan_from_args(parser().parse_args([*MODEL, *flags])).world_size
+    """The plan's ranks."""
+    return plan_model(flags)[1].world_size
 
 
 def cluster_flags(flags: list[str]) -> list[str]:

@@ -25,12 +25,12 @@ import statistics
 import sys
 from pathlib import Path
 
+from bench.plans import plan_model
 from bench.predict import (
     ACTIVE,
     CALIBRATE,
     CALIBRATION_PLANS,
     HELD_BACK,
-    MODEL,
     measure,
     profile,
     repeatability,
@@ -68,14 +68,6 @@ def repetitions(out: Path, name: str) -> list[int]:
     return sorted(int(m[1]) for p in out.iterdir() if p.is_dir() and (m := pattern.fullmatch(p.name)))
 
 
-def _plan_model(flags: list[str]):
-    from parallel.cli import args as cli_args
-    from parallel.cli.train import parser
-
-    a = parser().parse_args([*MODEL, *flags])
-    return cli_args.model_from_args(a), cli_args.plan_from_args(a)
-
-
 def score(out: Path, names: list[str], plan: str | None) -> float:
     from parallel.core.calibrated import predict
     from profiler.analyzers.calibrate import fit
@@ -88,7 +80,7 @@ def score(out: Path, names: list[str], plan: str | None) -> float:
     for i, (n, flags) in enumerate(HELD_BACK.items()):
         runs = sorted(p for p in out.glob(f"m{i:02d}-*") if (p / "metrics.json").is_file())
         if runs:
-            measured[n] = (_plan_model(flags), [statistics.median(steady_steps(p)) for p in runs])
+            measured[n] = (plan_model(flags), [statistics.median(steady_steps(p)) for p in runs])
     if plan is not None and plan not in measured:
         raise SystemExit(f"--plan {plan!r}: not a held-back plan measured in {out} ({', '.join(measured)})")
     loaded = {(n, r): measured_run(str(out / f"cal-{n}-{r}")) for n in names for r in reps[n]}
