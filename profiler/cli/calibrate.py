@@ -271,8 +271,10 @@ def main(argv=None) -> int:
     if line := contention_line(cal):
         print(line)
     if cal.inter_source == "commbench":
-        print(f"inter-node link from {args.links}: alpha {cal.inter_alpha_s * 1e6:,.0f} us a hop, "
-              f"{1 / cal.inter_beta_s_per_byte / 1e9:.3f} GB/s (the traces' intra link + commbench's inter over intra)")  # fmt: skip
+        beta = cal.inter_beta_s_per_byte
+        rate = f"{1 / beta / 1e9:.3f} GB/s" if beta else "no per-byte cost"
+        print(f"inter-node link from {args.links}: alpha {cal.inter_alpha_s * 1e6:,.0f} us a hop, {rate} "
+              "(the traces' intra link + commbench's inter over intra)")  # fmt: skip
     print(f"wrote {out}")
     return 0
 
