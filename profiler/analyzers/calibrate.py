@@ -409,7 +409,9 @@ def _link_rows(run: Measured) -> pd.DataFrame:
     nodes = node_of_ranks(run.analysis.traces.run, run.analysis.traces.hosts())
     tiers = {g: link_tier(g, nodes) for g in per["group"].astype(str).unique()}
     per = per.assign(tier=per["group"].astype(str).map(tiers).replace({"unknown": "intra"}))
-    g = per.assign(cost_ns=op_cost_ns(per)).groupby(["op", "group_size", "bytes", "tier"], observed=True)
+    per = per.assign(cost_ns=op_cost_ns(per))
+    # dropna=False: an op without its group or message size stays a row, so the fit can say what is missing
+    g = per.groupby(["op", "group_size", "bytes", "tier"], observed=True, dropna=False)
     out = g["cost_ns"].mean().rename("transfer_ns").reset_index()  # the step pays the mean, tail included
     out["count"] = g.size().to_numpy()
     out["transfer_s"] = out["transfer_ns"] / 1e9
@@ -429,6 +431,13 @@ def _fit_links(
         rows = rows[rows["tier"] == tier]
     if tier != "intra" and rows.empty:
         return None
+    if len(rows) and rows.dropna(subset=["bytes", "n"]).empty:  # collectives seen, none with both sizes
+        named = (("n", "group size ('Group size', 'Process Group Ranks')"), ("bytes", "message size ('In msg nelems')"))
+        lacking = [what for col, what in named if rows[col].isna().all()] or [what for _, what in named]
+        raise CalibrationError(
+            f"the collectives seen on two or more ranks carry no {' or '.join(lacking)} in their trace events, "
+            "as older PyTorch profilers wrote them: nothing to fit links on"
+        )
     rows = rows.dropna(subset=["bytes", "n"]) if len(rows) else rows
     if rows.empty:
         raise CalibrationError(

@@ -226,6 +226,28 @@ def test_calibrate_takes_the_device_from_the_traces_and_refuses_a_mix(tmp_path, 
     assert "mix GPU ranks" in err and str(gpu) in err and not (tmp_path / "m.json").exists()
 
 
+def test_calibrate_names_the_group_size_an_older_profilers_collectives_lack(tmp_path, capsys):
+    import json
+
+    from profiler.cli import calibrate
+    from tests.support import trace_samples as ts
+
+    old = tmp_path / "old"  # two ranks of four as older profilers wrote them: no group size, no process group
+    old.mkdir()
+    for rank, t in enumerate(ts.gpu_pair()):
+        t["distributedInfo"].pop("pg_config")
+        t["distributedInfo"]["world_size"] = 4
+        for e in t["traceEvents"]:
+            if e.get("name") == "record_param_comms":
+                e["args"] = {k: v for k, v in e["args"].items() if not k.startswith(("Group", "Process Group"))}
+        ts.write(old / f"rank{rank}_trace.json.gz", t)
+    (old / "plan.json").write_text(json.dumps({"plan": {"dp": 2, "tp": 2}, "model": "tiny"}))
+    capsys.readouterr()
+    assert calibrate.main([str(old), f"--out={tmp_path / 'c.json'}"]) == 2
+    err = capsys.readouterr().err
+    assert "carry no group size" in err and "message size" not in err and not (tmp_path / "c.json").exists()
+
+
 def test_calibrate_refuses_bad_input_with_one_line(tmp_path):
     import shutil
 
