@@ -28,9 +28,14 @@ Terms, each with what it assumes (Calibration.ASSUMPTIONS repeats them in the JS
         came -- an eager send's issue, host time that waited on no one; a collective's whole time, its
         peers' jitter included, since lock-step ranks pay it every call), not the link's datasheet; s_op,
         per collective, its measured cost over the shared fit's (1 for one never measured): a backend's
-        own algorithm (gloo reduce-scatters by a full all-reduce, twice the ring's bytes). An exchange
-        (ring CP's K/V shift: every rank sends and receives at once) is two p2p ops on a CPU, where the
-        host issues and waits for each, and one on a GPU (NCCL runs the pair as one kernel).
+        own algorithm (gloo reduce-scatters by a full all-reduce, twice the ring's bytes).
+    exchange                         ring CP's K/V shift: every rank sends its block to the next and
+        receives the previous one's at once -- one step of a ring all-gather (Thakur et al. 2005), and
+        priced as one, with the all-gather's s_op, unless a calibration run measured exchanges (its CP
+        sends and receives: s_exchange), which then price it: two ops on a CPU, where the host issues
+        the send and waits for the receive, one on a GPU (NCCL runs the pair as one kernel). A
+        pipeline's one-way sends, where the receiver waits, are not that pattern (priced from them,
+        ring CP came out 15-30% low on this machine).
     step                             D x [ (m + (p-1)/v) x max_s(work_mb + comm_mb)  +  step comm  +  w0 ]
         the pipeline fill/drain as (p-1)/v extra microbatch slots of the slowest stage (GPipe/1F1B,
         Narayanan et al. 2021 Sec. 2.2), comm_mb that stage's collectives (its layers', and the
@@ -70,7 +75,8 @@ ASSUMPTIONS = (
     "collectives: alpha per ring latency step plus beta per bus byte, fitted from transfer times (after the last "
     "arrival) plus lock-step jitter; a wait the schedule puts on the same rank every step is the bubble's, not the link's",
     "collectives: each op scaled by its measured cost over the shared fit (op_scale; 1 for an op never measured)",
-    "p2p: an exchange that sends and receives at once (ring CP) costs two p2p ops on a CPU, one on a GPU",
+    "exchange (ring CP's shift: every rank sends and receives at once): one ring all-gather step, unless a calibration "
+    "run measured exchanges (then as measured: two p2p ops on a CPU, one on a GPU)",
     "work outside forward/backward: the optimizer once per step, the rest once per microbatch on every stage",
     "pipeline: (p-1)/v extra microbatch slots of the slowest stage; stages otherwise balanced",
     "data parallel: communication after the last backward, not overlapped",
@@ -132,7 +138,7 @@ class Calibration:
     inter_alpha_s: float | None = None
     inter_beta_s_per_byte: float | None = None
     inter_source: str | None = None  # "traces" (a run crossed nodes), "commbench" (calibrate --links), None
-    # per collective (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv): its measured cost
+    # per collective (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv, exchange): its measured cost
     # over the ring model's (a backend's own implementation: gloo reduce-scatters by an all-reduce)
     op_scale: dict = field(default_factory=dict)
     gamma: float = 0.5  # share of communication time a rank's host is busy (contention), 0..1
@@ -211,24 +217,37 @@ class Calibration:
         )
 
 
+P2P = ("send", "recv", "send_recv", "exchange")  # one hop, the bytes sent (exchange: a ring CP shift's send or receive)
+
+
 def hops(op: str, n: int) -> float:
     """Latency steps of one collective over n ranks (send/recv: 1)."""
-    if op in ("send", "recv", "send_recv"):
+    if op in P2P:
         return 1.0
     return RING_STEPS.get(op, 1) * max(n - 1, 0)
 
 
 def collective_s(op: str, n: int, nbytes: float, cal: Calibration, *, inter: bool = False) -> float:
     """One collective's uncontended seconds under the calibration, on the intra- or inter-node link."""
-    if n <= 1 and op not in ("send", "recv", "send_recv"):
+    if n <= 1 and op not in P2P:
         return 0.0
-    p2p = op in ("send", "recv", "send_recv")
+    p2p = op in P2P
     bus = 1.0 if p2p else float(bus_factor(op, n))
     call, alpha, beta = cal.call_s, cal.alpha_s, cal.beta_s_per_byte
     if inter and cal.inter_alpha_s is not None:
         call, alpha, beta = cal.inter_call_s or 0.0, cal.inter_alpha_s, cal.inter_beta_s_per_byte or 0.0
-    scale = cal.op_scale.get("send_recv" if p2p else op, 1.0)
+    scale = cal.op_scale.get("send_recv" if op in ("send", "recv") else op, 1.0)
     return scale * (call + alpha * hops(op, n) + nbytes * bus * beta)
+
+
+def exchange_s(nbytes: float, cal: Calibration, *, inter: bool = False) -> float:
+    """One ring shift of `nbytes` a rank (module docstring, exchange): as the calibration runs measured
+    exchanges (op_scale's "exchange"; on a CPU a send and a receive, each issued or waited by the
+    host), else one step of a ring all-gather of the same blocks -- an all-gather of two ranks."""
+    if "exchange" in cal.op_scale:
+        each = collective_s("exchange", 2, nbytes, cal, inter=inter)
+        return 2 * each if cal.device == "cpu" else each
+    return collective_s("all_gather", 2, 2 * nbytes, cal, inter=inter)
 
 
 def layer_flops(model: Model, plan: Plan) -> dict[str, float]:
@@ -371,9 +390,10 @@ def predict(
     per_mb: list[dict[str, float]] = [{} for _ in range(plan.pp)]
     per_step: dict[str, float] = {}
     for row in comm_calls(model, plan, overlaps=cal.overlaps, cluster=cluster):
-        t = row["calls"] * collective_s(row["op"], row["n"], row["bytes"], cal, inter=row["inter"])
-        if row["exchange"] and cal.device == "cpu":  # a send and a receive per call, each issued and waited
-            t *= 2
+        if row["exchange"]:
+            t = row["calls"] * exchange_s(row["bytes"], cal, inter=row["inter"])
+        else:
+            t = row["calls"] * collective_s(row["op"], row["n"], row["bytes"], cal, inter=row["inter"])
         if row["scope"] == "step":
             per_step[row["dim"]] = per_step.get(row["dim"], 0.0) + t
             continue

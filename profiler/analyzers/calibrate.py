@@ -39,7 +39,8 @@ From each profiled run:
                        collective a scale (op_scale: its cost over the shared terms'), alternated
                        until they settle; the median op keeps scale 1. c is fitted only when one op
                        was measured at two hop counts (group sizes); else alpha per ring step carries
-                       the latency, as the ring model's (Thakur et al. 2005).
+                       the latency, as the ring model's (Thakur et al. 2005). Ring CP's sends and
+                       receives (dim cp) are the halves of exchanges, an op of their own ("exchange").
     contention         a run with more ranks than cores: its work samples are divided by the stretch
                        the engine measured in its unprofiled steps -- work's wall time over its CPU time
                        (cpu_time_s_per_rank less comm_cpu_time_s_per_rank): how long the rank waited
@@ -410,6 +411,10 @@ def _link_rows(run: Measured) -> pd.DataFrame:
     tiers = {g: link_tier(g, nodes) for g in per["group"].astype(str).unique()}
     per = per.assign(tier=per["group"].astype(str).map(tiers).replace({"unknown": "intra"}))
     per = per.assign(cost_ns=op_cost_ns(per))
+    # ring CP's sends and receives are halves of exchanges (every rank sends and receives at once), not a
+    # pipeline's one-way p2p: an op of their own (calibrated.exchange_s), costed as p2p ops are
+    shift = per["op"].astype(str).isin(P2P_OPS) & (per["dim"].astype(str) == "cp")
+    per = per.assign(op=per["op"].astype(str).where(~shift, "exchange"))
     # dropna=False: an op without its group or message size stays a row, so the fit can say what is missing
     g = per.groupby(["op", "group_size", "bytes", "tier"], observed=True, dropna=False)
     out = g["cost_ns"].mean().rename("transfer_ns").reset_index()  # the step pays the mean, tail included

@@ -74,6 +74,32 @@ def test_calibrated_model_predicts_plans_it_was_not_fitted_on(tmp_path):
         assert 0.1 < predicted / measured < 10.0, (flags, predicted, measured)
 
 
+def test_a_ring_cp_runs_shifts_calibrate_as_exchanges_and_price_its_plan(tmp_path):
+    """Ring CP's sends and receives (every rank sends and receives at once) are fitted as an op of their
+    own, not as a pipeline's p2p; the plan that measured them is then priced by them: a send and a
+    receive per shift on a CPU. Without such a run a shift is one ring all-gather step (test_calibrated)."""
+    from bench.plans import plan_model
+    from parallel.core.calibrated import collective_s, comm_calls, read_calibration
+
+    flags = ["--cp=2", "--cp-kind=ring", "--global-batch=2"]
+    run = tmp_path / "ring"
+    _cli("profiler", "run", "--model=tiny", *flags, "--steps=6", "--wait=2", "--warmup=1", f"--out={run}")
+    calib = tmp_path / "calib.json"
+    _cli("profiler", "calibrate", str(run), f"--out={calib}")
+    cal = read_calibration(calib)
+    assert "exchange" in cal.op_scale and "send_recv" not in cal.op_scale  # no pipeline: no other p2p
+    rep = json.loads(
+        _cli(
+            "parallel", "plan", "--model=tiny", *flags, "--cluster=local-cpu", f"--calibration={calib}", "--json"
+        ).stdout
+    )
+    model, plan = plan_model(flags)
+    (shift,) = [r for r in comm_calls(model, plan) if r["exchange"]]
+    assert cal.device == "cpu"
+    expected = shift["calls"] * 2 * collective_s("exchange", 2, shift["bytes"], cal)
+    assert rep["step_time"]["exposed_cp_s"] == pytest.approx(expected * rep["step_time"]["contention_factor"])
+
+
 def _refused(error: str, *args: str) -> None:
     """`python -m profiler ARGS` exits 2 with `error` on stderr (bad input is refused before any output)."""
     done = subprocess.run(

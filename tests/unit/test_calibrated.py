@@ -3,6 +3,7 @@ profiler.analyzers.calibrate's exact non-negative least squares."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -328,8 +329,6 @@ def test_the_plan_cli_takes_the_inter_link_across_the_clusters_nodes(tmp_path):
 
 
 def test_groups_across_nodes_take_the_inter_link():
-    import dataclasses
-
     from parallel.core.specs import CLUSTERS
 
     cal = Calibration(**{**CAL.to_dict(), "inter_alpha_s": 1e-2, "assumptions": CAL.assumptions})
@@ -345,15 +344,26 @@ def test_groups_across_nodes_take_the_inter_link():
     assert across["exposed_dp_s"] > one["exposed_dp_s"]
 
 
-def test_a_ring_shift_costs_a_send_and_a_receive_on_a_cpu_and_one_op_on_a_gpu():
+def test_a_ring_shift_costs_an_all_gather_step_unless_exchanges_were_measured():
     plan = Plan(cp=2, cp_kind="ring", global_batch=1)
     (ring,) = [r for r in comm_calls(TINY, plan) if r["dim"] == "cp"]
     assert ring["exchange"] and ring["op"] == "send_recv"
     assert ring["calls"] == 4 * 4  # 4 layers x (1 forward K/V shift + 1 backward + 2 dK/dV shifts)
-    each = collective_s("send_recv", 2, ring["bytes"], CAL)  # call + alpha: one hop
-    assert predict(TINY, plan, CAL)["exposed_cp_s"] == pytest.approx(2 * ring["calls"] * each)
-    gpu = Calibration(**{**CAL.to_dict(), "device": "gpu", "cores": 0, "assumptions": CAL.assumptions})
-    assert predict(TINY, plan, gpu)["exposed_cp_s"] == pytest.approx(ring["calls"] * each)
+    base = {**dataclasses.replace(CAL, beta_s_per_byte=1e-9).to_dict(), "assumptions": CAL.assumptions}
+    gpu = {"device": "gpu", "cores": 0}
+    # never measured: one step of a ring all-gather of the same blocks (its op scale), CPU or GPU alike
+    scaled = {"op_scale": {"all_gather": 1.5, "send_recv": 0.25}}
+    step = 1.5 * (CAL.call_s + CAL.alpha_s + ring["bytes"] * 1e-9)
+    for extra in ({}, gpu):
+        cal = Calibration(**{**base, **scaled, **extra})
+        assert predict(TINY, plan, cal)["exposed_cp_s"] == pytest.approx(ring["calls"] * step)
+    # measured (a calibration run's CP sends and receives): its own scale, a send and a receive on a CPU
+    measured = {"op_scale": {"all_gather": 1.5, "exchange": 0.5}}
+    each = 0.5 * (CAL.call_s + CAL.alpha_s + ring["bytes"] * 1e-9)
+    cpu = Calibration(**{**base, **measured})
+    assert predict(TINY, plan, cpu)["exposed_cp_s"] == pytest.approx(2 * ring["calls"] * each)
+    on_gpu = Calibration(**{**base, **measured, **gpu})
+    assert predict(TINY, plan, on_gpu)["exposed_cp_s"] == pytest.approx(ring["calls"] * each)
     # the pipeline's sends and receives are ops of their own: one each
     (pp,) = [r for r in comm_calls(TINY, Plan(pp=2, global_batch=1)) if r["op"] == "send_recv"]
     assert not pp["exchange"]
