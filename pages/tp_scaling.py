@@ -116,7 +116,8 @@ def lab_sweep_section() -> None:
     st.caption(
         view["caption"] + " Diamonds: measured (TP comm with its p25–p75 bar), labelled with the error "
         "vs the prediction; blue squares: the model calibrated on two of the sweep's own runs (TP comm and "
-        "step time; the table has its errors); shaded: TP groups that span both lab nodes."
+        "step time; the table has its errors, its TP comm against what an untraced step pays a layer: each "
+        "call's mean cost, jitter included); shaded: TP groups that span both lab nodes."
     )
     st.altair_chart(scaling_charts.sweep_chart(view["chart"], view["gpus_per_node"]))
     st.dataframe(view["table"], hide_index=True)

@@ -11,6 +11,11 @@ Measured, per run (every rank of its profiled steps):
                          *transfer*: from the last rank's arrival to its end (#5's per_rank_wait),
                          what the α-β model describes; p25/p75 give tp_comm_lo_s/hi_s
     tp_comm_with_wait_s  the same with each rank's whole call, waiting for late peers included
+    tp_comm_paid_s       the same as a step pays it, what the calibrated model predicts: each call's
+                         mean cost as the calibration's link samples count it (transfer plus the
+                         jitter of lock-step ranks: calibrate.op_cost_ns), the slow tail included, over
+                         the run's tracing overhead on transfers (an untraced step's); None without
+                         untraced steps to measure that overhead on
     busbw_bytes_per_s    median bus bandwidth of those calls (nccl-tests: bytes / transfer × factor)
     step_time_s          median step time after the first (metrics.json)
     tp_comm_step_s       all TP/SP collectives of a step on one rank (median over ranks)
@@ -110,7 +115,7 @@ def _none(x):
 def measure_run(run_dir: Path, model: Model, plan: Plan) -> dict:
     """A completed run's measured numbers (the module docstring's keys) and `calls`, per op:
     {calls_per_step (per rank), bytes, transfer_s, with_wait_s, busbw_bytes_per_s}."""
-    from profiler.analyzers.calibrate import measured_step
+    from profiler.analyzers.calibrate import Measured, _overhead, measured_step, op_cost_ns
     from profiler.analyzers.front import TraceAnalysis
 
     run_dir = Path(run_dir)
@@ -125,6 +130,7 @@ def measure_run(run_dir: Path, model: Model, plan: Plan) -> dict:
         "tp_comm_lo_s": 0.0,
         "tp_comm_hi_s": 0.0,
         "tp_comm_with_wait_s": 0.0,
+        "tp_comm_paid_s": None,
         "busbw_bytes_per_s": None,
         "tp_comm_step_s": 0.0,
         "calls": {},
@@ -135,6 +141,9 @@ def measure_run(run_dir: Path, model: Model, plan: Plan) -> dict:
     table, per = analysis.collectives, analysis.per_rank_wait
     steps = table[["instance", "rank", "step"]].drop_duplicates(["instance", "rank"])
     per = per.merge(steps, on=["instance", "rank"], how="left")
+    per = per.assign(cost_ns=op_cost_ns(per).to_numpy())
+    overhead = _overhead(Measured(analysis=analysis, metrics=metrics, plan=plan, model=model, path=str(run_dir)))
+    paid = 0.0 if overhead.split else None  # a factor on transfers only where untraced steps timed them
     tp = per[per["dim"].astype(str).isin(TP_DIMS)]
     nsteps = max(tp["step"].nunique(), 1)
     if len(tp):
@@ -151,18 +160,22 @@ def measure_run(run_dir: Path, model: Model, plan: Plan) -> dict:
         busbw = size / np.maximum(tr, 1e-9) * bus_factor(op, plan.tp)
         q25, q50, q75 = np.percentile(tr, [25, 50, 75])
         with_wait = float(np.median(rows["dur_ns"].to_numpy(float)) / 1e9)
+        cost = float(rows["cost_ns"].mean()) / 1e9 / overhead.comm
         out["calls"][op] = {
             "calls_per_layer": n,
             "calls_per_step": len(rows) / rows["rank"].nunique() / nsteps,
             "bytes": size,
             "transfer_s": float(q50),
             "with_wait_s": with_wait,
+            "paid_s": cost if paid is not None else None,
             "busbw_bytes_per_s": float(np.median(busbw)),
         }
         out["tp_comm_s"] += n * q50
         out["tp_comm_lo_s"] += n * q25
         out["tp_comm_hi_s"] += n * q75
         out["tp_comm_with_wait_s"] += n * with_wait
+        paid = None if paid is None else paid + n * cost
+    out["tp_comm_paid_s"] = paid
     if len(layer):
         tr = layer["transfer_ns"].to_numpy(float) / 1e9
         factor = np.array([bus_factor(str(op), plan.tp) for op in layer["op"]])
@@ -337,7 +350,8 @@ def with_predictions(sweep: dict) -> dict:
 def calibrate_sweep(sweep: dict, out: Path) -> dict | None:
     """The step-time model calibrated on two of the sweep's own runs (#16): the smallest TP > 1 inside
     one node and the largest TP across the link (its groups give the inter-node terms), then every point's
-    calibrated step and TP communication per layer beside the measured ones. None when the sweep
+    calibrated step and TP communication per layer beside the measured ones (TP comm as the step pays
+    it, measure_run's tp_comm_paid_s: `measured_tp_comm_kind` paid, or transfer for an older sweep). None when the sweep
     lacks such a pair. The runs have untraced steps on each side of the profiled ones (tpsweep
     --unprofiled-steps), so the fit removes the tracing overhead against them and measures how long the
     lab's shared ranks waited for a core (the engine's CPU clocks), and the measured step is those
@@ -402,7 +416,11 @@ def calibrate_sweep(sweep: dict, out: Path) -> dict | None:
             if plan.tp > 1
             else 0.0
         )
-        measured_comm = (p.get("measured") or {}).get("tp_comm_s")
+        # against what the step pays (each call's mean cost, untraced: the quantity the fit models),
+        # not the median transfer the analytic link model is compared with; an older sweep has only that
+        m = p.get("measured") or {}
+        paid = m.get("tp_comm_paid_s") is not None
+        measured_comm = m.get("tp_comm_paid_s") if paid else m.get("tp_comm_s")
         points.append(
             {
                 "tp": int(p["tp"]),
@@ -412,6 +430,7 @@ def calibrate_sweep(sweep: dict, out: Path) -> dict | None:
                 "error_pct": _none(_err(measured, pred)),
                 "predicted_tp_comm_s": tp_comm,
                 "measured_tp_comm_s": measured_comm,
+                "measured_tp_comm_kind": "paid" if paid else "transfer",
                 "tp_comm_error_pct": _none(_err(measured_comm, tp_comm)) if plan.tp > 1 else None,
                 "calibrated_on": p in pick,
             }

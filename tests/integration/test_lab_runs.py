@@ -247,6 +247,15 @@ def test_tpsweep_quick_writes_its_json_and_the_page_shows_it(lab_prefix, tmp_pat
     assert list(comm["value"]) == pytest.approx([q["predicted_tp_comm_s"] * 1e3 for q in cal["points"]])
     for q in cal["points"]:
         assert q["predicted_tp_comm_s"] > 0 and q["tp_comm_error_pct"] is not None
+        # compared with what an untraced step pays a layer, the quantity the fit models: each run here
+        # is a calibration run, so the fit gives it back closely (loose: the other worker's load)
+        assert q["measured_tp_comm_kind"] == "paid" and 0.5 < q["predicted_tp_comm_s"] / q["measured_tp_comm_s"] < 2
+    for p in sweep["points"]:
+        m = p["measured"]
+        assert (
+            m["tp_comm_paid_s"] == pytest.approx(sum(c["calls_per_layer"] * c["paid_s"] for c in m["calls"].values()))
+            and m["tp_comm_paid_s"] > 0
+        )
     assert "datum.source == 'calibrated'" in json.dumps(lab_chart.spec)
     measured = frame[frame["source"] == "measured"]
     assert set(measured["link"]) == {"inside a node (loopback)", "across nodes (shaped veth)"}
@@ -256,6 +265,7 @@ def test_tpsweep_quick_writes_its_json_and_the_page_shows_it(lab_prefix, tmp_pat
     assert list(table["TP"]) == [2, 4] and "TP comm error %" in table
     assert table["calibrated s"].gt(0).all() and list(table["calibrated on"]) == ["yes", "yes"]
     assert table["calibrated TP comm ms"].gt(0).all() and "calibrated TP comm error %" in table
+    assert table["TP comm paid ms/layer"].gt(0).all()
     assert any("tpsweep --lab" in c.value for c in at.caption)
 
 
