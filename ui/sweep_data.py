@@ -184,12 +184,11 @@ def error_table(sweep: dict) -> pd.DataFrame:
         comm = [by.get(k, {}).get("predicted_tp_comm_s") for k in keys]
         # the calibrated TP comm is compared with what the step pays a layer (each call's mean cost,
         # untraced: sweep_model.measure_run's tp_comm_paid_s), not with the median transfer above
-        paid = [by.get(k, {}) for k in keys]
         out["TP comm paid ms/layer"] = [
             q["measured_tp_comm_s"] * 1e3
             if q.get("measured_tp_comm_kind") == "paid" and _finite(q.get("measured_tp_comm_s"))
             else None
-            for q in paid
+            for q in (by.get(k, {}) for k in keys)
         ]
         out["calibrated TP comm ms"] = [None if v is None else v * 1e3 for v in comm]
         out["calibrated TP comm error %"] = [by.get(k, {}).get("tp_comm_error_pct") for k in keys]

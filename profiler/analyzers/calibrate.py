@@ -436,14 +436,15 @@ def _fit_links(
         rows = rows[rows["tier"] == tier]
     if tier != "intra" and rows.empty:
         return None
-    if len(rows) and rows.dropna(subset=["bytes", "n"]).empty:  # collectives seen, none with both sizes
+    known = rows.dropna(subset=["bytes", "n"]) if len(rows) else rows
+    if len(rows) and known.empty:  # collectives seen, none with both sizes
         named = (("n", "group size ('Group size', 'Process Group Ranks')"), ("bytes", "message size ('In msg nelems')"))
         lacking = [what for col, what in named if rows[col].isna().all()] or [what for _, what in named]
         raise CalibrationError(
             f"the collectives seen on two or more ranks carry no {' or '.join(lacking)} in their trace events, "
             "as older PyTorch profilers wrote them: nothing to fit links on"
         )
-    rows = rows.dropna(subset=["bytes", "n"]) if len(rows) else rows
+    rows = known
     if rows.empty:
         raise CalibrationError(
             "no collective in the calibration runs was seen on two or more ranks: nothing to fit links on"

@@ -143,7 +143,7 @@ def measure_run(run_dir: Path, model: Model, plan: Plan) -> dict:
     per = per.merge(steps, on=["instance", "rank"], how="left")
     per = per.assign(cost_ns=op_cost_ns(per).to_numpy())
     overhead = _overhead(Measured(analysis=analysis, metrics=metrics, plan=plan, model=model, path=str(run_dir)))
-    paid = 0.0 if overhead.split else None  # a factor on transfers only where untraced steps timed them
+    paid_s = 0.0  # what a step pays a layer; known only where untraced steps timed the transfers (split)
     tp = per[per["dim"].astype(str).isin(TP_DIMS)]
     nsteps = max(tp["step"].nunique(), 1)
     if len(tp):
@@ -167,15 +167,15 @@ def measure_run(run_dir: Path, model: Model, plan: Plan) -> dict:
             "bytes": size,
             "transfer_s": float(q50),
             "with_wait_s": with_wait,
-            "paid_s": cost if paid is not None else None,
+            "paid_s": cost if overhead.split else None,
             "busbw_bytes_per_s": float(np.median(busbw)),
         }
         out["tp_comm_s"] += n * q50
         out["tp_comm_lo_s"] += n * q25
         out["tp_comm_hi_s"] += n * q75
         out["tp_comm_with_wait_s"] += n * with_wait
-        paid = None if paid is None else paid + n * cost
-    out["tp_comm_paid_s"] = paid
+        paid_s += n * cost
+    out["tp_comm_paid_s"] = paid_s if overhead.split else None
     if len(layer):
         tr = layer["transfer_ns"].to_numpy(float) / 1e9
         factor = np.array([bus_factor(str(op), plan.tp) for op in layer["op"]])

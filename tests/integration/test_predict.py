@@ -253,8 +253,6 @@ def test_calibrate_takes_the_device_from_the_traces_and_refuses_a_mix(tmp_path, 
 
 
 def test_calibrate_names_the_group_size_an_older_profilers_collectives_lack(tmp_path, capsys):
-    import json
-
     from profiler.cli import calibrate
     from tests.support import trace_samples as ts
 
