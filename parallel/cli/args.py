@@ -38,9 +38,29 @@ def add_model_args(parser: argparse.ArgumentParser, *, default: str | None = Non
     for flag in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab", "dtype_bytes"):
         g.add_argument("--" + flag.replace("_", "-"), dest=flag, type=int, default=None)
     g.add_argument("--arch", choices=("gpt", "llama"), default=None)
+    g.add_argument(
+        "--vocab-divisor",
+        type=int,
+        default=None,
+        help="pad the vocabulary to a multiple of this x tp, as Megatron-LM's --make-vocab-size-divisible-by "
+        "(default: the preset's, 128)",
+    )
+    g.add_argument(
+        "--no-vocab-padding", action="store_true", help="build the vocabulary as given (torchtitan does not pad)"
+    )
 
 
 def model_from_args(args: argparse.Namespace) -> Model:
+    model = _model_shape(args)
+    divisor = 1 if getattr(args, "no_vocab_padding", False) else getattr(args, "vocab_divisor", None)
+    if divisor is not None and divisor != model.vocab_divisor:
+        if getattr(args, "no_vocab_padding", False) and getattr(args, "vocab_divisor", None) not in (None, 1):
+            raise SpecError("--no-vocab-padding and --vocab-divisor contradict each other")
+        return dataclasses.replace(model, vocab_divisor=divisor)
+    return model
+
+
+def _model_shape(args: argparse.Namespace) -> Model:
     overrides = {
         field: getattr(args, flag) for flag, field in MODEL_SHAPE.items() if getattr(args, flag, None) is not None
     }
@@ -202,6 +222,50 @@ def add_plan_args(parser: argparse.ArgumentParser) -> None:
         default="none",
         help="FP8 GEMMs with bf16 weights (gemm) or FP8 weights too (weights, Megatron's --fp8-param-gather)",
     )
+    o = parser.add_argument_group("overlap (what the framework hides behind compute)")
+    o.add_argument(
+        "--tp-overlap",
+        action="store_true",
+        help="TP/SP collectives under the GEMMs (Megatron --tp-comm-overlap, torchtitan async TP)",
+    )
+    o.add_argument(
+        "--grad-reduce-overlap",
+        action="store_true",
+        help="DP gradient reduction under backward (Megatron --overlap-grad-reduce, DDP, FSDP2)",
+    )
+    o.add_argument(
+        "--param-gather-overlap",
+        action="store_true",
+        help="ZeRO's weight all-gathers under forward (Megatron --overlap-param-gather, FSDP2 prefetch)",
+    )
+    o.add_argument(
+        "--p2p-overlap",
+        action="store_true",
+        help="pipeline sends/receives under the neighbouring microbatch (Megatron's interleaved schedule)",
+    )
+    u = parser.add_argument_group("uneven pipeline stages (Megatron-LM's flags)")
+    u.add_argument(
+        "--first-stage-layers",
+        type=int,
+        default=None,
+        help="layers on the first stage (--decoder-first-pipeline-num-layers)",
+    )
+    u.add_argument(
+        "--last-stage-layers",
+        type=int,
+        default=None,
+        help="layers on the last stage (--decoder-last-pipeline-num-layers)",
+    )
+    u.add_argument(
+        "--embedding-in-split",
+        action="store_true",
+        help="the embedding counts as a layer of the split (--account-for-embedding-in-pipeline-split)",
+    )
+    u.add_argument(
+        "--loss-in-split",
+        action="store_true",
+        help="the loss counts as a layer of the split (--account-for-loss-in-pipeline-split)",
+    )
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
@@ -226,6 +290,14 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         ep=args.ep,
         etp=args.etp,
         cp_kind=args.cp_kind,
+        tp_overlap=args.tp_overlap,
+        grad_reduce_overlap=args.grad_reduce_overlap,
+        param_gather_overlap=args.param_gather_overlap,
+        p2p_overlap=args.p2p_overlap,
+        first_stage_layers=args.first_stage_layers,
+        last_stage_layers=args.last_stage_layers,
+        embedding_in_split=args.embedding_in_split,
+        loss_in_split=args.loss_in_split,
     )
 
 

@@ -22,20 +22,41 @@ from parallel.cli.args import (
     plan_from_args,
 )
 from parallel.core.comm import CommOptions
+from parallel.core.compute import ATTENTION_KERNELS, JOB_EFFICIENCY
 from parallel.core.memory import SWIGLU, ActivationOptions
 from parallel.core.perf import PerfOptions
 from parallel.core.report import Options, plan_report
-from parallel.core.specs import GiB, SpecError
+from parallel.core.specs import GiB, Model, SpecError
 
 
 def add_option_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("modelling assumptions")
-    g.add_argument("--mfu", type=float, default=PerfOptions.mfu, help="fraction of peak FLOP/s compute reaches")
+    g.add_argument(
+        "--mfu",
+        type=float,
+        default=None,
+        help="an explicit flat efficiency: every FLOP at this fraction of peak (default: each operator timed "
+        "from its shape on the cluster's device)",
+    )
     g.add_argument(
         "--dp-overlap",
         type=float,
-        default=PerfOptions.dp_overlap,
-        help="fraction of DP communication hidden behind backward (0..1)",
+        default=None,
+        help="an explicit fraction of DP communication hidden (0..1; default: from the plan's overlap flags)",
+    )
+    g.add_argument(
+        "--job-efficiency",
+        type=float,
+        default=JOB_EFFICIENCY,
+        help=f"the share of their isolated speed kernels keep inside a job (default {JOB_EFFICIENCY}: the published "
+        "runs'; profiler calibrate fits your job's)",
+    )
+    g.add_argument(
+        "--attention-kernel",
+        choices=ATTENTION_KERNELS,
+        default=None,
+        help="flash attention's kernel: fused (cuDNN / Transformer Engine / FlashAttention-3, the default) or fa2 "
+        "(FlashAttention-2, PyTorch SDPA's flash back end)",
     )
     g.add_argument("--flash-attention", action="store_true", help="attention stores no s×s scores")
     g.add_argument("--no-dropout", action="store_true", help="no dropout masks (default: the model's, Model.dropout)")
@@ -52,7 +73,7 @@ def add_option_args(parser: argparse.ArgumentParser) -> None:
 def options_from_args(args: argparse.Namespace) -> Options:
     for name in ("mfu", "dp_overlap"):
         value = getattr(args, name)
-        if not (0 < value <= 1 if name == "mfu" else 0 <= value <= 1):
+        if value is not None and not (0 < value <= 1 if name == "mfu" else 0 <= value <= 1):
             raise SpecError(
                 f"--{name.replace('_', '-')} must be in {'(0, 1]' if name == 'mfu' else '[0, 1]'}, got {value}"
             )
@@ -64,7 +85,15 @@ def options_from_args(args: argparse.Namespace) -> Options:
         flash_attention=args.flash_attention,
         swiglu=args.swiglu or "fused",
     )
-    return Options(activations=acts, comm=CommOptions(), perf=PerfOptions(mfu=args.mfu, dp_overlap=args.dp_overlap))
+    if not 0 < args.job_efficiency <= 1:
+        raise SpecError(f"--job-efficiency must be in (0, 1], got {args.job_efficiency}")
+    perf = PerfOptions(
+        mfu=args.mfu,
+        dp_overlap=args.dp_overlap,
+        job_efficiency=args.job_efficiency,
+        attention_kernel=args.attention_kernel or "fused",
+    )
+    return Options(activations=acts, comm=CommOptions(), perf=perf)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,9 +163,12 @@ def _table(headers: list[str], rows: list[list]) -> str:
 
 def render_text(rep: dict) -> str:
     p, m, c = rep["plan"], rep["model"], rep["cluster"]
+    padded = Model.from_dict(m).padded_vocab(p["tp"])
+    vocab = f"V={m['vocab']}" + (f" (padded to {padded} for tp {p['tp']})" if padded != m["vocab"] else "")
+    overlaps = [k for k in ("tp_overlap", "grad_reduce_overlap", "param_gather_overlap", "p2p_overlap") if p.get(k)]
     out = [
         f"model {m['name']}: L={m['layers']} h={m['hidden']} a={m['heads']} kv={m['kv_heads']} "
-        f"ffn={m['ffn_hidden']} s={m['seq_len']} V={m['vocab']}",
+        f"ffn={m['ffn_hidden']} s={m['seq_len']} {vocab}",
         f"cluster {c['name']}: {c['nodes']}×{c['gpus_per_node']} GPUs, "
         f"{c['gpu_memory_bytes'] / GiB:.0f} GiB, intra {c['intra']['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, "
         f"inter {c['inter']['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s",
@@ -146,7 +178,9 @@ def render_text(rep: dict) -> str:
         + (f" ep={p['ep']}" if p.get("ep", 1) > 1 else "")
         + (f" etp={p['etp']}" if p.get("etp") is not None else "")
         + (f" main_grads={p['main_grads']}" if p.get("main_grads", "fp32") != "fp32" else "")
-        + (f" fp8={p['fp8']}" if p.get("fp8", "none") != "none" else ""),
+        + (f" fp8={p['fp8']}" if p.get("fp8", "none") != "none" else "")
+        + (f" recompute_layers={p['recompute_layers']}" if p.get("recompute_layers") else "")
+        + (f" overlap={','.join(overlaps)}" if overlaps else ""),
         f"world size {rep['world_size']}: {'VALID' if rep['valid'] else 'INVALID'}",
     ]
     out += [f"  error: {e}" for e in rep["errors"]] + [f"  warning: {w}" for w in rep["warnings"]]
@@ -208,10 +242,21 @@ def render_text(rep: dict) -> str:
             f"fixed {t['fixed_s']:.4f}; contention x{t['contention_factor']:.2f}",
         ]
         return "\n".join(out)
+    hidden = ", ".join(
+        f"{d} {t[f'hidden_{d}_s']:.3f}" for d in ("tp", "sp", "cp", "ep", "pp", "dp") if t.get(f"hidden_{d}_s")
+    )
+    parts = t.get("compute_parts_s") or {}
+    layers = t.get("stage_layers") or []
     out += [
         "",
         f"step time {t['step_time_s']:.3f} s = compute {t['compute_s']:.3f} + bubble {t['bubble_s']:.3f} "
-        f"(fraction {rep['bubble_fraction']:.3f}) + exposed comm ({exposed or 'none'}); MFU {t['mfu']:.1%}",
+        f"(fraction {rep['bubble_fraction']:.3f}) + exposed comm ({exposed or 'none'}) + optimizer "
+        f"{t.get('optimizer_s', 0.0):.3f}; MFU {t['mfu']:.1%} (model FLOPs {t['model_flops']:.3g}, hardware "
+        f"{t['hardware_flops']:.3g})",
+        f"  compute ({t.get('compute_model', 'flat')}): "
+        + ", ".join(f"{k} {v:.3f}" for k, v in parts.items() if v)
+        + (f"; stage layers {'/'.join(f'{n:g}' for n in layers)}" if len(set(layers)) > 1 else ""),
+        f"  hidden behind compute: {hidden or 'nothing'}",
     ]
     return "\n".join(out)
 
@@ -243,6 +288,7 @@ def _from_import(args: argparse.Namespace, argv: list[str]):
     args.flash_attention = args.flash_attention or imported.options.get("flash_attention", False)
     args.no_dropout = args.no_dropout or imported.options.get("dropout") is False
     args.swiglu = args.swiglu or imported.options.get("swiglu")
+    args.attention_kernel = args.attention_kernel or imported.options.get("attention_kernel")
     return model, imported.plan, cluster, imported
 
 

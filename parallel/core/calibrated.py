@@ -62,7 +62,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from parallel.core.comm import RING_STEPS, bus_factor, comm_terms, crosses_nodes
+from parallel.core.comm import ENGINE_BUCKET_BYTES, RING_STEPS, CommOptions, bus_factor, comm_terms, crosses_nodes
 from parallel.core.memory import activation_components_bytes
 from parallel.core.perf import layer_forward_flops
 from parallel.core.plan import Plan
@@ -308,7 +308,7 @@ def comm_calls(model: Model, plan: Plan, *, overlaps: bool = True, cluster: Clus
     """The plan's blocking collectives per step on the busiest rank: dim, op, n, bytes, calls, inter
     (its groups span nodes of `cluster`; False without one)."""
     rows = []
-    for t in comm_terms(model, plan):
+    for t in comm_terms(model, plan, CommOptions(bucket_bytes=ENGINE_BUCKET_BYTES)):  # the engine's buckets
         # rows the plan model marks overlapped (Megatron-LM's backward re-gather under SP) block on
         # an engine that issues collectives synchronously (ours on gloo): Calibration.overlaps
         if (t.overlapped and overlaps) or not t.calls or (t.n <= 1 and t.collective != "send_recv"):

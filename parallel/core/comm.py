@@ -38,8 +38,9 @@ first stage's terms count only when there is one stage; the calibrated model sum
     embedding group); the loss all-reduced over the dp*cp ranks of the last stage.
     PP          one send of the boundary activation b*s*h (/t under SP) forward and one of its
                 gradient backward per microbatch and virtual stage (Narayanan et al. 2021).
-    DP          the gradients of this GPU's parameters, reduced over the dp*cp ranks that hold the
-                same weights: all-reduce for ZeRO 0; reduce-scatter + all-gather of the updated
+    DP          the gradients of this GPU's parameters, in the main-grads buffer's dtype (fp32 unless
+                plan.main_grads is bf16: Megatron-LM reduces its fp32 main grads unless
+                --grad-reduce-in-bf16), reduced over the dp*cp ranks that hold the same weights: all-reduce for ZeRO 0; reduce-scatter + all-gather of the updated
                 weights for ZeRO 1/2; ZeRO 3 also all-gathers the weights for forward and again for
                 backward (Rajbhandari et al. 2020, Sec. 7). ZeRO 2/3 keep only a shard of the
                 gradients, so with m microbatches they reduce-scatter after every microbatch's
@@ -71,13 +72,13 @@ Pure: stdlib and numpy.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from parallel.core.memory import AnyPlan, cp_kind_flags, max_params_per_stage
-from parallel.core.plan import Plan, PlanColumns
+from parallel.core.plan import Plan, PlanColumns, layers_on_stage, recomputed_share
 from parallel.core.specs import Cluster, Link, Model
 from parallel.core.vector import ceil, is_array, maximum, minimum, where
 
@@ -85,10 +86,21 @@ MiB = 2**20
 DIMS = ("tp", "sp", "cp", "ep", "pp", "dp")  # the rows of a step, in the order reports list them
 
 
+ENGINE_BUCKET_BYTES = 25 * MiB  # this project's engine: PyTorch DDP's default bucket_cap_mb = 25
+
+
 @dataclass(frozen=True)
 class CommOptions:
-    bucket_bytes: int = 25 * MiB  # gradient bucket (PyTorch DDP's default bucket_cap_mb = 25)
+    # gradient bucket; None = Megatron-core's default of max(40M, 1M x dp) parameters per bucket
+    # (megatron/core/distributed/distributed_data_parallel.py)
+    bucket_bytes: int | None = None
     sp_regather: bool = True  # Megatron's backward re-gather of SP inputs (overlapped)
+
+    def bucket_for(self, nd: Any, grad_bytes_per_param: int) -> Any:
+        """Bytes per gradient bucket for a data-parallel group of `nd` ranks."""
+        if self.bucket_bytes is not None:
+            return self.bucket_bytes
+        return maximum(40_000_000, 1_000_000 * nd) * grad_bytes_per_param
 
 
 # Ring steps of each collective: all-reduce is a reduce-scatter then an all-gather (Thakur et al. 2005).
@@ -130,50 +142,64 @@ def collective_seconds(op: str, n: int, nbytes: float, link: Link) -> float:
     return ring_seconds(op, n, nbytes, link.bandwidth_bytes_per_s, link.latency_s)
 
 
-def _link_of(plan: Plan, cluster: Cluster, dims: tuple[str, ...]) -> str:
-    """'inter' if any group over `dims` (ranks that differ only in those coordinates) spans nodes."""
+def _layout_of(plan: Plan, cluster: Cluster, dims: tuple[str, ...]) -> tuple[bool, int]:
+    """(whether any group over `dims` -- ranks that differ only in those coordinates -- spans nodes,
+    the fewest ranks such a group has on one node: the NICs it crosses nodes through at once)."""
     topo = plan.topology(cluster.gpus_per_node)
     if dims == ("ep",):  # the MoE layers' own layout (none to lay out for ep 1 or a plan that cannot hold it)
         laid_out = plan.ep > 1 and plan.world_size % (plan.expert_tp * plan.ep * plan.pp) == 0
-        return topo.link("ep") if laid_out else "intra"
-    grid = topo.grid  # [dp, pp, cp, tp]
-    axes = [("dp", "pp", "cp", "tp").index(d) for d in dims]
-    rest = [i for i in range(4) if i not in axes]
-    groups = grid.transpose(rest + axes).reshape(-1, math.prod(grid.shape[i] for i in axes))
-    nodes = groups // cluster.gpus_per_node
-    return "inter" if (nodes.min(axis=1) != nodes.max(axis=1)).any() else "intra"
+        if not laid_out:
+            return False, 1
+        groups = topo.group_ranks("ep")
+    else:
+        grid = topo.grid  # [dp, pp, cp, tp]
+        axes = [("dp", "pp", "cp", "tp").index(d) for d in dims]
+        rest = [i for i in range(4) if i not in axes]
+        groups = grid.transpose(rest + axes).reshape(-1, math.prod(grid.shape[i] for i in axes))
+    nodes = np.sort(groups // cluster.gpus_per_node, axis=1)
+    spans = 1 + (np.diff(nodes, axis=1) != 0).sum(axis=1)
+    crossing = spans > 1
+    if not crossing.any():
+        return False, groups.shape[1]
+    return True, int((groups.shape[1] // spans[crossing]).min())
+
+
+def _link_of(plan: Plan, cluster: Cluster, dims: tuple[str, ...]) -> str:
+    """'inter' if any group over `dims` spans nodes."""
+    return "inter" if _layout_of(plan, cluster, dims)[0] else "intra"
+
+
+def _layouts(plan: AnyPlan, cluster: Cluster, dims: tuple[str, ...]) -> tuple[Any, Any]:
+    """_layout_of for one plan, or per row of a PlanColumns (each distinct (dp, tp, pp, cp) -- with ep
+    for the EP groups -- laid out once)."""
+    if not isinstance(plan, PlanColumns):
+        return _layout_of(plan, cluster, dims)
+    memo = plan.memo.setdefault(("layouts", cluster, dims), {})
+    if "flags" not in memo:
+        uniq, inverse = plan.distinct_degrees(with_ep=dims == ("ep",))
+        found = [
+            _layout_of(
+                Plan(
+                    dp=int(d), tp=int(t), pp=int(p), cp=int(c), ep=int(e[0]) if e else 1, etp=plan.etp, order=plan.order
+                ),
+                cluster,
+                dims,
+            )
+            for d, t, p, c, *e in uniq
+        ]
+        memo["flags"] = np.array([f for f, _ in found], dtype=bool)[inverse]
+        memo["per_node"] = np.array([k for _, k in found], dtype=np.int64)[inverse]
+    return memo["flags"], memo["per_node"]
 
 
 def crosses_nodes(plan: AnyPlan, cluster: Cluster, dims: tuple[str, ...]) -> Any:
-    """True where the groups over `dims` span nodes (`_link_of` == 'inter'); for a PlanColumns one
-    flag per plan, each distinct (dp, tp, pp, cp) -- with ep for the EP groups -- laid out once."""
-    if not isinstance(plan, PlanColumns):
-        return _link_of(plan, cluster, dims) == "inter"
-    memo = plan.memo.setdefault(("crosses_nodes", cluster, dims), {})
-    if "flags" not in memo:
-        uniq, inverse = plan.distinct_degrees(with_ep=dims == ("ep",))
-        flags = np.array(
-            [
-                _link_of(
-                    Plan(
-                        dp=int(d),
-                        tp=int(t),
-                        pp=int(p),
-                        cp=int(c),
-                        ep=int(e[0]) if e else 1,
-                        etp=plan.etp,
-                        order=plan.order,
-                    ),
-                    cluster,
-                    dims,
-                )
-                == "inter"
-                for d, t, p, c, *e in uniq
-            ],
-            dtype=bool,
-        )
-        memo["flags"] = flags[inverse]
-    return memo["flags"]
+    """True where the groups over `dims` span nodes; for a PlanColumns one flag per plan."""
+    return _layouts(plan, cluster, dims)[0]
+
+
+def ranks_per_node(plan: AnyPlan, cluster: Cluster, dims: tuple[str, ...]) -> Any:
+    """The fewest ranks a node-spanning group over `dims` has on one node (its NICs in use at once)."""
+    return _layouts(plan, cluster, dims)[1]
 
 
 @dataclass(frozen=True)
@@ -198,61 +224,76 @@ class CommTerm:
     # each call both sends and receives on every rank (ring CP's K/V shift): bytes count the send, a
     # host-driven transport (gloo) pays the issue and the wait of two ops; NCCL runs the pair as one kernel
     exchange: bool = False
+    # calls per unit of the scope: per layer and microbatch ("layer"), per microbatch ("microbatch",
+    # "first", "last"), per step ("step"); `calls` is it times the last stage's units
+    unit_calls: Any = None
 
 
 SCOPES = ("layer", "microbatch", "first", "last", "step")
 
 
 def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -> list[CommTerm]:
-    """The volumes of the module docstring, per dimension, for the GPU with the most work."""
+    """The volumes of the module docstring, per dimension, for the GPU with the most work: the last
+    pipeline stage's (its layers: parallel.core.plan.layers_on_stage)."""
     p, act = plan, model.dtype_bytes
     m, v = maximum(p.microbatches, 1), p.vpp
-    layers = model.layers // p.pp  # layers on one GPU (all its virtual chunks)
+    layers = layers_on_stage(model.layers, p, p.pp - 1)  # layers on one GPU (all its virtual chunks)
+
+    def per_layer(dim, op, unit, nbytes, group, n, **kw):  # `unit` calls per layer and microbatch
+        return CommTerm(dim, op, unit * layers * m, nbytes, group, n, unit_calls=unit, **kw)
+
     s_q = model.seq_len // p.cp
-    fwd_passes = where(p.recompute == "full", 2, 1)
+    fwd_passes = 1 + recomputed_share(model.layers, p)  # recomputed layers run their forward again
     tp_bytes = p.micro_batch * s_q * model.hidden * act
-    tp_calls = (2 * fwd_passes + 2) * layers * m
+    tp_unit = 2 * fwd_passes + 2
     terms = [
-        CommTerm("tp", "all_reduce", where(p.sp, 0, tp_calls), tp_bytes, ("tp",), p.tp),
-        CommTerm("sp", "all_gather", where(p.sp, tp_calls, 0), tp_bytes, ("tp",), p.tp),
-        CommTerm("sp", "reduce_scatter", where(p.sp, tp_calls, 0), tp_bytes, ("tp",), p.tp),
+        per_layer("tp", "all_reduce", where(p.sp, 0, tp_unit), tp_bytes, ("tp",), p.tp),
+        per_layer("sp", "all_gather", where(p.sp, tp_unit, 0), tp_bytes, ("tp",), p.tp),
+        per_layer("sp", "reduce_scatter", where(p.sp, tp_unit, 0), tp_bytes, ("tp",), p.tp),
     ]
     if opts.sp_regather:
-        terms.append(
-            CommTerm("sp", "all_gather", where(p.sp, 2 * layers * m, 0), tp_bytes, ("tp",), p.tp, overlapped=True)
-        )
+        terms.append(per_layer("sp", "all_gather", where(p.sp, 2, 0), tp_bytes, ("tp",), p.tp, overlapped=True))
     terms += _end_terms(model, p, opts, tp_bytes=tp_bytes, m=m, layers=layers, s_q=s_q)
     k_t = model.kv_hidden / minimum(p.tp, model.kv_heads)
     kv_bytes = 2 * p.micro_batch * model.seq_len * k_t * act
     gathered, ring, ulysses = cp_kind_flags(p)
-    cp_calls = layers * m
     a2a_q, a2a_k = p.micro_batch * s_q * model.q_hidden / p.tp * act, p.micro_batch * s_q * model.kv_hidden / p.tp * act
     terms += [  # all-gather CP: K and V in a call each, their gradients likewise
-        CommTerm("cp", "all_gather", where(gathered, 2 * fwd_passes * cp_calls, 0), kv_bytes / 2, ("cp",), p.cp),
-        CommTerm("cp", "reduce_scatter", where(gathered, 2 * cp_calls, 0), kv_bytes / 2, ("cp",), p.cp),
-        CommTerm(
+        per_layer("cp", "all_gather", where(gathered, 2 * fwd_passes, 0), kv_bytes / 2, ("cp",), p.cp),
+        per_layer("cp", "reduce_scatter", where(gathered, 2, 0), kv_bytes / 2, ("cp",), p.cp),
+        per_layer(
             "cp",
             "send_recv",
-            where(ring, (fwd_passes * (p.cp - 1) + 2 * p.cp - 1) * cp_calls, 0),
+            where(ring, fwd_passes * (p.cp - 1) + 2 * p.cp - 1, 0),
             kv_bytes / p.cp,
             ("cp",),
             p.cp,
             hidden_by="attention",
             exchange=True,
         ),
-        CommTerm("cp", "all_to_all", where(ulysses, 2 * (fwd_passes + 1) * cp_calls, 0), a2a_q, ("cp",), p.cp),
-        CommTerm("cp", "all_to_all", where(ulysses, 2 * (fwd_passes + 1) * cp_calls, 0), a2a_k, ("cp",), p.cp),
-        CommTerm("pp", "send_recv", 2 * m * v, tp_bytes / where(p.sp, p.tp, 1), ("pp",), p.pp, scope="microbatch"),
+        per_layer("cp", "all_to_all", where(ulysses, 2 * (fwd_passes + 1), 0), a2a_q, ("cp",), p.cp),
+        per_layer("cp", "all_to_all", where(ulysses, 2 * (fwd_passes + 1), 0), a2a_k, ("cp",), p.cp),
+        CommTerm(
+            "pp",
+            "send_recv",
+            2 * m * v,
+            tp_bytes / where(p.sp, p.tp, 1),
+            ("pp",),
+            p.pp,
+            scope="microbatch",
+            unit_calls=2 * v,
+        ),
     ]
     if model.experts:  # dispatch + combine forward (again under full recompute), both conjugates backward
-        moe_layers = model.moe_layers / p.pp
         ep_bytes = tp_bytes * model.top_k / where(p.sp, p.tp, 1)
-        terms.append(CommTerm("ep", "all_to_all", (2 * fwd_passes + 2) * moe_layers * m, ep_bytes, ("ep",), p.ep))
+        terms.append(per_layer("ep", "all_to_all", (2 * fwd_passes + 2) * model.moe_share, ep_bytes, ("ep",), p.ep))
     nd = p.dp * p.cp
-    grad_bytes = max_params_per_stage(model, p) * act
+    grad_dtype = 4 if model.dtype_bytes == 4 or p.main_grads == "fp32" else 2  # the main-grads buffer reduced
+    grad_bytes = max_params_per_stage(model, p) * grad_dtype
     weight_bytes = max_params_per_stage(model, p) * model.dtype_bytes
-    g_calls = maximum(1, ceil(grad_bytes / opts.bucket_bytes))  # buckets
-    w_calls = maximum(1, ceil(weight_bytes / opts.bucket_bytes))
+    g_calls = maximum(1, ceil(grad_bytes / opts.bucket_for(nd, grad_dtype)))  # buckets
+    # ZeRO-3 gathers weights module by module (a transformer block each: FSDP2, Megatron FSDP)
+    w_calls = where(p.zero == 3, maximum(layers, 1), maximum(1, ceil(weight_bytes / opts.bucket_for(nd, grad_dtype))))
     zero = p.zero
     terms += [
         CommTerm(
@@ -278,7 +319,10 @@ def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -
         ),
         CommTerm("dp", "all_reduce", where(nd > 1, 1, 0), 4, ("dp", "cp"), nd, scope="step", what="loss"),  # fp32
     ]
-    return terms
+    return [
+        t if t.unit_calls is not None else replace(t, unit_calls=t.calls / (1 if t.scope == "step" else m))
+        for t in terms
+    ]
 
 
 def _end_terms(model: Model, p: AnyPlan, opts: CommOptions, *, tp_bytes, m, layers, s_q) -> list[CommTerm]:
@@ -344,7 +388,7 @@ def _end_terms(model: Model, p: AnyPlan, opts: CommOptions, *, tp_bytes, m, laye
             "pp",
             "all_reduce",
             where(p.pp > 1, 1 if model.tied_embeddings else 0, 0),
-            model.vocab / tp * h * act,
+            model.padded_vocab(tp) / tp * h * act,
             ("pp",),
             2,
             scope="step",
@@ -360,14 +404,32 @@ def on_last_stage(term: CommTerm, plan: AnyPlan) -> Any:
     return where(plan.pp == 1, term.calls, 0) if term.scope == "first" else term.calls
 
 
-def term_seconds(term: CommTerm, cluster: Cluster, inter: Any, calls: Any = None) -> Any:
+def term_seconds(term: CommTerm, cluster: Cluster, inter: Any, calls: Any = None, per_node: Any = 1) -> Any:
     """Seconds of all of a term's calls (or of `calls` of them) on the link its group uses (inter-node
-    where `inter`)."""
+    where `inter`; `per_node`: the group's ranks on one node, ranks_per_node)."""
     calls = term.calls if calls is None else calls
-    bw = where(inter, cluster.inter.bandwidth_bytes_per_s, cluster.intra.bandwidth_bytes_per_s)
+    intra = cluster.intra.bandwidth_bytes_per_s
+    inter_bw = inter_bandwidth(term.collective, term.n, per_node, cluster)
+    bw = where(inter, inter_bw, intra)
     lat = where(inter, cluster.inter.latency_s, cluster.intra.latency_s)
     each = ring_seconds(term.collective, term.n, term.bytes_per_call, bw, lat)
     return where((term.n > 1) & (calls > 0), calls * each, 0.0)
+
+
+def inter_bandwidth(op: str, n: Any, per_node: Any, cluster: Cluster) -> Any:
+    """The bandwidth per rank a collective over a node-spanning group of `n` ranks, `per_node` of them
+    on each node, reaches. NCCL stripes a ring's channels over the node's NICs (Jeaugey 2019, "Massively
+    Scale Your Deep Learning Training with NCCL 2.4"; nccl-tests' multi-node busbw), so a ring of k
+    ranks per node crosses nodes through k NICs at once: min(intra, k x inter per GPU). In an all-to-all
+    every rank pushes its own off-node share, (n - k)/n of its bytes, through its own NIC: the per-rank
+    rate over all its bytes is inter x (n - 1)/(n - k). A point-to-point send uses one NIC."""
+    intra, inter = cluster.intra.bandwidth_bytes_per_s, cluster.inter.bandwidth_bytes_per_s
+    k = np.maximum(np.asarray(per_node, dtype=np.float64), 1.0)
+    if op in UNIT_FACTOR_OPS:
+        return inter
+    if op == "all_to_all":
+        return np.minimum(intra, inter * np.maximum(n - 1, 1) / np.maximum(n - k, 1))
+    return np.minimum(intra, k * inter)
 
 
 def comm_per_step(model: Model, plan: Plan, cluster: Cluster, opts: CommOptions = CommOptions()) -> list[dict]:
@@ -378,7 +440,8 @@ def comm_per_step(model: Model, plan: Plan, cluster: Cluster, opts: CommOptions 
         calls = on_last_stage(t, plan)
         if calls <= 0 or t.n <= 1:
             continue
-        link = _link_of(plan, cluster, t.group)
+        crosses, per_node = _layout_of(plan, cluster, t.group)
+        link = "inter" if crosses else "intra"
         rows.append(
             {
                 "dim": t.dim,
@@ -386,7 +449,7 @@ def comm_per_step(model: Model, plan: Plan, cluster: Cluster, opts: CommOptions 
                 "calls": int(calls),
                 "bytes_per_call": int(t.bytes_per_call),
                 "link": link,
-                "seconds": term_seconds(t, cluster, link == "inter", calls),
+                "seconds": term_seconds(t, cluster, crosses, calls, per_node),
                 "overlapped": t.overlapped,
                 "hidden_by": t.hidden_by,
                 "scope": t.scope,
@@ -415,8 +478,8 @@ def exposed_seconds_by_dim(
         if t.overlapped:
             continue
         if t.group not in links:
-            links[t.group] = crosses_nodes(plan, cluster, t.group)
-        seconds = term_seconds(t, cluster, links[t.group], on_last_stage(t, plan))
+            links[t.group] = _layouts(plan, cluster, t.group)
+        seconds = term_seconds(t, cluster, *links[t.group][:1], on_last_stage(t, plan), links[t.group][1])
         if t.hidden_by:
             hidden[(t.dim, t.hidden_by)] = hidden.get((t.dim, t.hidden_by), 0.0) + seconds
         else:

@@ -42,12 +42,13 @@ Pure: stdlib and numpy.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from parallel.core.plan import Plan, PlanColumns
+from parallel.core.plan import Plan, PlanColumns, layers_on_stage, recomputed_share
 from parallel.core.specs import Model
 from parallel.core.vector import is_array, maximum, minimum, where
 
@@ -171,10 +172,13 @@ def activation_components_bytes(
                  all-gather's s_q x s per t (Jacobs et al. 2023, DeepSpeed-Ulysses).
 
     Mixture of experts (model.experts > 0): on the MoE share of the layers the MLP terms are those of
-    the routed tokens, dropless with balanced routing (no capacity factor): fc1_input adds the top_k
-    dispatched copies of each token (A b s_q h each: an expert's TP shards all need the whole hidden)
-    and the router's fp32 probabilities (4 b s_q E r); act_input and fc2_input take the width a token
-    passes, top_k * expert_ffn / etp + shared_expert_ffn / t, in place of f / t.
+    the routed tokens, dropless with balanced routing (no capacity factor). Megatron-LM's token
+    dispatcher (megatron/core/transformer/moe/token_dispatcher.py) starts from the rank's sequence
+    shard of b s_q / t tokens (MoE with TP runs under SP) and all-gathers routed tokens over the
+    expert-TP group only, so a rank holds R = b (s_q / t) top_k etp routed copies: fc1_input adds
+    A R h (an expert's TP shards all need the whole hidden) and the router's fp32 probabilities
+    (4 b s_q E r); act_input and fc2_input take R rows of expert_ffn / etp plus the shared experts'
+    b s_q rows of shared_expert_ffn / t, in place of b s_q rows of f / t.
 
     With A=2, M=1, dropout, f=4h, k=h, cp=1 the sum is Table 2's TP (sp off) and TP+SP rows.
     SwiGLU, measured with saved_tensors_hooks (bytes per s b f at A = 2): GeLU 4, fused 6, unfused
@@ -223,23 +227,28 @@ def activation_components_bytes(
     }
     if model.experts:  # the MoE layers' share of the layers: routed tokens instead of one MLP
         share = model.moe_share
-        # MLP width a token passes on one GPU: top_k routed experts split over etp, shared ones over tp
-        width = model.top_k * model.expert_width / plan.expert_tp + model.shared_expert_ffn / t
+        routed = routed_rows(model, plan)  # R: the routed token copies this rank holds
+        # MLP elements per layer: R rows of expert_ffn / etp, and b s_q rows of the shared experts / t
+        elements = routed * model.expert_width / plan.expert_tp + b * s_q * model.shared_expert_ffn / t
         moe = {
             # the router's and shared experts' input (the norm's output, as a dense MLP's), the
-            # top_k dispatched copies of each token (whole h on every TP shard of an expert), and
-            # the router's fp32 probabilities
-            "mlp.fc1_input": gemm_in * b * s_q * h * r
-            + gemm_in * model.top_k * b * s_q * h
-            + 4 * b * s_q * model.experts * r,
-            "mlp.act_input": gate * act * b * s_q * width,
-            "mlp.fc2_input": (gemm_in + silu_out) * b * s_q * width,
+            # routed copies (whole h on every TP shard of an expert), the router's fp32 probabilities
+            "mlp.fc1_input": gemm_in * b * s_q * h * r + gemm_in * routed * h + 4 * b * s_q * model.experts * r,
+            "mlp.act_input": gate * act * elements,
+            "mlp.fc2_input": (gemm_in + silu_out) * elements,
         }
         for key, value in moe.items():
             parts[key] = parts[key] * (1 - share) + value * share
     if not is_array(full):
         return parts
     return {**{k: where(full, 0.0, v) for k, v in parts.items()}, "layer_input": where(full, layer_input, 0.0)}
+
+
+def routed_rows(model: Model, plan: AnyPlan) -> Any:
+    """Routed token copies one rank's experts process per MoE layer and microbatch: its b s_q / t
+    sequence shard's tokens, top_k copies each, all-gathered over the expert-TP group (etp)."""
+    s_q = model.seq_len // plan.cp
+    return plan.micro_batch * s_q / plan.tp * model.top_k * plan.expert_tp
 
 
 def activation_bytes_per_layer(model: Model, plan: AnyPlan, opts: ActivationOptions = ActivationOptions()) -> Any:
@@ -260,7 +269,7 @@ def last_stage_extra_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions 
     act, s_q, _ = _sizes(model, plan, opts)
     r = where(plan.sp, 1 / plan.tp, 1.0)
     b = plan.micro_batch
-    return 2 * act * b * s_q * model.hidden * r + 4 * b * s_q * model.vocab / plan.tp
+    return 2 * act * b * s_q * model.hidden * r + 4 * b * s_q * model.padded_vocab(plan.tp) / plan.tp
 
 
 def inflight_chunks(plan: AnyPlan, stage: Any) -> Any:
@@ -298,8 +307,8 @@ def _replicated_params_per_layer(model: Model) -> int:
 def expert_params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
     """Routed-expert weights held by one GPU of `stage`: its MoE layers' experts / ep, each expert's
     matrices split over the expert tensor parallelism (etp, Megatron-LM's default: tp). 0 when dense."""
-    moe = model.moe_layers / plan.pp
-    return moe * model.expert_params_per_layer() / (plan.ep * plan.expert_tp)  # the same on every stage
+    moe = model.moe_share * layers_on_stage(model.layers, plan, stage)
+    return moe * model.expert_params_per_layer() / (plan.ep * plan.expert_tp)
 
 
 def params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
@@ -317,19 +326,22 @@ def params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
     # router (hidden x experts, kept whole on every TP rank, as Megatron-LM's router)
     router = model.hidden * model.experts
     moe = (model.moe_layer_params_besides_experts() - rep - router) / t + rep + router + kv_extra
-    n = (dense * (1 - share) + moe * share) * model.layers / p + expert_params_per_stage(model, plan, stage)
+    layers = layers_on_stage(model.layers, plan, stage)
+    n = (dense * (1 - share) + moe * share) * layers + expert_params_per_stage(model, plan, stage)
     pos = model.seq_len * model.hidden if model.arch == "gpt" else 0
-    n = n + where(stage == 0, model.vocab * model.hidden / t + pos, 0.0)
-    head = model.output_params() - (0 if model.tied_embeddings else model.vocab * model.hidden)
+    vocab = model.padded_vocab(t)
+    n = n + where(stage == 0, vocab * model.hidden / t + pos, 0.0)
+    head = model.output_params(t) - (0 if model.tied_embeddings else vocab * model.hidden)
     # untied, or a tied copy on the last stage (Megatron)
-    head = head + where((not model.tied_embeddings) | (p > 1), model.vocab * model.hidden / t, 0.0)
+    head = head + where((not model.tied_embeddings) | (p > 1), vocab * model.hidden / t, 0.0)
     return n + where(stage == p - 1, head, 0.0)
 
 
 def max_params_per_stage(model: Model, plan: AnyPlan) -> Any:
-    """The most parameters any stage holds: the first or the last (an interior stage holds only its
-    layers; the ends add the embedding or the output head)."""
-    return maximum(params_per_stage(model, plan, 0), params_per_stage(model, plan, plan.pp - 1))
+    """The most parameters any stage holds: the first, the last or (with uneven stages, where the ends
+    hold fewer layers) an interior one -- every interior stage holds the same."""
+    ends = maximum(params_per_stage(model, plan, 0), params_per_stage(model, plan, plan.pp - 1))
+    return maximum(ends, params_per_stage(model, plan, minimum(1, plan.pp - 1)))
 
 
 def gemm_params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
@@ -344,7 +356,7 @@ def gemm_params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
         model.mlp_matrix_params(model.ffn_hidden) * (1 - share)
         + model.mlp_matrix_params(model.shared_expert_ffn) * share
     )
-    return (attention + mlp) / plan.tp * model.layers / plan.pp  # the same on every stage
+    return (attention + mlp) / plan.tp * layers_on_stage(model.layers, plan, stage)
 
 
 def model_state_bytes(model: Model, plan: AnyPlan, stage: Any, *, mixed_precision: bool = True) -> dict[str, Any]:
@@ -396,12 +408,23 @@ def activation_bytes_per_stage(
     model: Model, plan: AnyPlan, stage: Any, opts: ActivationOptions = ActivationOptions()
 ) -> Any:
     """Peak activation bytes on one GPU of `stage`: layers x in-flight chunks, plus the ends."""
-    layers_per_chunk = model.layers / (plan.pp * plan.vpp)
+    layers_per_chunk = layers_on_stage(model.layers, plan, stage) / plan.vpp
     chunks = inflight_chunks(plan, stage)
-    total = activation_bytes_per_layer(model, plan, opts) * layers_per_chunk * chunks
+    per_layer = activation_bytes_per_layer(model, plan, opts)
+    if plan.recompute_layers is not None:  # the layers not recomputed keep everything
+        share = recomputed_share(model.layers, plan)
+        kept = activation_bytes_per_layer(model, _without_recompute(plan), opts)
+        per_layer = share * per_layer + (1 - share) * kept
+    total = per_layer * layers_per_chunk * chunks
     first = first_stage_extra_bytes(model, plan, opts) * embedding_chunks(plan)
     total = total + where(stage == 0, first, 0.0)
     return total + where(stage == plan.pp - 1, last_stage_extra_bytes(model, plan, opts), 0.0)
+
+
+def _without_recompute(plan: AnyPlan) -> AnyPlan:
+    """The same plan(s) with nothing recomputed (the kept layers of a partial recompute)."""
+    none = np.full(len(plan), "none") if isinstance(plan, PlanColumns) else "none"
+    return dataclasses.replace(plan, recompute=none, recompute_layers=None)
 
 
 def stage_memory_bytes(
@@ -420,12 +443,18 @@ def memory_per_stage(model: Model, plan: Plan, opts: ActivationOptions = Activat
 
 def memory_per_gpu_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions = ActivationOptions()) -> dict[str, Any]:
     """The most loaded GPU's params, grads, optimizer, activations and total (bytes). For a
-    PlanColumns, per plan: the first or the last stage, whichever holds more (interior stages hold
-    neither the embedding nor more in-flight microbatches than stage 0)."""
+    PlanColumns, per plan: the first, the second or the last stage, whichever holds most (later
+    interior stages hold no more layers than the second and fewer microbatches in flight; the second
+    matters when uneven stages give the first fewer layers)."""
     keys = ("params", "grads", "optimizer", "activations", "total")
     if not isinstance(plan, PlanColumns):
         worst = max(memory_per_stage(model, plan, opts), key=lambda row: row["total"])
         return {k: worst[k] for k in keys}
     first, last = stage_memory_bytes(model, plan, 0, opts), stage_memory_bytes(model, plan, plan.pp - 1, opts)
     pick = first["total"] >= last["total"]
-    return {k: np.where(pick, first[k], last[k]) for k in keys}
+    worst = {k: np.where(pick, first[k], last[k]) for k in keys}
+    if plan.first_stage_layers is None and not plan.embedding_in_split:
+        return worst  # the first stage holds as many layers as any, and the most in flight
+    second = stage_memory_bytes(model, plan, np.minimum(1, plan.pp - 1), opts)
+    pick = second["total"] > worst["total"]
+    return {k: np.where(pick, second[k], worst[k]) for k in keys}

@@ -1,25 +1,46 @@
-"""Step-time estimate: model FLOPs, the pipeline bubble and exposed communication.
+"""Step time: model FLOPs as users' logs count them, compute from shapes per device, the pipeline's
+stages and bubble, and communication exposed or hidden as the frameworks overlap it.
 
-FLOPs — Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
-Using Megatron-LM", Sec. 5.1 / Eq. (3): a forward pass of one layer costs 24Bsh^2 + 4Bs^2h
-(GEMMs with 12h^2 weights, and the QK^T and scores@V products), the logit layer 2BshV, a backward
-pass twice the forward, so without recomputation
+FLOPs -- Megatron-LM's `num_floating_point_operations` (megatron/training/training.py): per token,
+3 passes (forward, dgrad, wgrad) x 2 FLOPs per multiply-add over every GEMM weight a token passes --
+QKV h(q + 2k), projection qh, the MLP (2hf, SwiGLU 3hf; a MoE layer its top_k routed experts and its
+shared ones; no router), the logits h V (the padded vocabulary) -- plus the attention core's
+QK^T and scores @ V, 6 q s per token and layer, halved for the causal mask (the "/ 2" Megatron-LM
+added in 2025; Narayanan et al. 2021 Eq. 3 and older logs count the whole s x s: `causal=False`).
+`model_flops` is that (MFU's numerator); `hardware_flops` adds what recomputation runs again (full:
+a layer's forward, selective: the attention core's).
 
-    F = 72 B s L h^2 (1 + s/(6h) + V/(12 L h))
+Time -- one microbatch on one GPU of each pipeline stage (parallel.core.plan.stage_layer_counts: the
+first, the middle ones, the last), its layers' compute (parallel.core.compute: GEMMs, attention and
+element-wise kernels from shapes on the cluster's device; the embedding on the first stage, the
+output layer and loss on the last) plus the communication on its critical path:
 
-and with full recomputation (one more forward of every layer) Eq. (3)'s
-96 B s L h^2 (1 + s/(6h) + V/(16 L h)). We compute the same sum term by term so that GQA and
-SwiGLU (other GEMM widths) and selective recomputation (one more forward of the attention core
-only, 4Bs^2h per layer; Korthikanti et al. 2022, Sec. 5) fall out of it. MFU counts model FLOPs
-(no recomputation); the GPU executes hardware FLOPs (with it).
+    TP / SP     the layer's collectives; with plan.tp_overlap (Megatron-LM --tp-comm-overlap,
+                torchtitan's async TP) they run in chunks under the GEMMs they feed, and only what the
+                GEMMs cannot cover, or at least the ring's one unhidden reduce-scatter chunk (1/(2 tp)
+                of the traffic), is exposed.
+    CP          all-gather and Ulysses exposed; ring attention's K/V blocks beyond what the attention
+                core's compute hides (Liu et al. 2023, Sec. 3).
+    EP          the token all-to-alls, exposed.
+    PP          a microbatch's sends and receives, exposed unless plan.p2p_overlap (the interleaved
+                schedule's overlapped P2P).
 
-Time — the GPU computes its share of hardware FLOPs at `mfu` of peak; TP, CP and PP traffic sits
-on the critical path of every microbatch, so the pipeline stretches compute and that traffic
-together by the bubble (p - 1)/(v m) (Narayanan et al. 2021, Sec. 2.2); DP traffic follows the
-last backward, with `dp_overlap` of it hidden (an explicit assumption: 0 = none hidden, Megatron-LM's
-default without --overlap-grad-reduce); rows the comm model marks overlapped cost nothing, and ring
-attention's K/V transfers cost only what the attention core's compute does not hide (Liu et al. 2023,
-Sec. 3: each block's transfer runs while the block in hand is attended).
+The pipeline (1F1B, GPipe, interleaved; Narayanan et al. 2021 Sec. 2.2) runs m microbatches at the
+pace of its slowest stage, and its fill and drain pass once through every other stage: m t_max +
+(sum_s t_s - t_max)/v -- with equal stages the familiar (m + (p-1)/v) t; the bubble multiplies only
+what is on that critical path, not hidden traffic. Then once per step:
+
+    DP          the gradients' reduction and ZeRO's weight gathers. With plan.grad_reduce_overlap
+                (Megatron --overlap-grad-reduce, DDP, FSDP2) the reduction runs bucket by bucket
+                under the last microbatch's backward (ZeRO 2/3: every microbatch's), exposing what the
+                backward cannot cover and at least its last bucket; with plan.param_gather_overlap
+                (--overlap-param-gather, FSDP2's prefetch) the gathers run under the forward the same
+                way (ZeRO 3: forward and backward of every microbatch). PerfOptions.dp_overlap, when
+                given, hides that fraction instead.
+    optimizer   fused Adam over the rank's optimizer shard (memory-bound).
+
+PerfOptions.mfu, when given (and always on a CPU cluster, at 0.5), replaces the per-operator model
+by every hardware FLOP at that fraction of the bf16 peak -- the explicit flat-efficiency assumption.
 
 Every function takes one Plan or a PlanColumns (the search).
 
@@ -31,21 +52,46 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from parallel.core.comm import DIMS, CommOptions, exposed_seconds_by_dim, seconds_by_dim
-from parallel.core.memory import AnyPlan
+import numpy as np
+
+from parallel.core.comm import DIMS, CommOptions, comm_terms, crosses_nodes, ranks_per_node, term_seconds
+from parallel.core.compute import ATTENTION_KERNELS, JOB_EFFICIENCY, LayerCost, layer_cost, optimizer_seconds
+from parallel.core.devices import cluster_device
+from parallel.core.memory import ActivationOptions, AnyPlan, max_params_per_stage
+from parallel.core.plan import PlanColumns, recomputed_share, stage_layer_counts
 from parallel.core.specs import Cluster, Model
-from parallel.core.vector import maximum, where
+from parallel.core.vector import maximum, minimum, where
+
+CPU_MFU = 0.5  # the flat efficiency of a CPU cluster, whose own model is the calibrated one
 
 
 @dataclass(frozen=True)
 class PerfOptions:
-    mfu: float = 0.5  # fraction of peak FLOP/s the GPU's compute reaches (GEMM efficiency)
-    dp_overlap: float = 0.0  # fraction of DP communication hidden behind backward
+    # an explicit flat efficiency: every hardware FLOP at this fraction of the bf16 peak; None = the
+    # per-operator model of parallel.core.compute (a CPU cluster: CPU_MFU)
+    mfu: float | None = None
+    # an explicit fraction of DP communication hidden behind backward; None = from the plan's
+    # grad_reduce_overlap / param_gather_overlap
+    dp_overlap: float | None = None
+    # the share of their isolated speed kernels keep inside a job (parallel.core.compute)
+    job_efficiency: float = JOB_EFFICIENCY
+    # flash attention's kernel: "fused" (cuDNN, Transformer Engine, FlashAttention-3) or "fa2"
+    # (FlashAttention-2: PyTorch SDPA's flash back end)
+    attention_kernel: str = "fused"
+
+    def __post_init__(self):
+        if not 0 < self.job_efficiency <= 1:
+            raise ValueError(f"job efficiency must be in (0, 1], got {self.job_efficiency}")
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise ValueError(
+                f"attention kernel must be one of {', '.join(ATTENTION_KERNELS)}, got {self.attention_kernel!r}"
+            )
 
 
 def layer_forward_flops(model: Model, tokens_per_seq: int, batch: int) -> dict[str, float]:
-    """Forward FLOPs of one (average) layer for `batch` sequences: GEMMs and the attention core (2 FLOPs
-    per MAC). A MoE model's MLP counts the weights a token passes through (the active parameters)."""
+    """Forward FLOPs of one (average) layer for `batch` sequences: GEMMs and the attention core's full
+    s x s (2 FLOPs per MAC; Narayanan et al. 2021, Sec. 5.1: 24Bsh^2 + 4Bs^2h for GPT). A MoE
+    model's MLP counts the weights a token passes through (the active parameters), and the router."""
     h, f, k, s = model.hidden, model.ffn_hidden, model.kv_hidden, tokens_per_seq
     mlp = model.mlp_matrix_params(f)  # 8h^2 for GPT
     if model.experts:  # a token passes top_k routed experts and the shared ones, on the MoE layers
@@ -59,38 +105,95 @@ def layer_forward_flops(model: Model, tokens_per_seq: int, batch: int) -> dict[s
     return {"gemm": 2 * batch * s * gemm_weights, "attention": 4 * batch * s * s * q}
 
 
-def flops_per_step(model: Model, plan: AnyPlan) -> dict[str, Any]:
-    """Model FLOPs (for MFU) and hardware FLOPs (with recomputation) of one step over all GPUs, and
-    the attention core's share of the hardware FLOPs (what ring attention's transfers overlap)."""
+def token_weights(model: Model) -> float:
+    """GEMM weights one token passes through per layer on average, as Megatron-LM's FLOPs count them
+    (no router): attention's projections and the MLP (a MoE layer's top_k routed and shared experts)."""
+    h, q = model.hidden, model.q_hidden
+    attention = h * (q + 2 * model.kv_hidden) + q * h
+    dense = model.mlp_matrix_params(model.ffn_hidden)
+    moe = model.top_k * model.mlp_matrix_params(model.expert_width) + model.mlp_matrix_params(model.shared_expert_ffn)
+    share = model.moe_share
+    return attention + dense * (1 - share) + moe * share
+
+
+def flops_per_step(model: Model, plan: AnyPlan, *, causal: bool = True) -> dict[str, Any]:
+    """Model FLOPs (Megatron-LM's count: MFU's numerator) and hardware FLOPs (with recomputation) of
+    one step over all GPUs, and the attention core's share of the hardware FLOPs. `causal=False`:
+    the whole s x s attention (Narayanan et al. 2021 Eq. 3, Megatron-LM before 2025)."""
     B, s, L = plan.global_batch, model.seq_len, model.layers
-    layer = layer_forward_flops(model, s, B)
-    fwd = L * (layer["gemm"] + layer["attention"]) + 2 * B * s * model.hidden * model.vocab
-    model_flops = 3 * fwd
+    tokens = B * s
+    core = (1.0 if causal else 2.0) * 2 * s * model.q_hidden  # per token and layer, forward
+    layer_fwd = 2 * token_weights(model) + core
+    logits = 2 * model.hidden * model.padded_vocab(plan.tp)
+    model_flops = 3 * tokens * (L * layer_fwd + logits)
     extra = where(
         plan.recompute == "selective",
-        L * layer["attention"],
-        where(plan.recompute == "full", L * (layer["gemm"] + layer["attention"]), 0.0),
+        tokens * L * core,
+        tokens * L * layer_fwd * recomputed_share(L, plan),
     )
     passes = 3.0 + where(plan.recompute == "none", 0.0, 1.0)  # forward, backward (2x), a recomputed forward
     return {
         "model_flops": model_flops,
         "hardware_flops": model_flops + extra,
-        "attention_flops": L * layer["attention"] * passes,
+        "attention_flops": tokens * L * core * passes,
     }
 
 
-def attention_seconds(
-    model: Model, plan: AnyPlan, cluster: Cluster, perf: PerfOptions = PerfOptions(), flops: dict | None = None
-) -> Any:
-    """Seconds of the attention core's compute on one GPU per step, at `perf.mfu` of peak: what ring
-    attention's K/V transfers run beside (comm.CommTerm.hidden_by). `flops`: flops_per_step's, if at hand."""
-    flops = flops or flops_per_step(model, plan)
-    return flops["attention_flops"] / plan.world_size / (cluster.peak_flops * perf.mfu)
-
-
 def bubble_fraction(plan: AnyPlan) -> Any:
-    """(p - 1)/(v m): idle time of the pipeline relative to its ideal time."""
+    """(p - 1)/(v m): idle time of the pipeline relative to its ideal time (equal stages)."""
     return where(plan.pp == 1, 0.0, (plan.pp - 1) / (plan.vpp * maximum(plan.microbatches, 1)))
+
+
+def flat_cost(model: Model, plan: AnyPlan, cluster: Cluster, mfu: float) -> LayerCost:
+    """LayerCost with every hardware FLOP (flops_per_step's count) at `mfu` of the bf16 peak."""
+    rate = cluster.peak_flops * mfu
+    tokens = plan.micro_batch * model.seq_len / plan.cp  # a rank's queries meet all s keys
+    gemm_f = 2 * tokens * token_weights(model) / plan.tp / rate
+    attn_f = tokens * 2 * model.seq_len * model.q_hidden / plan.tp / rate  # causal: half of 4 s q per token
+    head = 3 * 2 * tokens * model.hidden * model.padded_vocab(plan.tp) / plan.tp / rate
+    share = recomputed_share(model.layers, plan)
+    recompute = where(plan.recompute == "selective", attn_f, share * (gemm_f + attn_f))
+    return LayerCost(gemm_f, 2 * gemm_f, attn_f, 2 * attn_f, 0.0, 0.0, recompute, head, 0.0)
+
+
+def stage_cost(model: Model, plan: AnyPlan, cluster: Cluster, perf: PerfOptions, acts: ActivationOptions) -> LayerCost:
+    """One layer's and the ends' seconds per microbatch: the per-operator model, or the flat one."""
+    if perf.mfu is not None or cluster.device == "cpu":
+        return flat_cost(model, plan, cluster, perf.mfu or CPU_MFU)
+    return layer_cost(model, plan, cluster_device(cluster), acts, perf.attention_kernel, perf.job_efficiency)
+
+
+def attention_seconds(
+    model: Model,
+    plan: AnyPlan,
+    cluster: Cluster,
+    perf: PerfOptions = PerfOptions(),
+    acts: ActivationOptions | None = None,
+) -> Any:
+    """Seconds of the attention core (forward, backward) on one GPU of the last stage per step: what
+    ring attention's K/V transfers run beside (comm.CommTerm.hidden_by)."""
+    cost = stage_cost(model, plan, cluster, perf, acts or ActivationOptions())
+    layers = stage_layer_counts(model.layers, plan)[2]
+    return maximum(plan.microbatches, 1) * layers * (cost.attn_fwd + cost.attn_bwd)
+
+
+def _comm_units(model: Model, plan: AnyPlan, cluster: Cluster, comm: CommOptions) -> dict[tuple[str, str, str], Any]:
+    """Seconds per scope unit (comm.CommTerm.unit_calls) by (dim, scope, how): how is "exposed",
+    "overlapped" (the plan model's always-hidden rows) or "hidden_by:<computation>"."""
+    out: dict[tuple[str, str, str], Any] = {}
+    links: dict[tuple[str, ...], Any] = {}
+    for t in comm_terms(model, plan, comm):
+        if t.group not in links:
+            links[t.group] = (crosses_nodes(plan, cluster, t.group), ranks_per_node(plan, cluster, t.group))
+        how = "overlapped" if t.overlapped else f"hidden_by:{t.hidden_by}" if t.hidden_by else "exposed"
+        key = (t.dim, t.scope, how)
+        inter, per_node = links[t.group]
+        out[key] = out.get(key, 0.0) + term_seconds(t, cluster, inter, t.unit_calls, per_node)
+    return out
+
+
+def _unit(units: dict, dims: tuple[str, ...], scope: str, how: str = "exposed") -> Any:
+    return sum((units.get((d, scope, how), 0.0) for d in dims), 0.0)
 
 
 def step_time(
@@ -99,28 +202,178 @@ def step_time(
     cluster: Cluster,
     perf: PerfOptions = PerfOptions(),
     comm: CommOptions = CommOptions(),
-    comm_rows: list[dict] | None = None,
+    acts: ActivationOptions | None = None,
 ) -> dict[str, Any]:
-    """Seconds per step and its parts: compute, bubble, exposed comm per dim; plus achieved MFU.
-    `plan` may be a PlanColumns (every value is then an array); `comm_rows`: comm_per_step's rows
-    when the caller has them already."""
+    """Seconds per step and its parts (module docstring): compute, bubble, exposed and hidden
+    communication per dimension, the optimizer; achieved MFU. `plan` may be a PlanColumns (every
+    value is then an array)."""
+    acts = acts or ActivationOptions()
     flops = flops_per_step(model, plan)
-    compute = flops["hardware_flops"] / plan.world_size / (cluster.peak_flops * perf.mfu)
-    hide = {"attention": attention_seconds(model, plan, cluster, perf, flops)}  # what ring CP hides behind
-    if comm_rows is not None:
-        exposed = {d: 0.0 for d in DIMS} | seconds_by_dim(comm_rows, exposed_only=True, hide=hide)
+    m, p = maximum(plan.microbatches, 1), plan.pp
+    cost = stage_cost(model, plan, cluster, perf, acts)
+    units = _comm_units(model, plan, cluster, comm)
+    per_layer = _layer_comm(plan, cost, units)
+    pp_mb = where(plan.p2p_overlap | (p == 1), 0.0, _unit(units, ("pp",), "microbatch"))
+    first_n, middle_n, last_n = stage_layer_counts(model.layers, plan)
+
+    def stage(layers, first, last):
+        """One microbatch on one stage: its seconds, compute, exposed comm by dim, layers."""
+        compute = layers * cost.layer + (cost.embedding if first else 0.0) + (cost.head if last else 0.0)
+        exposed = {d: layers * per_layer["exposed"][d] for d in DIMS}
+        for scope, on in (("first", first), ("last", last)):
+            for d in ("tp", "sp"):
+                exposed[d] = exposed[d] + (_unit(units, (d,), scope) if on else 0.0)
+        exposed["pp"] = exposed["pp"] + pp_mb
+        return {
+            "t": compute + sum(exposed.values()),
+            "compute": compute,
+            "exposed": exposed,
+            "layers": layers,
+            "first": first,
+            "last": last,
+        }
+
+    if isinstance(plan, PlanColumns) or p > 1:  # first, middle (p - 2 of them), last; or one stage (p = 1)
+        stages = [
+            stage(first_n, True, False),
+            stage(middle_n, False, False),
+            stage(last_n, False, True),
+            stage(first_n, True, True),
+        ]
+        counts = [where(p == 1, 0, 1), maximum(p - 2, 0), where(p == 1, 0, 1), where(p == 1, 1, 0)]
     else:
-        exposed = exposed_seconds_by_dim(model, plan, cluster, comm, hide=hide)
-    exposed["dp"] = exposed["dp"] * (1.0 - perf.dp_overlap)
-    critical = compute + exposed["tp"] + exposed["sp"] + exposed["cp"] + exposed["ep"] + exposed["pp"]
-    bubble = critical * bubble_fraction(plan)
-    total = critical + bubble + exposed["dp"]
-    return {
-        "step_time_s": total,
-        "compute_s": compute,
-        "bubble_s": bubble,
-        **{f"exposed_{d}_s": t for d, t in exposed.items()},
+        stages, counts = [stage(first_n, True, True)], [1]
+    t_max, crit = _slowest(stages, counts)
+    total = sum(c * st["t"] for st, c in zip(stages, counts))
+    pipe = m * t_max + (total - t_max) / plan.vpp
+    # once per step: DP (overlapped as the plan says), the other dims' partial sums, the optimizer
+    dp, dp_hidden = _dp_exposed(model, plan, cluster, comm, perf, cost=cost, layers=crit["layers"], m=m)
+    step_comm = {d: _unit(units, (d,), "step") for d in DIMS if d != "dp"}
+    flat = perf.mfu is not None or cluster.device == "cpu"
+    optimizer = 0.0 if flat else _optimizer_s(model, plan, cluster, perf.job_efficiency)
+    exposed = {d: m * crit["exposed"][d] + step_comm.get(d, 0.0) for d in DIMS}
+    exposed["dp"] = exposed["dp"] + dp
+    hidden = {d: m * crit["layers"] * per_layer["hidden"][d] for d in DIMS}
+    hidden["pp"] = where(plan.p2p_overlap & (p > 1), m * _unit(units, ("pp",), "microbatch"), 0.0)
+    hidden["dp"] = dp_hidden
+    step = pipe + sum(step_comm.values()) + dp + optimizer
+    out = {
+        "step_time_s": step,
+        "compute_s": m * crit["compute"],
+        "bubble_s": pipe - m * crit["t"],
+        **{f"exposed_{d}_s": exposed[d] for d in DIMS},
+        **{f"hidden_{d}_s": hidden[d] for d in DIMS},
+        "optimizer_s": optimizer,
         "model_flops": flops["model_flops"],
         "hardware_flops": flops["hardware_flops"],
-        "mfu": flops["model_flops"] / (total * plan.world_size * cluster.peak_flops),
+        "mfu": flops["model_flops"] / (step * plan.world_size * cluster.peak_flops),
+    }
+    if not isinstance(plan, PlanColumns):
+        out["compute_parts_s"] = {k: m * v for k, v in _compute_parts(cost, crit).items()}
+        out["stage_layers"] = [first_n, middle_n, last_n] if p > 2 else [first_n, last_n] if p == 2 else [first_n]
+        out["compute_model"] = "flat" if flat else cluster_device(cluster).name
+    return out
+
+
+def _layer_comm(plan: AnyPlan, cost: LayerCost, units: dict) -> dict[str, dict[str, Any]]:
+    """Per layer and microbatch, each dim's exposed and hidden seconds: TP/SP under the GEMMs with
+    tp_overlap, ring CP beside the attention core, the always-overlapped rows hidden."""
+    tp_layer = _unit(units, ("tp", "sp"), "layer")
+    gemm = cost.gemm_fwd + cost.gemm_bwd
+    tp_exposed = where(plan.tp_overlap, maximum(tp_layer - gemm, tp_layer / (2 * plan.tp)), tp_layer)
+    share = where(tp_layer > 0, tp_exposed / where(tp_layer > 0, tp_layer, 1.0), 0.0)
+    ring = _unit(units, ("cp",), "layer", "hidden_by:attention")
+    ring_exposed = maximum(ring - (cost.attn_fwd + cost.attn_bwd), 0.0)
+    exposed = {d: 0.0 for d in DIMS}
+    exposed.update(
+        tp=_unit(units, ("tp",), "layer") * share,
+        sp=_unit(units, ("sp",), "layer") * share,
+        cp=_unit(units, ("cp",), "layer") + ring_exposed,
+        ep=_unit(units, ("ep",), "layer"),
+    )
+    hidden = {d: _unit(units, (d,), "layer", "overlapped") for d in DIMS}
+    hidden["tp"] = hidden["tp"] + _unit(units, ("tp",), "layer") - exposed["tp"]
+    hidden["sp"] = hidden["sp"] + _unit(units, ("sp",), "layer") - exposed["sp"]
+    hidden["cp"] = hidden["cp"] + ring - ring_exposed
+    return {"exposed": exposed, "hidden": hidden}
+
+
+def _slowest(stages: list[dict], counts: list) -> tuple[Any, dict]:
+    """The slowest stage present (count > 0): its seconds per microbatch, and its parts (per row)."""
+    t = [where(c > 0, st["t"], -np.inf) for st, c in zip(stages, counts)]
+    t_max = t[0]
+    for x in t[1:]:
+        t_max = maximum(t_max, x)
+    if len(stages) == 1:
+        return t_max, stages[0]
+    pick = dict(stages[-1])
+    pick["exposed"] = dict(stages[-1]["exposed"])
+    for st, x in reversed(list(zip(stages, t))[:-1]):  # the first slowest wins
+        sel = x >= t_max
+        for k in ("t", "compute", "layers"):
+            pick[k] = where(sel, st[k], pick[k])
+        pick["exposed"] = {d: where(sel, st["exposed"][d], pick["exposed"][d]) for d in DIMS}
+        pick["first"] = where(sel, st["first"], pick["first"])
+        pick["last"] = where(sel, st["last"], pick["last"])
+    return t_max, pick
+
+
+def _dp_exposed(
+    model: Model, plan: AnyPlan, cluster: Cluster, comm: CommOptions, perf: PerfOptions, *, cost: LayerCost, layers, m
+) -> tuple[Any, Any]:
+    """(exposed, hidden) seconds of the step's DP communication (module docstring), for the stage
+    with the most parameters, hidden behind the slowest stage's forward / backward of a microbatch."""
+    fwd, bwd = layers * cost.fwd, layers * cost.bwd
+    links: dict = {}
+    reduce = gather = loss = 0.0
+    reduce_calls = gather_calls = 1.0
+    for t in comm_terms(model, plan, comm):
+        if t.dim != "dp":
+            continue
+        if t.group not in links:
+            links[t.group] = (crosses_nodes(plan, cluster, t.group), ranks_per_node(plan, cluster, t.group))
+        seconds = term_seconds(t, cluster, links[t.group][0], None, links[t.group][1])
+        if t.what == "loss":
+            loss = loss + seconds
+        elif t.collective == "all_gather":
+            gather, gather_calls = gather + seconds, maximum(t.calls, 1)
+        else:
+            reduce, reduce_calls = reduce + seconds, maximum(reduce_calls * 0 + t.calls, reduce_calls)
+    total = reduce + gather + loss
+    if perf.dp_overlap is not None:
+        exposed = total * (1.0 - perf.dp_overlap)
+        return exposed, total - exposed
+    z3, z2 = plan.zero == 3, plan.zero >= 2
+    # reduction: once (ZeRO 0/1) under the last backward, or every microbatch's (ZeRO 2/3)
+    rounds = where(z2, m, 1)
+    r = reduce / rounds
+    r_exposed = rounds * maximum(r * rounds / reduce_calls, r - bwd)
+    reduce_exposed = where(plan.grad_reduce_overlap, r_exposed, reduce)
+    # gathers: once (ZeRO 1/2) under the next forward, or forward and backward of every microbatch (ZeRO 3)
+    g_rounds = where(z3, 2 * m, 1)
+    g = gather / g_rounds
+    g_last = g * g_rounds / gather_calls
+    g_exposed = where(z3, m * (maximum(g_last, g - fwd) + maximum(g_last, g - bwd)), maximum(g_last, g - fwd))
+    gather_exposed = where(plan.param_gather_overlap, g_exposed, gather)
+    exposed = minimum(reduce_exposed, reduce) + minimum(gather_exposed, gather) + loss
+    return exposed, total - exposed
+
+
+def _optimizer_s(model: Model, plan: AnyPlan, cluster: Cluster, job_efficiency: float) -> Any:
+    """The optimizer step of the stage with the most parameters, over its ZeRO shard (ZeRO >= 1
+    shards the optimizer over dp x cp)."""
+    shard = max_params_per_stage(model, plan) / where(plan.zero >= 1, plan.dp * plan.cp, 1)
+    return optimizer_seconds(cluster_device(cluster), shard, job_efficiency)
+
+
+def _compute_parts(cost: LayerCost, crit: dict) -> dict[str, float]:
+    """The slowest stage's compute of one microbatch by kind: GEMMs, attention, element-wise, the
+    recomputed forward, and the model's ends."""
+    n = crit["layers"]
+    return {
+        "gemm": n * (cost.gemm_fwd + cost.gemm_bwd),
+        "attention": n * (cost.attn_fwd + cost.attn_bwd),
+        "elementwise": n * (cost.ew_fwd + cost.ew_bwd),
+        "recompute": n * cost.recompute,
+        "ends": (cost.embedding if crit["first"] else 0.0) + (cost.head if crit["last"] else 0.0),
     }

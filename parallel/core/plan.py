@@ -65,6 +65,29 @@ class Plan:
     # over etp ranks instead of tp; None = tp (Megatron's default). Expert layout: etp x ep x edp x pp.
     etp: int | None = None
     cp_kind: str = "allgather"  # see CP_KINDS; no effect at cp 1
+    # Communication hidden behind computation, as the frameworks overlap it (parallel.core.perf):
+    # tp_overlap: TP/SP collectives split into chunks and run under the GEMMs they feed (Megatron-LM
+    # --tp-comm-overlap, torchtitan's async TP); grad_reduce_overlap: the data-parallel gradient
+    # reduction bucket by bucket during the last backward (Megatron --overlap-grad-reduce, DDP,
+    # FSDP2); param_gather_overlap: ZeRO's weight all-gather under the forward (Megatron
+    # --overlap-param-gather, FSDP2's prefetch); p2p_overlap: pipeline sends and receives under the
+    # neighbouring microbatch's work (Megatron's interleaved schedule, --overlap-p2p-communication).
+    tp_overlap: bool = False
+    grad_reduce_overlap: bool = False
+    param_gather_overlap: bool = False
+    p2p_overlap: bool = False
+    # Uneven pipeline stages (Megatron-LM --decoder-first/last-pipeline-num-layers): the first / last
+    # stage's transformer layers, the rest split evenly over the other stages; None = even.
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    # Megatron-LM --account-for-embedding/loss-in-pipeline-split: the embedding (the loss) counts as
+    # one layer of the split, so the first (last) stage holds one transformer layer fewer.
+    embedding_in_split: bool = False
+    loss_in_split: bool = False
+    # With recompute "full": recompute only this many layers of each virtual stage chunk, keeping the
+    # others' activations (Megatron-LM --recompute-method block --recompute-num-layers N; torchtitan's
+    # activation checkpointing of every k-th layer); None = every layer.
+    recompute_layers: int | None = None
 
     def __post_init__(self):
         _positive(self, "dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "ep")
@@ -91,6 +114,24 @@ class Plan:
             raise SpecError(f"Plan.fp8 must be one of {', '.join(FP8)}, got {self.fp8!r}")
         if self.cp_kind not in CP_KINDS:
             raise SpecError(f"Plan.cp_kind must be one of {', '.join(CP_KINDS)}, got {self.cp_kind!r}")
+        for name in (
+            "tp_overlap",
+            "grad_reduce_overlap",
+            "param_gather_overlap",
+            "p2p_overlap",
+            "embedding_in_split",
+            "loss_in_split",
+        ):
+            if not isinstance(getattr(self, name), bool):
+                raise SpecError(f"Plan.{name} must be true or false, got {getattr(self, name)!r}")
+        if self.recompute_layers is not None:
+            _positive(self, "recompute_layers")
+            if self.recompute != "full":
+                raise SpecError(f"Plan.recompute_layers needs recompute 'full', got {self.recompute!r}")
+        for name in ("first_stage_layers", "last_stage_layers"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise SpecError(f"Plan.{name} must be a non-negative integer or null, got {value!r}")
         try:
             parse_order(self.order)
         except TopologyError as err:
@@ -137,15 +178,32 @@ class Plan:
         if self.zero:
             parts.append(f"ZeRO-{self.zero}")
         if self.recompute != "none":
-            parts.append(f"rc-{self.recompute}")
+            parts.append(f"rc-{self.recompute}" + (f"{self.recompute_layers}" if self.recompute_layers else ""))
         if self.ep > 1:
             parts.append(f"EP{self.ep}")
         if self.etp is not None and self.etp != self.tp:
             parts.append(f"ETP{self.etp}")
         if self.fp8 != "none":
             parts.append("FP8" + ("-weights" if self.fp8 == "weights" else ""))
+        if self.uneven:
+            parts.append(
+                f"stages {self.first_stage_layers if self.first_stage_layers is not None else '='}"
+                f"/{self.last_stage_layers if self.last_stage_layers is not None else '='}"
+                if self.first_stage_layers is not None or self.last_stage_layers is not None
+                else "emb/loss in split"
+            )
         parts.append(f"mb{self.micro_batch}")
         return " ".join(parts)
+
+    @property
+    def uneven(self) -> bool:
+        """Whether the pipeline's first or last stage holds another number of layers than the rest."""
+        return (
+            self.first_stage_layers is not None
+            or self.last_stage_layers is not None
+            or self.embedding_in_split
+            or self.loss_in_split
+        )
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -179,6 +237,16 @@ class PlanColumns:
     ep: Any = 1  # an array, or one degree shared by all rows
     etp: int | None = None  # shared; None = each row's tp
     cp_kind: Any = "allgather"  # an array of CP_KINDS names, or one shared by all rows
+    tp_overlap: bool = False  # the overlaps are shared by all rows (Plan's fields)
+    grad_reduce_overlap: bool = False
+    param_gather_overlap: bool = False
+    p2p_overlap: bool = False
+    # uneven stages: arrays with -1 where a row splits evenly, or None (every row even)
+    first_stage_layers: Any = None
+    last_stage_layers: Any = None
+    embedding_in_split: bool = False
+    loss_in_split: bool = False
+    recompute_layers: int | None = None  # shared by all rows
 
     @property
     def expert_tp(self) -> Any:
@@ -216,3 +284,62 @@ class PlanColumns:
             _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
             memo["rows"] = (np.stack(cols, axis=1)[first], inverse.reshape(-1))
         return memo["rows"]
+
+
+def stage_layer_counts(layers: int, plan: Plan | PlanColumns) -> tuple[Any, Any, Any]:
+    """Transformer layers on the (first, every middle, last) pipeline stage, as Megatron-LM builds
+    them (megatron/core/transformer/transformer_block.py, get_num_layers_to_build): the given first /
+    last counts and the rest split evenly over the other stages; with the embedding / loss in the
+    split, (layers + those) / pp slots a stage, one of them not a layer on the first / last stage;
+    else layers / pp each. At pp 1 the one stage holds every layer. Arrays for a PlanColumns (rows
+    a count cannot split evenly get a fractional middle: validate refuses them)."""
+    p = plan.pp
+    first_set, last_set = plan.first_stage_layers, plan.last_stage_layers
+    if isinstance(plan, PlanColumns):
+        f = np.asarray(-1 if first_set is None else first_set)
+        lst = np.asarray(-1 if last_set is None else last_set)
+        has_f, has_l = f >= 0, lst >= 0
+    else:
+        f, lst = (first_set if first_set is not None else -1), (last_set if last_set is not None else -1)
+        has_f, has_l = first_set is not None, last_set is not None
+    e, ls = int(plan.embedding_in_split), int(plan.loss_in_split)
+    even = layers / p if isinstance(plan, PlanColumns) else layers // p if layers % p == 0 else layers / p
+    slots = (layers + e + ls) / p
+    rest = layers - np.where(has_f, f, 0) - np.where(has_l, lst, 0)
+    left = p - np.asarray(has_f, dtype=np.int64) - np.asarray(has_l, dtype=np.int64)
+    uneven_mid = np.where(left > 0, rest / np.maximum(left, 1), 0.0)
+    explicit = np.asarray(has_f) | np.asarray(has_l)
+    middle = np.where(explicit, uneven_mid, slots if (e or ls) else even)
+    first = np.where(has_f, f, np.where(explicit, uneven_mid, slots - e if (e or ls) else even))
+    last = np.where(has_l, lst, np.where(explicit, uneven_mid, slots - ls if (e or ls) else even))
+    one = p == 1
+    first = np.where(one, layers, first)
+    last = np.where(one, layers, last)
+    if not isinstance(plan, PlanColumns):
+        return _num(first), _num(middle), _num(last)
+    return first.astype(np.float64), middle.astype(np.float64), last.astype(np.float64)
+
+
+def _num(x: Any) -> int | float:
+    """A 0-d result as a Python int when whole, else a float."""
+    x = float(x)
+    return int(x) if x.is_integer() else x
+
+
+def layers_on_stage(layers: int, plan: Plan | PlanColumns, stage: Any) -> Any:
+    """Transformer layers on pipeline stage `stage` (an int, or one per row): stage_layer_counts'."""
+    first, middle, last = stage_layer_counts(layers, plan)
+    if isinstance(plan, PlanColumns) or np.ndim(stage):
+        return np.where(stage == 0, first, np.where(stage == plan.pp - 1, last, middle))
+    return first if stage == 0 else last if stage == plan.pp - 1 else middle
+
+
+def recomputed_share(layers: int, plan: Plan | PlanColumns) -> Any:
+    """The share of layers whose forward is recomputed: 1 under recompute "full" (every layer, or
+    recompute_layers of each virtual stage chunk of layers / (pp x vpp)), 0 otherwise."""
+    full = plan.recompute == "full"
+    if plan.recompute_layers is None:
+        return np.where(full, 1.0, 0.0) if isinstance(plan, PlanColumns) else float(full)
+    chunk = np.maximum(layers / (plan.pp * plan.vpp), 1.0)
+    share = np.minimum(plan.recompute_layers, chunk) / chunk
+    return np.where(full, share, 0.0) if isinstance(plan, PlanColumns) else float(share) * full

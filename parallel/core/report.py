@@ -93,7 +93,7 @@ def plan_report(plan: Plan, model: Model, cluster: Cluster, options: Options = O
     stages = memory_per_stage(model, plan, options.activations)
     worst = max(stages, key=lambda r: r["total"])
     rows = comm_per_step(model, plan, cluster, options.comm)
-    timing = step_time(model, plan, cluster, options.perf, options.comm, comm_rows=rows)
+    timing = step_time(model, plan, cluster, options.perf, options.comm, options.activations)
     topo = plan.topology(cluster.gpus_per_node)
     out.update(
         {

@@ -2,8 +2,9 @@
 
 For one layer, one microbatch of b sequences of s tokens, on one GPU of a TP group of size t:
 
-    compute   hardware FLOPs of forward + backward (+ the recomputed forward) / t, at `mfu` of the
-              GPU's peak (parallel.core.perf: Narayanan et al. 2021, Eq. 3, term by term)
+    compute   forward + backward (+ the recomputed forward) of the layer's GEMMs, attention core and
+              element-wise kernels on one TP rank, timed from their shapes on the cluster's device
+              (parallel.core.compute), or every FLOP at `mfu` of the peak when given
     TP comm   the layer's TP collectives by the alpha-beta ring model (parallel.core.comm): without SP
               4 all-reduces of b*s*h elements (Shoeybi et al. 2019, Sec. 3); with SP 4 all-gathers +
               4 reduce-scatters of the same volume (Korthikanti et al. 2022, Sec. 4.2.2), plus the
@@ -23,7 +24,8 @@ from __future__ import annotations
 import pandas as pd
 
 from parallel.core.comm import CommOptions, bus_factor, collective_seconds, comm_per_step
-from parallel.core.perf import PerfOptions, layer_forward_flops
+from parallel.core.memory import ActivationOptions
+from parallel.core.perf import PerfOptions, stage_cost
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Model
 from parallel.core.validate import _shape_errors
@@ -47,12 +49,12 @@ COLUMNS = (
 )
 
 
-def layer_compute_seconds(model: Model, plan: Plan, cluster: Cluster, perf: PerfOptions = PerfOptions()) -> float:
-    """Forward + backward (+ recomputed forward) of one layer for one microbatch on one TP rank."""
-    f = layer_forward_flops(model, model.seq_len // plan.cp, plan.micro_batch)
-    fwd = f["gemm"] + f["attention"]
-    extra = {"none": 0.0, "selective": f["attention"], "full": fwd}[plan.recompute]
-    return (3 * fwd + extra) / plan.tp / (cluster.peak_flops * perf.mfu)
+def layer_compute_seconds(
+    model: Model, plan: Plan, cluster: Cluster, perf: PerfOptions = PerfOptions(), acts: ActivationOptions | None = None
+) -> float:
+    """Forward + backward (+ recomputed forward) of one layer for one microbatch on one TP rank: the
+    per-operator model of parallel.core.compute on the cluster's device (or perf.mfu's flat one)."""
+    return float(stage_cost(model, plan, cluster, perf, acts or ActivationOptions()).layer)
 
 
 def tp_busbw(n: int, nbytes: float, cluster: Cluster, link: str) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 GB = 1e9
 GiB = 2**30
@@ -79,9 +80,13 @@ class Model:
     # Whether the output layer shares the input embedding's weights; None = the arch's way (GPT ties,
     # Llama does not). Qwen3's small models (0.6B-4B) tie theirs.
     tie_embeddings: bool | None = None
+    # Megatron-LM pads the vocabulary to a multiple of --make-vocab-size-divisible-by (128) x tp, so
+    # every TP rank holds an equal slice of the embedding and the logits (megatron/training/
+    # tokenizer: _vocab_size_with_padding); 1 = no padding (torchtitan, this project's engine).
+    vocab_divisor: int = 128
 
     def __post_init__(self):
-        _positive(self, "layers", "hidden", "heads", "vocab", "seq_len", "dtype_bytes")
+        _positive(self, "layers", "hidden", "heads", "vocab", "seq_len", "dtype_bytes", "vocab_divisor")
         if not isinstance(self.dropout, bool):
             raise SpecError(f"Model.dropout must be true or false, got {self.dropout!r}")
         if self.kv_heads is None:
@@ -110,6 +115,12 @@ class Model:
             raise SpecError(f"top_k {self.top_k} is more than the {self.experts} experts")
         if self.dense_layers > self.layers:
             raise SpecError(f"dense_layers {self.dense_layers} is more than the {self.layers} layers")
+
+    def padded_vocab(self, tp: Any = 1) -> Any:
+        """The vocabulary the embedding and the logits are built with on `tp` ranks: `vocab` rounded up
+        to a multiple of vocab_divisor x tp (Megatron-LM's padding); `tp` may be a numpy array."""
+        multiple = self.vocab_divisor * tp
+        return -(-self.vocab // multiple) * multiple
 
     @property
     def head_dim(self) -> int:
@@ -184,23 +195,25 @@ class Model:
         per_moe = self.moe_layer_params_besides_experts() + self.expert_params_per_layer()
         return (self.layers - moe) * self.params_per_layer() + moe * per_moe
 
-    def active_params_total(self) -> int:
+    def active_params_total(self, tp: int = 1) -> int:
         """Weights one token passes through: top_k routed experts instead of all of them."""
         routed_unused = (self.experts - self.top_k) * self.mlp_matrix_params(self.expert_width)
-        return self.params_total() - self.moe_layers * routed_unused
+        return self.params_total(tp) - self.moe_layers * routed_unused
 
-    def embedding_params(self) -> int:
-        """Input embedding (plus GPT's learned positions); the output layer is tied for GPT."""
+    def embedding_params(self, tp: int = 1) -> int:
+        """Input embedding of the padded vocabulary (plus GPT's learned positions); the output layer
+        is tied for GPT."""
         pos = self.seq_len * self.hidden if self.arch == "gpt" else 0
-        return self.vocab * self.hidden + pos
+        return self.padded_vocab(tp) * self.hidden + pos
 
-    def output_params(self) -> int:
+    def output_params(self, tp: int = 1) -> int:
         """Final norm and, if untied, the output projection."""
         norm = 2 * self.hidden if self.arch == "gpt" else self.hidden
-        return norm + (0 if self.tied_embeddings else self.vocab * self.hidden)
+        return norm + (0 if self.tied_embeddings else self.padded_vocab(tp) * self.hidden)
 
-    def params_total(self) -> int:
-        return self.layer_params_total() + self.embedding_params() + self.output_params()
+    def params_total(self, tp: int = 1) -> int:
+        """Every weight, the embedding of the vocabulary as padded for `tp` ranks."""
+        return self.layer_params_total() + self.embedding_params(tp) + self.output_params(tp)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -239,6 +252,9 @@ class Cluster:
     intra: Link  # inside a node (NVLink / loopback)
     inter: Link  # between nodes (InfiniBand / the lab's shaped veth)
     device: str = "gpu"  # "gpu" or "cpu" (gloo over loopback)
+    # the accelerator (parallel.core.devices preset): its HBM bandwidth, fp8 peak and kernel
+    # efficiencies time each operator; "" = a generic GPU of peak_flops (devices.cluster_device)
+    gpu: str = ""
 
     def __post_init__(self):
         _positive(self, "nodes", "gpus_per_node", "gpu_memory_bytes")
@@ -396,8 +412,9 @@ MODELS: dict[str, Model] = {
         attention_head_dim=128,
     ),
     # What the CPU jobs train: every degree in {1, 2, 4} of dp/tp/pp/cp divides it, SP and
-    # load-balanced CP included (seq 64 % (2*cp*tp) == 0 for cp, tp <= 4). fp32 on CPU.
-    "tiny": Model(name="tiny", layers=4, hidden=64, heads=4, vocab=512, seq_len=64, dtype_bytes=4),
+    # load-balanced CP included (seq 64 % (2*cp*tp) == 0 for cp, tp <= 4). fp32 on CPU; the engine
+    # builds the vocabulary as given (no padding).
+    "tiny": Model(name="tiny", layers=4, hidden=64, heads=4, vocab=512, seq_len=64, dtype_bytes=4, vocab_divisor=1),
     # tiny's Llama twin: GQA (8 query heads on 4 K/V heads), SwiGLU of 3h (Llama's ~8h/3 rounded to a
     # multiple of 64), RMSNorm, RoPE, no biases, no dropout, untied output layer
     "tiny-llama": Model(
@@ -412,41 +429,50 @@ MODELS: dict[str, Model] = {
         dtype_bytes=4,
         arch="llama",
         dropout=False,
+        vocab_divisor=1,  # the engine does not pad (parallel.engine.api refuses vocab % tp)
     ),
 }
 
 
-def _dgx(name, memory_gib, peak_tflops, nvlink_gbps, ib_gbps):
+def _node(name, gpu, memory_bytes, peak_tflops, intra_gbps, inter_gbps, *, gpus=8, intra="NVLink", inter="InfiniBand"):
     # Latencies: order-of-magnitude per-hop NCCL latencies (NVLink ~ 3 us, IB ~ 8 us); fit your
     # own with `python -m profiler commbench` for real numbers.
     return Cluster(
         name=name,
         nodes=1,
-        gpus_per_node=8,
-        gpu_memory_bytes=int(memory_gib * GiB),
+        gpus_per_node=gpus,
+        gpu_memory_bytes=int(memory_bytes),
         peak_flops=peak_tflops * 1e12,
-        intra=Link(nvlink_gbps * GB, 3e-6, "NVLink"),
-        inter=Link(ib_gbps * GB, 8e-6, "InfiniBand"),
+        intra=Link(intra_gbps * GB, 3e-6, intra),
+        inter=Link(inter_gbps * GB, 8e-6, inter),
+        gpu=gpu,
     )
 
 
 CLUSTERS: dict[str, Cluster] = {
     # DGX A100: NVLink3 600 GB/s bidirectional = 300 GB/s per direction; 8x HDR 200 Gb/s = 25 GB/s
     # per GPU; A100 80GB, 312 TFLOP/s dense bf16 (NVIDIA A100 datasheet).
-    "dgx-a100": _dgx("dgx-a100", 80, 312, 300, 25),
+    "dgx-a100": _node("dgx-a100", "a100-sxm-80gb", 80 * GiB, 312, 300, 25),
+    # DGX A100 40GB: the same node with the 40 GB A100 (HBM2, 1.56 TB/s).
+    "dgx-a100-40gb": _node("dgx-a100-40gb", "a100-sxm-40gb", 40 * GiB, 312, 300, 25),
     # DGX H100: NVLink4 900 GB/s bidirectional = 450 GB/s per direction; 8x NDR 400 Gb/s = 50 GB/s
     # per GPU; H100 SXM 80GB, 989 TFLOP/s dense bf16 (NVIDIA H100 datasheet).
-    "dgx-h100": _dgx("dgx-h100", 80, 989, 450, 50),
+    "dgx-h100": _node("dgx-h100", "h100-sxm", 80 * GiB, 989, 450, 50),
     # DGX H200: as H100 (same NVLink4, NDR, 989 TFLOP/s) with 141 GB HBM3e (NVIDIA H200 datasheet).
-    "dgx-h200": Cluster(
-        name="dgx-h200",
-        nodes=1,
-        gpus_per_node=8,
-        gpu_memory_bytes=141 * 10**9,
-        peak_flops=989e12,
-        intra=Link(450 * GB, 3e-6, "NVLink"),
-        inter=Link(50 * GB, 8e-6, "InfiniBand"),
-    ),
+    "dgx-h200": _node("dgx-h200", "h200-sxm", 141 * 10**9, 989, 450, 50),
+    # DGX B200: NVLink5 1.8 TB/s bidirectional = 900 GB/s per direction; 8x ConnectX-7 400 Gb/s =
+    # 50 GB/s per GPU; B200 180 GB, 2.25 PFLOP/s dense bf16 (NVIDIA DGX B200 datasheet).
+    "dgx-b200": _node("dgx-b200", "b200", 180 * 10**9, 2250, 900, 50),
+    # GB200 / GB300 NVL72: one NVLink5 domain of 72 GPUs (900 GB/s per direction each); a "node"
+    # here is the 64-GPU slice of a rack a job usually takes (16 of its 18 compute trays; give
+    # --gpus-per-node 72 for the whole rack); 400 Gb/s (GB200) / 800 Gb/s (GB300) ConnectX per GPU
+    # across racks (NVIDIA GB200 / GB300 NVL72 datasheets).
+    "gb200-nvl72": _node("gb200-nvl72", "gb200", 186 * 10**9, 2500, 900, 50, gpus=64),
+    "gb300-nvl72": _node("gb300-nvl72", "gb300", 288 * 10**9, 2500, 900, 100, gpus=64),
+    # AMD Instinct MI300X platform: 8 GPUs fully connected by Infinity Fabric, 7 links of 64 GB/s per
+    # direction each (896 GB/s aggregate bidirectional: 448 per direction); 400 Gb/s NIC per GPU;
+    # MI300X 192 GB, 1,307 TFLOP/s dense bf16 (AMD MI300X datasheet).
+    "mi300x": _node("mi300x", "mi300x", 192 * 10**9, 1307.4, 448, 50, intra="Infinity Fabric", inter="RoCE"),
     # This machine: ranks are processes talking gloo over loopback (~2.2 GiB/s, ~50 us per message,
     # measured here); "GPU memory" is the host's 24 GiB; peak ~ 2 cores x 32 fp32 FLOP/cycle x 3 GHz.
     "local-cpu": Cluster(

@@ -52,11 +52,8 @@ def _shape_errors(plan: Plan, model: Model) -> list[str]:
         )
     if m.ffn_hidden % p.tp:
         errors.append(f"ffn_hidden {m.ffn_hidden} is not divisible by tp {p.tp}")
-    if m.layers % (p.pp * p.vpp):
-        errors.append(
-            f"layers {m.layers} are not divisible by pp×vpp = {p.pp}×{p.vpp} = {p.pp * p.vpp}: "
-            f"every (virtual) pipeline stage needs the same number of layers"
-        )
+    errors += _pipeline_split_errors(p, m)
+    errors += _expert_layout_errors(p)
     if p.sp and p.tp == 1:
         errors.append("sequence parallelism (sp) needs tp > 1: it shards along the sequence across the TP group")
     if p.cp > 1 and m.seq_len % (2 * p.cp):
@@ -110,6 +107,74 @@ def _shape_errors(plan: Plan, model: Model) -> list[str]:
                 f"layout is etp × ep × expert-dp × pp over the same ranks (Megatron-LM)"
             )
     return errors
+
+
+def _expert_layout_errors(p: Plan) -> list[str]:
+    """Megatron-LM builds the MoE layers' ranks (tp=etp, ep, dp = world/(etp·ep·pp), pp) in the same
+    order as the rest and refuses a layout whose two data-parallel sizes differ unless pp is the
+    slowest axis (megatron/core/parallel_state.py, right after the expert RankGenerator): it applies to
+    dense models too, where the expert-data-parallel size is dp·cp."""
+    if p.pp == 1 or p.order.strip().lower().endswith("pp"):
+        return []
+    expert_dp = p.world_size // (p.expert_tp * p.ep * p.pp)
+    if expert_dp == p.dp:
+        return []
+    why = ", ".join(w for w, on in (("cp > 1", p.cp > 1), ("ep > 1", p.ep > 1), ("etp < tp", p.expert_tp < p.tp)) if on)
+    return [
+        f"rank order {p.order} does not end with pp and pp = {p.pp} > 1, so Megatron-LM needs the expert layout's "
+        f"data-parallel size world/(etp×ep×pp) = {p.world_size}/({p.expert_tp}×{p.ep}×{p.pp}) = {expert_dp} to equal "
+        f'dp {p.dp} ({why}): it refuses this layout ("When not using pp-last rank ordering, the data parallel '
+        f'size of the attention and moe layers must be the same"); use a pp-last order such as tp-cp-ep-dp-pp'
+    ]
+
+
+def _pipeline_split_errors(p: Plan, m: Model) -> list[str]:
+    """How the layers split over the stages, Megatron-LM's rules (get_num_layers_to_build)."""
+    explicit = p.first_stage_layers is not None or p.last_stage_layers is not None
+    if not p.uneven:
+        if m.layers % (p.pp * p.vpp):
+            hint = " (or give uneven first/last stages)" if p.pp > 1 else ""
+            return [
+                f"layers {m.layers} are not divisible by pp×vpp = {p.pp}×{p.vpp} = {p.pp * p.vpp}: "
+                f"every (virtual) pipeline stage needs the same number of layers{hint}"
+            ]
+        return []
+    if p.pp == 1:
+        return ["uneven pipeline stages (first/last stage layers, embedding or loss in the split) need pp > 1"]
+    if explicit and (p.embedding_in_split or p.loss_in_split):
+        return [
+            "first/last stage layers cannot be combined with the embedding or loss in the pipeline split "
+            "(Megatron-LM refuses the two together)"
+        ]
+    if explicit:
+        given = {"first": p.first_stage_layers, "last": p.last_stage_layers}
+        given = {k: v for k, v in given.items() if v is not None}
+        rest, left = m.layers - sum(given.values()), p.pp - len(given)
+        if rest < 0:
+            return [
+                f"first/last stage layers {' + '.join(map(str, given.values()))} exceed the model's {m.layers} layers"
+            ]
+        if left and rest % left:
+            return [
+                f"layers {m.layers} less the {' and '.join(f'{k} stage’s {v}' for k, v in given.items())} leave "
+                f"{rest} for the other {left} stages: not divisible"
+            ]
+        counts = {**given, **({"middle": rest // left} if left else {})}
+    else:
+        slots = m.layers + int(p.embedding_in_split) + int(p.loss_in_split)
+        if slots % p.pp:
+            return [
+                f"layers {m.layers} + {slots - m.layers} (embedding/loss in the split) = {slots} are not divisible "
+                f"by pp {p.pp}"
+            ]
+        counts = {"every": slots // p.pp}
+    bad = {k: v for k, v in counts.items() if v % p.vpp}
+    if bad:
+        return [
+            f"vpp {p.vpp}: the {', '.join(f'{k} stage’s {v} layers' for k, v in bad.items())} are not divisible "
+            f"by vpp (each virtual stage needs the same number of layers)"
+        ]
+    return []
 
 
 def _layout_warnings(plan: Plan, model: Model, cluster: Cluster) -> list[str]:

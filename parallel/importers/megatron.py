@@ -10,8 +10,12 @@ the plan, read as Megatron-LM's `arguments.py` reads them:
 * `--sequence-parallel` is switched off when tp = 1 (Megatron-LM does the same).
 * `--use-distributed-optimizer` -> ZeRO-1; `--use-torch-fsdp2` -> ZeRO-3;
   `--data-parallel-sharding-strategy optim|optim_grads|optim_grads_params` -> ZeRO 1|2|3.
-* vocab: `--vocab-size`, or GPT-2 BPE (50257) with `--vocab-file/--merge-file`, padded to a multiple
-  of `--make-vocab-size-divisible-by` (128) × tp as Megatron-LM pads it.
+* vocab: `--vocab-size`, or GPT-2 BPE (50257) with `--vocab-file/--merge-file`; the model pads it
+  to a multiple of `--make-vocab-size-divisible-by` (128) × tp as Megatron-LM does (Model.vocab_divisor).
+* overlap: `--tp-comm-overlap`, `--overlap-grad-reduce`, `--overlap-param-gather` and the
+  interleaved schedule's P2P (on unless `--no-overlap-p2p-communication`) -> the plan's overlap fields.
+* uneven stages: `--decoder-first/last-pipeline-num-layers`, `--account-for-embedding/loss-in-
+  pipeline-split`; `--recompute-method block --recompute-num-layers N` -> recompute_layers.
 * `--swiglu` -> the llama architecture (gated MLP; ffn default int(8h/3/64)·64), else gpt.
 * `--cp-comm-type p2p|a2a|allgather|a2a+p2p` (default p2p) -> the plan's cp_kind ring | ulysses |
   allgather | ring (hierarchical, noted).
@@ -96,6 +100,11 @@ USED = {  # flag -> (type, key)
     "--no-bias-swiglu-fusion": ("true", "no_swiglu_fusion"),
     "--decoder-first-pipeline-num-layers": ("int", "first_stage_layers"),
     "--decoder-last-pipeline-num-layers": ("int", "last_stage_layers"),
+    "--account-for-embedding-in-pipeline-split": ("true", "embedding_in_split"),
+    "--account-for-loss-in-pipeline-split": ("true", "loss_in_split"),
+    "--overlap-param-gather": ("true", "overlap_param_gather"),
+    "--overlap-p2p-communication": ("true", "overlap_p2p"),
+    "--no-overlap-p2p-communication": ("true", "no_overlap_p2p"),
 }
 # Recognised, and without effect on memory, communication or time in the plan model.
 IGNORED = re.compile(
@@ -104,7 +113,7 @@ IGNORED = re.compile(
     r"use-mcore|use-legacy|distributed-|loss-scale|initial-loss-scale|hysteresis|no-|fp8-|rotary-|apply-|manual-gc|"
     r"empty-unused|transformer-impl|optimizer|sgd-|decoupled-|cross-entropy|calculate-per-token|grad-reduce-in|bias-|"
     r"masked-softmax|attention-softmax|accumulate-allreduce|DDP-impl|rerun-|tiktoken|use-checkpoint-args|finetune|"
-    r"vocab-extra|moe-|overlap-param-gather|position-embedding-type|add-bias|add-qkv-bias|qk-layernorm|"
+    r"vocab-extra|moe-|position-embedding-type|add-bias|add-qkv-bias|qk-layernorm|"
     r"use-rotary|timing-log|override-opt|use-cpu-init|use-contiguous|log_|micro-batch-size-|"
     r"keep-fp8|use-precision-aware|main-grads|main-params|exp-avg|ddp-|fp16-lm|fp32-residual|"
     r"squared-relu|openai-gelu|onnx|recompute-modules|align-|delay-|defer-|check-for|result-rejected|"
@@ -385,24 +394,37 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
     elif vocab is None:
         vocab = 51200
         r.notes.append("no --vocab-size and an unknown tokenizer: vocabulary 51200 assumed")
-    divisor = get.get("vocab_divisor", 128) * tp
-    padded = -(-vocab // divisor) * divisor
+    shape["vocab"] = vocab
+    shape["vocab_divisor"] = get.get("vocab_divisor", 128)
+    multiple = shape["vocab_divisor"] * tp
+    padded = -(-vocab // multiple) * multiple
     if padded != vocab:
         r.notes.append(
             f"vocabulary {vocab} padded to {padded}, a multiple of make-vocab-size-divisible-by × tp = "
-            f"{divisor}, as Megatron-LM pads it"
+            f"{multiple}, as Megatron-LM pads it"
         )
-    shape["vocab"] = padded
     try:
         candidate = Model(name="imported", **shape)
     except SpecError as err:
         raise r.fail(launch_line, f"the model's shape is not valid: {err}") from None
-    exact = next((m for m in MODELS.values() if dataclasses.replace(candidate, name=m.name) == m), None)
+    # a preset it is, when they differ at most in a vocabulary that pads to the same size at this tp
+    exact = next(
+        (
+            m
+            for m in MODELS.values()
+            if dataclasses.replace(candidate, name=m.name, vocab=m.vocab) == m
+            and m.padded_vocab(tp) == candidate.padded_vocab(tp)
+        ),
+        None,
+    )
     if exact:
         return exact
     if like is not None:
         diff = ",".join(
-            f"{k}={shape[k]}" for k in ("seq_len", "vocab", "dtype_bytes", "dropout") if getattr(like, k) != shape[k]
+            f"{k}={shape[k]}"
+            for k in ("seq_len", "vocab", "dtype_bytes", "dropout")
+            if getattr(like, k) != shape[k]
+            and not (k == "vocab" and like.padded_vocab(tp) == candidate.padded_vocab(tp))
         )
         name = f"{like.name} ({diff})"
     else:
@@ -447,15 +469,12 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
                 line["recompute"], f"--recompute-granularity must be full or selective, got {get['recompute']!r}"
             )
         recompute = get["recompute"]
-    if (
-        recompute == "full"
-        and "recompute_layers" in get
-        and get.get("recompute_method") == "block"
-        and get["recompute_layers"] < layers // (pp * vpp)
-    ):
+    recompute_layers = None
+    if recompute == "full" and "recompute_layers" in get and get.get("recompute_method") == "block":
+        recompute_layers = get["recompute_layers"]
         r.notes.append(
-            f"--recompute-method block --recompute-num-layers {get['recompute_layers']}: only some layers "
-            f"recomputed; modelled as full recompute of every layer"
+            f"--recompute-method block --recompute-num-layers {recompute_layers}: that many layers of each "
+            f"virtual stage recomputed, the others' activations kept"
         )
     plan = dict(
         tp=tp,
@@ -472,6 +491,16 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         ep=get.get("ep", 1),
         etp=get.get("etp"),
         cp_kind=_cp_kind(get, line, cp, r),
+        recompute_layers=recompute_layers,
+        tp_overlap=bool(get.get("tp_comm_overlap")) and tp > 1,
+        grad_reduce_overlap=bool(get.get("overlap_grad_reduce")),
+        param_gather_overlap=bool(get.get("overlap_param_gather")),
+        # Megatron-LM overlaps the interleaved schedule's sends and receives unless told not to
+        p2p_overlap=vpp > 1 and not get.get("no_overlap_p2p"),
+        first_stage_layers=get.get("first_stage_layers"),
+        last_stage_layers=get.get("last_stage_layers"),
+        embedding_in_split=bool(get.get("embedding_in_split")),
+        loss_in_split=bool(get.get("loss_in_split")),
     )
     if get.get("fp8"):
         plan["fp8"] = "weights" if get.get("fp8_params") else "gemm"
@@ -484,22 +513,17 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
                 else "; each GEMM weight keeps an FP8 copy (1 byte) beside its bf16 weight"
             )
         )
-    for key, text in (
-        (
-            "overlap_grad_reduce",
-            "--overlap-grad-reduce: give the plan --dp-overlap to model the hidden gradient reduction",
-        ),
-        ("tp_comm_overlap", "--tp-comm-overlap: TP communication overlap is not modelled (it counts as exposed)"),
-        ("rampup", "--rampup-batch-size: the plan uses the final global batch"),
-        ("first_stage_layers", "uneven pipeline stages are not modelled: layers split evenly"),
-        ("last_stage_layers", "uneven pipeline stages are not modelled: layers split evenly"),
-    ):
+    if get.get("tp_comm_overlap") and not sp:
+        r.notes.append(f"line {line['tp_comm_overlap']}: --tp-comm-overlap needs --sequence-parallel in Megatron-LM")
+    for key, text in (("rampup", "--rampup-batch-size: the plan uses the final global batch"),):
         if key in get:
             r.notes.append(f"line {line[key]}: {text}")
     options = {}
     backend = get.get("attention_backend")
     if get.get("flash") or backend in ("flash", "fused", "auto"):
         options["flash_attention"] = True
+        # flash: the flash-attn package (FlashAttention-2); fused / auto: cuDNN through Transformer Engine
+        options["attention_kernel"] = "fa2" if get.get("flash") or backend == "flash" else "fused"
     if _no_dropout(get):
         options["dropout"] = False
     if get.get("no_swiglu_fusion") and get.get("swiglu"):

@@ -12,7 +12,11 @@ Read as torchtitan's `JobConfig` reads it (torchtitan/config/job_config.py):
   Without PP one microbatch is the local batch; with PP, pipeline_parallel_microbatch_size.
 * `pipeline_parallel_schedule`: 1F1B, GPipe, or a looped schedule (Interleaved1F1B, ...) whose
   stages per rank come from pipeline_parallel_layers_per_stage (default 2).
-* `[activation_checkpoint] mode`: none | selective | full (torchtitan's default: selective).
+* `[activation_checkpoint] mode`: none | selective | full (torchtitan's default: selective); selective
+  checkpoints every k-th block (selective_ac_option = k) or, per op, saves every other matmul: a
+  partial full recompute (recompute_layers) of that share of the layers.
+* FSDP2 and DDP overlap their collectives with backward (and FSDP2 prefetches its gathers):
+  grad_reduce_overlap, param_gather_overlap; enable_async_tensor_parallel -> tp_overlap.
 * `[model] name/flavor`: llama3 8B / 70B / 405B, llama4 17bx16e / 17bx128e, qwen3 32B / 235B-A22B,
   deepseek_v3 671B -> the presets; seq_len from [training]. `expert_parallel_degree` -> the plan's ep.
 * `[training] mixed_precision_reduce` (default float32) -> the plan's main_grads. FSDP2 keeps the
@@ -20,7 +24,8 @@ Read as torchtitan's `JobConfig` reads it (torchtitan/config/job_config.py):
   fp32 master copy in the optimizer, 2 bytes per parameter / N more (noted).
 * Sep 2024 TOMLs keep pipeline_parallel_degree (and schedule, microbatches, CP, async TP) under
   `[experimental]`; they are read from there.
-* Llama 3 in torchtitan has no dropout and uses SDPA (flash): hints flash_attention, no dropout.
+* Llama 3 in torchtitan has no dropout and uses SDPA (flash): hints flash_attention, no dropout, and
+  attention_kernel fa2 (SDPA's FlashAttention-2 back end); the vocabulary is not padded.
 * `context_parallel_rotate_method` allgather (default) | alltoall -> the plan's cp_kind allgather | ring.
 
 Keys it does not know, in the sections it reads, are listed; other torchtitan sections are skipped.
@@ -410,12 +415,18 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
         )
     if "mode" not in ac:
         notes.append("[activation_checkpoint] mode not set: torchtitan's default 'selective'")
+    recompute_layers = None
     if mode == "selective":
         option = str(ac.get("selective_ac_option", "2"))
-        notes.append(
-            f"torchtitan selective AC ({'per-op policy' if option == 'op' else f'every {option}th layer'}) "
-            f"modelled as Megatron-LM's selective recompute (the attention core recomputed)"
-        )
+        chunk = max(model.layers // (pp * vpp), 1)
+        if option.isdigit() and int(option) > 0:  # every k-th transformer block checkpointed whole
+            recompute_layers = max(chunk // int(option), 1)
+            how = f"every {option}th layer checkpointed: {recompute_layers} of each stage's {chunk} layers recomputed"
+        else:  # torchtitan's op policy saves every other matmul's output: about half the forward again
+            recompute_layers = max(chunk // 2, 1)
+            how = "the per-op policy (every other matmul saved) modelled as half the layers recomputed"
+        mode = "full"
+        notes.append(f"torchtitan selective AC: {how}")
     if replicate > 1 and shard != 1:
         notes.append(
             f"HSDP: ZeRO-3 over data_parallel_shard_degree × cp ranks, replicated {replicate}×; the plan "
@@ -433,10 +444,22 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
         )
     etp = t.int(data, "parallelism", "expert_tensor_parallel_degree", tp) if model.experts else None
     etp = None if etp == tp else etp  # None: the experts split as the rest of the layer (tp)
-    for key, why in (
-        ("enable_async_tensor_parallel", "async TP overlaps TP communication; it is counted as exposed"),
-        ("fsdp_reshard_after_forward", "FSDP reshard policy not modelled (ZeRO-3 gathers twice)"),
-    ):
+    async_tp = par.get("enable_async_tensor_parallel") is True and tp > 1
+    if async_tp:
+        notes.append("enable_async_tensor_parallel: TP communication overlapped with the GEMMs (plan tp_overlap)")
+    split = {}
+    if pp > 1 and model.layers % (pp * vpp):
+        less = (
+            par.get("pipeline_parallel_first_stage_less_layers", 1),
+            par.get("pipeline_parallel_last_stage_less_layers", 1),
+        )
+        if less == (1, 1) and (model.layers + 2) % (pp * vpp) == 0:
+            split = {"embedding_in_split": True, "loss_in_split": True}
+            notes.append(
+                f"{model.layers} layers over {pp * vpp} stages: the embedding and the output count as a layer "
+                "each (torchtitan's split), so the first and the last stage hold one transformer layer fewer"
+            )
+    for key, why in (("fsdp_reshard_after_forward", "FSDP reshard policy not modelled (ZeRO-3 gathers twice)"),):
         value = par.get(key)
         if value is True or (not isinstance(value, bool) and value not in (None, 1, "default", "allgather")):
             where = t.line_of(par_section, key) or t.line_of("experimental", key)
@@ -461,14 +484,25 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
             global_batch=gb or mb,
             vpp=vpp,
             recompute=mode,
+            recompute_layers=recompute_layers,
             schedule=schedule,
             main_grads=main_grads,
             ep=ep,
             etp=etp,
             cp_kind=cp_kind,
+            # FSDP2 prefetches the next gathers and reduce-scatters during backward; DDP buckets likewise
+            tp_overlap=async_tp,
+            grad_reduce_overlap=True,
+            param_gather_overlap=True,
+            **split,
         )
     except SpecError as err:
         raise t.fail("parallelism", None, str(err)) from None
+    notes.append(
+        "attention: PyTorch SDPA's flash back end (FlashAttention-2), as torch 2.5-2.9 pick it (cuDNN was opt-in); "
+        "the vocabulary unpadded (torchtitan builds it as the tokenizer gives it)"
+    )
+    model = dataclasses.replace(model, vocab_divisor=1)
     hint = re.search(r"preset for (\d+) ([\w-]+ )?GPUs", text)
     imported = Imported(
         kind="torchtitan",
@@ -481,7 +515,7 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
         recognised=seen,
         unknown=tuple(unknown),
         notes=tuple(notes),
-        options={"flash_attention": True, "dropout": False},
+        options={"flash_attention": True, "dropout": False, "attention_kernel": "fa2"},
         global_batch=gb,
         local_batch=local,
         fsdp_replicate=replicate,

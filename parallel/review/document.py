@@ -22,7 +22,7 @@ from parallel.core.comm import DIMS as COMM_DIMS
 from parallel.core.comm import CommOptions
 from parallel.core.memory import ActivationOptions, activation_bytes_per_layer, memory_per_gpu_bytes
 from parallel.core.perf import PerfOptions, flops_per_step
-from parallel.core.plan import RECOMPUTE, Plan
+from parallel.core.plan import RECOMPUTE, Plan, stage_layer_counts
 from parallel.core.report import Options, plan_report
 from parallel.core.specs import Cluster, GiB, Model, SpecError
 
@@ -202,6 +202,7 @@ def _rows(plan: Plan, rep: dict, model: Model) -> list[tuple[str, str, object]]:
         ("time", "bubble (s)", t.get("bubble_s")),
     ]
     rows += [("time", f"exposed {d.upper()} comm (s)", t.get(f"exposed_{d}_s")) for d in COMM_DIMS]
+    rows += [("time", "optimizer (s)", t.get("optimizer_s"))]
     per_dim = {}
     for r in rep["comm_per_step"] or []:
         key = (r["dim"], r["link"])
@@ -258,6 +259,7 @@ def compare_plans(
             ("exposed EP", "exposed_ep_s"),
             ("exposed PP", "exposed_pp_s"),
             ("exposed DP", "exposed_dp_s"),
+            ("optimizer", "optimizer_s"),
         )
     ]
     issues = [
@@ -309,6 +311,38 @@ def plan_rows(cmp: Comparison) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------ justification, from the numbers
+
+
+def stages_text(model: Model, plan: Plan) -> str:
+    """'12 layers', or the uneven stages' counts: '7 layers on the first stage, 8 in between, 7 on the last'."""
+    first, middle, last = stage_layer_counts(model.layers, plan)
+    if first == middle == last:
+        return f"{middle:g} layers"
+    inner = f", {middle:g} in between" if plan.pp > 2 else ""
+    return f"{first:g} layers on the first stage{inner}, {last:g} on the last"
+
+
+def compute_text(options: Options, timing: dict | None = None) -> str:
+    """How compute was timed: the explicit flat MFU, or per operator on the cluster's device."""
+    if options.perf.mfu is not None:
+        return f"every FLOP at an assumed {options.perf.mfu:.0%} of peak"
+    device = (timing or {}).get("compute_model")
+    return f"each operator timed from its shape on {device}" if device else "each operator timed from its shape"
+
+
+def dp_overlap_text(plan: Plan, options: Options) -> str:
+    """What of the DP traffic is assumed hidden, and why."""
+    if options.perf.dp_overlap is not None:
+        return f"with {options.perf.dp_overlap:.0%} assumed hidden behind backward"
+    hidden = [
+        w
+        for w, on in (
+            ("the gradient reduction under backward", plan.grad_reduce_overlap),
+            ("the weight gathers under forward", plan.param_gather_overlap),
+        )
+        if on
+    ]
+    return "with " + " and ".join(hidden) + " overlapped" if hidden else "not overlapped"
 
 
 def justify(
@@ -368,7 +402,7 @@ def justify(
             (
                 "PP",
                 f"PP={p.pp}{f' with {p.vpp} interleaved stages per rank' if p.vpp > 1 else ''}: "
-                f"{model.layers // p.pp} layers per GPU; the pipeline {link('pp')}; bubble "
+                f"{stages_text(model, p)} per GPU; the pipeline {link('pp')}; bubble "
                 f"(p−1)/(v·m) = ({p.pp}−1)/({p.vpp}·{p.microbatches}) = {rep['bubble_fraction']:.1%}, "
                 f"{pct(t['bubble_s'])}; point-to-point traffic {pct(t['exposed_pp_s'])}.",
             )
@@ -383,8 +417,7 @@ def justify(
             (
                 "DP",
                 f"DP={p.dp}: gradients are reduced over dp×cp = {nd} ranks on {LINK[dp_link]} ({how}); "
-                f"exposed {pct(t['exposed_dp_s'])}, with {options.perf.dp_overlap:.0%} assumed hidden "
-                f"behind backward.",
+                f"exposed {pct(t['exposed_dp_s'])}, {dp_overlap_text(p, options)}.",
             )
         )
     else:
@@ -461,8 +494,8 @@ def justify(
     out.append(
         (
             "time",
-            f"step time {step:.3f} s at MFU {t['mfu']:.1%} (compute {t['compute_s']:.3f} s at an assumed "
-            f"{options.perf.mfu:.0%} of peak).",
+            f"step time {step:.3f} s at MFU {t['mfu']:.1%} (compute {t['compute_s']:.3f} s, "
+            f"{compute_text(options, t)}).",
         )
     )
     return out
@@ -499,7 +532,8 @@ def review_markdown(review: Review, cmp: Comparison | None = None) -> str:
         f"**Cluster** {c.name}: {c.nodes} nodes × {c.gpus_per_node} GPUs = {c.gpus}, "
         f"{c.gpu_memory_bytes / GiB:.0f} GiB each, {c.intra.name} {c.intra.bandwidth_bytes_per_s / 1e9:.0f} GB/s, "
         f"{c.inter.name} {c.inter.bandwidth_bytes_per_s / 1e9:.0f} GB/s per GPU per direction.  ",
-        f"**Assumptions** MFU {review.options.perf.mfu:.0%}, DP overlap {review.options.perf.dp_overlap:.0%}, "
+        f"**Assumptions** compute {compute_text(review.options)}, DP overlap "
+        f"{'from each plan' if review.options.perf.dp_overlap is None else f'{review.options.perf.dp_overlap:.0%}'}, "
         f"flash attention {'on' if review.options.activations.flash_attention else 'off'}, "
         f"dropout {'on' if review.options.activations.has_dropout(m) else 'off'}.",
     ]

@@ -172,6 +172,7 @@ def candidates(
 ) -> tuple[pd.DataFrame, list[dict]]:
     """Every structurally valid plan (all of validate's shape rules hold) and the funnel that built it."""
     funnel: list[dict] = []
+    c_etp = None  # the search keeps the experts' TP at tp
     base = []  # (dp, tp, pp, cp, mb, vpp, ep, cp_kind)
     n_mb = 0
     for tp, pp, cp, dp in _degrees(model, world, global_batch, c, funnel):
@@ -197,6 +198,17 @@ def candidates(
     )
     cols = ["dp", "tp", "pp", "cp", "micro_batch", "vpp", "ep", "ck"]
     b = np.array(base, dtype=np.int64).reshape(-1, len(cols))
+    if not c.order.strip().lower().endswith("pp"):  # validate._expert_layout_errors: Megatron-LM refuses them
+        dp, tp, pp, cp, ep = b[:, 0], b[:, 1], b[:, 2], b[:, 3], b[:, 6]
+        etp = tp if c_etp is None else c_etp
+        b = b[(pp == 1) | ((dp * tp * pp * cp) // (etp * ep * pp) == dp)]
+        funnel.append(
+            {
+                "constraint": f"rank order {c.order} is not pp-last: with pp > 1 the expert layout's data-parallel "
+                "size must equal dp (no cp, ep or etp < tp), as Megatron-LM requires",
+                "remaining": len(b),
+            }
+        )
     zero = np.array(c.zero, dtype=np.int64)
     rc = np.array([RECOMPUTE.index(r) for r in c.recompute], dtype=np.int64)
     n_cat = 2 * len(zero) * len(rc)
@@ -256,7 +268,7 @@ def evaluate(
     formulas (memory_per_gpu_bytes, step_time), evaluated over the columns at once."""
     plans = columns_of(cands, global_batch, order, main_grads, fp8)
     memory = memory_per_gpu_bytes(model, plans, options.activations)
-    timing = step_time(model, plans, cluster, options.perf, options.comm)
+    timing = step_time(model, plans, cluster, options.perf, options.comm, options.activations)
     out = {k: cands[k].to_numpy() for k in ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "ep")}
     out["recompute"] = plans.recompute.astype(object)
     out["cp_kind"] = plans.cp_kind.astype(object)

@@ -1,6 +1,7 @@
 """Importers (issue #7): real Megatron-LM scripts and torchtitan configs (tests/data/imports, each citing
 its source), plan JSON round trips, `python -m parallel plan --import`, and bad input that names its line."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -35,7 +36,8 @@ def test_megatron_gpt3_175b_example():
     s = imp.summary()
     assert s["unknown"] == [] and s["recognised"]["--tensor-model-parallel-size"] == 8
     assert s["recognised"]["--rampup-batch-size"] == ["16", "16", "5859375"]
-    assert any("padded to 51200" in n for n in s["notes"]) and s["options"] == {"flash_attention": True}
+    assert any("padded to 51200" in n for n in s["notes"])
+    assert s["options"] == {"flash_attention": True, "attention_kernel": "fused"}
 
 
 def test_megatron_llama3_8b_example():
@@ -46,7 +48,7 @@ def test_megatron_llama3_8b_example():
     assert (p.dp, p.tp, p.cp, p.sp, p.zero, p.global_batch) == (8, 1, 1, False, 1, 128)
     notes = " ".join(imp.notes)
     assert "--sequence-parallel with tp = 1: Megatron-LM turns it off" in notes and "--fp8-format hybrid" in notes
-    assert imp.options == {"flash_attention": True, "dropout": False}
+    assert imp.options == {"flash_attention": True, "dropout": False, "attention_kernel": "fused"}
     assert imp.recognised["--fp8-format"] == "hybrid"  # a quoted array element holding two words
 
 
@@ -54,7 +56,8 @@ def test_megatron_strings_eval_and_unknowable_gpus_per_node():
     imp = import_plan(DATA / "megatron_llama3_strings_eval.sh")
     p, m = imp.plan, imp.model
     assert (m.layers, m.hidden, m.heads, m.kv_heads, m.ffn_hidden, m.seq_len) == (80, 8192, 64, 8, 28672, 2048)
-    assert m.vocab == 129024 and m.name == "llama3-70b (seq_len=2048,vocab=129024)"
+    # the vocabulary as the tokenizer gives it; the model pads it as Megatron-LM does (128256 -> 129024 at tp 8)
+    assert m.vocab == 128256 and m.padded_vocab(p.tp) == 129024 and m.name == "llama3-70b (seq_len=2048)"
     assert (p.tp, p.pp, p.sp, p.zero, p.micro_batch, p.global_batch) == (8, 1, True, 1, 1, 8)
     assert imp.world_size is None and imp.nodes == 1  # GPUS_PER_NODE comes from `python3 -c ...`
     assert any("command substitution; it is not run" in n for n in imp.notes)
@@ -67,26 +70,31 @@ def test_megatron_sc21_sbatch_srun_sh_c():
     assert imp.world_size == 64 and (imp.nodes, imp.gpus_per_node) == (8, 8)
     p, m = imp.plan, imp.model
     assert (p.dp, p.tp, p.pp, p.micro_batch, p.global_batch, p.recompute) == (32, 2, 1, 1, 32, "full")
-    assert (m.layers, m.hidden, m.heads, m.vocab, m.dtype_bytes, m.arch) == (32, 3840, 32, 50432, 2, "gpt")
+    assert (m.layers, m.hidden, m.heads, m.vocab, m.dtype_bytes, m.arch) == (32, 3840, 32, 50257, 2, "gpt")
+    assert m.padded_vocab(p.tp) == 50432  # GPT-2 BPE padded to a multiple of 128 x tp 2
 
 
 @pytest.mark.parametrize(
     "name,preset,tp,recompute,local",
     [
-        ("torchtitan_llama3_8b.toml", "llama3-8b", 1, "selective", 1),
+        ("torchtitan_llama3_8b.toml", "llama3-8b", 1, "full", 1),  # selective AC: every 2nd layer recomputed
         ("torchtitan_llama3_70b.toml", "llama3-70b", 8, "full", 8),
         ("torchtitan_llama3_405b.toml", "llama3-405b", 8, "full", 2),
     ],
 )
 def test_torchtitan_llama3_configs(name, preset, tp, recompute, local):
     imp = import_plan(DATA / name)
-    assert imp.kind == "torchtitan" and imp.model == MODELS[preset]
+    # torchtitan does not pad the vocabulary: the preset's shape, built unpadded
+    assert imp.kind == "torchtitan" and imp.model == dataclasses.replace(MODELS[preset], vocab_divisor=1)
     assert imp.world_size is None and "a preset for" in imp.world_from  # data_parallel_shard_degree = -1
     placed, cluster = place(imp, H100, nodes=8)
     p = placed.plan
     assert (p.dp, p.tp, p.sp, p.recompute, p.micro_batch) == (64 // tp, tp, tp > 1, recompute, local)
     assert p.global_batch == local * p.dp and p.zero == 3  # FSDP over the 64/tp data-parallel ranks
-    assert imp.unknown == () and imp.options == {"flash_attention": True, "dropout": False}
+    assert imp.unknown == () and imp.options == {"flash_attention": True, "dropout": False, "attention_kernel": "fa2"}
+    assert p.grad_reduce_overlap and p.param_gather_overlap  # FSDP2's prefetch and reduce-scatters in backward
+    if name.endswith("8b.toml"):
+        assert p.recompute_layers == MODELS[preset].layers // 2  # selective_ac_option "2": every 2nd block
 
 
 def test_torchtitan_explicit_degrees_fix_the_world_and_hsdp_pp_interleaved():

@@ -193,6 +193,7 @@ def test_torchtitan_sep_2024_experimental_pipeline_degree():
     imp = import_plan(DATA / "torchtitan_llama3_405b_sep2024.toml")
     assert (imp.plan.tp, imp.plan.pp, imp.plan.schedule) == (8, 4, "1f1b")
     assert any("read from [experimental]" in n for n in imp.notes)
-    assert any("enable_async_tensor_parallel = True" in n for n in imp.notes)
+    assert any("enable_async_tensor_parallel: TP communication overlapped" in n for n in imp.notes)
+    assert imp.plan.tp_overlap  # async TP: the TP collectives run under the GEMMs
     assert imp.plan.main_grads == "fp32"  # mixed_precision_reduce's default, float32
     assert imp.unknown == ()

@@ -1,0 +1,568 @@
+"""Bench: the step-time model against measured GPU training runs that papers, benchmark files and vendor
+tables published (`../shared/published_runs.json`: source, hardware, model shape, parallel layout,
+result). One device model predicts every run; nothing is tuned per run.
+
+    .venv/bin/python -m bench.published [--runs PATH] [--json] [--rank] [--only 0,5,9]
+
+For each run complete enough to predict (its device is a preset, its degrees and batch are known, its
+result converts to a step time) the bench builds the plan as the run's framework ran it (the
+framework's documented defaults, each printed as an assumption), predicts the step with
+`parallel.core.perf.step_time`, and compares throughput: error = published step / predicted step - 1
+(positive: the model predicts a faster step than was measured). The published figure becomes a step
+time by the most direct field it has: tokens/s per GPU, else the iteration time, else TFLOP/s per GPU
+under the FLOP count the source used (Narayanan et al. 2021 Eq. 3: the whole s x s and the recomputed
+forward). Runs left out are listed with the reason. `--rank` also runs the plan search for each run's
+model, GPUs and batch and reports where the published plan ranks and the top plan's predicted gain.
+
+Exit 0 (a report, not a test). Pure CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from parallel.core.memory import ActivationOptions
+from parallel.core.perf import PerfOptions, flops_per_step, step_time
+from parallel.core.plan import Plan
+from parallel.core.specs import CLUSTERS, Cluster, Model, SpecError
+from parallel.core.validate import check
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_RUNS = ROOT.parent / "shared" / "published_runs.json"
+
+# Shapes of models a source names without giving them (public configs, each with where it comes from).
+NAMED_SHAPES = {
+    # NeMo gpt3_5b / gpt3_20b configs (GPT-2 BPE vocabulary, learned positions, GeLU MLP of 4h)
+    "GPT3-5B": dict(layers=24, hidden=4096, heads=32, ffn_hidden=16384, vocab=50257, arch="gpt"),
+    "GPT3-20B": dict(layers=44, hidden=6144, heads=48, ffn_hidden=24576, vocab=50257, arch="gpt"),
+    # Touvron et al. 2023, "Llama 2", Table 1 and the released config.json
+    "LLAMA2-7B": dict(layers=32, hidden=4096, heads=32, ffn_hidden=11008, vocab=32000, arch="llama"),
+    "LLAMA2-13B": dict(layers=40, hidden=5120, heads=40, ffn_hidden=13824, vocab=32000, arch="llama"),
+    "LLAMA2-70B": dict(layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=32000, arch="llama"),
+    # NeMo nemotron3_8b / nemotron3_22b and Nemotron-4 340B (NVIDIA 2024, Table 1): squared-ReLU MLP
+    # (two matrices, as GPT's), RoPE, 256k vocabulary, untied output layer
+    "Nemotron-8B": dict(layers=32, hidden=4096, heads=32, ffn_hidden=16384, vocab=256000, arch="gpt", tie=False),
+    "Nemotron-22B": dict(layers=40, hidden=6144, heads=48, ffn_hidden=24576, vocab=256000, arch="gpt", tie=False),
+    "Nemotron-340B": dict(
+        layers=96, hidden=18432, heads=96, kv_heads=8, ffn_hidden=73728, vocab=256000, arch="gpt", tie=False
+    ),
+    # OpenAI gpt-oss-120b model card / config.json: 36 layers, 2880 hidden, 64 heads of 64, 8 KV
+    # heads, 128 experts of 2880, top-4, vocabulary 201088
+    "GPT OSS 120B": dict(
+        layers=36,
+        hidden=2880,
+        heads=64,
+        kv_heads=8,
+        head_dim=64,
+        ffn_hidden=2880,
+        vocab=201088,
+        arch="llama",
+        experts=128,
+        top_k=4,
+        expert_ffn=2880,
+    ),
+    # Qwen3-30B-A3B config.json: 48 layers, 2048 hidden, 32 heads of 128, 4 KV heads, 128 experts
+    # of 768, top-8, vocabulary 151936
+    "Qwen3_30B_a3B": dict(
+        layers=48,
+        hidden=2048,
+        heads=32,
+        kv_heads=4,
+        head_dim=128,
+        ffn_hidden=6144,
+        vocab=151936,
+        arch="llama",
+        experts=128,
+        top_k=8,
+        expert_ffn=768,
+    ),
+    # Dubey et al. 2024, "The Llama 3 Herd of Models", Table 3 and the released config.json
+    "LLAMA3-8B": dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256, arch="llama"),
+    "LLAMA3-70B": dict(layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=128256, arch="llama"),
+    "LLAMA3.1-405B": dict(
+        layers=126, hidden=16384, heads=128, kv_heads=8, ffn_hidden=53248, vocab=128256, arch="llama"
+    ),
+    "LLAMA3-405B": dict(layers=126, hidden=16384, heads=128, kv_heads=8, ffn_hidden=53248, vocab=128256, arch="llama"),
+    # Brown et al. 2020 Table 2.1 (GPT-3 175B: 96 layers, 12288, 96 heads); GPT-2 BPE vocabulary
+    "GPT3-175B": dict(layers=96, hidden=12288, heads=96, ffn_hidden=49152, vocab=50257, arch="gpt"),
+    # BigScience 2022, BLOOM (its config.json: 70 layers, 14336 hidden, 112 heads, 250880 vocabulary)
+    "BLOOM 176B": dict(layers=70, hidden=14336, heads=112, ffn_hidden=57344, vocab=250880, arch="gpt"),
+    # DeepSeek-AI 2024, DeepSeek-V3 (this project's preset: MLA approximated as MHA of 128 heads)
+    "DeepSeekV3": dict(
+        layers=61,
+        hidden=7168,
+        heads=128,
+        ffn_hidden=18432,
+        vocab=129280,
+        arch="llama",
+        experts=256,
+        top_k=8,
+        expert_ffn=2048,
+        shared_expert_ffn=2048,
+        dense_layers=3,
+    ),
+}
+
+# The hardware a run names -> (cluster preset, assumption when the part is not the preset's exactly)
+DEVICE_RULES = (
+    (r"GB300", "gb300-nvl72"),
+    (r"GB200", "gb200-nvl72"),
+    (r"\bB200\b", "dgx-b200"),
+    (r"H200", "dgx-h200"),
+    (r"H100.*(500W|lower TDP|95GB|96GB)", None),  # a power-capped H100 whose peak no one published
+    (r"H100", "dgx-h100"),
+    (r"A100.*40GB", "dgx-a100-40gb"),
+    (r"A100", "dgx-a100"),
+)
+
+
+@dataclass
+class Case:
+    index: int
+    source: str
+    label: str
+    model: Model
+    plan: Plan
+    cluster: Cluster
+    acts: ActivationOptions
+    measured_step_s: float
+    measured_from: str
+    assumptions: list[str] = field(default_factory=list)
+    perf: PerfOptions = PerfOptions()
+
+
+class Skip(Exception):
+    """A run the bench cannot predict: the message says what it lacks."""
+
+
+def source_of(run: dict) -> str:
+    s = run["source"]
+    text = " ".join(str(v) for v in s.values() if v)
+    for pattern, name in (
+        (r"Narayanan", "Narayanan 2021 (Megatron-LM, A100)"),
+        (r"Korthikanti", "Korthikanti 2022"),
+        (r"torchtitan", "torchtitan"),
+        (r"Megatron-Bridge", "Megatron-Bridge 25.11"),
+        (r"NeMo|nemo-framework", "NeMo 24.07"),
+        (r"Megatron-LM examples", "Megatron-LM examples/llama"),
+        (r"Smith et al", "MT-NLG 530B (Smith 2022)"),
+        (r"bigscience", "BLOOM 176B"),
+    ):
+        if re.search(pattern, text):
+            return name
+    return "other"
+
+
+def number(value) -> float | None:
+    """A result field as a number: '37556 (FP8-MX: 36108)' -> 37556."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    m = re.match(r"\s*([0-9.]+)", str(value))
+    return float(m.group(1)) if m else None
+
+
+def _model(run: dict, notes: list[str]) -> Model:
+    m = run["model"]
+    name = m["name"]
+    shape = {k: m.get(k) for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")}
+    key = re.sub(r"[^A-Z0-9.]", "", name.upper())
+    named = next((v for k, v in NAMED_SHAPES.items() if key.startswith(re.sub(r"[^A-Z0-9.]", "", k.upper()))), None)
+    arch_text = (m.get("arch") or "").lower()
+    missing = [k for k, v in shape.items() if v is None]
+    extra = {}
+    if named and (missing or named.get("experts")):
+        notes.append(f"shape of {name}: its public config ({', '.join(missing) or 'experts'} not in the source)")
+        shape = {**{k: named[k] for k in shape if k in named}, **{k: v for k, v in shape.items() if v is not None}}
+        shape["kv_heads"] = shape.get("kv_heads") or named.get("kv_heads") or shape["heads"]
+        extra = {
+            k: named[k] for k in ("experts", "top_k", "expert_ffn", "shared_expert_ffn", "dense_layers") if k in named
+        }
+        if "head_dim" in named:
+            extra["attention_head_dim"] = named["head_dim"]
+        arch = named["arch"]
+        tie = named.get("tie")
+    elif missing:
+        raise Skip(f"model shape incomplete ({', '.join(missing)}) and {name!r} is no known config")
+    else:
+        arch = "llama" if ("swiglu" in arch_text or "llama" in arch_text) else "gpt"
+        tie = None
+    seq = m.get("seq_len")
+    if seq is None:
+        raise Skip("sequence length not given")
+    return Model(
+        name=name,
+        layers=int(shape["layers"]),
+        hidden=int(shape["hidden"]),
+        heads=int(shape["heads"]),
+        kv_heads=int(shape["kv_heads"] or shape["heads"]),
+        ffn_hidden=int(shape["ffn_hidden"]),
+        vocab=int(shape["vocab"]),
+        seq_len=int(seq),
+        arch=arch,
+        dropout=arch == "gpt",
+        tie_embeddings=tie,
+        **extra,
+    )
+
+
+def _cluster(run: dict, world: int) -> Cluster:
+    gpu = run["hardware"].get("gpu") or run["hardware"].get("system") or ""
+    for pattern, preset in DEVICE_RULES:
+        if re.search(pattern, gpu):
+            if preset is None:
+                raise Skip(f"device {gpu!r}: a power-capped part whose peak and bandwidth are not published")
+            return CLUSTERS[preset].sized_for(world)
+    raise Skip(f"device {gpu!r} not given or not a preset")
+
+
+def _framework(source: str) -> str:
+    if source.startswith(("NeMo", "Megatron-Bridge", "Megatron-LM examples")):
+        return "megatron-core"
+    if source.startswith("torchtitan"):
+        return "torchtitan"
+    if source.startswith("Narayanan"):
+        return "megatron-2021"
+    return "megatron-deepspeed"
+
+
+def translate(index: int, run: dict) -> Case:
+    """The run as a plan on its cluster, and its measured step time; Skip if it cannot be predicted."""
+    source = source_of(run)
+    par = run["parallel"]
+    notes: list[str] = []
+    world = par.get("num_gpus")
+    tp, pp, cp = par.get("tp"), par.get("pp"), par.get("cp") or 1
+    if not world or tp is None or pp is None:
+        raise Skip("parallel degrees not given (tp/pp)")
+    model = _model(run, notes)
+    fw = _framework(source)
+    dp = world // (tp * pp * cp)
+    if dp * tp * pp * cp != world:
+        raise Skip(f"tp×pp×cp = {tp * pp * cp} does not divide the {world} GPUs")
+    mb, gb = par.get("micro_batch"), par.get("global_batch")
+    other = par.get("other") or {}
+    if gb is None:
+        raise Skip("global batch not given")
+    if mb is None:
+        if fw == "torchtitan" and pp > 1:  # local batch split into pipeline microbatches of torchtitan's default 1
+            mb = 1
+            notes.append("micro batch 1 (torchtitan's pipeline_parallel_microbatch_size default)")
+        elif fw == "megatron-deepspeed":
+            mb = 1
+            notes.append("micro batch 1 (not in the source)")
+        else:
+            raise Skip("micro batch not given")
+    rc_text = (par.get("recompute") or "").lower()
+    recompute = "full" if "full" in rc_text else "selective" if "selective" in rc_text else "none"
+    recompute_layers = None
+    if fw == "torchtitan" and recompute == "selective":
+        # torchtitan's selective AC: "layer" checkpoints every 2nd block; "op" recomputes all but the
+        # saved ops, among them every other matmul -- either about half the forward run again
+        recompute, recompute_layers = "full", max(model.layers // (2 * pp), 1)
+        notes.append(
+            "torchtitan selective AC (every 2nd layer, or op-level: every other matmul): half the "
+            "layers' forward recomputed"
+        )
+    if not rc_text:
+        recompute = "full" if fw == "megatron-deepspeed" else "none"
+        notes.append(
+            f"recompute {recompute} ({'the framework default' if fw != 'megatron-deepspeed' else 'not in the source: Megatron-DeepSpeed runs of its time checkpoint every layer'})"
+        )
+    prec = (par.get("precision") or "").lower()
+    fp8 = "gemm" if re.search(r"fp8|float8", prec) else "none"
+    vp = par.get("vp") or 1
+    ep = par.get("ep") or 1
+    sp = bool(par.get("sequence_parallel")) or (fw in ("megatron-core", "torchtitan") and tp > 1)
+    zero, gro, pgo, tpo, p2p = 0, False, False, False, False
+    opt = (par.get("optimizer_sharding") or "").lower()
+    overlap = (par.get("overlap_flags") or "").lower()
+    flash = fw in ("megatron-core", "torchtitan")
+    if fw == "torchtitan":  # FSDP2: ZeRO-3 over dp x cp, prefetching gathers, reduce-scatters in backward
+        zero, gro, pgo = (3, True, True) if dp * cp > 1 else (0, False, False)
+        tpo = "async tp" in overlap
+        notes.append("FSDP2 (ZeRO-3) with its prefetch: gathers and reduce-scatters overlapped; SDPA flash attention")
+    elif fw == "megatron-core":
+        fsdp = "fsdp" in opt and "fsdp=0" not in opt
+        zero = 3 if fsdp else 1
+        gro = pgo = True
+        tpo = tp > 1
+        p2p = vp > 1
+        notes.append(
+            "Megatron-core performance recipe defaults: distributed optimizer"
+            + (" (Megatron FSDP)" if fsdp else "")
+            + ", --overlap-grad-reduce/--overlap-param-gather"
+            + (", SP with --tp-comm-overlap" if tp > 1 else "")
+            + (", overlapped P2P of the interleaved schedule" if vp > 1 else "")
+            + ", Transformer Engine fused attention"
+        )
+    elif fw == "megatron-2021":
+        gro = True  # torch DDP reduces gradients bucket by bucket during backward
+        notes.append("Megatron-LM 2021: fp16, materialised attention scores (no flash attention), DDP overlap")
+    else:
+        zero = 1 if "zero-1" in opt else 0
+        notes.append("Megatron-DeepSpeed: materialised attention scores, gradients reduced after the pipeline flush")
+    if fw == "torchtitan":
+        model = replace(model, vocab_divisor=1)  # torchtitan builds the vocabulary unpadded
+    split = {}
+    if pp > 1 and model.layers % (pp * vp):
+        why = {
+            "megatron-core": "Megatron-Bridge's recipes: --account-for-embedding/loss-in-pipeline-split",
+            "torchtitan": "torchtitan's default split counts the embedding and the output as a layer each",
+            "megatron-deepspeed": "DeepSpeed's partition method type:transformer|embedding"
+            if "embedding" in str(other.get("pp_partition", ""))
+            else None,
+        }.get(fw)
+        if why and (model.layers + 2) % (pp * vp) == 0:
+            split = {"embedding_in_split": True, "loss_in_split": True}
+            notes.append(
+                f"{model.layers} layers over pp×vp = {pp * vp}: the embedding and the loss counted in the split ({why})"
+            )
+        else:
+            raise Skip(f"layers {model.layers} do not split over pp×vpp = {pp * vp} and the source gives no split")
+    if fw == "megatron-core" and not source.startswith("Megatron-LM"):
+        notes.append("bf16 gradient reduction (NeMo / Megatron-Bridge recipes: grad_reduce_in_fp32=False)")
+    try:
+        plan = Plan(
+            dp=dp,
+            tp=tp,
+            pp=pp,
+            cp=cp,
+            sp=sp and tp > 1,
+            micro_batch=int(mb),
+            global_batch=int(gb),
+            vpp=int(vp),
+            zero=zero,
+            recompute=recompute,
+            fp8=fp8,
+            ep=int(ep),
+            cp_kind="ring" if cp > 1 else "allgather",
+            tp_overlap=tpo and tp > 1,
+            grad_reduce_overlap=gro,
+            param_gather_overlap=pgo,
+            p2p_overlap=p2p,
+            main_grads="bf16" if fw == "megatron-core" and not source.startswith("Megatron-LM") else "fp32",
+            recompute_layers=recompute_layers,
+            **split,
+        )
+    except SpecError as err:
+        raise Skip(f"plan not valid: {err}") from None
+    cluster = _cluster(run, world)
+    acts = ActivationOptions(flash_attention=flash, dropout=model.dropout if fw != "megatron-core" else False)
+    measured, how = _measured(run, model, plan)
+    verdict = check(plan, model, cluster, acts)
+    shape_errors = [e for e in verdict.errors if not e.startswith("memory per GPU")]
+    if shape_errors:
+        raise Skip("; ".join(shape_errors))
+    label = f"{run['model']['name']} {run['source'].get('row') or ''}".strip()
+    perf = PerfOptions()
+    if fw == "torchtitan":
+        perf = PerfOptions(attention_kernel="fa2")
+        notes.append("PyTorch SDPA's flash back end (FlashAttention-2): cuDNN attention was opt-in in torch 2.5-2.9")
+    return Case(index, source, label, model, plan, cluster, acts, measured, how, notes, perf)
+
+
+def _measured(run: dict, model: Model, plan: Plan) -> tuple[float, str]:
+    """The published result as seconds per step, and the field it came from."""
+    res, par = run["result"], run["parallel"]
+    said = json.dumps(res.get("other") or {}) + " " + (run.get("notes") or "")
+    if re.search(r"ramp-up|approximate", said, re.I):
+        raise Skip("not a steady-state measurement (the source marks it as during batch ramp-up or approximate)")
+    tokens = plan.global_batch * model.seq_len
+    world = plan.world_size
+    tps = number(res.get("tokens_per_s_per_gpu"))
+    if tps:
+        return tokens / (tps * world), "tokens/s/GPU"
+    it = number(res.get("iteration_time_s"))
+    if it:
+        return it, "iteration time"
+    tflops = number(res.get("tflops_per_gpu"))
+    kind = (res.get("tflops_kind") or "").lower()
+    if tflops and "eq.3" in kind:  # Narayanan et al. Eq. 3: the whole s x s, plus the recomputed forward
+        f = flops_per_step(model, plan, causal=False)
+        flops = f["hardware_flops"] if "recompute" in kind else f["model_flops"]
+        return flops / (world * tflops * 1e12), "TFLOP/s/GPU (Eq. 3)"
+    if tflops and "hardware" in kind:
+        return flops_per_step(model, plan, causal=False)["hardware_flops"] / (world * tflops * 1e12), "hardware TFLOP/s"
+    del par
+    raise Skip("result not convertible to a step time (no tokens/s, iteration time or TFLOP/s of a known count)")
+
+
+def predict(case: Case) -> dict:
+    t = step_time(case.model, case.plan, case.cluster, case.perf, acts=case.acts)
+    err = case.measured_step_s / float(t["step_time_s"]) - 1
+    return {
+        "index": case.index,
+        "source": case.source,
+        "run": case.label,
+        "plan": case.plan.label(),
+        "gpus": case.plan.world_size,
+        "device": case.cluster.gpu,
+        "measured_step_s": case.measured_step_s,
+        "measured_from": case.measured_from,
+        "predicted_step_s": float(t["step_time_s"]),
+        "predicted_mfu": float(t["mfu"]),
+        "error": err,
+        "assumptions": case.assumptions,
+    }
+
+
+GRID = [round(0.70 + 0.01 * i, 2) for i in range(31)]  # job efficiencies tried: 0.70 .. 1.00
+
+
+def leave_one_source_out(runs: list[dict]) -> list[str]:
+    """The job efficiency that minimises the mean |error| over every dense run, and over all sources
+    but one -- and how that fit predicts the source it never saw."""
+    cases = []
+    for i, run in enumerate(runs):
+        try:
+            case = translate(i, run)
+        except Skip:
+            continue
+        if not case.model.experts:
+            cases.append(case)
+    errors = {
+        c: {
+            case.index: (case.source, predict(replace(case, perf=replace(case.perf, job_efficiency=c)))["error"])
+            for case in cases
+        }
+        for c in GRID
+    }
+
+    def mean(c, keep):
+        e = [abs(v) for s, v in errors[c].values() if keep(s)]
+        return statistics.fmean(e)
+
+    best = min(GRID, key=lambda c: mean(c, lambda s: True))
+    out = [
+        f"fitted to all {len(cases)} dense runs: job efficiency {best:.2f}, mean |error| {mean(best, lambda s: True):.1%}"
+    ]
+    for src in sorted({c.source for c in cases}):
+        c = min(GRID, key=lambda x, src=src: mean(x, lambda s: s != src))
+        held = [abs(v) for s, v in errors[c].values() if s == src]
+        out.append(
+            f"  {src:<34} left out: fit {c:.2f} predicts it at {statistics.fmean(held):.1%} mean, {max(held):.1%} worst"
+        )
+    return out
+
+
+def _line(r: dict) -> str:
+    return (
+        f"{r['index']:>3}  {r['source'][:28]:<28} {r['run'][:34]:<34} {r['plan'][:36]:<36} "
+        f"{r['measured_step_s']:>8.3f}s {r['predicted_step_s']:>8.3f}s {r['error']:>+7.1%}"
+    )
+
+
+def markdown(rows: list[dict], apart: list[dict], skipped: list[dict], summary: dict) -> list[str]:
+    """bench/README.md's tables: per source, then every run."""
+    out = ["| source | runs | mean abs error | worst |", "|---|---|---|---|"]
+    for s, st in summary["by_source"].items():
+        out.append(f"| {s} | {st['runs']} | {st['mean_abs_error']:.1%} | {st['worst_abs_error']:.1%} |")
+    o = summary["overall"]
+    out += [f"| **all** | {o['runs']} | **{o['mean_abs_error']:.1%}** | **{o['worst_abs_error']:.1%}** |", ""]
+    out += [
+        "| # | source | run | plan | GPUs | device | measured s | predicted s | error |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows + apart:
+        moe = " (MoE, outside the goal)" if r in apart else ""
+        out.append(
+            f"| {r['index']} | {r['source']} | {r['run']}{moe} | {r['plan']} | {r['gpus']} | {r['device']} | "
+            f"{r['measured_step_s']:.3f} | {r['predicted_step_s']:.3f} | {r['error']:+.1%} |"
+        )
+    reasons: dict[str, int] = {}
+    for sk in skipped:
+        key = re.sub(r"\d+|'[^']*'", "…", sk["reason"])
+        reasons[key] = reasons.get(key, 0) + 1
+    out += ["", "| runs left out | why |", "|---|---|"]
+    out += [f"| {n} | {why} |" for why, n in sorted(reasons.items(), key=lambda x: -x[1])]
+    return out
+
+
+def stats(errors: list[float]) -> dict:
+    a = [abs(e) for e in errors]
+    return {
+        "runs": len(a),
+        "mean_abs_error": statistics.fmean(a) if a else math.nan,
+        "worst_abs_error": max(a, default=math.nan),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=Path, default=DEFAULT_RUNS, help="published_runs.json")
+    ap.add_argument("--only", default=None, help="run indices, e.g. 0,5,9")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--markdown", action="store_true", help="the tables bench/README.md shows")
+    ap.add_argument(
+        "--loso",
+        action="store_true",
+        help="fit the job efficiency to all sources, and to all but each one in turn (leave one source out)",
+    )
+    args = ap.parse_args(argv)
+    if not args.runs.is_file():
+        print(f"no published runs at {args.runs}: give --runs PATH", file=sys.stderr)
+        return 2
+    runs = json.loads(args.runs.read_text())["runs"]
+    only = {int(i) for i in args.only.split(",")} if args.only else None
+    if args.loso:
+        print("\n".join(leave_one_source_out(runs)))
+        return 0
+    rows, apart, skipped = [], [], []
+    for i, run in enumerate(runs):
+        if only is not None and i not in only:
+            continue
+        try:
+            case = translate(i, run)
+        except Skip as why:
+            skipped.append({"index": i, "source": source_of(run), "run": run["model"]["name"], "reason": str(why)})
+            continue
+        (apart if case.model.experts else rows).append(predict(case))
+    by_source: dict[str, list[float]] = {}
+    for r in rows:
+        by_source.setdefault(r["source"], []).append(r["error"])
+    summary = {
+        "overall": stats([r["error"] for r in rows]),
+        "by_source": {s: stats(e) for s, e in sorted(by_source.items())},
+    }
+    if args.json:
+        print(json.dumps({"predicted": rows, "moe": apart, "skipped": skipped, "summary": summary}, indent=1))
+        return 0
+    if args.markdown:
+        print("\n".join(markdown(rows, apart, skipped, summary)))
+        return 0
+    print(f"{'#':>3}  {'source':<28} {'run':<34} {'plan':<36} {'measured':>9} {'predicted':>9} {'error':>7}")
+    for r in rows:
+        print(_line(r))
+    if apart:
+        print(
+            "\nmixture-of-experts runs, outside the goal: the model times the experts' GEMMs, the token copies and "
+            "the all-to-alls, not the router's, sorting and grouped-GEMM scheduling kernels nor load imbalance"
+        )
+        for r in apart:
+            print(_line(r))
+    print()
+    for s, st in summary["by_source"].items():
+        print(
+            f"{s:<34} {st['runs']:>3} runs  mean |error| {st['mean_abs_error']:.1%}  worst {st['worst_abs_error']:.1%}"
+        )
+    o = summary["overall"]
+    print(
+        f"{'overall':<34} {o['runs']:>3} runs  mean |error| {o['mean_abs_error']:.1%}  worst {o['worst_abs_error']:.1%}"
+    )
+    print(f"\n{len(skipped)} runs not predicted:")
+    for s in skipped:
+        print(f"  {s['index']:>3} {s['source'][:28]:<28} {s['run'][:30]:<30} {s['reason']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

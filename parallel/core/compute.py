@@ -1,0 +1,395 @@
+"""Compute time of one microbatch on one GPU, operator by operator, from shapes and the device.
+
+Each transformer layer is the GEMMs, the attention core and the element-wise kernels Megatron-LM /
+Transformer Engine run for it, each timed by a roofline on the accelerator (parallel.core.devices):
+
+    GEMM (M x K) @ (K x N), forward and its two backward products (dgrad: M x N @ N x K, wgrad:
+        K x M @ M x N): 2MNK FLOPs at peak x gemm_efficiency x q(M, N, K), or its operand bytes at the
+        HBM bandwidth if that is slower. q is the shape's own loss, after NVIDIA's "Matrix
+        Multiplication Background" guide (docs.nvidia.com/deeplearning/performance/
+        dl-performance-matrix-multiplication): tile quantization (a 128 x 256 output tile computes
+        whole), wave quantization (tiles run in waves of one per SM: a last, partial wave idles the
+        rest), the best of the tile shapes a BLAS library picks from; and a short K, which leaves
+        too few multiply-accumulates per loaded tile to hide its loads (K / (K + 96), 1 at K >= 2048,
+        where the MAMF shapes sit).
+        Per layer, on one TP rank of T = b s/cp tokens: QKV T x h -> (q + 2k)/t, projection
+        T x q/t -> h, MLP T x h -> g f/t (g = 2 for SwiGLU's gate and up) and T x f/t -> h; a MoE
+        layer's experts run R = (T/t) top_k etp routed rows (parallel.core.memory.routed_rows)
+        through E/ep local experts of width f_e/etp, its shared experts T rows of f_s/t, its router
+        T/t x h -> E; the output layer T x h -> V/t on the last stage. FP8 GEMMs run at the fp8
+        peak and its MAMF; the output layer and the router stay bf16 (Transformer Engine's default).
+    attention core (flash / fused, and ring CP's blocks): causal, so half of the 4 b a d s_q s_kv
+        forward FLOPs (Megatron-LM's num_floating_point_operations counts the same half), backward
+        twice the forward, at peak x attention_efficiency x s/(s + 320) x d/(d + 16) (the forward-plus-
+        backward rate of FlashAttention-2/3 rises with the sequence and the head dim: Dao 2023 Fig. 6,
+        Shah et al. 2024 Fig. 5-7; normalised at s = 16k, d = 128). Without flash attention the
+        scores are materialised: QK^T and scores@V as batched GEMMs of the whole s x s, and the
+        softmax, mask and dropout stream the s x s scores through HBM (Korthikanti et al. 2022's
+        Table 2 tensors: A bytes each, 1-byte masks).
+    element-wise (memory-bound): per layer forward, on T/t tokens under SP (else T: plain TP repeats
+        them on every rank), two norms (read + write), two residual adds (+ dropout: read 2, write 1,
+        a 1-byte mask), RoPE on Q and K (Llama), the MLP activation (GeLU: read + write f/t; SwiGLU:
+        read 2, write 1); a MoE layer's token permutation (read + write R h, each way); FP8's casts of
+        each GEMM input (write 1 byte, and its transpose for the weight gradient: A + 2 bytes per
+        element) and of each output gradient in backward. Backward moves twice the forward's bytes
+        (it reads the saved input and the incoming gradient and writes the outgoing one). All at HBM
+        bandwidth x memory_efficiency.
+    recomputation: full repeats the layer's forward, selective the attention core's.
+    ends of the model: the embedding's gather (first stage), the final norm, the output layer and the
+        vocab-parallel cross entropy in fp32 (2A + 16 bytes per logit over forward and backward; last
+        stage).
+    optimizer (once per step): fused Adam over the rank's optimizer shard reads and writes fp32
+        master weights and both moments, reads the gradient and writes the bf16 weight: 34 bytes per
+        parameter with the gradient-norm pass.
+
+Every function takes one Plan or a PlanColumns; the search's columns are costed once per distinct
+(tp, cp, micro batch, sp, recompute, cp kind, ep) row.
+
+Pure: numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from parallel.core.devices import Device
+from parallel.core.memory import ActivationOptions, AnyPlan, cp_kind_flags, routed_rows
+from parallel.core.plan import CP_KINDS, RECOMPUTE, PlanColumns, recomputed_share
+from parallel.core.specs import Model
+from parallel.core.vector import minimum, where
+
+# Output tiles a BLAS library chooses among, rows x cols x their relative speed (a smaller tile
+# reuses each loaded operand less: cuBLAS/CUTLASS Hopper kernels use 128x256 for large GEMMs).
+TILES = ((128, 256, 1.0), (256, 128, 1.0), (128, 128, 0.95), (64, 128, 0.8))
+# A GEMM's fixed cost per output tile (its main loop's fill and its epilogue), in multiply-accumulates
+# along K: the time is (1 + K_FIXED / K) x the main loop's. Fitted to 368 bf16 and 121 fp8 shapes
+# timed on an H200 (bench/gpu_kernels.py: 3.8% / 6.3% mean |log error| with the tiles above).
+K_FIXED = {"bf16": 128, "fp8": 512}
+ATTN_S_HALF = 900  # flash attention's rate grows as s / (s + 900) (cuDNN and FlashAttention-2 on H200)
+ATTN_D_HALF = {"fused": 43, "fa2": 22}  # ... and with the head dim as d / (d + c), normalised at d = 128
+# Kernels inside a multi-GPU training job run at this share of the speed the same kernels reach
+# alone on one GPU (bench/gpu_kernels.py's isolated measurements): communication kernels co-running
+# on the SMs and HBM, the node's shared power and cooling, the framework's glue kernels between the
+# ones listed here. One number for every device and framework, set by the published runs
+# (bench/published.py --loso: 45 dense runs of seven sources, 7.0% mean |error| with it; each source
+# held out in turn, the others' fit predicts it at 0.1-13.8% mean). `profiler calibrate` fits a job's own.
+JOB_EFFICIENCY = 0.82
+CE_BYTES = 16  # fp32 cross entropy per logit beyond its two A-byte reads/writes (4 fp32 passes)
+ADAM_BYTES = (
+    34  # per parameter of the optimizer shard: fp32 weight r/w 8, moments r/w 16, grad 4 (+4 norm), bf16 weight 2
+)
+ATTENTION_KERNELS = ("fused", "fa2")
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One GEMM of a layer's forward: (m x k) @ (k x n), `count` of them, fp8 where the plan is."""
+
+    name: str
+    m: Any
+    n: Any
+    k: Any
+    count: Any = 1
+    fp8: bool = True  # runs in FP8 when the plan trains in FP8 (False: the router, the output layer)
+
+
+def _tiles_quantized(dev: Device, m: Any, n: Any, batch: Any = 1) -> Any:
+    """The useful share of the SMs' time over the waves of output tiles (a batched GEMM's `batch`
+    products share the waves): the best tile shape's."""
+    best = 0.0
+    for tm, tn, rate in TILES:
+        tiles = np.ceil(m / tm) * np.ceil(n / tn) * batch
+        waves = np.ceil(tiles / dev.sms)
+        useful = (m * n * batch) / (tiles * tm * tn)  # tile quantization: edge tiles compute whole
+        best = np.maximum(best, rate * useful * tiles / (waves * dev.sms))
+    return best
+
+
+def gemm_efficiency(dev: Device, m: Any, n: Any, k: Any, fp8: bool = False, batch: Any = 1) -> Any:
+    """The fraction of the device's peak a (m x k) @ (k x n) GEMM (`batch` of them in one batched
+    call) reaches (module docstring)."""
+    m, n, k = (np.maximum(np.asarray(x, dtype=np.float64), 1.0) for x in (m, n, k))
+    fixed = K_FIXED["fp8" if fp8 and dev.fp8_flops else "bf16"]
+    return dev.gemm_max(fp8) * _tiles_quantized(dev, m, n, batch) / (1.0 + fixed / k)
+
+
+def gemm_seconds(dev: Device, m: Any, n: Any, k: Any, fp8: bool = False, batch: Any = 1) -> Any:
+    """Seconds of `batch` GEMMs in one call: their FLOPs at their efficiency, or their operands'
+    bytes at the HBM rate."""
+    flops = 2.0 * m * n * k * batch
+    compute = flops / (dev.peak(fp8) * gemm_efficiency(dev, m, n, k, fp8, batch))
+    elt = 1 if fp8 and dev.fp8_flops else 2
+    traffic = batch * (elt * (m * k + k * n) + 2 * m * n) / (dev.hbm_bytes_per_s * dev.memory_efficiency)
+    return np.maximum(compute, traffic)
+
+
+def gemm_fwd_bwd_seconds(dev: Device, g: Gemm, fp8: bool) -> tuple[Any, Any]:
+    """(forward, backward) seconds of `g.count` GEMMs in one batched call each: backward is dgrad
+    (m x n @ n x k) and wgrad (k x m @ m x n)."""
+    f8, c = fp8 and g.fp8, g.count
+    fwd = gemm_seconds(dev, g.m, g.n, g.k, f8, c)
+    bwd = gemm_seconds(dev, g.m, g.k, g.n, f8, c) + gemm_seconds(dev, g.k, g.n, g.m, f8, c)
+    return fwd, bwd
+
+
+def _tokens(model: Model, plan: AnyPlan) -> Any:
+    """T: the tokens of one microbatch on one rank (its sequence shard under CP)."""
+    return plan.micro_batch * model.seq_len / plan.cp
+
+
+def layer_gemms(model: Model, plan: AnyPlan) -> tuple[list[Gemm], list[Gemm]]:
+    """The forward GEMMs of one dense layer and of one MoE layer (module docstring's shapes)."""
+    t, h, T = plan.tp, model.hidden, _tokens(model, plan)
+    q = model.q_hidden / t
+    kv = model.kv_hidden / minimum(t, model.kv_heads)
+    g = 2 if model.gated_mlp else 1
+    attention = [Gemm("qkv", T, q + 2 * kv, h), Gemm("proj", T, h, q)]
+    dense = attention + [Gemm("fc1", T, g * model.ffn_hidden / t, h), Gemm("fc2", T, h, model.ffn_hidden / t)]
+    if not model.experts:
+        return dense, []
+    etp = plan.expert_tp
+    rows = routed_rows(model, plan)  # all local experts' rows together (a grouped GEMM)
+    fe = model.expert_width / etp
+    moe = attention + [
+        Gemm("router", T / t, model.experts, h, fp8=False),
+        Gemm("expert fc1", rows, g * fe, h),
+        Gemm("expert fc2", rows, h, fe),
+    ]
+    if model.shared_expert_ffn:
+        fs = model.shared_expert_ffn / t
+        moe += [Gemm("shared fc1", T, g * fs, h), Gemm("shared fc2", T, h, fs)]
+    return dense, moe
+
+
+def attention_rate(dev: Device, keys: Any, head_dim: Any, kernel: str = "fused") -> Any:
+    """The fraction of the bf16 peak flash attention's forward + backward reaches (model FLOPs: causal
+    half, backward twice the forward) at `keys` per query block and `head_dim`: the kernel's
+    efficiency x s / (s + 900) x the head dim's d / (d + c) normalised at 128 (module docstring)."""
+    top = dev.attention_efficiency if kernel == "fused" else dev.fa2_efficiency
+    c = ATTN_D_HALF[kernel]
+    return top * keys / (keys + ATTN_S_HALF) * (head_dim / (head_dim + c)) * (128 + c) / 128
+
+
+def attention_seconds(
+    dev: Device, model: Model, plan: AnyPlan, opts: ActivationOptions, kernel: str = "fused"
+) -> dict[str, Any]:
+    """Forward and backward seconds of one layer's attention core for one microbatch on one rank, and
+    the bytes its materialised scores stream (0 with flash attention or ring CP)."""
+    gathered, ring, ulysses = cp_kind_flags(plan)
+    t, b, s, d = plan.tp, plan.micro_batch, model.seq_len, model.head_dim
+    heads = model.heads / t / where(ulysses, plan.cp, 1)  # Ulysses: all s tokens of fewer heads
+    s_q = where(ulysses, s, s / plan.cp)
+    s_kv = s  # every rank's queries meet all keys (ring: over cp blocks)
+    full = 4.0 * b * heads * d * s_q * s_kv  # QK^T and scores @ V, 2 FLOPs per MAC
+    flash = opts.flash_attention | ring
+    block = where(ring, s / plan.cp, s_kv)  # one kernel call's keys
+    # causal: half the products; forward, then a backward of twice its FLOPs
+    fused = 3 * 0.5 * full / (dev.bf16_flops * attention_rate(dev, block, d, kernel))
+    # materialised: two batched GEMMs per head over the whole s x s (no causal skipping)
+    count = b * heads
+    qk = Gemm("qk", s_q, s_kv, d, count=count, fp8=False)
+    pv = Gemm("pv", s_q, d, s_kv, count=count, fp8=False)
+    qk_f, qk_b = gemm_fwd_bwd_seconds(dev, qk, False)
+    pv_f, pv_b = gemm_fwd_bwd_seconds(dev, pv, False)
+    act = opts.act_bytes or model.dtype_bytes
+    mask = opts.mask_bytes if opts.has_dropout(model) else 0
+    scores = b * heads * s_q * s_kv
+    # scale-mask-softmax reads and writes the scores; dropout reads them, writes them and a mask
+    score_bytes = scores * (2 * act + (2 * act + mask if mask else 0))
+    fwd = where(flash, fused / 3, qk_f + pv_f)
+    bwd = where(flash, 2 * fused / 3, qk_b + pv_b)
+    return {"fwd": fwd, "bwd": bwd, "score_bytes": where(flash, 0.0, score_bytes)}
+
+
+def elementwise_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions) -> dict[str, Any]:
+    """Bytes the element-wise kernels of one dense and one MoE layer move in forward (module docstring)."""
+    act = opts.act_bytes or model.dtype_bytes
+    mask = opts.mask_bytes if opts.has_dropout(model) else 0
+    t, h, T = plan.tp, model.hidden, _tokens(model, plan)
+    th = T / where(plan.sp, t, 1)  # tokens of the h-wide element-wise work on this rank
+    q = model.q_hidden / t
+    kv = model.kv_hidden / minimum(t, model.kv_heads)
+    common = th * h * (2 * 2 * act + 2 * (3 * act + mask))  # two norms, two residual adds (+ dropout)
+    if model.arch == "llama":
+        common = common + 2 * act * T * (q + kv)  # RoPE on Q and K
+    act_rw = 3 * act if model.gated_mlp else 2 * act  # SwiGLU reads gate and up, GeLU its input
+    dense = common + act_rw * T * model.ffn_hidden / t
+    if not model.experts:
+        return {"dense": dense, "moe": 0.0}
+    rows = routed_rows(model, plan)
+    moe = common + act_rw * (rows * model.expert_width / plan.expert_tp + T * model.shared_expert_ffn / t)
+    moe = moe + 2 * 2 * act * rows * h  # permute the routed copies in, unpermute them out
+    return {"dense": dense, "moe": moe}
+
+
+def fp8_cast_bytes(model: Model, plan: AnyPlan, gemms: list[Gemm], opts: ActivationOptions) -> Any:
+    """Forward + backward bytes of FP8's casts around `gemms`: each input (m x k) cast to 1 byte and
+    transposed (A + 2 bytes an element), each output gradient (m x n) likewise in backward."""
+    act = opts.act_bytes or model.dtype_bytes
+    total = 0.0
+    for g in gemms:
+        if g.fp8:
+            total = total + g.count * (act + 2) * (g.m * g.k + g.m * g.n)
+    return total
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """Seconds of one layer (the model's average of dense and MoE layers) for one microbatch on one
+    rank, forward and backward, and of the ends and the optimizer: the parts perf.step_time adds."""
+
+    gemm_fwd: Any
+    gemm_bwd: Any
+    attn_fwd: Any
+    attn_bwd: Any
+    ew_fwd: Any
+    ew_bwd: Any
+    recompute: Any  # the forward work recomputed in backward (full: the layer's; selective: attention's)
+    head: Any  # the last stage's final norm, output layer and cross entropy (forward + backward)
+    embedding: Any  # the first stage's embedding gather and its gradient
+
+    @property
+    def layer(self) -> Any:
+        return (
+            self.gemm_fwd + self.gemm_bwd + self.attn_fwd + self.attn_bwd + self.ew_fwd + self.ew_bwd + self.recompute
+        )
+
+    @property
+    def fwd(self) -> Any:
+        return self.gemm_fwd + self.attn_fwd + self.ew_fwd
+
+    @property
+    def bwd(self) -> Any:
+        return self.gemm_bwd + self.attn_bwd + self.ew_bwd + self.recompute
+
+
+COST_KEYS = ("tp", "cp", "micro_batch", "sp", "recompute", "cp_kind", "ep")
+
+
+def layer_cost(
+    model: Model,
+    plan: AnyPlan,
+    dev: Device,
+    opts: ActivationOptions = ActivationOptions(),
+    kernel: str = "fused",
+    job_efficiency: float = JOB_EFFICIENCY,
+) -> LayerCost:
+    """One layer's and the ends' seconds (LayerCost) in a job: the kernels' isolated times over
+    `job_efficiency`; `kernel` the flash attention's (ATTENTION_KERNELS). A PlanColumns is costed
+    once per distinct row of COST_KEYS and spread back to its rows."""
+    if isinstance(plan, PlanColumns) and len(plan) > 1:
+        cost = _distinct(model, plan, dev, opts, kernel)
+    else:
+        cost = _layer_cost(model, plan, dev, opts, kernel)
+    return LayerCost(**{f: getattr(cost, f) / job_efficiency for f in LayerCost.__dataclass_fields__})
+
+
+def _distinct(model: Model, plan: PlanColumns, dev: Device, opts: ActivationOptions, kernel: str) -> LayerCost:
+    n = len(plan)
+    cols = {
+        "tp": np.asarray(plan.tp),
+        "cp": np.asarray(plan.cp),
+        "micro_batch": np.asarray(plan.micro_batch),
+        "sp": np.asarray(plan.sp).astype(np.int64),
+        "recompute": _index(plan.recompute, RECOMPUTE, n),
+        "cp_kind": _index(plan.cp_kind, CP_KINDS, n),
+        "ep": np.broadcast_to(np.asarray(plan.ep, dtype=np.int64), (n,)),
+    }
+    key = np.zeros(n, dtype=np.int64)
+    for c in cols.values():
+        key = key * (int(c.max()) + 1) + c
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    small = PlanColumns(
+        dp=np.ones(len(first), dtype=np.int64),
+        tp=cols["tp"][first],
+        pp=np.ones(len(first), dtype=np.int64),
+        cp=cols["cp"][first],
+        sp=cols["sp"][first].astype(bool),
+        micro_batch=cols["micro_batch"][first],
+        vpp=np.ones(len(first), dtype=np.int64),
+        zero=np.zeros(len(first), dtype=np.int64),
+        recompute=np.array(RECOMPUTE)[cols["recompute"][first]],
+        recompute_layers=None,  # the share is applied by the caller's columns (below)
+        global_batch=plan.global_batch,
+        fp8=plan.fp8,
+        ep=cols["ep"][first],
+        etp=plan.etp,
+        cp_kind=np.array(CP_KINDS)[cols["cp_kind"][first]],
+    )
+    cost = _layer_cost(model, small, dev, opts, kernel)
+    inverse = inverse.reshape(-1)
+    out = {
+        f: np.broadcast_to(np.asarray(getattr(cost, f), dtype=np.float64), (len(first),))[inverse]
+        for f in LayerCost.__dataclass_fields__
+    }
+    if plan.recompute_layers is not None:  # a partial full recompute: its share depends on pp and vpp
+        out["recompute"] = np.where(
+            plan.recompute == "full", out["recompute"] * recomputed_share(model.layers, plan), out["recompute"]
+        )
+    return LayerCost(**out)
+
+
+def _index(values: Any, names: tuple[str, ...], n: int) -> np.ndarray:
+    arr = np.broadcast_to(np.asarray(values), (n,))
+    out = np.zeros(n, dtype=np.int64)
+    for i, name in enumerate(names):
+        out[arr == name] = i
+    return out
+
+
+def _layer_cost(model: Model, plan: AnyPlan, dev: Device, opts: ActivationOptions, kernel: str) -> LayerCost:
+    fp8 = plan.fp8 != "none"
+    dense, moe = layer_gemms(model, plan)
+    share = model.moe_share
+
+    def gemms(lst):
+        f = b = 0.0
+        for g in lst:
+            gf, gb = gemm_fwd_bwd_seconds(dev, g, fp8)
+            f, b = f + gf, b + gb
+        return f, b
+
+    dense_f, dense_b = gemms(dense)
+    moe_f, moe_b = gemms(moe) if moe else (0.0, 0.0)
+    gemm_f = dense_f * (1 - share) + moe_f * share
+    gemm_b = dense_b * (1 - share) + moe_b * share
+    attn = attention_seconds(dev, model, plan, opts, kernel)
+    ew = elementwise_bytes(model, plan, opts)
+    ew_fwd_bytes = ew["dense"] * (1 - share) + ew["moe"] * share + attn["score_bytes"]
+    cast = 0.0
+    if fp8:
+        cast = fp8_cast_bytes(model, plan, dense, opts) * (1 - share)
+        if moe:
+            cast = cast + fp8_cast_bytes(model, plan, moe, opts) * share
+    bw = dev.hbm_bytes_per_s * dev.memory_efficiency
+    ew_fwd = ew_fwd_bytes / bw + cast / 2 / bw
+    ew_bwd = 2 * ew_fwd_bytes / bw + cast / 2 / bw
+    selective = plan.recompute == "selective"
+    share = recomputed_share(model.layers, plan)  # full: the recomputed layers' share
+    recompute = where(selective, attn["fwd"] + attn["score_bytes"] / bw, share * (gemm_f + attn["fwd"] + ew_fwd))
+    head, embedding = _ends(model, plan, dev, opts)
+    return LayerCost(gemm_f, gemm_b, attn["fwd"], attn["bwd"], ew_fwd, ew_bwd, recompute, head, embedding)
+
+
+def _ends(model: Model, plan: AnyPlan, dev: Device, opts: ActivationOptions) -> tuple[Any, Any]:
+    """Seconds of the output layer with its norm and loss (last stage), and of the embedding (first
+    stage), forward and backward, for one microbatch."""
+    act = opts.act_bytes or model.dtype_bytes
+    t, h, T = plan.tp, model.hidden, _tokens(model, plan)
+    vocab = model.padded_vocab(t) / t
+    f, b = gemm_fwd_bwd_seconds(dev, Gemm("output", T, vocab, h, fp8=False), False)
+    bw = dev.hbm_bytes_per_s * dev.memory_efficiency
+    th = T / where(plan.sp, t, 1)
+    norm = 3 * 2 * act * th * h  # forward read + write, backward twice that
+    ce = T * vocab * (2 * act + CE_BYTES)
+    head = f + b + (norm + ce) / bw
+    embedding = T * h * (3 * act + 8) / bw  # gather rows, write them; backward scatter-adds into fp32
+    return head, embedding
+
+
+def optimizer_seconds(dev: Device, shard_params: Any, job_efficiency: float = JOB_EFFICIENCY) -> Any:
+    """The optimizer step over `shard_params` parameters (fused Adam, ADAM_BYTES each), in a job."""
+    return shard_params * ADAM_BYTES / (dev.hbm_bytes_per_s * dev.memory_efficiency * job_efficiency)

@@ -1,0 +1,245 @@
+"""Accelerators: the published peaks and bandwidths a per-operator compute model needs, per device,
+and the kernel efficiencies measured against them.
+
+Each preset carries the vendor's dense (no sparsity) tensor-core peaks, its HBM bandwidth and its
+multiprocessor count, and what real kernels reach of them:
+
+    gemm_efficiency       a large GEMM's main loop under sustained load, as a fraction of the bf16
+                          (fp8) peak: parallel.core.compute adds the shape's own losses on top. On the
+                          H200 (and the H100, the same Hopper chip) measured by bench/gpu_kernels.py:
+                          0.729 bf16, 0.718 fp8, fitted over 368 / 121 shapes. Elsewhere the "maximum
+                          achievable matmul FLOPS" (MAMF, stas00/ml-engineering compute/accelerator/
+                          README.md: the best shape's burst) times the ratio the H200 showed between the
+                          two (0.729 / 0.803 bf16, 0.718 / 0.734 fp8): a burst at the best shape runs
+                          cooler and at a higher clock than hours of training.
+    attention_efficiency  flash attention's forward + backward with a fused (cuDNN / Transformer Engine
+                          / FlashAttention-3 class) kernel, as the fraction of the bf16 peak it tends to
+                          at long sequences (model FLOPs: causal half, backward twice the forward):
+                          0.493 on the H200 with cuDNN (bench/gpu_kernels.py); A100: FlashAttention-2,
+                          ~0.62 of 312 at 16k (Dao 2023, Fig. 6)
+    fa2_efficiency        the same with FlashAttention-2, PyTorch SDPA's flash back end (0.284 on the
+                          H200); PyTorch made cuDNN SDPA opt-in from 2.5 to 2.9 (pytorch/pytorch#138522)
+    memory_efficiency     the fraction of HBM bandwidth element-wise kernels stream at: 0.76 on the
+                          H200 (copy, add, GeLU, LayerNorm, SiLU x mul: 0.59-0.91, geometric mean)
+
+Where a preset's value rests on another device's measurement it says so.
+
+Pure: stdlib only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from parallel.core.specs import GB, Cluster, SpecError, _from_dict
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    bf16_flops: float  # dense bf16/fp16 tensor-core FLOP/s
+    fp8_flops: float | None  # dense fp8 FLOP/s; None: no fp8 tensor cores (FP8 runs as bf16)
+    hbm_bytes_per_s: float
+    memory_bytes: int
+    sms: int  # streaming multiprocessors (NVIDIA) / compute units (AMD): one GEMM tile each at a time
+    gemm_efficiency: float  # MAMF / bf16 peak
+    fp8_gemm_efficiency: float | None = None  # MAMF / fp8 peak
+    attention_efficiency: float = 0.493
+    memory_efficiency: float = 0.76
+    source: str = ""
+    fa2_efficiency: float | None = None  # None: the fused kernel's (where FlashAttention-2 is the best there is)
+
+    def __post_init__(self):
+        if self.fa2_efficiency is None:
+            object.__setattr__(self, "fa2_efficiency", self.attention_efficiency)
+        for name in ("bf16_flops", "hbm_bytes_per_s"):
+            if not getattr(self, name) > 0:
+                raise SpecError(f"Device.{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("gemm_efficiency", "attention_efficiency", "memory_efficiency"):
+            if not 0 < getattr(self, name) <= 1:
+                raise SpecError(f"Device.{name} must be in (0, 1], got {getattr(self, name)!r}")
+
+    def peak(self, fp8: bool) -> float:
+        """The dense tensor-core peak GEMMs of that precision run against (fp8 falls back to bf16)."""
+        return self.fp8_flops if fp8 and self.fp8_flops else self.bf16_flops
+
+    def gemm_max(self, fp8: bool) -> float:
+        if fp8 and self.fp8_flops:
+            return self.fp8_gemm_efficiency or self.gemm_efficiency
+        return self.gemm_efficiency
+
+    def scaled(self, bf16_flops: float) -> "Device":
+        """The same device at another bf16 peak (a cluster's --peak-tflops): fp8 scales with it."""
+        if bf16_flops == self.bf16_flops:
+            return self
+        ratio = bf16_flops / self.bf16_flops
+        fp8 = self.fp8_flops * ratio if self.fp8_flops else None
+        return dataclasses.replace(
+            self, name=f"{self.name} (peak {bf16_flops / 1e12:.0f} TFLOP/s)", bf16_flops=bf16_flops, fp8_flops=fp8
+        )
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Device":
+        return _from_dict(cls, data)
+
+
+MAMF = "MAMF: stas00/ml-engineering compute/accelerator/README.md"
+MEASURED = "bench/gpu_kernels.py on an H200"
+BURST_TO_SUSTAINED = {"bf16": 0.729 / 0.803, "fp8": 0.718 / 0.734}  # H200: measured main loop / MAMF
+
+
+def _sustained(mamf: float, dtype: str = "bf16") -> float:
+    return round(mamf * BURST_TO_SUSTAINED[dtype], 3)
+
+
+DEVICES: dict[str, Device] = {
+    # NVIDIA A100 datasheet: 312 TFLOP/s dense bf16, no fp8; 40 GB HBM2 at 1,555 GB/s, 80 GB HBM2e at
+    # 2,039 GB/s; 108 SMs. MAMF 271.2 TFLOP/s (86.9%). FlashAttention-2 fwd+bwd ~0.62 of peak at 16k.
+    "a100-sxm-40gb": Device(
+        "a100-sxm-40gb",
+        312e12,
+        None,
+        1555 * GB,
+        40 * 10**9,
+        108,
+        _sustained(0.869),
+        None,
+        0.65,
+        0.76,
+        f"NVIDIA A100 datasheet; {MAMF} (A100 SXM 86.9%); FlashAttention-2 (Dao 2023) Fig. 6; {MEASURED} ratios",
+    ),
+    "a100-sxm-80gb": Device(
+        "a100-sxm-80gb",
+        312e12,
+        None,
+        2039 * GB,
+        80 * 10**9,
+        108,
+        _sustained(0.869),
+        None,
+        0.65,
+        0.76,
+        f"NVIDIA A100 datasheet; {MAMF} (A100 SXM 86.9%); FlashAttention-2 (Dao 2023) Fig. 6; {MEASURED} ratios",
+    ),
+    # NVIDIA H100 datasheet (SXM5): 989 TFLOP/s dense bf16, 1,979 fp8; 80 GB HBM3 at 3.35 TB/s; 132
+    # SMs. Kernel efficiencies: the H200's, the same chip (its clocks and tensor cores), measured.
+    "h100-sxm": Device(
+        "h100-sxm",
+        989e12,
+        1979e12,
+        3350 * GB,
+        80 * 10**9,
+        132,
+        0.729,
+        0.718,
+        0.493,
+        0.76,
+        f"NVIDIA H100 datasheet; kernel efficiencies {MEASURED} (the same Hopper chip)",
+        fa2_efficiency=0.284,
+    ),
+    # NVIDIA H200 datasheet: H100's tensor cores with 141 GB HBM3e at 4.8 TB/s.
+    "h200-sxm": Device(
+        "h200-sxm",
+        989e12,
+        1979e12,
+        4800 * GB,
+        141 * 10**9,
+        132,
+        0.729,
+        0.718,
+        0.493,
+        0.76,
+        f"NVIDIA H200 datasheet; kernel efficiencies {MEASURED}",
+        fa2_efficiency=0.284,
+    ),
+    # NVIDIA HGX B200: 2.25 PFLOP/s dense bf16, 4.5 fp8; 180 GB HBM3e at 8 TB/s; 148 SMs. MAMF bf16
+    # 1,745 (77.6%), fp8 3,432.5 (76.3%). Attention and memory: Hopper's measured fractions.
+    "b200": Device(
+        "b200",
+        2250e12,
+        4500e12,
+        8000 * GB,
+        180 * 10**9,
+        148,
+        _sustained(0.776),
+        _sustained(0.763, "fp8"),
+        0.493,
+        0.76,
+        f"NVIDIA HGX B200 datasheet; {MAMF} (B200 bf16 77.6%, fp8 76.3%); attention as Hopper's",
+    ),
+    # NVIDIA GB200 NVL72: 2.5 PFLOP/s dense bf16, 5 fp8 per GPU; 186 GB HBM3e at 8 TB/s. MAMF bf16
+    # 1,822 (72.9%), fp8 3,615.6 (72.3%).
+    "gb200": Device(
+        "gb200",
+        2500e12,
+        5000e12,
+        8000 * GB,
+        186 * 10**9,
+        148,
+        _sustained(0.729),
+        _sustained(0.723, "fp8"),
+        0.493,
+        0.76,
+        f"NVIDIA GB200 NVL72 datasheet; {MAMF} (GB200 bf16 72.9%, fp8 72.3%); attention as Hopper's",
+    ),
+    # NVIDIA GB300 NVL72 (Blackwell Ultra): 2.5 PFLOP/s dense bf16, 5 fp8; 288 GB HBM3e at 8 TB/s;
+    # 160 SMs. MAMF of B300 (bf16 78.6%, fp8 74.5%), the same chip.
+    "gb300": Device(
+        "gb300",
+        2500e12,
+        5000e12,
+        8000 * GB,
+        288 * 10**9,
+        160,
+        _sustained(0.786),
+        _sustained(0.745, "fp8"),
+        0.493,
+        0.76,
+        f"NVIDIA GB300 NVL72 datasheet; {MAMF} (B300 bf16 78.6%, fp8 74.5%); attention as Hopper's",
+    ),
+    # AMD Instinct MI300X datasheet: 1,307.4 TFLOP/s dense bf16, 2,614.9 fp8; 192 GB HBM3 at 5.3
+    # TB/s; 304 CUs. MAMF bf16 668.4 (51.4%, ROCm 6.3); fp8, attention and memory fractions assumed.
+    "mi300x": Device(
+        "mi300x",
+        1307.4e12,
+        2614.9e12,
+        5300 * GB,
+        192 * 10**9,
+        304,
+        _sustained(0.514),
+        _sustained(0.514, "fp8"),
+        0.3,
+        0.7,
+        f"AMD MI300X datasheet; {MAMF} (MI300X bf16 51.4%); fp8, attention and memory assumed",
+    ),
+}
+
+
+def device_preset(name: str) -> Device:
+    try:
+        return DEVICES[name]
+    except KeyError:
+        raise SpecError(f"unknown device {name!r}; known: {', '.join(DEVICES)}") from None
+
+
+def cluster_device(cluster: Cluster) -> Device:
+    """The accelerator of `cluster` (its `gpu` preset) at the cluster's bf16 peak. A cluster that names
+    none is a generic GPU of its peak with H100's efficiencies and H100's FLOP-per-byte ratio for its
+    HBM bandwidth (989 TFLOP/s : 3.35 TB/s), an assumption the name says."""
+    if cluster.gpu:
+        return device_preset(cluster.gpu).scaled(cluster.peak_flops)
+    h100 = DEVICES["h100-sxm"]
+    ratio = cluster.peak_flops / h100.bf16_flops
+    return dataclasses.replace(
+        h100,
+        name=f"generic GPU of {cluster.peak_flops / 1e12:.0f} TFLOP/s (H100's efficiencies and FLOP/byte)",
+        bf16_flops=cluster.peak_flops,
+        fp8_flops=h100.fp8_flops * ratio,
+        hbm_bytes_per_s=h100.hbm_bytes_per_s * ratio,
+        memory_bytes=cluster.gpu_memory_bytes,
+        source="assumed: H100's efficiencies, bandwidth scaled with the peak",
+    )
