@@ -437,16 +437,14 @@ def leave_one_source_out(runs: list[dict]) -> list[str]:
         for c in GRID
     }
 
-    def mean(c, keep):
-        e = [abs(v) for s, v in errors[c].values() if keep(s)]
+    def mean(c, without=None):
+        e = [abs(v) for s, v in errors[c].values() if s != without]
         return statistics.fmean(e)
 
-    best = min(GRID, key=lambda c: mean(c, lambda s: True))
-    out = [
-        f"fitted to all {len(cases)} dense runs: job efficiency {best:.2f}, mean |error| {mean(best, lambda s: True):.1%}"
-    ]
+    best = min(GRID, key=mean)
+    out = [f"fitted to all {len(cases)} dense runs: job efficiency {best:.2f}, mean |error| {mean(best):.1%}"]
     for src in sorted({c.source for c in cases}):
-        c = min(GRID, key=lambda x, src=src: mean(x, lambda s: s != src))
+        c = min(GRID, key=lambda x, src=src: mean(x, src))
         held = [abs(v) for s, v in errors[c].values() if s == src]
         out.append(
             f"  {src:<34} left out: fit {c:.2f} predicts it at {statistics.fmean(held):.1%} mean, {max(held):.1%} worst"
