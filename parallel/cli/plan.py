@@ -58,7 +58,18 @@ def add_option_args(parser: argparse.ArgumentParser) -> None:
         help="flash attention's kernel: fused (cuDNN / Transformer Engine / FlashAttention-3, the default) or fa2 "
         "(FlashAttention-2, PyTorch SDPA's flash back end)",
     )
-    g.add_argument("--flash-attention", action="store_true", help="attention stores no s×s scores")
+    g.add_argument(
+        "--flash-attention",
+        action="store_true",
+        default=None,
+        help="attention stores no s×s scores (the default: every current framework's attention is flash or fused)",
+    )
+    g.add_argument(
+        "--no-flash-attention",
+        dest="flash_attention",
+        action="store_false",
+        help="attention materialises the s×s scores (Megatron-LM before flash attention; Korthikanti et al.'s Table 2)",
+    )
     g.add_argument("--no-dropout", action="store_true", help="no dropout masks (default: the model's, Model.dropout)")
     g.add_argument("--dropout", action="store_true", help="dropout masks even for a model that trains without")
     g.add_argument(
@@ -82,7 +93,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
     acts = ActivationOptions(
         act_bytes=args.act_bytes,
         dropout=False if args.no_dropout else True if args.dropout else None,
-        flash_attention=args.flash_attention,
+        flash_attention=args.flash_attention is not False,
         swiglu=args.swiglu or "fused",
     )
     if not 0 < args.job_efficiency <= 1:
@@ -285,7 +296,8 @@ def _from_import(args: argparse.Namespace, argv: list[str]):
         base = cluster_from_args(args, 1)
         args.nodes = nodes
     imported, cluster = place(imported, base, args.nodes)
-    args.flash_attention = args.flash_attention or imported.options.get("flash_attention", False)
+    if args.flash_attention is None:  # the script's attention back end, else a current framework's flash
+        args.flash_attention = imported.options.get("flash_attention", True)
     args.no_dropout = args.no_dropout or imported.options.get("dropout") is False
     args.swiglu = args.swiglu or imported.options.get("swiglu")
     args.attention_kernel = args.attention_kernel or imported.options.get("attention_kernel")

@@ -2,6 +2,7 @@
 
     python -m parallel search --model gpt3-175b --cluster dgx-h100 --gpus 512 --global-batch 1536 \\
         [--top N] [--json] [--headroom 0.1] [--max-tp 8] [--require-sp] [--zero 0,1] [--recompute none,selective]
+        [--explain [--against dp=8,tp=8,pp=8,sp=1,vpp=2,micro_batch=1,zero=1]]
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import sys
 
 from parallel.cli.args import add_cluster_args, add_model_args, cluster_from_args, model_from_args
 from parallel.cli.plan import add_option_args, options_from_args
-from parallel.core.plan import CP_KINDS, FP8, MAIN_GRADS, RECOMPUTE
+from parallel.core.plan import CP_KINDS, FP8, MAIN_GRADS, RECOMPUTE, Plan
 from parallel.core.specs import Cluster, GiB, Model, SpecError
 from parallel.core.topology import DEFAULT_ORDER
+from parallel.search.explain import explain, explain_text
 from parallel.search.space import Constraints, SearchResult, plan_of, result_json, search
 
 
@@ -42,7 +44,49 @@ def build_parser() -> argparse.ArgumentParser:
     add_option_args(parser)
     parser.add_argument("--top", type=int, default=10, help="plans to print (0: all)")
     parser.add_argument("--json", action="store_true", help="print a JSON list, best first")
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="why the top plan beats the runner-up (or --against): the two step breakdowns side by side",
+    )
+    parser.add_argument(
+        "--against",
+        default=None,
+        metavar="SPEC",
+        help="your plan to explain against, e.g. dp=8,tp=8,pp=8,sp=1,vpp=2,micro_batch=1,zero=1 (the search's "
+        "overlaps and global batch)",
+    )
     return parser
+
+
+PLAN_FIELDS = ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "recompute", "ep", "cp_kind")
+
+
+def plan_spec(spec: str, global_batch: int, constraints: Constraints) -> Plan:
+    """A Plan from `key=value,...` (PLAN_FIELDS), with the search's global batch, order and overlaps."""
+    fields: dict = {}
+    for part in filter(None, (x.strip() for x in spec.split(","))):
+        key, sep, value = part.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in PLAN_FIELDS:
+            raise SpecError(f"--against: {part!r} is not key=value with a key among {', '.join(PLAN_FIELDS)}")
+        if key in ("recompute", "cp_kind"):
+            fields[key] = value.strip()
+        elif key == "sp":
+            fields[key] = value.strip().lower() in ("1", "true", "yes", "on")
+        else:
+            try:
+                fields[key] = int(value)
+            except ValueError:
+                raise SpecError(f"--against: {key} must be an integer, got {value!r}") from None
+    return Plan(
+        global_batch=global_batch,
+        order=constraints.order,
+        main_grads=constraints.main_grads,
+        fp8=constraints.fp8,
+        **constraints.overlaps(),
+        **fields,
+    )
 
 
 def constraints_from_args(args: argparse.Namespace) -> Constraints:
@@ -84,6 +128,7 @@ def render_text(result: SearchResult, model: Model, cluster: Cluster, gb: int, t
     lines = [
         f"{model.name} on {cluster.nodes}×{cluster.gpus_per_node} {cluster.name} GPUs, global batch {gb}: "
         f"{len(result.table):,} plans fit ({result.evaluated:,} evaluated in {result.seconds:.2f} s)",
+        f"ranking: {result.rule}",
         "",
         "funnel:",
     ]
@@ -91,12 +136,15 @@ def render_text(result: SearchResult, model: Model, cluster: Cluster, gb: int, t
     table = result.table if not top else result.table.head(top)
     labels = [plan_of(row, gb).label() for row in table.to_dict("records")]
     w = max([len(x) for x in labels] + [4])
-    lines += ["", f"{'#':>4}  {'plan':<{w}} {'memory/GPU':>11} {'step s':>8} {'bubble':>7} {'MFU':>6}  pareto"]
+    lines += [
+        "",
+        f"{'#':>4}  {'plan':<{w}} {'memory/GPU':>11} {'step s':>8} {'bubble':>7} {'MFU':>6}  pareto  equivalent",
+    ]
     for i, (label, row) in enumerate(zip(labels, table.to_dict("records"))):
         lines.append(
             f"{i + 1:>4}  {label:<{w}} {row['memory_per_gpu_bytes'] / GiB:>7.1f} GiB "
             f"{row['step_time_s']:>8.3f} {row['bubble_fraction']:>7.3f} {row['mfu']:>6.1%}  "
-            f"{'*' if row['pareto'] else ''}"
+            f"{'*' if row['pareto'] else ' ':<6}  {'=' if row.get('equivalent') else ''}"
         )
     return "\n".join(lines)
 
@@ -116,8 +164,31 @@ def main(argv=None) -> int:
             print("[]")
         print(f"error: {err}", file=sys.stderr)
         return 2
+    ex = None
+    if args.explain or args.against:
+        try:
+            ex = _explain(result, model, cluster, args, constraints, options)
+        except (SpecError, ValueError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     if args.json:
-        print(json.dumps(result_json(result, args.top), ensure_ascii=False))
+        plans = result_json(result, args.top)
+        print(json.dumps({"plans": plans, "explain": ex, "rule": result.rule} if ex else plans, ensure_ascii=False))
     else:
         print(render_text(result, model, cluster, args.global_batch, args.top))
+        if ex:
+            print("\n" + explain_text(ex))
     return 0
+
+
+def _explain(result: SearchResult, model: Model, cluster: Cluster, args, constraints: Constraints, options) -> dict:
+    """The top plan against --against, or against the runner-up."""
+    plans = result.table.head(2).to_dict("records")
+    top = plan_of(plans[0], args.global_batch, constraints.order)
+    if args.against:
+        other = plan_spec(args.against, args.global_batch, constraints)
+    elif len(plans) > 1:
+        other = plan_of(plans[1], args.global_batch, constraints.order)
+    else:
+        raise SpecError("--explain: only one plan fits; nothing to compare it with (give --against)")
+    return explain(model, cluster, top, other, options)

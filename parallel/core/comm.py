@@ -71,6 +71,7 @@ Pure: stdlib and numpy.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from typing import Any
@@ -145,7 +146,17 @@ def collective_seconds(op: str, n: int, nbytes: float, link: Link) -> float:
 def _layout_of(plan: Plan, cluster: Cluster, dims: tuple[str, ...]) -> tuple[bool, int]:
     """(whether any group over `dims` -- ranks that differ only in those coordinates -- spans nodes,
     the fewest ranks such a group has on one node: the NICs it crosses nodes through at once)."""
-    topo = plan.topology(cluster.gpus_per_node)
+    p = plan
+    return _layout_cached(p.dp, p.tp, p.pp, p.cp, p.ep, p.expert_tp, p.order, cluster.gpus_per_node, dims)
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout_cached(
+    dp: int, tp: int, pp: int, cp: int, ep: int, etp: int, order: str, gpus_per_node: int, dims: tuple[str, ...]
+) -> tuple[bool, int]:
+    """_layout_of's answer, laid out once per degrees, order and node size (searches ask again and again)."""
+    plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, order=order)
+    topo = plan.topology(gpus_per_node)
     if dims == ("ep",):  # the MoE layers' own layout (none to lay out for ep 1 or a plan that cannot hold it)
         laid_out = plan.ep > 1 and plan.world_size % (plan.expert_tp * plan.ep * plan.pp) == 0
         if not laid_out:
@@ -156,7 +167,7 @@ def _layout_of(plan: Plan, cluster: Cluster, dims: tuple[str, ...]) -> tuple[boo
         axes = [("dp", "pp", "cp", "tp").index(d) for d in dims]
         rest = [i for i in range(4) if i not in axes]
         groups = grid.transpose(rest + axes).reshape(-1, math.prod(grid.shape[i] for i in axes))
-    nodes = np.sort(groups // cluster.gpus_per_node, axis=1)
+    nodes = np.sort(groups // gpus_per_node, axis=1)
     spans = 1 + (np.diff(nodes, axis=1) != 0).sum(axis=1)
     crossing = spans > 1
     if not crossing.any():
@@ -232,9 +243,14 @@ class CommTerm:
 SCOPES = ("layer", "microbatch", "first", "last", "step")
 
 
-def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -> list[CommTerm]:
+def comm_terms(
+    model: Model, plan: AnyPlan, opts: CommOptions = CommOptions(), *, dp: bool | None = None
+) -> list[CommTerm]:
     """The volumes of the module docstring, per dimension, for the GPU with the most work: the last
-    pipeline stage's (its layers: parallel.core.plan.layers_on_stage)."""
+    pipeline stage's (its layers: parallel.core.plan.layers_on_stage). `dp`: only the DP terms
+    (True), all but them (False), or all (None)."""
+    if dp:
+        return _dp_terms(model, plan, opts)
     p, act = plan, model.dtype_bytes
     m, v = maximum(p.microbatches, 1), p.vpp
     layers = layers_on_stage(model.layers, p, p.pp - 1)  # layers on one GPU (all its virtual chunks)
@@ -287,6 +303,18 @@ def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -
     if model.experts:  # dispatch + combine forward (again under full recompute), both conjugates backward
         ep_bytes = tp_bytes * model.top_k / where(p.sp, p.tp, 1)
         terms.append(per_layer("ep", "all_to_all", (2 * fwd_passes + 2) * model.moe_share, ep_bytes, ("ep",), p.ep))
+    if dp is None:
+        terms += _dp_terms(model, p, opts)
+    return [
+        t if t.unit_calls is not None else replace(t, unit_calls=t.calls / (1 if t.scope == "step" else m))
+        for t in terms
+    ]
+
+
+def _dp_terms(model: Model, p: AnyPlan, opts: CommOptions) -> list[CommTerm]:
+    """The data-parallel gradients' reduction and ZeRO's weight gathers, and the loss's all-reduce."""
+    m = maximum(p.microbatches, 1)
+    layers = layers_on_stage(model.layers, p, p.pp - 1)
     nd = p.dp * p.cp
     grad_dtype = 4 if model.dtype_bytes == 4 or p.main_grads == "fp32" else 2  # the main-grads buffer reduced
     grad_bytes = max_params_per_stage(model, p) * grad_dtype
@@ -295,7 +323,7 @@ def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -
     # ZeRO-3 gathers weights module by module (a transformer block each: FSDP2, Megatron FSDP)
     w_calls = where(p.zero == 3, maximum(layers, 1), maximum(1, ceil(weight_bytes / opts.bucket_for(nd, grad_dtype))))
     zero = p.zero
-    terms += [
+    terms = [
         CommTerm(
             "dp", "all_reduce", where(zero == 0, g_calls, 0), grad_bytes / g_calls, ("dp", "cp"), nd, scope="step"
         ),
@@ -319,10 +347,7 @@ def comm_terms(model: Model, plan: AnyPlan, opts: CommOptions = CommOptions()) -
         ),
         CommTerm("dp", "all_reduce", where(nd > 1, 1, 0), 4, ("dp", "cp"), nd, scope="step", what="loss"),  # fp32
     ]
-    return [
-        t if t.unit_calls is not None else replace(t, unit_calls=t.calls / (1 if t.scope == "step" else m))
-        for t in terms
-    ]
+    return [replace(t, unit_calls=t.calls) for t in terms]
 
 
 def _end_terms(model: Model, p: AnyPlan, opts: CommOptions, *, tp_bytes, m, layers, s_q) -> list[CommTerm]:

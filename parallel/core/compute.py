@@ -57,7 +57,7 @@ import numpy as np
 
 from parallel.core.devices import Device
 from parallel.core.memory import ActivationOptions, AnyPlan, cp_kind_flags, routed_rows
-from parallel.core.plan import CP_KINDS, RECOMPUTE, PlanColumns, recomputed_share
+from parallel.core.plan import PlanColumns, recomputed_share
 from parallel.core.specs import Model
 from parallel.core.vector import minimum, where
 
@@ -266,6 +266,7 @@ class LayerCost:
         return self.gemm_bwd + self.attn_bwd + self.ew_bwd + self.recompute
 
 
+# what a layer's cost depends on (pp and vpp too with a partial recompute, whose share they set)
 COST_KEYS = ("tp", "cp", "micro_batch", "sp", "recompute", "cp_kind", "ep")
 
 
@@ -281,63 +282,23 @@ def layer_cost(
     `job_efficiency`; `kernel` the flash attention's (ATTENTION_KERNELS). A PlanColumns is costed
     once per distinct row of COST_KEYS and spread back to its rows."""
     if isinstance(plan, PlanColumns) and len(plan) > 1:
-        cost = _distinct(model, plan, dev, opts, kernel)
+        cost = _distinct(model, plan, dev, opts, kernel, COST_KEYS + (("pp", "vpp") if plan.recompute_layers else ()))
     else:
         cost = _layer_cost(model, plan, dev, opts, kernel)
     return LayerCost(**{f: getattr(cost, f) / job_efficiency for f in LayerCost.__dataclass_fields__})
 
 
-def _distinct(model: Model, plan: PlanColumns, dev: Device, opts: ActivationOptions, kernel: str) -> LayerCost:
-    n = len(plan)
-    cols = {
-        "tp": np.asarray(plan.tp),
-        "cp": np.asarray(plan.cp),
-        "micro_batch": np.asarray(plan.micro_batch),
-        "sp": np.asarray(plan.sp).astype(np.int64),
-        "recompute": _index(plan.recompute, RECOMPUTE, n),
-        "cp_kind": _index(plan.cp_kind, CP_KINDS, n),
-        "ep": np.broadcast_to(np.asarray(plan.ep, dtype=np.int64), (n,)),
-    }
-    key = np.zeros(n, dtype=np.int64)
-    for c in cols.values():
-        key = key * (int(c.max()) + 1) + c
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    small = PlanColumns(
-        dp=np.ones(len(first), dtype=np.int64),
-        tp=cols["tp"][first],
-        pp=np.ones(len(first), dtype=np.int64),
-        cp=cols["cp"][first],
-        sp=cols["sp"][first].astype(bool),
-        micro_batch=cols["micro_batch"][first],
-        vpp=np.ones(len(first), dtype=np.int64),
-        zero=np.zeros(len(first), dtype=np.int64),
-        recompute=np.array(RECOMPUTE)[cols["recompute"][first]],
-        recompute_layers=None,  # the share is applied by the caller's columns (below)
-        global_batch=plan.global_batch,
-        fp8=plan.fp8,
-        ep=cols["ep"][first],
-        etp=plan.etp,
-        cp_kind=np.array(CP_KINDS)[cols["cp_kind"][first]],
-    )
+def _distinct(
+    model: Model, plan: PlanColumns, dev: Device, opts: ActivationOptions, kernel: str, keys: tuple[str, ...]
+) -> LayerCost:
+    small, inverse = plan.distinct(keys)
     cost = _layer_cost(model, small, dev, opts, kernel)
-    inverse = inverse.reshape(-1)
-    out = {
-        f: np.broadcast_to(np.asarray(getattr(cost, f), dtype=np.float64), (len(first),))[inverse]
-        for f in LayerCost.__dataclass_fields__
-    }
-    if plan.recompute_layers is not None:  # a partial full recompute: its share depends on pp and vpp
-        out["recompute"] = np.where(
-            plan.recompute == "full", out["recompute"] * recomputed_share(model.layers, plan), out["recompute"]
-        )
-    return LayerCost(**out)
-
-
-def _index(values: Any, names: tuple[str, ...], n: int) -> np.ndarray:
-    arr = np.broadcast_to(np.asarray(values), (n,))
-    out = np.zeros(n, dtype=np.int64)
-    for i, name in enumerate(names):
-        out[arr == name] = i
-    return out
+    return LayerCost(
+        **{
+            f: np.broadcast_to(np.asarray(getattr(cost, f), dtype=np.float64), (len(small),))[inverse]
+            for f in LayerCost.__dataclass_fields__
+        }
+    )
 
 
 def _layer_cost(model: Model, plan: AnyPlan, dev: Device, opts: ActivationOptions, kernel: str) -> LayerCost:

@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from parallel.core.plan import Plan, PlanColumns, layers_on_stage, recomputed_share
+from parallel.core.plan import Plan, PlanColumns, layers_on_stage, memoized, recomputed_share
 from parallel.core.specs import Model
 from parallel.core.vector import is_array, maximum, minimum, where
 
@@ -253,7 +253,21 @@ def routed_rows(model: Model, plan: AnyPlan) -> Any:
 
 def activation_bytes_per_layer(model: Model, plan: AnyPlan, opts: ActivationOptions = ActivationOptions()) -> Any:
     """One layer, one microbatch, one GPU: the sum of `activation_components_bytes`."""
-    return sum(activation_components_bytes(model, plan, opts).values())
+    if not isinstance(plan, PlanColumns):
+        return sum(activation_components_bytes(model, plan, opts).values())
+
+    def per_distinct_row():
+        small, inverse = plan.distinct(ACTIVATION_KEYS + (("pp", "vpp") if plan.recompute_layers else ()))
+        return np.asarray(sum(activation_components_bytes(model, small, opts).values()), dtype=np.float64)[inverse]
+
+    return memoized(plan, ("activation_bytes_per_layer", model, opts), per_distinct_row)
+
+
+# the fields a layer's activations depend on (the search evaluates them once per distinct row)
+ACTIVATION_KEYS = ("tp", "cp", "micro_batch", "sp", "recompute", "cp_kind", "ep")
+# ... the model states (weights, gradients, optimizer) on a stage; and the stage's activations
+STATE_KEYS = ("dp", "tp", "pp", "cp", "ep", "zero", "first_stage_layers", "last_stage_layers")
+STAGE_ACTIVATION_KEYS = (*ACTIVATION_KEYS, "pp", "vpp", "dp", "first_stage_layers", "last_stage_layers")
 
 
 def first_stage_extra_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions = ActivationOptions()) -> Any:
@@ -340,8 +354,12 @@ def params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
 def max_params_per_stage(model: Model, plan: AnyPlan) -> Any:
     """The most parameters any stage holds: the first, the last or (with uneven stages, where the ends
     hold fewer layers) an interior one -- every interior stage holds the same."""
-    ends = maximum(params_per_stage(model, plan, 0), params_per_stage(model, plan, plan.pp - 1))
-    return maximum(ends, params_per_stage(model, plan, minimum(1, plan.pp - 1)))
+
+    def most():
+        ends = maximum(params_per_stage(model, plan, 0), params_per_stage(model, plan, plan.pp - 1))
+        return maximum(ends, params_per_stage(model, plan, minimum(1, plan.pp - 1)))
+
+    return memoized(plan, ("max_params_per_stage", model), most)
 
 
 def gemm_params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
@@ -450,11 +468,26 @@ def memory_per_gpu_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions = 
     if not isinstance(plan, PlanColumns):
         worst = max(memory_per_stage(model, plan, opts), key=lambda row: row["total"])
         return {k: worst[k] for k in keys}
-    first, last = stage_memory_bytes(model, plan, 0, opts), stage_memory_bytes(model, plan, plan.pp - 1, opts)
+    first, last = _rows_of_stage(model, plan, "first", opts), _rows_of_stage(model, plan, "last", opts)
     pick = first["total"] >= last["total"]
     worst = {k: np.where(pick, first[k], last[k]) for k in keys}
     if plan.first_stage_layers is None and not plan.embedding_in_split:
         return worst  # the first stage holds as many layers as any, and the most in flight
-    second = stage_memory_bytes(model, plan, np.minimum(1, plan.pp - 1), opts)
+    second = _rows_of_stage(model, plan, "second", opts)
     pick = second["total"] > worst["total"]
     return {k: np.where(pick, second[k], worst[k]) for k in keys}
+
+
+def _rows_of_stage(model: Model, plan: PlanColumns, which: str, opts: ActivationOptions) -> dict[str, Any]:
+    """stage_memory_bytes of each row's first, second or last stage, the model states computed once per
+    distinct row of STATE_KEYS and the activations once per distinct row of STAGE_ACTIVATION_KEYS."""
+
+    def stage(p):
+        return 0 if which == "first" else p.pp - 1 if which == "last" else np.minimum(1, p.pp - 1)
+
+    states, i = plan.distinct(STATE_KEYS)
+    acts, j = plan.distinct(STAGE_ACTIVATION_KEYS)
+    row = {k: np.broadcast_to(v, (len(states),))[i] for k, v in model_state_bytes(model, states, stage(states)).items()}
+    row["activations"] = np.broadcast_to(activation_bytes_per_stage(model, acts, stage(acts), opts), (len(acts),))[j]
+    row["total"] = row["params"] + row["grads"] + row["optimizer"] + row["activations"]
+    return row

@@ -16,9 +16,9 @@ element-wise kernels from shapes on the cluster's device; the embedding on the f
 output layer and loss on the last) plus the communication on its critical path:
 
     TP / SP     the layer's collectives; with plan.tp_overlap (Megatron-LM --tp-comm-overlap,
-                torchtitan's async TP) they run in chunks under the GEMMs they feed, and only what the
-                GEMMs cannot cover, or at least the ring's one unhidden reduce-scatter chunk (1/(2 tp)
-                of the traffic), is exposed.
+                torchtitan's async TP: both on SP's collectives, inside a node's NVLink domain) they
+                run in chunks under the GEMMs they feed, and only what the GEMMs cannot cover, or at
+                least the ring's one unhidden reduce-scatter chunk (1/(2 tp) of the traffic), is exposed.
     CP          all-gather and Ulysses exposed; ring attention's K/V blocks beyond what the attention
                 core's compute hides (Liu et al. 2023, Sec. 3).
     EP          the token all-to-alls, exposed.
@@ -177,12 +177,12 @@ def attention_seconds(
     return maximum(plan.microbatches, 1) * layers * (cost.attn_fwd + cost.attn_bwd)
 
 
-def _comm_units(model: Model, plan: AnyPlan, cluster: Cluster, comm: CommOptions) -> dict[tuple[str, str, str], Any]:
-    """Seconds per scope unit (comm.CommTerm.unit_calls) by (dim, scope, how): how is "exposed",
-    "overlapped" (the plan model's always-hidden rows) or "hidden_by:<computation>"."""
+def _comm_units(terms: list, plan: AnyPlan, cluster: Cluster) -> dict[tuple[str, str, str], Any]:
+    """Seconds per scope unit (comm.CommTerm.unit_calls) of `terms` by (dim, scope, how): how is
+    "exposed", "overlapped" (the plan model's always-hidden rows) or "hidden_by:<computation>"."""
     out: dict[tuple[str, str, str], Any] = {}
     links: dict[tuple[str, ...], Any] = {}
-    for t in comm_terms(model, plan, comm):
+    for t in terms:
         if t.group not in links:
             links[t.group] = (crosses_nodes(plan, cluster, t.group), ranks_per_node(plan, cluster, t.group))
         how = "overlapped" if t.overlapped else f"hidden_by:{t.hidden_by}" if t.hidden_by else "exposed"
@@ -206,61 +206,30 @@ def step_time(
 ) -> dict[str, Any]:
     """Seconds per step and its parts (module docstring): compute, bubble, exposed and hidden
     communication per dimension, the optimizer; achieved MFU. `plan` may be a PlanColumns (every
-    value is then an array)."""
+    value is then an array: what ZeRO does not change is computed once per distinct row)."""
     acts = acts or ActivationOptions()
     flops = flops_per_step(model, plan)
     m, p = maximum(plan.microbatches, 1), plan.pp
-    cost = stage_cost(model, plan, cluster, perf, acts)
-    units = _comm_units(model, plan, cluster, comm)
-    per_layer = _layer_comm(plan, cost, units)
-    pp_mb = where(plan.p2p_overlap | (p == 1), 0.0, _unit(units, ("pp",), "microbatch"))
-    first_n, middle_n, last_n = stage_layer_counts(model.layers, plan)
-
-    def stage(layers, first, last):
-        """One microbatch on one stage: its seconds, compute, exposed comm by dim, layers."""
-        compute = layers * cost.layer + (cost.embedding if first else 0.0) + (cost.head if last else 0.0)
-        exposed = {d: layers * per_layer["exposed"][d] for d in DIMS}
-        for scope, on in (("first", first), ("last", last)):
-            for d in ("tp", "sp"):
-                exposed[d] = exposed[d] + (_unit(units, (d,), scope) if on else 0.0)
-        exposed["pp"] = exposed["pp"] + pp_mb
-        return {
-            "t": compute + sum(exposed.values()),
-            "compute": compute,
-            "exposed": exposed,
-            "layers": layers,
-            "first": first,
-            "last": last,
-        }
-
-    if isinstance(plan, PlanColumns) or p > 1:  # first, middle (p - 2 of them), last; or one stage (p = 1)
-        stages = [
-            stage(first_n, True, False),
-            stage(middle_n, False, False),
-            stage(last_n, False, True),
-            stage(first_n, True, True),
-        ]
-        counts = [where(p == 1, 0, 1), maximum(p - 2, 0), where(p == 1, 0, 1), where(p == 1, 1, 0)]
+    if isinstance(plan, PlanColumns) and len(plan) > 1:
+        small, inverse = plan.distinct(PIPELINE_KEYS)
+        core = _pipeline(model, small, cluster, perf, comm, acts)
+        core = {k: _spread(v, inverse, len(small)) for k, v in core.items()}
     else:
-        stages, counts = [stage(first_n, True, True)], [1]
-    t_max, crit = _slowest(stages, counts)
-    total = sum(c * st["t"] for st, c in zip(stages, counts))
-    pipe = m * t_max + (total - t_max) / plan.vpp
+        core = _pipeline(model, plan, cluster, perf, comm, acts)
     # once per step: DP (overlapped as the plan says), the other dims' partial sums, the optimizer
-    dp, dp_hidden = _dp_exposed(model, plan, cluster, comm, perf, cost=cost, layers=crit["layers"], m=m)
-    step_comm = {d: _unit(units, (d,), "step") for d in DIMS if d != "dp"}
+    terms = comm_terms(model, plan, comm, dp=True)
+    dp, dp_hidden = _dp_exposed(terms, plan, cluster, perf, fwd=core["fwd_mb"], bwd=core["bwd_mb"], m=m)
     flat = perf.mfu is not None or cluster.device == "cpu"
     optimizer = 0.0 if flat else _optimizer_s(model, plan, cluster, perf.job_efficiency)
-    exposed = {d: m * crit["exposed"][d] + step_comm.get(d, 0.0) for d in DIMS}
+    exposed = {d: core[f"exposed_{d}"] for d in DIMS}
     exposed["dp"] = exposed["dp"] + dp
-    hidden = {d: m * crit["layers"] * per_layer["hidden"][d] for d in DIMS}
-    hidden["pp"] = where(plan.p2p_overlap & (p > 1), m * _unit(units, ("pp",), "microbatch"), 0.0)
+    hidden = {d: core[f"hidden_{d}"] for d in DIMS if d != "dp"}
     hidden["dp"] = dp_hidden
-    step = pipe + sum(step_comm.values()) + dp + optimizer
+    step = core["pipe"] + core["step_comm"] + dp + optimizer
     out = {
         "step_time_s": step,
-        "compute_s": m * crit["compute"],
-        "bubble_s": pipe - m * crit["t"],
+        "compute_s": core["compute"],
+        "bubble_s": core["bubble"],
         **{f"exposed_{d}_s": exposed[d] for d in DIMS},
         **{f"hidden_{d}_s": hidden[d] for d in DIMS},
         "optimizer_s": optimizer,
@@ -269,18 +238,100 @@ def step_time(
         "mfu": flops["model_flops"] / (step * plan.world_size * cluster.peak_flops),
     }
     if not isinstance(plan, PlanColumns):
-        out["compute_parts_s"] = {k: m * v for k, v in _compute_parts(cost, crit).items()}
+        first_n, middle_n, last_n = stage_layer_counts(model.layers, plan)
+        out["compute_parts_s"] = core["compute_parts"]
         out["stage_layers"] = [first_n, middle_n, last_n] if p > 2 else [first_n, last_n] if p == 2 else [first_n]
         out["compute_model"] = "flat" if flat else cluster_device(cluster).name
     return out
 
 
-def _layer_comm(plan: AnyPlan, cost: LayerCost, units: dict) -> dict[str, dict[str, Any]]:
+# what the pipeline's time depends on: every plan field the search varies but the ZeRO stage
+PIPELINE_KEYS = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "sp",
+    "micro_batch",
+    "vpp",
+    "recompute",
+    "cp_kind",
+    "ep",
+    "first_stage_layers",
+    "last_stage_layers",
+)
+
+
+def _spread(value: Any, inverse: np.ndarray, n: int) -> Any:
+    if isinstance(value, dict):
+        return {k: _spread(v, inverse, n) for k, v in value.items()}
+    return np.broadcast_to(np.asarray(value), (n,))[inverse]
+
+
+def _pipeline(
+    model: Model, plan: AnyPlan, cluster: Cluster, perf: PerfOptions, comm: CommOptions, acts: ActivationOptions
+) -> dict[str, Any]:
+    """Everything of the step but DP and the optimizer: the stages' compute and exposed per-microbatch
+    communication, the pipeline over them, the once-per-step partial sums of the other dims, and the
+    slowest stage's forward and backward of a microbatch (what DP overlap hides behind)."""
+    m, p = maximum(plan.microbatches, 1), plan.pp
+    cost = stage_cost(model, plan, cluster, perf, acts)
+    units = _comm_units(comm_terms(model, plan, comm, dp=False), plan, cluster)
+    per_layer = _layer_comm(plan, cost, units, crosses_nodes(plan, cluster, ("tp",)))
+    pp_mb = where(plan.p2p_overlap | (p == 1), 0.0, _unit(units, ("pp",), "microbatch"))
+    first_n, middle_n, last_n = stage_layer_counts(model.layers, plan)
+    # one microbatch on a stage: its layers' compute and exposed comm, and the ends it holds
+    layer_t = cost.layer + sum(per_layer["exposed"].values())
+    ends = {scope: sum(_unit(units, (d,), scope) for d in ("tp", "sp")) for scope in ("first", "last")}
+    first_t, last_t = cost.embedding + ends["first"], cost.head + ends["last"]
+    kinds = [(first_n, True, False), (middle_n, False, False), (last_n, False, True), (first_n, True, True)]
+    counts = [where(p == 1, 0, 1), maximum(p - 2, 0), where(p == 1, 0, 1), where(p == 1, 1, 0)]
+    if not isinstance(plan, PlanColumns) and p == 1:
+        kinds, counts = kinds[3:], [1]
+    elif not isinstance(plan, PlanColumns):
+        kinds, counts = kinds[:3], counts[:3]
+    times = [n * layer_t + (first_t if f else 0.0) + (last_t if la else 0.0) + pp_mb for n, f, la in kinds]
+    t_max, crit = _slowest(times, counts, kinds)
+    total = sum(c * t for t, c in zip(times, counts))
+    pipe = m * t_max + (total - t_max) / plan.vpp
+    compute = (
+        crit["layers"] * cost.layer + where(crit["first"], cost.embedding, 0.0) + where(crit["last"], cost.head, 0.0)
+    )
+    exposed = {d: crit["layers"] * per_layer["exposed"][d] for d in DIMS}
+    for d in ("tp", "sp"):
+        exposed[d] = (
+            exposed[d]
+            + where(crit["first"], _unit(units, (d,), "first"), 0.0)
+            + where(crit["last"], _unit(units, (d,), "last"), 0.0)
+        )
+    exposed["pp"] = exposed["pp"] + pp_mb
+    step_comm = {d: _unit(units, (d,), "step") for d in DIMS if d != "dp"}
+    hidden = {d: m * crit["layers"] * per_layer["hidden"][d] for d in DIMS}
+    hidden["pp"] = where(plan.p2p_overlap & (p > 1), m * _unit(units, ("pp",), "microbatch"), 0.0)
+    out = {
+        "pipe": pipe,
+        "compute": m * compute,
+        "bubble": pipe - m * t_max,
+        "step_comm": sum(step_comm.values()),
+        "fwd_mb": crit["layers"] * cost.fwd,
+        "bwd_mb": crit["layers"] * cost.bwd,
+        **{f"exposed_{d}": m * exposed[d] + step_comm.get(d, 0.0) for d in DIMS},
+        **{f"hidden_{d}": hidden[d] for d in DIMS if d != "dp"},
+    }
+    if not isinstance(plan, PlanColumns):
+        out["compute_parts"] = {k: m * v for k, v in _compute_parts(cost, crit).items()}
+    return out
+
+
+def _layer_comm(plan: AnyPlan, cost: LayerCost, units: dict, tp_inter: Any) -> dict[str, dict[str, Any]]:
     """Per layer and microbatch, each dim's exposed and hidden seconds: TP/SP under the GEMMs with
     tp_overlap, ring CP beside the attention core, the always-overlapped rows hidden."""
     tp_layer = _unit(units, ("tp", "sp"), "layer")
     gemm = cost.gemm_fwd + cost.gemm_bwd
-    tp_exposed = where(plan.tp_overlap, maximum(tp_layer - gemm, tp_layer / (2 * plan.tp)), tp_layer)
+    # Megatron-LM's and torchtitan's TP overlap both work on SP's all-gathers and reduce-scatters, over
+    # NVLink: Transformer Engine's userbuffers and PyTorch's symmetric memory map the peers' memory
+    overlap = plan.tp_overlap & plan.sp & np.logical_not(tp_inter)
+    tp_exposed = where(overlap, maximum(tp_layer - gemm, tp_layer / (2 * plan.tp)), tp_layer)
     share = where(tp_layer > 0, tp_exposed / where(tp_layer > 0, tp_layer, 1.0), 0.0)
     ring = _unit(units, ("cp",), "layer", "hidden_by:attention")
     ring_exposed = maximum(ring - (cost.attn_fwd + cost.attn_bwd), 0.0)
@@ -298,36 +349,30 @@ def _layer_comm(plan: AnyPlan, cost: LayerCost, units: dict) -> dict[str, dict[s
     return {"exposed": exposed, "hidden": hidden}
 
 
-def _slowest(stages: list[dict], counts: list) -> tuple[Any, dict]:
-    """The slowest stage present (count > 0): its seconds per microbatch, and its parts (per row)."""
-    t = [where(c > 0, st["t"], -np.inf) for st, c in zip(stages, counts)]
+def _slowest(times: list, counts: list, kinds: list) -> tuple[Any, dict]:
+    """The slowest stage present (count > 0): its seconds per microbatch, and its layers and whether it
+    holds the embedding / the output layer (per row for a PlanColumns; the first slowest wins)."""
+    t = [where(c > 0, x, -np.inf) for x, c in zip(times, counts)]
     t_max = t[0]
     for x in t[1:]:
         t_max = maximum(t_max, x)
-    if len(stages) == 1:
-        return t_max, stages[0]
-    pick = dict(stages[-1])
-    pick["exposed"] = dict(stages[-1]["exposed"])
-    for st, x in reversed(list(zip(stages, t))[:-1]):  # the first slowest wins
+    layers, first, last = kinds[-1]
+    for (n, f, la), x in reversed(list(zip(kinds, t))[:-1]):
         sel = x >= t_max
-        for k in ("t", "compute", "layers"):
-            pick[k] = where(sel, st[k], pick[k])
-        pick["exposed"] = {d: where(sel, st["exposed"][d], pick["exposed"][d]) for d in DIMS}
-        pick["first"] = where(sel, st["first"], pick["first"])
-        pick["last"] = where(sel, st["last"], pick["last"])
-    return t_max, pick
+        layers, first, last = where(sel, n, layers), where(sel, f, first), where(sel, la, last)
+    return t_max, {"layers": layers, "first": first, "last": last}
 
 
 def _dp_exposed(
-    model: Model, plan: AnyPlan, cluster: Cluster, comm: CommOptions, perf: PerfOptions, *, cost: LayerCost, layers, m
+    terms: list, plan: AnyPlan, cluster: Cluster, perf: PerfOptions, *, fwd: Any, bwd: Any, m: Any
 ) -> tuple[Any, Any]:
     """(exposed, hidden) seconds of the step's DP communication (module docstring), for the stage
-    with the most parameters, hidden behind the slowest stage's forward / backward of a microbatch."""
-    fwd, bwd = layers * cost.fwd, layers * cost.bwd
+    with the most parameters, hidden behind the slowest stage's forward / backward of a microbatch
+    (`fwd`, `bwd`)."""
     links: dict = {}
     reduce = gather = loss = 0.0
     reduce_calls = gather_calls = 1.0
-    for t in comm_terms(model, plan, comm):
+    for t in terms:
         if t.dim != "dp":
             continue
         if t.group not in links:
@@ -338,24 +383,26 @@ def _dp_exposed(
         elif t.collective == "all_gather":
             gather, gather_calls = gather + seconds, maximum(t.calls, 1)
         else:
-            reduce, reduce_calls = reduce + seconds, maximum(reduce_calls * 0 + t.calls, reduce_calls)
+            reduce, reduce_calls = reduce + seconds, maximum(t.calls, reduce_calls)
     total = reduce + gather + loss
     if perf.dp_overlap is not None:
         exposed = total * (1.0 - perf.dp_overlap)
         return exposed, total - exposed
     z3, z2 = plan.zero == 3, plan.zero >= 2
-    # reduction: once (ZeRO 0/1) under the last backward, or every microbatch's (ZeRO 2/3)
-    rounds = where(z2, m, 1)
-    r = reduce / rounds
-    r_exposed = rounds * maximum(r * rounds / reduce_calls, r - bwd)
-    reduce_exposed = where(plan.grad_reduce_overlap, r_exposed, reduce)
-    # gathers: once (ZeRO 1/2) under the next forward, or forward and backward of every microbatch (ZeRO 3)
-    g_rounds = where(z3, 2 * m, 1)
-    g = gather / g_rounds
-    g_last = g * g_rounds / gather_calls
-    g_exposed = where(z3, m * (maximum(g_last, g - fwd) + maximum(g_last, g - bwd)), maximum(g_last, g - fwd))
-    gather_exposed = where(plan.param_gather_overlap, g_exposed, gather)
-    exposed = minimum(reduce_exposed, reduce) + minimum(gather_exposed, gather) + loss
+    gr, pg = plan.grad_reduce_overlap, plan.param_gather_overlap
+    rounds = where(z2, m, 1)  # the reduction: once (ZeRO 0/1) or after every microbatch's backward (ZeRO 2/3)
+    g_rounds = where(z3, 2 * m, 1)  # the gathers: once (ZeRO 1/2) or for every forward and backward (ZeRO 3)
+    r, g = reduce / rounds, gather / g_rounds
+    r_last, g_last = reduce / reduce_calls, gather / gather_calls  # a bucket: the last is never hidden
+    # a backward window hides the reduction and (ZeRO 3) the backward's gathers together; a forward
+    # window the gathers of the forward (ZeRO 3) or of the next step's first microbatch (ZeRO 1/2)
+    bwd_hideable = where(gr, r, 0.0) + where(z3 & pg, g, 0.0)
+    bwd_last = where(gr, r_last, where(z3 & pg, g_last, 0.0))
+    bwd_exposed = where(bwd_hideable > 0, maximum(bwd_last, bwd_hideable - bwd), 0.0)
+    bwd_exposed = bwd_exposed + where(gr, 0.0, r) + where(z3 & ~pg, g, 0.0)
+    fwd_exposed = where(pg, maximum(g_last, g - fwd), g)
+    per_round = where(z3, m * (bwd_exposed + fwd_exposed), rounds * bwd_exposed + fwd_exposed)
+    exposed = minimum(per_round, reduce + gather) + loss
     return exposed, total - exposed
 
 

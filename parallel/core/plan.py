@@ -269,6 +269,36 @@ class PlanColumns:
         nodes on a cluster), kept for the other formulas of the same evaluation."""
         return {}
 
+    def distinct(self, keys: tuple[str, ...]) -> tuple["PlanColumns", np.ndarray]:
+        """(the plans of the distinct rows over the fields `keys` -- the other per-row fields taken from
+        each one's first row --, each plan's index into them): what depends on those fields alone is
+        computed once per distinct row and spread back with the index."""
+        memo = self.memo.setdefault(("distinct", keys), {})
+        if "rows" not in memo:
+            n = len(self)
+            key = np.zeros(n, dtype=np.int64)
+            for name in keys:
+                if getattr(self, name) is None:  # a field no row sets (first / last stage layers)
+                    continue
+                values = np.broadcast_to(np.asarray(getattr(self, name)), (n,))
+                if ("codes", name) in self.memo:  # the integer codes its maker kept beside the names
+                    values = self.memo[("codes", name)]
+                elif values.dtype.kind not in "iub":  # a name: its index among the known ones (no string sort)
+                    names = {"recompute": RECOMPUTE, "cp_kind": CP_KINDS}.get(name) or tuple(np.unique(values))
+                    codes = np.zeros(n, dtype=np.int64)
+                    for i, known in enumerate(names):
+                        codes[values == known] = i
+                    values = codes
+                values = values.astype(np.int64)
+                key = key * (int(values.max(initial=0)) + 1) + values
+            _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+            fields = {}
+            for f in dataclasses.fields(self):
+                value = getattr(self, f.name)
+                fields[f.name] = value[first] if isinstance(value, np.ndarray) and value.shape == (n,) else value
+            memo["rows"] = (PlanColumns(**fields), inverse.reshape(-1))
+        return memo["rows"]
+
     def distinct_degrees(self, *, with_ep: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(the distinct (dp, tp, pp, cp[, ep]) rows, each plan's index into them): what depends on
         the degrees alone (the rank layout; the expert layout also on ep) is computed once per
@@ -286,7 +316,22 @@ class PlanColumns:
         return memo["rows"]
 
 
+def memoized(plan: Plan | PlanColumns, key: Any, compute: Any) -> Any:
+    """compute(), kept in a PlanColumns' memo under `key` for the other formulas of the same evaluation
+    (a Plan computes it each time: it costs nothing there)."""
+    if not isinstance(plan, PlanColumns):
+        return compute()
+    if key not in plan.memo:
+        plan.memo[key] = compute()
+    return plan.memo[key]
+
+
 def stage_layer_counts(layers: int, plan: Plan | PlanColumns) -> tuple[Any, Any, Any]:
+    """(first, every middle, last) stage's transformer layers: see _stage_layer_counts."""
+    return memoized(plan, ("stage_layer_counts", layers), lambda: _stage_layer_counts(layers, plan))
+
+
+def _stage_layer_counts(layers: int, plan: Plan | PlanColumns) -> tuple[Any, Any, Any]:
     """Transformer layers on the (first, every middle, last) pipeline stage, as Megatron-LM builds
     them (megatron/core/transformer/transformer_block.py, get_num_layers_to_build): the given first /
     last counts and the rest split evenly over the other stages; with the embedding / loss in the

@@ -208,6 +208,10 @@ def _layout_warnings(plan: Plan, model: Model, cluster: Cluster) -> list[str]:
         )
     if model.vocab % p.tp:
         warnings.append(f"vocab {model.vocab} is not divisible by tp {p.tp}: {VOCAB_PADDED}")
+    if p.tp_overlap and not p.sp and p.tp > 1:
+        warnings.append(
+            "tp_overlap needs sequence parallelism (it overlaps SP's all-gathers and reduce-scatters): not applied"
+        )
     if p.zero >= 1 and p.dp * p.cp == 1:
         warnings.append(f"ZeRO-{p.zero} with dp×cp = 1 shards nothing")
     return warnings

@@ -520,6 +520,8 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
             r.notes.append(f"line {line[key]}: {text}")
     options = {}
     backend = get.get("attention_backend")
+    if backend in ("unfused", "local"):  # the s x s scores materialised
+        options["flash_attention"] = False
     if get.get("flash") or backend in ("flash", "fused", "auto"):
         options["flash_attention"] = True
         # flash: the flash-attn package (FlashAttention-2); fused / auto: cuDNN through Transformer Engine

@@ -35,6 +35,7 @@ from parallel.core.specs import Cluster, GiB, Model, SpecError
 from parallel.core.topology import DEFAULT_ORDER
 
 PLAN_KEYS = ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "recompute", "ep", "cp_kind")
+LINKS = ("intra", "inter")
 STR_KEYS = ("recompute", "cp_kind")
 
 
@@ -60,6 +61,11 @@ class Constraints:
     main_grads: str = "fp32"  # every candidate's gradient dtype and FP8 mode (Plan.main_grads, Plan.fp8)
     fp8: str = "none"
     cp_kinds: tuple[str, ...] = CP_KINDS  # the context-parallel exchanges tried where cp > 1
+    # what every candidate overlaps (Plan's fields): a current Megatron-LM / torchtitan setup by default
+    tp_overlap: bool = True
+    grad_reduce_overlap: bool = True
+    param_gather_overlap: bool = True
+    p2p_overlap: bool = True  # applies to the interleaved schedule (vpp > 1) only
 
     def __post_init__(self):
         Plan(main_grads=self.main_grads, fp8=self.fp8)  # SpecError naming a bad value
@@ -76,13 +82,31 @@ class Constraints:
         if not self.recompute or set(self.recompute) - set(RECOMPUTE):
             raise SpecError(f"recompute modes must be among {', '.join(RECOMPUTE)}, got {self.recompute}")
 
+    def overlaps(self) -> dict:
+        """The Plan overlap fields every candidate takes."""
+        names = ("tp_overlap", "grad_reduce_overlap", "param_gather_overlap", "p2p_overlap")
+        return {k: getattr(self, k) for k in names}
+
+
+# The step model's mean |error| against published GPU runs (bench/published.py: 45 runs, 7.0%): plans
+# whose predicted steps differ by less are not told apart by it.
+MODEL_ERROR = 0.07
+CP_NEEDED_TOKENS = 32_768  # below this a sequence fits a GPU's activations without context parallelism
+EQUIVALENCE_RULE = (
+    f"plans within {MODEL_ERROR:.0%} of the fastest (the model's mean error against published GPU runs) are "
+    "equivalent: they are ordered by simplicity -- fewer parallel dimensions in use (dp, tp, pp, cp, ep, "
+    "interleaving, ZeRO-2/3 and recomputation count one each), TP inside a node (a crossing counts two), no "
+    f"CP below {CP_NEEDED_TOKENS:,} tokens (one more) -- then by time; the rest by time"
+)
+
 
 @dataclass
 class SearchResult:
-    table: pd.DataFrame  # one row per plan that fits, best (fastest) first
+    table: pd.DataFrame  # one row per plan that fits: the equivalent ones by simplicity first, then by time
     funnel: list[dict] = field(default_factory=list)  # [{constraint, remaining}] in the order applied
     evaluated: int = 0  # plans whose memory and time were computed
     seconds: float = 0.0
+    rule: str = EQUIVALENCE_RULE
 
     def plans(self, global_batch: int, order: str = DEFAULT_ORDER) -> list[Plan]:
         return [plan_of(row, global_batch, order) for row in self.table.to_dict("records")]
@@ -112,6 +136,11 @@ def plan_of(row: dict, global_batch: int, order: str = DEFAULT_ORDER) -> Plan:
         fp8=str(row.get("fp8", "none")),
         ep=int(row.get("ep", 1)),
         cp_kind=str(row.get("cp_kind", "allgather")),
+        **{
+            k: bool(row[k])
+            for k in ("tp_overlap", "grad_reduce_overlap", "param_gather_overlap", "p2p_overlap")
+            if k in row
+        },
     )
 
 
@@ -238,11 +267,17 @@ def candidates(
 
 
 def columns_of(
-    cands: pd.DataFrame, global_batch: int, order: str = DEFAULT_ORDER, main_grads: str = "fp32", fp8: str = "none"
+    cands: pd.DataFrame,
+    global_batch: int,
+    order: str = DEFAULT_ORDER,
+    main_grads: str = "fp32",
+    fp8: str = "none",
+    overlaps: dict | None = None,
 ) -> PlanColumns:
-    """The candidates as a PlanColumns, for parallel.core's formulas."""
+    """The candidates as a PlanColumns, for parallel.core's formulas; `overlaps`: the Plan overlap
+    fields every candidate shares (Constraints.overlaps())."""
     ints = {k: cands[k].to_numpy(np.int64) for k in ("dp", "tp", "pp", "cp", "micro_batch", "vpp", "zero", "ep")}
-    return PlanColumns(
+    plans = PlanColumns(
         **ints,
         sp=cands["sp"].to_numpy(bool),
         recompute=np.array(RECOMPUTE)[cands["rc"].to_numpy()],
@@ -251,7 +286,11 @@ def columns_of(
         order=order,
         main_grads=main_grads,
         fp8=fp8,
+        **(overlaps or {}),
     )
+    plans.memo[("codes", "recompute")] = cands["rc"].to_numpy(np.int64)  # PlanColumns.distinct's keys
+    plans.memo[("codes", "cp_kind")] = cands["ck"].to_numpy(np.int64)
+    return plans
 
 
 def evaluate(
@@ -263,16 +302,21 @@ def evaluate(
     order: str = DEFAULT_ORDER,
     main_grads: str = "fp32",
     fp8: str = "none",
+    memory: dict | None = None,
+    overlaps: dict | None = None,
 ) -> pd.DataFrame:
     """Memory of the most loaded GPU and step time of every candidate row: parallel.core's own
-    formulas (memory_per_gpu_bytes, step_time), evaluated over the columns at once."""
-    plans = columns_of(cands, global_batch, order, main_grads, fp8)
-    memory = memory_per_gpu_bytes(model, plans, options.activations)
+    formulas (memory_per_gpu_bytes, step_time), evaluated over the columns at once. `memory`:
+    memory_per_gpu_bytes' columns for these rows, when the caller has them."""
+    plans = columns_of(cands, global_batch, order, main_grads, fp8, overlaps)
+    memory = memory or memory_per_gpu_bytes(model, plans, options.activations)
     timing = step_time(model, plans, cluster, options.perf, options.comm, options.activations)
     out = {k: cands[k].to_numpy() for k in ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "ep")}
-    out["recompute"] = plans.recompute.astype(object)
-    out["cp_kind"] = plans.cp_kind.astype(object)
-    out["main_grads"], out["fp8"] = main_grads, fp8
+    out["recompute"] = pd.Categorical.from_codes(cands["rc"].to_numpy(), categories=RECOMPUTE)
+    out["cp_kind"] = pd.Categorical.from_codes(cands["ck"].to_numpy(), categories=CP_KINDS)
+    out["main_grads"] = pd.Categorical.from_codes(np.zeros(len(plans), dtype=np.int8), [main_grads])
+    out["fp8"] = pd.Categorical.from_codes(np.zeros(len(plans), dtype=np.int8), [fp8])
+    out.update(overlaps or {})
     out["microbatches"] = np.maximum(plans.microbatches, 1)
     for name in ("params", "grads", "optimizer", "activations"):
         out[f"{name}_bytes"] = memory[name]
@@ -286,8 +330,8 @@ def evaluate(
             "compute_s": timing["compute_s"],
             "bubble_s": timing["bubble_s"],
             **{f"exposed_{d}_s": timing[f"exposed_{d}_s"] for d in COMM_DIMS},
-            "tp_link": np.where(crosses_nodes(plans, cluster, ("tp",)), "inter", "intra"),
-            "dp_link": np.where(crosses_nodes(plans, cluster, ("dp", "cp")), "inter", "intra"),
+            "tp_link": pd.Categorical.from_codes(crosses_nodes(plans, cluster, ("tp",)).astype(np.int8), LINKS),
+            "dp_link": pd.Categorical.from_codes(crosses_nodes(plans, cluster, ("dp", "cp")).astype(np.int8), LINKS),
         }
     )
     return pd.DataFrame({k: np.broadcast_to(v, len(plans)) if np.ndim(v) == 0 else v for k, v in out.items()})
@@ -298,11 +342,17 @@ def evaluate(
 
 def _rank(table: pd.DataFrame) -> pd.DataFrame:
     """Fastest first; ties (e.g. ZeRO 0 vs 1 cost the same traffic) broken by memory, then simpler plans."""
-    key = table.assign(_t=table["step_time_s"].round(9), _rc=table["recompute"].map(RECOMPUTE.index))
-    key = key.sort_values(
-        ["_t", "memory_per_gpu_bytes", "_rc", "zero", "vpp", "cp", "pp", "tp", "micro_batch"], kind="stable"
+    rc = pd.Categorical(table["recompute"], categories=RECOMPUTE).codes
+    # np.lexsort: the last key is the primary one
+    order = np.lexsort(
+        [
+            *(table[k].to_numpy() for k in ("micro_batch", "tp", "pp", "cp", "vpp", "zero")),
+            rc,
+            table["memory_per_gpu_bytes"].to_numpy(),
+            table["step_time_s"].to_numpy().round(9),
+        ]
     )
-    return key.drop(columns=["_t", "_rc"]).reset_index(drop=True)
+    return table.iloc[order].reset_index(drop=True)
 
 
 def pareto_front(table: pd.DataFrame) -> np.ndarray:
@@ -342,9 +392,11 @@ def search(
         if step["remaining"] == 0:
             raise SearchEmpty(_empty_message(model, cluster, global_batch, funnel, step), funnel)
     c = constraints
-    table = evaluate(model, cluster, global_batch, cands, options, c.order, c.main_grads, c.fp8)
+    # memory first: only the plans that fit are timed
+    plans = columns_of(cands, global_batch, c.order, c.main_grads, c.fp8, c.overlaps())
+    memory = memory_per_gpu_bytes(model, plans, options.activations)
     budget = cluster.gpu_memory_bytes * (1 - constraints.headroom)
-    fits = table["memory_per_gpu_bytes"].to_numpy() <= budget
+    fits = memory["total"] <= budget
     name = (
         f"memory per GPU ≤ {_gib(budget)} ({_gib(cluster.gpu_memory_bytes)} less {constraints.headroom:.0%} headroom)"
         if constraints.headroom
@@ -352,17 +404,54 @@ def search(
     )
     funnel.append({"constraint": name, "remaining": int(fits.sum())})
     if not fits.any():
-        least = table.loc[table["memory_per_gpu_bytes"].idxmin()]
+        i = int(np.argmin(memory["total"]))
+        least = {**cands.iloc[i].to_dict(), "recompute": RECOMPUTE[int(cands["rc"].iloc[i])]}
         raise SearchEmpty(
-            f"no plan fits: all {len(table):,} valid plans of {model.name} on {world} GPUs need more than "
+            f"no plan fits: all {len(cands):,} valid plans of {model.name} on {world} GPUs need more than "
             f"{_gib(budget)} per GPU ({_gib(cluster.gpu_memory_bytes)} less {constraints.headroom:.0%} "
             f"headroom); the leanest, {plan_of(least, global_batch).label()}, needs "
-            f"{_gib(least['memory_per_gpu_bytes'])}; try {_memory_hints(constraints)}",
+            f"{_gib(memory['total'][i])}; try {_memory_hints(constraints)}",
             funnel,
         )
-    ranked = _rank(table[fits])
+    kept = cands[fits].reset_index(drop=True)
+    table = evaluate(
+        model,
+        cluster,
+        global_batch,
+        kept,
+        options,
+        c.order,
+        c.main_grads,
+        c.fp8,
+        {k: v[fits] for k, v in memory.items()},
+        c.overlaps(),
+    )
+    ranked = _rank(table)
     ranked["pareto"] = pareto_front(ranked)
-    return SearchResult(ranked, funnel, evaluated=len(table), seconds=time.perf_counter() - t0)
+    ranked = by_simplicity(ranked, model.seq_len)
+    return SearchResult(ranked, funnel, evaluated=len(cands), seconds=time.perf_counter() - t0)
+
+
+def simplicity(table: pd.DataFrame, seq_len: int) -> np.ndarray:
+    """EQUIVALENCE_RULE's count: fewer is simpler."""
+    t = table
+    score = sum((t[k].to_numpy() > 1).astype(np.int64) for k in ("dp", "tp", "pp", "cp", "ep", "vpp"))
+    recomputed = pd.Categorical(t["recompute"], categories=RECOMPUTE).codes > 0
+    crossing = pd.Categorical(t["tp_link"], categories=LINKS).codes == LINKS.index("inter")
+    score = score + (t["zero"].to_numpy() >= 2) + recomputed + 2 * crossing
+    return score + ((t["cp"].to_numpy() > 1) & (seq_len < CP_NEEDED_TOKENS))
+
+
+def by_simplicity(ranked: pd.DataFrame, seq_len: int) -> pd.DataFrame:
+    """`ranked` (fastest first) with the plans within MODEL_ERROR of the fastest reordered by
+    simplicity, then time; columns `equivalent` and `simplicity` added."""
+    if ranked.empty:
+        return ranked.assign(equivalent=pd.Series(dtype=bool), simplicity=pd.Series(dtype=np.int64))
+    steps = ranked["step_time_s"].to_numpy()
+    equivalent = steps <= steps[0] * (1 + MODEL_ERROR)
+    ranked = ranked.assign(equivalent=equivalent, simplicity=simplicity(ranked, seq_len))
+    band = ranked[equivalent].sort_values(["simplicity", "step_time_s"], kind="stable")
+    return pd.concat([band, ranked[~equivalent]], ignore_index=True)
 
 
 def _memory_hints(c: Constraints) -> str:
@@ -428,6 +517,7 @@ def search_naive(
                 fp8=c.fp8,
                 ep=ep,
                 cp_kind=kind,
+                **c.overlaps(),
             )
             rep = plan_report(plan, model, cluster, options)
             if rep["memory_per_gpu_bytes"] is None:

@@ -244,3 +244,36 @@ def test_generic_gpu_and_presets_resolve_to_a_device():
     dev = cluster_device(custom)
     assert dev.bf16_flops == 500e12 and "generic" in dev.name
     assert cluster_device(dataclasses.replace(H100, peak_flops=800e12)).fp8_flops == pytest.approx(1979e12 * 800 / 989)
+
+
+def test_search_ranks_equivalent_plans_by_simplicity_and_explains():
+    """GPT-3 175B on 64 DGX-H100 at 2K tokens: the model's favourite is TP8 inside the node, no CP;
+    plans within the model's error are ordered simplest first; --explain says why."""
+    from parallel.cli import search as search_cli
+    from parallel.search.explain import explain
+    from parallel.search.space import MODEL_ERROR, Constraints, search
+
+    m, c = MODELS["gpt3-175b"], H100.with_nodes(64)
+    r = search(m, c, 1536, Constraints(), _options())
+    top = r.table.iloc[0]
+    assert top["tp"] == 8 and top["cp"] == 1 and top["equivalent"]
+    band = r.table[r.table["equivalent"]]
+    assert band["step_time_s"].max() <= r.table["step_time_s"].min() * (1 + MODEL_ERROR) + 1e-12
+    assert band["simplicity"].is_monotonic_increasing
+    cp_plans = r.table[r.table["cp"] > 1]
+    assert cp_plans.index.min() > 0  # no CP at 2K tokens ahead of the simplest equivalent plan
+    spec = "dp=8,tp=2,pp=16,cp=2,sp=1,vpp=1,micro_batch=1,zero=1,cp_kind=ring"
+    other = search_cli.plan_spec(spec, 1536, Constraints())
+    ex = explain(m, c, search_cli.plan_of(top.to_dict(), 1536), other, _options())
+    assert ex["rows"][0]["part"] == "step" and ex["rows"][0]["difference"] == pytest.approx(
+        ex["rows"][0]["other"] - ex["rows"][0]["top"]
+    )
+    assert "faster" in ex["summary"] or "within the model's" in ex["summary"]
+    with pytest.raises(ValueError, match="256 GPUs, but the search is for 512"):
+        explain(m, c, other, dataclasses.replace(other, dp=4), _options())
+
+
+def _options():
+    from parallel.core.report import Options
+
+    return Options(activations=FLASH)
