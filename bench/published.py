@@ -415,6 +415,69 @@ def predict(case: Case) -> dict:
     }
 
 
+GAIN_TO_INVESTIGATE = 0.15  # a top plan predicted this much faster than the run's authors measured
+
+
+def rank_of(case: Case) -> dict:
+    """The search's answer for the run's model, GPUs and global batch (the run's precision, overlaps
+    and attention): the published plan's rank among the plans that fit, and the top plan."""
+    from parallel.core.report import Options
+    from parallel.search.space import Constraints, SearchEmpty, plan_of, search
+
+    p = case.plan
+    c = Constraints(
+        order=p.order,
+        main_grads=p.main_grads,
+        fp8=p.fp8,
+        tp_overlap=p.tp_overlap,
+        grad_reduce_overlap=p.grad_reduce_overlap,
+        param_gather_overlap=p.param_gather_overlap,
+        p2p_overlap=p.p2p_overlap,
+    )
+    try:
+        result = search(case.model, case.cluster, p.global_batch, c, Options(activations=case.acts, perf=case.perf))
+    except SearchEmpty as err:
+        return {"rank": None, "why": f"the search finds no plan: {err}"}
+    t = result.table
+    mine = (t["dp"] == p.dp) & (t["tp"] == p.tp) & (t["pp"] == p.pp) & (t["cp"] == p.cp) & (t["vpp"] == p.vpp)
+    mine &= (t["micro_batch"] == p.micro_batch) & (t["sp"] == p.sp) & (t["zero"] == p.zero)
+    mine &= t["recompute"].astype(str) == p.recompute
+    top = plan_of(t.iloc[0].to_dict(), p.global_batch, p.order)
+    rank = int(mine.to_numpy().argmax()) + 1 if mine.any() else None
+    return {
+        "rank": rank,
+        "of": len(t),
+        "why": "" if rank else "its plan is not among the search's (recompute of some layers, or it does not fit)",
+        "top": top.label(),
+        "top_step_s": float(t["step_time_s"].iloc[0]),
+        "gain": case.measured_step_s / float(t["step_time_s"].iloc[0]) - 1,
+    }
+
+
+def rank_lines(runs: list[dict], only: set | None) -> list[str]:
+    out = [f"{'#':>3}  {'run':<30} {'published plan':<36} {'rank':>12}  {'top plan':<40} {'gain':>7}"]
+    flagged = []
+    for i, run in enumerate(runs):
+        if only is not None and i not in only:
+            continue
+        try:
+            case = translate(i, run)
+        except Skip:
+            continue
+        if case.model.experts:
+            continue
+        r = rank_of(case)
+        where = f"{r['rank']} of {r['of']:,}" if r.get("rank") else "—"
+        out.append(
+            f"{i:>3}  {case.label[:30]:<30} {case.plan.label()[:36]:<36} {where:>12}  "
+            f"{r.get('top', r['why'])[:40]:<40} {r.get('gain', float('nan')):>+7.1%}"
+        )
+        if r.get("gain", 0) > GAIN_TO_INVESTIGATE:
+            flagged.append(i)
+    out.append(f"\ntop plans predicted more than {GAIN_TO_INVESTIGATE:.0%} faster than measured: {flagged or 'none'}")
+    return out
+
+
 GRID = [round(0.70 + 0.01 * i, 2) for i in range(31)]  # job efficiencies tried: 0.70 .. 1.00
 
 
@@ -501,6 +564,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="the tables bench/README.md shows")
     ap.add_argument(
+        "--rank",
+        action="store_true",
+        help="search each run's model, GPUs and batch: where its plan ranks, and the top plan's predicted gain",
+    )
+    ap.add_argument(
         "--loso",
         action="store_true",
         help="fit the job efficiency to all sources, and to all but each one in turn (leave one source out)",
@@ -513,6 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     only = {int(i) for i in args.only.split(",")} if args.only else None
     if args.loso:
         print("\n".join(leave_one_source_out(runs)))
+        return 0
+    if args.rank:
+        print("\n".join(rank_lines(runs, only)))
         return 0
     rows, apart, skipped = [], [], []
     for i, run in enumerate(runs):

@@ -17,6 +17,7 @@ Pure: numpy and pandas.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import time
@@ -34,7 +35,21 @@ from parallel.core.report import Options, plan_report
 from parallel.core.specs import Cluster, GiB, Model, SpecError
 from parallel.core.topology import DEFAULT_ORDER
 
-PLAN_KEYS = ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "recompute", "ep", "cp_kind")
+PLAN_KEYS = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "sp",
+    "vpp",
+    "micro_batch",
+    "zero",
+    "recompute",
+    "ep",
+    "cp_kind",
+    "first_stage_layers",
+    "last_stage_layers",
+)
 LINKS = ("intra", "inter")
 STR_KEYS = ("recompute", "cp_kind")
 
@@ -112,6 +127,22 @@ class SearchResult:
         return [plan_of(row, global_batch, order) for row in self.table.to_dict("records")]
 
 
+def uneven_split(layers: int, pp: int) -> tuple[int, int, int] | None:
+    """(first, middle, last) stage layers when `layers` do not divide by pp: Megatron-LM's uneven
+    pipeline (--decoder-first/last-pipeline-num-layers), the middle stages as full as a ceil(L/pp) split
+    allows and the rest shared by the two ends, which also hold the embedding and the output layer (Llama
+    3 405B: 126 layers on 16 stages -> 7, 8 x 14, 7); None when the layers divide evenly or no split
+    leaves both ends a layer and no more than a middle stage."""
+    if pp == 1 or layers % pp == 0:
+        return None
+    for middle in range(-(-layers // pp), 0, -1):
+        rest = layers - (pp - 2) * middle
+        first, last = rest // 2, rest - rest // 2
+        if 1 <= first and last <= middle:
+            return first, middle, last
+    return None
+
+
 def divisors(n: int) -> list[int]:
     """The divisors of n, ascending, by trial division up to sqrt(n)."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
@@ -140,6 +171,12 @@ def plan_of(row: dict, global_batch: int, order: str = DEFAULT_ORDER) -> Plan:
             k: bool(row[k])
             for k in ("tp_overlap", "grad_reduce_overlap", "param_gather_overlap", "p2p_overlap")
             if k in row
+        },
+        # uneven stages: -1 (or absent) where the row splits evenly
+        **{
+            k: int(row[k])
+            for k in ("first_stage_layers", "last_stage_layers")
+            if row.get(k) is not None and row[k] >= 0
         },
     )
 
@@ -175,7 +212,10 @@ def _degrees(model: Model, world: int, gb: int, c: Constraints, funnel: list[dic
                 m.heads % tp == 0 and m.ffn_hidden % tp == 0 and (m.kv_heads % tp == 0 or tp % m.kv_heads == 0)
             ),
         ),
-        (f"pp divides layers {m.layers}", lambda tp, pp, cp, dp: m.layers % pp == 0),
+        (
+            f"pp divides layers {m.layers}, or the layers split with lighter first and last stages",
+            lambda tp, pp, cp, dp: m.layers % pp == 0 or uneven_split(m.layers, pp) is not None,
+        ),
         (
             f"seq_len {m.seq_len} divisible by 2·cp (load-balanced CP)",
             lambda tp, pp, cp, dp: cp == 1 or m.seq_len % (2 * cp) == 0,
@@ -202,19 +242,22 @@ def candidates(
     """Every structurally valid plan (all of validate's shape rules hold) and the funnel that built it."""
     funnel: list[dict] = []
     c_etp = None  # the search keeps the experts' TP at tp
-    base = []  # (dp, tp, pp, cp, mb, vpp, ep, cp_kind)
+    base = []  # (dp, tp, pp, cp, mb, vpp, ep, cp_kind, first stage layers, last stage layers; -1: even)
     n_mb = 0
     for tp, pp, cp, dp in _degrees(model, world, global_batch, c, funnel):
+        split = uneven_split(model.layers, pp)
+        first, last = (split[0], split[2]) if split else (-1, -1)
+        per_stage = math.gcd(*split) if split else model.layers // pp  # every stage's layers divide by vpp
         for mb in divisors(global_batch // dp):
             if c.max_micro_batch is not None and mb > c.max_micro_batch:
                 continue
             n_mb += 1
             m = global_batch // (dp * mb)
-            for v in divisors(model.layers // pp):
+            for v in divisors(per_stage):
                 if v == 1 or (pp > 1 and m % pp == 0):
                     for ep in expert_degrees(model, dp * cp):
                         for kind in cp_kinds_for(model, tp, cp, c.cp_kinds):
-                            base.append((dp, tp, pp, cp, mb, v, ep, CP_KINDS.index(kind)))
+                            base.append((dp, tp, pp, cp, mb, v, ep, CP_KINDS.index(kind), first, last))
     if c.max_micro_batch is not None:
         funnel.append({"constraint": f"max micro batch {c.max_micro_batch}", "remaining": n_mb})
     funnel.append(
@@ -225,7 +268,7 @@ def candidates(
             "remaining": len(base),
         }
     )
-    cols = ["dp", "tp", "pp", "cp", "micro_batch", "vpp", "ep", "ck"]
+    cols = ["dp", "tp", "pp", "cp", "micro_batch", "vpp", "ep", "ck", "fl", "ll"]
     b = np.array(base, dtype=np.int64).reshape(-1, len(cols))
     if not c.order.strip().lower().endswith("pp"):  # validate._expert_layout_errors: Megatron-LM refuses them
         dp, tp, pp, cp, ep = b[:, 0], b[:, 1], b[:, 2], b[:, 3], b[:, 6]
@@ -288,6 +331,10 @@ def columns_of(
         fp8=fp8,
         **(overlaps or {}),
     )
+    if (cands["fl"] >= 0).any():  # uneven stages: -1 where a row splits evenly
+        plans = dataclasses.replace(
+            plans, first_stage_layers=cands["fl"].to_numpy(np.int64), last_stage_layers=cands["ll"].to_numpy(np.int64)
+        )
     plans.memo[("codes", "recompute")] = cands["rc"].to_numpy(np.int64)  # PlanColumns.distinct's keys
     plans.memo[("codes", "cp_kind")] = cands["ck"].to_numpy(np.int64)
     return plans
@@ -312,6 +359,8 @@ def evaluate(
     memory = memory or memory_per_gpu_bytes(model, plans, options.activations)
     timing = step_time(model, plans, cluster, options.perf, options.comm, options.activations)
     out = {k: cands[k].to_numpy() for k in ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "ep")}
+    out["first_stage_layers"] = cands["fl"].to_numpy()
+    out["last_stage_layers"] = cands["ll"].to_numpy()
     out["recompute"] = pd.Categorical.from_codes(cands["rc"].to_numpy(), categories=RECOMPUTE)
     out["cp_kind"] = pd.Categorical.from_codes(cands["ck"].to_numpy(), categories=CP_KINDS)
     out["main_grads"] = pd.Categorical.from_codes(np.zeros(len(plans), dtype=np.int8), [main_grads])
@@ -492,6 +541,8 @@ def search_naive(
         if world % (tp * pp * cp):
             continue
         dp = world // (tp * pp * cp)
+        split = uneven_split(model.layers, pp)
+        stages = {"first_stage_layers": split[0], "last_stage_layers": split[2]} if split else {}
         if any(lim is not None and x > lim for x, lim in ((tp, c.max_tp), (pp, c.max_pp), (cp, c.max_cp))):
             continue
         experts = divisors(dp * cp) if model.experts else [1]  # every ep: validate refuses the bad ones
@@ -518,6 +569,7 @@ def search_naive(
                 ep=ep,
                 cp_kind=kind,
                 **c.overlaps(),
+                **stages,
             )
             rep = plan_report(plan, model, cluster, options)
             if rep["memory_per_gpu_bytes"] is None:
@@ -527,6 +579,8 @@ def search_naive(
                 rows.append(
                     {
                         **{k: getattr(plan, k) for k in PLAN_KEYS},
+                        "first_stage_layers": -1 if plan.first_stage_layers is None else plan.first_stage_layers,
+                        "last_stage_layers": -1 if plan.last_stage_layers is None else plan.last_stage_layers,
                         "memory_per_gpu_bytes": rep["memory_per_gpu_bytes"]["total"],
                         "step_time_s": rep["step_time_s"],
                         "bubble_fraction": rep["bubble_fraction"],
@@ -542,6 +596,8 @@ def result_json(result: SearchResult, top: int | None = None) -> list[dict]:
     out = []
     for i, row in enumerate(table.to_dict("records")):
         plan = {k: (bool(row[k]) if k == "sp" else str(row[k]) if k in STR_KEYS else int(row[k])) for k in PLAN_KEYS}
+        for k in ("first_stage_layers", "last_stage_layers"):
+            plan[k] = plan[k] if plan[k] >= 0 else None
         out.append(
             {
                 "rank": i + 1,
@@ -551,6 +607,7 @@ def result_json(result: SearchResult, top: int | None = None) -> list[dict]:
                 "bubble_fraction": float(row["bubble_fraction"]),
                 "mfu": float(row["mfu"]),
                 "pareto": bool(row["pareto"]),
+                "equivalent": bool(row.get("equivalent", False)),
                 "memory_by_component_bytes": {
                     k: float(row[f"{k}_bytes"]) for k in ("params", "grads", "optimizer", "activations")
                 },

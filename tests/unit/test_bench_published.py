@@ -104,3 +104,14 @@ def test_gpu_kernels_compares_offline_against_the_model():
     grid = next(x for x in lines if x.startswith("gemm_grid"))
     assert "median 1.00" in grid and "2 points" in grid
     assert "shorter than 30 us left out" in next(x for x in lines if x.startswith("fp8_grid"))
+
+
+def test_rank_finds_the_runs_plan_and_a_top_plan_no_slower_than_it():
+    short = run(model={"seq_len": 2048})  # at 8192 tokens this plan does not fit without recompute
+    case = published.translate(0, short)
+    r = published.rank_of(case)
+    assert r["rank"] is not None and 1 <= r["rank"] <= r["of"]
+    assert r["top_step_s"] <= published.predict(case)["predicted_step_s"] * 1.0001
+    assert r["gain"] == pytest.approx(case.measured_step_s / r["top_step_s"] - 1)
+    lines = published.rank_lines([short], None)
+    assert lines[1].split()[0] == "0" and "faster than measured" in lines[-1]
