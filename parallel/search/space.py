@@ -143,6 +143,49 @@ def uneven_split(layers: int, pp: int) -> tuple[int, int, int] | None:
     return None
 
 
+def balanced_split(model: Model, pp: int) -> tuple[int, int, int] | None:
+    """(first, middle, last) stage layers that take the output layer's work off the last stage: its
+    logits GEMM costs h·V / (a layer's weights) layers of compute (Llama-3 8B: about 2.4 layers, with a
+    vocabulary of 128k; GPT-3 175B: 0.3), so the last stage gets that many fewer layers -- what
+    Megatron-LM's --decoder-last-pipeline-num-layers (or --account-for-loss-in-pipeline-split) is for.
+    None when the output layer weighs less than half a layer, or no split fits."""
+    if pp == 1:
+        return None
+    experts = model.moe_layers
+    dense = model.params_per_layer()
+    routed = model.moe_layer_params_besides_experts() + model.top_k * model.mlp_matrix_params(model.expert_width)
+    per_layer = ((model.layers - experts) * dense + experts * routed) / model.layers if experts else dense
+    lighter = round(model.hidden * model.padded_vocab() / per_layer)
+    if lighter < 1:
+        return None
+    layers = model.layers
+    if pp == 2:
+        last = (layers - lighter) // 2
+        return (layers - last, 0, last) if last >= 1 else None
+    for middle in range(-(-(layers + lighter) // pp), layers):
+        last = middle - lighter
+        if last < 1:
+            return None
+        first = layers - (pp - 2) * middle - last
+        if 1 <= first <= middle:
+            return first, middle, last
+    return None
+
+
+def stage_splits(model: Model, pp: int) -> list[tuple[int, int]]:
+    """The (first, last) stage layers the search tries for `pp` stages ((-1, -1): an even split): the
+    even split where the layers divide, else Megatron-LM's uneven one; and the split that balances the
+    output layer, where it differs."""
+    split = uneven_split(model.layers, pp)
+    if split is None and model.layers % pp:
+        return []
+    out = [(split[0], split[2]) if split else (-1, -1)]
+    balanced = balanced_split(model, pp)
+    if balanced and (balanced[0], balanced[2]) not in out:
+        out.append((balanced[0], balanced[2]))
+    return out
+
+
 def divisors(n: int) -> list[int]:
     """The divisors of n, ascending, by trial division up to sqrt(n)."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
@@ -179,6 +222,16 @@ def plan_of(row: dict, global_batch: int, order: str = DEFAULT_ORDER) -> Plan:
             if row.get(k) is not None and row[k] >= 0
         },
     )
+
+
+def _for_attention(c: Constraints, options: Options) -> Constraints:
+    """Without flash attention only Ulysses CP is searched: Megatron-Core's ring and all-gather CP run
+    inside Transformer Engine's flash/fused attention, while Ulysses' all-to-all feeds any kernel."""
+    if options.activations.flash_attention or set(c.cp_kinds) <= {"ulysses"}:
+        return c
+    if "ulysses" in c.cp_kinds:
+        return dataclasses.replace(c, cp_kinds=("ulysses",))
+    return dataclasses.replace(c, max_cp=1)
 
 
 def cp_kinds_for(model: Model, tp: int, cp: int, kinds: tuple[str, ...] = CP_KINDS) -> list[str]:
@@ -245,19 +298,19 @@ def candidates(
     base = []  # (dp, tp, pp, cp, mb, vpp, ep, cp_kind, first stage layers, last stage layers; -1: even)
     n_mb = 0
     for tp, pp, cp, dp in _degrees(model, world, global_batch, c, funnel):
-        split = uneven_split(model.layers, pp)
-        first, last = (split[0], split[2]) if split else (-1, -1)
-        per_stage = math.gcd(*split) if split else model.layers // pp  # every stage's layers divide by vpp
         for mb in divisors(global_batch // dp):
             if c.max_micro_batch is not None and mb > c.max_micro_batch:
                 continue
             n_mb += 1
             m = global_batch // (dp * mb)
-            for v in divisors(per_stage):
-                if v == 1 or (pp > 1 and m % pp == 0):
-                    for ep in expert_degrees(model, dp * cp):
-                        for kind in cp_kinds_for(model, tp, cp, c.cp_kinds):
-                            base.append((dp, tp, pp, cp, mb, v, ep, CP_KINDS.index(kind), first, last))
+            for first, last in stage_splits(model, pp):
+                # every stage's layers divide by vpp
+                per_stage = model.layers // pp if first < 0 else math.gcd(first, last, model.layers - first - last)
+                for v in divisors(per_stage):
+                    if v == 1 or (pp > 1 and m % pp == 0):
+                        for ep in expert_degrees(model, dp * cp):
+                            for kind in cp_kinds_for(model, tp, cp, c.cp_kinds):
+                                base.append((dp, tp, pp, cp, mb, v, ep, CP_KINDS.index(kind), first, last))
     if c.max_micro_batch is not None:
         funnel.append({"constraint": f"max micro batch {c.max_micro_batch}", "remaining": n_mb})
     funnel.append(
@@ -436,6 +489,7 @@ def search(
         raise SpecError(f"{world:,} GPUs; plans are limited to {MAX_WORLD_SIZE:,}")
     if not 1 <= global_batch <= MAX_GLOBAL_BATCH:
         raise SpecError(f"global batch {global_batch:,} sequences; it must be 1 to {MAX_GLOBAL_BATCH:,}")
+    constraints = _for_attention(constraints, options)
     cands, funnel = candidates(model, world, global_batch, constraints)
     for step in funnel:
         if step["remaining"] == 0:
@@ -534,21 +588,20 @@ def search_naive(
 ) -> pd.DataFrame:
     """The same search as a plain loop over every degree combination through parallel.core.report.plan_report:
     the reference `search` is tested against (slow: ~1 ms a plan)."""
-    c, world = constraints, cluster.gpus
+    c, world = _for_attention(constraints, options), cluster.gpus
     budget = cluster.gpu_memory_bytes * (1 - c.headroom)
     rows = []
     for tp, pp, cp in itertools.product(divisors(world), repeat=3):
         if world % (tp * pp * cp):
             continue
         dp = world // (tp * pp * cp)
-        split = uneven_split(model.layers, pp)
-        stages = {"first_stage_layers": split[0], "last_stage_layers": split[2]} if split else {}
+        splits = stage_splits(model, pp) or [(-1, -1)]  # no split: validate refuses the plan
         if any(lim is not None and x > lim for x, lim in ((tp, c.max_tp), (pp, c.max_pp), (cp, c.max_cp))):
             continue
         experts = divisors(dp * cp) if model.experts else [1]  # every ep: validate refuses the bad ones
         kinds = c.cp_kinds if cp > 1 else ("allgather",)  # every kind: validate refuses Ulysses' bad ones
-        for mb, v, sp, zero, rc, ep, kind in itertools.product(
-            divisors(global_batch), divisors(model.layers), (False, True), c.zero, c.recompute, experts, kinds
+        for mb, v, sp, zero, rc, ep, kind, (first, last) in itertools.product(
+            divisors(global_batch), divisors(model.layers), (False, True), c.zero, c.recompute, experts, kinds, splits
         ):
             if (c.max_micro_batch and mb > c.max_micro_batch) or (c.require_sp and tp > 1 and not sp):
                 continue
@@ -569,7 +622,7 @@ def search_naive(
                 ep=ep,
                 cp_kind=kind,
                 **c.overlaps(),
-                **stages,
+                **({"first_stage_layers": first, "last_stage_layers": last} if first >= 0 else {}),
             )
             rep = plan_report(plan, model, cluster, options)
             if rep["memory_per_gpu_bytes"] is None:

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from parallel.core import comm, memory, perf
+from parallel.core.memory import ActivationOptions
 from parallel.core.plan import CP_KINDS, Plan, PlanColumns
+from parallel.core.report import Options
 from parallel.core.specs import CLUSTERS, MODELS
 from parallel.core.validate import check
 from parallel.importers import import_text
@@ -144,8 +146,15 @@ def test_search_tries_each_kind_and_drops_impossible_ulysses():
     kinds = {(int(t), int(c), CP_KINDS[int(k)]) for t, c, k in cands[["tp", "cp", "ck"]].drop_duplicates().to_numpy()}
     assert (8, 4, "ring") in kinds and (8, 4, "allgather") in kinds and (8, 4, "ulysses") not in kinds
     assert (2, 4, "ulysses") in kinds and (2, 1, "ring") not in kinds  # no kinds to try at cp 1
-    table = S.search(L70, cluster, 32, S.Constraints(cp_kinds=("ring",))).table
+    flash = Options(activations=ActivationOptions(flash_attention=True))
+    table = S.search(L70, cluster, 32, S.Constraints(cp_kinds=("ring",)), flash).table
     assert set(table.loc[table["cp"] > 1, "cp_kind"]) == {"ring"}
+    # without flash attention only Ulysses' all-to-all CP is tried: ring and all-gather run inside it
+    plain = S.search(L70, cluster, 32).table
+    assert set(plain.loc[plain["cp"] > 1, "cp_kind"]) == {"ulysses"}
+    assert (S.search(L70, cluster, 32, S.Constraints(cp_kinds=("ring",))).table["cp"] == 1).all()
+    warned = check(Plan(tp=8, cp=4, sp=True, cp_kind="ring", global_batch=8), L70, cluster, ActivationOptions())
+    assert any("ring context parallelism without flash attention" in w for w in warned.warnings)
     with pytest.raises(Exception, match="cp kinds must be among"):
         S.Constraints(cp_kinds=("p2p",))
 
@@ -154,12 +163,13 @@ def test_search_agrees_with_the_plain_loop_over_cp_kinds():
     model = dataclasses.replace(MODELS["tiny-llama"], name="t")
     cluster = CLUSTERS["local-cpu"].sized_for(8)
     c = S.Constraints(zero=(0,), recompute=("none",), headroom=0.0)
-    fast = S.search(model, cluster, 8, c).table
-    slow = S.search_naive(model, cluster, 8, c)
-    key = ["dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "cp_kind"]
+    flash = Options(activations=ActivationOptions(flash_attention=True))
+    fast = S.search(model, cluster, 8, c, flash).table
+    slow = S.search_naive(model, cluster, 8, c, flash)
+    key = ["dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "cp_kind", "first_stage_layers", "last_stage_layers"]
     a = fast.set_index(key)["step_time_s"].sort_index()
     b = slow.set_index(key)["step_time_s"].sort_index()
-    assert list(a.index) == list(b.index) and "ulysses" in set(fast["cp_kind"])
+    assert list(a.index) == list(b.index) and set(fast["cp_kind"]) == {"allgather", "ring", "ulysses"}
     np.testing.assert_allclose(a.to_numpy(), b.to_numpy(), rtol=1e-9)
 
 

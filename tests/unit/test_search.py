@@ -19,6 +19,8 @@ GQA = Model(
     name="gqa", layers=4, hidden=256, heads=8, kv_heads=2, ffn_hidden=704, vocab=1000, seq_len=128, arch="llama"
 )
 GPT = Model(name="gpt", layers=4, hidden=512, heads=4, vocab=1000, seq_len=64)
+# a vocabulary worth three layers: the search also tries a pipeline with a lighter last stage
+VOCAB = dataclasses.replace(GQA, name="vocab", layers=8, vocab=8000)
 MOE = dataclasses.replace(GQA, name="moe", experts=4, top_k=2, expert_ffn=256, shared_expert_ffn=128, moe_every=2)
 # 2 nodes of 4 GPUs (so groups land on both links) with a memory small enough that some plans do not fit
 SMALL = dataclasses.replace(CLUSTERS["dgx-h100"], nodes=2, gpus_per_node=4, gpu_memory_bytes=int(0.03 * GiB))
@@ -32,8 +34,12 @@ def test_fast_search_equals_plain_loop_over_plan_report(model, options):
     fast = S.search(model, SMALL, 8, constraints, options)
     slow = S.search_naive(model, SMALL, 8, constraints, options)
     assert fast.funnel[-1]["remaining"] < fast.funnel[-2]["remaining"], "the memory limit should bite"
+    assert_same_plans(fast.table, slow)
+
+
+def assert_same_plans(fast: pd.DataFrame, slow: pd.DataFrame):
     keys = list(S.PLAN_KEYS)
-    both = fast.table.merge(slow, on=keys, how="outer", suffixes=("_fast", "_slow"), indicator=True)
+    both = fast.merge(slow, on=keys, how="outer", suffixes=("_fast", "_slow"), indicator=True)
     assert (both["_merge"] == "both").all(), both[both["_merge"] != "both"][keys]
     for col in ("memory_per_gpu_bytes", "step_time_s", "bubble_fraction", "mfu"):
         np.testing.assert_allclose(both[f"{col}_fast"], both[f"{col}_slow"], rtol=1e-12)
@@ -126,7 +132,7 @@ def test_cli_text_and_constraints(capsys):
             8,
             512,
             S.Constraints(),
-            "no plan fits: all 26,712 valid plans of gpt3-175b on 8 GPUs need more than 72.0 GiB per GPU",
+            "no plan fits: all 14,592 valid plans of gpt3-175b on 8 GPUs need more than 72.0 GiB per GPU",
         ),
         (
             MODELS["tiny"],
@@ -207,3 +213,15 @@ def test_zero2_and_3_pay_per_microbatch_with_gradient_accumulation():
         assert calls == {"reduce_scatter": rs * base["reduce_scatter"], "all_gather": ag * base["all_gather"]}
     top = S.search(MODELS["gpt3-175b"], CLUSTERS["dgx-h100"].with_nodes(64), 1536).table.head(5)
     assert (top["zero"] <= 1).all(), top[list(S.PLAN_KEYS)]
+
+
+def test_a_heavy_output_layer_gets_a_lighter_last_stage():
+    llama8b = MODELS["llama3-8b"]  # logits weigh h·V / 218M = 2.4 layers
+    assert S.balanced_split(llama8b, 4) == (7, 9, 7)
+    assert S.stage_splits(llama8b, 4) == [(-1, -1), (7, 7)]
+    assert S.balanced_split(llama8b, 2) == (17, 0, 15)
+    assert S.balanced_split(MODELS["gpt3-175b"], 8) is None  # 51k vocabulary on h 12288: a third of a layer
+    assert S.stage_splits(dataclasses.replace(llama8b, layers=30), 4) == [(7, 7), (8, 6)]  # uneven, then balanced
+    fast = S.search(VOCAB, SMALL, 4, S.Constraints(headroom=0.0))
+    assert ((fast.table["pp"] == 2) & (fast.table["last_stage_layers"] == 2)).any()
+    assert_same_plans(fast.table, S.search_naive(VOCAB, SMALL, 4, S.Constraints(headroom=0.0)))
