@@ -17,9 +17,18 @@ from parallel.core.plan import CP_KINDS, FP8, MAIN_GRADS, RECOMPUTE
 from parallel.core.specs import CLUSTERS, MODELS, SpecError, cluster_preset
 from parallel.core.topology import ORDERS
 from parallel.importers import KINDS, ImportFailed, import_text, place
-from parallel.review.document import NamedPlan, Review, compare, justify, plan_rows, review_markdown
+from parallel.review.document import (
+    NamedPlan,
+    Review,
+    compare,
+    compute_text,
+    justify,
+    plan_rows,
+    review_markdown,
+)
 from parallel.review.store import ReviewStore, default_url
-from parallel.search.space import Constraints, SearchEmpty, plan_of, search
+from parallel.search.explain import explain
+from parallel.search.space import EQUIVALENCE_RULE, Constraints, SearchEmpty, plan_of, search
 from ui import calibration_data, calibration_views, run_loaders, trace_sets
 from ui import review_charts as rc
 from ui.plan_params import (
@@ -88,8 +97,10 @@ def widget_values(s: ReviewState) -> dict:
         "rv.title": s.title,
         "rv.verdict": s.verdict,
         "rv.chosen": s.chosen or "—",
-        "rv.mfu": s.mfu,
-        "rv.dp_overlap": s.dp_overlap,
+        "rv.compute": "mfu" if s.mfu is not None else "device",
+        "rv.mfu": 0.5 if s.mfu is None else s.mfu,
+        "rv.dp_fixed": s.dp_overlap is not None,
+        "rv.dp_overlap": 0.0 if s.dp_overlap is None else s.dp_overlap,
         "rv.flash": s.flash,
         "rv.dropout": s.dropout,
         "rv.s_gb": s.search_gb or (s.plans[0].plan.global_batch if s.plans else 1536),
@@ -150,8 +161,17 @@ def machine(s: ReviewState) -> ReviewState:
     nodes = c3.number_input("Nodes", min_value=1, max_value=65536, step=1, key="rv.nodes")
     with st.expander("Modelling assumptions"):
         a1, a2, a3, a4 = st.columns(4)
-        mfu = a1.slider(
-            "MFU of compute", 0.1, 1.0, step=0.05, key="rv.mfu", help="fraction of peak FLOP/s the GEMMs reach"
+        compute = a1.radio(
+            "Compute",
+            ["device", "mfu"],
+            key="rv.compute",
+            format_func={"device": "per operator, on the device", "mfu": "one MFU for everything"}.get,
+            help="per operator: each GEMM, the attention core and the element-wise traffic timed from its "
+            "shape on the cluster's GPU (parallel.core.compute; checked against published runs in bench/README)",
+        )
+        mfu = a1.slider("MFU", 0.1, 1.0, step=0.05, key="rv.mfu", disabled=compute != "mfu")
+        fixed = a2.toggle(
+            "Fixed DP overlap", key="rv.dp_fixed", help="off: each plan's own grad-reduce / param-gather overlap flags"
         )
         overlap = a2.slider(
             "DP overlap",
@@ -159,6 +179,7 @@ def machine(s: ReviewState) -> ReviewState:
             1.0,
             step=0.05,
             key="rv.dp_overlap",
+            disabled=not fixed,
             help="fraction of gradient reduction hidden behind backward",
         )
         flash = a3.toggle("Flash attention", key="rv.flash", help="no s×s attention scores kept")
@@ -169,8 +190,8 @@ def machine(s: ReviewState) -> ReviewState:
         model=model,
         cluster=cluster,
         nodes=int(nodes),
-        mfu=float(mfu),
-        dp_overlap=float(overlap),
+        mfu=float(mfu) if compute == "mfu" else None,
+        dp_overlap=float(overlap) if fixed else None,
         flash=bool(flash),
         dropout=bool(dropout),
     )
@@ -213,6 +234,18 @@ def plan_editor(s: ReviewState) -> ReviewState:
             required=True,
             help="context parallelism: all-gathered K/V, ring attention or Ulysses all-to-all (cp > 1)",
         ),
+        "tpo": st.column_config.CheckboxColumn("TP overlap", help="--tp-comm-overlap (needs SP): SP comm under GEMMs"),
+        "gro": st.column_config.CheckboxColumn("grad overlap", help="--overlap-grad-reduce: DP reduce under backward"),
+        "pgo": st.column_config.CheckboxColumn(
+            "param overlap", help="--overlap-param-gather: ZeRO's all-gather under forward"
+        ),
+        "p2po": st.column_config.CheckboxColumn("PP overlap", help="interleaved schedule's sends under other chunks"),
+        "first": st.column_config.NumberColumn(
+            "first stage", min_value=1, step=1, help="layers of the first pipeline stage (empty: an even split)"
+        ),
+        "last": st.column_config.NumberColumn(
+            "last stage", min_value=1, step=1, help="layers of the last pipeline stage (empty: an even split)"
+        ),
     }
     edited = st.data_editor(
         st.session_state[BASE], key=key, num_rows="dynamic", column_config=cfg, hide_index=True, width="stretch"
@@ -233,6 +266,30 @@ def links(s: ReviewState, named: NamedPlan, where) -> None:
             where.page_link(page, label=title, disabled=True, help="those pages take preset models only")
         else:
             where.page_link(page, label=title, query_params=params, help=f"open {named.name} in {title}")
+
+
+def explain_panel(s: ReviewState) -> None:
+    """Why the faster of two compared plans wins: the step breakdown side by side."""
+    names = [p.name for p in s.plans]
+    with st.expander("Why one plan beats another", expanded=False):
+        c1, c2 = st.columns(2)
+        a = c1.selectbox("Plan", names, index=0, key="rv.x_a")
+        b = c2.selectbox("against", names, index=1, key="rv.x_b")
+        if a == b:
+            st.info("Pick two different plans.")
+            return
+        plans = {p.name: p for p in s.plans}
+        if plans[a].model_or(s.model) != plans[b].model_or(s.model):
+            st.info("The two plans train different models: their steps are not comparable part by part.")
+            return
+        try:
+            ex = explain(plans[a].model_or(s.model), s.cluster_spec, plans[a].plan, plans[b].plan, review_of(s).options)
+        except (SpecError, ValueError) as err:
+            st.warning(f"Cannot compare these two: {md(err)}")
+            return
+        st.markdown(md(ex["summary"]))
+        st.dataframe(rc.explain_frame(ex, a, b), hide_index=True)
+        st.caption(EQUIVALENCE_RULE)
 
 
 def predicted_vs_measured(s: ReviewState, cmp) -> None:
@@ -306,6 +363,11 @@ def compare_section(s: ReviewState) -> ReviewState:
     if len(cmp.memory):
         st.altair_chart(rc.memory_chart(cmp.memory, cluster.gpu_memory_bytes))
         st.altair_chart(rc.time_chart(cmp.time))
+        st.caption(f"Compute: {compute_text(review_of(s).options, cmp.reports[cmp.names[0]].get('step_time'))}.")
+        if (cmp.hidden["seconds"] > 0).any():
+            st.altair_chart(rc.hidden_chart(cmp.hidden))
+    if len(s.plans) >= 2:
+        explain_panel(s)
     if len(cmp.comm):
         st.altair_chart(rc.comm_chart(cmp.comm, link_names(s.cluster_spec)))
     predicted_vs_measured(s, cmp)
@@ -406,6 +468,8 @@ def search_section(s: ReviewState) -> ReviewState:
     )
     rows = rc.search_rows(result.table, s.search_gb, s.top)
     st.dataframe(rows, hide_index=True)
+    st.caption(f"Order: {result.rule}.")
+    explain_top(s, result)
     with st.expander("How the space was narrowed"):
         st.dataframe(rc.funnel_frame(result.funnel), hide_index=True)
     ranks = list(range(1, len(rows) + 1))
@@ -420,6 +484,30 @@ def search_section(s: ReviewState) -> ReviewState:
         help=f"compare holds {MAX_PLANS} plans; the last one is replaced when full",
     )
     return s
+
+
+def explain_top(s: ReviewState, result) -> None:
+    """Why the search's first plan beats its runner-up or a compared plan of the same size."""
+    top = plan_of(result.table.iloc[0].to_dict(), s.search_gb)
+    against = {"#2": plan_of(result.table.iloc[1].to_dict(), s.search_gb)} if len(result.table) > 1 else {}
+    against.update(
+        {
+            p.name: dataclasses.replace(p.plan, global_batch=s.search_gb)
+            for p in s.plans
+            if p.model is None and p.plan.world_size == s.cluster_spec.gpus
+        }
+    )
+    if not against:
+        return
+    with st.expander(f"Why #1 ({top.label()})"):
+        other = st.selectbox("against", list(against), key="rv.s_against")
+        try:
+            ex = explain(s.model, s.cluster_spec, top, against[other], review_of(s).options)
+        except (SpecError, ValueError) as err:
+            st.warning(f"Cannot compare: {md(err)}")
+            return
+        st.markdown(md(ex["summary"]))
+        st.dataframe(rc.explain_frame(ex, "#1", other), hide_index=True)
 
 
 # ------------------------------------------------------------------ import

@@ -21,17 +21,36 @@ def _gbps(bytes_per_s: float) -> str:
 
 def tp_scaling_page(choice: PlanChoice) -> None:
     model, cluster, plan = choice.model, choice.cluster, choice.plan
-    mfu = st.slider(
-        "MFU of the GEMMs",
+    c1, c2, c3 = st.columns([2, 2, 2])
+    compute = c1.radio(
+        "Compute",
+        ["device", "mfu"],
+        key="tps_compute",
+        bind="query-params",
+        format_func={"device": "per operator, on the device", "mfu": "one MFU for everything"}.get,
+        help="per operator: each GEMM, the attention core and the element-wise traffic timed from its shape on "
+        "the cluster's GPU (small TP shards run further from peak)",
+    )
+    mfu = c2.slider(
+        "MFU",
         min_value=0.1,
         max_value=0.9,
         value=0.5,
         step=0.05,
         key="tps_mfu",
         bind="query-params",
-        help="fraction of the GPU's peak FLOP/s the layer's compute reaches",
+        disabled=compute != "mfu",
+        help="fraction of the GPU's peak FLOP/s every operator reaches",
     )
-    view = loaders.scaling_view(choice.params, mfu)
+    overlap = c3.toggle(
+        "TP comm overlap",
+        value=plan.tp_overlap,
+        key="tps_overlap",
+        bind="query-params",
+        help="SP's all-gathers and reduce-scatters in chunks under the GEMMs (Megatron-LM --tp-comm-overlap, "
+        "torchtitan's async TP): NVLink only",
+    )
+    view = loaders.scaling_view(choice.params, mfu if compute == "mfu" else None, overlap)
     gpn = cluster.gpus_per_node
     st.caption(
         f"{model.name}: one layer, micro batch {plan.micro_batch} × {model.seq_len} tokens, recompute "
@@ -58,7 +77,9 @@ def tp_scaling_page(choice: PlanChoice) -> None:
     st.caption(
         "TP without SP all-reduces twice forward and twice backward; TP + SP moves the same bytes as "
         "all-gathers and reduce-scatters, so its exposed time matches, and Megatron's backward re-gather "
-        "overlaps compute (light segment). SP's gain is memory (see Activation memory)."
+        "overlaps compute (light segment). With TP comm overlap, SP's collectives inside a node hide under "
+        "the GEMMs they feed (light segment); across nodes they stay exposed. SP's gain is memory "
+        "(see Activation memory). Compute shrinks slower than 1/TP: each rank's GEMMs get thinner."
     )
     names = link_names(cluster)
     st.altair_chart(scaling_charts.layer_time_chart(view["frame"], gpn, names=names))

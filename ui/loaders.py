@@ -90,13 +90,20 @@ def memory_view(params: dict[str, str], flash: bool, dropout: bool, act_bytes: i
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def scaling_view(params: dict[str, str], mfu: float) -> dict:
-    """parallel.core.scaling.tp_scaling for the plan's model, cluster, micro batch and recompute mode:
-    frame (the prediction), table, highlights and notes (TP degrees left out, and why)."""
+def scaling_view(params: dict[str, str], mfu: float | None = None, tp_overlap: bool = False) -> dict:
+    """parallel.core.scaling.tp_scaling for the plan's model, cluster, micro batch and recompute mode
+    (compute per operator on the cluster's device, or at `mfu`; SP's collectives under the GEMMs with
+    `tp_overlap`): frame (the prediction), table, highlights and notes (TP degrees left out, and why)."""
     model, cluster, plan = inputs(params)
     names = link_words(cluster)
     df = scaling.tp_scaling(
-        model, cluster, micro_batch=plan.micro_batch, recompute=plan.recompute, perf=PerfOptions(mfu=mfu)
+        model,
+        cluster,
+        micro_batch=plan.micro_batch,
+        recompute=plan.recompute,
+        perf=PerfOptions(mfu=mfu),
+        tp_overlap=tp_overlap,
+        acts=ActivationOptions(flash_attention=True),
     )
     return {
         "frame": df,

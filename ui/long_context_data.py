@@ -167,7 +167,7 @@ def smallest_fits(
             sub = _subset(cols, keep, global_batch=plan.micro_batch * int(pp))
             mem = memory.memory_per_gpu_bytes(m, sub, opts)["total"]
             gpus = sub.tp * sub.cp * sub.pp
-            time = perf.step_time(m, sub, cluster)["step_time_s"]
+            time = perf.step_time(m, sub, cluster, acts=opts)["step_time_s"]
             for i in np.flatnonzero(mem <= budget):
                 key = (int(gpus[i]), float(time[i]))
                 if best is None or key < best[0]:

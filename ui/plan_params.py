@@ -10,6 +10,9 @@ Keys (all values are strings, as in `st.query_params`):
     recompute none | selective | full                    order     rank order, fastest first
     ep        expert parallelism (MoE models; from dp x cp)
     grads     fp32 | bf16 (gradient buffer; only when bf16)  fp8      none | gemm | weights (only when not none)
+    ck        allgather | ring | ulysses (context parallelism's exchange; only when not allgather)
+    tpo gro pgo p2po  0 | 1: overlap TP comm, DP grad reduce, DP param gather, PP send/recv (only when 1)
+    first last        layers of the first and last pipeline stage (only when uneven)
 
 A missing key takes DEFAULT_PARAMS' value, except `nodes`, which then fits the plan (just enough
 nodes for dp*tp*pp*cp GPUs), and `gpn`, which then is the cluster preset's. Pure: stdlib and parallel/ only (no streamlit).
@@ -43,9 +46,23 @@ KEYS = (
     "ep",
 )
 # Optional keys, written only when not the default (the plan form has no widgets for them; the
-# review page's plan codes carry them): the gradient dtype, the FP8 mode and the context-parallel
-# exchange (ck: allgather | ring | ulysses).
-OPTIONAL_KEYS = ("grads", "fp8", "ck")
+# review page's plan codes carry them): the gradient dtype, the FP8 mode, the context-parallel
+# exchange (ck: allgather | ring | ulysses), the overlaps (0 | 1: TP comm, DP grad reduce, DP param
+# gather, PP send/recv) and uneven pipeline stages (first, last: layers of the first and last stage).
+OPTIONAL_FIELDS = {
+    "grads": "main_grads",
+    "fp8": "fp8",
+    "ck": "cp_kind",
+    "tpo": "tp_overlap",
+    "gro": "grad_reduce_overlap",
+    "pgo": "param_gather_overlap",
+    "p2po": "p2p_overlap",
+    "first": "first_stage_layers",
+    "last": "last_stage_layers",
+}
+OPTIONAL_KEYS = tuple(OPTIONAL_FIELDS)
+BOOL_KEYS = ("sp", "tpo", "gro", "pgo", "p2po")
+STAGE_KEYS = ("first", "last")  # may be empty: an even split
 FORM_KEYS = (*KEYS, "ck")  # what the sidebar plan form reads and writes: ck is its one optional key
 _INT_FIELDS = {
     "dp": "dp",
@@ -79,7 +96,14 @@ DEFAULT_PARAMS: dict[str, str] = {
     "order": Plan().order,
     "ep": "1",
 }
-OPTIONAL_DEFAULTS = {"grads": Plan().main_grads, "fp8": Plan().fp8, "ck": Plan().cp_kind}
+
+
+def _code(value) -> str:
+    """A plan field as a URL value: 0/1 for flags, '' for an unset stage count."""
+    return "" if value is None else str(int(value)) if isinstance(value, bool) else str(value)
+
+
+OPTIONAL_DEFAULTS = {key: _code(getattr(Plan(), name)) for key, name in OPTIONAL_FIELDS.items()}
 
 
 def plan_to_params(
@@ -111,15 +135,15 @@ def plan_to_params(
 
 
 def _optional(plan: Plan) -> dict[str, str]:
-    """grads, fp8 and ck, only where they are not the defaults (URLs of other plans stay as they were)."""
-    out = {}
-    if plan.cp_kind != OPTIONAL_DEFAULTS["ck"]:
-        out["ck"] = plan.cp_kind
-    if plan.main_grads != OPTIONAL_DEFAULTS["grads"]:
-        out["grads"] = plan.main_grads
-    if plan.fp8 != OPTIONAL_DEFAULTS["fp8"]:
-        out["fp8"] = plan.fp8
-    return out
+    """The optional keys, only where they are not the defaults (URLs of other plans stay as they were)."""
+    values = {key: _code(getattr(plan, name)) for key, name in OPTIONAL_FIELDS.items()}
+    return {key: v for key, v in values.items() if v != OPTIONAL_DEFAULTS[key]}
+
+
+def _flag(key: str, text: str) -> bool:
+    if text.lower() not in ("0", "1", "true", "false"):
+        raise SpecError(f"URL parameter {key}={text!r} must be 0 or 1")
+    return text.lower() in ("1", "true")
 
 
 def _value(params: Mapping, key: str) -> str | None:
@@ -148,13 +172,13 @@ def plan_from_params(params: Mapping) -> tuple[Model, Cluster, Plan]:
     if gpn < 1:
         raise SpecError(f"URL parameter gpn={gpn} must be at least 1")
     cluster = dataclasses.replace(cluster, gpus_per_node=gpn)
-    sp = values["sp"].lower()
-    if sp not in ("0", "1", "true", "false"):
-        raise SpecError(f"URL parameter sp={values['sp']!r} must be 0 or 1")
     fields = {name: _int(key, values[key]) for key, name in _INT_FIELDS.items()}
+    flags = {OPTIONAL_FIELDS.get(key, key): _flag(key, values[key]) for key in BOOL_KEYS}
+    stages = {OPTIONAL_FIELDS[k]: _int(k, values[k]) for k in STAGE_KEYS if values[k]}
     plan = Plan(
         **fields,
-        sp=sp in ("1", "true"),
+        **flags,
+        **stages,
         recompute=values["recompute"],
         order=values["order"],
         main_grads=values["grads"],
@@ -188,7 +212,7 @@ def usable_params(params: Mapping) -> tuple[dict[str, str], list[str]]:
     return good, errors
 
 
-# ---------------------------------------------------------------- the plan review page's state (issue #7)
+# ---------------------------------------------------------------- the plan review page's state
 # Besides the keys above (model, cluster, nodes: the review's machine), the review page keeps
 #   plan       repeated, one per compared plan: "name|dp=8,tp=8,pp=8,cp=1,sp=1,mb=1,gb=1536,vpp=1,zero=0,
 #              recompute=none,order=tp-cp-ep-dp-pp" (keys as above)
@@ -249,9 +273,9 @@ class ReviewState:
     zero: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str, ...] = ("none", "selective", "full")
     top: int = 20
-    mfu: float = 0.5
-    dp_overlap: float = 0.0
-    flash: bool = False
+    mfu: float | None = None  # None: each operator timed on the cluster's device; else a flat MFU
+    dp_overlap: float | None = None  # None: as each plan's overlap flags say; else this share hidden
+    flash: bool = True
     dropout: bool = True
 
     @property
@@ -269,7 +293,9 @@ def default_review_state() -> ReviewState:
     from parallel.review.document import NamedPlan
 
     _, _, plan = plan_from_params(DEFAULT_PARAMS)
-    b = Plan(**{**plan.to_dict(), "vpp": 2, "zero": 1, "recompute": "selective"})
+    # B: Megatron-core's defaults on the same degrees -- interleaved, distributed optimizer, every overlap
+    overlaps = dict(tp_overlap=True, grad_reduce_overlap=True, param_gather_overlap=True, p2p_overlap=True)
+    b = Plan(**{**plan.to_dict(), "vpp": 2, "zero": 1, "recompute": "selective", **overlaps})
     return ReviewState(plans=(NamedPlan("A", plan), NamedPlan("B", b)), title="GPT-3 175B on 64 DGX H100 nodes")
 
 
@@ -369,8 +395,8 @@ def review_to_params(s: ReviewState) -> dict[str, str | list[str]]:
             "s_zero": ",".join(map(str, s.zero)),
             "s_recompute": ",".join(s.recompute),
             "s_top": str(s.top),
-            "mfu": f"{s.mfu:g}",
-            "dp_overlap": f"{s.dp_overlap:g}",
+            **({} if s.mfu is None else {"mfu": f"{s.mfu:g}"}),
+            **({} if s.dp_overlap is None else {"dp_overlap": f"{s.dp_overlap:g}"}),
             "flash": str(int(s.flash)),
             "dropout": str(int(s.dropout)),
         }
@@ -439,9 +465,9 @@ def review_from_params(params: Mapping) -> ReviewState:
         zero=zero,
         recompute=recompute,
         top=opt_int("s_top") or d.top,
-        mfu=_float("mfu", get("mfu") or "0.5", 0.01, 1),
-        dp_overlap=_float("dp_overlap", get("dp_overlap") or "0", 0, 1),
-        flash=flag("flash", False),
+        mfu=_float("mfu", get("mfu"), 0.01, 1) if get("mfu") else None,
+        dp_overlap=_float("dp_overlap", get("dp_overlap"), 0, 1) if get("dp_overlap") else None,
+        flash=flag("flash", True),
         dropout=flag("dropout", model.dropout),  # the model's own (Llama 3 trains without) unless the URL says
     )
 
@@ -469,6 +495,12 @@ def plan_rows_of(plans) -> list[dict]:
                 "grads": p.main_grads,
                 "fp8": p.fp8,
                 "ck": p.cp_kind,
+                "tpo": p.tp_overlap,
+                "gro": p.grad_reduce_overlap,
+                "pgo": p.param_gather_overlap,
+                "p2po": p.p2p_overlap,
+                "first": p.first_stage_layers,
+                "last": p.last_stage_layers,
                 "model": named.model.name if named.model is not None else "",
             }
         )
@@ -494,12 +526,14 @@ def plans_from_rows(rows) -> tuple[tuple, list[str]]:
         try:
             # a row without the precision columns (an older editor) means the defaults
             values = {k: row.get(k, _PLAN_CODE_DEFAULTS[k] if k in _LATER_COLUMNS else None) for k in _PLAN_CODE_KEYS}
-            if _empty(values["model"]):
-                values["model"] = ""  # an empty model cell: the review's model
+            for k in ("model", *STAGE_KEYS):
+                if _empty(values[k]):
+                    values[k] = ""  # an empty model cell: the review's model; a stage: an even split
             if any(_empty(v) for v in values.values()):
                 raise SpecError("fill every column")
+            values.update({k: int(float(values[k])) for k in STAGE_KEYS if values[k] != ""})
             named = parse_plan_code(
-                f"{name}|" + ",".join(f"{k}={int(v) if k == 'sp' else v}" for k, v in values.items())
+                f"{name}|" + ",".join(f"{k}={int(v) if k in BOOL_KEYS else v}" for k, v in values.items())
             )
         except (SpecError, ValueError, TypeError) as err:
             errors.append(f"row {i} ({name}): {err}")

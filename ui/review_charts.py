@@ -3,6 +3,7 @@ in, `alt.Chart`s and display-ready frames out). Encodings are channel objects (s
 
     memory_chart(cmp.memory, capacity)   stacked GiB per GPU by component, one bar per plan, capacity rule
     time_chart(cmp.time)                 the step split into compute, bubble and exposed comm per dimension
+    hidden_chart(cmp.hidden)             communication hidden behind compute, per dimension
     comm_chart(cmp.comm)                 communication seconds per step by dimension, coloured by link
     predicted_measured_chart(frame)      analytic vs calibrated vs a run's measured step, per plan
     pareto_chart(points, budget)         search results: memory vs step time, the Pareto front drawn
@@ -30,11 +31,16 @@ PARTS = (
     "exposed EP",
     "exposed PP",
     "exposed DP",
-    "per-step fixed",  # the calibrated model's optimizer, data and loss time (the analytic model has none)
+    "optimizer",  # the optimizer step over the rank's shard (the device model; the flat MFU has none)
+    "per-step fixed",  # the calibrated model's optimizer, data and loss time
 )
 PART_COLORS = dict(
-    zip(PARTS, ["#4c6ef5", "#ced4da", "#e8590c", "#f08c00", "#ae3ec9", "#1098ad", "#2f9e44", "#868e96", "#495057"])
+    zip(
+        PARTS,
+        ["#4c6ef5", "#ced4da", "#e8590c", "#f08c00", "#ae3ec9", "#1098ad", "#2f9e44", "#868e96", "#74c0fc", "#495057"],
+    )
 )
+DIM_COLORS = {"TP": "#e8590c", "SP": "#f08c00", "CP": "#ae3ec9", "EP": "#1098ad", "PP": "#2f9e44", "DP": "#868e96"}
 DIFF_BACKGROUND = "background-color: #fff3bf"
 
 
@@ -99,6 +105,32 @@ def time_chart(time: pd.DataFrame, title: str = "Step time") -> alt.Chart:
         )
         .properties(height=_bar_height(len(plans)), title=title)
     )
+
+
+def hidden_chart(hidden: pd.DataFrame) -> alt.Chart:
+    """Seconds per step of communication the plan hides behind compute (frame: plan, dim, seconds):
+    TP/SP under their GEMMs (--tp-comm-overlap), ring CP under attention, PP sends under the other
+    chunks, DP under backward (--overlap-grad-reduce / --overlap-param-gather). Not part of the step."""
+    data = hidden[hidden["seconds"] > 0]
+    plans = list(dict.fromkeys(hidden["plan"]))
+    return (
+        alt.Chart(data)
+        .mark_bar(opacity=0.55)
+        .encode(
+            y=alt.Y("plan:N", sort=plans, title=None),
+            x=alt.X("sum(seconds):Q", title="seconds per step hidden behind compute", stack="zero"),
+            color=alt.Color("dim:N", scale=scale(DIM_COLORS, data["dim"]), sort=list(DIM_COLORS), title="hidden"),
+            tooltip=[alt.Tooltip("plan:N"), alt.Tooltip("dim:N"), alt.Tooltip("seconds:Q", format=".3f")],
+        )
+        .properties(height=_bar_height(len(plans)), title="Communication hidden behind compute")
+    )
+
+
+def explain_frame(ex: dict, a: str, b: str) -> pd.DataFrame:
+    """parallel.search.explain's rows as a table: each part of the step (and memory) for plan `a`, plan
+    `b` and b − a."""
+    rows = [{"": r["part"], a: r["top"], b: r["other"], f"{b} − {a}": r["difference"]} for r in ex["rows"]]
+    return pd.DataFrame(rows).round(3)
 
 
 SOURCE_COLORS = {"analytic": "#adb5bd", "calibrated": "#4c6ef5", "measured": "#212529"}
@@ -233,6 +265,7 @@ def search_rows(table: pd.DataFrame, global_batch: int, top: int) -> pd.DataFram
             "MFU": (head["mfu"] * 100).round(1).to_numpy(),
             "bubble %": (head["bubble_fraction"] * 100).round(1).to_numpy(),
             "Pareto": head["pareto"].to_numpy(),
+            **({"≈ fastest": head["equivalent"].to_numpy()} if "equivalent" in head else {}),
         }
     )
 

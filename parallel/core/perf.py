@@ -323,6 +323,23 @@ def _pipeline(
     return out
 
 
+def layer_tp_seconds(
+    model: Model,
+    plan: AnyPlan,
+    cluster: Cluster,
+    perf: PerfOptions = PerfOptions(),
+    comm: CommOptions = CommOptions(),
+    acts: ActivationOptions | None = None,
+) -> tuple[float, float]:
+    """One layer's TP + SP communication for one microbatch: (exposed, hidden) seconds, as the step
+    model counts them (with plan.tp_overlap, under the GEMMs they feed)."""
+    cost = stage_cost(model, plan, cluster, perf, acts or ActivationOptions())
+    units = _comm_units(comm_terms(model, plan, comm, dp=False), plan, cluster)
+    layer = _layer_comm(plan, cost, units, crosses_nodes(plan, cluster, ("tp",)))
+    exposed = layer["exposed"]["tp"] + layer["exposed"]["sp"]
+    return float(exposed), float(layer["hidden"]["tp"] + layer["hidden"]["sp"])
+
+
 def _layer_comm(plan: AnyPlan, cost: LayerCost, units: dict, tp_inter: Any) -> dict[str, dict[str, Any]]:
     """Per layer and microbatch, each dim's exposed and hidden seconds: TP/SP under the GEMMs with
     tp_overlap, ring CP beside the attention core, the always-overlapped rows hidden."""

@@ -9,7 +9,9 @@ For one layer, one microbatch of b sequences of s tokens, on one GPU of a TP gro
               4 all-reduces of b*s*h elements (Shoeybi et al. 2019, Sec. 3); with SP 4 all-gathers +
               4 reduce-scatters of the same volume (Korthikanti et al. 2022, Sec. 4.2.2), plus the
               backward re-gather of SP inputs, which Megatron-LM overlaps (reported, not on the
-              critical path). Exposed = not overlapped; TP comm is on the critical path.
+              critical path). With `tp_overlap` (Megatron-LM --tp-comm-overlap, torchtitan's async
+              TP) SP's collectives run in chunks under the GEMMs inside a node (parallel.core.perf).
+              Exposed = on the critical path; hidden = overlapped.
 
 A TP group that does not fit in one node (t > gpus_per_node) is bound by the inter-node link: the
 NVLink/InfiniBand cliff. Speedup is against TP = 1 (no SP, which needs t > 1); efficiency = speedup/t.
@@ -23,9 +25,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from parallel.core.comm import CommOptions, bus_factor, collective_seconds, comm_per_step
+from parallel.core.comm import CommOptions, bus_factor, collective_seconds
 from parallel.core.memory import ActivationOptions
-from parallel.core.perf import PerfOptions, stage_cost
+from parallel.core.perf import PerfOptions, layer_tp_seconds, stage_cost
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Model
 from parallel.core.validate import _shape_errors
@@ -75,8 +77,12 @@ def _row(
     recompute: str,
     perf: PerfOptions,
     comm: CommOptions,
+    tp_overlap: bool = False,
+    acts: ActivationOptions | None = None,
 ) -> dict:
-    plan = Plan(tp=tp, sp=sp, micro_batch=micro_batch, global_batch=micro_batch, recompute=recompute)
+    plan = Plan(
+        tp=tp, sp=sp, micro_batch=micro_batch, global_batch=micro_batch, recompute=recompute, tp_overlap=tp_overlap
+    )
     row = dict.fromkeys(COLUMNS, float("nan"))
     row.update(tp=tp, sp=sp, valid=True, reason="")
     errors = _shape_errors(plan, model)
@@ -84,10 +90,8 @@ def _row(
         row.update(valid=False, reason="; ".join(errors), link="")
         return row
     link = plan.topology(cluster.gpus_per_node).link("tp")  # a group of tp ranks from rank 0
-    rows = [r for r in comm_per_step(model, plan, cluster, comm) if r["dim"] in ("tp", "sp") and r["scope"] == "layer"]
-    exposed = sum(r["seconds"] for r in rows if not r["overlapped"]) / model.layers
-    hidden = sum(r["seconds"] for r in rows if r["overlapped"]) / model.layers
-    compute = layer_compute_seconds(model, plan, cluster, perf)
+    exposed, hidden = layer_tp_seconds(model, plan, cluster, perf, comm, acts)
+    compute = layer_compute_seconds(model, plan, cluster, perf, acts)
     nbytes = micro_batch * model.seq_len * model.hidden * model.dtype_bytes
     row.update(
         link=link,
@@ -111,10 +115,13 @@ def tp_scaling(
     recompute: str = "none",
     perf: PerfOptions = PerfOptions(),
     comm: CommOptions = CommOptions(),
+    tp_overlap: bool = False,
+    acts: ActivationOptions | None = None,
 ) -> pd.DataFrame:
-    """One row per (tp, sp) with COLUMNS; sp=True rows start at tp=2 (SP needs a TP group)."""
+    """One row per (tp, sp) with COLUMNS; sp=True rows start at tp=2 (SP needs a TP group);
+    `tp_overlap` applies to the SP rows (the overlap works on SP's collectives)."""
     rows = [
-        _row(model, cluster, t, sp, micro_batch, recompute, perf, comm)
+        _row(model, cluster, t, sp, micro_batch, recompute, perf, comm, tp_overlap and sp, acts)
         for sp in (False, True)
         for t in tps
         if not (sp and t == 1)

@@ -164,6 +164,7 @@ class Comparison:
     comm: pd.DataFrame  # plan, dim, collective, link, calls, bytes_per_call, seconds, overlapped
     time: pd.DataFrame  # plan, part, seconds
     issues: pd.DataFrame  # plan, level, message
+    hidden: pd.DataFrame  # plan, dim, seconds: communication the step hides behind compute
     models: dict[str, Model] = field(default_factory=dict)  # the model each plan trains
 
 
@@ -262,6 +263,12 @@ def compare_plans(
             ("optimizer", "optimizer_s"),
         )
     ]
+    hidden = [
+        {"plan": n, "dim": d.upper(), "seconds": float(reports[n]["step_time"][f"hidden_{d}_s"])}
+        for n in names
+        if reports[n].get("step_time")
+        for d in ("tp", "sp", "cp", "ep", "pp", "dp")
+    ]
     issues = [
         {"plan": n, "level": level, "message": msg}
         for n in names
@@ -279,6 +286,7 @@ def compare_plans(
         ),
         pd.DataFrame(time, columns=["plan", "part", "seconds"]),
         pd.DataFrame(issues, columns=["plan", "level", "message"]),
+        pd.DataFrame(hidden, columns=["plan", "dim", "seconds"]),
         models,
     )
 

@@ -158,6 +158,27 @@ def test_tp_scaling_covers_tp_1_to_32_with_the_boundary():
     assert labels == ["TP 8 (the plan's)", "TP 16: first across nodes"]
 
 
+def test_tp_scaling_hides_sp_comm_under_the_gemms_inside_a_node_only():
+    at = _ok(page_test("pages/tp_scaling.py", DEFAULT_PARAMS))
+    exposed = _part_seconds(vega_charts(at)[0].frame(), "TP communication (exposed)")
+    at.toggle(key="tps_overlap").set_value(True).run()
+    df = vega_charts(_ok(at))[0].frame()
+    after = _part_seconds(df, "TP communication (exposed)")
+    assert after[("TP + SP", 8)] < 0.5 * exposed[("TP + SP", 8)]  # NVLink: mostly under the GEMMs
+    assert after[("TP + SP", 16)] == pytest.approx(exposed[("TP + SP", 16)])  # across nodes: exposed as before
+    assert after[("TP without SP", 8)] == pytest.approx(exposed[("TP without SP", 8)])  # works on SP's collectives
+    at.radio(key="tps_compute").set_value("mfu").run()
+    flat = _part_seconds(vega_charts(_ok(at))[0].frame(), "compute")
+    device = _part_seconds(df, "compute")
+    assert flat[("TP without SP", 1)] != pytest.approx(device[("TP without SP", 1)])
+
+
+def _part_seconds(frame, part: str) -> dict:
+    rows = frame[frame["part"] == part]
+    value = "seconds" if "seconds" in rows else "ms"
+    return {(r["variant"], int(r["tp"])): float(r[value]) for r in rows.to_dict("records")}
+
+
 def test_plan_round_trips_through_the_url():
     at = _ok(page_test("pages/tp_scaling.py", SMALL))
     assert at.number_input(key="plan.tp").value == 2 and at.selectbox(key="plan.model").value == "gpt3-22b"

@@ -1,4 +1,4 @@
-"""AppTest of the Plan review page (issue #7): compare, search, import, saved reviews, and the URL that
+"""AppTest of the Plan review page: compare, search, import, saved reviews, and the URL that
 reproduces the view. No browser: app.py in-process, switched to the page (tests.support.apptest)."""
 
 import pytest
@@ -15,7 +15,7 @@ SMALL = {
     "nodes": "2",
     "plan": [
         "A|dp=2,tp=8,pp=1,sp=1,gb=64",
-        "B|dp=2,tp=4,pp=2,sp=1,gb=64,zero=1,recompute=selective",
+        "B|dp=2,tp=4,pp=2,sp=1,gb=64,zero=1,recompute=selective,tpo=1,gro=1,pgo=1",
         "C|dp=1,tp=16,sp=1,gb=64",
     ],
 }
@@ -50,7 +50,7 @@ def url(at) -> dict:
 
 def test_compare_draws_every_chart_with_one_row_per_plan_and_component():
     at = ok(page_test(PAGE, SMALL))
-    memory, time, comm = vega_charts(at)
+    memory, time, hidden, comm = vega_charts(at)
     assert {"bar", "rule"} <= memory.marks()
     bars = memory.frame()
     assert len(bars) == 3 * 4 and set(bars["plan"]) == {"A", "B", "C"}
@@ -58,6 +58,10 @@ def test_compare_draws_every_chart_with_one_row_per_plan_and_component():
     rules = [f for f in memory.datasets.values() if "what" in f.columns][0]
     assert rules["gib"].iloc[0] == pytest.approx(80.0)  # the H100's memory
     assert set(time.frame()["plan"]) == {"A", "B", "C"} and "compute" in set(time.frame()["part"])
+    assert "optimizer" in set(time.frame()["part"])  # the device model times the optimizer step
+    shown = hidden.frame()
+    assert {"SP", "DP"} <= set(shown.loc[shown["plan"] == "B", "dim"])  # B overlaps TP comm and the DP reduce
+    assert any("each operator timed from its shape on h100-sxm" in c.value for c in at.caption)
     assert {"NVLink (intra-node)", "InfiniBand (inter-node)"} <= set(comm.frame()["link"])  # C's TP 16 crosses nodes
     table = frame_with(at, "metric")
     assert {"section", "metric", "A", "B", "C"} <= set(table.columns) and len(table) > 30
@@ -102,7 +106,7 @@ def test_the_url_reproduces_the_view():
 def test_a_bad_link_is_explained_not_a_traceback():
     at = ok(page_test(PAGE, {"plan": ["A|tp=eight"]}))
     assert any("The link's review could not be used" in e.value and "tp='eight'" in e.value for e in at.error)
-    assert len(vega_charts(at)) == 3  # the default review instead
+    assert len(vega_charts(at)) == 4  # the default review instead
 
 
 def test_search_pareto_chart_and_send_to_compare():
@@ -222,3 +226,28 @@ def test_a_review_compares_a_dense_plan_with_a_moe_plan():
     state = review_from_params(url(at))  # the URL keeps which model each plan trains
     assert [p.model.name if p.model else None for p in state.plans] == [None, "mixtral-8x7b"]
     assert any("EP=8" in m.value for m in at.markdown)
+
+
+def test_explain_says_why_one_plan_beats_another():
+    at = ok(page_test(PAGE, SMALL))
+    table = frame_with(at, "B − A")
+    parts = list(table[""])
+    assert parts[0] == "step" and "exposed SP" in parts and parts[-1] == "memory per GPU (GiB)"
+    step = table.iloc[0]
+    assert step["B − A"] == pytest.approx(step["B"] - step["A"], abs=2e-3)
+    assert any("a step against" in m.value or "within the model's" in m.value for m in at.markdown)
+    at.selectbox(key="rv.x_b").select("A").run()
+    assert any("Pick two different plans" in i.value for i in ok(at).info)
+
+
+def test_search_marks_plans_the_model_cannot_tell_apart_and_explains_the_first():
+    at = ok(page_test(PAGE, {**SMALL, "view": "search"}))
+    rows = frame_with(at, "≈ fastest")
+    assert rows["≈ fastest"].iloc[0]  # the fastest is equivalent to itself
+    within = rows.loc[rows["≈ fastest"], "step (s)"]
+    assert within.max() <= rows["step (s)"].min() * 1.07 + 1e-3
+    assert any("the model's mean error against published GPU runs" in c.value for c in at.caption)
+    table = frame_with(at, "#2 − #1")
+    step = table.iloc[0]
+    assert step[""] == "step" and step["#2 − #1"] == pytest.approx(step["#2"] - step["#1"], abs=2e-3)
+    assert step["#1"] == pytest.approx(rows["step (s)"].iloc[0], abs=1e-3)

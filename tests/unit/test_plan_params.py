@@ -1,4 +1,4 @@
-"""ui.plan_params, the review page's part (issue #7): plan codes, custom model shapes, the whole page
+"""ui.plan_params, the review page's part: plan codes, custom model shapes, the whole page
 state <-> URL round trip, the plan table, and links to the plan pages."""
 
 import dataclasses
@@ -43,6 +43,23 @@ PLANS = (
             order="tp-cp-pp-dp",
         ),
     ),
+    NamedPlan(
+        "megatron-core",
+        Plan(
+            dp=2,
+            tp=8,
+            pp=16,
+            sp=True,
+            global_batch=64,
+            tp_overlap=True,
+            grad_reduce_overlap=True,
+            param_gather_overlap=True,
+            p2p_overlap=True,
+            first_stage_layers=7,
+            last_stage_layers=7,
+            zero=1,
+        ),
+    ),
 )
 
 
@@ -53,10 +70,18 @@ def test_plan_code_round_trip(named):
 
 def test_plan_code_defaults_and_errors():
     assert parse_plan_code("x|tp=4,dp=2").plan == Plan(dp=2, tp=4, global_batch=2)
+    # the overlaps and uneven stages ride only where set: an even, non-overlapped plan's code is as before
+    assert (
+        plan_code(PLANS[0])
+        == "baseline|dp=8,tp=8,pp=8,cp=1,sp=1,mb=1,gb=1536,vpp=1,zero=0,recompute=none,order=tp-cp-ep-dp-pp"
+    )
+    assert plan_code(PLANS[2]).endswith(",tpo=1,gro=1,pgo=1,p2po=1,first=7,last=7")
     for bad, message in (
         ("no-separator", "must look like"),
         ("x|tp=4,foo=1", "unknown key"),
         ("x|tp=four", "tp='four'"),
+        ("x|tp=2,tpo=yes", "tpo='yes' must be 0 or 1"),
+        ("x|pp=4,first=a", "first='a'"),
         ("|tp=2", "must look like"),
     ):
         with pytest.raises(SpecError, match=message):
@@ -116,6 +141,9 @@ def test_review_state_url_round_trip(state):
 
 def test_review_state_defaults_and_bad_urls():
     assert review_from_params({}) == default_review_state()
+    d = default_review_state()
+    assert d.mfu is None and d.dp_overlap is None and d.flash  # per-operator compute, each plan's own overlaps
+    assert "mfu" not in review_to_params(d) and review_from_params({"mfu": "0.4"}).mfu == 0.4
     assert review_from_params({"chosen": "nobody"}).chosen is None  # a stale choice is dropped, not fatal
     for params, message in (
         ({"plan": ["A|tp=2", "A|tp=4"]}, "different names"),
@@ -135,7 +163,7 @@ def test_plan_table_rows_round_trip_and_errors():
     rows = plan_rows_of(PLANS) + [{**plan_rows_of(PLANS)[0]}, {"name": "bad", "dp": 1, "tp": 0}]
     plans, errors = plans_from_rows(rows)
     assert plans == PLANS
-    assert errors[0] == "row 3: the name 'baseline' is used twice" and errors[1].startswith("row 4 (bad):")
+    assert errors[0] == "row 4: the name 'baseline' is used twice" and errors[1].startswith("row 5 (bad):")
 
 
 def test_links_to_the_plan_pages_use_their_keys():
