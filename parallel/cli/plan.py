@@ -52,6 +52,12 @@ def add_option_args(parser: argparse.ArgumentParser) -> None:
         "runs'; profiler calibrate fits your job's)",
     )
     g.add_argument(
+        "--device-fit",
+        metavar="JSON",
+        default=None,
+        help="time operators on the GPU as your job's kernels ran: the device fit of `profiler calibrate --kernels`",
+    )
+    g.add_argument(
         "--attention-kernel",
         choices=ATTENTION_KERNELS,
         default=None,
@@ -81,6 +87,16 @@ def add_option_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--act-bytes", type=int, default=None, help="bytes per activation (default: the model's dtype)")
 
 
+def _device_fit(path: str):
+    """The fitted Device of a `profiler calibrate --kernels` JSON; SpecError naming the file."""
+    from parallel.core.devices import read_device_fit
+
+    try:
+        return read_device_fit(path)
+    except SpecError as err:
+        raise SpecError(f"--device-fit {path}: {err}") from None
+
+
 def options_from_args(args: argparse.Namespace) -> Options:
     for name in ("mfu", "dp_overlap"):
         value = getattr(args, name)
@@ -103,6 +119,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         dp_overlap=args.dp_overlap,
         job_efficiency=args.job_efficiency,
         attention_kernel=args.attention_kernel or "fused",
+        device=_device_fit(args.device_fit) if getattr(args, "device_fit", None) else None,
     )
     return Options(activations=acts, comm=CommOptions(), perf=perf)
 

@@ -57,7 +57,7 @@ import numpy as np
 
 from parallel.core.devices import Device
 from parallel.core.memory import ActivationOptions, AnyPlan, cp_kind_flags, routed_rows
-from parallel.core.plan import PlanColumns, recomputed_share
+from parallel.core.plan import Plan, PlanColumns, recomputed_share
 from parallel.core.specs import Model
 from parallel.core.vector import minimum, where
 
@@ -338,6 +338,12 @@ def _layer_cost(model: Model, plan: AnyPlan, dev: Device, opts: ActivationOption
 def _ends(model: Model, plan: AnyPlan, dev: Device, opts: ActivationOptions) -> tuple[Any, Any]:
     """Seconds of the output layer with its norm and loss (last stage), and of the embedding (first
     stage), forward and backward, for one microbatch."""
+    gemm, elementwise, embedding = _end_parts(model, plan, dev, opts)
+    return gemm + elementwise, embedding
+
+
+def _end_parts(model: Model, plan: AnyPlan, dev: Device, opts: ActivationOptions) -> tuple[Any, Any, Any]:
+    """The output layer's GEMM and its norm and loss's memory traffic, and the embedding's, in seconds."""
     act = opts.act_bytes or model.dtype_bytes
     t, h, T = plan.tp, model.hidden, _tokens(model, plan)
     vocab = model.padded_vocab(t) / t
@@ -346,9 +352,40 @@ def _ends(model: Model, plan: AnyPlan, dev: Device, opts: ActivationOptions) -> 
     th = T / where(plan.sp, t, 1)
     norm = 3 * 2 * act * th * h  # forward read + write, backward twice that
     ce = T * vocab * (2 * act + CE_BYTES)
-    head = f + b + (norm + ce) / bw
     embedding = T * h * (3 * act + 8) / bw  # gather rows, write them; backward scatter-adds into fp32
-    return head, embedding
+    return f + b, (norm + ce) / bw, embedding
+
+
+KERNEL_CLASSES = ("gemm", "attention", "elementwise")
+
+
+def kernel_class_seconds(
+    model: Model, plan: Plan, dev: Device, opts: ActivationOptions, kernel: str = "fused"
+) -> dict[str, dict[str, float]]:
+    """Isolated kernel seconds for one microbatch by the class a trace's kernel names fall in
+    (KERNEL_CLASSES): a layer's ("layer": forward, backward and its recomputed forward), the output
+    layer's ("head") and the embedding's ("embedding"). Full recomputation repeats the forward's mix;
+    selective recomputes the attention core and its score traffic."""
+    c = _layer_cost(model, plan, dev, opts, kernel)
+    fwd = {"gemm": c.gemm_fwd, "attention": c.attn_fwd, "elementwise": c.ew_fwd}
+    layer = {
+        "gemm": c.gemm_fwd + c.gemm_bwd,
+        "attention": c.attn_fwd + c.attn_bwd,
+        "elementwise": c.ew_fwd + c.ew_bwd,
+    }
+    if plan.recompute == "selective":
+        layer["attention"] += c.attn_fwd
+        layer["elementwise"] += c.recompute - c.attn_fwd
+    elif c.recompute:
+        total = sum(fwd.values())
+        for k in KERNEL_CLASSES:
+            layer[k] += c.recompute * fwd[k] / total
+    gemm, elementwise, embedding = _end_parts(model, plan, dev, opts)
+    return {
+        "layer": {k: float(v) for k, v in layer.items()},
+        "head": {"gemm": float(gemm), "attention": 0.0, "elementwise": float(elementwise)},
+        "embedding": {"gemm": 0.0, "attention": 0.0, "elementwise": float(embedding)},
+    }
 
 
 def optimizer_seconds(dev: Device, shard_params: Any, job_efficiency: float = JOB_EFFICIENCY) -> Any:

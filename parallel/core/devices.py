@@ -30,6 +30,7 @@ Pure: stdlib only.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from parallel.core.specs import GB, Cluster, SpecError, _from_dict
@@ -243,3 +244,75 @@ def cluster_device(cluster: Cluster) -> Device:
         memory_bytes=cluster.gpu_memory_bytes,
         source="assumed: H100's efficiencies, bandwidth scaled with the peak",
     )
+
+
+# what a trace's deviceProperties (torch.cuda.get_device_name) call each preset, most specific first
+_NAMES = (
+    ("gb300", "gb300"),
+    ("gb200", "gb200"),
+    ("b200", "b200"),
+    ("h200", "h200-sxm"),
+    ("h100", "h100-sxm"),
+    ("a100-sxm4-40gb", "a100-sxm-40gb"),
+    ("a100 40gb", "a100-sxm-40gb"),
+    ("a100", "a100-sxm-80gb"),
+    ("mi300x", "mi300x"),
+)
+
+
+def device_for_name(name: str | None) -> str | None:
+    """The preset of a GPU by the name PyTorch reports ('NVIDIA H100 80GB HBM3' -> h100-sxm), or None."""
+    low = (name or "").lower().replace("_", " ")
+    return next((key for part, key in _NAMES if part in low), None)
+
+
+def device_from_fit(data: object) -> Device:
+    """The fitted Device of a profiler.analyzers.device_fit.DeviceFit.to_dict() (or a calib.json holding one under "device_fit");
+    SpecError naming what is wrong."""
+    if isinstance(data, dict) and isinstance(data.get("device_fit"), dict):
+        data = data["device_fit"]
+    if not isinstance(data, dict) or "device" not in data:
+        raise SpecError(
+            'a device fit is a JSON object with "device" and its efficiencies (profiler calibrate --kernels)'
+        )
+    name = data["device"]
+    if name not in DEVICES:
+        raise SpecError(f"device fit: unknown device {name!r}; one of {', '.join(DEVICES)}")
+    values = {}
+    for key in (
+        "gemm_efficiency",
+        "fp8_gemm_efficiency",
+        "attention_efficiency",
+        "fa2_efficiency",
+        "memory_efficiency",
+    ):
+        v = data.get(key)
+        if v is None:
+            continue
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 0 < v <= 1:
+            raise SpecError(f"device fit: {key} must be a number in (0, 1], got {v!r}")
+        values[key] = float(v)
+    return dataclasses.replace(DEVICES[name], name=f"{name}, fitted", **values)
+
+
+MAX_DEVICE_FIT_BYTES = 1 << 20  # a device fit is a few hundred bytes
+
+
+def read_device_fit(path: str) -> Device:
+    """The fitted Device in the JSON file at `path`, read bounded from a regular file only (a FIFO
+    would block); SpecError saying what is wrong."""
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError("not a regular file" if p.exists() else "no such file")
+    with open(p, "rb") as f:
+        data = f.read(MAX_DEVICE_FIT_BYTES + 1)
+    if len(data) > MAX_DEVICE_FIT_BYTES:
+        raise SpecError(f"larger than {MAX_DEVICE_FIT_BYTES >> 10} KiB: not a device fit")
+    try:
+        doc = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise SpecError(f"not valid JSON ({err})") from None
+    return device_from_fit(doc)

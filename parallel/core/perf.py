@@ -56,7 +56,7 @@ import numpy as np
 
 from parallel.core.comm import DIMS, CommOptions, comm_terms, crosses_nodes, ranks_per_node, term_seconds
 from parallel.core.compute import ATTENTION_KERNELS, JOB_EFFICIENCY, LayerCost, layer_cost, optimizer_seconds
-from parallel.core.devices import cluster_device
+from parallel.core.devices import Device, cluster_device
 from parallel.core.memory import ActivationOptions, AnyPlan, max_params_per_stage
 from parallel.core.plan import PlanColumns, recomputed_share, stage_layer_counts
 from parallel.core.specs import Cluster, Model
@@ -78,6 +78,9 @@ class PerfOptions:
     # flash attention's kernel: "fused" (cuDNN, Transformer Engine, FlashAttention-3) or "fa2"
     # (FlashAttention-2: PyTorch SDPA's flash back end)
     attention_kernel: str = "fused"
+    # the GPU to time operators on; None = the cluster's (devices.cluster_device). `profiler calibrate
+    # --kernels` fits one to a job's own kernel times (profiler.analyzers.device_fit)
+    device: Device | None = None
 
     def __post_init__(self):
         if not 0 < self.job_efficiency <= 1:
@@ -86,6 +89,11 @@ class PerfOptions:
             raise ValueError(
                 f"attention kernel must be one of {', '.join(ATTENTION_KERNELS)}, got {self.attention_kernel!r}"
             )
+
+
+def device_of(cluster: Cluster, perf: PerfOptions) -> Device:
+    """The GPU operators are timed on: the options' fitted one, else the cluster's."""
+    return perf.device or cluster_device(cluster)
 
 
 def layer_forward_flops(model: Model, tokens_per_seq: int, batch: int) -> dict[str, float]:
@@ -160,7 +168,7 @@ def stage_cost(model: Model, plan: AnyPlan, cluster: Cluster, perf: PerfOptions,
     """One layer's and the ends' seconds per microbatch: the per-operator model, or the flat one."""
     if perf.mfu is not None or cluster.device == "cpu":
         return flat_cost(model, plan, cluster, perf.mfu or CPU_MFU)
-    return layer_cost(model, plan, cluster_device(cluster), acts, perf.attention_kernel, perf.job_efficiency)
+    return layer_cost(model, plan, device_of(cluster, perf), acts, perf.attention_kernel, perf.job_efficiency)
 
 
 def attention_seconds(
@@ -220,7 +228,7 @@ def step_time(
     terms = comm_terms(model, plan, comm, dp=True)
     dp, dp_hidden = _dp_exposed(terms, plan, cluster, perf, fwd=core["fwd_mb"], bwd=core["bwd_mb"], m=m)
     flat = perf.mfu is not None or cluster.device == "cpu"
-    optimizer = 0.0 if flat else _optimizer_s(model, plan, cluster, perf.job_efficiency)
+    optimizer = 0.0 if flat else _optimizer_s(model, plan, cluster, perf)
     exposed = {d: core[f"exposed_{d}"] for d in DIMS}
     exposed["dp"] = exposed["dp"] + dp
     hidden = {d: core[f"hidden_{d}"] for d in DIMS if d != "dp"}
@@ -241,7 +249,7 @@ def step_time(
         first_n, middle_n, last_n = stage_layer_counts(model.layers, plan)
         out["compute_parts_s"] = core["compute_parts"]
         out["stage_layers"] = [first_n, middle_n, last_n] if p > 2 else [first_n, last_n] if p == 2 else [first_n]
-        out["compute_model"] = "flat" if flat else cluster_device(cluster).name
+        out["compute_model"] = "flat" if flat else device_of(cluster, perf).name
     return out
 
 
@@ -423,11 +431,11 @@ def _dp_exposed(
     return exposed, total - exposed
 
 
-def _optimizer_s(model: Model, plan: AnyPlan, cluster: Cluster, job_efficiency: float) -> Any:
+def _optimizer_s(model: Model, plan: AnyPlan, cluster: Cluster, perf: PerfOptions) -> Any:
     """The optimizer step of the stage with the most parameters, over its ZeRO shard (ZeRO >= 1
     shards the optimizer over dp x cp)."""
     shard = max_params_per_stage(model, plan) / where(plan.zero >= 1, plan.dp * plan.cp, 1)
-    return optimizer_seconds(cluster_device(cluster), shard, job_efficiency)
+    return optimizer_seconds(device_of(cluster, perf), shard, perf.job_efficiency)
 
 
 def _compute_parts(cost: LayerCost, crit: dict) -> dict[str, float]:

@@ -18,6 +18,9 @@ median of their steady steps and the RUN's own unprofiled one is the level the f
 inter-node link is the traces' intra one plus the latency per hop and seconds per byte commbench
 measured the inter link to add over the intra one (`inter_source` commbench); a RUN that crossed
 nodes wins (`inter_source` traces).
+`--kernels`: fit instead the GPU device model's efficiencies (GEMM, attention, HBM) to the traces'
+kernel times (profiler.analyzers.device_fit); the device is `--gpu` or the traces' own
+(deviceProperties); `python -m parallel plan|search --device-fit OUT` then times operators with it.
 `--cores` is the machine's cores the ranks shared (default: this machine's). The JSON is
 parallel.core.calibrated.Calibration: fitted terms, `sources` (each run, its overhead factor and
 the step the fit gives it back), `assumptions`. Bad input exits 2 with one line on stderr.
@@ -66,7 +69,55 @@ def _parser() -> argparse.ArgumentParser:
         metavar="COMMBENCH.json",
         help="`profiler commbench` output: its fitted inter-node link when no run crossed nodes",
     )
+    ap.add_argument(
+        "--kernels",
+        action="store_true",
+        help="fit the GPU device model's efficiencies to the traces' kernel times (for plan/search --device-fit)",
+    )
+    ap.add_argument("--gpu", default=None, help="with --kernels: the device preset (default: the traces' GPU)")
     return ap
+
+
+def fit_kernels(args) -> int:
+    """--kernels: the device fit of one trace folder or run directory, written to --out."""
+    import dataclasses
+
+    from parallel.core.devices import DEVICES, device_for_name
+    from parallel.core.memory import ActivationOptions
+    from parallel.core.specs import CLUSTERS
+    from profiler.analyzers.device_fit import fit_device
+    from profiler.traces.errors import PlanMismatchError
+
+    if len(args.path) != 1:
+        raise PlanMismatchError("--kernels fits one job's traces: give one folder")
+    run = measured_run(args.path[0], args.plan, args.model)
+    traces = run.analysis.traces
+    names = [n for n in traces.ranks["device_name"].dropna().unique()] if "device_name" in traces.ranks else []
+    gpu = args.gpu or next((device_for_name(n) for n in names if device_for_name(n)), None)
+    if gpu is None:
+        said = f"the traces' GPU {names[0]!r} is no preset" if names else "the traces name no GPU"
+        raise PlanMismatchError(f"{said}: give --gpu, one of {', '.join(DEVICES)}")
+    if gpu not in DEVICES:
+        raise PlanMismatchError(f"--gpu {gpu}: one of {', '.join(DEVICES)}")
+    base = next((c for c in CLUSTERS.values() if c.gpu == gpu), CLUSTERS["dgx-h100"])
+    cluster = dataclasses.replace(base, gpu=gpu).sized_for(run.plan.world_size)
+    fit = fit_device(traces, run.model, run.plan, cluster, ActivationOptions(flash_attention=True))
+    out = Path(args.out)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_bytes(orjson.dumps(fit.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    tmp.replace(out)
+    for r in fit.rows.to_dict("records"):
+        how = f"x{r['ratio']:.2f} of the model's efficiency" if r["fitted"] else "not fitted (no time on one side)"
+        print(
+            f"{r['class']:<12} measured {r['measured_s'] * 1e3:10.2f} ms  modelled {r['modelled_s'] * 1e3:10.2f} ms  {how}"
+        )
+    d = fit.device
+    print(
+        f"{fit.base.name} fitted from {fit.ranks} rank(s), {fit.steps} step(s): GEMM {d.gemm_efficiency:.3f}, "
+        f"attention {d.attention_efficiency:.3f}, HBM {d.memory_efficiency:.3f}"
+    )
+    print(f"wrote {out}")
+    return 0
 
 
 def _read_run_json(path: Path) -> dict:
@@ -236,6 +287,14 @@ def main(argv=None) -> int:
     if args.cores < 1:
         print(f"error: --cores {args.cores}: expected 1 or more", file=sys.stderr)
         return 2
+    if args.kernels:
+        from profiler.analyzers.device_fit import DeviceFitError
+
+        try:
+            return fit_kernels(args)
+        except (TraceError, DeviceFitError, SpecError, KeyError, orjson.JSONDecodeError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     try:
         links = links_from_commbench(Path(args.links)) if args.links else None
         if links is not None and "inter" not in links:
