@@ -14,6 +14,7 @@ run_pages = [
     st.Page("pages/timeline.py", title="Collective timeline"),
     st.Page("pages/run_job.py", title="Run a job"),
     st.Page("pages/upload.py", title="Upload"),
+    st.Page("pages/hang.py", title="Why did it hang"),
 ]
 plan_pages = [
     st.Page("pages/topology.py", title="Topology"),

@@ -89,6 +89,13 @@ def _check_one(name: str, data: bytes, folder: Path) -> Accepted:
     return Accepted(name, data, tuple(traces.rank_ids), int(sizes.max()) if len(sizes) else None, traces.n_events)
 
 
+def _is_flight_recorder(data: bytes) -> bool:
+    """A Flight Recorder dump's JSON (its keys, or its first entry's, near the top), not a Kineto trace."""
+    head = data[:4096]
+    keys = (b'"comm_lib_version"', b'"pg_status"', b'"collective_seq_id"')
+    return head.lstrip()[:1] == b"{" and any(k in head for k in keys)
+
+
 def check_files(files: list[tuple[str, bytes]]) -> Checked:
     """Load each file alone (TraceError -> rejected with its message), then reject files that clash
     with the ones kept before them: a rank seen twice, a different world size (another job)."""
@@ -109,6 +116,11 @@ def check_files(files: list[tuple[str, bytes]]) -> Checked:
                         name,
                         f"{name}: not a trace file; upload Kineto traces (.json, .json.gz) or a .zip / .tar.gz of them",
                     )
+                )
+                continue
+            if _is_flight_recorder(data):
+                out.rejected.append(
+                    (name, f"{name}: a Flight Recorder dump, not a trace: open it on the 'Why did it hang' page")
                 )
                 continue
             try:

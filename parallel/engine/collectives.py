@@ -36,6 +36,7 @@ from contextlib import ExitStack
 import torch
 import torch.distributed as dist
 
+from parallel.engine import flight
 from profiler.formats.annotations import comm_name
 
 _profiling = torch._C._autograd._profiler_enabled
@@ -108,15 +109,21 @@ class Group:
         self.index = self.ranks.index(rank) if rank in self.ranks else -1
         self._seq = 0
         self._p2p_seq: dict[tuple[int, int], int] = {}  # (src, dst) -> next seq (pipeline pairs)
+        if pg is not None:
+            flight.GROUPS.append(self)  # for the Flight Recorder dump's pg_config
 
     def __repr__(self):
         return f"Group({self.dim}, ranks={list(self.ranks)})"
 
-    def _label(self, op: str, nbytes: int, dim: str | None) -> _Timed:
+    def _label(self, op: str, nbytes: int, dim: str | None, tensor: torch.Tensor | None = None) -> _Timed:
+        if flight.INJECTOR.injection is not None:  # profiler run --inject-hang, on this rank
+            flight.INJECTOR.at(self, op, tensor)
         seq, self._seq = self._seq, self._seq + 1
         return _Timed(lambda: comm_name(dim or self.dim, op, nbytes, self.ranks, seq))
 
-    def _p2p_label(self, op: str, nbytes: int, src: int, dst: int) -> _Timed:  # pipeline and ring CP
+    def _p2p_label(self, op: str, nbytes: int, src: int, dst: int, tensor=None) -> _Timed:  # pipeline, ring CP
+        if flight.INJECTOR.injection is not None:
+            flight.INJECTOR.at(self, op, tensor, dst if op == "send" else src)
         seq = self._p2p_seq.get((src, dst), 0)
         self._p2p_seq[(src, dst)] = seq + 1
         return _Timed(lambda: comm_name(self.dim, op, nbytes, (src, dst), seq))
@@ -133,7 +140,7 @@ def all_reduce(t: torch.Tensor, *, group: Group, dim: str | None = None, op=dist
     """In-place all-reduce of `t` over `group` (bytes: the buffer)."""
     if group.size == 1:
         return t
-    with group._label("all_reduce", _nbytes(t), dim):
+    with group._label("all_reduce", _nbytes(t), dim, t):
         dist.all_reduce(t, op=op, group=group.pg)
     return t
 
@@ -144,7 +151,7 @@ def all_gather(t: torch.Tensor, *, group: Group, dim: str | None = None, axis: i
         return t
     t = t.contiguous()
     flat = torch.empty(group.size * t.numel(), dtype=t.dtype, device=t.device)  # rank-major, 1-D for any backend
-    with group._label("all_gather", _nbytes(flat), dim):
+    with group._label("all_gather", _nbytes(flat), dim, t):
         dist.all_gather_single(flat, t.reshape(-1), group=group.pg)
     out = flat.view(group.size, *t.shape)
     # (n, ..., T_i, ...) -> (..., n*T_i, ...): move the rank axis next to `axis` and merge them
@@ -160,7 +167,7 @@ def reduce_scatter(t: torch.Tensor, *, group: Group, dim: str | None = None, axi
     shape = (*t.shape[:axis], n, t.shape[axis] // n, *t.shape[axis + 1 :])
     inp = t.reshape(shape).movedim(axis, 0).contiguous()  # (n, ..., T/n, ...)
     out = torch.empty(inp.shape[1:], dtype=t.dtype, device=t.device)
-    with group._label("reduce_scatter", _nbytes(inp), dim):
+    with group._label("reduce_scatter", _nbytes(inp), dim, inp):
         dist.reduce_scatter_single(out.view(-1), inp.view(-1), group=group.pg)
     return out
 
@@ -168,14 +175,14 @@ def reduce_scatter(t: torch.Tensor, *, group: Group, dim: str | None = None, axi
 def all_gather_flat(out: torch.Tensor, shard: torch.Tensor, *, group: Group, dim: str | None = None) -> None:
     """all_gather of equal 1-D shards straight into the flat `out` (ZeRO-1 parameter gather)."""
     if group.size > 1:
-        with group._label("all_gather", _nbytes(out), dim):
+        with group._label("all_gather", _nbytes(out), dim, shard):
             dist.all_gather_single(out, shard, group=group.pg)
 
 
 def reduce_scatter_flat(out: torch.Tensor, flat: torch.Tensor, *, group: Group, dim: str | None = None) -> None:
     """reduce_scatter of a flat buffer into this rank's equal 1-D shard `out` (ZeRO-1 gradients)."""
     if group.size > 1:
-        with group._label("reduce_scatter", _nbytes(flat), dim):
+        with group._label("reduce_scatter", _nbytes(flat), dim, flat):
             dist.reduce_scatter_single(out, flat, group=group.pg)
 
 
@@ -213,8 +220,12 @@ def _p2p_batch(group: Group, send: list, recv: list):
     """The batch's P2POps and its labels (sends, then recvs: the order their sequence numbers advance)."""
     me = dist.get_rank()
     ops = [_p2p_op(dist.isend, item) for item in send] + [_p2p_op(dist.irecv, item) for item in recv]
-    sends = [group._p2p_label("send", _nbytes(t), me, peer) for t, peer, *_ in send]
-    recvs = [group._p2p_label("recv", _nbytes(t), peer, me) for t, peer, *_ in recv]
+    sends = [group._p2p_label("send", _nbytes(t), me, peer, t) for t, peer, *_ in send]
+    recvs = [group._p2p_label("recv", _nbytes(t), peer, me, t) for t, peer, *_ in recv]
+    for t, peer, *_ in send:  # after the labels: an injected hang stops there, before the ops exist
+        flight.P2P.add(group, "send", me, peer, t)
+    for t, peer, *_ in recv:
+        flight.P2P.add(group, "recv", peer, me, t)
     return ops, sends, recvs
 
 
@@ -263,7 +274,7 @@ def all_to_all(t: torch.Tensor, *, group: Group, dim: str | None = None) -> torc
         return t
     t = t.contiguous()
     out = torch.empty_like(t)
-    with group._label("all_to_all", _nbytes(t), dim):
+    with group._label("all_to_all", _nbytes(t), dim, t):
         dist.all_to_all_single(out, t, group=group.pg)
     return out
 

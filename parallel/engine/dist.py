@@ -119,7 +119,11 @@ def build_groups(
             key = tuple(ranks)
             if key not in made:  # one process group (and one sequence counter) per set of ranks:
                 # dp×cp equals cp when dp = 1, emb equals pp when pp = 2; a trace names groups by ranks
-                pg = dist.new_group(ranks, backend=backend, timeout=timeout) if len(ranks) > 1 else None
+                pg = (  # the dimension as the group's description: Flight Recorder dumps carry it
+                    dist.new_group(ranks, backend=backend, timeout=timeout, group_desc=label[name])
+                    if len(ranks) > 1
+                    else None
+                )
                 made[key] = Group(dim=label[name], ranks=ranks, pg=pg, rank=rank)
             if rank in ranks:
                 mine[name] = made[key]

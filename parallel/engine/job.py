@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from parallel.core import memory
-from parallel.engine import data, dist
+from parallel.engine import data, dist, flight
 from parallel.engine.actmem import ActivationMeter, predicted_breakdown
 from parallel.engine.collectives import BLOCKED, all_reduce, gather_object
 from parallel.engine.data_parallel import GradReducer
@@ -109,6 +109,7 @@ def _train(cfg, ctx, *, node: int, local_rank: int, on_step, t_start: float) -> 
     for step in range(cfg.steps):
         if step == fail_step:
             _fail(rank, step)
+        flight.INJECTOR.step = step  # profiler run --inject-hang fires at this step's first collective
         BLOCKED.take()  # this step's communication time starts here
         BLOCKED.take_cpu()
         t0, c0 = time.perf_counter(), time.process_time()

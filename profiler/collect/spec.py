@@ -30,6 +30,7 @@ from parallel.cli.train import parser as train_parser
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, SpecError
 from parallel.engine.api import TrainConfig
+from parallel.engine.injection import parse_injection
 
 DEFAULT_STEPS = 4  # wait 1 + warmup 1 + active 2: two recorded steady steps
 
@@ -54,6 +55,7 @@ class RunSpec:
     rdzv_endpoint: str | None = None
     rdzv_id: str = "parascope"
     lab: str | None = None  # the lab's prefix with --lab: both nodes' agents started by this process
+    inject_hang: str | None = None  # RANK:STEP[:KIND] (parallel.engine.injection)
     argv: tuple[str, ...] = field(default=())
 
     @property
@@ -91,6 +93,14 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--warmup", type=int, default=1, help="steps traced but dropped (default 1)")
     g.add_argument("--active", type=int, default=None, help="steps recorded (default: the rest)")
     g.add_argument("--force", action="store_true", help="replace a previous run in --out (nothing else)")
+    g.add_argument(
+        "--inject-hang",
+        metavar="RANK:STEP[:KIND]",
+        default=None,
+        help="make RANK misbehave at STEP's first collective, then stop issuing any: skip it (default), "
+        "issue it with another size, or another op; every rank's Flight Recorder dump lands in fr/ "
+        "(python -m profiler hang RUN_DIR)",
+    )
     g.add_argument(
         "--job-timeout",
         type=float,
@@ -201,6 +211,15 @@ def parse_run(argv) -> tuple[RunSpec | None, list[str], list[str]]:
     if args.job_timeout is not None and args.job_timeout <= 0:
         errors.append(f"--job-timeout {args.job_timeout} must be > 0")
     try:
+        injection = parse_injection(args.inject_hang)
+    except ValueError as err:
+        errors.append(str(err))
+    else:
+        if injection is not None and injection.rank >= cfg.plan.world_size:
+            errors.append(f"--inject-hang {args.inject_hang}: rank {injection.rank} of {cfg.plan.world_size} ranks")
+        if injection is not None and injection.step >= cfg.steps:
+            errors.append(f"--inject-hang {args.inject_hang}: step {injection.step} of {cfg.steps} steps (0-based)")
+    try:
         cluster = cli_args.launch_cluster(args, cfg.plan.world_size, nnodes=args.nnodes)
     except SpecError as err:
         return None, errors + [str(err)], warnings
@@ -221,6 +240,7 @@ def parse_run(argv) -> tuple[RunSpec | None, list[str], list[str]]:
         rdzv_endpoint=args.rdzv_endpoint,
         rdzv_id=args.rdzv_id,
         lab=args.lab_prefix if args.lab else None,
+        inject_hang=args.inject_hang,
         argv=tuple(argv),
     )
     return spec, errors, warnings

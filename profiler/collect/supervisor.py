@@ -117,6 +117,8 @@ class Supervisor:
         if repr(self.record) != before:
             self.write()
         if self.deadline is not None and time.monotonic() > self.deadline:
+            # a hung job: every live rank dumps its Flight Recorder before the stop
+            rundir.request_flight_dumps(rundir.flight_dir(self.run_dir), self.spec.plan.world_size)
             raise JobStopped(f"the job ran past --job-timeout {self.spec.job_timeout_s:g} s and was stopped")
 
     def _fold(self, statuses: dict[int, dict]) -> None:

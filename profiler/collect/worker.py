@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from parallel.engine import flight
 from parallel.engine.api import run_rank, torchrun_env
 from profiler.collect.launchers import worker_args
 from profiler.collect.spec import RunSpec, parse_run
@@ -143,6 +144,9 @@ def profile_rank(
         lab["lab_node"] = int(lab["lab_node"])
     status = RankStatus(run_dir, rank=rank, node=node, local_rank=local_rank, steps=spec.cfg.steps, **lab)
     _stop_on_sigterm()
+    flight.enable()  # before the process groups: every collective in the rank's ring buffer
+    recorder = flight.Recorder(rundir.flight_dir(run_dir), rank, world_size).start()
+    flight.configure(rank, recorder, spec.inject_hang)
     cfg = dataclasses.replace(spec.cfg, out=str(run_dir))
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
@@ -183,7 +187,11 @@ def profile_rank(
         if not stopped:
             traceback.print_exc()
         status.write(state="stopped" if stopped else "failed", error=first)
+        if recorder.write() and not stopped:  # the first to fail asks its peers for theirs, before the stop
+            recorder.request_all()
         raise
+    finally:
+        recorder.stop()
     if metrics is not None:  # rank 0: the engine's metrics.json plus the profile's schedule
         metrics["profile"] = {
             "wait": spec.wait,

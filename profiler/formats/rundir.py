@@ -7,6 +7,7 @@
     DIR/logs/launcher-node{k}.log     torchrun's own output (launcher torchrun), per node
     DIR/status/rank{r}.json           the rank's own state (pid, host, step, error); one writer: that rank
     DIR/nodes/node{k}.json            multi-node runs: each node's supervisor records its part
+    DIR/fr/rank{r}.json               the rank's Flight Recorder dump, when the job failed or hung
     DIR/.partial/                     files being written; renamed into place when complete
 
 Every file is written whole and renamed into place (`os.replace`), so a reader sees the previous
@@ -39,7 +40,7 @@ from typing import Any
 RUNS_ENV = "PARASCOPE_RUNS"
 RUN_JSON = "run.json"
 METRICS_JSON = "metrics.json"
-RUN_ENTRIES = frozenset({RUN_JSON, METRICS_JSON, "traces", "logs", "status", "nodes", "params", ".partial"})
+RUN_ENTRIES = frozenset({RUN_JSON, METRICS_JSON, "traces", "logs", "status", "nodes", "params", "fr", ".partial"})
 
 
 class RunDirError(Exception):
@@ -75,6 +76,31 @@ def status_path(run_dir: Path, rank: int) -> Path:
 
 def node_path(run_dir: Path, node: int) -> Path:
     return Path(run_dir) / "nodes" / f"node{node}.json"
+
+
+def flight_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / "fr"
+
+
+FLIGHT_TRIGGER = ".dump"  # created in fr/: every live rank dumps its Flight Recorder (parallel.engine.flight)
+
+
+def request_flight_dumps(folder: Path, world_size: int, wait_s: float = 5.0) -> int:
+    """Create the trigger in `folder` and wait up to `wait_s` for `world_size` dumps; returns how many."""
+    import time
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    asked = time.time_ns()
+    trigger = folder / FLIGHT_TRIGGER
+    trigger.touch()
+    os.utime(trigger, ns=(asked, asked))  # a new stamp even within the file system's time tick
+    deadline = time.monotonic() + wait_s
+    while True:
+        n = sum(1 for p in folder.glob("rank*.json") if p.stat().st_mtime_ns >= asked)
+        if n >= world_size or time.monotonic() > deadline:
+            return n
+        time.sleep(0.1)
 
 
 def partial_dir(run_dir: Path) -> Path:

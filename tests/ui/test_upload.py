@@ -164,3 +164,12 @@ def test_upload_page_with_nothing_readable(dirs):
     at.file_uploader(key="up_files").set_value([("junk.json", b"not json", "application/json")]).run()
     assert not at.exception
     assert "No file could be read as a trace" in at.warning[0].value and not at.get("button")
+
+
+def test_flight_recorder_dumps_are_sent_to_the_hang_page(good):
+    from tests.support.fr_dumps import job_dumps
+
+    dump = json.dumps(job_dumps(world=2, tp=2, steps=1)[0]).encode()
+    checked = uploads.check_files([good[0], ("rank0.json", dump)])
+    assert [a.name for a in checked.accepted] == [good[0][0]]
+    assert "a Flight Recorder dump, not a trace" in dict(checked.rejected)["rank0.json"]
