@@ -441,10 +441,10 @@ def review_from_params(params: Mapping) -> ReviewState:
         chosen = None
     flag = lambda key, default: default if get(key) in (None, "") else get(key) in ("1", "true")  # noqa: E731
     try:
-        zero = tuple(int(z) for z in (get("s_zero") or "0,1,2,3").split(",") if z)
+        zero = tuple(sorted({int(z) for z in (get("s_zero") or "0,1,2,3").split(",")[:64] if z}))
     except ValueError:
         raise SpecError(f"URL parameter s_zero={get('s_zero')!r} must list ZeRO stages like 0,1") from None
-    recompute = tuple(r for r in (get("s_recompute") or "none,selective,full").split(",") if r)
+    recompute = tuple(dict.fromkeys(r for r in (get("s_recompute") or "none,selective,full").split(",")[:64] if r))
     if set(zero) - {0, 1, 2, 3} or set(recompute) - {"none", "selective", "full"}:
         raise SpecError("URL parameters s_zero / s_recompute name stages or modes that do not exist")
     opt_int = lambda key: _int(key, get(key)) if get(key) else None  # noqa: E731

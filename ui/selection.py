@@ -12,6 +12,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ui import trace_sets
+from ui.text import md
 from ui.trace_sets import TraceSet
 
 KEY = "run"  # the query parameter
@@ -68,10 +69,7 @@ def no_set(reason: str | None = None) -> None:
     """The empty state of a run page: why nothing is shown, and where to go."""
     sid = current_id()
     if sid and reason is None:
-        reason = (
-            f"There is no run or uploaded set called **{sid}** here (runs: `{trace_sets.runs_dir()}`, "
-            f"uploads: `{trace_sets.uploads_dir()}`)."
-        )
+        reason = f"There is no run or uploaded set called **{md(sid)}** here."  # plain text, no server paths
     st.info((reason + " " if reason else "") + "Pick a run on Home, start one in Run a job, or upload traces.")
     c1, c2, c3 = st.columns(3)
     c1.page_link(PAGES["home"], label="Home: pick a run", icon=":material/list:")
@@ -84,6 +82,6 @@ def set_caption(s: TraceSet) -> None:
     ranks = f"{s.world_size} ranks" if s.world_size else "ranks unknown"
     kind = "uploaded set" if s.kind == "upload" else f"run · {s.status}"
     c1, c2 = st.columns([5, 1], vertical_alignment="center")
-    picked = " · the most recent completed run (the link named none)" if st.session_state.get(_AUTO) == s.id else ""
-    c1.caption(f"**{s.name}** ({kind}) · {s.plan_label} · {ranks}{picked}")
+    picked = " · the most recent completed run (the link named no run)" if st.session_state.get(_AUTO) == s.id else ""
+    c1.caption(f"**{md(s.name)}** ({kind}) · {md(s.plan_label)} · {ranks}{picked}")
     c2.page_link(PAGES["home"], label="Other runs", icon=":material/swap_horiz:", query_params={KEY: s.id})

@@ -7,6 +7,18 @@ import importlib
 import os
 import sys
 
+INVOKED: list[str] = []  # how the user typed the program ('parascope', 'python -m parallel'): set by dispatch
+
+
+def prog_name(default: str) -> str:
+    """A subcommand's usage name as the user typed it: 'python -m parallel search' is 'parascope
+    search' when `parascope search` ran it."""
+    if INVOKED:
+        for prefix in ("python -m parallel", "python -m profiler"):
+            if default.startswith(prefix + " "):
+                return INVOKED[-1] + default[len(prefix) :]
+    return default
+
 
 def dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: list[str]) -> int:
     """Run `commands[argv[0]]`'s module's `main(argv[1:])`; print usage (exit 2) for anything else.
@@ -20,6 +32,7 @@ def dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: list[str]) -
 
 
 def _dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: list[str]) -> int:
+    INVOKED[:] = [prog]
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         width = max(map(len, commands)) + 2
         lines = [f"  {name:<{width}}{doc}" for name, (_, doc) in commands.items()]

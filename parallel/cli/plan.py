@@ -21,6 +21,7 @@ from parallel.cli.args import (
     model_from_args,
     plan_from_args,
 )
+from parallel.cli.dispatch import prog_name
 from parallel.core.comm import CommOptions
 from parallel.core.compute import ATTENTION_KERNELS, JOB_EFFICIENCY
 from parallel.core.memory import SWIGLU, ActivationOptions
@@ -125,7 +126,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m parallel plan", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=prog_name("python -m parallel plan"), description=__doc__.split("\n\n")[0])
     add_model_args(parser)
     add_cluster_args(parser)
     add_plan_args(parser)

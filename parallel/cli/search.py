@@ -12,6 +12,7 @@ import json
 import sys
 
 from parallel.cli.args import add_cluster_args, add_model_args, cluster_from_args, model_from_args
+from parallel.cli.dispatch import prog_name
 from parallel.cli.plan import add_option_args, options_from_args
 from parallel.core.plan import CP_KINDS, FP8, MAIN_GRADS, RECOMPUTE, Plan
 from parallel.core.specs import Cluster, GiB, Model, SpecError
@@ -22,7 +23,8 @@ from parallel.search.space import Constraints, SearchResult, plan_of, result_jso
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m parallel search", description="enumerate valid plans for a model and cluster, best first"
+        prog=prog_name("python -m parallel search"),
+        description="enumerate valid plans for a model and cluster, best first",
     )
     add_model_args(parser)
     add_cluster_args(parser)

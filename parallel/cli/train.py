@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from parallel.cli import args as cli_args
+from parallel.cli.dispatch import prog_name
 from parallel.core.specs import SpecError
 from parallel.core.validate import VOCAB_PADDED, check
 from parallel.engine.api import TrainConfig, engine_errors, memory_errors, run_rank, torchrun_env
@@ -33,7 +34,7 @@ from parallel.engine.api import TrainConfig, engine_errors, memory_errors, run_r
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m parallel train",
+        prog=prog_name("python -m parallel train"),
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

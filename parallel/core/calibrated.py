@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -103,6 +104,8 @@ def read_calibration(path: Any) -> Calibration:
     """The calibration in the JSON file at `path` (`python -m profiler calibrate ... --out`), read
     bounded (MAX_CALIBRATION_BYTES); CalibrationError saying what is wrong: unreadable, too large,
     not JSON, a field out of range."""
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO or a device would block the read
+        raise CalibrationError("not a regular file")
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_CALIBRATION_BYTES + 1)

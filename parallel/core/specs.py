@@ -18,11 +18,36 @@ class SpecError(ValueError):
     """A model, cluster or plan field that cannot be right on its own (a negative size, an unknown name)."""
 
 
+# Shapes past any model (the largest published: hidden 25,600, 128 layers, 1M-token contexts, 256k vocabularies)
+# by orders of magnitude: a bound keeps every product the model forms an exact, finite number.
+SHAPE_LIMITS = {
+    "layers": 1 << 16,
+    "hidden": 1 << 20,
+    "heads": 1 << 16,
+    "kv_heads": 1 << 16,
+    "ffn_hidden": 1 << 24,
+    "vocab": 1 << 26,
+    "seq_len": 1 << 28,
+    "dtype_bytes": 8,
+    "vocab_divisor": 1 << 16,
+    "attention_head_dim": 1 << 16,
+    "experts": 1 << 16,
+    "expert_ffn": 1 << 24,
+    "shared_expert_ffn": 1 << 24,
+    "top_k": 1 << 16,
+    "moe_every": 1 << 16,
+    "dense_layers": 1 << 16,
+}
+
+
 def _positive(obj, *names):
     for name in names:
         value = getattr(obj, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpecError(f"{type(obj).__name__}.{name} must be a positive integer, got {value!r}")
+        limit = SHAPE_LIMITS.get(name) if isinstance(obj, Model) else None
+        if limit is not None and value > limit:
+            raise SpecError(f"{type(obj).__name__}.{name} {value:,} is past any model: at most {limit:,}")
 
 
 def _from_dict(cls, data: dict, nested: dict | None = None):
@@ -111,6 +136,8 @@ class Model:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise SpecError(f"Model.{name} must be a non-negative integer, got {value!r}")
+            if value > SHAPE_LIMITS[name]:
+                raise SpecError(f"Model.{name} {value:,} is past any model: at most {SHAPE_LIMITS[name]:,}")
         if self.experts and self.top_k > self.experts:
             raise SpecError(f"top_k {self.top_k} is more than the {self.experts} experts")
         if self.dense_layers > self.layers:

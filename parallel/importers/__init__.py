@@ -66,6 +66,8 @@ def import_text(text: str, name: str = "pasted text", kind: str | None = None, r
 
 
 def _read_text(path: Path) -> str:
+    if path.exists() and not path.is_file():  # a FIFO or a device would block the read
+        raise ImportFailed(f"{path}: not a regular file")
     try:
         with path.open("rb") as f:
             data = f.read(MAX_INPUT_CHARS * 4 + 1)  # UTF-8: at most 4 bytes a character

@@ -62,6 +62,9 @@ class SearchEmpty(SpecError):
         self.funnel = funnel or []  # how many candidates each constraint left
 
 
+MAX_CANDIDATES = 3_000_000  # ~5x GPT-3 175B on 4,096 GPUs' 629k; the table's memory stays under ~1 GB
+
+
 @dataclass(frozen=True)
 class Constraints:
     headroom: float = 0.1  # fraction of GPU memory kept free (allocator, NCCL buffers); validate warns above 90%
@@ -83,6 +86,10 @@ class Constraints:
     p2p_overlap: bool = True  # applies to the interleaved schedule (vpp > 1) only
 
     def __post_init__(self):
+        # a list given twice is the same list: 300 copies of ZeRO-3 in a link must not mean 300x the work
+        object.__setattr__(self, "zero", tuple(sorted(set(self.zero))))
+        object.__setattr__(self, "recompute", tuple(dict.fromkeys(self.recompute)))
+        object.__setattr__(self, "cp_kinds", tuple(dict.fromkeys(self.cp_kinds)))
         Plan(main_grads=self.main_grads, fp8=self.fp8)  # SpecError naming a bad value
         if not self.cp_kinds or set(self.cp_kinds) - set(CP_KINDS):
             raise SpecError(f"cp kinds must be among {', '.join(CP_KINDS)}, got {self.cp_kinds}")
@@ -297,7 +304,14 @@ def candidates(
     c_etp = None  # the search keeps the experts' TP at tp
     base = []  # (dp, tp, pp, cp, mb, vpp, ep, cp_kind, first stage layers, last stage layers; -1: even)
     n_mb = 0
+    n_cat = 2 * len(c.zero) * len(c.recompute)  # each base row becomes this many candidates
     for tp, pp, cp, dp in _degrees(model, world, global_batch, c, funnel):
+        if len(base) * n_cat > MAX_CANDIDATES:  # refuse before the table is built, with the numbers
+            raise SpecError(
+                f"more than {MAX_CANDIDATES:,} candidate plans for {world:,} GPUs and global batch {global_batch:,} "
+                f"(at least {len(base) * n_cat:,} so far); narrow the search: --max-micro-batch, --max-pp, --max-cp, "
+                "fewer ZeRO stages or recompute modes"
+            )
         for mb in divisors(global_batch // dp):
             if c.max_micro_batch is not None and mb > c.max_micro_batch:
                 continue

@@ -29,10 +29,12 @@ from typing import Any
 
 import orjson
 
+from parallel.cli.dispatch import prog_name
+
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="python -m profiler analyze", description="load and analyse per-rank Kineto traces"
+        prog=prog_name("python -m profiler analyze"), description="load and analyse per-rank Kineto traces"
     )
     ap.add_argument("path", nargs="+", help="run directory, folder, trace file(s), or .zip/.tar.gz")
     ap.add_argument(
@@ -124,6 +126,8 @@ def plan_file(path: str, world_size: int | None = None) -> tuple[dict, Any]:
     from profiler.formats.rundir import MAX_RUN_JSON_BYTES
     from profiler.traces.errors import PlanMismatchError
 
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO or a device would block the read
+        raise PlanMismatchError(f"--plan {path}: not a regular file")
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_RUN_JSON_BYTES + 1)

@@ -37,9 +37,13 @@ from pathlib import Path
 
 import orjson
 
+from parallel.cli.dispatch import prog_name
+
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m profiler calibrate", description="fit the step-time model to runs")
+    ap = argparse.ArgumentParser(
+        prog=prog_name("python -m profiler calibrate"), description="fit the step-time model to runs"
+    )
     ap.add_argument("path", nargs="+", help="profiler run directories (or trace folders with --plan and --model)")
     ap.add_argument("--out", required=True, help="where to write calib.json")
     ap.add_argument(

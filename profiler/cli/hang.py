@@ -21,9 +21,13 @@ import sys
 
 import orjson
 
+from parallel.cli.dispatch import prog_name
+
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m profiler hang", description="why a job hung: Flight Recorder dumps")
+    ap = argparse.ArgumentParser(
+        prog=prog_name("python -m profiler hang"), description="why a job hung: Flight Recorder dumps"
+    )
     ap.add_argument("path", help="run directory, folder of dumps, or .zip/.tar.gz of them")
     ap.add_argument("--plan", help="a plan JSON, a Megatron-LM launch script or a torchtitan TOML")
     ap.add_argument("--gpus-per-node", type=int, default=8, help="for each rank's node (default 8; a run's hosts win)")

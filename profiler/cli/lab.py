@@ -14,6 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from parallel.cli.dispatch import prog_name
 from profiler.lab import settings as lab
 
 _BW = re.compile(
@@ -37,7 +38,7 @@ def parse_bandwidth(text: str) -> float:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m profiler lab",
+        prog=prog_name("python -m profiler lab"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Two test nodes on this machine: network namespaces joined by a veth pair whose link is "
         "shaped with tc, so ranks on one node talk over loopback and ranks on different nodes "

@@ -41,7 +41,7 @@ from profiler.collect.launchers import (
     torchrun_commands,
     torchrun_root_cause,
 )
-from profiler.collect.spec import RunSpec, parse_run
+from profiler.collect.spec import RunSpec, local_ranks_error, parse_run
 from profiler.collect.supervisor import Supervisor, initial_record
 from profiler.formats import rundir
 from profiler.lab.settings import for_lab_flag
@@ -140,6 +140,8 @@ def supervise(spec: RunSpec, run_dir: Path, record: dict, lab=None) -> dict:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     spec, errors, warnings = parse_run(argv)
+    if spec is not None and not errors and (too_many := local_ranks_error(spec, spec.max_local_ranks)):
+        errors = [too_many]
     if errors:
         _print_invalid(errors)
         return 2

@@ -54,9 +54,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from parallel.cli.dispatch import prog_name
 from profiler.formats import rundir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the project: profiler/cli/ is two below it
 SHAPE = {"model": "tiny", "layers": 2, "hidden": 256, "heads": 8, "seq_len": 1024, "vocab": 512}
 QUICK_SHAPE = {"model": "tiny", "layers": 1, "hidden": 128, "heads": 4, "seq_len": 256, "vocab": 256}
 
@@ -94,7 +95,7 @@ class SweepSpec:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m profiler tpsweep",
+        prog=prog_name("python -m profiler tpsweep"),
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

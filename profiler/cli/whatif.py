@@ -24,6 +24,7 @@ import sys
 
 import orjson
 
+from parallel.cli.dispatch import prog_name
 from parallel.core.comm import DIMS
 from profiler.analyzers.replay import Scenario
 from profiler.cli.analyze import _plan, _ranks
@@ -34,7 +35,9 @@ class ScenarioError(ValueError):
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m profiler whatif", description="replay a measured trace with changes")
+    ap = argparse.ArgumentParser(
+        prog=prog_name("python -m profiler whatif"), description="replay a measured trace with changes"
+    )
     ap.add_argument("path", nargs="+", help="run directory, folder, trace file(s), or .zip/.tar.gz")
     ap.add_argument(
         "--plan",

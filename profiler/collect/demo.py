@@ -43,7 +43,9 @@ DEMO_FLAGS = (
     "--warmup",
     "1",
 )
-ROOT = Path(__file__).resolve().parents[1]  # the project, so `-m profiler` imports from any cwd
+ROOT = (
+    Path(__file__).resolve().parents[2]
+)  # the project (profiler/collect/ is two below it), so `-m profiler` imports from any cwd
 
 
 def demo_command(path: Path, *, flags=DEMO_FLAGS, force: bool = False) -> list[str]:

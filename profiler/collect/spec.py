@@ -21,10 +21,12 @@ Pure: stdlib and parallel's pure modules only.
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from parallel.cli import args as cli_args
+from parallel.cli.dispatch import prog_name
 from parallel.cli.train import config_from_namespace
 from parallel.cli.train import parser as train_parser
 from parallel.core.plan import Plan
@@ -56,6 +58,7 @@ class RunSpec:
     rdzv_id: str = "parascope"
     lab: str | None = None  # the lab's prefix with --lab: both nodes' agents started by this process
     inject_hang: str | None = None  # RANK:STEP[:KIND] (parallel.engine.injection)
+    max_local_ranks: int | None = None  # None: max_local_ranks() of the machine
     argv: tuple[str, ...] = field(default=())
 
     @property
@@ -78,7 +81,7 @@ class RunSpec:
 
 def parser() -> argparse.ArgumentParser:
     p = train_parser()
-    p.prog = "python -m profiler run"
+    p.prog = prog_name("python -m profiler run")
     p.description = "Profile every rank of a parallel training job into a run directory."
     p.set_defaults(steps=DEFAULT_STEPS)
     for action in p._actions:  # the same flags, with what they mean here
@@ -93,6 +96,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--warmup", type=int, default=1, help="steps traced but dropped (default 1)")
     g.add_argument("--active", type=int, default=None, help="steps recorded (default: the rest)")
     g.add_argument("--force", action="store_true", help="replace a previous run in --out (nothing else)")
+    g.add_argument(
+        "--max-local-ranks",
+        type=int,
+        default=None,
+        help="most rank processes this machine may start (default: its cores x 16, and its memory at 300 MB a rank)",
+    )
     g.add_argument(
         "--inject-hang",
         metavar="RANK:STEP[:KIND]",
@@ -194,6 +203,35 @@ def _launch_errors(args, world_size: int) -> tuple[int, list[str]]:
     return nproc, errors
 
 
+def local_ranks_error(spec: RunSpec, max_ranks: int | None) -> str | None:
+    """Why this machine cannot start the spec's ranks (checked by the supervisor, before it starts any)."""
+    limit = max_ranks if max_ranks is not None else max_local_ranks()
+    nproc = spec.nproc_per_node * (2 if spec.lab else 1)
+    if nproc <= limit:
+        return None
+    return (
+        f"{nproc:,} rank processes on this machine, more than it can host ({limit:,}: {os.cpu_count() or 1} cores "
+        f"x {RANKS_PER_CORE}, and {RANK_MEMORY_MB} MB of memory per rank); give --max-local-ranks to allow more, "
+        "or run across nodes"
+    )
+
+
+RANKS_PER_CORE = 16  # gloo ranks share cores well past one each (bench/launch.py runs 32 on 2 cores)
+RANK_MEMORY_MB = 300  # a rank of the tiny models: torch, gloo and the profiler
+
+
+def max_local_ranks() -> int:
+    """Rank processes one machine can host: cores x RANKS_PER_CORE, and the memory available at RANK_MEMORY_MB each."""
+    by_cores = (os.cpu_count() or 1) * RANKS_PER_CORE
+    try:
+        with open("/proc/meminfo") as f:
+            available_kb = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+        by_memory = max(1, available_kb // 1024 // RANK_MEMORY_MB)
+    except (OSError, StopIteration, ValueError):
+        by_memory = by_cores
+    return min(by_cores, by_memory)
+
+
 def parse_run(argv) -> tuple[RunSpec | None, list[str], list[str]]:
     """(spec, errors, warnings) from the command line, without importing torch."""
     argv = list(argv)
@@ -241,6 +279,7 @@ def parse_run(argv) -> tuple[RunSpec | None, list[str], list[str]]:
         rdzv_id=args.rdzv_id,
         lab=args.lab_prefix if args.lab else None,
         inject_hang=args.inject_hang,
+        max_local_ranks=args.max_local_ranks,
         argv=tuple(argv),
     )
     return spec, errors, warnings

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parallel.cli.args import unwritable_ancestor
+from parallel.cli.dispatch import prog_name
 from profiler.collect.spec import lab_node_flags_error
 from profiler.commbench.fit import OPS, parse_sizes
 
@@ -63,7 +64,8 @@ class CommbenchSpec:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m profiler commbench", description="time collectives; fit latency and bandwidth per link"
+        prog=prog_name("python -m profiler commbench"),
+        description="time collectives; fit latency and bandwidth per link",
     )
     p.add_argument("--nproc", type=int, default=4, help="ranks per node (default 4)")
     p.add_argument("--out", type=Path, default=Path("commbench.json"), help="JSON result; the CSV goes beside it")

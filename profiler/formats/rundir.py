@@ -149,6 +149,8 @@ MAX_RUN_JSON_BYTES = 64 << 20
 def load_json_object(path: str | Path, max_bytes: int = MAX_RUN_JSON_BYTES) -> dict:
     """The JSON object in the file at `path`, read bounded: OSError when it cannot be read, ValueError
     with a one-line reason when it is larger than `max_bytes`, not JSON, or not an object."""
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO or a device would block the read
+        raise ValueError("not a regular file")
     with open(path, "rb") as f:
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:

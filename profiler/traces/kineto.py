@@ -451,12 +451,37 @@ def _finish(source: str, pieces: list[dict], top: dict, skipped: Counter, n: int
         threads = [(pid, tid, nm) for (pid, tid), nm in named.items()]
     chunks = len(pieces)
     pieces.clear()
+    columns, comm = _without_duplicates(columns, comm, skipped)
     meta = _meta(top, source, columns["ts_ns"])
     columns["ts_ns"] = columns["ts_ns"] + meta.pop("_base_ns")
     return RankPart(source, columns, names, cats, comm, threads, meta, skipped, chunks)
 
 
 _COLUMNS = ("ts_ns", "dur_ns", "name", "cat", "kind", "op", "pid", "tid", "correlation", "external_id")
+DUPLICATE = "exact duplicate event (same name, ts, dur, pid, tid, ids): counted once"
+
+
+def _without_duplicates(columns: dict, comm: list[dict], skipped: Counter) -> tuple[dict, list[dict]]:
+    """The events with exact duplicates (same name, category, start, duration, process, thread and
+    correlation / external ids) kept
+    once -- a trace concatenated twice, or a writer that repeated them -- counted under DUPLICATE;
+    comm records follow their event's new row (a duplicate's own record goes with it)."""
+    # correlation and external ids too: two launches in one microsecond of an integer-us trace differ there
+    keys = [columns[k] for k in ("correlation", "external_id", "tid", "pid", "cat", "name", "dur_ns", "ts_ns")]
+    order = np.lexsort(keys)
+    same = np.ones(len(order) - 1, dtype=bool) if len(order) > 1 else np.zeros(0, dtype=bool)
+    for k in keys:
+        v = k[order]
+        same &= v[1:] == v[:-1]
+    if not same.any():
+        return columns, comm
+    keep = np.ones(len(order), dtype=bool)
+    keep[order[1:][same]] = False
+    skipped[DUPLICATE] += int((~keep).sum())
+    new_row = np.cumsum(keep) - 1
+    columns = {k: v[keep] for k, v in columns.items()}
+    comm = [{**rec, "event": int(new_row[rec["event"]])} for rec in comm if keep[rec["event"]]]
+    return columns, comm
 
 
 def _classify(name_codes, names, cat_codes, cats) -> tuple[np.ndarray, np.ndarray]:

@@ -204,15 +204,21 @@ def test_timeline_without_a_run_says_what_to_do(runs):
     assert "Pick a run on Home" in _text(at) and not vega_charts(at)
     at = _ok(page_test("pages/timeline.py", {"run": "nope"}))
     assert "There is no run or uploaded set called **nope**" in _text(at)
+    hostile = "[Pick a run on Home](http://evil.example/x)"
+    at = _ok(page_test("pages/timeline.py", {"run": hostile}))
+    text = _text(at)
+    # shown as text, never a link: the brackets escaped, the URL's autolink broken by a zero-width space
+    assert "\\[Pick a run on Home\\](http:\u200b//" in text
+    assert str(runs) not in text  # no server paths
 
 
 def test_timeline_without_a_run_opens_the_latest_completed_one_and_says_so(runs):
-    """#17 item 10: a newcomer following a link without ?run= saw an empty page although runs exist."""
+    """A newcomer following a link without ?run= sees the latest completed run, not an empty page."""
     install_run(runs, "alpha")
     install_run(runs, "broken", status="failed", error={"rank": 1, "message": "x"})
     at = _ok(page_test("pages/timeline.py"))
     assert at.query_params["run"] == "alpha" and vega_charts(at)  # the failed run is not picked for you
-    assert "the most recent completed run (the link named none)" in _text(at)
+    assert "the most recent completed run (the link named no run)" in _text(at)
 
 
 def test_timeline_draws_every_rank_by_dimension(runs):

@@ -162,3 +162,19 @@ def test_a_runs_json_files_are_read_bounded_and_must_be_objects(tmp_path):
         sweep_data.load_sweep(tmp_path / "sweep.json")
     (tmp_path / "manifest.json").write_text('"text"')
     assert read_upload(tmp_path) is None
+
+
+def test_a_model_shape_past_any_model_names_the_field_the_value_and_the_bound(tmp_path, capsys):
+    import json as _json
+
+    from parallel.cli import plan as plan_cli
+    from parallel.core.specs import Model, SpecError
+
+    with pytest.raises(SpecError, match=r"Model.hidden 1,000,000,000,000 is past any model: at most 1,048,576"):
+        Model(name="x", layers=2, hidden=10**12, heads=8, vocab=100, seq_len=128)
+    path = tmp_path / "plan.json"
+    shape = {"name": "x", "layers": 2, "hidden": 64, "heads": 8, "vocab": 100, "seq_len": 10**30}
+    path.write_text(_json.dumps({"plan": {"dp": 1, "global_batch": 1}, "model": shape}))
+    assert plan_cli.main(["--import", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "seq_len" in err and "at most 268,435,456" in err and "Traceback" not in err

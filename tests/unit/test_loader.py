@@ -203,3 +203,21 @@ def test_run_json_is_read_fresh_on_a_cache_hit(tmp_path, cache):
     (run / "run.json").write_text(json.dumps({"status": "completed"}))
     again = load_traces(run)
     assert again.from_cache and again.run["status"] == "completed"
+
+
+def test_exact_duplicate_events_count_once_and_are_reported(tmp_path):
+    from profiler.traces.kineto import DUPLICATE
+    from tests.support.trace_samples import gpu_pair, write
+
+    plain, doubled = tmp_path / "plain", tmp_path / "doubled"
+    for folder, repeat in ((plain, False), (doubled, True)):
+        folder.mkdir()
+        for rank, t in enumerate(gpu_pair()):
+            if repeat and rank == 0:  # rank 0's complete events written twice: a trace concatenated to itself
+                t["traceEvents"] += [e for e in t["traceEvents"] if e.get("ph") == "X"]
+            write(folder / f"rank{rank}.json", t)
+    a, b = load_traces(plain, cache=False), load_traces(doubled, cache=False)
+    assert list(b.ranks["events"]) == list(a.ranks["events"])
+    assert len(b.rank_comm_args(0)) == len(a.rank_comm_args(0))  # the collective's record kept once
+    dup = b.skipped[b.skipped["reason"] == DUPLICATE]
+    assert list(dup["rank"]) == [0] and int(dup["count"].iloc[0]) == int(a.ranks["events"].iloc[0])

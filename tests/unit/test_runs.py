@@ -124,3 +124,23 @@ def test_the_demo_run_starts_in_the_background_and_completes(tmp_path):
     assert info.traces == 2 and info.has_metrics
     mtime = (path / "run.json").stat().st_mtime
     assert ensure_demo_run(tmp_path, flags=flags) == path and (path / "run.json").stat().st_mtime == mtime
+
+
+def test_the_demo_and_tp_sweep_start_jobs_from_the_project_root():
+    from profiler.cli import tpsweep
+    from profiler.collect import demo
+
+    for root in (demo.ROOT, tpsweep.ROOT):  # the cwd and PYTHONPATH of `python -m profiler ...`
+        assert (root / "profiler" / "__main__.py").is_file() and (root / "parallel").is_dir()
+
+
+def test_a_run_with_more_ranks_than_the_machine_hosts_is_refused_before_any_starts(tmp_path, capsys):
+    from profiler.cli import run as run_cli
+
+    out = tmp_path / "run"
+    argv = ["--model", "tiny", "--dp", "4096", "--seq-len", "8", "--global-batch", "4096", "--out", str(out)]
+    assert run_cli.main(argv) == 2
+    assert "4,096 rank processes on this machine, more than it can host" in capsys.readouterr().err
+    assert not out.exists()  # nothing claimed, nothing started
+    assert run_cli.main(["--model", "tiny", "--dp", "4", "--max-local-ranks", "2", "--out", str(out)]) == 2
+    assert "4 rank processes on this machine, more than it can host (2:" in capsys.readouterr().err

@@ -225,3 +225,11 @@ def test_a_heavy_output_layer_gets_a_lighter_last_stage():
     fast = S.search(VOCAB, SMALL, 4, S.Constraints(headroom=0.0))
     assert ((fast.table["pp"] == 2) & (fast.table["last_stage_layers"] == 2)).any()
     assert_same_plans(fast.table, S.search_naive(VOCAB, SMALL, 4, S.Constraints(headroom=0.0)))
+
+
+def test_repeated_list_values_count_once_and_a_huge_space_is_refused_before_it_is_built(monkeypatch):
+    c = S.Constraints(zero=(3,) * 300, recompute=("full", "full", "none"), cp_kinds=("ring", "ring"))
+    assert (c.zero, c.recompute, c.cp_kinds) == ((3,), ("full", "none"), ("ring",))
+    monkeypatch.setattr(S, "MAX_CANDIDATES", 1000)
+    with pytest.raises(S.SpecError, match=r"more than 1,000 candidate plans for 512 GPUs .* narrow the search"):
+        S.search(MODELS["gpt3-175b"], CLUSTERS["dgx-h100"].with_nodes(64), 1536)
