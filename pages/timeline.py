@@ -127,11 +127,14 @@ def timeline_page(s: TraceSet) -> None:
         help="last start − first start of one collective instance across its group",
     )
 
-    inferred = a.table["dim_source"].astype(str) == "inferred"
-    if inferred.any():
+    sources = a.table["dim_source"].astype(str)
+    world, unknown = int((sources == "group_size").sum()), int((sources == "unknown").sum())
+    if world or unknown:
         st.caption(
-            f"Dimension dp is inferred for {int(inferred.sum()):,} collectives: no plan came with the traces, and in "
-            "this training job every collective spans the whole world, which only data parallelism does."
+            f"No plan or group names tell the parallel dimension of {world + unknown:,} collectives: "
+            + (f"{world:,} span all ranks ('world'), " if world else "")
+            + (f"{unknown:,} are 'unknown', " if unknown else "")
+            + "give the job's plan or launch script (Upload, or `profiler analyze --plan`) to label them."
         )
     if len(ranks) > run_loaders.MAX_GANTT_RANKS:  # too many for one Gantt: the all-ranks picture first
         _all_ranks(key, len(ranks))

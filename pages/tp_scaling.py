@@ -77,8 +77,8 @@ def tp_scaling_page(choice: PlanChoice) -> None:
     st.caption(
         "TP without SP all-reduces twice forward and twice backward; TP + SP moves the same bytes as "
         "all-gathers and reduce-scatters, so its exposed time matches, and Megatron's backward re-gather "
-        "overlaps compute (light segment). With TP comm overlap, SP's collectives inside a node hide under "
-        "the GEMMs they feed (light segment); across nodes they stay exposed. SP's gain is memory "
+        "overlaps compute (light tick beside the bar, not part of it). With TP comm overlap, SP's collectives "
+        "inside a node hide under the GEMMs they feed (light tick); across nodes they stay exposed. SP's gain is memory "
         "(see Activation memory). Compute shrinks slower than 1/TP: each rank's GEMMs get thinner."
     )
     names = link_names(cluster)

@@ -16,6 +16,7 @@ import json
 import pandas as pd
 import streamlit as st
 
+from parallel.core.specs import MODELS
 from ui import memory_charts, run_data, run_loaders, topology_charts, trace_sets
 from ui.memory_data import MetricsError, bytes_text, measured_vs_predicted, model_state_vs_predicted
 from ui.plan_form import PlanChoice
@@ -43,7 +44,7 @@ PLAN_KEYS = ("model", "dp", "tp", "pp")
 def adopt_run_plan() -> None:
     """A plan page opened with ?run= and no plan in the URL starts from the set's plan; a set that came
     without one, from the layout its process groups show, else from a guess of its world size, and
-    says which (#17 item 11). Once per set: afterwards the sidebar is the user's."""
+    says which. Once per set: afterwards the sidebar is the user's."""
     s = _named_set()
     if s is None or any(k in st.query_params for k in PLAN_KEYS):
         return
@@ -68,6 +69,13 @@ def adopt_run_plan() -> None:
             else f"{s.name} came without a plan and {guess.evidence}: this is a guess, {label} over its "
             f"{guess.plan.world_size} ranks. Set the real layout in the sidebar."
         )
+    if params and s.model not in MODELS:  # never show a preset's numbers as the job's without saying so
+        stand_in = (
+            f"{s.name} names no model ParaScope knows{f' ({s.model})' if s.model else ''}: the plan pages show "
+            f"{params['model']} as a stand-in, and its memory and time are that model's, not the job's. Pick the "
+            "job's model in the sidebar (or upload the job's launch script with the traces)."
+        )
+        note = f"{note} {stand_in}" if note else stand_in
     if params:
         st.query_params.update(params)
         st.session_state[ADOPTED] = (s.id, note)

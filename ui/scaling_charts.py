@@ -101,9 +101,10 @@ def layer_time_chart(
     )
     x = _tp_x(pred)
     y_title = "ms per layer per microbatch (one GPU)"
-    bars = (
+    hidden = "TP communication (overlapped)"
+    bars = (  # the bar is the layer's time: compute + exposed; what runs hidden under compute is no part of it
         alt.Chart()
-        .transform_filter("datum.part != 'measured'")
+        .transform_filter(f"datum.part != 'measured' && datum.part != '{hidden}'")
         .mark_bar()
         .encode(
             x=x,
@@ -136,8 +137,25 @@ def layer_time_chart(
             ],
         )
     )
-    # the measured layer only with points: a filter that leaves nothing gives Vega an infinite extent
-    shown = [bars, points] if (long["part"] == "measured").any() else [bars]
+    overlapped = (  # a tick at its own height, beside the bar, never stacked on it
+        alt.Chart()
+        .transform_filter(f"datum.part == '{hidden}'")
+        .mark_tick(thickness=3, size=18, color=PARTS[hidden])
+        .encode(
+            x=x,
+            y=alt.Y("ms:Q", title=y_title),
+            tooltip=[
+                alt.Tooltip("tp:O", title="TP"),
+                alt.Tooltip("ms:Q", title="TP comm hidden under compute, ms", format=",.3f"),
+            ],
+        )
+    )
+    # a layer only where it has data: a filter that leaves nothing gives Vega an infinite extent
+    shown = [bars]
+    if (long["part"] == hidden).any():
+        shown.append(overlapped)
+    if (long["part"] == "measured").any():
+        shown.append(points)
     layers = [*_boundary(gpus_per_node, x, _first_inter(pred, gpus_per_node), names), *shown]
     return alt.layer(*layers, data=long, width=300, height=280).facet(column=_sp_column())
 

@@ -77,9 +77,18 @@ def no_set(reason: str | None = None) -> None:
     c3.page_link(PAGES["upload"], label="Upload traces", icon=":material/upload:")
 
 
+def rank_count_text(world_size: int | None, traced: int) -> str:
+    """'8 ranks', '1 of 8 ranks traced' (a set holding some ranks of a larger job), 'ranks unknown'."""
+    if not world_size:
+        return f"{traced:,} rank{'s' if traced != 1 else ''} traced" if traced else "ranks unknown"
+    if traced and traced < world_size:
+        return f"{traced:,} of {world_size:,} ranks traced"
+    return f"{world_size:,} rank{'s' if world_size != 1 else ''}"
+
+
 def set_caption(s: TraceSet) -> None:
     """One line naming the set, its plan, its ranks and status, and a link back to the picker."""
-    ranks = f"{s.world_size} ranks" if s.world_size else "ranks unknown"
+    ranks = rank_count_text(s.world_size, s.trace_files)
     kind = "uploaded set" if s.kind == "upload" else f"run · {s.status}"
     c1, c2 = st.columns([5, 1], vertical_alignment="center")
     picked = " · the most recent completed run (the link named no run)" if st.session_state.get(_AUTO) == s.id else ""

@@ -62,6 +62,7 @@ DIM_COLORS = {
     "pp": "#1c7ed6",
     "dp": "#2f9e44",
     "ep": "#0ca678",
+    "world": "#845ef7",  # every rank, dimension unknown
     "unknown": "#495057",
 }
 ACTIVITY_COLORS = {"compute": "#ced4da", "memory": "#b197fc", **DIM_COLORS}

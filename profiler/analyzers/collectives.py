@@ -22,8 +22,10 @@ algbw_gbps, busbw_gbps (nccl-tests: bytes / dur, x bus factor), stream, step, ev
 the rank's events: traces.rank_events(rank)), cpu_event (the root's row there, -1 if none).
 
 Across ranks, after the per-rank parts: a group size the trace did not record is the number of ranks
-in the row's instance when the set holds every rank of the job (its busbw then follows), and without
-a plan a training job whose collectives all span the world is labelled dp (dim_source 'inferred').
+in the row's instance when the set holds every rank of the job (its busbw then follows), and a
+collective with no other evidence whose group is the whole world is labelled 'world' (dim_source
+'group_size'): spanning every rank says which ranks, not which parallel dimension -- a DDP
+gradient all-reduce and a DLRM embedding all-to-all look the same.
 
 Pure: numpy, pandas.
 """
@@ -122,8 +124,7 @@ def collectives(
     else:  # one frame of all ranks' columns: a frame per rank and a concat of them cost ~5x more
         table = pd.DataFrame({c: _joined([p[c] for p in parts]) for c in COLUMNS}).astype(_DTYPES)
         _sizes_from_instances(table, traces)
-        if plan is None:
-            _infer_data_parallel(table, traces)
+        _label_world(table, traces, plan)
     table.attrs["not_collectives"] = dict(not_collectives)  # CPU comm events that are no collective
     return table
 
@@ -164,22 +165,21 @@ def _trains(traces: Traces) -> bool:
     return bool(cats.astype(str).str.contains("|".join(BACKWARD_MARKERS), regex=True).any())
 
 
-def _infer_data_parallel(table: pd.DataFrame, traces: Traces) -> None:
-    """Without a plan: a training job whose every collective spans the whole world has no dimension but
-    data parallelism (DDP, FSDP), so its unlabelled collectives are dp, dim_source 'inferred'. Not for
-    inference jobs (vLLM's whole-world all-reduces are tensor parallel) nor when any collective runs
-    on a subgroup (then the world-wide ones could be anything)."""
+def _label_world(table: pd.DataFrame, traces: Traces, plan) -> None:
+    """Collectives still 'unknown' whose group is every rank of the job: the plan's dimension when it
+    has one spanning the world (dp 8 alone, tp 2 alone: dim_source 'plan'), else 'world' (dim_source
+    'group_size': the evidence is the group's size, not a dimension)."""
     world = traces.world_size
-    collective = ~table["op"].isin(P2P_OPS)
-    sizes = table.loc[collective, "group_size"].dropna()
-    if world < 2 or not len(sizes) or (sizes != world).any():
+    if world < 2:
         return
-    unknown = collective & (table["dim"] == "unknown") & (table["group_size"] == world)
-    if unknown.any() and _trains(traces):
-        for col, value in (("dim", "dp"), ("dim_source", "inferred")):
+    hit = (table["dim"] == "unknown") & (table["group_size"] == world) & ~table["op"].isin(P2P_OPS)
+    spanning = [d for d in ("dp", "tp", "pp", "cp") if plan is not None and getattr(plan, d) == world]
+    label = (spanning[0], "plan") if len(spanning) == 1 else ("world", "group_size")
+    if hit.any():
+        for col, value in zip(("dim", "dim_source"), label):
             if isinstance(table[col].dtype, pd.CategoricalDtype) and value not in table[col].cat.categories:
                 table[col] = table[col].cat.add_categories([value])
-            table.loc[unknown, col] = value
+            table.loc[hit, col] = value
 
 
 _KINDS = ("ps_comm", "cpu_comm", "runtime", "comm")  # the events a row is made of

@@ -8,8 +8,8 @@ Precedence for `dim` (recorded in `dim_source`):
   3. 'group_desc'  the process group's description (Megatron-LM TENSOR_MODEL_PARALLEL_GROUP,
                    DeviceMesh mesh_tp, ...), see patterns.GROUP_DESC_DIMS;
   4. 'unknown'.
-Afterwards, across ranks (analyzers.collectives): 'inferred' -- no plan, a training job whose
-collectives all span the whole world is data parallel.
+Afterwards, across ranks (analyzers.collectives): 'group_size' -- a collective with none of these
+whose group is every rank of the job is labelled 'world': which dimension it serves is not known.
 
 Pure: numpy, and parallel.core.plan / parallel.core.topology (pure too).
 """

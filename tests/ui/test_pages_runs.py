@@ -282,8 +282,8 @@ def test_timeline_of_a_set_too_big_for_one_gantt_shows_all_ranks_first(runs):
     assert vega_charts(_ok(at))[0].spec["encoding"]["color"]["field"] == "late_ms"
 
 
-def test_timeline_says_when_the_dimension_is_inferred(runs):
-    """#17 item 12: a plain DDP job's whole-world all-reduce, no plan: dp, and the page says it is inferred."""
+def test_timeline_says_when_no_evidence_names_the_dimension(runs):
+    """A plain DDP job's whole-world all-reduce, no plan: 'world', and the page says what would label it."""
     from tests.support import trace_samples as ts
 
     for rank in (0, 1):
@@ -292,10 +292,12 @@ def test_timeline_says_when_the_dimension_is_inferred(runs):
         (runs / "ddp" / "traces").mkdir(parents=True, exist_ok=True)
         ts.write(runs / "ddp" / "traces" / f"rank{rank}_trace.json.gz", t)
     at = _ok(page_test("pages/timeline.py", {"run": "ddp"}))
-    assert any("Dimension dp is inferred for 2 collectives" in c.value for c in at.caption)
+    assert any(
+        "tell the parallel dimension of 2 collectives: 2 span all ranks ('world')" in c.value for c in at.caption
+    )
     detail = vega_charts(at)[1].frame()
     comm = detail[detail["lane"] == "comm"]
-    assert set(comm["category"]) == {"dp"} and (comm["busbw_gbps"] > 0).all()
+    assert set(comm["category"]) == {"world"} and (comm["busbw_gbps"] > 0).all()
 
 
 def test_timeline_window_step_and_highlight_come_from_the_url(runs):
@@ -374,7 +376,7 @@ def test_topology_with_a_run_of_another_size_offers_its_plan(runs):
 
 
 def test_topology_of_a_set_without_a_plan_starts_from_its_inferred_layout(runs):
-    """#17 item 11: the traces of the sample run (DP2 TP2+SP) without its run.json: the layout comes from
+    """The traces of the sample run (DP2 TP2+SP) without its run.json: the layout comes from
     their process groups, and the page says so; with nothing to go on, a guess of the world size."""
     dest = runs / "noplan"
     shutil.copytree(sample_run() / "traces", dest / "traces")
@@ -392,6 +394,8 @@ def test_topology_of_a_set_without_a_plan_starts_from_its_inferred_layout(runs):
     at = _ok(page_test("pages/topology.py", {"run": "ddp"}))
     assert at.query_params["dp"] == "2" and at.query_params["tp"] == "1"
     assert any("this is a guess, DP2" in i.value for i in at.info)
+    # no model named either: the stand-in preset is said to be one, never shown as the job's
+    assert any("names no model ParaScope knows" in i.value and "stand-in" in i.value for i in at.info)
 
 
 def test_activation_memory_shows_measured_beside_predicted(runs):

@@ -272,3 +272,11 @@ def test_run_modules_import_neither_streamlit_nor_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_rank_counts_say_how_many_of_the_jobs_ranks_were_traced():
+    from ui.selection import rank_count_text
+
+    assert rank_count_text(8, 1) == "1 of 8 ranks traced"
+    assert rank_count_text(8, 8) == "8 ranks" and rank_count_text(1, 1) == "1 rank"
+    assert rank_count_text(None, 3) == "3 ranks traced" and rank_count_text(None, 0) == "ranks unknown"

@@ -298,3 +298,15 @@ def test_rank_span(ranks, text):
     from ui.text import rank_span
 
     assert rank_span(ranks) == text
+
+
+def test_layer_bars_stack_only_what_is_on_the_critical_path():
+    pred = tp_scaling(GPT175, H100)
+    chart = scaling_charts.layer_time_chart(pred, 8)
+    spec = json.dumps(chart.to_dict())
+    assert "datum.part != 'TP communication (overlapped)'" in spec  # the hidden part is not stacked
+    data = pd.DataFrame(_datasets(chart)[0])
+    stacked = data[data["part"] != "TP communication (overlapped)"].groupby(["variant", "tp"])["ms"].sum()
+    layer = data.groupby(["variant", "tp"])["layer_ms"].first()
+    assert (stacked - layer).abs().max() < 1e-9  # each bar is the layer's time: compute + exposed
+    assert (data["part"] == "TP communication (overlapped)").any()  # still drawn, as a tick

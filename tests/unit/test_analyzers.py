@@ -313,7 +313,7 @@ def _gloo_job(tmp_path, *, world=2, train=True):
 
 
 def test_group_size_from_instances_gives_busbw(tmp_path):
-    """#17 item 12: every rank of the job is in the set, so an instance's ranks are its group."""
+    """Every rank of the job is in the set, so an instance's ranks are its group."""
     table = collectives(_gloo_job(tmp_path))
     assert list(table["group_size"]) == [2, 2] and table["busbw_gbps"].notna().all()
     # bus factor of a 2-rank all-reduce: 2 (n - 1) / n = 1
@@ -324,12 +324,10 @@ def test_group_size_from_instances_gives_busbw(tmp_path):
     assert partial["group_size"].isna().all() and partial["busbw_gbps"].isna().all()
 
 
-def test_whole_world_collectives_of_a_training_job_are_data_parallel(tmp_path):
+def test_whole_world_collectives_without_evidence_are_world_not_a_dimension(tmp_path):
     table = collectives(_gloo_job(tmp_path))
-    assert set(table["dim"]) == {"dp"} and set(table["dim_source"]) == {"inferred"}
-    # an inference job's whole-world all-reduce is tensor parallel (vLLM): left unknown
+    assert set(table["dim"]) == {"world"} and set(table["dim_source"]) == {"group_size"}
     serving = collectives(_gloo_job(tmp_path / "serve", train=False))
-    assert set(serving["dim"]) == {"unknown"}
-    # a plan decides instead of inferring
+    assert set(serving["dim"]) == {"world"}  # training or serving: the group says which ranks, not why
     planned = collectives(_gloo_job(tmp_path / "plan"), {"dp": 1, "tp": 2, "global_batch": 1})
-    assert set(planned["dim_source"]) != {"inferred"}
+    assert set(planned["dim"]) == {"tp"} and set(planned["dim_source"]) == {"plan"}
