@@ -1,4 +1,4 @@
-"""The three context-parallel exchanges side by side on this machine (#15, item 7): tiny-llama at cp 2 and
+"""The three context-parallel exchanges side by side on this machine: tiny-llama at cp 2 and
 4, several sequence lengths, all-gather vs ring vs Ulysses at the same plan.
 
 For each (cp, length, kind) it runs

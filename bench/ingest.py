@@ -1,12 +1,11 @@
-"""How fast trace sets load (issue #5 item 11): load_traces cold and warm vs HolisticTraceAnalysis vs
+"""How fast trace sets load: load_traces cold and warm vs HolisticTraceAnalysis vs
 a bare orjson.loads of the same bytes, in one process, as ratios.
 
     .venv/bin/pip install --no-deps -r bench/requirements.txt    # HTA, a bench-only dependency
     .venv/bin/python -m bench.ingest [--repeat 3] [--sets ours8,ours64,shared] [--memory] [--json]
 
 Trace sets: ours at 8 ranks (DP2 x TP2 x PP2 + SP) and 64 ranks (DP8 x TP4 x PP2 + SP), made once
-by `python -m profiler run` (#4: the tiny GPT trained under that plan, every rank profiled, gloo on
-127.0.0.1) into .cache/bench-traces/; and every set in ../shared/traces. Timings exclude imports and are the best
+by `python -m profiler run` into .cache/bench-traces/; and every set in ../shared/traces. Timings exclude imports and are the best
 of --repeat runs (HTA: of min(repeat, 2)):
     orjson   read + gunzip + orjson.loads of every file (decompression included, like the others); also
              with the cyclic GC paused, as load_traces pauses it while parsing

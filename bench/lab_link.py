@@ -1,4 +1,4 @@
-"""Measures the two-node lab (issue #8): raw TCP across the shaped link and on one node's local route,
+"""Measures the two-node lab: raw TCP across the shaped link and on one node's local route,
 1-byte round trips, and gloo all_reduce inside one node vs across the link from a real 2-node × 2-rank
 torchrun job (with the bytes the veth carried per op, which shows which path each took).
 

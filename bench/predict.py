@@ -1,4 +1,4 @@
-"""Predicted = measured (#16 item 2): calibrate the step-time model from two profiled runs, predict a
+"""Predicted = measured: calibrate the step-time model from two profiled runs, predict a
 spread of held-back plans before they run, then run them and compare.
 
     .venv/bin/python -m bench.predict [--passes 3] [--seconds 4] [--cal-seconds 15] [--launches 4] [--recalibrate] [--json FILE] [--plans a,b]
@@ -61,7 +61,7 @@ CALIBRATION_PLANS = {
     "spcp-ring": ["--tp", "2", "--sp", "--cp", "2", "--cp-kind", "ring", "--global-batch", "4"],
 }
 CALIBRATE = ("pp2", "spcp")
-GOAL = (10.0, 25.0)  # #16: mean and worst |error| over the held-back plans, in %
+GOAL = (10.0, 25.0)  # mean and worst |error| over the held-back plans, in %
 ACTIVE = 4  # fewest traced steps per calibration run
 TRACED_S = 1.5  # ... and about this long a traced window: 4 steps of pp2 are 0.15 s, one moment of the drift
 # unprofiled launches of each calibration plan beside its profiled run: one launch can run 20-25% fast

@@ -1,4 +1,4 @@
-"""bench.predict's two-node lab plans (#16 item 2, "and the two-node lab when root"): held-back plans
+"""bench.predict's two-node lab plans: held-back plans
 whose DP or PP groups cross the lab's shaped link (profiler/lab: two network namespaces on this
 machine, TP innermost so TP stays inside a node), predicted by the same calibration with the lab's
 inter-node link from `profiler commbench --lab` (`profiler calibrate --links`: the calibration runs

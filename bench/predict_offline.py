@@ -1,4 +1,4 @@
-"""Predicted = measured, offline (#16): the data sets README's "offline" figures come from, and their
+"""Predicted = measured, offline: the data sets README's "offline" figures come from, and their
 scoring. A change to the step-time model is judged by scoring the same data set before and after it,
 so the machine's drift between runs is the same for both.
 

@@ -1,4 +1,4 @@
-"""Profiler benchmark (#4 item 6): an 8-rank DP2×TP2×PP2+SP profile run of `tiny`, local launcher and
+"""Profiler benchmark: an 8-rank DP2×TP2×PP2+SP profile run of `tiny`, local launcher and
 torchrun side by side, each split into start-up, first step, steady steps, trace export and exit.
 
 Run:

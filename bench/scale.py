@@ -1,4 +1,4 @@
-"""Trace sets of any size (issue #13): cold and warm `profiler analyze --json` at 64 ... 4,096 ranks,
+"""Trace sets of any size: cold and warm `profiler analyze --json` at 64 ... 4,096 ranks,
 peak memory, and the ratio to a bare gzip + orjson parse of the same files, side by side.
 
     python -m bench.scale                          # 64, 256, 1024 ranks, the 5M-event file, workers, Dask

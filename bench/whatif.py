@@ -1,4 +1,4 @@
-"""What-if and pipeline-bubble checks against real runs on this machine (#16 items 4-6).
+"""What-if and pipeline-bubble checks against real runs on this machine.
 
     .venv/bin/python -m bench.whatif [--steps 6] [--repeat 2] [--no-lab] [--json FILE]
 

@@ -1,4 +1,4 @@
-"""ZeRO stages 0-3 side by side on this machine (#19): model-state memory per rank measured against the
+"""ZeRO stages 0-3 side by side on this machine: model-state memory per rank measured against the
 plan model, what ZeRO-2/3 hold for moments inside a step, the data-parallel bytes moved per step, and
 the step time.
 

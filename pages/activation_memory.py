@@ -111,7 +111,7 @@ def _tp_values(sweep) -> str:
 def _toggled() -> dict:
     """The page's activation toggles as they stand before they are drawn (their session state, or
     on a first visit the URL they are bound to), so the plan form's memory check uses the same
-    assumptions as every number below it (#17 item 4)."""
+    assumptions as every number below it."""
     ss, url = st.session_state, st.query_params
 
     def flag(key: str, default):

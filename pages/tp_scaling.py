@@ -1,6 +1,6 @@
 """TP scaling: predicted per-layer time split into compute and TP communication for TP = 1 … 32,
 speedup and efficiency, SP off and on, with the NVLink/InfiniBand boundary marked; below, TP sweeps
-measured on the two-node lab (#8) beside the prediction for the lab's own links."""
+measured on the two-node lab beside the prediction for the lab's own links."""
 
 from pathlib import Path
 

@@ -2,7 +2,7 @@
 
     start_demo(runs_dir)   # the demo run's id (its directory name under runs_dir), started if needed
 
-Over `profiler.collect.demo.ensure_demo_run` (issue #4): an 8-rank DP2 × TP2 × PP2 + SP job of the tiny
+Over `profiler.collect.demo.ensure_demo_run`: an 8-rank DP2 × TP2 × PP2 + SP job of the tiny
 model in the background, in a session of its own; it returns at once, and a second caller (another
 tab) gets the same run. Pure-ish: stdlib (no streamlit).
 """

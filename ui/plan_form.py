@@ -119,7 +119,7 @@ def _widgets() -> dict[str, str]:
     c0.selectbox("Cluster", list(CLUSTERS), key=k + "cluster")
     c1.number_input("Nodes", min_value=1, max_value=65536, step=1, key=k + "nodes")
     c2.number_input(
-        "Per node",  # "GPUs/node" wrapped to "GPUs/nod e" in the narrow column (#17 item 13)
+        "Per node",  # "GPUs/node" wrapped to "GPUs/nod e" in the narrow column
         min_value=1,
         max_value=1024,
         step=1,

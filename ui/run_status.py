@@ -62,7 +62,7 @@ def log_of(s: TraceSet, lines: int = 40) -> tuple[str, str]:
 def failure(s: TraceSet) -> None:
     """The failing rank, its message and its log."""
     where = f"on rank {s.error_rank}" if s.error_rank is not None else ""
-    if s.status == "cancelled":  # say what is there: ranks write their traces when they finish (#17 item 9)
+    if s.status == "cancelled":  # say what is there: ranks write their traces when they finish
         kept = (
             f"The {s.trace_files} trace file{'s' if s.trace_files != 1 else ''} written before it stopped "
             "are kept and shown below."

@@ -4,7 +4,7 @@ Every chart marks the NVLink/InfiniBand boundary: TP degrees whose group leaves 
 shaded band. `layer_time_chart` and `busbw_chart` take an optional `measured` frame — columns tp,
 sp (bool), link ('intra'/'inter' or the legend's words), and `seconds` (TP communication per layer)
 and/or `busbw_bytes_per_s` — from commbench results or TP-group collectives of uploaded traces,
-drawn as black diamonds over the prediction. `sweep_chart` draws a lab TP sweep (#8) against the
+drawn as black diamonds over the prediction. `sweep_chart` draws a lab TP sweep against the
 prediction for the lab's own links (ui/sweep_data.py). Pure: altair, pandas.
 """
 

@@ -36,8 +36,8 @@ def latest_completed() -> TraceSet | None:
 
 
 def current_id() -> str | None:
-    """The URL's set, else the one this session last showed, else the most recent completed run
-    (#17 item 10: a link without ?run= opened an empty page although runs exist)."""
+    """The URL's set, else the one this session last showed, else the most recent completed run (a
+    link without ?run= must not open an empty page while runs exist)."""
     sid = st.query_params.get(KEY)
     if sid:
         st.session_state[_REMEMBERED] = sid

@@ -65,7 +65,7 @@ def _rank_y(n_ranks: int) -> alt.Y:
         "rank:O",
         title="rank",
         # labelOverlap off: the expression already thins them, and Vega's own pass dropped every other
-        # label of 8 ranks (#17 item 13: labels only on even ranks)
+        # label of 8 ranks
         axis=alt.Axis(
             labelExpr=f"datum.value % {step} == 0 ? datum.value : ''", ticks=False, labelFontSize=10, labelOverlap=False
         ),

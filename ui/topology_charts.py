@@ -67,7 +67,7 @@ def _cells_base(cells: pd.DataFrame) -> alt.Chart:
 
 
 # Above this many coordinates a categorical palette repeats (Tableau 20) and its legend outgrows the
-# chart: coordinates are then drawn on a sequential scale, neighbours in similar colours (#17 item 2).
+# chart: coordinates are then drawn on a sequential scale, neighbours in similar colours.
 CATEGORICAL_MAX = 16
 
 

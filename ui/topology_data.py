@@ -154,7 +154,7 @@ def node_overview(topo: Topology, color_dim: str, *, per_row: int = OVERVIEW_PER
     lo, hi = agg[f"{color_dim}_min"], agg[f"{color_dim}_max"]
     out["value"] = np.where(lo == hi, lo.astype(str), "mixed")
     lo_r, hi_r = agg["rank_min"].astype(str), agg["rank_max"].astype(str)
-    out["ranks"] = np.where(lo_r == hi_r, lo_r, lo_r + "–" + hi_r)  # a one-GPU node: "3", not "3–3" (#17 item 13)
+    out["ranks"] = np.where(lo_r == hi_r, lo_r, lo_r + "–" + hi_r)  # a one-GPU node: "3", not "3–3"
     for d in DIMS:
         a, b = agg[f"{d}_min"].astype(str), agg[f"{d}_max"].astype(str)
         out[d] = np.where(a == b, a, a + "–" + b)

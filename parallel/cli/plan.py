@@ -299,7 +299,7 @@ def _fail(message: str, as_json: bool) -> int:
 
 
 def _from_import(args: argparse.Namespace, argv: list[str]):
-    """Issue #7: model and plan from a Megatron-LM script, torchtitan TOML or plan JSON; the world size
+    """The model and plan from a Megatron-LM script, torchtitan TOML or plan JSON; the world size
     from --nodes when given, else from the file (torchrun --nnodes x --nproc_per_node, ...)."""
     from parallel.importers import import_plan, place
 

@@ -1,7 +1,7 @@
 """One plan on one cluster, everything the plan model knows about it, as a JSON-ready dict.
 
 `plan_report` is what `python -m parallel plan --json` prints and what the pages show; its keys are
-a contract (issue #2): valid, errors, warnings, world_size, activation_bytes_per_layer,
+a contract: valid, errors, warnings, world_size, activation_bytes_per_layer,
 memory_per_gpu_bytes, ranks, groups, comm_per_step, bubble_fraction, step_time_s. Extra keys carry
 the inputs and the breakdowns behind those numbers. Pure.
 """

@@ -1,6 +1,6 @@
 """Pipeline bubble vs P2P wait vs P2P transfer, per stage and step, from matched send/recv pairs.
 
-Megatron-LM users ask it most (#691, #828): a SendRecv kernel's time includes waiting for the peer,
+Megatron-LM users ask it most: a SendRecv kernel's time includes waiting for the peer,
 so "p2p time" mixes the schedule's bubble with a late peer. Here, per (rank, step), on the replay
 graph's measured times (replay.build_graph: each op's wait ends at its last participant's arrival):
 

@@ -5,7 +5,7 @@
     python -m profiler commbench --nproc 4 --quick --out cb.json         # seconds: 3 sizes, groups 2 and N
     python -m profiler commbench --launcher torchrun --nnodes 2 --node-rank K --nproc 8 \\
         --rdzv-endpoint HOST:29500 --out /shared/cb.json                 # on each node K
-    python -m profiler commbench --lab --nproc 4 --out cb.json          # the two-node lab (#8), as root
+    python -m profiler commbench --lab --nproc 4 --out cb.json          # the two-node lab, as root
     python -m parallel plan ... --links commbench.json                  # plan with the fitted links
 
 Times all_reduce, all_gather, reduce_scatter, all_to_all and send/recv (a ring shift) over message
@@ -16,7 +16,7 @@ time, algbw and busbw by the nccl-tests conventions; α-β fits per op and group
 plan model's formulas (parallel/core/comm.py) reproduce the measurements (commbench_fit.py explains the
 conventions and the fit). Across nodes, groups inside node 0 and groups spread over the nodes are
 measured separately: `intra` and `inter`. With all ranks on one node only `intra` can be measured,
-and only `intra` is written (with a `links_note` saying so); the lab (#8) gives a second node:
+and only `intra` is written (with a `links_note` saying so); the lab gives a second node:
 with `--lab` this process starts a torchrun agent with --nproc ranks in each lab namespace, and the
 result adds `lab` (the link as shaped: profiler.lab.settings.LabSettings.record). No lab, no root: exit 2.
 

@@ -5,7 +5,7 @@
     python -m profiler run ... --launcher torchrun                   # one torchrun agent, this node
     python -m profiler run ... --launcher torchrun --nnodes 2 --node-rank K --nproc-per-node 4 \\
         --rdzv-endpoint HOST:29500 --rdzv-id job7 --out /shared/runs/job7      # on each node K
-    python -m profiler run --dp 2 --tp 2 --steps 4 --lab                   # both nodes of the lab (#8)
+    python -m profiler run --dp 2 --tp 2 --steps 4 --lab                   # both nodes of the lab
 
 The plan, model, cluster and training flags are `python -m parallel train`'s; see run_args.py for
 the rest. Writes DIR/run.json (progress while it runs; see supervisor.py for its keys), one Kineto

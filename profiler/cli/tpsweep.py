@@ -1,4 +1,4 @@
-"""`python -m profiler tpsweep --lab`: TP scaling measured across the lab's node boundary (issue #8).
+"""`python -m profiler tpsweep --lab`: TP scaling measured across the lab's node boundary.
 
     sudo python -m profiler lab up --like dgx-h100        # two nodes, link shaped like NVLink4 vs NDR
     python -m profiler tpsweep --lab [--out DIR] [--steps 4] [--unprofiled-steps 3] [--tps 1,2,4,8] [--sp both|on|off]
@@ -7,7 +7,7 @@
 Runs one model at each TP degree, SP off and on: TP <= --gpus-per-node (default 4) inside lab node 0
 (`profiler run --launcher local` in its namespace: ranks talk over its local route), larger TP across
 both nodes (`profiler run --lab`, TP/2 ranks per node: the TP group spans the shaped veth). First a
-`profiler commbench --lab` fits the lab's intra and inter links. Then, per run, from its traces (#5
+`profiler commbench --lab` fits the lab's intra and inter links. Then, per run, from its traces (the
 analyzers, profiler/lab/sweep_model.py): TP/SP communication per layer per microbatch, busbw of the TP
 collectives, step time; and beside them the plan model's prediction for the lab's own fitted links.
 

@@ -13,7 +13,7 @@ agent per command and watches them. Agents, by launcher:
                                              node of a multi-node job (--nnodes/--node-rank/--rdzv-*;
                                              every node runs its own supervisor); the failing rank is
                                              torchrun's "Root Cause" in its output
-    the lab (#8, `--lab`)                    two commands from one supervisor, `lab.for_job().
+    the lab (--lab)                          two commands from one supervisor, `lab.for_job().
                                              torchrun_command(node, nproc, worker)` for nodes 0 and 1,
                                              each inside its network namespace (run_cli.py, commbench.py)
 

@@ -11,7 +11,7 @@ trace starts after the first step, once torch.distributed is up, so it carries d
 Launchers: `local` (default) forks the ranks from one process that imported torch once (fast, one
 node); `torchrun` runs one torchrun agent for this node: `--standalone` for one node, or the
 multi-node flags `--nnodes N --node-rank K --nproc-per-node P --rdzv-endpoint HOST:PORT
-[--rdzv-backend c10d] [--rdzv-id ID]` given to each node's `profiler run` alike. `--lab` (#8):
+[--rdzv-backend c10d] [--rdzv-id ID]` given to each node's `profiler run` alike. `--lab`:
 one `profiler run` starts a torchrun agent in each node of the two-node lab (profiler/lab/settings.py), half
 the ranks each; it implies torchrun and --gpus-per-node = world / 2, and takes no other node flags.
 
@@ -125,7 +125,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--rdzv-backend", default="c10d")
     t.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of the rendezvous (node 0)")
     t.add_argument("--rdzv-id", default="parascope", help="job id, the same on every node")
-    lab = p.add_argument_group("lab (two nodes on this machine, issue #8; needs root and `profiler lab up`)")
+    lab = p.add_argument_group("lab (two nodes on this machine; needs root and `profiler lab up`)")
     lab.add_argument(
         "--lab",
         action="store_true",

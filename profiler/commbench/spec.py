@@ -87,7 +87,7 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--rdzv-backend", default="c10d")
     t.add_argument("--rdzv-endpoint", default=None)
     t.add_argument("--rdzv-id", default="parascope-commbench")
-    lab = p.add_argument_group("lab (two nodes on this machine, issue #8; needs root and `profiler lab up`)")
+    lab = p.add_argument_group("lab (two nodes on this machine; needs root and `profiler lab up`)")
     lab.add_argument(
         "--lab",
         action="store_true",

@@ -1,7 +1,7 @@
 """Two-node lab on one machine: two network namespaces ("nodes") joined by a veth pair whose link is
 shaped with tc (HTB at the rate, small packets first; netem latency where the kernel has it), so ranks
 on one node talk over loopback and ranks on different nodes cross a slow link — the NVLink/InfiniBand
-cliff in miniature (issue #8). profiler/lab/net.py holds the ip/tc plumbing, lab_cli.py the CLI,
+cliff in miniature. profiler/lab/net.py holds the ip/tc plumbing, lab_cli.py the CLI,
 lab_probe.py the measurements (bench/lab_link.py prints them).
 
 Run (as root; every command exits 2 with the reason when it is not):

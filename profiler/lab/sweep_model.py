@@ -1,6 +1,6 @@
 """The TP sweep's numbers: what one lab run measured, and what the plan model predicts for it.
 
-    measured = measure_run(run_dir, model, plan)        # from the run's traces and metrics (#5 analyzers)
+    measured = measure_run(run_dir, model, plan)        # from the run's traces and metrics (profiler.analyzers)
     frame = compare(sweep)                               # one row per (tp, sp): measured, predicted, error %
     pred = prediction(sweep)                             # parallel.core.scaling.tp_scaling on the lab's cluster
 
@@ -8,7 +8,7 @@ Measured, per run (every rank of its profiled steps):
     tp_comm_s            TP/SP communication of one layer for one microbatch: for each op the layer
                          issues, the median time of one call of the layer's size (b·s·h elements)
                          × the calls per layer (parallel.core.comm's count). The time of a call is its
-                         *transfer*: from the last rank's arrival to its end (#5's per_rank_wait),
+                         *transfer*: from the last rank's arrival to its end (the analyzers' per_rank_wait),
                          what the α-β model describes; p25/p75 give tp_comm_lo_s/hi_s
     tp_comm_with_wait_s  the same with each rank's whole call, waiting for late peers included
     tp_comm_paid_s       the same as a step pays it, what the calibrated model predicts: each call's
@@ -348,7 +348,7 @@ def with_predictions(sweep: dict) -> dict:
 
 
 def calibrate_sweep(sweep: dict, out: Path) -> dict | None:
-    """The step-time model calibrated on two of the sweep's own runs (#16): the smallest TP > 1 inside
+    """The step-time model calibrated on two of the sweep's own runs: the smallest TP > 1 inside
     one node and the largest TP across the link (its groups give the inter-node terms), then every point's
     calibrated step and TP communication per layer beside the measured ones (TP comm as the step pays
     it, measure_run's tp_comm_paid_s: `measured_tp_comm_kind` paid, or transfer for an older sweep). None when the sweep

@@ -183,7 +183,7 @@ class TraceSet:
     origin: str  # what the user passed, for messages
     files: tuple[Path, ...]  # plain trace files on disk
     archives: tuple[Path, ...]  # .zip / .tar(.gz) files on disk
-    run: dict | None = None  # run.json of a run directory (#4), when there is one
+    run: dict | None = None  # run.json of a run directory, when there is one
     limits: Limits = field(default_factory=Limits)
 
     def digest(self, memo: dict[str, str] | None = None) -> str:

@@ -1,4 +1,4 @@
-"""`python -m profiler commbench` (#4 item 5): nccl-tests bandwidths, fits that recover a known link
+"""`python -m profiler commbench`: nccl-tests bandwidths, fits that recover a known link
 through the plan model's own formulas, the sizes syntax, the group layout across nodes, and a real
 quick run whose JSON the plan model reads with --links.
 """

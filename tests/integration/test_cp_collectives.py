@@ -1,5 +1,5 @@
 """Each CP exchange's collectives appear in `profiler analyze` under dim cp with the right op, and the
-bytes a rank moves per step equal parallel.core.comm's prediction (#15, items 1 and 7).
+bytes a rank moves per step equal parallel.core.comm's prediction.
 
 Real profiled runs of tiny-llama (gloo, `python -m profiler run`): all-gather -> all_gather +
 reduce_scatter, ring -> send/recv, Ulysses -> all_to_all; the bytes come from the trace's own labels.

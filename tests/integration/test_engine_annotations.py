@@ -1,7 +1,7 @@
-"""Every collective and phase of a real job is labelled in the profiler's format (#4, item 2).
+"""Every collective and phase of a real job is labelled in the profiler's format.
 
 One TP2+SP × CP2 × PP2 job (8 ranks, every dimension) runs each rank under torch.profiler the way
-the profiler of #4 will (`run_rank(..., on_step=lambda *_: prof.step())`), and the labels are read
+the profiler does (`run_rank(..., on_step=lambda *_: prof.step())`), and the labels are read
 back with profiler.formats.annotations: each parses; the members of a group issue the same collectives
 (op, bytes) with the same sequence numbers; each send meets its receive; phases cover every
 microbatch of every step.

@@ -1,4 +1,4 @@
-"""Every valid plan trains the serial model: same per-step loss, same gradients, same parameters (#3, item 3; #15, item 3).
+"""Every valid plan trains the serial model: same per-step loss, same gradients, same parameters.
 
 The matrix is generated from the rules, not listed: both architectures (tiny GPT and tiny-llama),
 dp, tp, pp, cp in {1, 2, 4} with world size 2..8, SP on and off (tp > 1), each CP exchange
@@ -19,11 +19,11 @@ same command at world size 1:
   thousands of elements by about lr;
 * every dp×cp replica holds bit-identical parameters;
 * measured activation bytes equal to parallel.core.memory's formula on every rank, component by
-  component (#3, item 4; #15, item 4: the SwiGLU, GQA, ring and Ulysses terms checked by measurement);
+  component (the SwiGLU, GQA, ring and Ulysses terms checked by measurement);
 * measured model-state bytes (parameters, gradients, optimizer states: parallel.engine.modelstate)
-  within 1% of the formula on every rank (#19, item 3).
+  within 1% of the formula on every rank.
 
-ZeRO (#19, item 2): the plans with dp > 1 again at ZeRO-1, -2 and -3 (ZERO_PLANS), each against the
+ZeRO: the plans with dp > 1 again at ZeRO-1, -2 and -3 (ZERO_PLANS), each against the
 same serial run; the CI spread ZERO_CI, the rest under `--full-matrix`.
 """
 

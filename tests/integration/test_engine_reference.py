@@ -1,4 +1,4 @@
-"""The engine at world size 1 against an independent, plain nanoGPT (#3, item 3).
+"""The engine at world size 1 against an independent, plain nanoGPT.
 
 The matrix compares every plan with the engine's own serial run; a bug shared by both paths (a
 wrong mask, a missing bias, a mis-scaled loss) would hide there. This model shares nothing with the

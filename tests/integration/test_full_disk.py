@@ -1,4 +1,4 @@
-"""A full disk during a profile run (issue #18 item 9): `profiler run --out` on a 3 MB tmpfs ends
+"""A full disk during a profile run: `profiler run --out` on a 3 MB tmpfs ends
 the job cleanly -- exit 1, one error line naming the device problem and the path, no traceback,
 run.json `failed`, nothing left in .partial/ -- and a killed cache write's temporary folder is
 removed by the next write. Needs root (mount); skipped elsewhere."""

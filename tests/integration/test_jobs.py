@@ -223,7 +223,7 @@ def test_run_a_job_page_starts_the_job_and_shows_it(tmp_path, fake, monkeypatch)
     assert any(job.name in m.value and "completed" in m.value for m in at.markdown)
 
 
-# ------------------------------------------------------------------ the real profiler (issue #4)
+# ------------------------------------------------------------------ the real profiler
 
 
 def _real_profiler() -> None:
@@ -307,7 +307,7 @@ def test_the_form_is_checked_by_the_profilers_own_validation(flags, message):
 
 
 def test_the_vocabulary_is_either_refused_or_padded_never_both():
-    """#17 item 5: TP 3 on tiny (vocab 512) showed the engine's "does not pad the vocabulary" error
+    """TP 3 on tiny (vocab 512) showed the engine's "does not pad the vocabulary" error
     beside the plan model's "the embedding is padded" warning."""
     from ui.job_form import check
 

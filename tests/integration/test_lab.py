@@ -1,4 +1,4 @@
-"""The two-node lab (issue #8): CLI round trips leave the machine as it was, clean-up after crashes,
+"""The two-node lab: CLI round trips leave the machine as it was, clean-up after crashes,
 the no-root path, and a real 2-node × 2-rank gloo job whose inter-node all_reduce is slower than
 its intra-node one.
 

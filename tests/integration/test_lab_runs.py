@@ -1,4 +1,4 @@
-"""Jobs on the two-node lab (#8 items 2-4): `profiler run --lab`, `profiler commbench --lab` and
+"""Jobs on the two-node lab: `profiler run --lab`, `profiler commbench --lab` and
 `profiler tpsweep --lab` start their ranks in the lab's namespaces; run.json records the nodes and
 the link; inter-node collectives are slower than intra-node ones in the run's own traces; the sweep's
 JSON has its keys and the TP-scaling page shows it. Without a lab or without root: exit 2 and a

@@ -1,4 +1,4 @@
-"""Predicted = measured, a small spread (#16 items 1-2): calibrate from two real profiled runs, predict
+"""Predicted = measured, a small spread: calibrate from two real profiled runs, predict
 two other plans with `parallel plan --calibration` before they run, then train them unprofiled. The
 bound is loose -- within 10x -- so a loaded CI machine does not flake (calibration and held-back runs
 meet different loads from the other test worker: 2.4x and 3.6x apart in two CI runs) while a broken

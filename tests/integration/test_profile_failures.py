@@ -1,4 +1,4 @@
-"""Failures of `python -m profiler run` (#4 item 3): a rank that raises at step 2, one killed with
+"""Failures of `python -m profiler run`: a rank that raises at step 2, one killed with
 SIGKILL, a deliberate hang (ended by the process-group timeout), a job timeout, a cancel (SIGTERM
 to the run's process group, as the dashboard sends it), and a raise under torchrun. Each must end
 within 60 s with run.json saying `failed`, naming the rank and its last log lines, keeping the

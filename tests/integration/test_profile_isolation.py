@@ -1,4 +1,4 @@
-"""Isolation and bad input of `python -m profiler run` (#4 items 1 and 4): run directories are claimed
+"""Isolation and bad input of `python -m profiler run`: run directories are claimed
 exclusively, --out never clobbers anything but a previous run (and only with --force), a bad plan
 or schedule exits 2 before any process starts (without importing torch), and two runs started at
 the same moment write to two directories.

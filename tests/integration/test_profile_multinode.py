@@ -1,4 +1,4 @@
-"""`python -m profiler run` across two torchrun nodes on loopback (#4 item 1, the multi-node flags):
+"""`python -m profiler run` across two torchrun nodes on loopback:
 each "node" runs its own `profiler run --launcher torchrun --nnodes 2 --node-rank K` into one shared
 directory; node 0's supervisor writes run.json with every rank's host, node 1's writes its node
 record, and the four ranks' traces land side by side. Marked slow (two agents, four torch imports).

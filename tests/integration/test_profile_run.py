@@ -1,6 +1,6 @@
-"""`python -m profiler run` end to end (#4 items 1-2): one real 8-rank TP2+SP × CP2 × PP2 job (every
+"""`python -m profiler run` end to end: one real 8-rank TP2+SP × CP2 × PP2 job (every
 parallel dimension) profiled into a run directory, then read back three ways -- the files
-themselves, the raw ps.comm / ps.phase annotations of every rank, and the analyzer (#5) through
+themselves, the raw ps.comm / ps.phase annotations of every rank, and the analyzer through
 `python -m profiler analyze --json` and its instance matching. Marked slow (spawns processes).
 """
 
@@ -168,7 +168,7 @@ def _labels(raw):
 
 
 def test_every_collective_is_labelled_and_matches_across_its_group(raw):
-    """#4 item 2 on a profiled run: each label parses; the members of a group issue the same
+    """On a profiled run: each label parses; the members of a group issue the same
     collectives (dim, op, bytes, seq); each send meets its receive; the groups are the plan's."""
     comms, _ = _labels(raw)
     plan = Plan(tp=2, sp=True, cp=2, pp=2, global_batch=MICROBATCHES)
@@ -217,7 +217,7 @@ def test_phases_cover_every_microbatch_stage_and_profiled_step(raw):
 
 
 def test_the_analyzer_matches_every_instance_labels_dims_and_finds_steps(run_dir, raw, tmp_path):
-    """`python -m profiler analyze DIR --json` and the instance matching of #5 on this run: the
+    """`python -m profiler analyze DIR --json` and the instance matching on this run: the
     counts per (op, dim) are the raw annotations', every instance is seen on all ranks of its
     group (a p2p instance: its sender and its receiver), and the steps are the profiled ones."""
     r = subprocess.run(

@@ -1,4 +1,4 @@
-"""Every per-step figure is a part of the step it belongs to (#17, item 7).
+"""Every per-step figure is a part of the step it belongs to.
 
 On the demo run (DP2 × TP2 × PP2 + SP, profiled by `python -m profiler run` with the dashboard's own
 flags) and on every real set in ../shared/traces, for every rank and traced step: compute, exposed

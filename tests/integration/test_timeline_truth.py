@@ -1,4 +1,4 @@
-"""The Collective timeline's overview tells the truth about each class (#17, item 1).
+"""The Collective timeline's overview tells the truth about each class.
 
 At whole-step zoom the analyzer merges events down to a few rectangles per rank. Each class -- compute,
 memory copies, and the collectives of each parallel dimension -- must keep its own busy time: the

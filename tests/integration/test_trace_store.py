@@ -1,4 +1,4 @@
-"""The on-disk columnar store and its executors (issue #13): the same analysis, table by table, from
+"""The on-disk columnar store and its executors: the same analysis, table by table, from
 the cache store, a fresh temporary store, the in-memory fallback, 1 or 2 worker processes, and a
 real local Dask cluster; a cancelled or failed load leaves nothing a later load would trust."""
 

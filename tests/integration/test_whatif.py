@@ -1,4 +1,4 @@
-"""`python -m profiler whatif` against real runs (#16 items 4-6): an injected straggler removed by the
+"""`python -m profiler whatif` against real runs: an injected straggler removed by the
 what-if predicts the run without it; the pipeline's bubble on uniform stages sits near (p-1)/(v m) and
 a slowed stage shows up as P2P wait on its neighbour. Bounds are loose (CI shares 2 cores with other
 work); bench/whatif.py measures the goal figures (within 10% / 15%). Marked slow (spawns processes)."""

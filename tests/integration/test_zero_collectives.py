@@ -1,5 +1,5 @@
 """ZeRO-2/3's gradient reduce-scatters and parameter all-gathers appear in `profiler analyze` under dim dp,
-one per layer unit and microbatch, and move the bytes parallel.core.comm predicts (#19, item 4).
+one per layer unit and microbatch, and move the bytes parallel.core.comm predicts.
 
 Real profiled runs of the tiny GPT (gloo, `python -m profiler run`). Units (parallel.engine.zero):
 its 4 layers, the token embedding, and the rest (position embedding, final LayerNorm): 6 per rank.

@@ -1,6 +1,6 @@
 """Real multi-rank Kineto traces of annotated gloo collectives, for tests and bench/ingest.py.
 
-Until the profiler of #4 exists, this writes what it will write -- DIR/run.json and
+This writes what the profiler writes -- DIR/run.json and
 DIR/traces/rank{r}_trace.json.gz -- from a real torch.profiler run of real torch.distributed
 collectives on gloo over 127.0.0.1: per step, each microbatch does a little compute, TP collectives
 (all_reduce; with SP all_gather + reduce_scatter labelled 'sp'), PP send/recv between stages, and

@@ -114,7 +114,7 @@ def dashboard_data(tmp_path_factory) -> dict:
     (broken / "logs").mkdir(exist_ok=True)
     (broken / "logs" / "rank1.log").write_text("step 1 ok\nRuntimeError: injected at step 2\n")
     # a calibration fitted from the sample run, as Home's form or `profiler calibrate` writes it: the run
-    # pages then show the calibrated prediction beside the measured step (#16 item 3)
+    # pages then show the calibrated prediction beside the measured step
     from profiler.cli import calibrate
 
     assert calibrate.main([str(runs / "sample"), f"--out={runs / 'calibration.json'}"]) == 0
@@ -351,7 +351,7 @@ def test_shared_link_on_a_fresh_server_keeps_the_navigation(tmp_path_factory, br
 
 
 def test_enter_in_a_run_a_job_field_starts_nothing(server, browser, dashboard_data):
-    """#17 item 8: pressing Enter in the form's fields submitted it (4 unintended jobs); only the
+    """Pressing Enter in the form's fields submitted it (4 unintended jobs); only the
     start button starts a job."""
     jobs_dir = Path(dashboard_data["PARASCOPE_RUNS"]) / ".jobs"
     before = sorted(jobs_dir.glob("*.json")) if jobs_dir.is_dir() else []

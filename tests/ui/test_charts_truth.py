@@ -1,4 +1,4 @@
-"""Every chart of every page holds data its axes can show (#17, "tests that look").
+"""Every chart of every page holds data its axes can show.
 
 For each registered page, opened with the sample run in the URL (the run views) and on its own, each
 Altair chart's Vega-Lite spec is walked unit by unit (layers, facets, concatenations) with the data
@@ -177,7 +177,7 @@ def test_timeline_charts_show_the_analyzers_tables(source, with_run, monkeypatch
     window = bd.groupby("rank")["window_ns"].sum() / 1e6
     assert shown.to_numpy() == pytest.approx(window.loc[shown.index].to_numpy(), rel=1e-6)
     # the overview (merged to a few spans per rank) and the detail (the same whole-step window at a
-    # finer level of detail) show each class's busy time alike, per rank (#17 item 1)
+    # finer level of detail) show each class's busy time alike, per rank
     over = next(c for c in charts if "brush" in c.text())  # its rects' data, not the critical path's
     overview = next(f for f in over.datasets.values() if "busy_ms" in f.columns)
     detail = next(c for c in charts if '"pick"' in c.text()).frame()

@@ -1,4 +1,4 @@
-"""AppTest of the Long-context page (#15, item 6): memory and communication from 4K to 1M tokens per
+"""AppTest of the Long-context page: memory and communication from 4K to 1M tokens per
 variant, each number parallel.core's own, the smallest plan that fits, and a real run's measured
 activations sitting on its curve."""
 

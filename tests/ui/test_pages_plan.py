@@ -55,7 +55,7 @@ def test_topology_draws_one_cell_per_gpu(query, world, nodes):
     assert cells["node"].nunique() == nodes
     paths = [f for f in grid.datasets.values() if "step" in f.columns][0]
     assert paths["group"].nunique() == world // 2  # TP groups (the default "groups of" dimension), TP = 2
-    # the cluster's own link names (#17 item 5): NVLink on DGX, loopback for a CPU run
+    # the cluster's own link names: NVLink on DGX, loopback for a CPU run
     assert set(paths["link"]) == {link_names(CLUSTERS[query["cluster"]])["intra"]}
     assert set(paths["link"]) == (
         {"loopback (intra-node)"} if query["cluster"] == "local-cpu" else {"NVLink (intra-node)"}
@@ -122,7 +122,7 @@ def test_activation_memory_stacks_components_with_and_without_sp():
     assert set(tp.frame()["x"]) == {1, 2, 4, 8, 16, 32}
     assert set(tp.frame().query("sp == 'with SP'")["x"]) == {2, 4, 8, 16, 32}  # SP needs TP > 1
     assert any("TP = 1, 2, 4, 8, 16, 32 for this model" in c.value for c in at.caption)
-    # a model of 4 heads shows TP 1, 2, 4 only, and the caption says so (#17 item 13: it read "1 … 32")
+    # a model of 4 heads shows TP 1, 2, 4 only, and the caption says so
     tiny = _ok(
         page_test(
             "pages/activation_memory.py",
@@ -242,7 +242,7 @@ def test_view_choices_come_from_the_url_too():
 
 
 def test_the_memory_banner_follows_the_pages_flash_toggle():
-    """#17 item 4: the flash toggle changed the charts but the plan form's memory banner still showed
+    """The flash toggle changed the charts but the plan form's memory banner still showed
     the non-flash figure; both now come from the same activation assumptions."""
     query = {"model": "gpt3-175b", "cluster": "dgx-h100", "nodes": "64", "dp": "4", "tp": "8", "pp": "16"}
     query |= {"sp": "1", "mb": "2", "gb": "1536"}
@@ -260,7 +260,7 @@ def test_the_memory_banner_follows_the_pages_flash_toggle():
 
 
 def test_topology_overview_of_512_nodes_keeps_its_rows_and_tells_64_stages_apart():
-    """#17 item 2: at 512 nodes with PP 64 the "All nodes" chart collapsed to a flat line (its
+    """At 512 nodes with PP 64 the "All nodes" chart collapsed to a flat line (its
     65-entry legend took the height) and 64 PP colours repeated a 20-colour palette."""
     query = {"model": "gpt3-1t", "cluster": "dgx-h100", "nodes": "512", "gpn": "8", "dp": "8", "tp": "8", "pp": "64"}
     query |= {"sp": "1", "mb": "1", "gb": "3072", "topo_color": "pp"}

@@ -24,7 +24,7 @@ import pytest
 from tests.support.apptest import ROOT, page_test, vega_charts
 from ui import jobs, trace_sets
 
-SAMPLE = ROOT / ".cache" / "test-runs" / "profiler-dp2-tp2-sp-v3"  # v3: metrics.json with model_state_bytes (#19)
+SAMPLE = ROOT / ".cache" / "test-runs" / "profiler-dp2-tp2-sp-v3"  # v3: metrics.json with model_state_bytes
 SAMPLE_PLAN = {
     "model": "tiny",
     "cluster": "local-cpu",
@@ -312,7 +312,7 @@ def test_timeline_window_step_and_highlight_come_from_the_url(runs):
     assert at.query_params["inst"] == worst
     detail = vega_charts(at)[1]
     assert f'"value": [{{"instance": "{worst}"}}]' in detail.text()
-    # #17 item 3: the picked instance also gets a fixed-size marker, visible at whole-step zoom where
+    # the picked instance also gets a fixed-size marker, visible at whole-step zoom where
     # a sub-pixel collective's outline is not: a point layer filtered by the pick, at its middle
     (marker,) = [la for la in detail.spec["layer"] if (la.get("mark") or {}).get("type") == "point"]
     assert {"param": "pick", "empty": False} in [t.get("filter") for t in marker["transform"]]
@@ -409,7 +409,7 @@ def test_activation_memory_shows_measured_beside_predicted(runs):
     per_rank = frame[frame["source"] == "measured"].set_index("rank")["MiB"] if "source" in frame else None
     if per_rank is not None:
         assert per_rank[0] == pytest.approx(metrics["activation_bytes"]["0"] / 2**20)
-    # model state (#19 item 3): each rank's parameters, gradients and optimizer states, measured and predicted
+    # model state: each rank's parameters, gradients and optimizer states, measured and predicted
     held = state.frame().set_index(["rank", "kind", "source"])["MiB"]
     assert len(held) == 4 * 3 * 2
     for rank in range(4):
@@ -429,7 +429,7 @@ def test_tp_scaling_overlays_the_runs_tp_group_busbw(runs):
     busbw = vega_charts(at)[2].frame()
     measured = busbw[busbw["source"] == "measured"]
     assert len(measured) >= 1 and set(measured["tp"]) == {2} and (measured["busbw_gbs"] > 0).all()
-    assert set(measured["link"]) == {"loopback (intra-node)"}  # a CPU run's link, by its name (#17 item 5)
+    assert set(measured["link"]) == {"loopback (intra-node)"}  # a CPU run's link, by its name
 
 
 def test_tp_scaling_overlays_commbench_results(runs, tmp_path):
@@ -452,7 +452,7 @@ def test_tp_scaling_overlays_commbench_results(runs, tmp_path):
 
 @pytest.mark.parametrize("traces", [True, False])
 def test_a_cancelled_run_says_what_it_kept_and_shows_it(runs, traces):
-    """#17 item 9: "Traces already written are kept" beside "No traces yet" on the same page."""
+    """The page never says "Traces already written are kept" beside "No traces yet" on the same page."""
     install_run(runs, "stopped", traces=traces, status="running")
     job = jobs.start([sys.executable, "-c", "import time; time.sleep(60)"], name="stopped", runs_dir=runs)
     jobs.cancel(job, grace_s=1)  # cancelled from the dashboard, as the Home page's button does
@@ -469,7 +469,7 @@ def test_a_cancelled_run_says_what_it_kept_and_shows_it(runs, traces):
         assert "nothing to show" in text and not vega_charts(at)
 
 
-# ----------------------------------------------------------------------- calibrated prediction (#16)
+# ----------------------------------------------------------------------- calibrated prediction
 
 
 def test_home_fits_a_calibration_and_shows_predicted_beside_measured(runs):
@@ -552,7 +552,7 @@ def test_home_says_when_the_calibration_is_unusable(runs):
 
 
 def test_plan_review_shows_calibrated_and_measured_beside_the_analytic_step(runs):
-    """#16 item 3: a plan that a run here ran gets its measured step; the calibrated model's step sits
+    """A plan that a run here ran gets its measured step; the calibrated model's step sits
     beside the analytic one -- only when the calibration was measured on the cluster's kind of device."""
     from parallel.core.calibrated import Calibration, predict
     from parallel.core.plan import Plan

@@ -242,7 +242,7 @@ def test_timeline_chart_specs():
         "value": {"x": [0.5, 1.5]},
     }
     assert rects["encoding"]["color"]["scale"]["domain"] == ["compute", "tp"]
-    # a strip per class in each rank's row, and a merged span as opaque as it is busy (#17 item 1)
+    # a strip per class in each rank's row, and a merged span as opaque as it is busy
     assert rects["encoding"]["yOffset"]["scale"]["domain"] == ["compute", "tp"]
     assert rects["encoding"]["opacity"]["field"] == "busy_pct"
     assert rects["encoding"]["y"]["axis"]["labelOverlap"] is False  # every rank labelled (not every other)

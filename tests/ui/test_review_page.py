@@ -117,7 +117,7 @@ def test_search_pareto_chart_and_send_to_compare():
     assert {"gib", "step_time_s", "label", "front"} <= set(points.columns)
     assert points["gib"].max() <= 0.9 * 80 + 1e-9 and (points["front"] == "Pareto front").any()
     assert len(points) <= 300 + (points["front"] == "Pareto front").sum()
-    # #17 item 6: the y axis stops a decade above the fastest plan, not at the lean end of the front
+    # the y axis stops a decade above the fastest plan, not at the lean end of the front
     # (206 s here, 83x the fastest), and the caption says how many plans are left out
     assert points["step_time_s"].max() <= 10 * points["step_time_s"].min() + 1e-12
     assert any("slower plans" in c.value and "are not drawn" in c.value for c in at.caption)
@@ -209,7 +209,7 @@ def test_a_link_opens_the_plan_in_the_topology_page():
 
 
 def test_a_review_compares_a_dense_plan_with_a_moe_plan():
-    """Issue #14: Llama-3 70B (the review's model) beside Mixtral 8x7B with EP 8 on the same 8 nodes."""
+    """Llama-3 70B (the review's model) beside Mixtral 8x7B with EP 8 on the same 8 nodes."""
     query = {
         "model": "llama3-70b",
         "cluster": "dgx-h100",

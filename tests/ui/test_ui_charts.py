@@ -205,7 +205,7 @@ def test_speedup_chart_has_both_metrics():
 
 
 def test_gpu_cells_and_paths_for_the_issue_example():
-    topo = Topology(dp=2, pp=4, cp=1, tp=2, gpus_per_node=8)  # issue #2's 16-GPU example
+    topo = Topology(dp=2, pp=4, cp=1, tp=2, gpus_per_node=8)  # the 16-GPU example
     cells = topology_data.gpu_cells(topo, group_dim="dp", compare_order="tp-cp-pp-dp")
     assert len(cells) == 16 and list(cells.loc[cells["rank"] == 2, ["node", "local", "dp", "tp"]].iloc[0]) == [
         0,
@@ -237,7 +237,7 @@ def test_rank_values_hook_colours_by_a_measured_series():
     assert valued["exposed_ms"].notna().sum() == 2
     spec = topology_charts.rank_values_chart(valued, "exposed_ms", title="exposed comm, ms").to_dict()
     assert spec["encoding"]["color"]["field"] == "exposed_ms" and spec["encoding"]["color"]["type"] == "quantitative"
-    assert spec["encoding"]["color"]["legend"]["format"] == ",.3g"  # #17 item 13: the legend read "14.653500"
+    assert spec["encoding"]["color"]["legend"]["format"] == ",.3g"  # the legend read "14.653500"
 
 
 def test_moved_ranks_between_orders():
@@ -276,7 +276,7 @@ def test_pure_modules_import_neither_streamlit_nor_torch():
 
 
 def test_node_overview_names_a_one_gpu_node_by_its_rank():
-    """#17 item 13: a node of one GPU read "ranks 3–3"."""
+    """a node of one GPU read "ranks 3–3"."""
     from ui.topology_data import node_overview
 
     one = node_overview(Topology(dp=4, pp=1, cp=1, tp=1, gpus_per_node=1), "dp")

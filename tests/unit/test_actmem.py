@@ -1,4 +1,4 @@
-"""Measured activation memory of real multi-process runs against parallel.core.memory (#3, item 4).
+"""Measured activation memory of real multi-process runs against parallel.core.memory.
 
 The matrix (test_engine_matrix.py) checks measurement = formula for every plan without dropout;
 here dropout is on, so every component of Korthikanti et al. 2022 Sec. 4.1 exists (attention and

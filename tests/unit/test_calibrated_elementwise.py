@@ -1,5 +1,4 @@
-"""The calibrated model's element-wise class (#16 item 1: LayerNorm, softmax, GeLU, dropout, residual
-adds -- memory-bound work that grows with the tensors, not with FLOPs): B_layer from the activation
+"""The calibrated model's element-wise class: B_layer from the activation
 formula (parallel.core.memory), the prediction's term, the fit of e from the traces' leaf operators,
 and which operators are leaves."""
 

@@ -1,4 +1,4 @@
-"""One huge file in bounded memory (issue #13 item 2): `parse_stream` cuts `traceEvents` into chunks
+"""One huge file in bounded memory: `parse_stream` cuts `traceEvents` into chunks
 at event boundaries and must give exactly what decoding the whole file gives -- on every public
 trace, and on files built to trap a naive splitter (`},{` inside strings and nested args, fields
 after the array, odd shapes that need the lenient path)."""

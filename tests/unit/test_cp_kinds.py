@@ -1,4 +1,4 @@
-"""The plan model knows the three context-parallel exchanges (#15, item 5): memory, communication,
+"""The plan model knows the three context-parallel exchanges: memory, communication,
 step time, validation, the search and the importers, each for cp_kind allgather | ring | ulysses."""
 
 import dataclasses

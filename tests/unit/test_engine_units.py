@@ -292,7 +292,7 @@ def _stage_context(plan: Plan, *, stage: int, tp_index: int = 0):
 )
 def test_params_per_stage_counts_the_engines_parameters(model, plan):
     """memory.params_per_stage is what a stage of the engine holds, including a shared K/V head per
-    rank when tp > kv_heads (#19: measuring model state found it under-counted there)."""
+    rank when tp > kv_heads."""
     from parallel.core import memory
 
     for stage in range(plan.pp):
@@ -301,7 +301,7 @@ def test_params_per_stage_counts_the_engines_parameters(model, plan):
 
 
 def test_a_launch_is_validated_on_the_machines_it_runs_on(monkeypatch):
-    """#17 item 5: 12 local ranks with TP 3 were checked against local-cpu's 8-rank nodes, and warned
+    """12 local ranks with TP 3 were checked against local-cpu's 8-rank nodes, and warned
     that TP crossed 'nodes' of one machine. The local launcher is one node; torchrun's nodes are
     world / LOCAL_WORLD_SIZE; --gpus-per-node still wins."""
     from parallel.cli.train import config_from_args

@@ -1,4 +1,4 @@
-"""Importers (issue #7): real Megatron-LM scripts and torchtitan configs (tests/data/imports, each citing
+"""Importers: real Megatron-LM scripts and torchtitan configs (tests/data/imports, each citing
 its source), plan JSON round trips, `python -m parallel plan --import`, and bad input that names its line."""
 
 import dataclasses

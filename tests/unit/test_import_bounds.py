@@ -1,4 +1,4 @@
-"""Imports are bounded by the mechanism (parallel/importers/limits.py), not by cases (issue #18):
+"""Imports are bounded by the mechanism (parallel/importers/limits.py), not by cases:
 hostile scripts, TOMLs and JSON of every family -- integer blow-ups, doubling strings and arrays,
 self-calling eval, deep nesting of each construct, huge inputs, deep or wide TOML -- end in one
 ImportFailed naming the line, fast and in little memory; a hypothesis fuzz over shell and TOML

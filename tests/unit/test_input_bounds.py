@@ -1,4 +1,4 @@
-"""Numbers and names read from files, URLs and flags are bounded where they are read (issue #18):
+"""Numbers and names read from files, URLs and flags are bounded where they are read:
 plans of any size are summarised without per-rank structures the answer does not need, searches
 enumerate divisors in O(sqrt n) and refuse absurd sizes, ranks and world sizes in traces are capped
 before anything is sized by them, trace errors are one line whatever a file is called, a trace

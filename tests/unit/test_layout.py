@@ -1,4 +1,4 @@
-"""The layout of a set without a plan, from its process groups (#17, item 11)."""
+"""The layout of a set without a plan, from its process groups."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue #14, mixture of experts: the presets against their published sizes, expert parallelism's
+"""Mixture of experts: the presets against their published sizes, expert parallelism's
 share of the weights and of ZeRO, the plan's checks, and Megatron-LM's MoE flags."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Issue #14: the plan model against Megatron-LM's own estimator and against measurement, term by term.
+"""The plan model against Megatron-LM's own estimator and against measurement, term by term.
 
 Reference numbers: Megatron-LM's megatron/training/theoretical_memory_usage.py (restated below as the
 test's reference formula), the SwiGLU bytes measured with saved_tensors_hooks, and NVIDIA's

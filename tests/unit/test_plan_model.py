@@ -1,4 +1,4 @@
-"""The plan model (issue #2): Table 2 activations, ZeRO states, rank groups, comm, FLOPs, validation."""
+"""The plan model: Table 2 activations, ZeRO states, rank groups, comm, FLOPs, validation."""
 
 import json
 import math

@@ -1,4 +1,4 @@
-"""Plan review (issue #7): compare 2-4 plans, justifications from the numbers, Markdown, JSON round trip."""
+"""Plan review: compare 2-4 plans, justifications from the numbers, Markdown, JSON round trip."""
 
 import dataclasses
 import json

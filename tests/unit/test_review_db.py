@@ -1,4 +1,4 @@
-"""Saved reviews (issue #7): save, list, reopen, notes by author and time; concurrent saves from
+"""Saved reviews: save, list, reopen, notes by author and time; concurrent saves from
 several threads and several processes lose nothing — on SQLite in WAL mode (the default) and on a
 real PostgreSQL server (what a team points PARASCOPE_REVIEWS_DB at)."""
 

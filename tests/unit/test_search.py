@@ -1,4 +1,4 @@
-"""`parallel.search.space` (issue #7): the vectorised search equals the plain loop over plan_report, the
+"""`parallel.search.space`: the vectorised search equals the plain loop over plan_report, the
 `--json` contract, Pareto front, and an empty space that names the constraint that emptied it."""
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""Bad input (issue #5 item 9): each case raises a typed TraceError with a specific message, never a
+"""Bad input: each case raises a typed TraceError with a specific message, never a
 traceback or a hang, with memory bounded; a hypothesis fuzz test over mutated traces allows nothing
 else. The CLI turns each into exit status 2 and one line."""
 

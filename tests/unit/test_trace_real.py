@@ -1,4 +1,4 @@
-"""Every public trace set in ../shared/traces (issue #5 item 10): ranks, steps, event counts and
+"""Every public trace set in ../shared/traces: ranks, steps, event counts and
 per-op communication counts equal what a plain, independent scan of the raw JSON finds.
 
 The scan below uses only gzip + json and its own small op table -- none of profiler's code -- so
