@@ -33,7 +33,7 @@ steady within each 3-second run. A calibration run's traced samples are scaled t
 unprofiled steps (the overhead factor), so unprofiled steps that span --cal-seconds on each side make
 its level the drift's average, not a moment's; the passes do the same for the measured side. A
 calibration before every pass (--recalibrate) was tried so that each one shares its runs' moment: it
-did not predict better (bench/predict_history.md), since a calibration's own level moves as much as a
+did not predict better, since a calibration's own level moves as much as a
 launch's. The load average is printed.
 """
 

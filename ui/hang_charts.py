@@ -62,5 +62,5 @@ def rank_grid_chart(cells: pd.DataFrame, dim: str | None) -> alt.LayerChart:
     )
     outline = base.transform_filter("datum.suspect !== ''").mark_rect(fill=None, stroke="#e03131", strokeWidth=3)
     labels = base.mark_text(fontSize=10).encode(text=alt.Text("rank:Q"))
-    height = max(120, 28 * int(cells["node"].nunique()))
+    height = max(160, 40 * int(cells["node"].nunique()))
     return alt.layer(cells_layer, outline, labels).properties(height=height, title="Ranks by last completed collective")
