@@ -141,7 +141,7 @@ def measure(flags: list[str], steps: int, out: Path) -> list[float]:
 
 def steady_steps(run: Path) -> list[float]:
     """A run's steps after its first (its metrics.json, read bounded)."""
-    from profiler.formats.metrics import load_metrics
+    from runfiles.metrics import load_metrics
 
     return load_metrics(run)["step_time_s"][1:]
 

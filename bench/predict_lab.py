@@ -71,7 +71,7 @@ def commbench(out: Path, prefix: str) -> Path:
 def measure(flags: list[str], steps: int, out: Path, prefix: str) -> list[float]:
     """The untraced steady steps (after the first) of one `profiler run --lab` of the plan."""
     from profiler.analyzers.calibrate import _unprofiled
-    from profiler.formats.metrics import load_metrics
+    from runfiles.metrics import load_metrics
 
     run_module(
         "profiler", "run", *MODEL, *flags, "--lab", f"--lab-prefix={prefix}", f"--steps={steps + 3}",

@@ -15,8 +15,8 @@ import pandas as pd
 import streamlit as st
 
 from profiler.analyzers.hang import diagnose, load_dumps
-from profiler.formats.rundir import flight_dir, log_path
 from profiler.traces.errors import TraceError
+from runfiles.rundir import flight_dir, log_path
 from ui import hang_charts, trace_sets
 from ui.routing import ensure_navigation
 from ui.text import md

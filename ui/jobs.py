@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from profiler.formats.rundir import log_tail, now_iso, read_json, slug
-from profiler.formats.rundir import write_json_atomic as _write
+from runfiles.rundir import log_tail, now_iso, read_json, slug
+from runfiles.rundir import write_json_atomic as _write
 
 JOBS = ".jobs"
 GRACE_S = 5.0  # between SIGTERM and SIGKILL on cancel

@@ -14,7 +14,7 @@ from parallel.core.perf import PerfOptions
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Model, SpecError
 from parallel.core.validate import check
-from profiler.formats.rundir import load_json_object
+from runfiles.rundir import load_json_object
 from ui import long_context_data, memory_data, topology_data
 from ui.plan_params import plan_from_params
 from ui.theme import link_names, link_words

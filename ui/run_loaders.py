@@ -23,8 +23,8 @@ import pandas as pd
 import streamlit as st
 
 from profiler.analyzers.front import TraceAnalysis
-from profiler.formats.rundir import METRICS_JSON, read_json
 from profiler.traces.model import node_of_ranks
+from runfiles.rundir import METRICS_JSON, read_json
 from ui import run_data, whatif_data
 from ui.trace_sets import TraceSet
 

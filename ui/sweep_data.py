@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from profiler.formats.rundir import load_json_object
 from profiler.lab.sweep_model import compare, compute_rate, lab_cluster, prediction
+from runfiles.rundir import load_json_object
 
 SWEEP_JSON = "sweep.json"
 LAB_LINKS = {"intra": "inside a node (loopback)", "inter": "across nodes (shaped veth)"}

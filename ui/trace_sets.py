@@ -6,11 +6,11 @@ progress, by id. An id is what the `run` query parameter holds, so a copied URL 
     s = find_set("upload:ours-64")     # an uploaded set: upload:<name> under the uploads dir
 
 Where: runs under $PARASCOPE_RUNS (default ./runs), uploads under $PARASCOPE_UPLOADS (default
-./uploads). A run's state is profiler.formats.runs.read_run's (its run.json, written by `python -m profiler
+./uploads). A run's state is runfiles.runs.read_run's (its run.json, written by `python -m profiler
 run`), corrected by its job record (ui.jobs) when the dashboard started it: a process that is gone
 while run.json still says running (or never wrote one) is a failed run, or a cancelled one.
 
-Pure: stdlib, parallel/ and profiler.formats.runs (no streamlit, no torch).
+Pure: stdlib, parallel/ and runfiles.runs (no streamlit, no torch).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, MODELS, SpecError
-from profiler.formats.rundir import read_json
+from runfiles.rundir import read_json
 from ui import jobs as jobs_mod
 from ui.plan_params import DEFAULT_PARAMS, plan_to_params
 
@@ -38,7 +38,7 @@ STATUSES = (
 
 
 def runs_dir() -> Path:
-    from profiler.formats.rundir import runs_root
+    from runfiles.rundir import runs_root
 
     return runs_root()  # $PARASCOPE_RUNS or ./runs, as `python -m profiler run` has it
 
@@ -129,7 +129,7 @@ def _name_of(value) -> str | None:
 
 
 def _job_status(status: str | None, job: jobs_mod.Job | None) -> tuple[str, str | None]:
-    """(status, error) from the run directory's status (profiler.formats.runs) and the job's process."""
+    """(status, error) from the run directory's status (runfiles.runs) and the job's process."""
     if job is None:
         return status or "unknown", None
     running = jobs_mod.alive(job)
@@ -145,9 +145,9 @@ def _job_status(status: str | None, job: jobs_mod.Job | None) -> tuple[str, str 
 
 
 def read_run(path: Path, job: jobs_mod.Job | None = None) -> TraceSet | None:
-    """A run directory (profiler.formats.runs.read_run), or a job of ours still starting, as a TraceSet; None
+    """A run directory (runfiles.runs.read_run), or a job of ours still starting, as a TraceSet; None
     when it is neither."""
-    from profiler.formats.runs import read_run as read_run_dir
+    from runfiles.runs import read_run as read_run_dir
 
     info = read_run_dir(path)
     if info is None and job is None:

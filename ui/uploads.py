@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 
 from parallel.core.plan import Plan
 from parallel.core.specs import Model
-from profiler.formats.rundir import now_iso
+from runfiles.rundir import now_iso
 from ui.text import rank_span
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -100,7 +100,7 @@ def check_files(files: list[tuple[str, bytes]]) -> Checked:
     """Load each file alone (TraceError -> rejected with its message), then reject files that clash
     with the ones kept before them: a rank seen twice, a different world size (another job)."""
     from profiler import TraceError
-    from profiler.formats.lines import one_line
+    from runfiles.lines import one_line
 
     out = Checked()
     seen_names: set[str] = set()

@@ -113,7 +113,7 @@ def links_from_commbench(path: Path, unmeasured: list[str] | None = None) -> dic
     A link whose bandwidth the run could not fit (null: its times showed no size dependence, as a
     loopback run on shared cores can) is left out -- its name appended to `unmeasured` -- so the
     cluster's own link stays."""
-    from profiler.formats.rundir import load_json_object
+    from runfiles.rundir import load_json_object
 
     try:
         links = load_json_object(path, MAX_COMMBENCH_BYTES)["links"]

@@ -2,7 +2,7 @@
 
 One door for communication: the layers, the pipeline and the gradient reduction call only this
 module, and each call runs inside ``torch.profiler.record_function(comm_name(...))`` (the format of
-``profiler.formats.annotations``: dim, op, nccl-tests bytes, the group's global ranks, a per-group
+``runfiles.annotations``: dim, op, nccl-tests bytes, the group's global ranks, a per-group
 sequence number). Sequence numbers advance whether or not a profiler is on, so a trace that starts
 at step 5 still numbers collectives consistently across ranks; the name is only formatted while
 a profiler is recording, so the cost when it is off is one counter increment.
@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from parallel.engine import flight
-from profiler.formats.annotations import comm_name
+from runfiles.annotations import comm_name
 
 _profiling = torch._C._autograd._profiler_enabled
 

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from parallel.engine.injection import INJECT_ENV, Injection, parse_injection
-from profiler.formats import rundir
+from runfiles import rundir
 
 FR_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE"
 FR_BUFFER = 2000  # entries per rank: a few steps of a large plan's collectives

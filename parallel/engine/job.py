@@ -29,7 +29,7 @@ from parallel.engine.modelstate import held_bytes, predicted_bytes
 from parallel.engine.optim import AdamW
 from parallel.engine.pipeline import Pipeline, phase
 from parallel.engine.zero import ShardedReducer
-from profiler.formats.rundir import write_json_atomic
+from runfiles.rundir import write_json_atomic
 
 
 def _threads() -> None:

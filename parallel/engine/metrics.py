@@ -1,4 +1,4 @@
-"""The run's metrics.json object (its schema: profiler.formats.metrics), and the run's parameters
+"""The run's metrics.json object (its schema: runfiles.metrics), and the run's parameters
 gathered back to the serial model's full shapes."""
 
 from __future__ import annotations

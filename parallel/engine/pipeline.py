@@ -25,11 +25,11 @@ from contextlib import nullcontext
 import torch
 
 from parallel.engine.collectives import _profiling, exchange
-from profiler.formats.annotations import phase_name
+from runfiles.annotations import phase_name
 
 
 def phase(kind: str, *, mb: int | None = None, stage: int | None = None, chunk: int | None = None):
-    """A `ps.phase` profiler range (see profiler.formats.annotations); free when no profiler records."""
+    """A `ps.phase` profiler range (see runfiles.annotations); free when no profiler records."""
     if not _profiling():
         return nullcontext()
     return torch.profiler.record_function(phase_name(kind, mb=mb, stage=stage, chunk=chunk))

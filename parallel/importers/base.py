@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Model, SpecError
-from profiler.formats.lines import one_line
+from runfiles.lines import one_line
 
 
 class ImportFailed(SpecError):

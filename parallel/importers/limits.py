@@ -10,7 +10,7 @@ Pure: stdlib only.
 
 from __future__ import annotations
 
-from profiler.formats.lines import one_line
+from runfiles.lines import one_line
 
 MAX_INPUT_CHARS = 1 << 20  # one imported text: 1 Mi characters
 MAX_DEPTH = 64  # nested if / ( ) / { } / eval / sh -c / ${...} / $((...)), TOML arrays and tables

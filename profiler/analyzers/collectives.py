@@ -44,11 +44,11 @@ import pyarrow as pa
 from parallel.core.comm import bus_factor
 from profiler.analyzers.labels import P2P_OPS, DimLabeler, PlanLike, plan_of
 from profiler.analyzers.steps import step_of, step_windows
-from profiler.formats.annotations import parse_comm
 from profiler.traces.loader import map_rank_tasks
 from profiler.traces.model import COMM_ARG_FIELDS, Traces, rank_columns
 from profiler.traces.patterns import KINDS, OPS, RECORD_PARAM_COMMS, dtype_bytes, normalize_op
 from profiler.traces.store import PartStore
+from runfiles.annotations import parse_comm
 
 META_FIELDS = COMM_ARG_FIELDS
 INPUT_IS_SIZE = frozenset({"all_reduce", "broadcast", "reduce", "all_to_all", "send"})

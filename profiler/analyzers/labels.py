@@ -1,7 +1,7 @@
 """Which parallel dimension a collective serves (its bus bandwidth factor: parallel.core.comm.bus_factor).
 
 Precedence for `dim` (recorded in `dim_source`):
-  1. 'annotation'  our own ``ps.comm dim=..`` name (profiler.formats.annotations) -- the job said so;
+  1. 'annotation'  our own ``ps.comm dim=..`` name (runfiles.annotations) -- the job said so;
   2. 'plan'        the group's ranks equal one group of the plan's topology (send/recv: the two peers
                    lie inside one group). With plan.sp, a TP group collective stays 'tp' unless its
                    annotation says 'sp': on the wire SP and TP use the same group;

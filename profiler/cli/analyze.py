@@ -123,8 +123,8 @@ def plan_file(path: str, world_size: int | None = None) -> tuple[dict, Any]:
     (MAX_RUN_JSON_BYTES): a plan JSON (bare, or a run's / report's / uploaded set's {"plan": ...,
     "model": ...}), or a Megatron-LM launch script or torchtitan TOML (imported_plan: its DP follows
     `world_size`, the traces'); PlanMismatchError in one line when it cannot be used."""
-    from profiler.formats.rundir import MAX_RUN_JSON_BYTES
     from profiler.traces.errors import PlanMismatchError
+    from runfiles.rundir import MAX_RUN_JSON_BYTES
 
     if Path(path).exists() and not Path(path).is_file():  # a FIFO or a device would block the read
         raise PlanMismatchError(f"--plan {path}: not a regular file")

@@ -127,8 +127,8 @@ def fit_kernels(args) -> int:
 def _read_run_json(path: Path) -> dict:
     """A run's metrics.json or run.json, read bounded (rundir.load_json_object); one line naming it when
     it is too large, not JSON or not an object."""
-    from profiler.formats.rundir import load_json_object
     from profiler.traces.errors import PlanMismatchError
+    from runfiles.rundir import load_json_object
 
     try:
         return load_json_object(path)
@@ -235,8 +235,8 @@ def _model(value, source: Path | None = None):
     """A Model from a preset name, a model JSON file's path (its object, or its "model"), a Model, or
     a model's dict."""
     from parallel.core.specs import MODELS, Model, SpecError
-    from profiler.formats.rundir import load_json_object
     from profiler.traces.errors import PlanMismatchError
+    from runfiles.rundir import load_json_object
 
     where = f"the model in {source}" if source else "--model"
     if isinstance(value, Model):
@@ -269,7 +269,7 @@ def run_cluster(folder: Path, plan):
     import dataclasses
 
     from parallel.core.specs import CLUSTERS
-    from profiler.formats.rundir import load_json_object
+    from runfiles.rundir import load_json_object
 
     try:
         nodes = int(load_json_object(folder / "run.json").get("nodes") or 1)

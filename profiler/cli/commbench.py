@@ -45,8 +45,8 @@ from profiler.collect.launchers import (
     torchrun_root_cause,
 )
 from profiler.commbench.spec import CommbenchSpec, parse_commbench
-from profiler.formats.rundir import write_json_atomic
 from profiler.lab.settings import for_lab_flag
+from runfiles.rundir import write_json_atomic
 
 
 def make_launcher(spec: CommbenchSpec, tmp: Path, run_id: str, lab=None) -> AgentLauncher:

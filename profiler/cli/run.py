@@ -43,8 +43,8 @@ from profiler.collect.launchers import (
 )
 from profiler.collect.spec import RunSpec, local_ranks_error, parse_run
 from profiler.collect.supervisor import Supervisor, initial_record
-from profiler.formats import rundir
 from profiler.lab.settings import for_lab_flag
+from runfiles import rundir
 
 
 def _print_invalid(errors: list[str]) -> None:

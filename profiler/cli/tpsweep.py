@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parallel.cli.dispatch import prog_name
-from profiler.formats import rundir
+from runfiles import rundir
 
 ROOT = Path(__file__).resolve().parents[2]  # the project: profiler/cli/ is two below it
 SHAPE = {"model": "tiny", "layers": 2, "hidden": 256, "heads": 8, "seq_len": 1024, "vocab": 512}

@@ -1,6 +1,6 @@
 """Real data on a fresh install: a small profile run made by the project's own profiler.
 
-    path = ensure_demo_run(runs_dir)     # returns at once; poll profiler.formats.runs.read_run(path) for progress
+    path = ensure_demo_run(runs_dir)     # returns at once; poll runfiles.runs.read_run(path) for progress
 
 The first call starts `python -m profiler run` (DEMO_FLAGS: an 8-rank DP2×TP2×PP2+SP job of the
 `tiny` model, 4 steps, the last two recorded; ~10 s on 2 cores) in the background, in a session
@@ -22,8 +22,8 @@ import sys
 import threading
 from pathlib import Path
 
-from profiler.formats.rundir import runs_root
-from profiler.formats.runs import read_run
+from runfiles.rundir import runs_root
+from runfiles.runs import read_run
 
 DEMO_NAME = "demo"
 DEMO_FLAGS = (

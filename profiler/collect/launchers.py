@@ -112,7 +112,7 @@ def local_outcome(path: Path):
     """Outcome reader for a local agent: its outcome file."""
 
     def read(log_text: str, codes: list[int]) -> Outcome | None:
-        from profiler.formats.rundir import read_json
+        from runfiles.rundir import read_json
 
         data = read_json(path)
         if data is None:

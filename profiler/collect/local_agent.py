@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     ctx = module.prepare(args)
 
     from parallel.engine.launch import RankFailure, run_local
-    from profiler.formats.rundir import write_json_atomic
+    from runfiles.rundir import write_json_atomic
 
     _stop_on_sigterm()
     sys.stdout.flush()

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from profiler.collect.launchers import JobStopped, Outcome
 from profiler.collect.spec import RunSpec
-from profiler.formats import rundir
+from runfiles import rundir
 
 # Errors a rank gets because a *peer* failed (as parallel.engine.launch): never the root cause when another exists.
 PEER_FAILURE = re.compile(

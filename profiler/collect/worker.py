@@ -6,7 +6,7 @@ under torchrun each rank is started as
 
     python -m profiler.collect.worker FLAGS --out DIR        # FLAGS: those of `profiler run`
 
-What a rank writes (see profiler/formats/rundir.py for the layout), each file by this rank alone:
+What a rank writes (see runfiles/rundir.py for the layout), each file by this rank alone:
 - logs/rank{r}.log: its stdout and stderr (file descriptors 1 and 2 point there from the start);
 - status/rank{r}.json: pid, host, node (lab runs: lab_node, namespace), local rank, steps done, state (starting | running | done |
   failed | stopped) and, on failure, the error -- what the supervisor turns into run.json;
@@ -41,7 +41,7 @@ from parallel.engine import flight
 from parallel.engine.api import run_rank, torchrun_env
 from profiler.collect.launchers import worker_args
 from profiler.collect.spec import RunSpec, parse_run
-from profiler.formats import rundir
+from runfiles import rundir
 
 GZIP_LEVEL = 6  # torch uses 9: on these traces 3x the time (190 vs 56 ms for 4.4 MB) for 9% smaller files
 

@@ -29,7 +29,7 @@ from parallel.engine.api import torchrun_env
 from profiler.collect.launchers import worker_args
 from profiler.commbench import fit
 from profiler.commbench.spec import CommbenchSpec, parse_commbench
-from profiler.formats.rundir import now_iso, write_json_atomic
+from runfiles.rundir import now_iso, write_json_atomic
 
 
 def groups_to_measure(world: int, nproc_per_node: int, sizes: list[int]) -> list[tuple[str, tuple[int, ...]]]:

@@ -45,7 +45,7 @@ from parallel.core.perf import flops_per_step
 from parallel.core.plan import Plan
 from parallel.core.scaling import tp_scaling
 from parallel.core.specs import Cluster, Link, Model
-from profiler.formats.metrics import load_metrics
+from runfiles.metrics import load_metrics
 
 TP_DIMS = ("tp", "sp")
 COMPARE_COLUMNS = (

@@ -9,7 +9,7 @@ Pure: stdlib only.
 
 from __future__ import annotations
 
-from profiler.formats.lines import one_line
+from runfiles.lines import one_line
 
 
 class TraceError(ValueError):

@@ -9,7 +9,7 @@ result as the `kind` and `op` columns; analyzers only read those columns. Kinds:
     gpu_annotation  gpu_user_annotation (a CPU range mirrored on the GPU timeline)
     runtime      CUDA/HIP runtime or driver call on a CPU thread (cudaLaunchKernel, ...)
     cpu_comm     CPU side of a collective: record_param_comms, c10d::*, nccl:*, gloo:*, symm_mem::*
-    ps_comm      our collective annotation (profiler.formats.annotations: ``ps.comm dim=.. op=..``)
+    ps_comm      our collective annotation (runfiles.annotations: ``ps.comm dim=.. op=..``)
     ps_phase     our phase annotation (``ps.phase kind=fwd mb=..``)
     step         ``ProfilerStep#N``
     cpu_op       any other CPU operator        annotation  any other user annotation
@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from profiler.formats.annotations import COMM_PREFIX, PHASE_PREFIX, parse_comm
+from runfiles.annotations import COMM_PREFIX, PHASE_PREFIX, parse_comm
 
 OPS = (
     "all_reduce",

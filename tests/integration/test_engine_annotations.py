@@ -2,7 +2,7 @@
 
 One TP2+SP × CP2 × PP2 job (8 ranks, every dimension) runs each rank under torch.profiler the way
 the profiler does (`run_rank(..., on_step=lambda *_: prof.step())`), and the labels are read
-back with profiler.formats.annotations: each parses; the members of a group issue the same collectives
+back with runfiles.annotations: each parses; the members of a group issue the same collectives
 (op, bytes) with the same sequence numbers; each send meets its receive; phases cover every
 microbatch of every step.
 """
@@ -14,7 +14,7 @@ from collections import defaultdict
 
 import pytest
 
-from profiler.formats.annotations import parse_comm, parse_phase
+from runfiles.annotations import parse_comm, parse_phase
 from tests.conftest import ROOT
 
 RUNNER = r"""

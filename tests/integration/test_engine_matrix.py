@@ -42,7 +42,7 @@ from parallel.core.specs import CLUSTERS, MODELS
 from parallel.core.validate import check
 from parallel.engine.api import engine_errors
 from parallel.engine.metrics import full_state_dict, load_shards
-from profiler.formats.metrics import load_metrics
+from runfiles.metrics import load_metrics
 from tests.conftest import ROOT
 
 STEPS, GLOBAL_BATCH, LR = 3, 8, 1e-3

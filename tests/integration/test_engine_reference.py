@@ -17,7 +17,7 @@ from parallel.core.specs import MODELS
 from parallel.engine import data
 from parallel.engine.gpt import full_shapes, init_tensor
 from parallel.engine.metrics import full_state_dict
-from profiler.formats.metrics import load_metrics
+from runfiles.metrics import load_metrics
 from tests.integration.test_engine_matrix import GLOBAL_BATCH, LR, STEPS, train_cli
 
 

@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from profiler.collect.launchers import processes_with_env
-from profiler.formats.metrics import load_metrics
+from runfiles.metrics import load_metrics
 from tests.conftest import ROOT
 from tests.support.ports import free_port
 

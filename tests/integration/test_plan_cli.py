@@ -136,7 +136,7 @@ PURE = [
     "parallel.core.report",
     "parallel.cli.args",
     "parallel.cli.plan",
-    "profiler.formats.annotations",
+    "runfiles.annotations",
 ]
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from profiler.collect.spec import parse_run
-from profiler.formats import rundir
+from runfiles import rundir
 from tests.conftest import ROOT
 
 

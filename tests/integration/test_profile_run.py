@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from parallel.core.plan import Plan
-from profiler.formats.annotations import parse_comm, parse_phase
 from profiler.traces import intervals as iv
+from runfiles.annotations import parse_comm, parse_phase
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow

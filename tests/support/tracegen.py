@@ -5,7 +5,7 @@ DIR/traces/rank{r}_trace.json.gz -- from a real torch.profiler run of real torch
 collectives on gloo over 127.0.0.1: per step, each microbatch does a little compute, TP collectives
 (all_reduce; with SP all_gather + reduce_scatter labelled 'sp'), PP send/recv between stages, and
 the step ends with a DP all_reduce of the gradients; every collective runs inside
-`record_function(profiler.formats.annotations.comm_name(...))` and phases inside `phase_name(...)`.
+`record_function(runfiles.annotations.comm_name(...))` and phases inside `phase_name(...)`.
 
     python tests/support/tracegen.py OUT_DIR --dp 2 --tp 2 --pp 2 [--sp] [--steps 2] [--late-rank R]
 
@@ -33,7 +33,7 @@ def _worker(rank: int, cfg: dict) -> None:
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
     from parallel.core.topology import Topology
-    from profiler.formats.annotations import comm_name, phase_name
+    from runfiles.annotations import comm_name, phase_name
 
     torch.set_num_threads(1)
     world = cfg["dp"] * cfg["tp"] * cfg["pp"]

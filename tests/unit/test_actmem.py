@@ -10,7 +10,7 @@ shrink exactly the tensors it shards, by exactly tp: the LayerNorm inputs and re
 import pytest
 
 from parallel.core.memory import COMPONENT_GROUP
-from profiler.formats.metrics import load_metrics
+from runfiles.metrics import load_metrics
 from tests.integration.test_engine_matrix import train_cli
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ("parallel", "profiler", "ui", "pages", "parascope")
+SHIPPED = ("runfiles", "parallel", "profiler", "ui", "pages", "parascope")
 PURE_BANS = ("torch", "streamlit", "sqlalchemy", "altair")
 
 
@@ -27,7 +27,7 @@ class Rule:
 # One rule per folder (the longest matching prefix wins). Ranks run bottom-up.
 RULES = {
     "parallel.core": Rule(0, PURE_BANS, pure=True),  # the plan model
-    "profiler.formats": Rule(0, PURE_BANS, pure=True),  # run directory, metrics.json, ps.comm names
+    "runfiles": Rule(0, PURE_BANS, pure=True),  # what engine and profiler share: run directory, ps.comm names
     "parallel.search": Rule(1, PURE_BANS, pure=True),
     "parallel.importers": Rule(1, PURE_BANS, pure=True),
     "parallel.review": Rule(1, PURE_BANS, pure=True),
@@ -176,9 +176,7 @@ def test_no_import_cycle():
     assert not cycles, f"import cycles: {cycles}"
 
 
-@pytest.mark.parametrize(
-    "bad, good", [("profiler.cli.run", "profiler.formats.rundir"), ("ui.loaders", "parallel.core.memory")]
-)
+@pytest.mark.parametrize("bad, good", [("profiler.cli.run", "runfiles.rundir"), ("ui.loaders", "parallel.core.memory")])
 def test_the_rule_itself_catches_an_upward_import(bad, good):
     """The checker is not vacuous: an import from a lower layer to a higher one is flagged by rank."""
     assert rule_of(bad)[1].rank > rule_of(good)[1].rank
@@ -213,3 +211,15 @@ def test_public_functions_of_pure_folders_are_typed():
                 if missing := _unannotated(fn):
                     problems.append(f"{path.relative_to(ROOT)}:{fn.lineno} {owner}{fn.name}: {', '.join(missing)}")
     assert not problems, "\n".join(problems)
+
+
+def test_parallel_imports_nothing_from_profiler():
+    """The engine and the plan model stand below the profiler: what both read and write is runfiles'."""
+    bad = [
+        f"{MODULES[m].relative_to(ROOT)}:{line}: {name}"
+        for m in MODULES
+        if m.startswith("parallel")
+        for line, name in GRAPH[m]
+        if name.split(".")[0] == "profiler"
+    ]
+    assert not bad, "\n".join(bad)

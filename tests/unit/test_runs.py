@@ -1,4 +1,4 @@
-"""profiler.formats.runs (the pages' run-directory reader, pure) and profiler.collect.demo (the first-start demo run).
+"""runfiles.runs (the pages' run-directory reader, pure) and profiler.collect.demo (the first-start demo run).
 
 The reader must take whatever a run directory looks like at any moment of its life -- just claimed,
 running, failed, abandoned by a killed supervisor, or a bare folder of traces -- and never raise.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.formats.runs import list_runs, read_run
+from runfiles.runs import list_runs, read_run
 from tests.conftest import ROOT
 
 
@@ -100,7 +100,7 @@ def test_traces_without_run_json_and_listing(tmp_path):
 def test_the_reader_and_the_supervisors_import_no_torch():
     """What the pages import, and the processes that only watch ranks (run, commbench), stay pure."""
     modules = (
-        "profiler.formats.runs, profiler.collect.demo, profiler.formats.rundir, profiler.cli.run, profiler.collect.supervisor, "
+        "runfiles.runs, profiler.collect.demo, runfiles.rundir, profiler.cli.run, profiler.collect.supervisor, "
         "profiler.collect.launchers, profiler.cli.commbench, profiler.commbench.fit"
     )
     code = f"import sys, {modules}; assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)"

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profiler.formats.rundir import METRICS_JSON, load_json_object
+from runfiles.rundir import METRICS_JSON, load_json_object
 
 
 def load_metrics(run_dir: str | Path) -> dict:

@@ -21,7 +21,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profiler.formats.rundir import RUN_JSON, read_json, runs_root
+from runfiles.rundir import RUN_JSON, read_json, runs_root
 
 STATUSES = ("starting", "running", "completed", "failed", "unknown")
 
