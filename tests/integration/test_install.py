@@ -5,6 +5,7 @@ checkout's installed dependencies through a .pth line, so nothing is downloaded.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -26,12 +27,17 @@ pytestmark = pytest.mark.slow
 def venv(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("install")
     wheels = tmp / "wheels"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(ROOT)],
-        check=True,
-        cwd=tmp,
-        capture_output=True,
-    )
+    # one build at a time: setuptools builds in the source tree's build/, and test workers share it
+    (ROOT / ".cache").mkdir(exist_ok=True)
+    with open(ROOT / ".cache" / "wheel-build.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels)]
+            + [str(ROOT)],
+            check=True,
+            cwd=tmp,
+            capture_output=True,
+        )
     env = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
     py = env / "bin" / "python"
