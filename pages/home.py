@@ -4,9 +4,9 @@ links into the pages that read it. A fresh install starts a small real demo run.
 
 import streamlit as st
 
+from profiler.analyzers.summaries import metrics_summary
 from ui import calibration_data, calibration_views, demo, jobs, run_loaders, run_status, selection, trace_sets
 from ui.routing import ensure_navigation
-from ui.run_data import metrics_summary
 from ui.text import md
 from ui.trace_sets import TraceSet
 

@@ -4,9 +4,9 @@ smallest plan that fits at each length, and this project's measured runs on the 
 
 import streamlit as st
 
+from parallel.core.long_context import CP_DEGREES, SP_VS_CP
 from parallel.core.specs import GiB
 from ui import loaders, long_context_charts, trace_sets
-from ui.long_context_data import CP_DEGREES, SP_VS_CP
 from ui.plan_form import PlanChoice, plan_form
 from ui.routing import ensure_navigation
 

@@ -4,9 +4,9 @@ its ranks, the arrival skew and stragglers, the per-rank breakdown, and download
 
 import streamlit as st
 
+from profiler.analyzers.summaries import ALL, HEAT_VALUES, slowest_ranks
 from ui import run_loaders, run_status, selection, timeline_charts, whatif_views
 from ui.routing import ensure_navigation
-from ui.run_data import ALL, HEAT_VALUES, slowest_ranks
 from ui.text import md
 from ui.trace_sets import TraceSet
 

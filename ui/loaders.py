@@ -8,14 +8,16 @@ from pathlib import Path
 
 import streamlit as st
 
+from parallel.core import long_context as long_context_data
+from parallel.core import memory_views as memory_data
 from parallel.core import scaling
+from parallel.core import topology_views as topology_data
 from parallel.core.memory import ActivationOptions, activation_bytes_per_layer
 from parallel.core.perf import PerfOptions
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Model, SpecError
 from parallel.core.validate import check
 from runfiles.rundir import load_json_object
-from ui import long_context_data, memory_data, topology_data
 from ui.plan_params import plan_from_params
 from ui.theme import link_names, link_words
 

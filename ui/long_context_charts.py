@@ -1,4 +1,4 @@
-"""Altair charts of the Long-context page (frames of ui.long_context_data in, charts out): activation
+"""Altair charts of the Long-context page (frames of parallel.core.long_context in, charts out): activation
 memory and communication per layer against sequence length on log axes, one line per variant.
 
 Pure: altair, pandas.

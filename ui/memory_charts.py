@@ -1,4 +1,4 @@
-"""Altair chart builders for the Activation-memory page (frames of ui.memory_data in, charts out).
+"""Altair chart builders for the Activation-memory page (frames of parallel.core.memory_views in, charts out).
 
 Stacked bars: one segment per component of parallel.core.memory, coloured by the paper's group
 (attention / MLP / LayerNorm-dropout-residual), without SP beside with SP. Pure: altair, pandas.
@@ -9,8 +9,16 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from parallel.core.memory_views import (
+    GROUPS,
+    MODEL_STATE_KINDS,
+    SP_LABEL,
+    STATE_KINDS,
+    capacity_drawn,
+    stage_unit,
+    with_units,
+)
 from parallel.core.plan import RECOMPUTE
-from ui.memory_data import GROUPS, MODEL_STATE_KINDS, SP_LABEL, STATE_KINDS, capacity_drawn, stage_unit, with_units
 from ui.theme import GROUP_COLORS, MEMORY_COLORS, scale
 
 _SP_ORDER = [SP_LABEL[False], SP_LABEL[True]]

@@ -21,6 +21,7 @@ import streamlit as st
 from parallel.core.plan import CP_KINDS, RECOMPUTE, Plan
 from parallel.core.specs import CLUSTERS, MODELS, Cluster, Model, SpecError
 from parallel.core.topology import ORDERS
+from parallel.core.topology_views import same_order
 from ui import loaders
 from ui.plan_params import (
     DEFAULT_PARAMS,
@@ -32,7 +33,6 @@ from ui.plan_params import (
     usable_params,
 )
 from ui.text import md
-from ui.topology_data import same_order
 
 _PREFIX = "plan."
 _WRITTEN = "_plan_params_written"  # the plan params this session last put in the URL

@@ -22,10 +22,11 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from profiler.analyzers import summaries as run_data
+from profiler.analyzers import whatif_tables as whatif_data
 from profiler.analyzers.front import TraceAnalysis
 from profiler.traces.model import node_of_ranks
 from runfiles.rundir import METRICS_JSON, read_json
-from ui import run_data, whatif_data
 from ui.trace_sets import TraceSet
 
 MAX_GANTT_RANKS = 64  # ranks drawn at once; larger sets pick a range

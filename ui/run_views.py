@@ -6,7 +6,7 @@
                                        # commbench results) for busbw_chart's `measured`
 
 Each draws nothing unless a set is named, and says why when it cannot draw (no traces yet, a plan
-of another size, no metrics.json). Widgets -> cached loaders -> ui.run_data -> chart builders.
+of another size, no metrics.json). Widgets -> cached loaders -> profiler.analyzers.summaries -> chart builders.
 """
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ import json
 import pandas as pd
 import streamlit as st
 
+from parallel.core.memory_views import MetricsError, bytes_text, measured_vs_predicted, model_state_vs_predicted
 from parallel.core.specs import MODELS
-from ui import memory_charts, run_data, run_loaders, topology_charts, trace_sets
-from ui.memory_data import MetricsError, bytes_text, measured_vs_predicted, model_state_vs_predicted
+from parallel.core.topology_views import with_rank_values
+from profiler.analyzers import summaries as run_data
+from profiler.analyzers.summaries import RANK_VALUES, metrics_summary
+from ui import memory_charts, run_loaders, topology_charts, trace_sets
 from ui.plan_form import PlanChoice
-from ui.run_data import RANK_VALUES, metrics_summary
 from ui.selection import KEY, PAGES
 from ui.text import md
-from ui.topology_data import with_rank_values
 from ui.trace_sets import TraceSet
 
 

@@ -5,7 +5,7 @@ shaded band. `layer_time_chart` and `busbw_chart` take an optional `measured` fr
 sp (bool), link ('intra'/'inter' or the legend's words), and `seconds` (TP communication per layer)
 and/or `busbw_bytes_per_s` — from commbench results or TP-group collectives of uploaded traces,
 drawn as black diamonds over the prediction. `sweep_chart` draws a lab TP sweep against the
-prediction for the lab's own links (ui/sweep_data.py). Pure: altair, pandas.
+prediction for the lab's own links (profiler/lab/sweep_views.py). Pure: altair, pandas.
 """
 
 from __future__ import annotations
@@ -280,7 +280,7 @@ CALIBRATED_COLOR = "#4c6ef5"
 
 
 def sweep_chart(frame: pd.DataFrame, gpus_per_node: int) -> alt.FacetChart:
-    """The lab's TP sweep (ui.sweep_data.chart_frame): per metric (rows) and SP variant (columns), the
+    """The lab's TP sweep (profiler.lab.sweep_views.chart_frame): per metric (rows) and SP variant (columns), the
     plan model's prediction for the lab's fitted links (grey line, dots coloured by link), the
     measured points (black diamonds; TP comm with a p25–p75 bar) labelled with their error, and on
     the TP-comm and step-time rows the calibrated model (blue dashed line, squares) when the sweep has one."""

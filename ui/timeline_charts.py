@@ -1,4 +1,4 @@
-"""Altair chart builders for the Collective timeline page (frames of ui.run_data in).
+"""Altair chart builders for the Collective timeline page (frames of profiler.analyzers.summaries in).
 
     gantt_overview_chart(frame, window=(a, b))   # every rank, coarse; drag to brush a time window
     gantt_detail_chart(frame, window=(a, b))     # the window in detail; click a collective to highlight
@@ -15,7 +15,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from ui.run_data import PARTS
+from profiler.analyzers.summaries import PARTS
 from ui.theme import ACTIVITY_COLORS, scale
 
 PATH_COLOR = "#d6336c"  # the critical path: a colour no activity uses
@@ -80,7 +80,7 @@ def overview_classes(frame: pd.DataFrame) -> list[str]:
 
 def critical_path_layers(path: pd.DataFrame, links: pd.DataFrame, span: tuple[float, float], n: int) -> list[alt.Chart]:
     """The cross-rank critical path over a Gantt: a dark rule along each segment on its rank's row
-    (ui.whatif_data.path_frame) and a vertical hop where the path changes rank (path_links)."""
+    (profiler.analyzers.whatif_tables.path_frame) and a vertical hop where the path changes rank (path_links)."""
     seg = (
         alt.Chart(path)
         .mark_rule(color=PATH_COLOR, strokeWidth=3, opacity=0.9)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import streamlit as st
 
 from parallel.core.comm import DIMS
-from ui import run_loaders, whatif_charts, whatif_data
-from ui.run_data import ALL
+from profiler.analyzers import whatif_tables as whatif_data
+from profiler.analyzers.summaries import ALL
+from ui import run_loaders, whatif_charts
 
 MEDIAN = "median of its peers"
 

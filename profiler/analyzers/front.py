@@ -192,6 +192,22 @@ class TraceAnalysis:
     def export_collectives(self, path: str | Path) -> Path:
         return export_collectives(self.collectives, path)
 
+    def page_tables(self) -> dict:
+        """What the dashboard's run pages show, as plain records: rank_step_heat (every rank x step: step
+        ms, exposed ms, arrival lateness), skew (per dim and op over all steps: count, median / p95 / max
+        arrival skew ms) and tp_measured (TP-group collectives by group size, SP and link: the TP-scaling
+        overlay's measured cost)."""
+        from profiler.analyzers import summaries
+        from profiler.traces.model import node_of_ranks
+
+        steps = summaries.instance_steps(self.collectives)
+        heat = summaries.rank_step_heat(self.breakdown, self.per_rank_wait, steps)
+        skew = summaries.skew_table(self.instances, steps, summaries.ALL)
+        tp = summaries.tp_measured(self.collectives, node_of_ranks(self.traces.run, self.traces.hosts()))
+        return {
+            name: _records(frame) for name, frame in (("rank_step_heat", heat), ("skew", skew), ("tp_measured", tp))
+        }
+
     def summary(self, top: int = 20) -> dict:
         """The `profiler analyze --json` object: world_size, ranks, steps, collectives (per op and
         dim: count, bytes, time_us), per_rank (compute/comm/exposed/idle us over steps), stragglers."""
@@ -207,7 +223,9 @@ class TraceAnalysis:
         )
         bd = self.breakdown.groupby("rank", sort=True)[["compute_ns", "comm_ns", "exposed_comm_ns", "idle_ns"]].sum()
         slow = self.stragglers(top=top)
+        views = self.page_tables()
         return {
+            **views,
             "world_size": traces.world_size,
             "ranks": traces.rank_ids,
             "steps": traces.steps,
@@ -242,3 +260,11 @@ class TraceAnalysis:
                 for r in slow.itertuples()
             ],
         }
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    """A frame as JSON-ready records: numpy scalars as Python numbers, NaN as None."""
+    clean = frame.astype(object).where(frame.notna(), None)
+    return [
+        {str(k): (v.item() if hasattr(v, "item") else v) for k, v in row.items()} for row in clean.to_dict("records")
+    ]

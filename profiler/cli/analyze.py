@@ -9,6 +9,9 @@ With --json, one object (a contract other tools read):
         communication kernels on GPU ranks (one per launch), of CPU collectives on CPU-only ranks
     per_rank [{rank, compute_us, comm_us, exposed_comm_us, idle_us}]   summed over steps
     stragglers [{op, dim, seq, late_rank, skew_us}]   the largest arrival skews (--top)
+    rank_step_heat [{rank, step, step_ms, exposed_ms, late_ms, ...}]   every rank x step (the timeline's heat map)
+    skew [{dim, op, instances, median / p95 / max skew ms, most often late, times late}]   all steps
+    tp_measured [{tp, sp, link, op, n, bytes, busbw_gbps, busbw_bytes_per_s}]   TP-group collectives
 
 PATH is a run directory, a folder, trace files, or a .zip/.tar.gz. --plan takes a Plan JSON (or a
 run.json holding one), a Megatron-LM launch script or a torchtitan TOML (its data parallelism from the

@@ -304,8 +304,8 @@ def _sweep(points) -> dict:
 
 
 def test_sweep_view_compares_and_names_failed_runs(tmp_path):
+    from profiler.lab import sweep_views as sweep_data
     from profiler.lab.sweep_model import compare, predict_point
-    from ui import sweep_data
 
     done = {
         "tp": 2,

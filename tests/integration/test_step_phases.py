@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from profiler import TraceAnalysis, TraceError
+from profiler.analyzers import summaries as run_data
 from profiler.collect.demo import DEMO_FLAGS
 from tests.conftest import run_module
-from ui import run_data
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,12 @@ import sys
 import pytest
 
 from parallel.core import memory
+from parallel.core.long_context import LENGTHS
 from parallel.core.memory import ActivationOptions
 from parallel.core.plan import Plan
 from parallel.core.specs import MODELS
 from tests.conftest import ROOT
 from tests.support.apptest import page_test, vega_charts
-from ui.long_context_data import LENGTHS
 
 L70 = {"model": "llama3-70b", "cluster": "dgx-h100", "nodes": "8", "dp": "1", "tp": "8", "pp": "1", "gb": "1"}
 

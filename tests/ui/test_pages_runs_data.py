@@ -1,4 +1,4 @@
-"""The run pages' data and charts without Streamlit: ui.run_data on hand-made analyzer frames (exact
+"""The run pages' data and charts without Streamlit: profiler.analyzers.summaries on hand-made analyzer frames (exact
 numbers), ui.timeline_charts specs via chart.to_dict(), and the purity of the run modules."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from profiler.analyzers import summaries as run_data
 from tests.support.apptest import ROOT
-from ui import run_data, timeline_charts
+from ui import timeline_charts
 
 MS = 1_000_000
 
@@ -264,7 +265,7 @@ def test_timeline_chart_specs():
 
 
 def test_run_modules_import_neither_streamlit_nor_torch():
-    pure = ["ui.jobs", "ui.trace_sets", "ui.uploads", "ui.run_data", "ui.timeline_charts", "ui.demo"]
+    pure = ["ui.jobs", "ui.trace_sets", "ui.uploads", "profiler.analyzers.summaries", "ui.timeline_charts", "ui.demo"]
     code = (
         "import sys\n"
         + "".join(f"import {m}\n" for m in pure)

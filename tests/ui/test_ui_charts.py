@@ -11,12 +11,14 @@ import sys
 import pandas as pd
 import pytest
 
+from parallel.core import memory_views as memory_data
+from parallel.core import topology_views as topology_data
 from parallel.core.memory import ActivationOptions, activation_bytes_per_stage
 from parallel.core.plan import Plan
 from parallel.core.scaling import tp_scaling
 from parallel.core.specs import CLUSTERS, MODELS
 from parallel.core.topology import Topology
-from ui import memory_charts, memory_data, scaling_charts, topology_charts, topology_data
+from ui import memory_charts, scaling_charts, topology_charts
 
 GPT175, H100 = MODELS["gpt3-175b"], CLUSTERS["dgx-h100"]
 PLAN = Plan(dp=8, tp=8, pp=8, sp=True, global_batch=1536)
@@ -255,8 +257,8 @@ def test_moved_ranks_between_orders():
 PURE = [
     "parallel.core.scaling",
     "ui.plan_params",
-    "ui.topology_data",
-    "ui.memory_data",
+    "parallel.core.topology_views",
+    "parallel.core.memory_views",
     "ui.topology_charts",
     "ui.memory_charts",
     "ui.scaling_charts",
@@ -277,7 +279,7 @@ def test_pure_modules_import_neither_streamlit_nor_torch():
 
 def test_node_overview_names_a_one_gpu_node_by_its_rank():
     """a node of one GPU read "ranks 3–3"."""
-    from ui.topology_data import node_overview
+    from parallel.core.topology_views import node_overview
 
     one = node_overview(Topology(dp=4, pp=1, cp=1, tp=1, gpus_per_node=1), "dp")
     assert list(one["ranks"]) == ["0", "1", "2", "3"]

@@ -331,3 +331,21 @@ def test_whole_world_collectives_without_evidence_are_world_not_a_dimension(tmp_
     assert set(serving["dim"]) == {"world"}  # training or serving: the group says which ranks, not why
     planned = collectives(_gloo_job(tmp_path / "plan"), {"dp": 1, "tp": 2, "global_batch": 1})
     assert set(planned["dim"]) == {"tp"} and set(planned["dim_source"]) == {"plan"}
+
+
+def test_analyze_json_carries_what_the_run_pages_show(pair):
+    """The per-rank-per-step heat, the skew table and the measured TP cost are the front's, not the UI's:
+    `profiler analyze --json` holds them as records."""
+    from profiler.analyzers.front import TraceAnalysis
+
+    summary = TraceAnalysis(pair).summary()
+    heat = summary["rank_step_heat"]
+    assert {(h["rank"], h["step"]) for h in heat} == {(0, 1), (1, 1)}  # every rank x step
+    late = {h["rank"]: h["late_ms"] for h in heat}
+    assert late[1] == pytest.approx(0.05) and late[0] == pytest.approx(0.0)  # rank 1 arrives 50 us late
+    (skew,) = summary["skew"]
+    assert (skew["dim"], skew["op"], skew["instances"]) == ("tp", "all_reduce", 1)
+    assert skew["max skew ms"] == pytest.approx(0.05)
+    (tp,) = summary["tp_measured"]
+    assert (tp["tp"], tp["op"]) == (2, "all_reduce") and tp["busbw_bytes_per_s"] > 0
+    json.dumps(summary)  # plain JSON throughout

@@ -223,3 +223,27 @@ def test_parallel_imports_nothing_from_profiler():
         if name.split(".")[0] == "profiler"
     ]
     assert not bad, "\n".join(bad)
+
+
+# ui/ modules that use neither Streamlit nor Altair: the dashboard's state and plumbing, no analysis
+# (what a page computes about a trace set or a plan lives in profiler.analyzers or parallel.core)
+UI_PLUMBING = {
+    "ui": "the package",
+    "ui.plan_params": "a plan and a review <-> URL query parameters",
+    "ui.trace_sets": "the runs and uploaded sets on disk, by id",
+    "ui.uploads": "checking and storing an upload (the loader checks each file)",
+    "ui.jobs": "the dashboard's background job records",
+    "ui.calibration_data": "the calibration file of the runs folder and which sets it uses",
+    "ui.text": "Markdown escaping",
+    "ui.demo": "starting the demo run",
+}
+
+
+def test_ui_modules_without_streamlit_or_altair_are_plumbing_only():
+    def uses_ui_library(m):
+        return any(name.split(".")[0] in ("streamlit", "altair") for _, name in GRAPH[m])
+
+    pure_ui = {m for m in MODULES if m == "ui" or m.startswith("ui.")} - {m for m in MODULES if uses_ui_library(m)}
+    assert pure_ui <= set(UI_PLUMBING), (
+        f"analysis belongs in profiler.analyzers or parallel.core: {pure_ui - set(UI_PLUMBING)}"
+    )

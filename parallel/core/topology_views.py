@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 
 from parallel.core.topology import DIMS, Topology, parse_order
-from ui.theme import link_names
+
+# the legends' words for the plan model's 'intra' / 'inter' when a caller names no cluster's (a GPU cluster's)
+DEFAULT_LINK_NAMES = {"intra": "NVLink (intra-node)", "inter": "InfiniBand (inter-node)"}
 
 MAX_GPU_CELLS = 1024  # per-GPU cells sent to the browser at most
 OVERVIEW_PER_ROW = 64  # nodes per row of the node overview
@@ -76,7 +78,7 @@ def gpu_cells(
     df["group"] = gid[ranks]
     labels = {g: _ranks_label(groups[g]) for g in np.unique(df["group"])}
     df["group_ranks"] = df["group"].map(labels).astype("category")  # categorical: sent once per group
-    intra, inter = (names or link_names()).values()
+    intra, inter = (names or DEFAULT_LINK_NAMES).values()
     df["group_link"] = pd.Categorical(np.where(crosses[df["group"]], inter, intra), categories=[intra, inter])
     df["moved"] = (coords != other_coords).any(axis=1)
     for i, d in enumerate(DIMS):
@@ -112,7 +114,7 @@ def group_paths(
             }
         )
     node_of = groups // gpn
-    intra, inter = (names or link_names()).values()
+    intra, inter = (names or DEFAULT_LINK_NAMES).values()
     link = np.where(node_of.min(axis=1) != node_of.max(axis=1), inter, intra)
     inside = (groups >= lo) & (groups < hi)
     keep = inside.sum(axis=1) >= 2
