@@ -62,6 +62,8 @@ def _all_ranks(key: tuple, n_ranks: int) -> None:
 
 
 def timeline_page(s: TraceSet) -> None:
+    """The page in its sections: the pickers, the headline numbers, the overview and detail Gantts,
+    where each rank's time goes, the critical path and what-if, and the downloads."""
     from profiler import TraceError
 
     key = run_loaders.set_key(s)
@@ -72,6 +74,24 @@ def timeline_page(s: TraceSet) -> None:
         return
     if a is None:  # the user cancelled the first load
         return
+    step, first, highlight, tables = _pickers(key, a)
+    ranks = a.traces.rank_ids
+    _headline(a, tables["summary"])
+    if len(ranks) > run_loaders.MAX_GANTT_RANKS:  # too many for one Gantt: the all-ranks picture first
+        _all_ranks(key, len(ranks))
+    path = _gantts(key, step, first, ranks, highlight)
+    _where_time_goes(tables)
+    if path is not None:
+        whatif_views.critical_path_section(key, step, path)
+        whatif_views.whatif_section(key, ranks)
+    _downloads(s, key)
+    if len(ranks) <= run_loaders.MAX_GANTT_RANKS:
+        _all_ranks(key, len(ranks))
+
+
+def _pickers(key: tuple, a) -> tuple[int, int, str, dict]:
+    """The step, the first rank shown (past MAX_GANTT_RANKS ranks) and the highlighted instance, all in
+    the URL; and the step's tables."""
     url = {"bind": "query-params"}
     steps = ["whole" if x == -1 else str(x) for x in a.steps] + (["all"] if len(a.steps) > 1 else [])
     c1, c2, c3 = st.columns([2, 2, 4])
@@ -109,10 +129,11 @@ def timeline_page(s: TraceSet) -> None:
         format_func=lambda i: labels.get(i, "none (or click one in the detail view)"),
         help="the worst stragglers of the step; clicking a collective in the detail view highlights it too",
     )
-    over = run_loaders.overview_view(key, step, first)
-    detail = run_loaders.detail_view(key, step, _window(), first)
+    return step, first, highlight, tables
 
-    head = tables["summary"]
+
+def _headline(a, head: dict) -> None:
+    ranks = a.traces.rank_ids
     m = st.columns(4)
     m[0].metric("Ranks", f"{len(ranks):,}", help=f"world size {a.traces.world_size}")
     m[1].metric("Collectives", f"{head['collectives']:,}", help="collective calls on all ranks in the chosen steps")
@@ -126,7 +147,6 @@ def timeline_page(s: TraceSet) -> None:
         "—" if head["worst_skew_ms"] is None else f"{head['worst_skew_ms']:,.2f} ms",
         help="last start − first start of one collective instance across its group",
     )
-
     sources = a.table["dim_source"].astype(str)
     world, unknown = int((sources == "group_size").sum()), int((sources == "unknown").sum())
     if world or unknown:
@@ -136,8 +156,13 @@ def timeline_page(s: TraceSet) -> None:
             + (f"{unknown:,} are 'unknown', " if unknown else "")
             + "give the job's plan or launch script (Upload, or `profiler analyze --plan`) to label them."
         )
-    if len(ranks) > run_loaders.MAX_GANTT_RANKS:  # too many for one Gantt: the all-ranks picture first
-        _all_ranks(key, len(ranks))
+
+
+def _gantts(key: tuple, step: int, first: int, ranks: list[int], highlight: str):
+    """The overview (with the critical path when it is on) and the detail view of its brushed window;
+    returns the critical path, or None."""
+    over = run_loaders.overview_view(key, step, first)
+    detail = run_loaders.detail_view(key, step, _window(), first)
     st.subheader(
         "Overview"
         if len(ranks) <= run_loaders.MAX_GANTT_RANKS
@@ -171,7 +196,10 @@ def timeline_page(s: TraceSet) -> None:
         "every rank of its group (double-click clears); hover for op, bytes, group and busbw."
     )
     st.altair_chart(timeline_charts.gantt_detail_chart(detail["frame"], window=(lo, hi), highlight=highlight or None))
+    return path
 
+
+def _where_time_goes(tables: dict) -> None:
     st.subheader("Where each rank's time goes")
     st.altair_chart(timeline_charts.breakdown_chart(tables["parts"]))
     t1, t2, t3, t4 = st.tabs(["Per rank", "Skew by dimension", "Stragglers", "By dimension"])
@@ -186,9 +214,9 @@ def timeline_page(s: TraceSet) -> None:
     t4.dataframe(tables["dims"], hide_index=True)
     if tables["clock_note"]:
         st.caption(tables["clock_note"])
-    if path is not None:
-        whatif_views.critical_path_section(key, step, path)
-        whatif_views.whatif_section(key, ranks)
+
+
+def _downloads(s: TraceSet, key: tuple) -> None:
     d1, d2 = st.columns(2)
     d1.download_button(
         "Merged Perfetto trace (.json.gz)",
@@ -207,8 +235,6 @@ def timeline_page(s: TraceSet) -> None:
         key="tl_csv",
         on_click="ignore",
     )
-    if len(ranks) <= run_loaders.MAX_GANTT_RANKS:
-        _all_ranks(key, len(ranks))
 
 
 ensure_navigation()

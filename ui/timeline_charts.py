@@ -55,6 +55,9 @@ def _color(frame: pd.DataFrame) -> alt.Color:
     )
 
 
+OVERVIEW_X = "ms from the step's start (drag to zoom the detail view)"
+
+
 def _x(window: tuple[float, float], title: str = "ms from the step's start") -> alt.X:
     return alt.X("start_ms:Q", title=title, scale=alt.Scale(domain=list(window), nice=False, zero=False))
 
@@ -85,7 +88,7 @@ def critical_path_layers(path: pd.DataFrame, links: pd.DataFrame, span: tuple[fl
         alt.Chart(path)
         .mark_rule(color=PATH_COLOR, strokeWidth=3, opacity=0.9)
         .encode(
-            x=_x(span),
+            x=_x(span, OVERVIEW_X),  # the Gantt's own axis title: Vega appends a different one to it
             x2=alt.X2("end_ms"),
             y=_rank_y(n),
             tooltip=[
@@ -100,7 +103,7 @@ def critical_path_layers(path: pd.DataFrame, links: pd.DataFrame, span: tuple[fl
         alt.Chart(links)
         .mark_rule(color=PATH_COLOR, strokeWidth=1.5, strokeDash=[3, 2])
         .encode(
-            x=alt.X("at_ms:Q", scale=alt.Scale(domain=list(span), nice=False, zero=False)),
+            x=alt.X("at_ms:Q", title=OVERVIEW_X, scale=alt.Scale(domain=list(span), nice=False, zero=False)),
             y=alt.Y("from_rank:O"),
             y2=alt.Y2("to_rank"),
         )
@@ -129,7 +132,7 @@ def gantt_overview_chart(
     # Streamlit fits the axes and the legend below into `height` too: ~130 px on top of the plot.
     # 14 px a rank (its label fits), 6 px a strip (a class stays visible)
     height = min(360, max(60, 14 * n, 6 * n * len(classes))) + LEGEND_PX
-    x = _x(span, "ms from the step's start (drag to zoom the detail view)")
+    x = _x(span, OVERVIEW_X)
     rects = (
         alt.Chart(frame, width="container", height=height)
         .transform_calculate(

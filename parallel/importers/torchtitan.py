@@ -277,15 +277,86 @@ class _Toml:
 
 
 def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
+    """A torchtitan TOML as a Plan and Model, in named steps: parse, sort the keys, the model and its
+    precision, the parallel layout (older layouts unified first), activation checkpointing, the plan."""
+    t, data = _parse(text, source)
+    seen, unknown = _sorted_keys(data)
+    notes: list[str] = []
+    model, dtype, main_grads = _model_and_precision(t, data, notes)
+    data, par_section = _unified_layout(data, notes)
+    lay = _layout(t, data, model, notes)
+    mode, recompute_layers = _checkpointing(t, data, model, lay["pp"] * lay["vpp"], notes)
+    _state_notes(lay["replicate"], lay["shard"], dtype, notes)
+    _parallelism_notes(t, data.get("parallelism", {}), par_section, notes)
+    try:
+        plan = Plan(
+            dp=1,
+            tp=lay["tp"],
+            pp=lay["pp"],
+            cp=lay["cp"],
+            sp=lay["sp"],
+            micro_batch=lay["mb"],
+            global_batch=lay["gb"] or lay["mb"],
+            vpp=lay["vpp"],
+            recompute=mode,
+            recompute_layers=recompute_layers,
+            schedule=lay["schedule"],
+            main_grads=main_grads,
+            ep=lay["ep"],
+            etp=lay["etp"],
+            cp_kind=lay["cp_kind"],
+            # FSDP2 prefetches the next gathers and reduce-scatters during backward; DDP buckets likewise
+            tp_overlap=lay["async_tp"],
+            grad_reduce_overlap=True,
+            param_gather_overlap=True,
+            **lay["split"],
+        )
+    except SpecError as err:
+        raise t.fail("parallelism", None, str(err)) from None
+    notes.append(
+        "attention: PyTorch SDPA's flash back end (FlashAttention-2), as torch 2.5-2.9 pick it (cuDNN was opt-in); "
+        "the vocabulary unpadded (torchtitan builds it as the tokenizer gives it)"
+    )
+    model = dataclasses.replace(model, vocab_divisor=1)
+    hint = re.search(r"preset for (\d+) ([\w-]+ )?GPUs", text)
+    replicate, shard = lay["replicate"], lay["shard"]
+    imported = Imported(
+        kind="torchtitan",
+        source=source,
+        model=model,
+        plan=plan,
+        world_size=None,
+        world_from="data_parallel_shard_degree = -1 (the GPUs left over) leaves the world size open"
+        + (f" (the file's comment: a preset for {hint.group(1)} {hint.group(2) or ''}GPUs)" if hint else ""),
+        recognised=seen,
+        unknown=tuple(unknown),
+        notes=tuple(notes),
+        options={"flash_attention": True, "dropout": False, "attention_kernel": "fa2"},
+        global_batch=lay["gb"],
+        local_batch=lay["local"],
+        fsdp_replicate=replicate,
+    )
+    if shard == -1:
+        return imported
+    tp, pp, cp = lay["tp"], lay["pp"], lay["cp"]
+    world = replicate * shard * tp * pp * cp
+    return imported.with_world_size(world, f"replicate {replicate} × shard {shard} × tp {tp} × pp {pp} × cp {cp}")
+
+
+def _parse(text: str, source: str) -> tuple[_Toml, dict]:
     t = _Toml(text, source)
     if shape := toml_shape_error(text):
         raise failure(source, shape[0], shape[1], text)
     try:
-        data = tomllib.loads(text)
+        return t, tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         m = re.search(r"line (\d+)", str(err))
         raise failure(source, int(m.group(1)) if m else None, f"not valid TOML: {err}", text) from None
-    notes, unknown, seen = [], [], {}
+
+
+def _sorted_keys(data: dict) -> tuple[dict, list[str]]:
+    """(the recognised keys the plan uses, with their values; the keys and sections not known)."""
+    unknown, seen = [], {}
     for section, body in data.items():
         if section in KNOWN:
             for key in body if isinstance(body, dict) else []:
@@ -295,8 +366,12 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
                     seen[f"{section}.{key}"] = body[key]
         elif section not in OTHER_SECTIONS:
             unknown.append(f"[{section}]")
+    return seen, unknown
 
-    # model
+
+def _model_and_precision(t: _Toml, data: dict, notes: list[str]) -> tuple[Model, int, str]:
+    """The model (a preset or a known flavour's shape, at the config's sequence and dtype), its dtype
+    bytes and the gradient-reduce dtype."""
     model_sec = data.get("model", {})
     name, flavor = model_sec.get("name", "llama3"), str(model_sec.get("flavor", "debugmodel"))
     preset = FLAVOURS.get(name, {}).get(flavor)
@@ -348,8 +423,13 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
             "mixed_precision_reduce",
             f"[training] mixed_precision_reduce = {reduce!r} must be float32 or bfloat16",
         )
+    return model, dtype, main_grads
 
-    # degrees: old configs kept them under [training]
+
+def _unified_layout(data: dict, notes: list[str]) -> tuple[dict, str]:
+    """The config with its degrees under [parallelism], as torchtitan now keeps them (older configs
+    kept them under [training], the Sep 2024 ones under [experimental]); and the section they came from."""
+    train = data.get("training", {})
     par_section = "parallelism"
     if "parallelism" not in data and any(k.endswith("_degree") for k in train):
         par_section = "training"
@@ -363,7 +443,7 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
         notes.append("parallel degrees read from [training] (torchtitan's older layout)")
     exp = data.get("experimental", {})
     moved = {k: v for k, v in exp.items() if k in KNOWN["experimental"] and KNOWN["experimental"][k]}
-    if moved:  # torchtitan's Sep 2024 layout; [parallelism] wins where both say
+    if moved:  # [parallelism] wins where both say
         par_here = data.get("parallelism", {})
         data = {**data, "parallelism": {**moved, **par_here}}
         if "pipeline_parallel_microbatches" in moved and "pipeline_parallel_microbatch_size" not in par_here:
@@ -372,7 +452,12 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
             if isinstance(n, int) and n > 0 and isinstance(local_here, int) and local_here % n == 0:
                 data["parallelism"]["pipeline_parallel_microbatch_size"] = local_here // n
         notes.append(f"{', '.join(sorted(moved))} read from [experimental] (torchtitan's Sep 2024 layout)")
-    par = data.get("parallelism", {})
+    return data, par_section
+
+
+def _layout(t: _Toml, data: dict, model: Model, notes: list[str]) -> dict:
+    """The parallel degrees, batches, pipeline schedule, SP, experts, async TP, uneven split and CP kind."""
+    train, par = data.get("training", {}), data.get("parallelism", {})
     replicate = t.int(data, "parallelism", "data_parallel_replicate_degree", 1)
     shard = t.int(data, "parallelism", "data_parallel_shard_degree", -1, allow_minus_one=True)
     tp = t.int(data, "parallelism", "tensor_parallel_degree", 1)
@@ -388,6 +473,59 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
             "pipeline_parallel_microbatch_size",
             f"local batch {local} is not divisible by pipeline_parallel_microbatch_size {mb}",
         )
+    schedule, vpp = _schedule(par, pp, model, notes)
+    ep = t.int(data, "parallelism", "expert_parallel_degree", 1)
+    if ep > 1 and not model.experts:
+        raise t.fail(
+            "parallelism", "expert_parallel_degree", f"expert_parallel_degree {ep} for the dense model {model.name}"
+        )
+    etp = t.int(data, "parallelism", "expert_tensor_parallel_degree", tp) if model.experts else None
+    async_tp = par.get("enable_async_tensor_parallel") is True and tp > 1
+    if async_tp:
+        notes.append("enable_async_tensor_parallel: TP communication overlapped with the GEMMs (plan tp_overlap)")
+    split = {}
+    if pp > 1 and model.layers % (pp * vpp):
+        less = (
+            par.get("pipeline_parallel_first_stage_less_layers", 1),
+            par.get("pipeline_parallel_last_stage_less_layers", 1),
+        )
+        if less == (1, 1) and (model.layers + 2) % (pp * vpp) == 0:
+            split = {"embedding_in_split": True, "loss_in_split": True}
+            notes.append(
+                f"{model.layers} layers over {pp * vpp} stages: the embedding and the output count as a layer "
+                "each (torchtitan's split), so the first and the last stage hold one transformer layer fewer"
+            )
+    try:
+        cp_kind, rotate_note = _cp_kind(par, cp)
+    except ValueError as err:
+        raise t.fail("parallelism", "context_parallel_rotate_method", str(err)) from None
+    if rotate_note:
+        where = t.line_of("parallelism", "context_parallel_rotate_method") or t.line_of(
+            "experimental", "context_parallel_rotate_method"
+        )
+        notes.append(f"line {where}: {rotate_note}" if where else rotate_note)
+    return {
+        "replicate": replicate,
+        "shard": shard,
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "local": local,
+        "gb": gb,
+        "mb": mb,
+        "schedule": schedule,
+        "vpp": vpp,
+        "sp": tp > 1 and par.get("enable_sequence_parallel", True) is not False,
+        "ep": ep,
+        "etp": None if etp == tp else etp,  # None: the experts split as the rest of the layer (tp)
+        "async_tp": async_tp,
+        "split": split,
+        "cp_kind": cp_kind,
+    }
+
+
+def _schedule(par: dict, pp: int, model: Model, notes: list[str]) -> tuple[str, int]:
+    """The pipeline schedule and stages per rank: GPipe, 1F1B, or a looped schedule as interleaved 1F1B."""
     schedule, vpp = "1f1b", 1
     sched = str(par.get("pipeline_parallel_schedule", "1F1B"))
     if pp > 1 and sched.lower() == "gpipe":
@@ -406,7 +544,11 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
         )
     elif pp > 1 and sched.lower() != "1f1b":
         notes.append(f"pipeline_parallel_schedule {sched}: modelled as 1F1B")
-    sp = tp > 1 and par.get("enable_sequence_parallel", True) is not False
+    return schedule, vpp
+
+
+def _checkpointing(t: _Toml, data: dict, model: Model, stages: int, notes: list[str]) -> tuple[str, int | None]:
+    """The recompute mode and, for torchtitan's selective AC, how many of each stage's layers it recomputes."""
     ac = data.get("activation_checkpoint", {})
     mode = ac.get("mode", "selective")
     if mode not in ("none", "selective", "full"):
@@ -415,18 +557,22 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
         )
     if "mode" not in ac:
         notes.append("[activation_checkpoint] mode not set: torchtitan's default 'selective'")
-    recompute_layers = None
-    if mode == "selective":
-        option = str(ac.get("selective_ac_option", "2"))
-        chunk = max(model.layers // (pp * vpp), 1)
-        if option.isdigit() and int(option) > 0:  # every k-th transformer block checkpointed whole
-            recompute_layers = max(chunk // int(option), 1)
-            how = f"every {option}th layer checkpointed: {recompute_layers} of each stage's {chunk} layers recomputed"
-        else:  # torchtitan's op policy saves every other matmul's output: about half the forward again
-            recompute_layers = max(chunk // 2, 1)
-            how = "the per-op policy (every other matmul saved) modelled as half the layers recomputed"
-        mode = "full"
-        notes.append(f"torchtitan selective AC: {how}")
+    if mode != "selective":
+        return mode, None
+    option = str(ac.get("selective_ac_option", "2"))
+    chunk = max(model.layers // stages, 1)
+    if option.isdigit() and int(option) > 0:  # every k-th transformer block checkpointed whole
+        recompute_layers = max(chunk // int(option), 1)
+        how = f"every {option}th layer checkpointed: {recompute_layers} of each stage's {chunk} layers recomputed"
+    else:  # torchtitan's op policy saves every other matmul's output: about half the forward again
+        recompute_layers = max(chunk // 2, 1)
+        how = "the per-op policy (every other matmul saved) modelled as half the layers recomputed"
+    notes.append(f"torchtitan selective AC: {how}")
+    return "full", recompute_layers
+
+
+def _state_notes(replicate: int, shard: int, dtype: int, notes: list[str]) -> None:
+    """What the plan model counts differently from FSDP2's model state."""
     if replicate > 1 and shard != 1:
         notes.append(
             f"HSDP: ZeRO-3 over data_parallel_shard_degree × cp ranks, replicated {replicate}×; the plan "
@@ -437,90 +583,11 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
             "FSDP2 keeps the sharded weights in fp32 and gathers them in bf16: modelled as bf16 weights plus "
             "an fp32 master copy, 2 bytes per parameter / (dp_shard × cp) more than the job holds"
         )
-    ep = t.int(data, "parallelism", "expert_parallel_degree", 1)
-    if ep > 1 and not model.experts:
-        raise t.fail(
-            "parallelism", "expert_parallel_degree", f"expert_parallel_degree {ep} for the dense model {model.name}"
-        )
-    etp = t.int(data, "parallelism", "expert_tensor_parallel_degree", tp) if model.experts else None
-    etp = None if etp == tp else etp  # None: the experts split as the rest of the layer (tp)
-    async_tp = par.get("enable_async_tensor_parallel") is True and tp > 1
-    if async_tp:
-        notes.append("enable_async_tensor_parallel: TP communication overlapped with the GEMMs (plan tp_overlap)")
-    split = {}
-    if pp > 1 and model.layers % (pp * vpp):
-        less = (
-            par.get("pipeline_parallel_first_stage_less_layers", 1),
-            par.get("pipeline_parallel_last_stage_less_layers", 1),
-        )
-        if less == (1, 1) and (model.layers + 2) % (pp * vpp) == 0:
-            split = {"embedding_in_split": True, "loss_in_split": True}
-            notes.append(
-                f"{model.layers} layers over {pp * vpp} stages: the embedding and the output count as a layer "
-                "each (torchtitan's split), so the first and the last stage hold one transformer layer fewer"
-            )
+
+
+def _parallelism_notes(t: _Toml, par: dict, par_section: str, notes: list[str]) -> None:
     for key, why in (("fsdp_reshard_after_forward", "FSDP reshard policy not modelled (ZeRO-3 gathers twice)"),):
         value = par.get(key)
         if value is True or (not isinstance(value, bool) and value not in (None, 1, "default", "allgather")):
             where = t.line_of(par_section, key) or t.line_of("experimental", key)
             notes.append(f"line {where}: {key} = {par[key]!r}: {why}")
-    try:
-        cp_kind, rotate_note = _cp_kind(par, cp)
-    except ValueError as err:
-        raise t.fail("parallelism", "context_parallel_rotate_method", str(err)) from None
-    if rotate_note:
-        where = t.line_of(par_section, "context_parallel_rotate_method") or t.line_of(
-            "experimental", "context_parallel_rotate_method"
-        )
-        notes.append(f"line {where}: {rotate_note}" if where else rotate_note)
-    try:
-        plan = Plan(
-            dp=1,
-            tp=tp,
-            pp=pp,
-            cp=cp,
-            sp=sp,
-            micro_batch=mb,
-            global_batch=gb or mb,
-            vpp=vpp,
-            recompute=mode,
-            recompute_layers=recompute_layers,
-            schedule=schedule,
-            main_grads=main_grads,
-            ep=ep,
-            etp=etp,
-            cp_kind=cp_kind,
-            # FSDP2 prefetches the next gathers and reduce-scatters during backward; DDP buckets likewise
-            tp_overlap=async_tp,
-            grad_reduce_overlap=True,
-            param_gather_overlap=True,
-            **split,
-        )
-    except SpecError as err:
-        raise t.fail("parallelism", None, str(err)) from None
-    notes.append(
-        "attention: PyTorch SDPA's flash back end (FlashAttention-2), as torch 2.5-2.9 pick it (cuDNN was opt-in); "
-        "the vocabulary unpadded (torchtitan builds it as the tokenizer gives it)"
-    )
-    model = dataclasses.replace(model, vocab_divisor=1)
-    hint = re.search(r"preset for (\d+) ([\w-]+ )?GPUs", text)
-    imported = Imported(
-        kind="torchtitan",
-        source=source,
-        model=model,
-        plan=plan,
-        world_size=None,
-        world_from="data_parallel_shard_degree = -1 (the GPUs left over) leaves the world size open"
-        + (f" (the file's comment: a preset for {hint.group(1)} {hint.group(2) or ''}GPUs)" if hint else ""),
-        recognised=seen,
-        unknown=tuple(unknown),
-        notes=tuple(notes),
-        options={"flash_attention": True, "dropout": False, "attention_kernel": "fa2"},
-        global_batch=gb,
-        local_batch=local,
-        fsdp_replicate=replicate,
-    )
-    if shard == -1:
-        return imported
-    world = replicate * shard * tp * pp * cp
-    return imported.with_world_size(world, f"replicate {replicate} × shard {shard} × tp {tp} × pp {pp} × cp {cp}")

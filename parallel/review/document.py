@@ -356,157 +356,156 @@ def dp_overlap_text(plan: Plan, options: Options) -> str:
 def justify(
     plan: Plan, rep: dict, model: Model, cluster: Cluster, options: Options = Options()
 ) -> list[tuple[str, str]]:
-    """One sentence per dimension (TP, SP, PP, DP, CP, ZeRO, recompute, memory), each with its numbers."""
+    """One sentence per dimension (TP, SP, PP, DP, CP, EP, ZeRO, recompute, memory, time), each with its numbers."""
     if rep.get("step_time") is None:
         return [("plan", "cannot be evaluated: " + "; ".join(rep["errors"]))]
-    t, p, ao = rep["step_time"], plan, options.activations
-    step = t["step_time_s"]
+    why = _Why(plan, rep, model, cluster, options)
+    parts = [why.tp, why.sp, why.pp, why.dp, why.cp, why.ep, why.zero, why.recompute, why.memory, why.time]
+    return [line for part in parts if (line := part()) is not None]
 
-    def pct(x: float) -> str:
+
+@dataclass
+class _Why:
+    """The sentences of `justify`, one method each, over one plan's report."""
+
+    p: Plan
+    rep: dict
+    model: Model
+    cluster: Cluster
+    options: Options
+
+    @property
+    def t(self) -> dict:
+        return self.rep["step_time"]
+
+    def pct(self, x: float) -> str:
+        step = self.t["step_time_s"]
         return f"{100 * x / step:.1f}% of the step ({x:.3f} s of {step:.3f} s)"
 
-    def link(dim: str) -> str:
-        n, total = rep["crossing_groups"][dim], rep["group_counts"][dim]
+    def link(self, dim: str) -> str:
+        n, total = self.rep["crossing_groups"][dim], self.rep["group_counts"][dim]
+        c = self.cluster
         return (
-            f"stays inside a node on {cluster.intra.name or 'the intra-node link'}"
+            f"stays inside a node on {c.intra.name or 'the intra-node link'}"
             if n == 0
-            else f"spans nodes ({n} of {total} groups), so it runs on {cluster.inter.name or 'the inter-node link'}"
+            else f"spans nodes ({n} of {total} groups), so it runs on {c.inter.name or 'the inter-node link'}"
         )
 
-    out = []
-    if p.tp > 1:
-        out.append(
-            (
-                "TP",
-                f"TP={p.tp}: the group {link('tp')}; its exposed communication is "
-                f"{pct(t['exposed_tp_s'] + t['exposed_sp_s'])}.",
-            )
-        )
-    else:
-        out.append(("TP", "TP=1: every GPU holds whole layers; there is no tensor-parallel communication."))
-    other = activation_bytes_per_layer(model, dataclasses.replace(p, sp=not p.sp), ao) if p.tp > 1 else None
-    act = rep["activation_bytes_per_layer"]
-    if p.sp:
-        out.append(
-            (
-                "SP",
+    def tp(self) -> tuple[str, str]:
+        p, t = self.p, self.t
+        if p.tp == 1:
+            return "TP", "TP=1: every GPU holds whole layers; there is no tensor-parallel communication."
+        exposed = self.pct(t["exposed_tp_s"] + t["exposed_sp_s"])
+        return "TP", f"TP={p.tp}: the group {self.link('tp')}; its exposed communication is {exposed}."
+
+    def sp(self) -> tuple[str, str]:
+        p = self.p
+        if p.tp == 1:
+            return "SP", "SP off: sequence parallelism needs TP > 1."
+        other = activation_bytes_per_layer(self.model, dataclasses.replace(p, sp=not p.sp), self.options.activations)
+        act = self.rep["activation_bytes_per_layer"]
+        if p.sp:
+            return "SP", (
                 f"SP on: LayerNorm and dropout activations are split across the {p.tp} TP ranks, "
                 f"{act / MiB:.0f} MiB per layer per microbatch instead of {other / MiB:.0f} MiB "
-                f"(−{1 - act / other:.0%}), for the same communication volume.",
+                f"(−{1 - act / other:.0%}), for the same communication volume."
             )
+        return "SP", (
+            f"SP off: turning it on would cut activations per layer from {act / MiB:.0f} to "
+            f"{other / MiB:.0f} MiB per microbatch at the same communication volume."
         )
-    elif p.tp > 1:
-        out.append(
-            (
-                "SP",
-                f"SP off: turning it on would cut activations per layer from {act / MiB:.0f} to "
-                f"{other / MiB:.0f} MiB per microbatch at the same communication volume.",
-            )
+
+    def pp(self) -> tuple[str, str]:
+        p, t = self.p, self.t
+        if p.pp == 1:
+            return "PP", "PP=1: no pipeline, no bubble; every GPU holds all layers."
+        return "PP", (
+            f"PP={p.pp}{f' with {p.vpp} interleaved stages per rank' if p.vpp > 1 else ''}: "
+            f"{stages_text(self.model, p)} per GPU; the pipeline {self.link('pp')}; bubble "
+            f"(p−1)/(v·m) = ({p.pp}−1)/({p.vpp}·{p.microbatches}) = {self.rep['bubble_fraction']:.1%}, "
+            f"{self.pct(t['bubble_s'])}; point-to-point traffic {self.pct(t['exposed_pp_s'])}."
         )
-    else:
-        out.append(("SP", "SP off: sequence parallelism needs TP > 1."))
-    if p.pp > 1:
-        out.append(
-            (
-                "PP",
-                f"PP={p.pp}{f' with {p.vpp} interleaved stages per rank' if p.vpp > 1 else ''}: "
-                f"{stages_text(model, p)} per GPU; the pipeline {link('pp')}; bubble "
-                f"(p−1)/(v·m) = ({p.pp}−1)/({p.vpp}·{p.microbatches}) = {rep['bubble_fraction']:.1%}, "
-                f"{pct(t['bubble_s'])}; point-to-point traffic {pct(t['exposed_pp_s'])}.",
-            )
-        )
-    else:
-        out.append(("PP", "PP=1: no pipeline, no bubble; every GPU holds all layers."))
-    nd = p.dp * p.cp
-    if nd > 1:
-        dp_link = next((r["link"] for r in rep["comm_per_step"] if r["dim"] == "dp"), "intra")
+
+    def dp(self) -> tuple[str, str]:
+        p, nd = self.p, self.p.dp * self.p.cp
+        if nd == 1:
+            return "DP", "DP=1: one model replica; no gradient reduction."
+        dp_link = next((r["link"] for r in self.rep["comm_per_step"] if r["dim"] == "dp"), "intra")
         how = "all-reduce" if p.zero == 0 else "reduce-scatter + all-gather"
-        out.append(
-            (
-                "DP",
-                f"DP={p.dp}: gradients are reduced over dp×cp = {nd} ranks on {LINK[dp_link]} ({how}); "
-                f"exposed {pct(t['exposed_dp_s'])}, {dp_overlap_text(p, options)}.",
-            )
+        return "DP", (
+            f"DP={p.dp}: gradients are reduced over dp×cp = {nd} ranks on {LINK[dp_link]} ({how}); "
+            f"exposed {self.pct(self.t['exposed_dp_s'])}, {dp_overlap_text(p, self.options)}."
         )
-    else:
-        out.append(("DP", "DP=1: one model replica; no gradient reduction."))
-    if p.cp > 1:
-        out.append(
-            (
-                "CP",
-                f"CP={p.cp}: each rank holds {model.seq_len // p.cp} of the {model.seq_len} tokens; "
-                f"K/V are gathered by a group that {link('cp')}: {pct(t['exposed_cp_s'])}.",
-            )
+
+    def cp(self) -> tuple[str, str]:
+        p, s = self.p, self.model.seq_len
+        if p.cp == 1:
+            return "CP", f"CP=1: each rank holds the whole {s}-token sequence."
+        return "CP", (
+            f"CP={p.cp}: each rank holds {s // p.cp} of the {s} tokens; "
+            f"K/V are gathered by a group that {self.link('cp')}: {self.pct(self.t['exposed_cp_s'])}."
         )
-    else:
-        out.append(("CP", f"CP=1: each rank holds the whole {model.seq_len}-token sequence."))
-    if model.experts:
-        per = model.experts // p.ep if model.experts % p.ep == 0 else model.experts / p.ep
-        where_ = link("ep") if p.ep > 1 else "is one rank"
-        out.append(
-            (
-                "EP",
-                f"EP={p.ep}: each of the {model.moe_layers} MoE layers' {model.experts} experts (top-{model.top_k}) "
-                f"is split {per} per GPU; the token dispatch and combine all-to-all group {where_}: "
-                f"{pct(t.get('exposed_ep_s', 0.0))}.",
-            )
+
+    def ep(self) -> tuple[str, str] | None:
+        m, p = self.model, self.p
+        if not m.experts:
+            return None
+        per = m.experts // p.ep if m.experts % p.ep == 0 else m.experts / p.ep
+        where = self.link("ep") if p.ep > 1 else "is one rank"
+        return "EP", (
+            f"EP={p.ep}: each of the {m.moe_layers} MoE layers' {m.experts} experts (top-{m.top_k}) "
+            f"is split {per} per GPU; the token dispatch and combine all-to-all group {where}: "
+            f"{self.pct(self.t.get('exposed_ep_s', 0.0))}."
         )
-    mem = rep["memory_per_gpu_bytes"]
-    states = mem["params"] + mem["grads"] + mem["optimizer"]
-    if p.zero:
-        plain = memory_per_gpu_bytes(model, dataclasses.replace(p, zero=0), ao)
-        what = {
-            1: "optimizer states",
-            2: "optimizer states and gradients",
-            3: "optimizer states, gradients and weights",
-        }
-        out.append(
-            (
-                "ZeRO",
+
+    def zero(self) -> tuple[str, str]:
+        p, mem, nd = self.p, self.rep["memory_per_gpu_bytes"], self.p.dp * self.p.cp
+        states = mem["params"] + mem["grads"] + mem["optimizer"]
+        if p.zero:
+            plain = memory_per_gpu_bytes(self.model, dataclasses.replace(p, zero=0), self.options.activations)
+            what = {
+                1: "optimizer states",
+                2: "optimizer states and gradients",
+                3: "optimizer states, gradients and weights",
+            }
+            return "ZeRO", (
                 f"ZeRO-{p.zero}: {what[p.zero]} sharded over {nd} ranks: model states "
                 f"{states / GiB:.1f} GiB per GPU instead of "
-                f"{(plain['params'] + plain['grads'] + plain['optimizer']) / GiB:.1f} GiB.",
+                f"{(plain['params'] + plain['grads'] + plain['optimizer']) / GiB:.1f} GiB."
             )
-        )
-    elif nd > 1:
-        out.append(
-            (
-                "ZeRO",
+        if nd > 1:
+            return "ZeRO", (
                 f"ZeRO-0: each of the {nd} data-parallel ranks keeps full optimizer states "
                 f"({mem['optimizer'] / GiB:.1f} GiB); ZeRO-1 would cut them to "
-                f"{mem['optimizer'] / nd / GiB:.1f} GiB at the same traffic.",
+                f"{mem['optimizer'] / nd / GiB:.1f} GiB at the same traffic."
             )
-        )
-    else:
-        out.append(("ZeRO", "ZeRO: nothing to shard with a single data-parallel rank."))
-    acts = {r: memory_per_gpu_bytes(model, dataclasses.replace(p, recompute=r), ao)["activations"] for r in RECOMPUTE}
-    cost = {r: flops_per_step(model, dataclasses.replace(p, recompute=r)) for r in RECOMPUTE}
-    extra = {r: c["hardware_flops"] / c["model_flops"] - 1 for r, c in cost.items()}
-    alts = ", ".join(f"{r} {acts[r] / GiB:.1f} GiB (+{extra[r]:.0%} FLOPs)" for r in RECOMPUTE if r != p.recompute)
-    out.append(
-        (
-            "recompute",
+        return "ZeRO", "ZeRO: nothing to shard with a single data-parallel rank."
+
+    def recompute(self) -> tuple[str, str]:
+        p, m, ao = self.p, self.model, self.options.activations
+        acts = {r: memory_per_gpu_bytes(m, dataclasses.replace(p, recompute=r), ao)["activations"] for r in RECOMPUTE}
+        cost = {r: flops_per_step(m, dataclasses.replace(p, recompute=r)) for r in RECOMPUTE}
+        extra = {r: c["hardware_flops"] / c["model_flops"] - 1 for r, c in cost.items()}
+        alts = ", ".join(f"{r} {acts[r] / GiB:.1f} GiB (+{extra[r]:.0%} FLOPs)" for r in RECOMPUTE if r != p.recompute)
+        return "recompute", (
             f"recompute {p.recompute}: activations {acts[p.recompute] / GiB:.1f} GiB per GPU "
-            f"(+{extra[p.recompute]:.0%} FLOPs); the alternatives: {alts}.",
+            f"(+{extra[p.recompute]:.0%} FLOPs); the alternatives: {alts}."
         )
-    )
-    cap = cluster.gpu_memory_bytes
-    out.append(
-        (
-            "memory",
+
+    def memory(self) -> tuple[str, str]:
+        mem, cap = self.rep["memory_per_gpu_bytes"], self.cluster.gpu_memory_bytes
+        return "memory", (
             f"memory per GPU {mem['total'] / GiB:.1f} GiB of {cap / GiB:.0f} GiB "
             f"({mem['total'] / cap:.0%}): params {mem['params'] / GiB:.1f}, grads {mem['grads'] / GiB:.1f}, "
-            f"optimizer {mem['optimizer'] / GiB:.1f}, activations {mem['activations'] / GiB:.1f} GiB.",
+            f"optimizer {mem['optimizer'] / GiB:.1f}, activations {mem['activations'] / GiB:.1f} GiB."
         )
-    )
-    out.append(
-        (
-            "time",
-            f"step time {step:.3f} s at MFU {t['mfu']:.1%} (compute {t['compute_s']:.3f} s, "
-            f"{compute_text(options, t)}).",
+
+    def time(self) -> tuple[str, str]:
+        t = self.t
+        return "time", (
+            f"step time {t['step_time_s']:.3f} s at MFU {t['mfu']:.1%} (compute {t['compute_s']:.3f} s, "
+            f"{compute_text(self.options, t)})."
         )
-    )
-    return out
 
 
 # ------------------------------------------------------------------ Markdown
