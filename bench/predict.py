@@ -192,7 +192,7 @@ def _median_prediction(preds: list[dict]) -> dict:
     return ranked[(len(ranked) - 1) // 2]
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.predict")
     ap.add_argument("--passes", type=int, default=3, help="runs of each held-back plan, one per pass over them")
     ap.add_argument("--seconds", type=float, default=4.0, help="wall time of each held-back run's steps")
@@ -217,9 +217,14 @@ def main(argv=None) -> int:
     ap.add_argument("--lab", action="store_true", help="also the two-node lab's plans (root, lab up)")
     ap.add_argument("--lab-prefix", default="psl-", help="the lab's name prefix (default %(default)s)")
     ap.add_argument("--json", default=None)
+    return ap
+
+
+def main(argv=None) -> int:
+    """Calibrate, predict every held-back plan before it runs, run the passes, and score them."""
+    ap = _parser()
     args = ap.parse_args(argv)
     plans = dict(HELD_BACK)
-    links = None
     if args.lab:
         if why := predict_lab.lab_error(args.lab_prefix):
             ap.error(f"--lab: {why}")
@@ -228,6 +233,19 @@ def main(argv=None) -> int:
     unknown = [n for n in names if n not in plans]
     if unknown:
         ap.error(f"--plans: {', '.join(unknown)} not among {', '.join(plans)}")
+    with tempfile.TemporaryDirectory() as tmp:
+        predicted, runs, cals = _passes(args, plans, names, Path(tmp))
+    rows = [_row(n, predicted[n], runs[n]) for n in names]
+    summary = _summary(rows, runs, args.passes)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"summary": summary, "rows": rows, "calibrations": cals}, indent=1))
+    return 0
+
+
+def _passes(args, plans: dict, names: list[str], tmp: Path) -> tuple[dict, dict, list]:
+    """Each pass: calibrate (the first, or every one with --recalibrate), write every plan's prediction
+    down, then run every plan. Returns per plan each pass's prediction and steps, and the calibrations."""
+    links = predict_lab.commbench(tmp, args.lab_prefix) if args.lab else None
 
     def plan_prediction(n: str, calib: Path) -> dict:
         if n in predict_lab.LAB_HELD_BACK:
@@ -239,63 +257,65 @@ def main(argv=None) -> int:
             return predict_lab.measure(plans[n], count, out, args.lab_prefix)
         return measure(plans[n], count, out)
 
-    rows, cals = [], []
+    cals = []
     predicted: dict[str, list[dict]] = {n: [] for n in names}  # per plan, each pass's prediction
     runs: dict[str, list[list[float]]] = {n: [] for n in names}  # ... and each pass's steps after the first
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp, steps = Path(tmp), {}
-        if args.lab:
-            links = predict_lab.commbench(tmp, args.lab_prefix)
-        for k in range(args.passes):
-            if k == 0 or args.recalibrate:
-                (tmp / f"pass-{k}").mkdir()
-                calib = calibrate(
-                    tmp / f"pass-{k}", tuple(args.calibrate.split(",")), args.cal_seconds, args.launches, links
-                )
-                cals.append(json.loads(calib.read_text()))
-                pass_pred = {n: plan_prediction(n, calib) for n in names}  # written down before the pass runs
-            for n in names:
-                predicted[n].append(pass_pred[n])
-            if not steps:  # every pass runs the same steps, sized by the first prediction
-                steps = {
-                    n: min(2000, max(args.steps, round(args.seconds / pass_pred[n]["step_time_s"]))) for n in names
-                }
-            for i, n in enumerate(names):
-                runs[n].append(plan_steps(n, steps[n], tmp / f"train-{k}-{i}"))
-            print(
-                f"pass {k + 1}/{args.passes}: "
-                + ", ".join(
-                    f"{n} {(predicted[n][-1]['step_time_s'] / statistics.median(runs[n][-1]) - 1) * 100:+.0f}%"
-                    for n in names
-                ),
-                flush=True,
+    steps: dict[str, int] = {}
+    for k in range(args.passes):
+        if k == 0 or args.recalibrate:
+            (tmp / f"pass-{k}").mkdir()
+            calib = calibrate(
+                tmp / f"pass-{k}", tuple(args.calibrate.split(",")), args.cal_seconds, args.launches, links
             )
+            cals.append(json.loads(calib.read_text()))
+            pass_pred = {n: plan_prediction(n, calib) for n in names}  # written down before the pass runs
         for n in names:
-            p = _median_prediction(predicted[n])
-            meas = statistics.median(t for run in runs[n] for t in run)  # all its steady steps
-            rows.append(
-                {
-                    "plan": n,
-                    "measured_s": meas,
-                    "predicted_s": p["step_time_s"],
-                    "error_pct": (p["step_time_s"] / meas - 1) * 100,
-                    "phases_s": {k: v for k, v in p.items() if k.endswith("_s") and k != "step_time_s" and v},
-                    "contention": p["contention_factor"],
-                    "steps": sum(len(run) for run in runs[n]),
-                    "passes": {  # each pass's prediction and measured step (the median of its steps)
-                        "predicted_s": [q["step_time_s"] for q in predicted[n]],
-                        "measured_s": [statistics.median(run) for run in runs[n]],
-                    },
-                }
-            )
-            print(
-                f"  {n:<16} predicted {p['step_time_s'] * 1e3:7.1f} ms  measured {meas * 1e3:7.1f} ms "
-                f"(passes {_spread(rows[-1]['passes']['measured_s'])})  "
-                f"error {rows[-1]['error_pct']:+6.1f}%   "
-                + ", ".join(f"{k[:-2]} {v * 1e3:.1f}" for k, v in rows[-1]["phases_s"].items())
-                + f", contention x{p['contention_factor']:.2f}",
-                flush=True,
-            )
+            predicted[n].append(pass_pred[n])
+        if not steps:  # every pass runs the same steps, sized by the first prediction
+            steps = {n: min(2000, max(args.steps, round(args.seconds / pass_pred[n]["step_time_s"]))) for n in names}
+        for i, n in enumerate(names):
+            runs[n].append(plan_steps(n, steps[n], tmp / f"train-{k}-{i}"))
+        print(
+            f"pass {k + 1}/{args.passes}: "
+            + ", ".join(
+                f"{n} {(predicted[n][-1]['step_time_s'] / statistics.median(runs[n][-1]) - 1) * 100:+.0f}%"
+                for n in names
+            ),
+            flush=True,
+        )
+    return predicted, runs, cals
+
+
+def _row(n: str, predicted: list[dict], runs: list[list[float]]) -> dict:
+    """One plan's line: the median prediction against all its steady steps, its phases and passes."""
+    p = _median_prediction(predicted)
+    meas = statistics.median(t for run in runs for t in run)  # all its steady steps
+    row = {
+        "plan": n,
+        "measured_s": meas,
+        "predicted_s": p["step_time_s"],
+        "error_pct": (p["step_time_s"] / meas - 1) * 100,
+        "phases_s": {k: v for k, v in p.items() if k.endswith("_s") and k != "step_time_s" and v},
+        "contention": p["contention_factor"],
+        "steps": sum(len(run) for run in runs),
+        "passes": {  # each pass's prediction and measured step (the median of its steps)
+            "predicted_s": [q["step_time_s"] for q in predicted],
+            "measured_s": [statistics.median(run) for run in runs],
+        },
+    }
+    print(
+        f"  {n:<16} predicted {p['step_time_s'] * 1e3:7.1f} ms  measured {meas * 1e3:7.1f} ms "
+        f"(passes {_spread(row['passes']['measured_s'])})  "
+        f"error {row['error_pct']:+6.1f}%   "
+        + ", ".join(f"{k[:-2]} {v * 1e3:.1f}" for k, v in row["phases_s"].items())
+        + f", contention x{p['contention_factor']:.2f}",
+        flush=True,
+    )
+    return row
+
+
+def _summary(rows: list[dict], runs: dict, passes: int) -> dict:
+    """Mean and worst |error|, the passes' spread and the repeatability floor, printed and returned."""
     errs = [abs(r["error_pct"]) for r in rows]
     # how far the passes of one plan spread: a miss within that is within the machine's own noise
     spread = [_spread_pct(r["passes"]["measured_s"]) for r in rows]
@@ -308,7 +328,7 @@ def main(argv=None) -> int:
         "repeatability": repeatability(runs),
     }
     print(f"\nheld-back plans {len(rows)}: mean |error| {summary['mae_pct']:.1f}%, worst {summary['worst_pct']:.1f}%")
-    if args.passes > 1:
+    if passes > 1:
         print(
             f"a plan's passes measured up to {max(spread):.0f}% apart (max over min), {summary['pass_spread_pct']:.0f}% "
             "in the median plan: the machine's own spread, beside which the errors are read"
@@ -320,9 +340,7 @@ def main(argv=None) -> int:
             + ", ".join(f"{p['mae_pct']:.1f}% / {p['worst_pct']:.1f}%" for p in floor["per_pass"])
             + f"); the goal ({GOAL[0]:g}% / {GOAL[1]:g}%) met from {floor['goal_met']} of {len(floor['per_pass'])} passes"
         )
-    if args.json:
-        Path(args.json).write_text(json.dumps({"summary": summary, "rows": rows, "calibrations": cals}, indent=1))
-    return 0
+    return summary
 
 
 if __name__ == "__main__":
