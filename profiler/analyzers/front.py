@@ -225,7 +225,6 @@ class TraceAnalysis:
         slow = self.stragglers(top=top)
         views = self.page_tables()
         return {
-            **views,
             "world_size": traces.world_size,
             "ranks": traces.rank_ids,
             "steps": traces.steps,
@@ -259,6 +258,7 @@ class TraceAnalysis:
                 }
                 for r in slow.itertuples()
             ],
+            **views,  # after the original keys: tools that read them in order keep working
         }
 
 

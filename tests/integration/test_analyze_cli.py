@@ -13,7 +13,17 @@ from profiler.cli.analyze import main
 from tests.support import trace_samples as ts
 
 ROOT = Path(__file__).resolve().parents[2]
-KEYS = ["world_size", "ranks", "steps", "collectives", "per_rank", "stragglers"]
+KEYS = [
+    "world_size",
+    "ranks",
+    "steps",
+    "collectives",
+    "per_rank",
+    "stragglers",
+    "rank_step_heat",
+    "skew",
+    "tp_measured",
+]
 
 
 @pytest.fixture
