@@ -4,6 +4,7 @@ links into the pages that read it. A fresh install starts a small real demo run.
 
 import streamlit as st
 
+from parallel.core.specs import CLUSTERS, MODELS
 from profiler.analyzers.summaries import metrics_summary
 from ui import calibration_data, calibration_views, demo, jobs, run_loaders, run_status, selection, trace_sets
 from ui.routing import ensure_navigation
@@ -45,6 +46,9 @@ def sets_table(sets: list[TraceSet]) -> None:
 def _links(s: TraceSet) -> None:
     run = {selection.KEY: s.id}
     plan = trace_sets.plan_params(s)
+    # a set that names a preset model and cluster opens its plan; otherwise the page adopts it from the
+    # traces (their GPU, their layout) and says what stands in for what the set does not name
+    known = plan if s.model in MODELS and s.cluster in CLUSTERS else None
     no_plan = "this set has no plan: attach one when uploading, for dimension labels and the plan pages"
     c = st.columns(4)
     c[0].page_link(
@@ -59,7 +63,7 @@ def _links(s: TraceSet) -> None:
         selection.PAGES["topology"],
         label="Topology, measured",
         icon=":material/grid_view:",
-        query_params={**(plan or {}), **run},
+        query_params={**(known or {}), **run},
         disabled=not s.has_traces,
         help="the rank grid coloured by exposed comm, busbw, ... per rank"
         + ("; this set has no plan: the page starts from the layout its process groups show" if plan is None else ""),
@@ -68,15 +72,21 @@ def _links(s: TraceSet) -> None:
         selection.PAGES["memory"],
         label="Activation memory",
         icon=":material/memory:",
-        query_params={**(plan or {}), **run},
-        disabled=plan is None,
-        help=no_plan if plan is None else "measured (metrics.json) beside predicted",
+        query_params={**(known or {}), **run},
+        disabled=plan is None and not s.has_traces,
+        help=(
+            no_plan
+            if not s.has_traces
+            else "this set has no plan: the page starts from the layout its process groups show"
+        )
+        if plan is None
+        else "measured (metrics.json) beside predicted",
     )
     c[3].page_link(
         selection.PAGES["scaling"],
         label="TP scaling",
         icon=":material/trending_up:",
-        query_params={**(plan or {}), **run},
+        query_params={**(known or {}), **run},
         disabled=not s.has_traces,
         help="its TP-group collectives' busbw (by group size and link) over the prediction",
     )

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from parallel.core.plan import CP_KINDS, RECOMPUTE, Plan
-from parallel.core.specs import CLUSTERS, MODELS, Cluster, Model, SpecError
+from parallel.core.specs import CLUSTERS, MODELS, Cluster, GiB, Model, SpecError
 from parallel.core.topology import ORDERS
 from parallel.core.topology_views import same_order
 from ui import loaders
@@ -28,6 +28,7 @@ from ui.plan_params import (
     FORM_KEYS,
     KEYS,
     OPTIONAL_DEFAULTS,
+    gpu_memory_gib,
     plan_from_params,
     plan_to_params,
     usable_params,
@@ -52,8 +53,9 @@ class PlanChoice:
     @property
     def label(self) -> str:
         c = self.cluster
+        memory = f" of {c.gpu_memory_bytes / GiB:,.1f} GiB" if "gpumem" in self.params else ""
         return (
-            f"{self.model.name} on {c.name} {c.nodes}×{c.gpus_per_node} GPUs · {self.plan.label()} · "
+            f"{self.model.name} on {c.name} {c.nodes}×{c.gpus_per_node} GPUs{memory} · {self.plan.label()} · "
             f"global batch {self.plan.global_batch} · order {self.plan.order}"
         )
 
@@ -191,12 +193,35 @@ def _widgets() -> dict[str, str]:
     return params
 
 
+def _gpu_memory(params: dict[str, str]) -> list[str]:
+    """Keep the URL's `gpumem` (an uploaded job's GPU memory, from its traces) in `params` while the
+    cluster stays the one it came with; picking another cluster drops it. The message if it is bad."""
+    text = st.query_params.get("gpumem")
+    if not text:
+        return []
+    if st.query_params.get("cluster", params["cluster"]) != params["cluster"]:
+        del st.query_params["gpumem"]
+        return []
+    try:
+        gib = gpu_memory_gib(text)
+    except SpecError as err:
+        del st.query_params["gpumem"]
+        return [str(err)]
+    params["gpumem"] = text
+    st.sidebar.caption(
+        f"GPU memory: {gib:,.1f} GiB per GPU, the job's own (from its traces), not {params['cluster']}'s; "
+        "pick a cluster to use a preset's."
+    )
+    return []
+
+
 def plan_form(activations: dict | None = None) -> PlanChoice:
     """Sidebar form + URL sync; shows the plan's errors and warnings at the top of the page.
     `activations`: loaders.verdict's flash / dropout / act_bytes, when the page draws its numbers
     with other activation assumptions than the defaults (its memory check then uses the same)."""
     url_errors = _adopt_url()
     params = _widgets()
+    url_errors += _gpu_memory(params)
     if any(st.query_params.get(k) != v for k, v in params.items()):
         st.query_params.update(params)
     if "ck" not in params and "ck" in st.query_params:

@@ -5,6 +5,7 @@ Keys (all values are strings, as in `st.query_params`):
     model     preset name (parallel.core.specs.MODELS)        cluster   preset name (parallel.core.specs.CLUSTERS)
     nodes     nodes of the cluster                       dp tp pp cp   parallel degrees
     gpn       GPUs (CPU ranks) per node (default: the cluster preset's)
+    gpumem    memory per GPU in GiB, when not the cluster preset's (an uploaded job's GPUs, from its traces)
     sp        0 | 1 (Megatron sequence parallelism)      mb gb     micro batch, global batch (sequences)
     vpp       virtual pipeline stages per rank           zero      ZeRO stage 0-3
     recompute none | selective | full                    order     rank order, fastest first
@@ -25,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from parallel.core.plan import Plan
-from parallel.core.specs import Cluster, Model, SpecError, cluster_preset, model_preset
+from parallel.core.specs import Cluster, GiB, Model, SpecError, cluster_preset, model_preset
 
 KEYS = (
     "model",
@@ -63,6 +64,7 @@ OPTIONAL_FIELDS = {
 OPTIONAL_KEYS = tuple(OPTIONAL_FIELDS)
 BOOL_KEYS = ("sp", "tpo", "gro", "pgo", "p2po")
 STAGE_KEYS = ("first", "last")  # may be empty: an even split
+MAX_GPU_MEMORY_GIB = 65536.0
 FORM_KEYS = (*KEYS, "ck")  # what the sidebar plan form reads and writes: ck is its one optional key
 _INT_FIELDS = {
     "dp": "dp",
@@ -107,13 +109,23 @@ OPTIONAL_DEFAULTS = {key: _code(getattr(Plan(), name)) for key, name in OPTIONAL
 
 
 def plan_to_params(
-    model_name: str, cluster_name: str, nodes: int, plan: Plan, gpus_per_node: int | None = None
+    model_name: str,
+    cluster_name: str,
+    nodes: int,
+    plan: Plan,
+    gpus_per_node: int | None = None,
+    gpu_memory_bytes: int | None = None,
 ) -> dict[str, str]:
     """The query parameters of a plan: every key of KEYS (and OPTIONAL_KEYS that differ from the
     defaults), as strings. `gpus_per_node` defaults to
-    the cluster preset's (a 4-rank CPU run is one node of 4, not half of a preset's 8)."""
+    the cluster preset's (a 4-rank CPU run is one node of 4, not half of a preset's 8);
+    `gpu_memory_bytes`, when given and not the preset's, becomes `gpumem`."""
     gpn = gpus_per_node or cluster_preset(cluster_name).gpus_per_node
+    memory = {}
+    if gpu_memory_bytes and gpu_memory_bytes != cluster_preset(cluster_name).gpu_memory_bytes:
+        memory["gpumem"] = f"{gpu_memory_bytes / GiB:.4g}"
     return {
+        **memory,
         "model": model_name,
         "cluster": cluster_name,
         "nodes": str(int(nodes)),
@@ -172,6 +184,8 @@ def plan_from_params(params: Mapping) -> tuple[Model, Cluster, Plan]:
     if gpn < 1:
         raise SpecError(f"URL parameter gpn={gpn} must be at least 1")
     cluster = dataclasses.replace(cluster, gpus_per_node=gpn)
+    if (mem := _value(params, "gpumem")) not in (None, ""):
+        cluster = dataclasses.replace(cluster, gpu_memory_bytes=int(gpu_memory_gib(mem) * GiB))
     fields = {name: _int(key, values[key]) for key, name in _INT_FIELDS.items()}
     flags = {OPTIONAL_FIELDS.get(key, key): _flag(key, values[key]) for key in BOOL_KEYS}
     stages = {OPTIONAL_FIELDS[k]: _int(k, values[k]) for k in STAGE_KEYS if values[k]}
@@ -193,6 +207,17 @@ def plan_from_params(params: Mapping) -> tuple[Model, Cluster, Plan]:
         nodes = max(1, -(-plan.world_size // cluster.gpus_per_node))
     cluster = cluster.with_nodes(nodes)
     return model, cluster, plan
+
+
+def gpu_memory_gib(text: str) -> float:
+    """The `gpumem` URL value: GiB per GPU, a positive number up to MAX_GPU_MEMORY_GIB."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(f"URL parameter gpumem={text!r} must be a number of GiB") from None
+    if not 0 < value <= MAX_GPU_MEMORY_GIB:
+        raise SpecError(f"URL parameter gpumem={text!r} must be above 0 and at most {MAX_GPU_MEMORY_GIB:,.0f} GiB")
+    return value
 
 
 def usable_params(params: Mapping) -> tuple[dict[str, str], list[str]]:

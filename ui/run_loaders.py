@@ -226,6 +226,12 @@ def layout(key: tuple):
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
+def device(key: tuple) -> dict | None:
+    """The GPU the set ran on (profiler.analyzers.summaries.job_device)."""
+    return run_data.job_device(analysis(key).traces.ranks)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
 def tp_measured(key: tuple) -> pd.DataFrame:
     b = analysis(key)
     return run_data.tp_measured(b.table, node_of_ranks(b.traces.run, b.traces.hosts()))

@@ -16,8 +16,9 @@ import json
 import pandas as pd
 import streamlit as st
 
+from parallel.core.devices import cluster_for_device
 from parallel.core.memory_views import MetricsError, bytes_text, measured_vs_predicted, model_state_vs_predicted
-from parallel.core.specs import MODELS
+from parallel.core.specs import CLUSTERS, MODELS, GiB
 from parallel.core.topology_views import with_rank_values
 from profiler.analyzers import summaries as run_data
 from profiler.analyzers.summaries import RANK_VALUES, metrics_summary
@@ -52,17 +53,19 @@ def adopt_run_plan() -> None:
     done = st.session_state.get(ADOPTED)
     if done and done[0] == s.id:
         return
-    params, note = trace_sets.plan_params(s), None
-    if params is None and s.has_traces:
+    device = guess = note = None
+    if s.has_traces and (s.plan_obj is None or s.cluster not in CLUSTERS):
         from profiler import TraceError
 
         try:
             if run_loaders.open_analysis(run_loaders.set_key(s)) is None:
                 return
-            guess = run_loaders.layout(run_loaders.set_key(s))
+            device = run_loaders.device(run_loaders.set_key(s))
+            guess = None if s.plan_obj else run_loaders.layout(run_loaders.set_key(s))
         except TraceError:
             return  # the measured section below says why the traces cannot be read
-        params = trace_sets.plan_params(s, guess.plan)
+    params = trace_sets.plan_params(s, guess.plan if guess else None, device)
+    if guess is not None:
         label = guess.plan.label()
         note = (
             f"{s.name} came without a plan: the layout {label} is inferred from {guess.evidence}."
@@ -77,9 +80,25 @@ def adopt_run_plan() -> None:
             "job's model in the sidebar (or upload the job's launch script with the traces)."
         )
         note = f"{note} {stand_in}" if note else stand_in
+    if params and device and s.cluster not in CLUSTERS:
+        note = f"{note} {_device_note(device, params)}" if note else _device_note(device, params)
     if params:
         st.query_params.update(params)
         st.session_state[ADOPTED] = (s.id, note)
+
+
+def _device_note(device: dict, params: dict[str, str]) -> str:
+    """What the traces say of the job's GPU and which cluster the plan pages use for it."""
+    memory = device["memory_bytes"]
+    said = f"{device['name']}{f', {memory / GiB:,.1f} GiB' if memory else ''}"
+    others = f" (and {', '.join(device['others'])} on other ranks)" if device["others"] else ""
+    if cluster_for_device(device["name"]) == params["cluster"]:
+        return f"Its traces' deviceProperties name the GPU: {said}{others}, so the plan pages use {params['cluster']}."
+    gpumem = f", with the job's {float(params['gpumem']):,.1f} GiB per GPU" if "gpumem" in params else ""
+    return (
+        f"Its traces' deviceProperties name the GPU: {said}{others}. ParaScope has no cluster of it: the plan "
+        f"pages use {params['cluster']}'s links and FLOP/s{gpumem}."
+    )
 
 
 def _adopted_note(s: TraceSet) -> None:
@@ -94,10 +113,10 @@ def _header(s: TraceSet, what: str) -> None:
     c2.button(
         "Hide", key=f"hide_measured_{what}", on_click=_forget, help="plan without the run (drops ?run= from the URL)"
     )
+    _adopted_note(s)
 
 
 def _same_size(s: TraceSet, choice: PlanChoice) -> bool:
-    _adopted_note(s)
     if s.world_size and s.world_size != choice.plan.world_size:
         st.info(
             f"{s.name} ran on {s.world_size} ranks ({s.plan_label}) but the plan in the sidebar has "

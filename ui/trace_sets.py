@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from parallel.core.devices import cluster_for_device
 from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, MODELS, SpecError
 from runfiles.rundir import read_json
@@ -246,21 +247,34 @@ def find_set(set_id: str | None, runs: Path | None = None, uploads: Path | None 
     return read_run(path, jobs_mod.load(folder, name))
 
 
-def plan_params(s: TraceSet, plan: Plan | None = None) -> dict[str, str] | None:
+MEMORY_SAME = 0.05  # a GPU's reported memory this close to its cluster preset's is the preset's
+
+
+def plan_params(s: TraceSet, plan: Plan | None = None, device: dict | None = None) -> dict[str, str] | None:
     """Query params that open the set's plan (or `plan`, e.g. the layout inferred from its traces) on
     the plan pages (Topology, Activation memory, TP scaling): its model and cluster when they are
-    presets (else the dashboard's defaults), nodes from its hosts. None when the set has no plan."""
+    presets (else the dashboard's defaults), nodes from its hosts. `device` (summaries.job_device: the
+    GPU its traces report) picks the cluster built of that GPU when the set names none, and its memory
+    per GPU. None when the set has no plan."""
     plan = plan or s.plan_obj
     if plan is None:
         return None
     model = s.model if s.model in MODELS else ("tiny" if s.kind == "run" else DEFAULT_PARAMS["model"])
-    cluster = s.cluster if s.cluster in CLUSTERS else ("local-cpu" if s.kind == "run" else DEFAULT_PARAMS["cluster"])
+    by_device = cluster_for_device(device["name"]) if device else None
+    cluster = (
+        s.cluster
+        if s.cluster in CLUSTERS
+        else by_device or ("local-cpu" if s.kind == "run" and not device else DEFAULT_PARAMS["cluster"])
+    )
+    memory = device.get("memory_bytes") if device and s.cluster not in CLUSTERS else None
+    if memory and abs(memory / CLUSTERS[cluster].gpu_memory_bytes - 1) < MEMORY_SAME:
+        memory = None  # the preset's GPU as sold (80 GiB), not the ~79.2 GiB CUDA reports of it
     ran_on = (s.run or {}).get("cluster") or {}
     gpn = int(ran_on.get("gpus_per_node") or 0) or CLUSTERS[cluster].gpus_per_node
     if s.nodes and plan.world_size % s.nodes == 0 and not ran_on:  # an upload: spread its ranks evenly
         gpn = plan.world_size // s.nodes
     nodes = max(s.nodes or 1, -(-plan.world_size // gpn))
-    return plan_to_params(model, cluster, nodes, plan, gpn)
+    return plan_to_params(model, cluster, nodes, plan, gpn, memory)
 
 
 def table_rows(sets: list[TraceSet]) -> list[dict]:

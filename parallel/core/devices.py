@@ -266,6 +266,14 @@ def device_for_name(name: str | None) -> str | None:
     return next((key for part, key in _NAMES if part in low), None)
 
 
+def cluster_for_device(name: str | None) -> str | None:
+    """The cluster preset built of the GPU PyTorch names ('NVIDIA H100 80GB HBM3' -> dgx-h100), or None."""
+    from parallel.core.specs import CLUSTERS
+
+    key = device_for_name(name)
+    return next((c.name for c in CLUSTERS.values() if key and c.gpu == key), None)
+
+
 def device_from_fit(data: object) -> Device:
     """The fitted Device of a profiler.analyzers.device_fit.DeviceFit.to_dict() (or a calib.json holding one under "device_fit");
     SpecError naming what is wrong."""

@@ -406,3 +406,24 @@ def slowest_ranks(heat: pd.DataFrame, top: int = 20) -> pd.DataFrame:
     return g.rename(
         columns={"late_ms": "late ms (sum)", "step_ms": "mean step ms", "exposed_ms": "mean exposed ms"}
     ).round(3)
+
+
+def job_device(ranks: pd.DataFrame) -> dict | None:
+    """The GPU a set's ranks ran on, from their traces' deviceProperties: {"name", "memory_bytes"
+    (None when the traces do not say), "ranks" (how many report it), "others" (other names seen)};
+    None when no rank ran kernels on a named GPU."""
+    if "device_name" not in ranks:
+        return None
+    named = ranks[ranks["device_name"].notna()]
+    if named.empty:
+        return None
+    counts = named["device_name"].value_counts()
+    name = str(counts.index[0])
+    memory = named.loc[named["device_name"] == name, "device_memory"] if "device_memory" in named else pd.Series()
+    memory = pd.to_numeric(memory, errors="coerce").dropna()
+    return {
+        "name": name,
+        "memory_bytes": int(memory.mode().iloc[0]) if len(memory) else None,
+        "ranks": int(counts.iloc[0]),
+        "others": [str(n) for n in counts.index[1:]],
+    }

@@ -598,6 +598,13 @@ def _meta(top: dict, source: str, ts_ns: np.ndarray) -> dict:
         "device_names": {d.get("id"): d.get("name") for d in devices if isinstance(d, dict) and _scalar(d.get("id"))}
         if isinstance(devices, list)
         else {},
+        "device_memory": {
+            d.get("id"): m
+            for d in devices
+            if isinstance(d, dict) and _scalar(d.get("id")) and type(m := d.get("totalGlobalMem")) is int and m > 0
+        }
+        if isinstance(devices, list)
+        else {},
         "host": host if isinstance(host, str) else None,
         "time_base": "relative_us+baseTimeNanoseconds" if relative else "epoch_us",
         "_base_ns": base if relative else 0,

@@ -186,16 +186,17 @@ def parse_part(index: int, name: str, source: Any, limits: Limits, folder: str |
 def _summary(part: RankPart, index: int, n: int) -> dict:
     kinds = part.columns["kind"]
     gpu = pd.Series(kinds).isin([KINDS.index(k) for k in ("compute", "comm", "memcpy", "memset")]).to_numpy()
-    device_name = None
+    device_name = device_memory = None
     if gpu.any():
         pid = Counter(part.columns["pid"][gpu].tolist()).most_common(1)[0][0]
         device_name = part.meta["device_names"].get(pid)
+        device_memory = part.meta.get("device_memory", {}).get(pid)
     step = kinds == KINDS.index("step")
     steps = [
         (profiler_step(str(part.names[c])), int(t), int(t + d))
         for c, t, d in zip(part.columns["name"][step], part.columns["ts_ns"][step], part.columns["dur_ns"][step])
     ]
-    meta = {k: v for k, v in part.meta.items() if k != "device_names"}
+    meta = {k: v for k, v in part.meta.items() if k not in ("device_names", "device_memory")}
     return {
         "index": index,
         "part": f"part-{index:06d}",
@@ -203,6 +204,7 @@ def _summary(part: RankPart, index: int, n: int) -> dict:
         "meta": meta,
         "device": "gpu" if gpu.any() else "cpu",
         "device_name": device_name if isinstance(device_name, str) else None,
+        "device_memory": device_memory,
         "events": n,
         "skipped": dict(part.skipped),
         "threads": part.threads,
@@ -526,6 +528,7 @@ def _rank_row(part: dict, rank: int, rank_from: str) -> dict:
         "backend": meta["backend"],
         "device": part["device"],
         "device_name": part["device_name"],
+        "device_memory": part.get("device_memory"),
         "host": meta["host"],
         "source": part["source"],
         "rank_from": rank_from,

@@ -28,7 +28,8 @@ comm_args (one row per comm, cpu_comm or ps_comm event that carried collective m
 `traces.events` / `traces.comm_args` are the whole set concatenated (a `rank` column first): for small
 sets and tests; the analyzers never ask for them.
 
-`ranks` (one row per rank): rank, world_size, backend, device ('gpu' | 'cpu'), device_name, host,
+`ranks` (one row per rank): rank, world_size, backend, device ('gpu' | 'cpu'), device_name, device_memory
+    (bytes: deviceProperties' totalGlobalMem of the GPU its kernels ran on), host,
     source (file or archive member), rank_from ('distributedInfo' | 'file name' | 'given'),
     time_base ('epoch_us' | 'relative_us+baseTimeNanoseconds'), events, skipped, nccl_version
 `pg_config`: rank, pg_name, pg_desc, pg_size, ranks ('0,1'), backend_config  (distributedInfo)

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from parallel.core.specs import CLUSTERS
 from tests.support.apptest import ROOT, page_test, vega_charts
 from ui import jobs, trace_sets
 
@@ -596,3 +597,30 @@ def test_plan_review_shows_calibrated_and_measured_beside_the_analytic_step(runs
     at = _ok(page_test("pages/plan_review.py", {**params, "cluster": "dgx-h100"}))
     assert not any("calibrated s" in d.value.columns for d in at.dataframe)
     assert "measured on CPU ranks and this cluster runs on GPUs" in _text(at)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "memory", "cluster", "gpumem"),
+    [
+        ("Tesla V100-SXM2-32GB", 34_089_730_048, "dgx-h100", "31.75"),  # no preset of it: the job's memory
+        ("NVIDIA A100-SXM4-40GB", 42_314_694_656, "dgx-a100-40gb", None),  # its own cluster
+    ],
+)
+def test_plan_pages_take_the_gpu_from_the_traces(runs, gpu, memory, cluster, gpumem):
+    """An upload names no cluster: the plan pages take the GPU and its memory from the traces'
+    deviceProperties, say so, and never check the job against a preset's 80 GiB."""
+    from tests.support import trace_samples as ts
+
+    (runs / "gpujob" / "traces").mkdir(parents=True)
+    for rank, data in enumerate(ts.gpu_pair()):
+        data["deviceProperties"] = [{"id": 0, "name": gpu, "totalGlobalMem": memory}]
+        ts.write(runs / "gpujob" / "traces" / f"rank{rank}_trace.json.gz", data)
+    at = _ok(page_test("pages/activation_memory.py", {"run": "gpujob"}))
+    assert at.query_params["cluster"] == cluster
+    assert at.query_params.get("gpumem") == gpumem
+    assert any(f"deviceProperties name the GPU: {gpu}, {memory / 2**30:,.1f} GiB" in i.value for i in at.info)
+    shown = memory if gpumem else CLUSTERS[cluster].gpu_memory_bytes  # 39.4 GiB reported of a 40 GiB A100
+    assert [m.value for m in at.metric if m.label == "GPU memory"] == [f"{shown / 2**30:,.0f} GiB"]
+    if gpumem:
+        assert any("ParaScope has no cluster of it" in i.value for i in at.info)
+        assert any("the job's own (from its traces)" in c.value for c in at.sidebar.caption)

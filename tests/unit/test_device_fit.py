@@ -145,3 +145,32 @@ def test_real_a100_trace_kernels_fall_in_classes():
     assert not compute["name"].astype(str).str.contains("nccl", case=False).any()  # communication is not compute
     assert device_for_name(traces.ranks["device_name"].dropna().iloc[0]) in ("a100-sxm-40gb", "a100-sxm-80gb")
     assert np.isfinite(compute["dur_ns"].to_numpy()).all()
+
+
+def test_cluster_of_a_reported_gpu():
+    from parallel.core.devices import cluster_for_device
+
+    assert cluster_for_device("NVIDIA H100 80GB HBM3") == "dgx-h100"
+    assert cluster_for_device("NVIDIA A100-SXM4-40GB") == "dgx-a100-40gb"
+    assert cluster_for_device("NVIDIA B200") == "dgx-b200"
+    assert cluster_for_device("Tesla V100-SXM2-32GB") is None and cluster_for_device(None) is None
+
+
+def test_job_device_from_device_properties(tmp_path):
+    """ranks.device_memory is the totalGlobalMem of the GPU each rank's kernels ran on; job_device
+    names the set's GPU, its memory and the other GPUs seen."""
+    from profiler import load_traces
+    from profiler.analyzers.summaries import job_device
+    from tests.support import trace_samples as ts
+
+    for rank, data in enumerate(ts.gpu_pair()):
+        name = "Tesla V100-SXM2-32GB" if rank == 0 else "Tesla V100-SXM2-16GB"
+        data["deviceProperties"] = [{"id": 0, "name": name, "totalGlobalMem": (32 if rank == 0 else 16) << 30}]
+        ts.write(tmp_path / f"rank{rank}_trace.json.gz", data)
+    ranks = load_traces(tmp_path, cache=False).ranks
+    assert list(ranks["device_memory"]) == [32 << 30, 16 << 30]
+    device = job_device(ranks)
+    assert device["name"] in ("Tesla V100-SXM2-32GB", "Tesla V100-SXM2-16GB") and device["ranks"] == 1
+    assert device["memory_bytes"] == (32 << 30 if "32GB" in device["name"] else 16 << 30)
+    assert len(device["others"]) == 1
+    assert job_device(ranks.assign(device_name=None)) is None

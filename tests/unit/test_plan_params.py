@@ -180,3 +180,18 @@ def test_review_of_and_back():
     assert r.cluster.nodes == 32 and r.options.perf.mfu == 0.45 and r.options.activations.flash_attention
     back = state_of_review(r, review_id=7, view="search", base=s)
     assert back == s
+
+
+def test_gpu_memory_of_a_job_round_trips_and_bad_values_name_the_bound():
+    from ui.plan_params import plan_to_params
+
+    v100 = 34_089_730_048  # Tesla V100-SXM2-32GB's totalGlobalMem
+    params = plan_to_params("gpt3-175b", "dgx-h100", 2, Plan(dp=16), 8, v100)
+    assert params["gpumem"] == "31.75"
+    _, cluster, _ = plan_from_params(params)
+    assert cluster.gpu_memory_bytes == pytest.approx(v100, rel=1e-3) and cluster.name == "dgx-h100"
+    # the preset's own memory writes no key: other plans' links stay as they were
+    assert "gpumem" not in plan_to_params("gpt3-175b", "dgx-h100", 2, Plan(dp=16), 8, 80 * 2**30)
+    for bad, words in (("lots", "must be a number"), ("0", "above 0"), ("1e9", "at most 65,536 GiB")):
+        with pytest.raises(SpecError, match=words):
+            plan_from_params({"gpumem": bad})
