@@ -4,6 +4,7 @@ its ranks, the arrival skew and stragglers, the per-rank breakdown, and download
 
 import streamlit as st
 
+from profiler.analyzers.steps import STEP_DEFINITION, STEPS_DEFINITION, step_time_s
 from profiler.analyzers.summaries import ALL, HEAT_VALUES, slowest_ranks
 from ui import run_loaders, run_status, selection, timeline_charts, whatif_views
 from ui.routing import ensure_navigation
@@ -76,14 +77,14 @@ def timeline_page(s: TraceSet) -> None:
         return
     step, first, highlight, tables = _pickers(key, a)
     ranks = a.traces.rank_ids
-    _headline(a, tables["summary"])
+    _headline(a, tables["summary"], step)
     if len(ranks) > run_loaders.MAX_GANTT_RANKS:  # too many for one Gantt: the all-ranks picture first
         _all_ranks(key, len(ranks))
     path = _gantts(key, step, first, ranks, highlight)
     _where_time_goes(tables)
     if path is not None:
         whatif_views.critical_path_section(key, step, path)
-        whatif_views.whatif_section(key, ranks)
+        whatif_views.whatif_section(key, ranks, step)
     _downloads(s, key)
     if len(ranks) <= run_loaders.MAX_GANTT_RANKS:
         _all_ranks(key, len(ranks))
@@ -94,6 +95,7 @@ def _pickers(key: tuple, a) -> tuple[int, int, str, dict]:
     the URL; and the step's tables."""
     url = {"bind": "query-params"}
     steps = ["whole" if x == -1 else str(x) for x in a.steps] + (["all"] if len(a.steps) > 1 else [])
+    _wanted_step(steps)
     c1, c2, c3 = st.columns([2, 2, 4])
     step_text = c1.selectbox(
         "Profiler step",
@@ -132,10 +134,41 @@ def _pickers(key: tuple, a) -> tuple[int, int, str, dict]:
     return step, first, highlight, tables
 
 
-def _headline(a, head: dict) -> None:
-    ranks = a.traces.rank_ids
-    m = st.columns(4)
-    m[0].metric("Ranks", f"{len(ranks):,}", help=f"world size {a.traces.world_size}")
+def _wanted_step(steps: list[str]) -> None:
+    """A link's step (`tl_step`, or plain `step`): taken when the set has it; otherwise said, never
+    silently replaced by another step."""
+    given = st.query_params.get("step") or st.query_params.get("tl_step")
+    st.query_params.pop("step", None)
+    if not given:
+        return
+    if given in steps:
+        st.session_state["tl_step"] = given
+        return
+    st.query_params.pop("tl_step", None)
+    shown = [x for x in steps if x != "all"]
+    listed = f"{shown[0]}–{shown[-1]}" if len(shown) > 3 else ", ".join(shown)
+    st.warning(
+        f"The link asks for step {md(given)}, which these traces do not have (their steps: {listed}); "
+        f"showing step {shown[0]}."
+    )
+
+
+def _headline(a, head: dict, step: int) -> None:
+    ranks, world = a.traces.rank_ids, a.traces.world_size
+    m = st.columns(5)
+    m[0].metric(
+        "Ranks",
+        f"{len(ranks):,}" if len(ranks) >= world else f"{len(ranks):,} of {world:,}",
+        help=f"ranks traced, of the job's world size {world:,}",
+    )
+    measured = step_time_s(a.bd, None if step == ALL else step)
+    m[4].metric(
+        "Measured step",
+        "—" if measured is None else f"{measured * 1e3:,.2f} ms",
+        help=STEPS_DEFINITION
+        if step == ALL
+        else f"step {step if step != -1 else '(the whole trace)'}: {STEP_DEFINITION}",
+    )
     m[1].metric("Collectives", f"{head['collectives']:,}", help="collective calls on all ranks in the chosen steps")
     m[2].metric(
         "Exposed communication",
@@ -175,10 +208,13 @@ def _gantts(key: tuple, step: int, first: int, ranks: list[int], highlight: str)
         "is busy (hover: events merged, busy %)."
     )
     path = run_loaders.critical_path(key, step) if whatif_views.path_toggle(len(ranks)) else None
+    span = over["span"]
+    if path is not None and len(path["frame"]):  # the axis holds the whole path, also where a replay ends later
+        span = (min(span[0], path["extent"]["start_ms"]), max(span[1], path["extent"]["end_ms"]))
     st.altair_chart(
         timeline_charts.gantt_overview_chart(
             over["frame"],
-            span=over["span"],
+            span=span,
             window=detail["window"],
             path=None if path is None else path["frame"][path["frame"]["rank"].isin(over["ranks"])],
             links=None if path is None else path["links"],

@@ -273,12 +273,17 @@ def critical_path(key: tuple, step: int) -> dict:
 
     b = analysis(key)
     g = b.front.graph
-    t0, _ = run_data.step_span(b.bd, b.offsets, step)
+    t0, t1 = run_data.step_span(b.bd, b.offsets, step)
     rp = replay(g)
     steps = b.steps if step == run_data.ALL else [step]
     path = pd.concat([path_of(g, rp, s) for s in steps], ignore_index=True)
     frame = whatif_data.path_frame(path, t0)
-    return {"frame": frame, "links": whatif_data.path_links(frame), "categories": whatif_data.path_categories(path)}
+    return {
+        "frame": frame,
+        "links": whatif_data.path_links(frame),
+        "categories": whatif_data.path_categories(path),
+        "extent": whatif_data.path_extent(frame, span_ms=(t1 - t0) / 1e6, steps=len(steps)),
+    }
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -290,10 +295,12 @@ def whatif(
     link_factor: float,
     overlap: tuple[str, ...],
     microbatches: int | None,
+    step: int | None = None,
 ) -> dict:
-    """profiler.analyzers.whatif's object for the form's scenario (plain values: the cache key)."""
+    """profiler.analyzers.whatif's object for the form's scenario at `step` (None: every step; plain
+    values: the cache key)."""
     from profiler.analyzers.whatif import whatif as run
 
     b = analysis(key)
     scenario = whatif_data.scenario_of(rank=rank, speed=speed, link=link, link_factor=link_factor, overlap=overlap)
-    return run(b.front.graph, scenario, plan=b.front.layout_plan, microbatches=microbatches)
+    return run(b.front.graph, scenario, plan=b.front.layout_plan, microbatches=microbatches, step=step)

@@ -7,6 +7,7 @@ import streamlit as st
 
 from parallel.core.comm import DIMS
 from profiler.analyzers import whatif_tables as whatif_data
+from profiler.analyzers.steps import STEP_DEFINITION, STEPS_DEFINITION
 from profiler.analyzers.summaries import ALL
 from ui import run_loaders, whatif_charts
 
@@ -19,16 +20,7 @@ def critical_path_section(key: tuple, step: int, path: dict) -> None:
     if frame.empty:
         st.info("No critical path: the traces have no step windows with matched collectives.")
         return
-    length = float(frame["end_ms"].max() - frame["start_ms"].min())
-    ranks = sorted(set(frame["rank"]))
-    whose = "steps'" if step == ALL else "step's"
-    st.caption(
-        f"The chain of work and transfers that sets the {whose} length — "
-        f"{length:,.2f} ms over {len(ranks)} rank{'s' if len(ranks) != 1 else ''} "
-        f"({len(path['links'])} hops). Walked back from the rank that finishes last: a collective ends after its "
-        "last participant arrives, so the path jumps to that rank (the dashed hops on the overview); in between "
-        "it follows the rank's own work. Drawn in pink over the overview above."
-    )
+    st.caption(path_caption(path["extent"], len(set(frame["rank"])), len(path["links"]), step == ALL))
     c1, c2 = st.columns([2, 3])
     c1.dataframe(
         path["categories"],
@@ -50,7 +42,40 @@ def critical_path_section(key: tuple, step: int, path: dict) -> None:
     )
 
 
-def whatif_section(key: tuple, ranks: list[int]) -> None:
+def path_caption(x: dict, n_ranks: int, hops: int, every_step: bool) -> str:
+    """What the path is and where it lies against the measured step, in the step's own numbers."""
+    ranks = f"{n_ranks} rank{'s' if n_ranks != 1 else ''} ({hops} hop{'s' if hops != 1 else ''})"
+    if every_step:
+        where = (
+            f"{x['length_ms']:,.2f} ms over the {x['steps']} traced steps, {ranks}: each step's path, walked back "
+            "from the rank that finishes it last"
+        )
+    else:
+        late = x["start_ms"] > 0.005 * max(x["span_ms"], 1e-9)
+        where = (
+            f"{x['length_ms']:,.2f} ms of the step's {x['span_ms']:,.2f} ms span (first start to last end over all "
+            f"ranks), {ranks}: walked back from rank {x['last_rank']}, which finishes last, to "
+            + (
+                f"rank {x['first_rank']}'s start of the step at {x['start_ms']:,.2f} ms — before that, rank "
+                f"{x['first_rank']} had not begun the step, so the time before is not on this step's path"
+                if late
+                else f"the step's start on rank {x['first_rank']}"
+            )
+        )
+    past = (
+        f" The replay ends {x['past_ms']:,.2f} ms past the measured step: ranks whose clocks disagree had "
+        "circular waits cut, and the replay re-times them."
+        if x["past_ms"] > 0.005 * max(x["span_ms"], 1e-9)
+        else ""
+    )
+    return (
+        f"The chain of work and transfers that ends the step: {where}. A collective ends after its last "
+        "participant arrives, so the path jumps to that rank (the dashed hops on the overview); in between it "
+        f"follows the rank's own work. Drawn in pink over the overview above.{past}"
+    )
+
+
+def whatif_section(key: tuple, ranks: list[int], step: int) -> None:
     st.subheader("What if")
     st.caption(
         "Replays the traced steps over their dependency graph with a change: a rank at its peers' median speed "
@@ -71,13 +96,20 @@ def whatif_section(key: tuple, ranks: list[int]) -> None:
         st.form_submit_button("Replay")
     value = "median" if speed == MEDIAN else float(speed.split("×")[0])
     out = run_loaders.whatif(
-        key, rank, value if rank is not None else None, link, float(factor), tuple(overlap), int(micro) or None
+        key,
+        rank,
+        value if rank is not None else None,
+        link,
+        float(factor),
+        tuple(overlap),
+        int(micro) or None,
+        None if step == ALL else step,
     )
     m1, m2, m3 = st.columns(3)
     m1.metric(
         "Measured step",
         f"{out['measured_step_time_s'] * 1e3:,.2f} ms",
-        help="median over traced steps of the mean rank window",
+        help=STEPS_DEFINITION if out["step"] is None else f"step {out['step']}: {STEP_DEFINITION}",
     )
     m2.metric(
         "Predicted step",

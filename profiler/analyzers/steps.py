@@ -44,11 +44,25 @@ def step_of(times: np.ndarray, starts: np.ndarray, ends: np.ndarray, steps: np.n
     return out
 
 
+STEP_DEFINITION = "the mean over ranks of the step's window (its ProfilerStep#N range on each rank)"
+STEPS_DEFINITION = f"every step: the median over the traced steps of {STEP_DEFINITION.replace('the step', 'each step')}"
+
+
 def steady_step_s(windows: pd.DataFrame) -> float | None:
     """The trace's step time, one definition everywhere (what-if, the pages): the median over traced
     steps of the mean over ranks of the step's window (rank, step, start_ns, end_ns). None when empty."""
+    return step_time_s(windows)
+
+
+def step_time_s(windows: pd.DataFrame, step: int | None = None) -> float | None:
+    """The measured step: the mean over ranks of `step`'s window; with no step, the median of that over
+    the traced steps (steady_step_s). None when the windows hold no such step."""
     if windows is None or not len(windows):
         return None
+    if step is not None:
+        windows = windows[windows["step"] == step]
+        if not len(windows):
+            return None
     dur = (windows["end_ns"] - windows["start_ns"]).astype("float64")
     per_step = dur.groupby(windows["step"]).mean()
     return float(np.median(per_step.to_numpy())) / 1e9

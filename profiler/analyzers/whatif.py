@@ -3,8 +3,9 @@
     out = whatif(analysis, Scenario(rank_speed={3: "median"}), microbatches=None)
 
 `out` is `python -m profiler whatif --json`'s object:
-    measured_step_time_s   the trace's own step (steps.steady_step_s: median over traced steps of the
-                           mean rank window)
+    step                   the traced step measured and replayed, or None: every step, and then
+    measured_step_time_s   the trace's own step (steps.step_time_s: the mean rank window of `step`,
+                           else its median over the traced steps)
     predicted_step_time_s  the same, of the replayed windows; equal to the measured one when no
                            scenario is given (the replay reproduces the trace exactly)
     change_pct             predicted vs measured
@@ -14,7 +15,7 @@
                            microbatches), each with what it assumes; a link or overlap one also with
                            `ops` (the traced ops it applies to) and, when that is 0, `note` (why)
     changed                sentences: what moved, largest first
-    critical_path          of the measured step closest to the median and of its replay: length_s,
+    critical_path          of `step` (else the measured step closest to the median) and of its replay: length_s,
                            by_category (work, comm:<dim>), ranks, segments
     pipeline               per stage (pp > 1): work, bubble, p2p wait and transfer (ms), bubble
                            fraction beside (p-1)/(v m) -- bubble.py
@@ -37,7 +38,7 @@ import pandas as pd
 
 from profiler.analyzers import bubble
 from profiler.analyzers.replay import Graph, Replay, Scenario, critical_path, phases, replay, step_windows
-from profiler.analyzers.steps import steady_step_s
+from profiler.analyzers.steps import step_time_s
 
 
 def _phase_summary(ph: pd.DataFrame) -> dict[str, Any]:
@@ -118,14 +119,28 @@ def _touched(graph: Graph, key: str, *, link: bool) -> dict[str, Any]:
     return {"ops": 0, "note": why + ": nothing changes"}
 
 
+class StepNotTraced(ValueError):
+    """The what-if was asked for a step the traces do not hold."""
+
+
 def whatif(
-    graph: Graph, scenario: Scenario = Scenario(), *, plan: Any = None, microbatches: int | None = None
+    graph: Graph,
+    scenario: Scenario = Scenario(),
+    *,
+    plan: Any = None,
+    microbatches: int | None = None,
+    step: int | None = None,
 ) -> dict[str, Any]:
-    """The what-if object (see the module docstring). `plan`: the set's Plan (stages, microbatches)."""
+    """The what-if object (see the module docstring). `plan`: the set's Plan (stages, microbatches);
+    `step`: one traced step to measure and replay (default: the median over the traced steps);
+    StepNotTraced when the traces have no such step."""
     rp: Replay = replay(graph, scenario)
     measured_w, predicted_w = step_windows(graph), step_windows(graph, rp)
-    m_step = steady_step_s(measured_w) or 0.0
-    p_step = steady_step_s(predicted_w) or 0.0
+    if step is not None and not (measured_w["step"] == step).any():
+        have = sorted({int(s) for s in measured_w["step"]})
+        raise StepNotTraced(f"step {step} is not in these traces; their steps: {', '.join(map(str, have)) or 'none'}")
+    m_step = step_time_s(measured_w, step) or 0.0
+    p_step = step_time_s(predicted_w, step) or 0.0
     m_ph, p_ph = _phase_summary(phases(graph)), _phase_summary(phases(graph, rp))
     applied: list[dict] = []
     for rank, speed in scenario.rank_speed.items():
@@ -184,8 +199,10 @@ def whatif(
         applied.append(
             {"kind": "microbatches", "to": int(microbatches), "assumes": "no pipeline (pp 1): nothing changes"}
         )
-    step = _median_step(graph)
+    chosen = step
+    step = _median_step(graph) if step is None else step
     out = {
+        "step": chosen,
         "measured_step_time_s": round(m_step, 6),
         "predicted_step_time_s": round(p_step, 6),
         "change_pct": round((p_step / m_step - 1) * 100, 2) if m_step else None,

@@ -40,6 +40,36 @@ def path_frame(path: pd.DataFrame, t0_ns: int) -> pd.DataFrame:
     ).reset_index(drop=True)
 
 
+def path_extent(frame: pd.DataFrame, *, span_ms: float, steps: int = 1) -> dict:
+    """Where a path_frame lies against the step it was walked in (`span_ms`: the step's first start to
+    last end over all ranks, the overview's axis): its length (the segments' sum), its first and last
+    ms, the ranks it starts and ends on, and how far it runs past the measured span (a replay that
+    re-times ops whose clocks disagree can end later than the trace did)."""
+    if not len(frame):
+        return {
+            "length_ms": 0.0,
+            "start_ms": 0.0,
+            "end_ms": 0.0,
+            "first_rank": None,
+            "last_rank": None,
+            "span_ms": span_ms,
+            "past_ms": 0.0,
+            "steps": steps,
+        }
+    first, last = frame.loc[frame["start_ms"].idxmin()], frame.loc[frame["end_ms"].idxmax()]
+    end = float(last["end_ms"])
+    return {
+        "length_ms": float(frame["dur_ms"].sum()),
+        "start_ms": float(first["start_ms"]),
+        "end_ms": end,
+        "first_rank": int(first["rank"]),
+        "last_rank": int(last["rank"]),
+        "span_ms": float(span_ms),
+        "past_ms": max(0.0, end - float(span_ms)),
+        "steps": steps,
+    }
+
+
 def path_links(frame: pd.DataFrame) -> pd.DataFrame:
     """Where consecutive segments sit on different ranks: the time of the hop and the two ranks."""
     if len(frame) < 2:

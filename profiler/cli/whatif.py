@@ -54,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--overlap", action="append", default=[], metavar="DIM", choices=sorted({*DIMS, "unknown"}))
     ap.add_argument("--microbatches", type=int, default=None, metavar="M")
+    ap.add_argument(
+        "--step", type=int, default=None, metavar="N", help="measure and replay ProfilerStep#N (default: every step)"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--rank", action="append", default=[], metavar="FILE=R", help="as in profiler analyze")
     ap.add_argument("--no-cache", action="store_true", help="neither read nor write the parse cache")
@@ -105,7 +108,9 @@ def scenario_from_args(args: argparse.Namespace, ranks: list[int]) -> Scenario:
 
 def _text(out: dict) -> str:
     lines = [
-        f"measured step  {out['measured_step_time_s'] * 1e3:,.2f} ms   (median over traced steps of the mean rank window)",
+        f"measured step  {out['measured_step_time_s'] * 1e3:,.2f} ms   ("
+        + ("median over traced steps" if out["step"] is None else f"step {out['step']}")
+        + " of the mean rank window)",
         f"predicted step {out['predicted_step_time_s'] * 1e3:,.2f} ms"
         + (f"   ({out['change_pct']:+.1f}%)" if out["change_pct"] is not None else ""),
     ]
@@ -140,7 +145,7 @@ def _text(out: dict) -> str:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     from profiler.analyzers.front import TraceAnalysis
-    from profiler.analyzers.whatif import whatif
+    from profiler.analyzers.whatif import StepNotTraced, whatif
     from profiler.traces.errors import TraceError
     from profiler.traces.loader import load_traces
 
@@ -150,8 +155,10 @@ def main(argv=None) -> int:
         traces = load_traces(source, ranks=_ranks(args.rank), cache=not args.no_cache)
         analysis = TraceAnalysis(traces, _plan(args.plan, traces.world_size))
         scenario = scenario_from_args(args, analysis.traces.rank_ids)
-        out = whatif(analysis.graph, scenario, plan=analysis.layout_plan, microbatches=args.microbatches)
-    except (TraceError, ScenarioError) as err:
+        out = whatif(
+            analysis.graph, scenario, plan=analysis.layout_plan, microbatches=args.microbatches, step=args.step
+        )
+    except (TraceError, ScenarioError, StepNotTraced) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -624,3 +624,27 @@ def test_plan_pages_take_the_gpu_from_the_traces(runs, gpu, memory, cluster, gpu
     if gpumem:
         assert any("ParaScope has no cluster of it" in i.value for i in at.info)
         assert any("the job's own (from its traces)" in c.value for c in at.sidebar.caption)
+
+
+def test_timeline_measures_the_step_it_shows(runs):
+    """One measured step on the page: the picked step's mean rank window, in the headline and in the
+    what-if alike; a link to a step the set lacks says so instead of showing another."""
+    from profiler import load_traces
+    from profiler.analyzers.steps import step_time_s
+
+    install_run(runs, "alpha")
+    windows = load_traces(runs / "alpha" / "traces", cache=False).step_windows
+    for step in ("2", "3"):
+        at = _ok(page_test("pages/timeline.py", {"run": "alpha", "tl_step": step}))
+        shown = [m.value for m in at.metric if m.label == "Measured step"]
+        want = f"{step_time_s(windows, int(step)) * 1e3:,.2f} ms"
+        assert shown == [want, want]  # the headline and the what-if
+        # the critical path's caption names the step's span, the same as the overview's axis
+        assert any("of the step's" in c.value and "ms span (first start to last end" in c.value for c in at.caption)
+    every = _ok(page_test("pages/timeline.py", {"run": "alpha", "tl_step": "all"}))
+    assert [m.value for m in every.metric if m.label == "Measured step"][0] == f"{step_time_s(windows) * 1e3:,.2f} ms"
+    # a plain `step=` works as tl_step does; a step the set lacks is said, not silently replaced
+    assert _ok(page_test("pages/timeline.py", {"run": "alpha", "step": "3"})).selectbox(key="tl_step").value == "3"
+    at = _ok(page_test("pages/timeline.py", {"run": "alpha", "step": "999"}))
+    assert any("asks for step 999, which these traces do not have (their steps: 2, 3); showing step 2" in w.value
+               for w in at.warning)

@@ -240,3 +240,43 @@ def test_more_microbatches_shrink_the_schedules_bubble(tmp_path):
     (sc,) = out["scenarios"]
     assert sc["kind"] == "microbatches" and (sc["from"], sc["to"]) == (2, 4) and "optimistic" in sc["assumes"]
     assert [r["stage"] for r in out["pipeline"]] == [0, 1]
+
+
+def test_whatif_of_one_step_measures_that_step(tmp_path):
+    """Two steps of different lengths: the what-if of a step measures and replays that step's windows;
+    a step the traces lack is refused with their steps."""
+    from profiler.analyzers.steps import step_time_s
+    from profiler.analyzers.whatif import StepNotTraced
+    from profiler.analyzers.whatif_tables import path_extent, path_frame
+
+    for rank in (0, 1):
+        events = [
+            ts.annotation("ProfilerStep#4", 0, 1000 + 200 * rank),
+            ts.cpu("aten::mm", 0, 300),
+            _comm("dp", "all_reduce", "0,1", 0, 300, 400),
+            ts.annotation("ProfilerStep#5", 2000, 3000),
+            ts.cpu("aten::mm", 2000, 2000),
+            _comm("dp", "all_reduce", "0,1", 1, 4000, 500),
+        ]
+        ts.write(tmp_path / f"rank{rank}_trace.json", ts.trace(rank, 2, events, backend="gloo"))
+    a = TraceAnalysis.load(tmp_path, cache=False)
+    windows = step_windows(a.graph)
+    assert step_time_s(windows, 4) == pytest.approx(1.1e-3) and step_time_s(windows, 5) == pytest.approx(3e-3)
+    assert step_time_s(windows) == pytest.approx((1.1e-3 + 3e-3) / 2) and step_time_s(windows, 9) is None
+    for step, want in ((4, 1.1e-3), (5, 3e-3)):
+        out = whatif(a.graph, step=step)
+        assert out["step"] == step and out["measured_step_time_s"] == pytest.approx(want)
+        assert out["predicted_step_time_s"] == pytest.approx(want)
+        assert out["critical_path"]["measured"]["step"] == step
+    with pytest.raises(StepNotTraced, match="step 9 is not in these traces; their steps: 4, 5"):
+        whatif(a.graph, step=9)
+    # the path's extent against the step's span: rank 1 finishes step 4 last, 200 us after rank 0
+    path = critical_path(a.graph, replay(a.graph), 4)
+    x = path_extent(path_frame(path, int(path["start_ns"].min())), span_ms=1.2)
+    assert x["last_rank"] == 1 and x["end_ms"] == pytest.approx(1.2) and x["past_ms"] == 0
+    assert x["length_ms"] == pytest.approx(path["dur_ns"].sum() / 1e6)
+    # the CLI: --step N, and a clear refusal of a step the traces lack
+    from profiler.cli.whatif import main as whatif_cli
+
+    assert whatif_cli([str(tmp_path), "--step", "5", "--no-cache"]) == 0
+    assert whatif_cli([str(tmp_path), "--step", "9", "--no-cache"]) == 2
