@@ -642,10 +642,9 @@ def _bytes(rec: dict, label) -> tuple[int | None, str]:
 def _ordinal_seq(cols: dict, rows: list[dict]) -> None:
     """Where no seq was recorded: the order of issue within the rank's group (its pg name; else the
     op), counting each call once (a call's rows share its `unit`); then `instance`: the same call on
-    every rank of its group is group (or pg name, or op) # seq. In place on `cols` (one rank's)."""
-    keys = [
-        g if g != "" else (f"pg:{r['pg_name']}" if r["pg_name"] else f"?{r['op']}") for g, r in zip(cols["group"], rows)
-    ]
+    every rank of its group is group (or pg name, or op) # seq: '0,1#3', 'pg:5#3', 'all_to_all#3' (a
+    call whose group the trace does not say: the op's calls in order). In place on `cols` (one rank's)."""
+    keys = [g if g != "" else (f"pg:{r['pg_name']}" if r["pg_name"] else r["op"]) for g, r in zip(cols["group"], rows)]
     seq, source = cols["seq"], cols["seq_source"]
     calls: dict[tuple, int] = {}  # (key, unit) -> the call's first issue, in order of first appearance
     for i in (i for i, s in enumerate(seq) if s < 0):

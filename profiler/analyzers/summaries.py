@@ -53,7 +53,10 @@ def step_span(bd: pd.DataFrame, offsets: pd.DataFrame | None, step: int) -> tupl
 
 
 def _group_of(instance: pd.Series) -> pd.Series:
-    return instance.astype(str).str.rsplit("#", n=1).str[0]
+    """The group of each instance key ('0,1#3' -> '0,1', 'pg:5#3' -> 'pg:5'); 'unknown' where the
+    trace did not say (the key is then the op's: 'all_to_all#3')."""
+    group = instance.astype(str).str.rsplit("#", n=1).str[0]
+    return group.where(group.str.fullmatch(r"[\d,]+|pg:.*"), "unknown")
 
 
 OVERVIEW_COLUMNS = ["rank", "start_ms", "end_ms", "category", "label", "n_events", "busy_pct", "busy_ms"]
@@ -226,7 +229,7 @@ def straggler_table(strag: pd.DataFrame, steps: pd.Series, step: int) -> pd.Data
 def straggler_labels(worst: pd.DataFrame) -> dict[str, str]:
     """instance -> a one-line description, for a picker of the worst stragglers."""
     return {
-        str(i): f"{d} {o} · group {g} · #{q} · skew {k:,.2f} ms · late rank {r}"
+        str(i): f"{d} {o} · group {g or 'unknown'} · #{q} · skew {k:,.2f} ms · late rank {r}"
         for i, d, o, g, q, k, r in zip(
             worst["instance"],
             worst["dim"],

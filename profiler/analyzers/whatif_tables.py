@@ -21,6 +21,12 @@ PATH_FRAME_COLUMNS = ["rank", "start_ms", "end_ms", "dur_ms", "kind", "category"
 LINK_COLUMNS = ["at_ms", "from_rank", "to_rank"]
 
 
+def op_label(op: pd.Series, instance: pd.Series) -> pd.Series:
+    """'all_reduce 0,1#3'; an instance already named by its op ('all_to_all#3') alone."""
+    labels = [i if i.startswith(f"{o}#") else f"{o} {i}" for o, i in zip(op.astype(str), instance.astype(str))]
+    return pd.Series(labels, index=instance.index, dtype=object)
+
+
 def path_frame(path: pd.DataFrame, t0_ns: int) -> pd.DataFrame:
     """profiler.analyzers.replay.critical_path's rows in ms from t0 (the step's aligned start)."""
     if not len(path):
@@ -35,7 +41,7 @@ def path_frame(path: pd.DataFrame, t0_ns: int) -> pd.DataFrame:
             "dur_ms": path["dur_ns"] / 1e6,
             "kind": kind,
             "category": kind.where(kind == "work", "comm: " + dim),
-            "label": kind.where(kind == "work", path["op"].astype(str) + " " + path["instance"].astype(str)),
+            "label": kind.where(kind == "work", op_label(path["op"], path["instance"])),
         }
     ).reset_index(drop=True)
 

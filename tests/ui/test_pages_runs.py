@@ -646,5 +646,7 @@ def test_timeline_measures_the_step_it_shows(runs):
     # a plain `step=` works as tl_step does; a step the set lacks is said, not silently replaced
     assert _ok(page_test("pages/timeline.py", {"run": "alpha", "step": "3"})).selectbox(key="tl_step").value == "3"
     at = _ok(page_test("pages/timeline.py", {"run": "alpha", "step": "999"}))
-    assert any("asks for step 999, which these traces do not have (their steps: 2, 3); showing step 2" in w.value
-               for w in at.warning)
+    assert any(
+        "asks for step 999, which these traces do not have (their steps: 2, 3); showing step 2" in w.value
+        for w in at.warning
+    )

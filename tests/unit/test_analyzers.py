@@ -349,3 +349,35 @@ def test_analyze_json_carries_what_the_run_pages_show(pair):
     (tp,) = summary["tp_measured"]
     assert (tp["tp"], tp["op"]) == (2, "all_reduce") and tp["busbw_bytes_per_s"] > 0
     json.dumps(summary)  # plain JSON throughout
+
+
+def test_a_collective_without_a_group_is_named_by_its_op(tmp_path):
+    """A gloo all-reduce whose trace names no group: its instance is 'all_reduce#0' on both ranks (no
+    placeholder), its group reads 'unknown' in the Gantt, the picker and the critical path."""
+    from profiler.analyzers import summaries as sm
+    from profiler.analyzers.front import TraceAnalysis
+    from profiler.analyzers.whatif_tables import op_label
+    from tests.support import trace_samples as ts
+
+    for rank in (0, 1):
+        ts.write(tmp_path / f"rank{rank}_trace.json", ts.gloo_cpu(rank, 2))
+    a = TraceAnalysis.load(tmp_path, cache=False)
+    assert list(a.collectives["instance"]) == ["all_reduce#0", "all_reduce#0"]
+    groups = sm._group_of(pd.Series(["0,1#3", "pg:5#2", "all_to_all#1", "merged 0:12"]))
+    assert list(groups) == ["0,1", "pg:5", "unknown", "unknown"]
+    labels = op_label(pd.Series(["all_to_all", "all_reduce"]), pd.Series(["all_to_all#1", "0,1#3"]))
+    assert list(labels) == ["all_to_all#1", "all_reduce 0,1#3"]
+    worst = pd.DataFrame(
+        {
+            "instance": ["all_to_all#1"],
+            "dim": ["world"],
+            "op": ["all_to_all"],
+            "group": [""],
+            "seq": [1],
+            "skew ms": [0.5],
+            "late rank": [3],
+        }
+    )
+    assert sm.straggler_labels(worst) == {
+        "all_to_all#1": "world all_to_all · group unknown · #1 · skew 0.50 ms · late rank 3"
+    }
