@@ -9,6 +9,7 @@ from parallel.core.specs import GiB
 from ui import loaders, long_context_charts, trace_sets
 from ui.plan_form import PlanChoice, plan_form
 from ui.routing import ensure_navigation
+from ui.text import md
 
 
 def _runs() -> tuple[tuple[str, int], ...]:
@@ -81,7 +82,7 @@ def long_context_page(choice: PlanChoice) -> None:
     st.subheader("The smallest plan that fits")
     fits = view["fits"]
     st.dataframe(
-        fits.assign(memory_GiB=fits["memory_GiB"].round(1)),
+        fits.drop(columns="why").assign(memory_GiB=fits["memory_GiB"].round(1)),
         hide_index=True,
         column_config={
             "seq_len": st.column_config.NumberColumn("tokens", format="%d"),
@@ -96,6 +97,8 @@ def long_context_page(choice: PlanChoice) -> None:
         f"microbatch per stage, ZeRO-1 over the CP ranks, recompute {plan.recompute}; weights, gradients, "
         f"optimizer states and activations within the GPU's memory less 10%."
     )
+    for row in fits[~fits["fits"]].itertuples():
+        st.warning(f"{row.seq_len:,} tokens: nothing fits — {md(row.why)}.")
 
 
 ensure_navigation()

@@ -23,15 +23,21 @@ def _x(lengths) -> alt.X:
     )
 
 
-def _color(variants: list[str]) -> alt.Color:
-    return alt.Color("variant:N", title="plan", sort=variants, legend=alt.Legend(orient="bottom", columns=2))
+def _color(variants: list[str], orient: str = "bottom") -> alt.Color:
+    legend = alt.Legend(orient=orient, columns=2) if orient == "bottom" else alt.Legend(orient=orient, labelLimit=260)
+    return alt.Color("variant:N", title="plan", sort=variants, legend=legend)
+
+
+# Streamlit fits the axes and a bottom legend into a chart's height: eight decades of GiB need the
+# whole height for the plot, so that chart's legend goes to the right
+MEMORY_CHART_PX = 420
 
 
 def memory_chart(curves: pd.DataFrame, measured: pd.DataFrame, capacity_gib: float) -> alt.LayerChart:
     """GiB of activations per microbatch on one GPU against length; the GPU's memory as a dashed rule;
     measured runs as black-edged points on their variant's curve."""
     variants = list(dict.fromkeys(curves["variant"]))
-    y = alt.Y("GiB:Q", title="GiB of activations per GPU (one microbatch)", scale=alt.Scale(type="log"))
+    y = alt.Y("GiB:Q", title="GiB per GPU (activations, one microbatch)", scale=alt.Scale(type="log"))
     tips = [
         alt.Tooltip("variant:N", title="plan"),
         alt.Tooltip("seq_len:Q", title="tokens", format=","),
@@ -41,7 +47,7 @@ def memory_chart(curves: pd.DataFrame, measured: pd.DataFrame, capacity_gib: flo
     lines = (
         alt.Chart(curves)
         .mark_line(point=alt.OverlayMarkDef(size=40), strokeWidth=2)
-        .encode(x=x, y=y, color=_color(variants), tooltip=tips)
+        .encode(x=x, y=y, color=_color(variants, "right"), tooltip=tips)
     )
     cap = (
         alt.Chart(pd.DataFrame({"GiB": [capacity_gib], "label": [f"GPU memory {capacity_gib:,.0f} GiB"]}))
@@ -56,11 +62,11 @@ def memory_chart(curves: pd.DataFrame, measured: pd.DataFrame, capacity_gib: flo
             .encode(
                 x=x,
                 y=y,
-                color=_color(variants),
+                color=_color(variants, "right"),
                 tooltip=[*tips, alt.Tooltip("run:N", title="measured in run")],
             )
         )
-    return alt.layer(*layers).properties(height=340)
+    return alt.layer(*layers).properties(height=MEMORY_CHART_PX)
 
 
 def comm_chart(curves: pd.DataFrame) -> alt.FacetChart:

@@ -96,7 +96,9 @@ def sweep_chart(df: pd.DataFrame, *, axis: str, scope: str = "layer") -> alt.Fac
         .encode(x=x, y=alt.Y("total:Q"), text=alt.Text("label:N"))
         for current in (False, True)
     ]
-    return alt.layer(bars, *labels, data=data, width=300, height=260).facet(column=_sp_column())
+    chart = alt.layer(bars, *labels, data=data, width=300, height=260).facet(column=_sp_column())
+    # SP needs TP > 1: a shared TP axis would leave the with-SP panel an empty TP = 1 column
+    return chart.resolve_scale(x="independent") if axis == "tp" else chart
 
 
 def stage_chart(df: pd.DataFrame) -> alt.FacetChart:

@@ -151,7 +151,8 @@ def smallest_fits(
 ) -> pd.DataFrame:
     """For each length, the plan with the fewest GPUs whose most loaded GPU fits in memory (less
     HEADROOM), fastest among those: dp 1, TP ≤ GPUs per node with SP, CP of any exchange in `kinds`,
-    PP with as many microbatches as stages, ZeRO-1. "nothing fits" where no candidate does."""
+    PP with as many microbatches as stages, ZeRO-1. "nothing fits" where no candidate does, and then
+    `why`: the least loaded candidate's memory by term against the budget, and what would make room."""
     out = []
     budget = cluster.gpu_memory_bytes * (1 - HEADROOM)
     for s in LENGTHS:
@@ -159,37 +160,76 @@ def smallest_fits(
         cols = _candidates(m, plan, cluster, kinds)
         valid = (s % (2 * cols.cp) == 0) | (cols.cp == 1)
         valid &= ~cols.sp | ((s // cols.cp) % cols.tp == 0)
-        best = None
+        best = closest = None
         for pp in np.unique(cols.pp):
             keep = valid & (cols.pp == pp)
             if not keep.any():
                 continue
             sub = _subset(cols, keep, global_batch=plan.micro_batch * int(pp))
-            mem = memory.memory_per_gpu_bytes(m, sub, opts)["total"]
+            parts = memory.memory_per_gpu_bytes(m, sub, opts)
+            mem = parts["total"]
             gpus = sub.tp * sub.cp * sub.pp
             time = perf.step_time(m, sub, cluster, acts=opts)["step_time_s"]
             for i in np.flatnonzero(mem <= budget):
                 key = (int(gpus[i]), float(time[i]))
                 if best is None or key < best[0]:
                     best = (key, sub, i, float(mem[i]))
+            i = int(np.argmin(mem))
+            if closest is None or mem[i] < closest[0]:
+                closest = (float(mem[i]), _plan_of(sub, i, plan), {k: float(parts[k][i]) for k in parts})
         if best is None:
-            out.append({"seq_len": s, "plan": "nothing fits", "gpus": None, "memory_GiB": None, "fits": False})
+            why = _why_nothing_fits(model, m, closest, budget) if closest else "no plan can split this length"
+            out.append(
+                {"seq_len": s, "plan": "nothing fits", "gpus": None, "memory_GiB": None, "fits": False, "why": why}
+            )
             continue
         (gpus, _), sub, i, mem = best
-        cp = int(sub.cp[i])
-        p = Plan(
-            tp=int(sub.tp[i]),
-            cp=cp,
-            pp=int(sub.pp[i]),
-            sp=bool(sub.sp[i]),
-            micro_batch=plan.micro_batch,
-            global_batch=sub.global_batch,
-            zero=1,
-            recompute=plan.recompute,
-            cp_kind=str(sub.cp_kind[i]),  # "allgather" for the cp-1 candidates
-        )
-        out.append({"seq_len": s, "plan": p.label(), "gpus": gpus, "memory_GiB": mem / 2**30, "fits": True})
-    return pd.DataFrame(out, columns=["seq_len", "plan", "gpus", "memory_GiB", "fits"])
+        p = _plan_of(sub, i, plan)
+        out.append({"seq_len": s, "plan": p.label(), "gpus": gpus, "memory_GiB": mem / 2**30, "fits": True, "why": ""})
+    return pd.DataFrame(out, columns=["seq_len", "plan", "gpus", "memory_GiB", "fits", "why"])
+
+
+def _plan_of(sub: PlanColumns, i: int, plan: Plan) -> Plan:
+    return Plan(
+        tp=int(sub.tp[i]),
+        cp=int(sub.cp[i]),
+        pp=int(sub.pp[i]),
+        sp=bool(sub.sp[i]),
+        micro_batch=plan.micro_batch,
+        global_batch=sub.global_batch,
+        zero=1,
+        recompute=plan.recompute,
+        cp_kind=str(sub.cp_kind[i]),  # "allgather" for the cp-1 candidates
+    )
+
+
+def _why_nothing_fits(base: Model, model: Model, closest: tuple, budget: float) -> str:
+    """Which term keeps the least loaded candidate over the budget, and what would make room."""
+    total, p, parts = closest
+    gib = 2**30
+    states = parts["params"] + parts["grads"] + parts["optimizer"]
+    held = (
+        f"{parts['params'] / gib:,.1f} GiB parameters, {parts['grads'] / gib:,.1f} GiB gradients, "
+        f"{parts['optimizer'] / gib:,.1f} GiB optimizer states, {parts['activations'] / gib:,.1f} GiB activations"
+    )
+    head = (
+        f"the least loaded plan, {p.label()}, needs {total / gib:,.1f} GiB on its most loaded GPU ({held}); "
+        f"the budget is {budget / gib:,.1f} GiB"
+    )
+    grown = model.embedding_params() - base.embedding_params()
+    if states > budget:
+        if grown > 0:
+            return (
+                f"{head}. Its model states alone exceed it: the learned position table grows with the length "
+                f"({grown * model.dtype_bytes / gib:,.1f} GiB more parameters than at {base.seq_len:,} tokens, all on "
+                "the first stage, with their gradients and optimizer states); a model with rotary positions, "
+                "ZeRO-3 or a GPU with more memory would make room"
+            )
+        return f"{head}. Its model states alone exceed it: ZeRO-3 over more ranks or a GPU with more memory would make room"
+    return (
+        f"{head}. The activations do not fit: more CP than {p.cp} (or a larger CP group), full recompute or a GPU "
+        "with more memory would make room"
+    )
 
 
 def measured_points(model: Model, plan: Plan, cp: int, runs: list[tuple[dict, Plan, str]]) -> pd.DataFrame:

@@ -84,3 +84,19 @@ def test_a_real_run_sits_on_its_curve(tmp_path, monkeypatch):
     assert point["run"] == "lc-ring" and point["variant"] == "TP1+CP2 ring" and point["seq_len"] == 64
     curve = _frame(mem, "cp_kind").set_index(["variant", "seq_len"])["bytes"]
     assert curve.loc[("TP1+CP2 ring", 64)] == point["bytes"]  # measured = the formula, on the curve
+
+
+def test_nothing_fits_says_which_term_and_what_would_make_room():
+    """GPT-3 175B at 1M tokens: no plan fits, because its learned position table puts the weights
+    over the GPU on the first stage; the page says so with the numbers, not a bare 'nothing fits'."""
+    gpt = {"model": "gpt3-175b", "cluster": "dgx-h100", "nodes": "64", "dp": "8", "tp": "8", "pp": "8"}
+    at = _ok(page_test("pages/long_context.py", {**gpt, "gb": "1536", "sp": "1", "lc_flash": "true"}))
+    (warning,) = [w.value for w in at.warning if "nothing fits" in w.value]
+    assert warning.startswith("1,048,576 tokens: nothing fits — the least loaded plan, DP1 TP8+SP")
+    assert "learned position table grows with the length" in warning and "GiB parameters" in warning
+    assert "budget is 72.0 GiB" in warning
+    table = at.dataframe[0].value
+    assert "why" not in table and table["fits"].sum() == len(LENGTHS) - 1
+    # eight decades of GiB: the plot keeps the chart's height (its legend on the right, not below)
+    spec = vega_charts(at)[0].spec
+    assert spec["height"] >= 400 and spec["layer"][0]["encoding"]["color"]["legend"]["orient"] == "right"

@@ -112,8 +112,12 @@ def test_a_tiny_model_stage_chart_is_in_mib_without_the_capacity_line():
     sweep = memory_data.components_sweep(
         MODELS["tiny"], Plan(dp=2, tp=2, pp=2, sp=True, global_batch=8), ActivationOptions(), axis="tp"
     )
-    labels = memory_charts.sweep_chart(sweep, axis="tp").to_dict()["spec"]["layer"][1]["transform"]
+    tp_chart = memory_charts.sweep_chart(sweep, axis="tp").to_dict()
+    labels = tp_chart["spec"]["layer"][1]["transform"]
     assert {"calculate": "format(datum.total, ',.2f')", "as": "label"} in labels  # 0.24 MiB, not '0'
+    # SP needs TP > 1: each panel has its own TP axis, so the with-SP one has no empty TP = 1 column
+    assert 1 in set(sweep[sweep["sp"] == "without SP"]["x"]) and 1 not in set(sweep[sweep["sp"] == "with SP"]["x"])
+    assert tp_chart["resolve"]["scale"]["x"] == "independent"
     big = memory_charts.stage_chart(memory_data.stage_memory(GPT175, PLAN, ActivationOptions(), H100.gpu_memory_bytes))
     assert len(big.to_dict()["spec"]["layer"]) == 2  # the dashed GPU memory line
 
