@@ -22,6 +22,7 @@ from parallel.core.plan import CP_KINDS, RECOMPUTE, Plan
 from parallel.core.specs import CLUSTERS, MODELS, Cluster, GiB, Model, SpecError
 from parallel.core.topology import ORDERS
 from parallel.core.topology_views import same_order
+from parallel.core.validate import nearest_computable
 from ui import loaders
 from ui.plan_params import (
     DEFAULT_PARAMS,
@@ -256,5 +257,44 @@ def plan_form(activations: dict | None = None) -> PlanChoice:
     for message in choice.warnings:
         st.warning(md(message))
     if not choice.computable:
-        st.info("Change the plan in the sidebar: the model cannot be split this way, so there is nothing to draw.")
+        _offer_fixes(model, cluster, plan)
     return choice
+
+
+_FORM_KEY_OF = {"micro_batch": "mb", "global_batch": "gb", "cp_kind": "ck"}  # Plan field -> form key
+
+
+def _apply_fix(key: str, value, nodes: int) -> None:
+    st.session_state[_PREFIX + key] = value
+    st.session_state[_PREFIX + "nodes"] = nodes
+
+
+def _offer_fixes(model: Model, cluster: Cluster, plan: Plan) -> None:
+    """The model cannot be split this way: the nearest plans that can, one click each (the nodes follow
+    when the GPU count changes)."""
+    fixes = nearest_computable(plan, model)
+    st.info(
+        "The model cannot be split this way, so there is nothing to draw: "
+        + (
+            "pick a nearby plan below, or change the plan in the sidebar."
+            if fixes
+            else "change the plan in the sidebar."
+        )
+    )
+    if not fixes:
+        return
+    cols = st.columns(len(fixes))
+    for col, (name, value, fixed) in zip(cols, fixes):
+        key = _FORM_KEY_OF.get(name, name)
+        nodes = max(cluster.nodes, -(-fixed.world_size // cluster.gpus_per_node))
+        if fixed.world_size != plan.world_size:
+            nodes = -(-fixed.world_size // cluster.gpus_per_node)
+        shown = {"sp": "SP on" if value else "SP off"}.get(name, f"{key.upper()} {value}")
+        more = f" on {nodes} nodes" if fixed.world_size != plan.world_size else ""
+        col.button(
+            f"Use {shown}{more}",
+            key=f"plan_fix_{name}_{value}",
+            on_click=_apply_fix,
+            args=(key, value, nodes),
+            help=f"{fixed.label()}: {fixed.world_size:,} GPUs",
+        )

@@ -6,6 +6,8 @@ layouts (a TP group on the slow link, a pipeline that cannot fill). Pure: stdlib
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from parallel.core.memory import ActivationOptions, memory_per_gpu_bytes
@@ -241,3 +243,49 @@ def check(plan: Plan, model: Model, cluster: Cluster, opts: ActivationOptions | 
                 f"{cap / GiB:.1f} GiB; allocator fragmentation and buffers may not fit"
             )
     return Verdict(errors, warnings, computable=not shape)
+
+
+# The plan fields a one-change fix may touch, those that keep the GPU count first; each with the
+# values tried (nearest the plan's first).
+_FIX_FIELDS = ("vpp", "micro_batch", "global_batch", "sp", "cp_kind", "tp", "pp", "cp", "dp", "ep")
+_FIX_TRIES = 64
+
+
+def _nearby(field_name: str, value) -> list:
+    if field_name == "sp":
+        return [not value]
+    if field_name == "cp_kind":
+        return [k for k in ("ring", "allgather", "ulysses") if k != value]
+    top = max(2 * value, value + _FIX_TRIES) if field_name != "global_batch" else 2 * value
+    values = [v for v in range(1, top + 1) if v != value]
+    return sorted(values, key=lambda v: (abs(math.log(v / value)), v))[: _FIX_TRIES * 4]
+
+
+def nearest_computable(plan: Plan, model: Model, *, limit: int = 3) -> list[tuple[str, object, Plan]]:
+    """One-field changes that make a plan the model cannot be split by computable: (field, value,
+    plan), those that keep the GPU count first, then the smallest change (log ratio); at most `limit`,
+    per field the nearest value below and the nearest above. Empty when the plan is computable already
+    or no single change helps."""
+    if not _shape_errors(plan, model):
+        return []
+    found = []
+    for rank, name in enumerate(_FIX_FIELDS):
+        current = getattr(plan, name)
+        sides: set = set()
+        for value in _nearby(name, current):
+            side = value > current if isinstance(current, int) and not isinstance(current, bool) else None
+            if side in sides:
+                continue
+            try:
+                candidate = dataclasses.replace(plan, **{name: value})
+            except (ValueError, TypeError):
+                continue
+            if _shape_errors(candidate, model):
+                continue
+            moved = candidate.world_size != plan.world_size
+            size = abs(math.log(value / current)) if side is not None else 0.0
+            found.append(((moved, size, rank), name, value, candidate))
+            sides.add(side)
+            if side is None or len(sides) == 2:
+                break
+    return [(name, value, p) for _, name, value, p in sorted(found, key=lambda x: x[0])[:limit]]

@@ -201,7 +201,20 @@ def test_invalid_plan_shows_the_plan_models_error(page):
     at = _ok(page_test(page, {**DEFAULT_PARAMS, "tp": "7", "dp": "1"}))
     assert any("not divisible by tp 7" in e for e in _errors(at))
     assert not vega_charts(at)  # nothing drawn for a shape that cannot exist
-    assert any("Change the plan in the sidebar" in i.value for i in at.info)
+    assert any("pick a nearby plan below, or change the plan in the sidebar" in i.value for i in at.info)
+
+
+def test_a_plan_the_model_cannot_split_offers_the_nearest_that_it_can():
+    """Llama-3 405B's 126 layers on PP 8: the page offers PP 7 and PP 9 (nodes following the GPU
+    count) and one click draws the plan."""
+    at = _ok(page_test("pages/topology.py", {**DEFAULT_PARAMS, "model": "llama3-405b"}))
+    assert any("layers 126" in e for e in _errors(at)) and not vega_charts(at)
+    offers = {b.label: b for b in at.button if b.key and b.key.startswith("plan_fix_")}
+    assert set(offers) == {"Use PP 9 on 72 nodes", "Use PP 7 on 56 nodes"}
+    offers["Use PP 7 on 56 nodes"].click().run()
+    _ok(at)
+    assert at.query_params["pp"] == "7" and at.query_params["nodes"] == "56"
+    assert not any("layers 126" in e for e in _errors(at)) and len(vega_charts(at)[0].frame()) == 448
 
 
 def test_bad_url_value_is_reported_and_the_page_still_draws():

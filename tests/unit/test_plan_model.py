@@ -441,3 +441,17 @@ def test_most_loaded_gpu_is_the_max_over_stages():
     mem = memory_per_gpu_bytes(m, plan)
     assert mem["activations"] == pytest.approx(activation_bytes_per_stage(m, plan, 0))
     assert 60 * GiB < mem["total"] < 80 * GiB
+
+
+def test_nearest_computable_changes_one_field_keeping_the_gpus_first():
+    from parallel.core.validate import _shape_errors, nearest_computable
+
+    l405 = MODELS["llama3-405b"]
+    fixes = nearest_computable(Plan(dp=8, tp=8, pp=8, sp=True, global_batch=1536), l405)
+    assert [(n, v) for n, v, _ in fixes] == [("pp", 9), ("pp", 7)]  # 126 layers: the divisors around 8
+    assert all(not _shape_errors(p, l405) for _, _, p in fixes)
+    # a batch one off: the GPU count stays, so the batch is offered before dp
+    gpt = MODELS["gpt3-175b"]
+    fixes = nearest_computable(Plan(dp=8, tp=8, pp=8, sp=True, global_batch=1537), gpt)
+    assert [(n, v) for n, v, _ in fixes][:2] == [("global_batch", 1536), ("global_batch", 1544)]
+    assert nearest_computable(Plan(dp=8, tp=8, pp=8, sp=True, global_batch=1536), gpt) == []
