@@ -126,7 +126,9 @@ def _details(s: TraceSet) -> None:
             m[1].metric(
                 "Loss",
                 f"{head['loss_last']:.4f}",
-                delta=f"{head['loss_last'] - head['loss_first']:+.4f}",
+                delta=f"{head['loss_last'] - head['loss_first']:+.4f}"
+                if abs(head["loss_last"] - head["loss_first"]) >= 5e-5
+                else None,
                 delta_color="inverse",
                 help="last step, and its change since the first",
             )
@@ -167,8 +169,14 @@ def home_page() -> None:
     ids = [s.id for s in sets]
     current = selection.current_id()
     if current not in ids:
+        asked = st.query_params.get(selection.KEY)
         current = next((s.id for s in sets if s.status == "completed"), ids[0])
         selection.select(current)
+        if asked:  # a link to a set that is not here: said, not silently replaced
+            st.warning(
+                f"There is no run or uploaded set called **{md(asked)}** here; showing "
+                f"**{md(next(s.name for s in sets if s.id == current))}** instead."
+            )
     if st.session_state.get(PICK) != current:
         st.session_state[PICK] = current  # the URL wins: a copied link, or one from another page
     labels = {s.id: s.label for s in sets}

@@ -46,7 +46,7 @@ def _whole_step() -> None:
 def _all_ranks(key: tuple, n_ranks: int) -> None:
     """Every rank x step in one heat map, the ranks that made others wait listed first: the view of a
     set too large for one Gantt (first on the page past MAX_GANTT_RANKS ranks, last below it)."""
-    st.subheader(f"All {n_ranks:,} ranks")
+    st.subheader(f"All {n_ranks:,} ranks" if n_ranks != 1 else "The one rank traced")
     heat = run_loaders.heat(key)
     c1, c2 = st.columns([3, 2])
     value = c1.radio(

@@ -43,7 +43,7 @@ def run_prediction(s: TraceSet, metrics: dict | None) -> None:
     c1.metric(
         "Predicted step (calibrated)",
         f"{row['predicted_s']:.3f} s",
-        delta=f"{row['error_pct']:+.1f}% vs measured",
+        delta=f"{row['error_pct']:+.1f}% vs measured" if abs(row["error_pct"]) >= 0.05 else None,
         delta_color="off",
         help="parallel.core.calibrated with the calibration fitted from "
         + ", ".join(str(src.get("plan")) for src in cal.sources)

@@ -114,7 +114,7 @@ def whatif_section(key: tuple, ranks: list[int], step: int) -> None:
     m2.metric(
         "Predicted step",
         f"{out['predicted_step_time_s'] * 1e3:,.2f} ms",
-        delta=None if out["change_pct"] is None else f"{out['change_pct']:+.1f}%",
+        delta=None if out["change_pct"] is None or abs(out["change_pct"]) < 0.05 else f"{out['change_pct']:+.1f}%",
         delta_color="inverse",
     )
     m3.metric("Dependencies cut", f"{out['cut_dependencies']:,}", help="circular waits from clocks that disagree")

@@ -105,6 +105,13 @@ def stream(f: BinaryIO, name: str, limits: Limits) -> Iterator[bytes]:
     ratio to the input read so far are checked after every piece, so memory stays one piece."""
     first = f.read(_CHUNK)
     if not first.startswith(GZIP_MAGIC):
+        if first and str(name).lower().endswith(".gz") and first.lstrip()[:1] not in (b"{", b"["):
+            # plain JSON named .gz is read as JSON; anything else is neither, and is said to be
+            raise CompressionError(
+                f"{name}: is not gzip data although it is named .gz (its first bytes are {first[:4].hex(' ')}), "
+                "nor JSON",
+                path=name,
+            )
         out = 0
         while first:
             out += len(first)

@@ -164,6 +164,12 @@ def test_home_lists_runs_and_keeps_the_choice_in_the_url(runs):
     again = _ok(page_test("pages/home.py", {"run": "alpha"}))
     assert again.selectbox(key="home_pick").value == "alpha"
     assert "Steady step time" in [m.label for m in again.metric]
+    # a link to a set that is not here says so, and which set it shows instead
+    gone = _ok(page_test("pages/home.py", {"run": "deleted-run"}))
+    assert [w.value for w in gone.warning] == [
+        "There is no run or uploaded set called **deleted-run** here; showing **beta** instead."
+    ]
+    assert gone.query_params["run"] == "beta"
 
 
 def test_home_links_open_the_run_on_every_page(runs):
@@ -639,6 +645,8 @@ def test_timeline_measures_the_step_it_shows(runs):
         shown = [m.value for m in at.metric if m.label == "Measured step"]
         want = f"{step_time_s(windows, int(step)) * 1e3:,.2f} ms"
         assert shown == [want, want]  # the headline and the what-if
+        (predicted,) = [m for m in at.metric if m.label == "Predicted step"]
+        assert predicted.value == want and not predicted.delta  # no change: no red "+0.0%"
         # the critical path's caption names the step's span, the same as the overview's axis
         assert any("of the step's" in c.value and "ms span (first start to last end" in c.value for c in at.caption)
     every = _ok(page_test("pages/timeline.py", {"run": "alpha", "tl_step": "all"}))
@@ -650,3 +658,16 @@ def test_timeline_measures_the_step_it_shows(runs):
         "asks for step 999, which these traces do not have (their steps: 2, 3); showing step 2" in w.value
         for w in at.warning
     )
+
+
+def test_timeline_of_one_rank_of_a_larger_job_counts_it_once(runs):
+    """Rank 3 of an 8-rank job: '1 of 8' ranks, never 'All 1 ranks' or the job's 8 as if traced."""
+    from tests.support import trace_samples as ts
+
+    (runs / "one" / "traces").mkdir(parents=True)
+    ts.write(runs / "one" / "traces" / "rank3_trace.json.gz", ts.gloo_cpu(3, 8))
+    at = _ok(page_test("pages/timeline.py", {"run": "one"}))
+    assert [m.value for m in at.metric if m.label == "Ranks"] == ["1 of 8"]
+    assert "The one rank traced" in [s.value for s in at.subheader]
+    assert not any("All 1 ranks" in s.value for s in at.subheader)
+    assert "1 rank traced" in _text(at) and "8 ranks" not in _text(at)

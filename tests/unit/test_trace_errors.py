@@ -90,6 +90,10 @@ def _case(tmp_path: Path, case: str):
         p = tmp_path / "rank0_trace.json.gz"
         p.write_bytes(bytes(data))
         return p, {}
+    if case == "not_gzip":
+        p = tmp_path / "rank0_trace.json.gz"
+        p.write_bytes(b"PK\x03\x04 a zip, or anything but gzip")
+        return p, {}
     if case == "gzip_bomb":
         p = tmp_path / "rank0_trace.json.gz"
         p.write_bytes(gzip.compress(b"\0" * (BOMB_MB << 20), compresslevel=9))
@@ -188,6 +192,10 @@ CASES = {
     "truncated_json": (NotJSONError, r"not valid JSON \(Input data was truncated\)"),
     "truncated_gzip": (CompressionError, r"gzip stream is truncated"),
     "corrupt_gzip": (CompressionError, r"corrupt gzip data"),
+    "not_gzip": (
+        CompressionError,
+        r"rank0_trace.json.gz: is not gzip data although it is named .gz \(its first bytes are 50 4b 03 04\), nor JSON",
+    ),
     "gzip_bomb": (TooLargeError, r"decompresses more than 200x .* compression bomb"),
     "gzip_over_cap": (TooLargeError, r"more than 1,000 bytes \(the per-file cap\)"),
     "file_over_cap": (TooLargeError, r"rank0_trace.json: is [\d,]+ bytes, more than the per-file cap of 1,000"),
