@@ -156,14 +156,23 @@ def home_page() -> None:
             "No runs or uploaded traces yet, so ParaScope is profiling a small real job to start with: a tiny "
             "GPT trained DP2 × TP2 + SP × PP2 on 8 CPU processes (gloo), every rank traced (well under a minute)."
         )
+        from profiler.collect.demo import DemoStartError
+
         try:
             _start_demo()
         except OSError as err:
             st.error(
-                f"The demo run cannot start in {md(trace_sets.runs_dir())}: {md(err)}. Set PARASCOPE_RUNS to a writable "
+                f"The demo run cannot start in the runs folder: {md(err)}. Set PARASCOPE_RUNS to a writable "
                 "folder, or upload traces."
             )
             st.page_link(selection.PAGES["upload"], label="Upload traces", icon=":material/upload:")
+            return
+        except DemoStartError as err:
+            head, _, log = str(err).partition("\n")
+            st.error(f"The demo job failed to start: {md(head)}. Its log ends:")
+            st.code(log, language=None)
+            st.button("Try again", key="demo_retry")
+            st.page_link(selection.PAGES["upload"], label="Or upload traces", icon=":material/upload:")
             return
         st.rerun()
     ids = [s.id for s in sets]

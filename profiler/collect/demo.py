@@ -64,9 +64,31 @@ def ensure_demo_run(runs_dir=None, *, name: str = DEMO_NAME, flags=DEMO_FLAGS) -
         info = read_run(path)
         if info is not None and info.status in ("completed", "running", "starting"):
             return path
-        _start(demo_command(path, flags=flags, force=path.exists()), log=runs / ".demo.log")
-        _wait_for_claim(path)
+        if _starting(runs / ".demo.pid"):
+            return path  # started by an earlier call, not yet claimed its directory
+        log = runs / ".demo.log"
+        offset = log.stat().st_size if log.exists() else 0
+        proc = _start(demo_command(path, flags=flags, force=path.exists()), log=log)
+        (runs / ".demo.pid").write_text(str(proc.pid))
+        _wait_for_claim(path, proc, log, offset)
     return path
+
+
+class DemoStartError(RuntimeError):
+    """The demo run's process ended before it claimed its directory; the message holds its log's tail."""
+
+
+def _starting(pid_file: Path) -> bool:
+    """Whether the demo process an earlier call started is still alive (and so still starting)."""
+    try:
+        pid = int(pid_file.read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    try:  # a recycled pid is not ours: ours runs `-m profiler run`
+        return b"profiler" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
 
 
 def _start(argv: list[str], *, log: Path) -> subprocess.Popen:
@@ -85,14 +107,29 @@ def _start(argv: list[str], *, log: Path) -> subprocess.Popen:
     return proc
 
 
-def _wait_for_claim(path: Path, timeout_s: float = 5.0) -> None:
+def _wait_for_claim(path: Path, proc: subprocess.Popen, log: Path, offset: int, timeout_s: float = 5.0) -> None:
     """Hold the lock until the new run has written its run.json (a fraction of a second: the plan is
-    checked and the directory claimed before torch is imported), so the next caller sees it running."""
+    checked and the directory claimed before torch is imported), so the next caller sees it running;
+    DemoStartError with the log's tail when the process ends first (it cannot even start)."""
     import time
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         info = read_run(path)
-        if info is not None and info.status == "running":
+        if info is not None and info.status in ("running", "failed", "completed"):
             return
+        code = proc.poll()
+        if code is not None and read_run(path) is None:
+            raise DemoStartError(f"the demo run exited with code {code} before it started:\n{_log_tail(log, offset)}")
         time.sleep(0.05)
+
+
+def _log_tail(log: Path, offset: int, lines: int = 20) -> str:
+    """The last lines this start wrote to the log (from `offset`), at most 16 KiB of them."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(offset, f.seek(0, 2) - (16 << 10)))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.strip().splitlines()[-lines:]) or "(the log is empty)"

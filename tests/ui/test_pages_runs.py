@@ -671,3 +671,20 @@ def test_timeline_of_one_rank_of_a_larger_job_counts_it_once(runs):
     assert "The one rank traced" in [s.value for s in at.subheader]
     assert not any("All 1 ranks" in s.value for s in at.subheader)
     assert "1 rank traced" in _text(at) and "8 ranks" not in _text(at)
+
+
+def test_home_shows_why_the_demo_job_cannot_start(runs, monkeypatch):
+    """A demo job whose process exits before it claims its directory (here: a plan it refuses) shows
+    its error and its log's tail on Home within seconds, instead of spinning."""
+    import profiler.collect.demo as demo_mod
+
+    real = demo_mod.ensure_demo_run
+    monkeypatch.setattr(demo_mod, "ensure_demo_run", lambda runs_dir: real(runs_dir, flags=("--dp", "0")))
+    started = time.monotonic()
+    at = _ok(page_test("pages/home.py"))
+    assert time.monotonic() - started < 60  # the process's own start; never the page's spin
+    (error,) = [e.value for e in at.error]
+    assert error.startswith("The demo job failed to start: the demo run exited with code 2 before it started")
+    (log,) = at.code
+    assert "dp" in log.value and "error" in log.value.lower()
+    assert [b.label for b in at.button] == ["Try again"]
