@@ -103,26 +103,29 @@ def check_files(files: list[tuple[str, bytes]]) -> Checked:
     from runfiles.lines import one_line
 
     out = Checked()
-    seen_names: set[str] = set()
+    candidates: dict[str, bytes] = {}
+    for raw_name, data in files:
+        name = PurePosixPath(str(raw_name).replace("\\", "/")).name
+        if name in candidates:
+            out.rejected.append((name, f"{name}: uploaded twice; the first copy is kept"))
+        elif name.lower() in NOT_TRACES or not name.lower().endswith(TRACE_SUFFIXES):
+            out.rejected.append(
+                (name, f"{name}: not a trace file; upload Kineto traces (.json, .json.gz) or a .zip / .tar.gz of them")
+            )
+        elif _is_flight_recorder(data):
+            out.rejected.append(
+                (name, f"{name}: a Flight Recorder dump, not a trace: open it on the 'Why did it hang' page")
+            )
+        else:
+            candidates[name] = data
+    if not candidates:
+        return out
+    together = _check_together(candidates)
+    if together is not None:  # the common case: the set is decoded once, into the cache its views open
+        out.accepted += together
+        return out
     with tempfile.TemporaryDirectory(prefix="parascope-upload-") as tmp:
-        for raw_name, data in files:
-            name = PurePosixPath(str(raw_name).replace("\\", "/")).name
-            if name in seen_names:
-                out.rejected.append((name, f"{name}: uploaded twice; the first copy is kept"))
-                continue
-            if name.lower() in NOT_TRACES or not name.lower().endswith(TRACE_SUFFIXES):
-                out.rejected.append(
-                    (
-                        name,
-                        f"{name}: not a trace file; upload Kineto traces (.json, .json.gz) or a .zip / .tar.gz of them",
-                    )
-                )
-                continue
-            if _is_flight_recorder(data):
-                out.rejected.append(
-                    (name, f"{name}: a Flight Recorder dump, not a trace: open it on the 'Why did it hang' page")
-                )
-                continue
+        for name, data in candidates.items():
             try:
                 got = _check_one(name, data, Path(tmp))
             except TraceError as err:
@@ -135,9 +138,43 @@ def check_files(files: list[tuple[str, bytes]]) -> Checked:
             if clash:
                 out.rejected.append((name, clash))
                 continue
-            seen_names.add(name)
             out.accepted.append(got)
     return out
+
+
+def _check_together(candidates: dict[str, bytes]) -> list[Accepted] | None:
+    """Load the files as one set, with the parse cache on: the set's cache key is its files' names and
+    bytes, so the views of the stored set open this parse instead of decoding the files again. None
+    when the set does not load whole or a file adds no rank of its own: each file is then checked
+    alone, to keep the good ones and say what is wrong with each of the others."""
+    from profiler import TraceError, load_traces
+
+    with tempfile.TemporaryDirectory(prefix="parascope-upload-") as tmp:
+        for name, data in candidates.items():
+            (Path(tmp) / name).write_bytes(data)
+        try:
+            traces = load_traces(Path(tmp), cache=True)
+        except TraceError:
+            return None
+    ranks = traces.ranks
+    source = ranks["source"].astype(str)
+    accepted: list[Accepted] = []
+    for name, data in candidates.items():
+        mine = ranks[(source == name) | source.str.startswith(name + ":")]
+        if mine.empty:
+            return None
+        sizes = mine["world_size"].dropna()
+        got = Accepted(
+            name,
+            data,
+            tuple(sorted(int(r) for r in mine["rank"])),
+            int(sizes.max()) if len(sizes) else None,
+            int(mine["events"].sum()),
+        )
+        if _clash(Checked(accepted=accepted), got):
+            return None
+        accepted.append(got)
+    return accepted
 
 
 def _clash(kept: Checked, new: Accepted) -> str | None:

@@ -173,3 +173,26 @@ def test_flight_recorder_dumps_are_sent_to_the_hang_page(good):
     checked = uploads.check_files([good[0], ("rank0.json", dump)])
     assert [a.name for a in checked.accepted] == [good[0][0]]
     assert "a Flight Recorder dump, not a trace" in dict(checked.rejected)["rank0.json"]
+
+
+def test_a_good_upload_is_decoded_once(good, tmp_path, monkeypatch):
+    """Two plain rank files and a zip of the other two: the check loads them as one set into the parse
+    cache, and the stored set's views open that parse (no second decode)."""
+    from profiler import load_traces
+
+    monkeypatch.setenv("PARASCOPE_CACHE", str(tmp_path / "cache"))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in good[2:]:
+            zf.writestr(name, data)
+    checked = uploads.check_files([*good[:2], ("rest.zip", buf.getvalue())])
+    assert not checked.rejected
+    assert [(a.name, a.ranks) for a in checked.accepted] == [
+        (good[0][0], (0,)),
+        (good[1][0], (1,)),
+        ("rest.zip", (2, 3)),
+    ]
+    assert all(a.events > 0 for a in checked.accepted) and checked.world_size == 4
+    path = uploads.store("once", checked.accepted, uploads=tmp_path / "uploads")
+    traces = load_traces(path / "traces")
+    assert traces.from_cache and traces.rank_ids == [0, 1, 2, 3]
