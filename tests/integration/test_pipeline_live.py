@@ -1,6 +1,6 @@
 """The microbatches a pipeline stage holds at its peak, as the engine runs its schedule, equal the plan
 model's inflight_chunks (all of a stage's chunks) and embedding_chunks (the first stage's chunk 0,
-which alone holds the embedding-dropout masks): issue #14's interleaved-schedule defect, measured."""
+which alone holds the embedding-dropout masks): the interleaved schedule's peak, measured."""
 
 import json
 import subprocess

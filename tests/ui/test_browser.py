@@ -14,6 +14,7 @@ save a full-page screenshot under test-artifacts/browser/.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -370,3 +371,49 @@ def test_enter_in_a_run_a_job_field_starts_nothing(server, browser, dashboard_da
         assert "Started **" not in page.inner_text("body")
     finally:
         page.close()
+
+
+def _upload(uploads: Path, name: str, world: int, **plan) -> str:
+    """A set stored as the Upload page stores one: `world` gloo ranks of a plain data-parallel job
+    whose traces name no group (one all-reduce over every rank); with `plan`, its plan attached."""
+    from parallel.core.plan import Plan
+    from tests.support import trace_samples as ts
+    from ui import uploads as uploads_mod
+
+    files = [(f"rank{r}_trace.json", json.dumps(ts.gloo_cpu(r, world)).encode()) for r in range(world)]
+    checked = uploads_mod.check_files(files)
+    assert not checked.rejected, checked.rejected
+    uploads_mod.store(
+        name, checked.accepted, uploads=uploads, plan=Plan(**plan) if plan else None, model="tiny" if plan else None
+    )
+    return "upload:" + name
+
+
+def _body(browser, url: str) -> str:
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    try:
+        page.goto(url, timeout=PAGE_TIMEOUT_MS)
+        _wait_for_script(page)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        return page.inner_text("body")
+    finally:
+        page.close()
+
+
+def test_an_uploaded_set_is_labelled_from_evidence_only(server, browser, dashboard_data):
+    """A 4-rank upload without a plan: its collectives are 'world', never a dimension, and the pages say
+    what they stand on (a guess of the layout, no model named); with a plan attached, its labels and
+    model follow the plan."""
+    uploads = Path(dashboard_data["PARASCOPE_UPLOADS"])
+    bare = _upload(uploads, "ddp-bare", 4)
+    planned = _upload(uploads, "ddp-planned", 4, dp=4, global_batch=4)
+    body = _body(browser, f"{server}/timeline?run={bare}")
+    assert "4 span all ranks ('world')" in body and "give the job's plan or launch script" in body
+    body = _body(browser, f"{server}/topology?run={bare}")
+    assert "ddp-bare came without a plan" in body and "this is a guess, DP4" in body
+    assert "names no model ParaScope knows" in body and "stand-in" in body
+    body = _body(browser, f"{server}/timeline?run={planned}")
+    assert "span all ranks ('world')" not in body and "tell the parallel dimension" not in body
+    body = _body(browser, f"{server}/topology?run={planned}")
+    assert "tiny on" in body and "DP4" in body
+    assert "came without a plan" not in body and "stand-in" not in body

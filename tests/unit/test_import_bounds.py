@@ -23,7 +23,7 @@ def doubling(prefix: str, step: str, times: int) -> str:
     return prefix + step * times + LAUNCH
 
 
-# (name, text, file suffix, what the message says). Sizes are chosen beside the issue's, not equal to them.
+# (name, text, file suffix, what the message says). Sizes are chosen beside the reported ones, not equal to them.
 HOSTILE = [
     ("power tower", "TP=$((7**7**7))\n" + LAUNCH, ".sh", "exceeds 64-bit"),
     ("huge power", "TP=$((3**(2**33)))\n" + LAUNCH, ".sh", "exceeds 64-bit"),

@@ -42,7 +42,7 @@ def _megatron_weights_and_optimizer(m, *, tp, pp, dp, distributed_optimizer) -> 
 
 @pytest.mark.parametrize(
     "tp,pp,dp,zero,megatron_gib",
-    [(8, 8, 1, 0, 46.89), (8, 8, 8, 1, 19.54), (8, 16, 4, 1, 12.05)],  # the reference numbers
+    [(8, 8, 1, 0, 46.89), (8, 8, 8, 1, 19.54), (8, 16, 4, 1, 12.05)],  # the reference numbers
 )
 def test_model_state_matches_megatron_lm_with_fp32_main_grads(tp, pp, dp, zero, megatron_gib):
     m = MODELS["gpt3-175b"]
