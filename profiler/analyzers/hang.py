@@ -29,7 +29,6 @@ Pure: stdlib, orjson; profiler.traces.sources for bounded reading.
 from __future__ import annotations
 
 import gc
-import io
 import json
 import re
 from collections import Counter, defaultdict
@@ -42,7 +41,7 @@ import orjson
 
 from parallel.core.plan import Plan
 from profiler.traces.errors import NoTracesError, TraceError
-from profiler.traces.sources import Limits, resolve, stream
+from profiler.traces.sources import Limits, open_source, resolve, stream
 
 KINDS = ("missing", "op_mismatch", "size_mismatch", "dtype_mismatch", "membership", "order")
 MAX_DUMP_BYTES = 256 << 20  # one rank's dump: a 20k-entry buffer with stacks is ~100 MB
@@ -222,11 +221,8 @@ def _load_dumps(path: Any, limits: Limits | None) -> Dumps:
     for name, src in found.sources():
         if Path(name).name.startswith("."):
             continue
-        if isinstance(src, Path):
-            with open(src, "rb") as f:
-                raw = b"".join(stream(f, name, limits))
-        else:
-            raw = b"".join(stream(io.BytesIO(src), name, limits))
+        with open_source(src) as f:
+            raw = b"".join(stream(f, name, limits))
         d = _parse(name, raw, shared)
         if d.rank in dumps:
             raise HangInputError(f"{name} and {dumps[d.rank].source}: two dumps of rank {d.rank}")

@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import hashlib
-import io
 import os
 import re
 import shutil
@@ -58,7 +57,7 @@ from profiler.traces.errors import (
 from profiler.traces.kineto import RankPart, parse_stream
 from profiler.traces.model import COMM_ARG_FIELDS, Traces
 from profiler.traces.patterns import KINDS, profiler_step
-from profiler.traces.sources import Limits, TraceSet, resolve, stream
+from profiler.traces.sources import Limits, TraceSet, open_source, resolve, stream
 from profiler.traces.store import PartStore, part_tables, write_table
 
 LOADER_VERSION = "4"  # bump when the tables change: it is part of the cache key
@@ -153,7 +152,7 @@ def _key(found: TraceSet, ranks, memo: dict | None = None) -> str:
 
 
 def parse_part(index: int, name: str, source: Any, limits: Limits, folder: str | None) -> dict:
-    """Parse one trace file (`source`: its path, or its raw bytes for an archive member) and write its
+    """Parse one trace file (`source`: its path, an archive Member, or raw bytes) and write its
     partition `part-<index>` into `folder` (None: return the Arrow tables instead). Returns the file's
     summary: everything the set's small tables need, nothing per event. Runs in a worker process or on
     a Dask worker; raises TraceError for a file that cannot be a trace."""
@@ -165,11 +164,8 @@ def parse_part(index: int, name: str, source: Any, limits: Limits, folder: str |
             yield piece
 
     with _gc_paused():
-        if isinstance(source, (bytes, bytearray, memoryview)):
-            part = parse_stream(counted(stream(io.BytesIO(source), name, limits)), name)
-        else:
-            with open(source, "rb") as f:
-                part = parse_stream(counted(stream(f, name, limits)), name)
+        with open_source(source) as f:
+            part = parse_stream(counted(stream(f, name, limits)), name)
         events, comm = part_tables(part.columns, part.names, part.cats, part.comm_args, COMM_ARG_FIELDS)
         summary = _summary(part, index, len(events))
         summary["bytes"] = read[0]
@@ -242,17 +238,18 @@ def _parse_all(found: TraceSet, folder: Path | None, *, workers, scheduler, prog
         if progress is not None:
             progress(done, max(total, done), summary["source"])
 
-    # (index, name, path or raw bytes): plain files by path (the task reads them), archive members by
-    # their bytes (read here, one member at a time)
-    jobs = ((i, name, source) for i, (name, source) in enumerate(found.sources()))
-    n_workers = max(1, int(workers))
-    if scheduler:
-        _on_dask(scheduler, jobs, found.limits, target, finished)
-    elif n_workers == 1 or total <= 1:
-        for index, name, source in jobs:
-            finished(parse_part(index, name, source, found.limits, target))
-    else:
-        _on_processes(min(n_workers, total), jobs, found.limits, target, finished)
+    # (index, name, path or Member): the task opens and streams each; a compressed tar's members are
+    # spilled to files beside the parts (the task deletes each), bounded by the tasks in flight
+    with tempfile.TemporaryDirectory(prefix=".spill-", dir=target) as spill:
+        jobs = ((i, name, source) for i, (name, source) in enumerate(found.sources(Path(spill))))
+        n_workers = max(1, int(workers))
+        if scheduler:
+            _on_dask(scheduler, jobs, found.limits, target, finished)
+        elif n_workers == 1 or total <= 1:
+            for index, name, source in jobs:
+                finished(parse_part(index, name, source, found.limits, target))
+        else:
+            _on_processes(min(n_workers, total), jobs, found.limits, target, finished)
     out.sort(key=lambda s: s["index"])
     tables = {s["part"]: s.pop("tables") for s in out if "tables" in s}
     return out, tables

@@ -1,12 +1,15 @@
 """Where trace bytes come from: a run directory, a folder, a list of files, or a .zip / .tar(.gz).
 
 `resolve(path)` finds the files without reading them; `TraceSet.digest()` hashes their on-disk
-bytes (the cache key); `TraceSet.sources()` names each file (path, or an archive member's bytes) for
-`stream()` to decompress in pieces, so neither a set nor a big file ever sits in memory all at once. Reading is hardened against hostile input:
+bytes (the cache key); `TraceSet.sources()` names each file (its path, or an archive `Member`) for
+`open_source()` + `stream()` to decompress in pieces, where it is parsed, so neither a set, a big
+file nor an archive member ever sits in memory all at once. Reading is hardened against hostile input:
 
 - gzip is decompressed in bounded chunks; more than `Limits.max_file_bytes` out of one file, or a
   compression ratio above `Limits.max_ratio` past 16 MiB (a gzip or zip bomb), raises TooLargeError;
-- archive members are read into memory, never extracted to disk; a member whose path escapes the
+- archive members are streamed where they are parsed: a zip member or a plain tar's straight from
+  the archive, a compressed tar's (which only reads front to back) spilled in pieces to a temporary
+  file the parse then deletes; never extracted under its own name. A member whose path escapes the
   archive's folder (absolute, `..`), a symlink, hard link or device raises UnsafeArchiveError;
 - truncated or corrupt gzip, zip and tar raise CompressionError.
 
@@ -16,6 +19,7 @@ Pure: stdlib only.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import stat
 import tarfile
@@ -23,6 +27,7 @@ import time
 import zipfile
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
@@ -214,9 +219,10 @@ class TraceSet:
             h.update(path.name.encode() + b"\0" + file_hash.encode() + b"\0")
         return h.hexdigest()
 
-    def sources(self) -> Iterator[tuple[str, Path | bytes]]:
-        """(name, path) of each plain trace file (read by whoever parses it, streamed), then (name, raw
-        bytes) of each archive member, one member at a time."""
+    def sources(self, spill: Path | None = None) -> Iterator[tuple[str, Path | Member]]:
+        """(name, path) of each plain trace file, then (name, Member) of each archive member, one
+        member at a time; each is read by whoever parses it (open_source), streamed. A compressed
+        tar's members are spilled into the folder `spill` (a temporary one of the caller's)."""
         for path in self.files:
             size = path.stat().st_size
             if size > self.limits.max_file_bytes:
@@ -226,7 +232,7 @@ class TraceSet:
             if zipfile.is_zipfile(path):
                 yield from _zip_members(path, self.limits)
             else:
-                yield from _tar_members(path, self.limits)
+                yield from _tar_members(path, self.limits, spill)
 
     def count(self) -> int:
         """Trace files in the set, for progress: plain files and zip members exactly, a tar archive
@@ -241,7 +247,72 @@ class TraceSet:
         return max(n, 1)
 
 
-def _zip_members(path: Path, limits: Limits) -> Iterator[tuple[str, bytes]]:
+@dataclass(frozen=True)
+class Member:
+    """An archive member, opened where it is parsed (a worker process) by open_source: a zip member
+    (`inner`: its name in the archive), a plain tar's (`offset`, `size`: its bytes in the archive), or a
+    compressed tar's spilled to the file `path` (`spilled`: the parse deletes it when done)."""
+
+    path: str
+    label: str
+    inner: str | None = None
+    offset: int = -1
+    size: int = 0
+    spilled: bool = False
+
+
+class _Slice:
+    """`size` bytes of an open file from `offset`: a plain tar's member, read in place."""
+
+    def __init__(self, f: BinaryIO, offset: int, size: int):
+        self._f, self._left = f, size
+        f.seek(offset)
+
+    def read(self, n: int = -1) -> bytes:
+        n = self._left if n < 0 else min(n, self._left)
+        data = self._f.read(n) if n > 0 else b""
+        self._left -= len(data)
+        return data
+
+
+# what reading a damaged zip member raises (bad CRC, bad deflate data, cut short); opening one that
+# is encrypted or uses a method zipfile lacks raises RuntimeError / NotImplementedError
+_MEMBER_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError)
+_OPEN_ERRORS = (*_MEMBER_ERRORS, RuntimeError, NotImplementedError, OSError)
+
+
+@contextmanager
+def open_source(source: Path | str | bytes | Member) -> Iterator[BinaryIO]:
+    """A binary file of a source of TraceSet.sources() (or raw bytes), closed after the block; a
+    spilled member's file is deleted then. A corrupt archive member raises CompressionError."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        yield io.BytesIO(source)
+        return
+    if not isinstance(source, Member):
+        with open(source, "rb") as f:
+            yield f
+        return
+    try:
+        if source.inner is None:
+            with open(source.path, "rb") as f:
+                yield f if source.spilled else _Slice(f, source.offset, source.size)
+            return
+        try:
+            zf = zipfile.ZipFile(source.path)
+            f = zf.open(source.inner)
+        except _OPEN_ERRORS as exc:
+            raise CompressionError(f"{source.label}: unreadable zip member ({exc})", path=source.path) from None
+        with zf, f:
+            try:
+                yield f
+            except _MEMBER_ERRORS as exc:
+                raise CompressionError(f"{source.label}: corrupt zip member ({exc})", path=source.path) from None
+    finally:
+        if source.spilled:
+            Path(source.path).unlink(missing_ok=True)
+
+
+def _zip_members(path: Path, limits: Limits) -> Iterator[tuple[str, Member]]:
     try:
         zf = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:
@@ -269,20 +340,18 @@ def _zip_members(path: Path, limits: Limits) -> Iterator[tuple[str, bytes]]:
                 raise err or TooLargeError(
                     f"{path.name}: members add up to more than {limits.max_total_bytes:,} bytes", path=str(path)
                 )
-            try:
-                with zf.open(info) as f:
-                    raw = f.read(limits.max_file_bytes + 1)
-            except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError) as exc:
-                raise CompressionError(f"{label}: corrupt zip member ({exc})", path=str(path)) from None
-            err = _too_large(label, len(raw), info.compress_size, limits)
-            if err:
-                raise err
-            yield label, raw
+            # the declared size bounds what the member's stream gives (zipfile reads no further)
+            yield label, Member(str(path), label, inner=info.filename)
 
 
-def _tar_members(path: Path, limits: Limits) -> Iterator[tuple[str, bytes]]:
+_COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")  # gzip, bzip2, xz: a tar only readable front to back
+
+
+def _tar_members(path: Path, limits: Limits, spill: Path | None) -> Iterator[tuple[str, Member | bytes]]:
     try:
         raw = path.open("rb")  # our own handle: its position is the compressed bytes read so far
+        compressed = raw.read(6).startswith(_COMPRESSED)
+        raw.seek(0)
         tf = tarfile.open(fileobj=raw, mode="r:*")
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise CompressionError(f"{path.name}: not a readable tar archive ({exc})", path=str(path)) from None
@@ -310,25 +379,46 @@ def _tar_members(path: Path, limits: Limits) -> Iterator[tuple[str, bytes]]:
                     raise _too_large(label, member.size, 0, limits) or TooLargeError(
                         f"{path.name}: members add up to more than {limits.max_total_bytes:,} bytes", path=str(path)
                     )
-                yield label, _read_member(tf, member, raw, label, limits)
+                if not compressed:
+                    yield label, Member(str(path), label, offset=member.offset_data, size=member.size)
+                elif spill is None:
+                    yield label, _read_member(tf, member, raw, label, limits, bytearray())
+                else:
+                    yield label, _spill_member(tf, member, raw, label, limits, spill / f"member-{count:06d}")
         except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
             raise CompressionError(f"{path.name}: corrupt or truncated tar archive ({exc})", path=str(path)) from None
 
 
-def _read_member(tf: tarfile.TarFile, member: tarfile.TarInfo, raw: Any, label: str, limits: Limits) -> bytes:
-    """A tar member's bytes, read in chunks under the same caps as a .json.gz: the ratio of the tar
-    stream decompressed so far to the archive's bytes read so far is checked after every chunk, so
-    a small .tar.gz holding a huge member stops at the ratio, not at the end of the member."""
+def _spill_member(tf: tarfile.TarFile, member: tarfile.TarInfo, raw: Any, label: str, limits: Limits, to: Path):
+    """A compressed tar's member written in pieces to the file `to` (the parse deletes it)."""
+    try:
+        with open(to, "wb") as out:
+            _read_member(tf, member, raw, label, limits, out)
+    except BaseException:
+        to.unlink(missing_ok=True)
+        raise
+    return Member(str(to), label, spilled=True)
+
+
+def _read_member(tf: tarfile.TarFile, member: tarfile.TarInfo, raw: Any, label: str, limits: Limits, out) -> bytes:
+    """A tar member's bytes, read in chunks into `out` (a bytearray, returned as bytes, or a file)
+    under the same caps as a .json.gz: the ratio of the tar stream decompressed so far to the
+    archive's bytes read so far is checked after every chunk, so a small .tar.gz holding a huge
+    member stops at the ratio, not at the end of the member."""
     f = tf.extractfile(member)
     if f is None:
         return b""
-    out = bytearray()
+    n = 0
     while piece := f.read(_CHUNK):
-        out += piece
-        err = _too_large(label, member.offset_data + len(out), raw.tell(), limits)
+        if isinstance(out, bytearray):
+            out.extend(piece)
+        else:
+            out.write(piece)
+        n += len(piece)
+        err = _too_large(label, member.offset_data + n, raw.tell(), limits)
         if err:
             raise err
-    return bytes(out)
+    return bytes(out) if isinstance(out, bytearray) else b""
 
 
 def _read_run_json(folder: Path) -> dict | None:
