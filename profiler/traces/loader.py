@@ -27,6 +27,7 @@ Pure: numpy, pandas, pyarrow, msgspec (dask.distributed only when a scheduler is
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import hashlib
@@ -218,6 +219,19 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+@contextlib.contextmanager
+def _spill_folder(target: str | None) -> Iterator[Path | None]:
+    """A temporary folder for a compressed tar's members, or None where nothing is writable (the
+    members are then read into memory, one at a time)."""
+    try:
+        folder = tempfile.TemporaryDirectory(prefix=".spill-", dir=target)
+    except OSError:
+        yield None
+        return
+    with folder as name:
+        yield Path(name)
+
+
 def _parse_all(found: TraceSet, folder: Path | None, *, workers, scheduler, progress) -> tuple[list[dict], dict]:
     total = found.count()
     out: list[dict] = []
@@ -240,8 +254,8 @@ def _parse_all(found: TraceSet, folder: Path | None, *, workers, scheduler, prog
 
     # (index, name, path or Member): the task opens and streams each; a compressed tar's members are
     # spilled to files beside the parts (the task deletes each), bounded by the tasks in flight
-    with tempfile.TemporaryDirectory(prefix=".spill-", dir=target) as spill:
-        jobs = ((i, name, source) for i, (name, source) in enumerate(found.sources(Path(spill))))
+    with _spill_folder(target) as spill:
+        jobs = ((i, name, source) for i, (name, source) in enumerate(found.sources(spill)))
         n_workers = max(1, int(workers))
         if scheduler:
             _on_dask(scheduler, jobs, found.limits, target, finished)
