@@ -23,6 +23,7 @@ import io
 import os
 import stat
 import tarfile
+import threading
 import time
 import zipfile
 import zlib
@@ -281,6 +282,25 @@ _MEMBER_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError)
 _OPEN_ERRORS = (*_MEMBER_ERRORS, RuntimeError, NotImplementedError, OSError)
 
 
+_ZIPS: dict[tuple, zipfile.ZipFile] = {}  # per process: the archives its parses read members of
+_ZIPS_LOCK = threading.Lock()
+_ZIPS_KEPT = 4
+
+
+def _open_zip(path: str) -> zipfile.ZipFile:
+    """The open ZipFile of `path`, kept per process (and file version): opening one reads its whole
+    central directory, which a 10,000-member archive would otherwise pay once per member."""
+    st = os.stat(path)
+    key = (path, st.st_size, st.st_mtime_ns, st.st_ino)
+    with _ZIPS_LOCK:
+        zf = _ZIPS.get(key)
+        if zf is None:
+            while len(_ZIPS) >= _ZIPS_KEPT:
+                _ZIPS.pop(next(iter(_ZIPS))).close()
+            zf = _ZIPS[key] = zipfile.ZipFile(path)
+        return zf
+
+
 @contextmanager
 def open_source(source: Path | str | bytes | Member) -> Iterator[BinaryIO]:
     """A binary file of a source of TraceSet.sources() (or raw bytes), closed after the block; a
@@ -298,11 +318,10 @@ def open_source(source: Path | str | bytes | Member) -> Iterator[BinaryIO]:
                 yield f if source.spilled else _Slice(f, source.offset, source.size)
             return
         try:
-            zf = zipfile.ZipFile(source.path)
-            f = zf.open(source.inner)
+            f = _open_zip(source.path).open(source.inner)
         except _OPEN_ERRORS as exc:
             raise CompressionError(f"{source.label}: unreadable zip member ({exc})", path=source.path) from None
-        with zf, f:
+        with f:
             try:
                 yield f
             except _MEMBER_ERRORS as exc:
