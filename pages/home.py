@@ -94,7 +94,7 @@ def _links(s: TraceSet) -> None:
 
 def _details(s: TraceSet) -> None:
     st.subheader(md(s.name))
-    facts = [run_status.badge(s), s.plan_label, selection.rank_count_text(s.world_size, s.trace_files)]
+    facts = [run_status.badge(s), s.plan_label, selection.rank_count_text(s.world_size, s.ranks_traced)]
     facts += [
         f"{k} {v}"
         for k, v in (

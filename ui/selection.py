@@ -88,7 +88,7 @@ def rank_count_text(world_size: int | None, traced: int) -> str:
 
 def set_caption(s: TraceSet) -> None:
     """One line naming the set, its plan, its ranks and status, and a link back to the picker."""
-    ranks = rank_count_text(s.world_size, s.trace_files)
+    ranks = rank_count_text(s.world_size, s.ranks_traced)
     kind = "uploaded set" if s.kind == "upload" else f"run · {s.status}"
     c1, c2 = st.columns([5, 1], vertical_alignment="center")
     picked = " · the most recent completed run (the link named no run)" if st.session_state.get(_AUTO) == s.id else ""

@@ -67,6 +67,7 @@ class TraceSet:
     started_at: str = ""
     finished_at: str = ""
     trace_files: int = 0
+    ranks_traced: int = 0  # ranks in the trace files (an archive holds many)
     has_metrics: bool = False
     job: jobs_mod.Job | None = None
     run: dict = field(default_factory=dict)  # run.json or the upload's manifest, as read
@@ -173,6 +174,7 @@ def read_run(path: Path, job: jobs_mod.Job | None = None) -> TraceSet | None:
         started_at=(info.started_at if info else "") or (job.started_at if job else ""),
         finished_at=info.finished_at if info else "",
         trace_files=info.traces if info else 0,
+        ranks_traced=info.traces if info else 0,  # a run writes one file per rank
         has_metrics=bool(info and info.has_metrics),
         job=job,
         run=info.run if info else {},
@@ -195,7 +197,8 @@ def read_upload(path: Path) -> TraceSet | None:
         cluster=_name_of(plan_file.get("cluster")),
         world_size=manifest.get("world_size"),
         started_at=str(manifest.get("created_at") or ""),
-        trace_files=_trace_count(path / "traces"),
+        trace_files=(files := _trace_count(path / "traces")),
+        ranks_traced=len(ranks) if isinstance(ranks := manifest.get("ranks"), list) and ranks else files,
         run=manifest,
     )
 

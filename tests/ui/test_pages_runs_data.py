@@ -281,3 +281,24 @@ def test_rank_counts_say_how_many_of_the_jobs_ranks_were_traced():
     assert rank_count_text(8, 1) == "1 of 8 ranks traced"
     assert rank_count_text(8, 8) == "8 ranks" and rank_count_text(1, 1) == "1 rank"
     assert rank_count_text(None, 3) == "3 ranks traced" and rank_count_text(None, 0) == "ranks unknown"
+
+
+def test_an_archive_upload_counts_the_ranks_it_holds_not_its_files(tmp_path):
+    """One zip of 12 rank files, stored by the Upload page's store: 12 ranks traced, not 1."""
+    import io
+    import json
+    import zipfile
+
+    from tests.support import trace_samples as ts
+    from ui import uploads
+    from ui.selection import rank_count_text
+    from ui.trace_sets import read_upload
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for r in range(12):
+            zf.writestr(f"rank{r}_trace.json", json.dumps(ts.gloo_cpu(r, 12)))
+    checked = uploads.check_files([("set.zip", buf.getvalue())])
+    s = read_upload(uploads.store("zipped", checked.accepted, uploads=tmp_path))
+    assert s.trace_files == 1 and s.ranks_traced == 12
+    assert rank_count_text(s.world_size, s.ranks_traced) == "12 ranks"
