@@ -32,7 +32,6 @@ import dataclasses
 import gc
 import hashlib
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -58,11 +57,10 @@ from profiler.traces.errors import (
 from profiler.traces.kineto import RankPart, parse_stream
 from profiler.traces.model import COMM_ARG_FIELDS, Traces
 from profiler.traces.patterns import KINDS, profiler_step
-from profiler.traces.sources import Limits, TraceSet, open_source, resolve, stream
+from profiler.traces.sources import Limits, TraceSet, open_source, rank_from_name, resolve, stream
 from profiler.traces.store import PartStore, part_tables, write_table
 
 LOADER_VERSION = "4"  # bump when the tables change: it is part of the cache key
-RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
 Progress = Callable[[int, int, str], None]  # (files done, files in all, the file just done)
 
 
@@ -86,7 +84,7 @@ def load_traces(
     that many processes (a script that asks for them needs the usual `if __name__ == "__main__":`
     guard of multiprocessing; `default_workers()` is the cores); `progress(done, total, name)` is
     called after each file (it may raise Cancelled)."""
-    found = resolve(path, limits=limits)
+    found = path if isinstance(path, TraceSet) else resolve(path, limits=limits)
     where = Path(cache_dir) if cache_dir is not None else trace_cache.default_dir()
     memo = trace_cache.read_digests(where) if cache else None  # files unchanged since hashed: not read
     known = len(memo) if memo is not None else 0
@@ -412,11 +410,6 @@ def _on_dask(address: str, jobs, limits: Limits, folder: str | None, finished) -
         except BaseException:
             client.cancel(list(queue.futures))
             raise
-
-
-def rank_from_name(name: str) -> int | None:
-    m = RANK_IN_NAME.search(PurePosixPath(name.split(":")[-1]).name)
-    return int(m.group(1)) if m else None
 
 
 def _assign_ranks(parts: list[dict], ranks) -> list[tuple[int, str]]:

@@ -18,9 +18,11 @@ Pure: stdlib only.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import os
+import re
 import stat
 import tarfile
 import threading
@@ -174,6 +176,15 @@ def safe_member_name(archive: str, name: str) -> str:
     return "/".join(p for p in parts if p not in ("", "."))
 
 
+RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)", re.IGNORECASE)
+
+
+def rank_from_name(name: str) -> int | None:
+    """The rank a file's name gives (rank3_trace.json, set.zip:traces/rank-3.json.gz), or None."""
+    m = RANK_IN_NAME.search(PurePosixPath(name.split(":")[-1]).name)
+    return int(m.group(1)) if m else None
+
+
 MEMO_SETTLE_NS = 2_000_000_000  # a file this recently modified is not memoized (see TraceSet.digest)
 
 
@@ -198,6 +209,7 @@ class TraceSet:
     archives: tuple[Path, ...]  # .zip / .tar(.gz) files on disk
     run: dict | None = None  # run.json of a run directory, when there is one
     limits: Limits = field(default_factory=Limits)
+    only: frozenset[str] | None = None  # the names (of sources()) kept, for a part of the set; None: all
 
     def digest(self, memo: dict[str, str] | None = None) -> str:
         """sha256 over every input file's name and the sha256 of its bytes (hashlib.file_digest).
@@ -218,6 +230,8 @@ class TraceSet:
                 if key not in memo and now - changed_ns > MEMO_SETTLE_NS:
                     memo[key] = file_hash
             h.update(path.name.encode() + b"\0" + file_hash.encode() + b"\0")
+        if self.only is not None:
+            h.update(b"only\0" + "\0".join(sorted(self.only)).encode())
         return h.hexdigest()
 
     def sources(self, spill: Path | None = None) -> Iterator[tuple[str, Path | Member]]:
@@ -225,19 +239,25 @@ class TraceSet:
         member at a time; each is read by whoever parses it (open_source), streamed. A compressed
         tar's members are spilled into the folder `spill` (a temporary one of the caller's)."""
         for path in self.files:
+            if self.only is not None and path.name not in self.only:
+                continue
             size = path.stat().st_size
             if size > self.limits.max_file_bytes:
                 raise _over_cap(path.name, size, self.limits)
             yield path.name, path
         for path in self.archives:
-            if zipfile.is_zipfile(path):
-                yield from _zip_members(path, self.limits)
-            else:
-                yield from _tar_members(path, self.limits, spill)
+            members = (
+                _zip_members(path, self.limits) if zipfile.is_zipfile(path) else _tar_members(path, self.limits, spill)
+            )
+            for name, member in members:
+                if self.only is None or name in self.only:
+                    yield name, member
 
     def count(self) -> int:
         """Trace files in the set, for progress: plain files and zip members exactly, a tar archive
         as one (counting its members would decompress it)."""
+        if self.only is not None:
+            return max(len(self.only), 1)
         n = len(self.files)
         for path in self.archives:
             try:
@@ -246,6 +266,28 @@ class TraceSet:
             except (zipfile.BadZipFile, OSError):
                 n += 1
         return max(n, 1)
+
+    def first_ranks(self, n: int) -> TraceSet | None:
+        """The part of the set holding its first `n` ranks by file name (rank<k> in the name), for a
+        preview while the whole set loads; None when every name cannot be listed cheaply (a tar
+        archive), a name carries no rank, or the set is not much larger than `n`."""
+        if self.only is not None or any(not zipfile.is_zipfile(p) for p in self.archives):
+            return None
+        names = [p.name for p in self.files]
+        try:
+            for path in self.archives:
+                with zipfile.ZipFile(path) as zf:
+                    names += [
+                        f"{path.name}:{safe_member_name(path.name, i.filename)}"
+                        for i in zf.infolist()
+                        if not i.is_dir() and is_trace_name(i.filename)
+                    ]
+        except (zipfile.BadZipFile, OSError, UnsafeArchiveError):
+            return None
+        ranked = [(rank_from_name(name), name) for name in names]
+        if len(ranked) < 2 * n or any(r is None for r, _ in ranked):
+            return None
+        return dataclasses.replace(self, only=frozenset(name for _, name in sorted(ranked)[:n]))
 
 
 @dataclass(frozen=True)

@@ -221,3 +221,27 @@ def test_exact_duplicate_events_count_once_and_are_reported(tmp_path):
     assert len(b.rank_comm_args(0)) == len(a.rank_comm_args(0))  # the collective's record kept once
     dup = b.skipped[b.skipped["reason"] == DUPLICATE]
     assert list(dup["rank"]) == [0] and int(dup["count"].iloc[0]) == int(a.ranks["events"].iloc[0])
+
+
+def test_first_ranks_is_a_part_of_the_set_with_its_own_cache_key(tmp_path, cache):
+    from profiler.traces.sources import resolve
+
+    folder = tmp_path / "files"
+    folder.mkdir()
+    for r in (11, 2, 0, 7, 1, 10, 3, 5, 4, 9, 8, 6):  # file order says nothing about rank order
+        ts.write(folder / f"rank{r}_trace.json", ts.gloo_cpu(r, 12))
+    with zipfile.ZipFile(tmp_path / "set.zip", "w") as zf:
+        for r in range(12):
+            zf.writestr(f"traces/rank{r}_trace.json", json.dumps(ts.gloo_cpu(r, 12)))
+    for source in (folder, tmp_path / "set.zip"):
+        found = resolve(source)
+        part = found.first_ranks(3)
+        assert part is not None and part.count() == 3
+        assert len(list(part.sources())) == 3 and len(list(found.sources())) == 12
+        traces = load_traces(part)
+        assert traces.rank_ids == [0, 1, 2]
+        assert traces.key != load_traces(found).key  # a part is never mistaken for the whole set
+        assert load_traces(resolve(source).first_ranks(3)).from_cache  # the same part, the same entry
+        assert found.first_ranks(6) is not None and found.first_ranks(7) is None  # not much larger: none
+    (folder / "trace_extra.json").write_text(json.dumps(ts.gloo_cpu(0, 12)))
+    assert resolve(folder).first_ranks(3) is None  # a name without a rank: its rank is unknown until parsed
