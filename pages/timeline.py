@@ -69,7 +69,7 @@ def timeline_page(s: TraceSet) -> None:
 
     key = run_loaders.set_key(s)
     try:
-        a = run_loaders.open_analysis(key)
+        a = run_loaders.open_analysis(key, preview=_preview)
     except TraceError as err:
         st.error(f"These traces cannot be analysed: {md(err)}")
         return
@@ -88,6 +88,25 @@ def timeline_page(s: TraceSet) -> None:
     _downloads(s, key)
     if len(ranks) <= run_loaders.MAX_GANTT_RANKS:
         _all_ranks(key, len(ranks))
+
+
+def _preview(key: tuple) -> None:
+    """A large set's first ranks, analysed on their own while the whole set loads: the overview of
+    the step the URL names (else the first), without widgets (the full page draws those)."""
+    a = run_loaders.analysis(key)
+    if not a.steps:
+        return
+    wanted = st.query_params.get("tl_step", "")
+    step = int(wanted) if wanted.lstrip("-").isdigit() and int(wanted) in a.steps else a.steps[0]
+    over = run_loaders.overview_view(key, step, 0)
+    ranks = over["ranks"]
+    st.subheader(f"Ranks {ranks[0]}–{ranks[-1]}, first" if ranks else "The first ranks")
+    st.caption(
+        f"While the whole set loads: its first {len(ranks)} ranks, analysed on their own (clocks aligned among "
+        f"them only), {'step ' + str(step) if step >= 0 else 'the whole trace'}. The page fills in when every "
+        "rank is analysed."
+    )
+    st.altair_chart(timeline_charts.gantt_overview_chart(over["frame"], span=over["span"], window=None))
 
 
 def _pickers(key: tuple, a) -> tuple[int, int, str, dict]:

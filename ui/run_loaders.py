@@ -3,7 +3,8 @@ table feeds every other analyzer), and each view's frames cached by plain argume
 
     key = set_key(trace_set)             # (path, file signature, plan JSON): changes when the files do
     b = analysis(key)                    # Analysis: its TraceAnalysis (front) and the pages' derived frames
-    b = open_analysis(key)               # the same, for a page: progress bar and Cancel on a first load
+    b = open_analysis(key)               # the same, for a page: first prepared in a process of its own
+                                         # (profiler.analyzers.prepare), with progress and Cancel
     overview_view(key, step, first_rank)           # the step, coarse (cached without the window)
     detail_view(key, step, window, first_rank)     # the brushed window in detail
 
@@ -16,6 +17,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +31,7 @@ from profiler.analyzers import whatif_tables as whatif_data
 from profiler.analyzers.front import TraceAnalysis
 from profiler.traces.model import node_of_ranks
 from runfiles.rundir import METRICS_JSON, read_json
+from ui.text import md
 from ui.trace_sets import TraceSet
 
 MAX_GANTT_RANKS = 64  # ranks drawn at once; larger sets pick a range
@@ -76,6 +81,23 @@ class Analysis:
         return self.front.comm_by_dim
 
 
+PREVIEW = ("first ranks", MAX_GANTT_RANKS)  # appended to a key: the set's first ranks, drawn while it loads
+
+
+def preview_key(key: tuple) -> tuple:
+    """The key of `key`'s first MAX_GANTT_RANKS ranks (profiler.traces.sources.TraceSet.first_ranks)."""
+    return key[:3] + PREVIEW
+
+
+def _source(key: tuple):
+    """What `key` loads: the set's path, or for a preview key the part of it holding its first ranks."""
+    if key[3:] != PREVIEW:
+        return key[0]
+    from profiler.traces.sources import resolve
+
+    return resolve(key[0]).first_ranks(PREVIEW[1])
+
+
 def _load_options() -> dict:
     """Files parsed by one process per core, or on the Dask cluster of $PARASCOPE_DASK_SCHEDULER."""
     from profiler.traces.loader import default_workers
@@ -83,11 +105,11 @@ def _load_options() -> dict:
     return {"workers": default_workers(), "scheduler": os.environ.get("PARASCOPE_DASK_SCHEDULER") or None}
 
 
-@st.cache_resource(show_spinner="Analysing the traces (once per set) …", max_entries=6)
+@st.cache_resource(show_spinner="Opening the analysed traces …", max_entries=6)
 def analysis(key: tuple) -> Analysis:
     """Load and analyse a set; raises profiler.TraceError with the loader's message when it cannot."""
-    path, _, plan_json = key
-    front = TraceAnalysis.load(path, json.loads(plan_json) if plan_json else None, **_load_options())
+    path, _, plan_json = key[:3]
+    front = TraceAnalysis.load(_source(key), json.loads(plan_json) if plan_json else None, **_load_options())
     # the pages read every table, so compute them now, inside the spinner, not on first click
     front.comm_by_dim  # noqa: B018
     return Analysis(
@@ -99,43 +121,127 @@ def analysis(key: tuple) -> Analysis:
 
 
 CANCELLED = "loads_cancelled"  # session state: the set keys whose first load the user stopped
-_PARSED: set = set()  # keys whose traces this server has parsed into the store (the disk cache is warm)
+MAX_PREPARING = 2  # sets analysed at once on this server; more wait their turn
+POLL_S = 0.25
+_READY: set = set()  # keys whose analysis this server has opened (their tables are in the cache)
+_PREPARING: dict = {}  # key -> profiler.analyzers.prepare.Preparation, shared by every session
+_PREPARING_LOCK = threading.Lock()
 
 
-def open_analysis(key: tuple) -> Analysis | None:
-    """`analysis(key)` for a page, with a progress bar and a Cancel button while a set is first parsed
-    (outside the cached function: a cache may not draw). Cancel stops the load -- nothing of it is
-    kept -- and the page then offers to load again; None while cancelled."""
+def open_analysis(key: tuple, preview: Callable[[tuple], None] | None = None) -> Analysis | None:
+    """`analysis(key)` for a page. A set this server has not opened yet is first prepared in a process
+    of its own (profiler.analyzers.prepare: parsed into the cache, every table computed and kept): the
+    script thread only waits, drawing its progress and a Cancel button, so the server answers everyone
+    meanwhile. A large set's first ranks are prepared first: `preview(preview_key(key))` then draws
+    them above the progress bar (without widgets: the page draws its own once the set is ready).
+    None when this session cancelled the load or the preparation ran out of its budget (the page then
+    says so); raises profiler.TraceError when the set cannot be read."""
     cancelled = st.session_state.setdefault(CANCELLED, set())
     if key in cancelled:
-        st.info("Loading these traces was cancelled; nothing of that load was kept.")
-        st.button("Load again", key="load_again", on_click=cancelled.discard, args=(key,))
+        if not _drawn("load_again"):  # a page may ask in several sections
+            st.info("Loading these traces was cancelled; nothing of that load was kept.")
+            st.button("Load again", key="load_again", on_click=cancelled.discard, args=(key,))
         return None
-    from profiler.traces.loader import shared_workers
+    if key not in _READY:
+        state = _wait(key, preview)
+        if state.status == "cancelled":
+            return None
+        if state.status == "failed":
+            if state.trace_error:
+                from profiler import TraceError
 
-    options = _load_options()
-    # the parse and the analyses after it share one pool of workers (a pool per stage costs ~1 s each)
-    with shared_workers(options["workers"] if not options["scheduler"] else 1):
-        return _open(key, cancelled)
-
-
-def _open(key: tuple, cancelled: set) -> Analysis:
-    if key not in _PARSED:
-        from profiler import load_traces
-
-        slot = st.empty()
-
-        def progress(done: int, total: int, name: str) -> None:
-            with slot.container():
-                st.progress(done / max(total, 1), text=f"Parsing traces: {done:,} / {total:,} files ({name})")
-                st.button("Cancel", key=f"cancel_load_{done}", on_click=cancelled.add, args=(key,))
-
-        try:
-            load_traces(key[0], progress=progress, **_load_options())  # the analysis then opens the store
-        finally:
-            slot.empty()
-        _PARSED.add(key)
+                raise TraceError(state.message)
+            if not _drawn("prepare_again"):
+                st.error(f"These traces could not be analysed: {md(state.message)}")
+                st.button("Try again", key="prepare_again", on_click=_forget, args=(key,))
+            return None
+        _READY.add(key)
+        _forget(key)
     return analysis(key)
+
+
+def _drawn(widget_key: str) -> bool:
+    """Whether this script run has already drawn the widget `widget_key`."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    return widget_key in (getattr(get_script_run_ctx(), "widget_user_keys_this_run", None) or ())
+
+
+def _wait(key: tuple, preview: Callable[[tuple], None] | None):
+    """The preparation's final State, its progress drawn every POLL_S until then (and its first ranks,
+    once ready, by `preview`). The loop only sleeps; a click (Cancel) or leaving the page stops it at
+    the next draw, as any script run."""
+    state = _prepared(key)
+    if state is not None and state.status != "running":
+        return state
+    first, slot = st.empty(), st.empty()
+    with slot.container():
+        bar = st.progress(0.0, text="Starting the analysis …")
+        st.button("Cancel", key="cancel_load", on_click=_cancel, args=(key,))
+    shown = False
+    while state is None or state.status == "running":
+        if state is None:
+            bar.progress(0.0, text="Waiting for the analysis of other trace sets to finish …")
+        else:
+            bar.progress(state.fraction, text=f"{state.text} ({state.elapsed_s:,.0f} s)")
+            if state.preview and preview is not None and not shown:
+                shown = True
+                _draw_preview(first, key, preview)
+        time.sleep(POLL_S)
+        state = _prepared(key)
+    first.empty()
+    slot.empty()
+    return state
+
+
+def _draw_preview(where, key: tuple, preview: Callable[[tuple], None]) -> None:
+    from profiler import TraceError
+
+    with where.container():
+        try:
+            preview(preview_key(key))
+        except TraceError:  # the whole set's load says what is wrong
+            pass
+
+
+def _prepared(key: tuple):
+    """The state of `key`'s preparation, started when there is none (or the last was cancelled by
+    another session); None while MAX_PREPARING others run."""
+    from profiler.analyzers.prepare import Preparation, State, budget_from_env
+
+    with _PREPARING_LOCK:
+        if key in _READY:
+            return State("done")
+        p = _PREPARING.get(key)
+        if p is not None and p.state().status != "cancelled":
+            return p.state()
+        if sum(q.state().status == "running" for q in _PREPARING.values()) >= MAX_PREPARING:
+            return None
+        time_s, memory_mb = budget_from_env()
+        options = _load_options()
+        p = _PREPARING[key] = Preparation(
+            key[0],
+            json.loads(key[2]) if key[2] else None,
+            time_s=time_s,
+            memory_mb=memory_mb,
+            workers=options["workers"],
+            scheduler=options["scheduler"],
+            preview=PREVIEW[1],
+        )
+        return p.state()
+
+
+def _forget(key: tuple) -> None:
+    with _PREPARING_LOCK:
+        _PREPARING.pop(key, None)
+
+
+def _cancel(key: tuple) -> None:
+    st.session_state.setdefault(CANCELLED, set()).add(key)
+    with _PREPARING_LOCK:
+        p = _PREPARING.get(key)
+    if p is not None:
+        p.cancel(wait=False)  # the click returns at once; its processes go in the background
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

@@ -417,3 +417,55 @@ def test_an_uploaded_set_is_labelled_from_evidence_only(server, browser, dashboa
     body = _body(browser, f"{server}/topology?run={planned}")
     assert "tiny on" in body and "DP4" in body
     assert "came without a plan" not in body and "stand-in" not in body
+
+
+def test_a_ten_thousand_rank_upload_loads_with_progress_while_the_server_answers(server, browser, dashboard_data):
+    """10,000 ranks (one zip, a few events each, stored as the Upload page stores a set) opened cold:
+    the page shows a progress bar, then the first ranks while the rest loads, then every rank; the
+    health endpoint answers throughout (the analysis runs in a process of its own)."""
+    import threading
+    import zipfile
+
+    from tests.support import trace_samples as ts
+
+    world, name = 10_000, "ranks-10k"
+    folder = Path(dashboard_data["PARASCOPE_UPLOADS"]) / name
+    (folder / "traces").mkdir(parents=True)
+    with zipfile.ZipFile(folder / "traces" / "set.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        for r in range(world):
+            zf.writestr(f"rank{r}_trace.json", json.dumps(ts.gloo_cpu(r, world)))
+    size = (folder / "traces" / "set.zip").stat().st_size
+    manifest = {"name": name, "created_at": "", "world_size": world, "ranks": list(range(world))}
+    manifest["files"] = [{"name": "set.zip", "bytes": size, "ranks": list(range(world))}]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+    waits: list[float] = []
+    stop = threading.Event()
+
+    def probe() -> None:
+        while not stop.is_set():
+            t = time.monotonic()
+            with urllib.request.urlopen(f"{server}/_stcore/health", timeout=60) as r:
+                assert r.status == 200
+            waits.append(time.monotonic() - t)
+            stop.wait(0.2)
+
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{server}/timeline?run=upload:{name}", timeout=PAGE_TIMEOUT_MS)
+        page.locator('[data-testid="stProgress"]').first.wait_for(timeout=PAGE_TIMEOUT_MS)
+        page.get_by_text("Ranks 0–63, first").wait_for(timeout=PAGE_TIMEOUT_MS * 2)
+        loading = len(waits)
+        page.get_by_text(f"All {world:,} ranks").wait_for(timeout=PAGE_TIMEOUT_MS * 3)
+        _wait_for_script(page)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        assert page.get_by_text("Ranks 0–63, first").count() == 0  # the preview gave way to the page
+        assert "10,000" in page.inner_text("body")
+    finally:
+        page.close()
+        stop.set()
+        prober.join(timeout=90)
+    assert len(waits) > loading > 0, "the health endpoint stopped answering during the load"
+    assert max(waits) < 10, f"the health endpoint took {max(waits):.1f} s to answer during the load"
