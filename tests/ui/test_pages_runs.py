@@ -508,7 +508,7 @@ def _upload(name: str, files: list[tuple[str, bytes]], plan, model) -> Path:
 
 
 def test_home_fits_a_calibration_from_uploaded_sets_for_their_device(runs):
-    """#16 item 1 in the dashboard: an uploaded set with a plan and a model is something to fit from; a
+    """In the dashboard: an uploaded set with a plan and a model is something to fit from; a
     CPU job's traces give a CPU calibration equal to the CLI's from the same folder, a GPU job's a GPU one
     (a device per rank), and sets of both kinds are refused in one fit."""
     from parallel.core.plan import Plan
