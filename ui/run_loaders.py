@@ -108,7 +108,7 @@ def _load_options() -> dict:
 @st.cache_resource(show_spinner="Opening the analysed traces …", max_entries=6)
 def analysis(key: tuple) -> Analysis:
     """Load and analyse a set; raises profiler.TraceError with the loader's message when it cannot."""
-    path, _, plan_json = key[:3]
+    plan_json = key[2]
     front = TraceAnalysis.load(_source(key), json.loads(plan_json) if plan_json else None, **_load_options())
     # the pages read every table, so compute them now, inside the spinner, not on first click
     front.comm_by_dim  # noqa: B018

@@ -37,7 +37,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from profiler.traces.errors import CompressionError, NoTracesError, TooLargeError, UnsafeArchiveError
+from profiler.traces.errors import CompressionError, NoTracesError, TooLargeError, TraceError, UnsafeArchiveError
 
 try:  # ISA-L's inflate (python-isal): ~2x zlib's on trace JSON (16 -> 8 ms per 4 MB rank); zlib without it
     from isal import isal_zlib as _inflate
@@ -274,15 +274,10 @@ class TraceSet:
         if self.only is not None or any(not zipfile.is_zipfile(p) for p in self.archives):
             return None
         names = [p.name for p in self.files]
-        try:
+        try:  # the names sources() gives (listing a zip opens none of its members)
             for path in self.archives:
-                with zipfile.ZipFile(path) as zf:
-                    names += [
-                        f"{path.name}:{safe_member_name(path.name, i.filename)}"
-                        for i in zf.infolist()
-                        if not i.is_dir() and is_trace_name(i.filename)
-                    ]
-        except (zipfile.BadZipFile, OSError, UnsafeArchiveError):
+                names += [name for name, _ in _zip_members(path, self.limits)]
+        except (TraceError, zipfile.BadZipFile, OSError):  # the whole set's load says what is wrong
             return None
         ranked = [(rank_from_name(name), name) for name in names]
         if len(ranked) < 2 * n or any(r is None for r, _ in ranked):
