@@ -306,9 +306,8 @@ def compare(data: dict, dev: Device, *, verbose: bool = False) -> list[str]:
                 model = Model(
                     name="attn", layers=1, hidden=r["heads"] * r["d"], heads=r["heads"], vocab=128, seq_len=r["s"]
                 )
-                plan = Plan(micro_batch=r["b"], global_batch=r["b"])
-                kernel = "fa2" if backend == "flash" else "fused"
-                t = compute.attention_seconds(dev, model, plan, ActivationOptions(flash_attention=True), kernel)
+                plan = Plan(micro_batch=r["b"], global_batch=r["b"], attention="fa2" if backend == "flash" else "fused")
+                t = compute.attention_core_seconds_per_layer(dev, model, plan, ActivationOptions())
                 ratios.append(float(t["fwd"] + t["bwd"]) / r["fwd_bwd_s"])
                 if verbose:
                     flops = 3 * 0.5 * 4 * r["b"] * r["heads"] * r["d"] * r["s"] ** 2
@@ -332,7 +331,7 @@ def compare(data: dict, dev: Device, *, verbose: bool = False) -> list[str]:
             model = Model(**{**model.to_dict(), "seq_len": r["tokens"], "dropout": False})
             plan = Plan(tp=r["tp"], global_batch=1)
             # one layer alone on one GPU: the kernels' isolated speed (no in-job derating)
-            cost = compute.layer_cost(model, plan, dev, ActivationOptions(flash_attention=True), job_efficiency=1.0)
+            cost = compute.layer_cost(model, plan, dev, ActivationOptions(), job_efficiency=1.0)
             modelled = float(cost.layer)
             ratios.append(modelled / r["fwd_bwd_s"])
             lines.append(

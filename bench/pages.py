@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from parallel.review.urls import DEFAULT_PARAMS
 from tests.support.apptest import APP, registered_pages
-from ui.plan_params import DEFAULT_PARAMS
 
 HEAVY = [  # plans that stress a page beyond the default
     ("pages/topology.py", "4096 GPUs", {**DEFAULT_PARAMS, "nodes": "512", "dp": "64"}),

@@ -9,7 +9,7 @@ MODEL = ["--model", "tiny"]
 def plan_model(flags: list[str]):
     """(Model, Plan) of `parallel train` MODEL + flags."""
     from parallel.cli import args as cli_args
-    from parallel.cli.train import parser
+    from parallel.cli.train import parser, plan_of_args
 
     a = parser().parse_args([*MODEL, *flags])
-    return cli_args.model_from_args(a), cli_args.plan_from_args(a)
+    return cli_args.model_from_args(a), plan_of_args(a)

@@ -351,12 +351,15 @@ def translate(index: int, run: dict) -> Case:
             p2p_overlap=p2p,
             main_grads="bf16" if fw == "megatron-core" and not source.startswith("Megatron-LM") else "fp32",
             recompute_layers=recompute_layers,
+            # torchtitan: PyTorch SDPA's flash back end (FlashAttention-2); Megatron: TE's fused attention
+            attention=("fa2" if fw == "torchtitan" else "fused") if flash else "unfused",
+            dropout=model.dropout if fw != "megatron-core" else False,
             **split,
         )
     except SpecError as err:
         raise Skip(f"plan not valid: {err}") from None
     cluster = _cluster(run, world)
-    acts = ActivationOptions(flash_attention=flash, dropout=model.dropout if fw != "megatron-core" else False)
+    acts = ActivationOptions()
     measured, how = _measured(run, model, plan)
     verdict = check(plan, model, cluster, acts)
     shape_errors = [e for e in verdict.errors if not e.startswith("memory per GPU")]
@@ -365,7 +368,6 @@ def translate(index: int, run: dict) -> Case:
     label = f"{run['model']['name']} {run['source'].get('row') or ''}".strip()
     perf = PerfOptions()
     if fw == "torchtitan":
-        perf = PerfOptions(attention_kernel="fa2")
         notes.append("PyTorch SDPA's flash back end (FlashAttention-2): cuDNN attention was opt-in in torch 2.5-2.9")
     return Case(index, source, label, model, plan, cluster, acts, measured, how, notes, perf)
 
@@ -422,18 +424,10 @@ def rank_of(case: Case) -> dict:
     """The search's answer for the run's model, GPUs and global batch (the run's precision, overlaps
     and attention): the published plan's rank among the plans that fit, and the top plan."""
     from parallel.core.report import Options
-    from parallel.search.space import Constraints, SearchEmpty, plan_of, search
+    from parallel.search.space import Constraints, SearchEmpty, search
 
     p = case.plan
-    c = Constraints(
-        order=p.order,
-        main_grads=p.main_grads,
-        fp8=p.fp8,
-        tp_overlap=p.tp_overlap,
-        grad_reduce_overlap=p.grad_reduce_overlap,
-        param_gather_overlap=p.param_gather_overlap,
-        p2p_overlap=p.p2p_overlap,
-    )
+    c = Constraints(base=p)
     try:
         result = search(case.model, case.cluster, p.global_batch, c, Options(activations=case.acts, perf=case.perf))
     except SearchEmpty as err:
@@ -442,7 +436,7 @@ def rank_of(case: Case) -> dict:
     mine = (t["dp"] == p.dp) & (t["tp"] == p.tp) & (t["pp"] == p.pp) & (t["cp"] == p.cp) & (t["vpp"] == p.vpp)
     mine &= (t["micro_batch"] == p.micro_batch) & (t["sp"] == p.sp) & (t["zero"] == p.zero)
     mine &= t["recompute"].astype(str) == p.recompute
-    top = plan_of(t.iloc[0].to_dict(), p.global_batch, p.order)
+    top = result.plan_at(0)
     rank = int(mine.to_numpy().argmax()) + 1 if mine.any() else None
     return {
         "rank": rank,

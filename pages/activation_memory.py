@@ -12,7 +12,7 @@ from ui.routing import ensure_navigation
 
 def activation_memory_page(choice: PlanChoice) -> None:
     model, plan = choice.model, choice.plan
-    c1, c2, c3, c4 = st.columns([3, 2, 2, 2])
+    c1, c4 = st.columns([3, 2])
     url = {"bind": "query-params"}  # the view's choices live in the URL beside the plan
     scope = c1.segmented_control(
         "Scope",
@@ -25,20 +25,6 @@ def activation_memory_page(choice: PlanChoice) -> None:
         help="per layer: one layer, one microbatch. per GPU: the first pipeline stage's "
         "layers times the microbatches it holds in flight, plus the embedding terms",
     )
-    flash = c2.toggle(
-        "Flash attention",
-        value=False,
-        key="mem_flash",
-        **url,
-        help="fused attention saves no s×s scores, only an fp32 log-sum-exp per query row",
-    )
-    dropout = c3.toggle(
-        "Dropout",
-        value=model.dropout,
-        key="mem_dropout",
-        **url,
-        help="dropout masks after softmax and on both residuals (default: the model's; Llama 3 trains without)",
-    )
     act_bytes = c4.selectbox(
         "Activation bytes",
         [0, 2, 4],
@@ -47,7 +33,7 @@ def activation_memory_page(choice: PlanChoice) -> None:
         format_func=lambda b: "model dtype" if b == 0 else f"{b} B",
         help=f"bytes per saved activation; the model's dtype is {model.dtype_bytes} B",
     )
-    view = loaders.memory_view(choice.params, flash, dropout, act_bytes, scope)
+    view = loaders.memory_view(choice.params, act_bytes, scope)
 
     cols = st.columns(3)
     off = view["per_layer"][SP_LABEL[False]]
@@ -88,7 +74,8 @@ def activation_memory_page(choice: PlanChoice) -> None:
     st.caption(
         f"The plan's micro batch, TP and recompute mode ({plan.recompute}); the model's own length "
         f"({model.seq_len}) is marked ▼. The s×s attention tensors grow quadratically; flash attention "
-        "removes them. Lengths the plan cannot split are left out."
+        "removes them (the plan's attention kernel and dropout: the sidebar's Kernels section). Lengths the "
+        "plan cannot split are left out."
     )
     st.altair_chart(memory_charts.sweep_chart(view["seq_len"], axis="seq_len", scope=scope))
 
@@ -109,21 +96,15 @@ def _tp_values(sweep) -> str:
 
 
 def _toggled() -> dict:
-    """The page's activation toggles as they stand before they are drawn (their session state, or
-    on a first visit the URL they are bound to), so the plan form's memory check uses the same
-    assumptions as every number below it."""
+    """The page's bytes per activation as it stands before it is drawn (its session state, or on a first
+    visit the URL it is bound to), so the plan form's memory check uses the same assumption as every
+    number below it."""
     ss, url = st.session_state, st.query_params
-
-    def flag(key: str, default):
-        if key in ss:
-            return bool(ss[key])
-        return url[key].lower() == "true" if key in url else default
-
     try:
         act = int(ss.get("mem_act", url.get("mem_act", 0)))
     except ValueError:
         act = 0
-    return {"flash": flag("mem_flash", False), "dropout": flag("mem_dropout", None), "act_bytes": act}
+    return {"act_bytes": act}
 
 
 ensure_navigation()

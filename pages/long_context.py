@@ -26,7 +26,7 @@ def _runs() -> tuple[tuple[str, int], ...]:
 
 def long_context_page(choice: PlanChoice) -> None:
     model, cluster, plan = choice.model, choice.cluster, choice.plan
-    c1, c2 = st.columns([3, 2])
+    c1, _ = st.columns([3, 2])
     default_cp = plan.cp if plan.cp in CP_DEGREES else 8
     cp = c1.select_slider(
         "CP degree",
@@ -36,18 +36,11 @@ def long_context_page(choice: PlanChoice) -> None:
         bind="query-params",
         help="ranks the sequence is split over by context parallelism (any number of nodes)",
     )
-    flash = c2.toggle(
-        "Flash attention",
-        value=True,
-        key="lc_flash",
-        bind="query-params",
-        help="fused attention keeps no s×s scores (ring attention never keeps them)",
-    )
     with st.spinner("Evaluating the plan model at 9 lengths …"):
-        view = loaders.long_context_view(choice.params, cp, flash, _runs())
+        view = loaders.long_context_view(choice.params, cp, _runs())
     st.caption(
         f"{model.name} on {cluster.name}: TP {plan.tp} (the plan's), micro batch {plan.micro_batch}, recompute "
-        f"{plan.recompute}, {'flash' if flash else 'plain'} attention; CP {cp} over "
+        f"{plan.recompute}, {plan.attention} attention (the sidebar's Kernels section); CP {cp} over "
         f"{-(-plan.tp * cp // cluster.gpus_per_node)} node(s) of {cluster.gpus_per_node} GPUs. "
         "Lengths a plan cannot split are left out."
     )

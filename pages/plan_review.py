@@ -1,7 +1,7 @@
 """Plan review: compare 2–4 plans side by side, search the plan space, import a Megatron-LM script /
 torchtitan TOML / plan JSON, share the review as a URL, export it (Markdown, JSON), save it for the team.
 
-State: one `ui.plan_params.ReviewState` in the session, mirrored into the URL on every run (so a copied
+State: one `parallel.review.urls.ReviewState` in the session, mirrored into the URL on every run (so a copied
 link reproduces the view) and adopted back from a URL this session did not write. Widgets hold their
 values under `rv.*` keys, re-seeded from the state whenever it changes from outside (a link, an import,
 a search result, a reopened review).
@@ -13,7 +13,7 @@ import dataclasses
 
 import streamlit as st
 
-from parallel.core.plan import CP_KINDS, FP8, MAIN_GRADS, RECOMPUTE
+from parallel.core.plan import PLAN_FIELDS, RECOMPUTE, Plan
 from parallel.core.specs import CLUSTERS, MODELS, SpecError, cluster_preset
 from parallel.core.topology import ORDERS
 from parallel.importers import KINDS, ImportFailed, import_text, place
@@ -26,12 +26,9 @@ from parallel.review.document import (
     plan_rows,
     review_markdown,
 )
+from parallel.review.refit import refit_review
 from parallel.review.store import ReviewStore, default_url
-from parallel.search.explain import explain
-from parallel.search.space import EQUIVALENCE_RULE, Constraints, SearchEmpty, plan_of, search
-from ui import calibration_data, calibration_views, run_loaders, trace_sets
-from ui import review_charts as rc
-from ui.plan_params import (
+from parallel.review.urls import (
     REVIEW_VIEWS,
     ReviewState,
     default_review_state,
@@ -42,12 +39,18 @@ from ui.plan_params import (
     review_of,
     review_to_params,
     state_of_review,
+    title_of,
 )
+from parallel.search.explain import explain
+from parallel.search.space import EQUIVALENCE_RULE, Constraints, SearchEmpty, search, shared_text
+from ui import calibration_data, calibration_views, run_loaders, trace_sets
+from ui import review_charts as rc
 from ui.routing import ensure_navigation
 from ui.text import md
 from ui.theme import link_names
 
 STATE, WRITTEN, VERSION, BASE, IMPORTED = "rv.state", "rv.url", "rv.version", "rv.editor_base", "rv.imported"
+SWITCH = "rv.switch"  # the plans the last model / cluster switch changed or left unfit
 MAX_PLANS = 4
 VIEW_TITLES = {"compare": "Compare & share", "search": "Search", "import": "Import", "saved": "Saved reviews"}
 PAGES = (
@@ -101,8 +104,6 @@ def widget_values(s: ReviewState) -> dict:
         "rv.mfu": 0.5 if s.mfu is None else s.mfu,
         "rv.dp_fixed": s.dp_overlap is not None,
         "rv.dp_overlap": 0.0 if s.dp_overlap is None else s.dp_overlap,
-        "rv.flash": s.flash,
-        "rv.dropout": s.dropout,
         "rv.s_gb": s.search_gb or (s.plans[0].plan.global_batch if s.plans else 1536),
         "rv.s_headroom": s.headroom,
         "rv.s_max_tp": s.max_tp or 0,
@@ -156,11 +157,17 @@ def review_json(s: ReviewState) -> str:
 def machine(s: ReviewState) -> ReviewState:
     models = list(MODELS) + ([] if s.is_preset_model else [s.model.name])
     c1, c2, c3 = st.columns([3, 2, 1])
-    name = c1.selectbox("Model", models, key="rv.model", format_func=lambda n: n if n in MODELS else f"{n} (imported)")
-    cluster = c2.selectbox("Cluster", list(CLUSTERS), key="rv.cluster")
-    nodes = c3.number_input("Nodes", min_value=1, max_value=65536, step=1, key="rv.nodes")
+    name = c1.selectbox(
+        "Model",
+        models,
+        key="rv.model",
+        format_func=lambda n: n if n in MODELS else f"{n} (imported)",
+        on_change=_machine_changed,
+    )
+    cluster = c2.selectbox("Cluster", list(CLUSTERS), key="rv.cluster", on_change=_machine_changed)
+    nodes = c3.number_input("Nodes", min_value=1, max_value=65536, step=1, key="rv.nodes", on_change=_machine_changed)
     with st.expander("Modelling assumptions"):
-        a1, a2, a3, a4 = st.columns(4)
+        a1, a2 = st.columns(2)
         compute = a1.radio(
             "Compute",
             ["device", "mfu"],
@@ -182,71 +189,104 @@ def machine(s: ReviewState) -> ReviewState:
             disabled=not fixed,
             help="fraction of gradient reduction hidden behind backward",
         )
-        flash = a3.toggle("Flash attention", key="rv.flash", help="no s×s attention scores kept")
-        dropout = a4.toggle("Dropout", key="rv.dropout", help="dropout masks kept for backward")
-    model = MODELS.get(name, s.model)
+        st.caption("Each plan's attention kernel, dropout and overlaps are its own: columns of the plan table.")
     return dataclasses.replace(
         s,
-        model=model,
+        model=MODELS.get(name, s.model),
         cluster=cluster,
         nodes=int(nodes),
         mfu=float(mfu) if compute == "mfu" else None,
         dp_overlap=float(overlap) if fixed else None,
-        flash=bool(flash),
-        dropout=bool(dropout),
     )
 
 
+def _machine_changed() -> None:
+    """The model, cluster or nodes widget changed (a callback: before any widget is drawn, so every
+    widget can restart from the new state): the plans re-fitted to the new GPU count, the title
+    following when it was the default one, and what changed said (rv.switch)."""
+    ss = st.session_state
+    old = ss[STATE]
+    new = dataclasses.replace(
+        old, model=MODELS.get(ss["rv.model"], old.model), cluster=ss["rv.cluster"], nodes=int(ss["rv.nodes"])
+    )
+    fits = refit_review(new.plans, new.model, new.cluster_spec)
+    title = old.title
+    if not title or title == title_of(old.model, old.cluster_spec):
+        title = title_of(new.model, new.cluster_spec)
+    ss[SWITCH] = [f for f in fits if f.change or not f.valid]
+    set_state(dataclasses.replace(new, plans=tuple(f.named for f in fits), title=title, search_gb=None))
+
+
+def switch_notes(s: ReviewState) -> None:
+    """What the last model / cluster switch did to each plan, and one click to the nearest plans that fit."""
+    fits = st.session_state.get(SWITCH) or []
+    if not fits:
+        return
+    with st.container(border=True):
+        st.markdown(f"**Now {md(s.model.name)} on {s.cluster_spec.gpus:,} {md(s.cluster)} GPUs.**")
+        for f in fits:
+            if f.change:
+                st.markdown(f"- {md(f.named.name)}: {md(f.change)}.")
+            if not f.valid:
+                why = "; ".join(f.errors[:2]) or "it does not fit"
+                st.markdown(f"- {md(f.named.name)} ({md(f.named.plan.label())}) does not fit: {md(why)}")
+                for i, plan in enumerate(f.nearest):
+                    st.button(
+                        f"Use {plan.label()} for {f.named.name}",
+                        key=f"rv.near.{f.named.name}.{i}",
+                        on_click=_replace_plan,
+                        args=(f.named.name, plan),
+                    )
+        st.button("Search this model and cluster", key="rv.switch_search", on_click=_to_search)
+
+
+def _replace_plan(name: str, plan) -> None:
+    s = st.session_state[STATE]
+    plans = tuple(dataclasses.replace(p, plan=plan) if p.name == name else p for p in s.plans)
+    st.session_state[SWITCH] = [f for f in st.session_state.get(SWITCH, []) if f.named.name != name]
+    set_state(dataclasses.replace(s, plans=plans))
+
+
+def _to_search() -> None:
+    st.session_state.pop(SWITCH, None)
+    set_state(dataclasses.replace(st.session_state[STATE], view="search"))
+
+
 # ------------------------------------------------------------------ compare & share
+
+
+def _column(spec):
+    """The plan editor's column of one plan field, from its declaration (parallel.core.plan)."""
+    k = spec.knob
+    if spec.kind == "bool":
+        return st.column_config.CheckboxColumn(k.column, help=k.help)
+    if spec.kind == "choice":
+        return st.column_config.SelectboxColumn(k.column, options=list(k.choices), required=True, help=k.help)
+    if spec.kind == "opt_bool":
+        return st.column_config.SelectboxColumn(k.column, options=[True, False], help=k.help + " (empty: the default)")
+    if spec.kind == "text":
+        return st.column_config.SelectboxColumn(k.column, options=list(ORDERS), required=True, help=k.help)
+    return st.column_config.NumberColumn(
+        k.column,
+        min_value=k.lo,
+        max_value=k.hi,
+        step=1,
+        required=spec.kind == "int",
+        help=k.help + (" (empty: the default)" if spec.kind == "opt_int" else ""),
+    )
 
 
 def plan_editor(s: ReviewState) -> ReviewState:
     key = f"rv.plans.{st.session_state.get(VERSION, 0)}"
     if key not in st.session_state:
         st.session_state[BASE] = plan_rows_of(s.plans)
-    cfg = {
-        "name": st.column_config.TextColumn("name", required=True, width="small"),
-        **{
-            k: st.column_config.NumberColumn(k.upper(), min_value=1, step=1, required=True)
-            for k in ("dp", "tp", "pp", "cp", "vpp")
-        },
-        "sp": st.column_config.CheckboxColumn("SP"),
-        "mb": st.column_config.NumberColumn("micro batch", min_value=1, step=1, required=True),
-        "gb": st.column_config.NumberColumn("global batch", min_value=1, step=1, required=True),
-        "zero": st.column_config.SelectboxColumn("ZeRO", options=[0, 1, 2, 3], required=True),
-        "recompute": st.column_config.SelectboxColumn("recompute", options=list(RECOMPUTE), required=True),
-        "order": st.column_config.SelectboxColumn("rank order", options=list(ORDERS), required=True),
-        "ep": st.column_config.NumberColumn("EP", min_value=1, step=1, required=True, help="expert parallel (MoE)"),
-        "model": st.column_config.SelectboxColumn(
-            "model",
-            options=["", *MODELS],
-            help="empty: the review's model; a preset to compare, e.g., a dense model with a MoE one",
-        ),
-        "grads": st.column_config.SelectboxColumn(
-            "grads", options=list(MAIN_GRADS), required=True, help="gradient buffer dtype (Megatron-LM: fp32)"
-        ),
-        "fp8": st.column_config.SelectboxColumn(
-            "FP8", options=list(FP8), required=True, help="FP8 GEMMs (gemm) or FP8 weights too (weights)"
-        ),
-        "ck": st.column_config.SelectboxColumn(
-            "CP kind",
-            options=list(CP_KINDS),
-            required=True,
-            help="context parallelism: all-gathered K/V, ring attention or Ulysses all-to-all (cp > 1)",
-        ),
-        "tpo": st.column_config.CheckboxColumn("TP overlap", help="--tp-comm-overlap (needs SP): SP comm under GEMMs"),
-        "gro": st.column_config.CheckboxColumn("grad overlap", help="--overlap-grad-reduce: DP reduce under backward"),
-        "pgo": st.column_config.CheckboxColumn(
-            "param overlap", help="--overlap-param-gather: ZeRO's all-gather under forward"
-        ),
-        "p2po": st.column_config.CheckboxColumn("PP overlap", help="interleaved schedule's sends under other chunks"),
-        "first": st.column_config.NumberColumn(
-            "first stage", min_value=1, step=1, help="layers of the first pipeline stage (empty: an even split)"
-        ),
-        "last": st.column_config.NumberColumn(
-            "last stage", min_value=1, step=1, help="layers of the last pipeline stage (empty: an even split)"
-        ),
-    }
+    cfg = {"name": st.column_config.TextColumn("name", required=True, width="small")}
+    cfg.update({spec.knob.url: _column(spec) for spec in PLAN_FIELDS})
+    cfg["model"] = st.column_config.SelectboxColumn(
+        "model",
+        options=["", *MODELS],
+        help="empty: the review's model; a preset to compare, e.g., a dense model with a MoE one",
+    )
     edited = st.data_editor(
         st.session_state[BASE], key=key, num_rows="dynamic", column_config=cfg, hide_index=True, width="stretch"
     )
@@ -350,9 +390,13 @@ def compare_section(s: ReviewState) -> ReviewState:
                 + (" · :blue[chosen]" if card["name"] == s.chosen else "")
             )
             st.caption(card["label"])
-            st.metric("step time", card["step"], help=card["issues"])
-            st.metric("memory per GPU", card["memory"])
-            st.metric("MFU", card["mfu"])
+            if card["valid"]:
+                st.metric("step time", card["step"], help=card["issues"])
+                st.metric("memory per GPU", card["memory"])
+                st.metric("MFU", card["mfu"])
+            else:  # the numbers of a plan that cannot run would read as a forecast
+                for message in cmp.issues_of(named.name)[:3]:
+                    st.error(md(message))
             links(s, named, st)
     issues = cmp.issues
     if len(issues):
@@ -439,8 +483,10 @@ def search_section(s: ReviewState) -> ReviewState:
     if not zero or not recompute:
         st.info("Pick at least one ZeRO stage and one recompute mode.")
         return s
+    base = search_base(s)
+    st.caption(f"Every plan the search tries shares {md(shared_text(base))}: the first compared plan's.")
     constraints = Constraints(
-        headroom=s.headroom, max_tp=s.max_tp, require_sp=s.require_sp, zero=s.zero, recompute=s.recompute
+        headroom=s.headroom, max_tp=s.max_tp, require_sp=s.require_sp, zero=s.zero, recompute=s.recompute, base=base
     )
     try:
         result = search_result(review_json(s), s.search_gb, constraints)
@@ -454,7 +500,7 @@ def search_section(s: ReviewState) -> ReviewState:
     m2.metric("Plans evaluated", f"{result.evaluated:,}", help=f"{cluster.gpus:,} GPUs, every valid split")
     m3.metric("Search time", f"{result.seconds:.2f} s")
     budget = cluster.gpu_memory_bytes * (1 - s.headroom)
-    st.altair_chart(rc.pareto_chart(rc.pareto_points(result.table, s.search_gb), budget))
+    st.altair_chart(rc.pareto_chart(rc.pareto_points(result.table, result.base), budget))
     hidden, slowest = rc.hidden_slow(result.table)
     st.caption(
         "Each dot is a plan that fits; dark dots and the line are the Pareto front (no plan is both "
@@ -466,7 +512,7 @@ def search_section(s: ReviewState) -> ReviewState:
             else ""
         )
     )
-    rows = rc.search_rows(result.table, s.search_gb, s.top)
+    rows = rc.search_rows(result.table, result.base, s.top)
     st.dataframe(rows, hide_index=True)
     st.caption(f"Order: {result.rule}.")
     explain_top(s, result)
@@ -475,7 +521,7 @@ def search_section(s: ReviewState) -> ReviewState:
     ranks = list(range(1, len(rows) + 1))
     c1, c2 = st.columns([4, 1])
     rank = c1.selectbox("Send to compare", ranks, key="rv.s_pick", format_func=lambda r: f"#{r}: {rows['plan'][r - 1]}")
-    named = NamedPlan(f"search #{rank}", plan_of(result.table.iloc[rank - 1].to_dict(), s.search_gb))
+    named = NamedPlan(f"search #{rank}", result.plan_at(rank - 1))
     c2.button(
         "Add to compare",
         on_click=_add_plan,
@@ -486,10 +532,17 @@ def search_section(s: ReviewState) -> ReviewState:
     return s
 
 
+def search_base(s: ReviewState) -> Plan:
+    """The fields every searched plan shares (overlaps, attention, dropout, precision, order): the first
+    compared plan of the review's model, else the defaults."""
+    own = [p.plan for p in s.plans if p.model is None]
+    return own[0] if own else Plan()
+
+
 def explain_top(s: ReviewState, result) -> None:
     """Why the search's first plan beats its runner-up or a compared plan of the same size."""
-    top = plan_of(result.table.iloc[0].to_dict(), s.search_gb)
-    against = {"#2": plan_of(result.table.iloc[1].to_dict(), s.search_gb)} if len(result.table) > 1 else {}
+    top = result.plan_at(0)
+    against = {"#2": result.plan_at(1)} if len(result.table) > 1 else {}
     against.update(
         {
             p.name: dataclasses.replace(p.plan, global_batch=s.search_gb)
@@ -567,14 +620,8 @@ def import_section(s: ReviewState) -> ReviewState:
         if len(frames["notes"]):
             st.dataframe(frames["notes"], hide_index=True)
         stem = "imported" if got["name"] == "pasted text" else got["name"].rsplit(".", 1)[0] or "imported"
-        options = got["summary"]["options"]
         named = NamedPlan(stem[:40], got["plan"])
-        changes = {
-            "model": model,
-            "nodes": got["nodes"],
-            "flash": options.get("flash_attention", s.flash),
-            "dropout": options.get("dropout", s.dropout),
-        }
+        changes = {"model": model, "nodes": got["nodes"]}
         note = "" if model == s.model else f" (the review's model becomes {model.name})"
         st.button(f"Add to compare as {named.name!r}{note}", on_click=_add_plan, args=(named,), kwargs=changes)
     return s
@@ -653,10 +700,12 @@ SECTIONS = {"compare": compare_section, "search": search_section, "import": impo
 
 def plan_review_page() -> None:
     state = load_state()
+    st.title(f"Plan review: {state.title}" if state.title else "Plan review")
     kind, message = st.session_state.pop("rv.flash_msg", (None, None))
     if kind:
         (st.success if kind == "success" else st.error)(message)
     state = machine(state)
+    switch_notes(state)
     view = st.segmented_control(
         "Section", REVIEW_VIEWS, key="rv.view", required=True, format_func=VIEW_TITLES.get, label_visibility="collapsed"
     )
@@ -666,5 +715,4 @@ def plan_review_page() -> None:
 
 
 ensure_navigation()
-st.title("Plan review")
 plan_review_page()

@@ -22,7 +22,7 @@ def _gbps(bytes_per_s: float) -> str:
 
 def tp_scaling_page(choice: PlanChoice) -> None:
     model, cluster, plan = choice.model, choice.cluster, choice.plan
-    c1, c2, c3 = st.columns([2, 2, 2])
+    c1, c2 = st.columns([2, 2])
     compute = c1.radio(
         "Compute",
         ["device", "mfu"],
@@ -43,15 +43,7 @@ def tp_scaling_page(choice: PlanChoice) -> None:
         disabled=compute != "mfu",
         help="fraction of the GPU's peak FLOP/s every operator reaches",
     )
-    overlap = c3.toggle(
-        "TP comm overlap",
-        value=plan.tp_overlap,
-        key="tps_overlap",
-        bind="query-params",
-        help="SP's all-gathers and reduce-scatters in chunks under the GEMMs (Megatron-LM --tp-comm-overlap, "
-        "torchtitan's async TP): NVLink only",
-    )
-    view = loaders.scaling_view(choice.params, mfu if compute == "mfu" else None, overlap)
+    view = loaders.scaling_view(choice.params, mfu if compute == "mfu" else None)
     gpn = cluster.gpus_per_node
     st.caption(
         f"{model.name}: one layer, micro batch {plan.micro_batch} × {model.seq_len} tokens, recompute "

@@ -15,10 +15,11 @@ from parallel.core import topology_views as topology_data
 from parallel.core.memory import ActivationOptions, activation_bytes_per_layer
 from parallel.core.perf import PerfOptions
 from parallel.core.plan import Plan
+from parallel.core.report import plan_report
 from parallel.core.specs import Cluster, Model, SpecError
 from parallel.core.validate import check
+from parallel.review.urls import plan_from_params
 from runfiles.rundir import load_json_object
-from ui.plan_params import plan_from_params
 from ui.theme import link_names, link_words
 
 
@@ -27,13 +28,27 @@ def inputs(params: dict[str, str]) -> tuple[Model, Cluster, Plan]:
 
 
 @st.cache_data(show_spinner=False, max_entries=512)
-def verdict(params: dict[str, str], flash: bool = False, dropout: bool | None = None, act_bytes: int = 0) -> dict:
+def verdict(params: dict[str, str], act_bytes: int = 0) -> dict:
     """errors, warnings and computable of parallel.core.validate.check for the plan, its memory check
-    with the page's activation assumptions (flash attention, dropout, bytes per activation: the
-    same ones the page's numbers use)."""
+    with the page's bytes per activation (0: the model's; the same the page's numbers use)."""
     model, cluster, plan = inputs(params)
-    v = check(plan, model, cluster, _activation_options(flash, dropout, act_bytes))
+    v = check(plan, model, cluster, _activation_options(act_bytes))
     return {"errors": list(v.errors), "warnings": list(v.warnings), "computable": v.computable}
+
+
+@st.cache_data(show_spinner=False, max_entries=512)
+def plan_numbers(params: dict[str, str]) -> dict:
+    """The plan's memory per GPU (bytes, the most loaded stage) and step time (s) as `python -m parallel
+    plan` and Plan review give them (parallel.core.report.plan_report, default assumptions); None where
+    the plan cannot be computed."""
+    model, cluster, plan = inputs(params)
+    rep = plan_report(plan, model, cluster)
+    memory = rep["memory_per_gpu_bytes"]
+    return {
+        "memory_per_gpu_bytes": None if memory is None else memory["total"],
+        "step_time_s": rep["step_time_s"],
+        "mfu": (rep.get("step_time") or {}).get("mfu"),
+    }
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
@@ -70,15 +85,16 @@ def topology_view(params: dict[str, str], color_dim: str, group_dim: str, compar
     }
 
 
-def _activation_options(flash: bool, dropout: bool, act_bytes: int) -> ActivationOptions:
-    return ActivationOptions(act_bytes=act_bytes or None, dropout=dropout, flash_attention=flash)
+def _activation_options(act_bytes: int) -> ActivationOptions:
+    return ActivationOptions(act_bytes=act_bytes or None)
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
-def memory_view(params: dict[str, str], flash: bool, dropout: bool, act_bytes: int, scope: str) -> dict:
-    """Everything the Activation-memory page draws (act_bytes 0 = the model's dtype)."""
+def memory_view(params: dict[str, str], act_bytes: int, scope: str) -> dict:
+    """Everything the Activation-memory page draws (act_bytes 0 = the model's dtype; the plan's own
+    attention kernel and dropout)."""
     model, cluster, plan = inputs(params)
-    opts = _activation_options(flash, dropout, act_bytes)
+    opts = _activation_options(act_bytes)
     per_layer = {
         memory_data.SP_LABEL[p.sp]: activation_bytes_per_layer(model, p, opts) for p in memory_data.sp_variants(plan)
     }
@@ -92,36 +108,30 @@ def memory_view(params: dict[str, str], flash: bool, dropout: bool, act_bytes: i
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def scaling_view(params: dict[str, str], mfu: float | None = None, tp_overlap: bool = False) -> dict:
-    """parallel.core.scaling.tp_scaling for the plan's model, cluster, micro batch and recompute mode
-    (compute per operator on the cluster's device, or at `mfu`; SP's collectives under the GEMMs with
-    `tp_overlap`): frame (the prediction), table, highlights and notes (TP degrees left out, and why)."""
+def scaling_view(params: dict[str, str], mfu: float | None = None) -> dict:
+    """parallel.core.scaling.tp_scaling for the plan's model and cluster under the plan's per-rank
+    settings (micro batch, recompute, attention, TP overlap; compute per operator on the cluster's
+    device, or at `mfu`): frame (the prediction), table, highlights (SP as the plan has it) and notes
+    (TP degrees left out, and why)."""
     model, cluster, plan = inputs(params)
     names = link_words(cluster)
-    df = scaling.tp_scaling(
-        model,
-        cluster,
-        micro_batch=plan.micro_batch,
-        recompute=plan.recompute,
-        perf=PerfOptions(mfu=mfu),
-        tp_overlap=tp_overlap,
-        acts=ActivationOptions(flash_attention=True),
-    )
+    df = scaling.tp_scaling(model, cluster, plan=plan, perf=PerfOptions(mfu=mfu))
     return {
         "frame": df,
         "table": scaling.summary_table(df, names),
         "notes": scaling.invalid_notes(df),
-        "highlights": scaling.highlights(df, cluster.gpus_per_node, plan.tp, names),
+        "highlights": scaling.highlights(df, cluster.gpus_per_node, plan.tp, names, sp=plan.sp),
     }
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def long_context_view(params: dict[str, str], cp: int, flash: bool, runs: tuple[tuple[str, int], ...]) -> dict:
-    """Everything the Long-context page draws for the plan's model, cluster, TP, micro batch and
-    recompute mode, with `cp`-way CP; `runs`: (metrics.json path, mtime) of this project's runs, so
-    a new or finished run redraws its measured points."""
+def long_context_view(params: dict[str, str], cp: int, runs: tuple[tuple[str, int], ...]) -> dict:
+    """Everything the Long-context page draws for the plan's model, cluster, TP, micro batch, recompute
+    mode and attention kernel, with `cp`-way CP; `runs`: (metrics.json path, mtime) of this project's
+    runs, so a new or finished run redraws its measured points."""
     model, cluster, plan = inputs(params)
-    opts = ActivationOptions(flash_attention=flash)
+    flash = plan.flash
+    opts = ActivationOptions()
     pairs = []
     for path, _ in runs:
         try:

@@ -6,7 +6,7 @@
 
 State: the widgets (keys `plan.<param>` in st.session_state) are the truth while the user edits;
 each run re-asserts them so they survive page switches (widget state is per page otherwise) and
-writes the full plan into `st.query_params` (ui.plan_params' keys, all of them). A URL whose plan
+writes the full plan into `st.query_params` (parallel.review.urls' keys, all of them). A URL whose plan
 differs from what this session last wrote — a shared link, or one edited by hand — is adopted into
 the widgets; a bad value in it is shown with the plan model's message (never a traceback) and
 its key takes the default.
@@ -18,27 +18,33 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from parallel.core.plan import CP_KINDS, RECOMPUTE, Plan
+from parallel.core.plan import PLAN_FIELDS, Plan, parse_value
 from parallel.core.specs import CLUSTERS, MODELS, Cluster, GiB, Model, SpecError
 from parallel.core.topology import ORDERS
 from parallel.core.topology_views import same_order
 from parallel.core.validate import nearest_computable
-from ui import loaders
-from ui.plan_params import (
+from parallel.review.urls import (
     DEFAULT_PARAMS,
-    FORM_KEYS,
     KEYS,
-    OPTIONAL_DEFAULTS,
+    PLAN_KEYS,
     gpu_memory_gib,
     plan_from_params,
     plan_to_params,
     usable_params,
 )
+from ui import loaders
 from ui.text import md
 
 _PREFIX = "plan."
 _WRITTEN = "_plan_params_written"  # the plan params this session last put in the URL
-_INTS = ("nodes", "gpn", "dp", "tp", "pp", "cp", "mb", "gb", "vpp", "zero", "ep")
+_SPEC = {spec.knob.url: spec for spec in PLAN_FIELDS}
+_MAIN = ("dp", "tp", "pp", "cp", "sp", "mb", "gb")  # drawn in the form's first rows; the rest by section
+_SECTIONS = {  # the schema's groups (Knob.group) as the form's expanders
+    "plan": "Schedule, ZeRO, recompute, experts, rank order, kernels",
+    "overlap": "Overlap (communication under compute)",
+    "stages": "Uneven pipeline stages",
+}
+_UNSET = "default"  # an optional field's "not set" choice in a selectbox
 
 
 @dataclass(frozen=True)
@@ -55,23 +61,21 @@ class PlanChoice:
     def label(self) -> str:
         c = self.cluster
         memory = f" of {c.gpu_memory_bytes / GiB:,.1f} GiB" if "gpumem" in self.params else ""
-        return (
-            f"{self.model.name} on {c.name} {c.nodes}×{c.gpus_per_node} GPUs{memory} · {self.plan.label()} · "
-            f"global batch {self.plan.global_batch} · order {self.plan.order}"
-        )
+        return f"{self.model.name} on {c.name} {c.nodes}×{c.gpus_per_node} GPUs{memory} · {self.plan.label()}"
 
 
 def _widget_values(params: dict[str, str]) -> dict[str, object]:
-    """Query-param strings -> the widgets' typed values."""
-    out: dict[str, object] = {k: int(params[k]) for k in _INTS}
-    out.update(
-        model=params["model"],
-        cluster=params["cluster"],
-        sp=params["sp"] in ("1", "true"),
-        recompute=params["recompute"],
-        order=params["order"],
-        ck=params.get("ck", OPTIONAL_DEFAULTS["ck"]),
-    )
+    """Query-param strings (a whole plan, as plan_to_params writes it) -> the widgets' typed values."""
+    _, _, plan = plan_from_params(params)
+    out: dict[str, object] = {
+        "model": params["model"],
+        "cluster": params["cluster"],
+        "nodes": int(params["nodes"]),
+        "gpn": int(params["gpn"]),
+    }
+    for key, spec in _SPEC.items():
+        value = getattr(plan, spec.name)
+        out[key] = _UNSET if value is None and spec.kind in ("opt_bool",) else value
     return out
 
 
@@ -85,11 +89,15 @@ def _adopt_url() -> list[str]:
     take their defaults); the messages of its bad values. Otherwise keep the widgets' values,
     re-asserted so that they survive a page switch (widget state is per page)."""
     ss = st.session_state
-    url = {k: st.query_params[k] for k in FORM_KEYS if k in st.query_params}
+    url = {k: st.query_params[k] for k in KEYS if k in st.query_params}
     written = ss.get(_WRITTEN)
-    if url and (written is None or any(written.get(k) != v for k, v in url.items())):
+    if url and (written is None or any(written.get(k) != v for k, v in url.items()) or set(url) - set(written)):
         good, errors = usable_params(url)
-        model, cluster, plan = plan_from_params(good)
+        try:
+            model, cluster, plan = plan_from_params(good)
+        except SpecError as err:  # each value is good alone, together they are not (e.g. rcl without full)
+            errors.append(str(err))
+            model, cluster, plan = plan_from_params({k: v for k, v in good.items() if k not in PLAN_KEYS})
         params = plan_to_params(model.name, cluster.name, cluster.nodes, plan, cluster.gpus_per_node)
         if plan.order not in ORDERS:  # a valid order the form does not list: the listed one equal to it
             params["order"] = next((o for o in ORDERS if same_order(o, plan.order)), DEFAULT_PARAMS["order"])
@@ -107,6 +115,38 @@ def _fit_nodes(nodes: int) -> None:
 
 def _reset() -> None:
     _set_widgets(DEFAULT_PARAMS)
+
+
+def _field_widget(where, key: str) -> None:
+    """One plan field's widget, from its declaration: a toggle for a flag, a selectbox for choices (and
+    an optional flag: default / on / off), a number input for an integer (empty: unset)."""
+    spec, k = _SPEC[key], _PREFIX + key
+    knob = spec.knob
+    if spec.kind == "bool":
+        where.toggle(knob.column, key=k, help=knob.help)
+    elif spec.kind == "opt_bool":
+        where.selectbox(
+            knob.column,
+            [_UNSET, True, False],
+            key=k,
+            help=knob.help,
+            format_func=lambda v: "the model's" if v == _UNSET else "on" if v else "off",
+        )
+    elif spec.kind == "choice":
+        where.selectbox(knob.column, list(knob.choices), key=k, help=knob.help)
+    elif spec.kind == "text":  # the rank order: the listed ones
+        where.selectbox(knob.column, list(ORDERS), key=k, help=knob.help, format_func=lambda o: f"{o} — {ORDERS[o]}")
+    else:
+        optional = spec.kind == "opt_int"
+        where.number_input(
+            knob.column,
+            min_value=knob.lo if knob.lo is not None else 0,
+            max_value=knob.hi or 1 << 24,
+            step=1,
+            key=k,
+            help=knob.help + (" (empty: the default)" if optional else ""),
+            placeholder="default" if optional else None,
+        )
 
 
 def _widgets() -> dict[str, str]:
@@ -127,71 +167,37 @@ def _widgets() -> dict[str, str]:
         max_value=1024,
         step=1,
         key=k + "gpn",
-        help="GPUs (CPU: ranks) per node; the presets have 8",
+        help="GPUs (CPU ranks) per node; the presets have 8",
     )
     c1, c2 = sb.columns(2)
-    for i, (dim, title) in enumerate((("dp", "DP"), ("tp", "TP"), ("pp", "PP"), ("cp", "CP"))):
-        (c1 if i % 2 == 0 else c2).number_input(
-            title,
-            min_value=1,
-            max_value=65536,
-            step=1,
-            key=k + dim,
-            help={"dp": "data parallel", "tp": "tensor parallel", "pp": "pipeline parallel", "cp": "context parallel"}[
-                dim
-            ],
-        )
-    sb.toggle(
-        "Sequence parallelism (SP)",
-        key=k + "sp",
-        help="Megatron SP (Korthikanti et al. 2022): LayerNorm/dropout on s/tp tokens; needs TP > 1",
-    )
+    for i, key in enumerate(("dp", "tp", "pp", "cp")):
+        _field_widget(c1 if i % 2 == 0 else c2, key)
+    _field_widget(sb, "sp")
     c1, c2 = sb.columns(2)
-    c1.number_input("Micro batch", min_value=1, max_value=65536, step=1, key=k + "mb")
-    c2.number_input(
-        "Global batch", min_value=1, max_value=10**7, step=1, key=k + "gb", help="sequences per optimizer step"
-    )
-    with sb.expander("Schedule, ZeRO, recompute, CP exchange, EP, rank order"):
-        st.number_input("Virtual stages per rank (vpp)", min_value=1, max_value=128, step=1, key=k + "vpp")
-        st.selectbox(
-            "ZeRO stage",
-            [0, 1, 2, 3],
-            key=k + "zero",
-            format_func=lambda z: ["0 (none)", "1 (optimizer)", "2 (+ gradients)", "3 (+ weights)"][z],
-        )
-        st.selectbox("Activation recompute", list(RECOMPUTE), key=k + "recompute")
-        st.selectbox(
-            "CP exchange",
-            list(CP_KINDS),
-            key=k + "ck",
-            help="how context parallelism shares the sequence: all-gathered K/V (Llama 3), ring attention "
-            "(K/V blocks passed round the CP ring), or Ulysses all-to-all to head shards (cp·tp must divide the heads)",
-        )
-        st.number_input(
-            "Expert parallel (EP)",
-            min_value=1,
-            max_value=65536,
-            step=1,
-            key=k + "ep",
-            help="MoE models: each MoE layer's experts split over EP ranks taken from DP × CP (adds no GPUs)",
-        )
-        st.selectbox(
-            "Rank order (fastest first)", list(ORDERS), key=k + "order", format_func=lambda o: f"{o} — {ORDERS[o]}"
-        )
+    _field_widget(c1, "mb")
+    _field_widget(c2, "gb")
+    for group, title in _SECTIONS.items():
+        with sb.expander(title):
+            for key, spec in _SPEC.items():
+                if key not in _MAIN and spec.knob.group == group:
+                    _field_widget(st, key)
     ss = st.session_state
-    values = {key: ss[k + key] for key in KEYS}
-    out = {key: str(int(values[key])) for key in _INTS}
-    out.update(
-        model=values["model"],
-        cluster=values["cluster"],
-        sp="1" if values["sp"] else "0",
-        recompute=values["recompute"],
-        order=values["order"],
-    )
-    params = {key: out[key] for key in KEYS}
-    if ss[k + "ck"] != OPTIONAL_DEFAULTS["ck"]:  # optional key: links of all-gather plans stay as they were
-        params["ck"] = ss[k + "ck"]
-    return params
+    values = {}
+    for key, spec in _SPEC.items():
+        value = ss[k + key]
+        values[key] = None if value == _UNSET or (value is None and spec.kind == "opt_int") else value
+    place = {
+        "model": ss[k + "model"],
+        "cluster": ss[k + "cluster"],
+        "nodes": str(int(ss[k + "nodes"])),
+        "gpn": str(int(ss[k + "gpn"])),
+    }
+    try:
+        plan = Plan(**{_SPEC[key].name: parse_value(_SPEC[key], v) for key, v in values.items()})
+    except SpecError as err:  # each widget offers legal values only; some combinations are not
+        st.sidebar.error(md(err))
+        return {**place, **{key: value for key, value in DEFAULT_PARAMS.items() if key in PLAN_KEYS}}
+    return plan_to_params(place["model"], place["cluster"], int(place["nodes"]), plan, int(place["gpn"]))
 
 
 def _gpu_memory(params: dict[str, str]) -> list[str]:
@@ -217,16 +223,18 @@ def _gpu_memory(params: dict[str, str]) -> list[str]:
 
 
 def plan_form(activations: dict | None = None) -> PlanChoice:
-    """Sidebar form + URL sync; shows the plan's errors and warnings at the top of the page.
-    `activations`: loaders.verdict's flash / dropout / act_bytes, when the page draws its numbers
-    with other activation assumptions than the defaults (its memory check then uses the same)."""
+    """Sidebar form + URL sync; shows the plan's memory per GPU and step time (as Plan review and `python
+    -m parallel plan` give them) and its errors and warnings at the top of the page. `activations`:
+    loaders.verdict's act_bytes, when the page draws its numbers with another bytes per activation than
+    the model's (its memory check then uses the same)."""
     url_errors = _adopt_url()
     params = _widgets()
     url_errors += _gpu_memory(params)
     if any(st.query_params.get(k) != v for k, v in params.items()):
         st.query_params.update(params)
-    if "ck" not in params and "ck" in st.query_params:
-        del st.query_params["ck"]
+    for key in KEYS:  # a field back at its default leaves the link
+        if key not in params and key in st.query_params:
+            del st.query_params[key]
     st.session_state[_WRITTEN] = params
     try:
         model, cluster, plan = plan_from_params(params)  # the widgets only offer legal values
@@ -241,6 +249,8 @@ def plan_form(activations: dict | None = None) -> PlanChoice:
     st.sidebar.button("Reset to the default plan", on_click=_reset, width="stretch", key="plan_reset")
     st.sidebar.caption("The URL holds this plan: copy it to share the view.")
     st.caption(choice.label)
+    if choice.computable:
+        _plan_numbers(params)
     for message in url_errors:
         st.error(f"The link has a value that cannot be used: {md(message)}. Using the default for it.")
     for message in choice.errors:
@@ -261,7 +271,18 @@ def plan_form(activations: dict | None = None) -> PlanChoice:
     return choice
 
 
-_FORM_KEY_OF = {"micro_batch": "mb", "global_batch": "gb", "cp_kind": "ck"}  # Plan field -> form key
+def _plan_numbers(params: dict[str, str]) -> None:
+    """The plan's headline numbers, the same on every plan page and in Plan review."""
+    n = loaders.plan_numbers(params)
+    if n["memory_per_gpu_bytes"] is None:
+        return
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Memory per GPU", f"{n['memory_per_gpu_bytes'] / GiB:,.1f} GiB", help="the most loaded pipeline stage")
+    c2.metric("Step time", f"{n['step_time_s']:,.3f} s", help="parallel.core.perf's step model, as Plan review's")
+    c3.metric("MFU", f"{n['mfu']:.1%}" if n["mfu"] is not None else "—")
+
+
+_FORM_KEY_OF = {spec.name: spec.knob.url for spec in PLAN_FIELDS}  # Plan field -> form key
 
 
 def _apply_fix(key: str, value, nodes: int) -> None:

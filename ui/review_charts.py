@@ -17,6 +17,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from parallel.core.plan import Plan
 from parallel.core.specs import GiB
 from parallel.search.space import plan_of
 from ui.theme import MEMORY_COLORS, link_colors, link_names, named_links, palette, scale
@@ -207,14 +208,14 @@ def hidden_slow(table: pd.DataFrame) -> tuple[int, float]:
     return int(slow.sum()), float(table.loc[slow, "step_time_s"].max()) if slow.any() else 0.0
 
 
-def pareto_points(table: pd.DataFrame, global_batch: int, n_other: int = 300) -> pd.DataFrame:
+def pareto_points(table: pd.DataFrame, base: Plan, n_other: int = 300) -> pd.DataFrame:
     """What the Pareto chart draws, among the plans no slower than SLOWEST_DRAWN x the fastest: every
     plan on the front and the fastest `n_other` others (the data sent to the browser stays small),
     with labels and GiB."""
     near = table["step_time_s"] <= table["step_time_s"].min() * SLOWEST_DRAWN
     keep = near & (table["pareto"] | (table.index < n_other))
     out = table[keep].copy()
-    out["label"] = [plan_of(r, global_batch).label() for r in out.to_dict("records")]
+    out["label"] = [plan_of(r, base).label() for r in out.to_dict("records")]
     out["rank"] = out.index + 1
     out["gib"] = out["memory_per_gpu_bytes"] / GiB
     out["front"] = out["pareto"].map({True: "Pareto front", False: "other plans"})
@@ -253,13 +254,13 @@ def pareto_chart(points: pd.DataFrame, budget_bytes: float) -> alt.LayerChart:
     return alt.layer(dots, front, budget).properties(height=380, title="Plans that fit: memory against step time")
 
 
-def search_rows(table: pd.DataFrame, global_batch: int, top: int) -> pd.DataFrame:
-    """The best `top` search results as a display table."""
+def search_rows(table: pd.DataFrame, base: Plan, top: int) -> pd.DataFrame:
+    """The best `top` search results as a display table (`base`: the search's shared fields)."""
     head = table.head(top)
     return pd.DataFrame(
         {
             "rank": range(1, len(head) + 1),
-            "plan": [plan_of(r, global_batch).label() for r in head.to_dict("records")],
+            "plan": [plan_of(r, base).label() for r in head.to_dict("records")],
             "memory/GPU (GiB)": (head["memory_per_gpu_bytes"] / GiB).round(1).to_numpy(),
             "step (s)": head["step_time_s"].round(3).to_numpy(),
             "MFU": (head["mfu"] * 100).round(1).to_numpy(),
@@ -279,8 +280,8 @@ def plan_cards(rows: pd.DataFrame) -> list[dict]:
                 "name": r["name"],
                 "label": r["label"],
                 "valid": bool(r["valid"]),
-                "memory": "—" if r["memory_gib"] is None else f"{r['memory_gib']:.1f} GiB",
-                "step": "—" if r["step_time_s"] is None else f"{r['step_time_s']:.2f} s",
+                "memory": "—" if r["memory_gib"] is None else f"{r['memory_gib']:,.1f} GiB",
+                "step": "—" if r["step_time_s"] is None else f"{r['step_time_s']:,.3f} s",
                 "mfu": "—" if r["mfu"] is None else f"{r['mfu']:.1%}",
                 "issues": f"{r['errors']} errors, {r['warnings']} warnings",
             }

@@ -22,9 +22,9 @@ from pathlib import Path
 from parallel.core.devices import cluster_for_device
 from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, MODELS, SpecError
+from parallel.review.urls import DEFAULT_PARAMS, plan_to_params
 from runfiles.rundir import read_json
 from ui import jobs as jobs_mod
-from ui.plan_params import DEFAULT_PARAMS, plan_to_params
 
 UPLOAD = "upload:"
 STATUSES = (

@@ -15,9 +15,8 @@ import os
 import sys
 from pathlib import Path
 
-from parallel.core.plan import CP_KINDS, FP8, MAIN_GRADS, RECOMPUTE, SCHEDULES, Plan
+from parallel.core.plan import PLAN_FIELDS, Plan, plan_from_values
 from parallel.core.specs import CLUSTERS, GB, MODELS, Cluster, GiB, Link, Model, SpecError, cluster_preset, model_preset
-from parallel.core.topology import DEFAULT_ORDER, ORDERS
 
 MODEL_SHAPE = {  # flag -> Model field
     "layers": "layers",
@@ -179,126 +178,48 @@ def launch_cluster(args: argparse.Namespace, world_size: int, *, nnodes: int = 1
     return c
 
 
-def add_plan_args(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("plan")
-    for flag in ("dp", "tp", "pp", "cp"):
-        g.add_argument(f"--{flag}", type=int, default=1)
-    g.add_argument("--sp", action="store_true", help="Megatron sequence parallelism (needs tp > 1)")
-    g.add_argument(
-        "--cp-kind",
-        choices=CP_KINDS,
-        default="allgather",
-        help="how context parallelism exchanges the sequence: all-gathered K/V, ring attention, or Ulysses all-to-all",
-    )
-    g.add_argument(
-        "--ep", type=int, default=1, help="expert parallelism of a MoE model (ranks taken from dp x cp; adds no GPUs)"
-    )
-    g.add_argument("--etp", type=int, default=None, help="expert tensor parallelism (default: tp)")
-    g.add_argument("--micro-batch", type=int, default=1)
-    g.add_argument(
-        "--global-batch",
-        type=int,
-        default=None,
-        help="sequences per optimizer step (default: dp×micro_batch×pp, one microbatch per stage)",
-    )
-    g.add_argument("--vpp", type=int, default=1, help="virtual pipeline stages per rank (interleaved 1F1B)")
-    g.add_argument("--zero", type=int, default=0, help="ZeRO stage 0-3 over the data-parallel ranks")
-    g.add_argument("--recompute", choices=RECOMPUTE, default="none")
-    g.add_argument(
-        "--order",
-        default=DEFAULT_ORDER,
-        help="rank order, fastest first: " + "; ".join(f"{k} ({v})" for k, v in ORDERS.items()),
-    )
-    g.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
-    g.add_argument(
-        "--main-grads",
-        choices=MAIN_GRADS,
-        default="fp32",
-        help="gradient buffer dtype: fp32 (Megatron-LM's default) or bf16 (--grad-reduce-in-bf16)",
-    )
-    g.add_argument(
-        "--fp8",
-        choices=FP8,
-        default="none",
-        help="FP8 GEMMs with bf16 weights (gemm) or FP8 weights too (weights, Megatron's --fp8-param-gather)",
-    )
-    o = parser.add_argument_group("overlap (what the framework hides behind compute)")
-    o.add_argument(
-        "--tp-overlap",
-        action="store_true",
-        help="TP/SP collectives under the GEMMs (Megatron --tp-comm-overlap, torchtitan async TP)",
-    )
-    o.add_argument(
-        "--grad-reduce-overlap",
-        action="store_true",
-        help="DP gradient reduction under backward (Megatron --overlap-grad-reduce, DDP, FSDP2)",
-    )
-    o.add_argument(
-        "--param-gather-overlap",
-        action="store_true",
-        help="ZeRO's weight all-gathers under forward (Megatron --overlap-param-gather, FSDP2 prefetch)",
-    )
-    o.add_argument(
-        "--p2p-overlap",
-        action="store_true",
-        help="pipeline sends/receives under the neighbouring microbatch (Megatron's interleaved schedule)",
-    )
-    u = parser.add_argument_group("uneven pipeline stages (Megatron-LM's flags)")
-    u.add_argument(
-        "--first-stage-layers",
-        type=int,
-        default=None,
-        help="layers on the first stage (--decoder-first-pipeline-num-layers)",
-    )
-    u.add_argument(
-        "--last-stage-layers",
-        type=int,
-        default=None,
-        help="layers on the last stage (--decoder-last-pipeline-num-layers)",
-    )
-    u.add_argument(
-        "--embedding-in-split",
-        action="store_true",
-        help="the embedding counts as a layer of the split (--account-for-embedding-in-pipeline-split)",
-    )
-    u.add_argument(
-        "--loss-in-split",
-        action="store_true",
-        help="the loss counts as a layer of the split (--account-for-loss-in-pipeline-split)",
-    )
+PLAN_GROUPS = {  # argparse group titles of the schema's groups (parallel.core.plan_schema.Knob.group)
+    "plan": "plan",
+    "batch": "batch",
+    "overlap": "overlap (what the framework hides behind compute)",
+    "stages": "uneven pipeline stages",
+}
 
 
-def plan_from_args(args: argparse.Namespace) -> Plan:
-    gb = args.global_batch
-    if gb is None:
-        gb = max(args.dp, 1) * max(args.micro_batch, 1) * max(args.pp, 1)
-    return Plan(
-        dp=args.dp,
-        tp=args.tp,
-        pp=args.pp,
-        cp=args.cp,
-        sp=args.sp,
-        micro_batch=args.micro_batch,
-        global_batch=gb,
-        vpp=args.vpp,
-        zero=args.zero,
-        recompute=args.recompute,
-        order=args.order,
-        schedule=args.schedule,
-        main_grads=args.main_grads,
-        fp8=args.fp8,
-        ep=args.ep,
-        etp=args.etp,
-        cp_kind=args.cp_kind,
-        tp_overlap=args.tp_overlap,
-        grad_reduce_overlap=args.grad_reduce_overlap,
-        param_gather_overlap=args.param_gather_overlap,
-        p2p_overlap=args.p2p_overlap,
-        first_stage_layers=args.first_stage_layers,
-        last_stage_layers=args.last_stage_layers,
-        embedding_in_split=args.embedding_in_split,
-        loss_in_split=args.loss_in_split,
-    )
+def add_plan_args(parser: argparse.ArgumentParser, *, only: tuple[str, ...] | None = None) -> None:
+    """One flag per plan field (parallel.core.plan's declarations; `only`: these fields). Every flag
+    defaults to None -- "not given" -- so the plan takes the field's one declared default."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for spec in PLAN_FIELDS:
+        if only is not None and spec.name not in only:
+            continue
+        k = spec.knob
+        g = groups.get(k.group) or groups.setdefault(k.group, parser.add_argument_group(PLAN_GROUPS[k.group]))
+        shown = (
+            ""
+            if spec.default is None or spec.default is False or "default" in k.help
+            else f" (default: {spec.default})"
+        )
+        common = {"dest": spec.name, "default": None, "help": k.help + shown}
+        if k.kind in ("bool", "opt_bool"):
+            g.add_argument(k.flag, action=argparse.BooleanOptionalAction, **common)
+        elif k.kind == "choice":
+            g.add_argument(k.flag, choices=k.choices, type=type(k.choices[0]), **common)
+        elif k.kind == "text":
+            g.add_argument(k.flag, **common)
+        else:
+            g.add_argument(k.flag, type=int, metavar="N", **common)
+
+
+def given_plan_values(args: argparse.Namespace, *, only: tuple[str, ...] | None = None) -> dict:
+    """The plan fields given on the command line (the others: not set); `only`: as add_plan_args'."""
+    names = [s.name for s in PLAN_FIELDS if only is None or s.name in only]
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+def plan_from_args(args: argparse.Namespace, *, only: tuple[str, ...] | None = None) -> Plan:
+    """The plan the flags name: parallel.core.plan.plan_from_values over the given ones."""
+    return plan_from_values(given_plan_values(args, only=only), style="flag")
 
 
 def unwritable_ancestor(path: Path) -> tuple[Path, str] | None:

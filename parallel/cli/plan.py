@@ -10,6 +10,7 @@ traceback). Pure: no torch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -18,14 +19,16 @@ from parallel.cli.args import (
     add_model_args,
     add_plan_args,
     cluster_from_args,
+    given_plan_values,
     model_from_args,
     plan_from_args,
 )
 from parallel.cli.dispatch import prog_name
 from parallel.core.comm import CommOptions
-from parallel.core.compute import ATTENTION_KERNELS, JOB_EFFICIENCY
+from parallel.core.compute import JOB_EFFICIENCY
 from parallel.core.memory import SWIGLU, ActivationOptions
 from parallel.core.perf import PerfOptions
+from parallel.core.plan import plan_from_values
 from parallel.core.report import Options, plan_report
 from parallel.core.specs import GiB, Model, SpecError
 
@@ -59,27 +62,6 @@ def add_option_args(parser: argparse.ArgumentParser) -> None:
         help="time operators on the GPU as your job's kernels ran: the device fit of `profiler calibrate --kernels`",
     )
     g.add_argument(
-        "--attention-kernel",
-        choices=ATTENTION_KERNELS,
-        default=None,
-        help="flash attention's kernel: fused (cuDNN / Transformer Engine / FlashAttention-3, the default) or fa2 "
-        "(FlashAttention-2, PyTorch SDPA's flash back end)",
-    )
-    g.add_argument(
-        "--flash-attention",
-        action="store_true",
-        default=None,
-        help="attention stores no s×s scores (the default: every current framework's attention is flash or fused)",
-    )
-    g.add_argument(
-        "--no-flash-attention",
-        dest="flash_attention",
-        action="store_false",
-        help="attention materialises the s×s scores (Megatron-LM before flash attention; Korthikanti et al.'s Table 2)",
-    )
-    g.add_argument("--no-dropout", action="store_true", help="no dropout masks (default: the model's, Model.dropout)")
-    g.add_argument("--dropout", action="store_true", help="dropout masks even for a model that trains without")
-    g.add_argument(
         "--swiglu",
         choices=SWIGLU,
         default=None,
@@ -105,21 +87,13 @@ def options_from_args(args: argparse.Namespace) -> Options:
             raise SpecError(
                 f"--{name.replace('_', '-')} must be in {'(0, 1]' if name == 'mfu' else '[0, 1]'}, got {value}"
             )
-    if args.dropout and args.no_dropout:
-        raise SpecError("--dropout and --no-dropout contradict each other")
-    acts = ActivationOptions(
-        act_bytes=args.act_bytes,
-        dropout=False if args.no_dropout else True if args.dropout else None,
-        flash_attention=args.flash_attention is not False,
-        swiglu=args.swiglu or "fused",
-    )
+    acts = ActivationOptions(act_bytes=args.act_bytes, swiglu=args.swiglu or "fused")
     if not 0 < args.job_efficiency <= 1:
         raise SpecError(f"--job-efficiency must be in (0, 1], got {args.job_efficiency}")
     perf = PerfOptions(
         mfu=args.mfu,
         dp_overlap=args.dp_overlap,
         job_efficiency=args.job_efficiency,
-        attention_kernel=args.attention_kernel or "fused",
         device=_device_fit(args.device_fit) if getattr(args, "device_fit", None) else None,
     )
     return Options(activations=acts, comm=CommOptions(), perf=perf)
@@ -314,12 +288,15 @@ def _from_import(args: argparse.Namespace, argv: list[str]):
         base = cluster_from_args(args, 1)
         args.nodes = nodes
     imported, cluster = place(imported, base, args.nodes)
-    if args.flash_attention is None:  # the script's attention back end, else a current framework's flash
-        args.flash_attention = imported.options.get("flash_attention", True)
-    args.no_dropout = args.no_dropout or imported.options.get("dropout") is False
     args.swiglu = args.swiglu or imported.options.get("swiglu")
-    args.attention_kernel = args.attention_kernel or imported.options.get("attention_kernel")
-    return model, imported.plan, cluster, imported
+    plan = imported.plan
+    given = given_plan_values(args)
+    if given:  # plan flags beside --import override the file's fields
+        plan = plan_from_values({**plan.to_dict(), **given})
+        imported = dataclasses.replace(
+            imported, notes=(*imported.notes, "overridden on the command line: " + ", ".join(sorted(given)))
+        )
+    return model, plan, cluster, imported
 
 
 def _import_text(summary: dict) -> str:

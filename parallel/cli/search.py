@@ -11,14 +11,29 @@ import argparse
 import json
 import sys
 
-from parallel.cli.args import add_cluster_args, add_model_args, cluster_from_args, model_from_args
+from parallel.cli.args import (
+    add_cluster_args,
+    add_model_args,
+    add_plan_args,
+    cluster_from_args,
+    model_from_args,
+    plan_from_args,
+)
 from parallel.cli.dispatch import prog_name
 from parallel.cli.plan import add_option_args, options_from_args
-from parallel.core.plan import CP_KINDS, FP8, MAIN_GRADS, RECOMPUTE, Plan
+from parallel.core.plan import CP_KINDS, PLAN_DEFAULTS, RECOMPUTE, Plan, plan_from_values
 from parallel.core.specs import Cluster, GiB, Model, SpecError
-from parallel.core.topology import DEFAULT_ORDER
 from parallel.search.explain import explain, explain_text
-from parallel.search.space import Constraints, SearchResult, plan_of, result_json, search
+from parallel.search.space import (
+    PLAN_KEYS,
+    SEARCH_SETS,
+    Constraints,
+    SearchResult,
+    plan_of,
+    result_json,
+    search,
+    shared_text,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,9 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--cp-kinds", default=",".join(CP_KINDS), help="context-parallel exchanges to consider, e.g. ring,ulysses"
     )
-    g.add_argument("--order", default=DEFAULT_ORDER, help="rank order, fastest first")
-    g.add_argument("--main-grads", choices=MAIN_GRADS, default="fp32", help="gradient buffer dtype of every plan")
-    g.add_argument("--fp8", choices=FP8, default="none", help="FP8 mode of every plan (none, gemm, weights)")
+    # every other plan field is shared by all candidates: the same flags and defaults as `parallel plan`
+    add_plan_args(parser, only=SHARED_FLAGS)
     add_option_args(parser)
     parser.add_argument("--top", type=int, default=10, help="plans to print (0: all)")
     parser.add_argument("--json", action="store_true", help="print a JSON list, best first")
@@ -55,40 +69,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--against",
         default=None,
         metavar="SPEC",
-        help="your plan to explain against, e.g. dp=8,tp=8,pp=8,sp=1,vpp=2,micro_batch=1,zero=1 (the search's "
-        "overlaps and global batch)",
+        help="your plan to explain against, e.g. dp=8,tp=8,pp=8,sp=1,vpp=2,micro_batch=1,zero=1 (any plan field; "
+        "the others: the search's)",
     )
     return parser
 
 
-PLAN_FIELDS = ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "recompute", "ep", "cp_kind")
+# the plan fields every candidate shares: the same flags and defaults as `parallel plan`
+SHARED_FLAGS = tuple(k for k in PLAN_DEFAULTS if k not in (*PLAN_KEYS, *SEARCH_SETS, "global_batch"))
 
 
-def plan_spec(spec: str, global_batch: int, constraints: Constraints) -> Plan:
-    """A Plan from `key=value,...` (PLAN_FIELDS), with the search's global batch, order and overlaps."""
+def plan_spec(spec: str, base: Plan) -> Plan:
+    """A Plan from `key=value,...` (plan field names), the other fields `base`'s (the search's)."""
     fields: dict = {}
     for part in filter(None, (x.strip() for x in spec.split(","))):
         key, sep, value = part.partition("=")
         key = key.strip().replace("-", "_")
-        if not sep or key not in PLAN_FIELDS:
-            raise SpecError(f"--against: {part!r} is not key=value with a key among {', '.join(PLAN_FIELDS)}")
-        if key in ("recompute", "cp_kind"):
-            fields[key] = value.strip()
-        elif key == "sp":
-            fields[key] = value.strip().lower() in ("1", "true", "yes", "on")
-        else:
-            try:
-                fields[key] = int(value)
-            except ValueError:
-                raise SpecError(f"--against: {key} must be an integer, got {value!r}") from None
-    return Plan(
-        global_batch=global_batch,
-        order=constraints.order,
-        main_grads=constraints.main_grads,
-        fp8=constraints.fp8,
-        **constraints.overlaps(),
-        **fields,
-    )
+        if not sep or key not in PLAN_DEFAULTS:
+            raise SpecError(f"--against: {part!r} is not key=value with a key among {', '.join(PLAN_DEFAULTS)}")
+        fields[key] = value
+    try:
+        return plan_from_values({**base.to_dict(), **fields})
+    except SpecError as err:
+        raise SpecError(f"--against: {err}") from None
 
 
 def constraints_from_args(args: argparse.Namespace) -> Constraints:
@@ -105,10 +108,8 @@ def constraints_from_args(args: argparse.Namespace) -> Constraints:
         require_sp=args.require_sp,
         zero=zero,
         recompute=tuple(r.strip() for r in args.recompute.split(",") if r.strip()),
-        order=args.order,
-        main_grads=args.main_grads,
-        fp8=args.fp8,
         cp_kinds=tuple(k.strip() for k in args.cp_kinds.split(",") if k.strip()),
+        base=plan_from_args(args, only=SHARED_FLAGS),
     )
 
 
@@ -131,12 +132,13 @@ def render_text(result: SearchResult, model: Model, cluster: Cluster, gb: int, t
         f"{model.name} on {cluster.nodes}×{cluster.gpus_per_node} {cluster.name} GPUs, global batch {gb}: "
         f"{len(result.table):,} plans fit ({result.evaluated:,} evaluated in {result.seconds:.2f} s)",
         f"ranking: {result.rule}",
+        f"every plan: {shared_text(result.base)} (plan flags change these, e.g. --tp-overlap)",
         "",
         "funnel:",
     ]
     lines += [f"  {s['remaining']:>9,}  {s['constraint']}" for s in result.funnel]
     table = result.table if not top else result.table.head(top)
-    labels = [plan_of(row, gb).label() for row in table.to_dict("records")]
+    labels = [plan_of(row, result.base).label() for row in table.to_dict("records")]
     w = max([len(x) for x in labels] + [4])
     lines += [
         "",
@@ -186,11 +188,11 @@ def main(argv=None) -> int:
 def _explain(result: SearchResult, model: Model, cluster: Cluster, args, constraints: Constraints, options) -> dict:
     """The top plan against --against, or against the runner-up."""
     plans = result.table.head(2).to_dict("records")
-    top = plan_of(plans[0], args.global_batch, constraints.order)
+    top = plan_of(plans[0], result.base)
     if args.against:
-        other = plan_spec(args.against, args.global_batch, constraints)
+        other = plan_spec(args.against, result.base)
     elif len(plans) > 1:
-        other = plan_of(plans[1], args.global_batch, constraints.order)
+        other = plan_of(plans[1], result.base)
     else:
         raise SpecError("--explain: only one plan fits; nothing to compare it with (give --against)")
     return explain(model, cluster, top, other, options)

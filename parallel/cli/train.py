@@ -27,6 +27,8 @@ from pathlib import Path
 
 from parallel.cli import args as cli_args
 from parallel.cli.dispatch import prog_name
+from parallel.core.engine_plan import ENGINE_PLAN_FLAGS, engine_plan
+from parallel.core.plan import Plan
 from parallel.core.specs import SpecError
 from parallel.core.validate import VOCAB_PADDED, check
 from parallel.engine.api import TrainConfig, engine_errors, memory_errors, run_rank, torchrun_env
@@ -39,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cli_args.add_model_args(p, default="tiny")
-    cli_args.add_plan_args(p)
+    cli_args.add_plan_args(p, only=ENGINE_PLAN_FLAGS)
     cli_args.add_cluster_args(p, default="local-cpu")
     g = p.add_argument_group("training")
     g.add_argument("--steps", type=int, default=3)
@@ -99,6 +101,11 @@ def launch_nodes(args: argparse.Namespace, world_size: int) -> int:
     return 1
 
 
+def plan_of_args(args: argparse.Namespace) -> Plan:
+    """The plan a `parallel train` command line runs: its plan flags, as this engine runs them."""
+    return engine_plan(cli_args.plan_from_args(args, only=ENGINE_PLAN_FLAGS), dropout=args.dropout)
+
+
 def config_from_args(argv) -> tuple[TrainConfig | None, list[str], list[str]]:
     """(config, errors, warnings) from the command line; errors mean exit 2."""
     return config_from_namespace(parser().parse_args(argv))
@@ -107,7 +114,7 @@ def config_from_args(argv) -> tuple[TrainConfig | None, list[str], list[str]]:
 def config_from_namespace(args: argparse.Namespace) -> tuple[TrainConfig | None, list[str], list[str]]:
     """config_from_args for a namespace parsed by `parser()` or a parser built on it (the profiler's)."""
     try:
-        model, plan = cli_args.model_from_args(args), cli_args.plan_from_args(args)
+        model, plan = cli_args.model_from_args(args), plan_of_args(args)
         cluster = cli_args.launch_cluster(args, plan.world_size, nnodes=launch_nodes(args, plan.world_size))
     except SpecError as err:
         return None, [str(err)], []

@@ -64,7 +64,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from parallel.core.comm import ENGINE_BUCKET_BYTES, RING_STEPS, CommOptions, bus_factor, comm_terms, crosses_nodes
-from parallel.core.memory import activation_components_bytes
+from parallel.core.engine_plan import engine_plan
+from parallel.core.memory import activation_components_bytes, has_dropout
 from parallel.core.perf import layer_forward_flops
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Model
@@ -273,6 +274,7 @@ def elementwise_bytes(model: Model, plan: Plan) -> float:
     Table 2; parallel.core.memory), plus what is written again: ring CP's block scores (an online
     softmax keeps none, and its backward recomputes each block's), selective recomputation's attention
     scores, full recomputation's whole forward."""
+    plan = engine_plan(plan, dropout=1.0 if has_dropout(model, plan) else 0.0)  # the engine's attention keeps scores
     parts = activation_components_bytes(model, replace(plan, recompute="none"))
     once = float(sum(parts.values()))
     if plan.cp > 1 and plan.cp_kind == "ring":  # the s/cp x s scores an all-gather CP would keep

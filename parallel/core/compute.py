@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from parallel.core.devices import Device
-from parallel.core.memory import ActivationOptions, AnyPlan, cp_kind_flags, routed_rows
+from parallel.core.memory import ActivationOptions, AnyPlan, cp_kind_flags, has_dropout, routed_rows
 from parallel.core.plan import Plan, PlanColumns, recomputed_share
 from parallel.core.specs import Model
 from parallel.core.vector import minimum, where
@@ -173,8 +173,14 @@ def attention_rate(dev: Device, keys: Any, head_dim: Any, kernel: str = "fused")
     return top * keys / (keys + ATTN_S_HALF) * (head_dim / (head_dim + c)) * (128 + c) / 128
 
 
-def attention_seconds(
-    dev: Device, model: Model, plan: AnyPlan, opts: ActivationOptions, kernel: str = "fused"
+def attention_kernel(plan: AnyPlan) -> str:
+    """The flash kernel whose rate times the plan's attention (ATTENTION_KERNELS): fa2 for Plan.attention
+    "fa2", else the fused one (an unfused plan's ring CP still runs blockwise through it)."""
+    return "fa2" if plan.attention == "fa2" else "fused"
+
+
+def attention_core_seconds_per_layer(
+    dev: Device, model: Model, plan: AnyPlan, opts: ActivationOptions
 ) -> dict[str, Any]:
     """Forward and backward seconds of one layer's attention core for one microbatch on one rank, and
     the bytes its materialised scores stream (0 with flash attention or ring CP)."""
@@ -184,10 +190,10 @@ def attention_seconds(
     s_q = where(ulysses, s, s / plan.cp)
     s_kv = s  # every rank's queries meet all keys (ring: over cp blocks)
     full = 4.0 * b * heads * d * s_q * s_kv  # QK^T and scores @ V, 2 FLOPs per MAC
-    flash = opts.flash_attention | ring
+    flash = plan.flash | ring
     block = where(ring, s / plan.cp, s_kv)  # one kernel call's keys
     # causal: half the products; forward, then a backward of twice its FLOPs
-    fused = 3 * 0.5 * full / (dev.bf16_flops * attention_rate(dev, block, d, kernel))
+    fused = 3 * 0.5 * full / (dev.bf16_flops * attention_rate(dev, block, d, attention_kernel(plan)))
     # materialised: two batched GEMMs per head over the whole s x s (no causal skipping)
     count = b * heads
     qk = Gemm("qk", s_q, s_kv, d, count=count, fp8=False)
@@ -195,7 +201,7 @@ def attention_seconds(
     qk_f, qk_b = gemm_fwd_bwd_seconds(dev, qk, False)
     pv_f, pv_b = gemm_fwd_bwd_seconds(dev, pv, False)
     act = opts.act_bytes or model.dtype_bytes
-    mask = opts.mask_bytes if opts.has_dropout(model) else 0
+    mask = opts.mask_bytes if has_dropout(model, plan) else 0
     scores = b * heads * s_q * s_kv
     # scale-mask-softmax reads and writes the scores; dropout reads them, writes them and a mask
     score_bytes = scores * (2 * act + (2 * act + mask if mask else 0))
@@ -207,7 +213,7 @@ def attention_seconds(
 def elementwise_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions) -> dict[str, Any]:
     """Bytes the element-wise kernels of one dense and one MoE layer move in forward (module docstring)."""
     act = opts.act_bytes or model.dtype_bytes
-    mask = opts.mask_bytes if opts.has_dropout(model) else 0
+    mask = opts.mask_bytes if has_dropout(model, plan) else 0
     t, h, T = plan.tp, model.hidden, _tokens(model, plan)
     th = T / where(plan.sp, t, 1)  # tokens of the h-wide element-wise work on this rank
     q = model.q_hidden / t
@@ -275,24 +281,23 @@ def layer_cost(
     plan: AnyPlan,
     dev: Device,
     opts: ActivationOptions = ActivationOptions(),
-    kernel: str = "fused",
     job_efficiency: float = JOB_EFFICIENCY,
 ) -> LayerCost:
     """One layer's and the ends' seconds (LayerCost) in a job: the kernels' isolated times over
-    `job_efficiency`; `kernel` the flash attention's (ATTENTION_KERNELS). A PlanColumns is costed
+    `job_efficiency`; the attention kernel is the plan's (attention_kernel). A PlanColumns is costed
     once per distinct row of COST_KEYS and spread back to its rows."""
     if isinstance(plan, PlanColumns) and len(plan) > 1:
-        cost = _distinct(model, plan, dev, opts, kernel, COST_KEYS + (("pp", "vpp") if plan.recompute_layers else ()))
+        cost = _distinct(model, plan, dev, opts, COST_KEYS + (("pp", "vpp") if plan.recompute_layers else ()))
     else:
-        cost = _layer_cost(model, plan, dev, opts, kernel)
+        cost = _layer_cost(model, plan, dev, opts)
     return LayerCost(**{f: getattr(cost, f) / job_efficiency for f in LayerCost.__dataclass_fields__})
 
 
 def _distinct(
-    model: Model, plan: PlanColumns, dev: Device, opts: ActivationOptions, kernel: str, keys: tuple[str, ...]
+    model: Model, plan: PlanColumns, dev: Device, opts: ActivationOptions, keys: tuple[str, ...]
 ) -> LayerCost:
     small, inverse = plan.distinct(keys)
-    cost = _layer_cost(model, small, dev, opts, kernel)
+    cost = _layer_cost(model, small, dev, opts)
     return LayerCost(
         **{
             f: np.broadcast_to(np.asarray(getattr(cost, f), dtype=np.float64), (len(small),))[inverse]
@@ -301,7 +306,7 @@ def _distinct(
     )
 
 
-def _layer_cost(model: Model, plan: AnyPlan, dev: Device, opts: ActivationOptions, kernel: str) -> LayerCost:
+def _layer_cost(model: Model, plan: AnyPlan, dev: Device, opts: ActivationOptions) -> LayerCost:
     fp8 = plan.fp8 != "none"
     dense, moe = layer_gemms(model, plan)
     share = model.moe_share
@@ -317,7 +322,7 @@ def _layer_cost(model: Model, plan: AnyPlan, dev: Device, opts: ActivationOption
     moe_f, moe_b = gemms(moe) if moe else (0.0, 0.0)
     gemm_f = dense_f * (1 - share) + moe_f * share
     gemm_b = dense_b * (1 - share) + moe_b * share
-    attn = attention_seconds(dev, model, plan, opts, kernel)
+    attn = attention_core_seconds_per_layer(dev, model, plan, opts)
     ew = elementwise_bytes(model, plan, opts)
     ew_fwd_bytes = ew["dense"] * (1 - share) + ew["moe"] * share + attn["score_bytes"]
     cast = 0.0
@@ -359,14 +364,12 @@ def _end_parts(model: Model, plan: AnyPlan, dev: Device, opts: ActivationOptions
 KERNEL_CLASSES = ("gemm", "attention", "elementwise")
 
 
-def kernel_class_seconds(
-    model: Model, plan: Plan, dev: Device, opts: ActivationOptions, kernel: str = "fused"
-) -> dict[str, dict[str, float]]:
+def kernel_class_seconds(model: Model, plan: Plan, dev: Device, opts: ActivationOptions) -> dict[str, dict[str, float]]:
     """Isolated kernel seconds for one microbatch by the class a trace's kernel names fall in
     (KERNEL_CLASSES): a layer's ("layer": forward, backward and its recomputed forward), the output
     layer's ("head") and the embedding's ("embedding"). Full recomputation repeats the forward's mix;
     selective recomputes the attention core and its score traffic."""
-    c = _layer_cost(model, plan, dev, opts, kernel)
+    c = _layer_cost(model, plan, dev, opts)
     fwd = {"gemm": c.gemm_fwd, "attention": c.attn_fwd, "elementwise": c.ew_fwd}
     layer = {
         "gemm": c.gemm_fwd + c.gemm_bwd,

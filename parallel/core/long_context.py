@@ -94,7 +94,7 @@ def comm_curves(model: Model, plan: Plan, cp: int, cluster: Cluster) -> pd.DataF
             for r in comm.comm_per_step(m, p, c):
                 if r["dim"] in ("tp", "sp", "cp") and r["scope"] == "layer" and not r["overlapped"]:
                     by_link[r["link"]] = by_link.get(r["link"], 0.0) + r["seconds"] / per
-            attention = perf.attention_seconds(m, p, c) / per
+            attention = perf.attention_seconds_per_step(m, p, c) / per
             for link, seconds in by_link.items():
                 rows.append(
                     {

@@ -83,13 +83,11 @@ SWIGLU = ("fused", "unfused")
 
 @dataclass(frozen=True)
 class ActivationOptions:
-    """What the activations look like. Defaults are Table 2's assumptions, except dropout, which
-    follows the model (Model.dropout) unless given."""
+    """What the activations look like besides the plan's own choices (its attention kernel and
+    dropout: Plan.attention, Plan.dropout). Defaults are Table 2's assumptions."""
 
     act_bytes: int | None = None  # bytes per activation element; None = the model's dtype_bytes
     mask_bytes: int = 1  # bytes per dropout-mask element (torch saves bool masks)
-    dropout: bool | None = None  # dropout after softmax and on both residual branches; None = the model's
-    flash_attention: bool = False  # fused attention: no s x s tensors saved
     # SwiGLU (llama arch): "fused" saves only its input (Megatron-LM's default bias_swiglu_fusion,
     # silu recomputed in backward); "unfused" is silu(gate) * up in PyTorch, which also saves silu(gate).
     swiglu: str = "fused"
@@ -100,11 +98,14 @@ class ActivationOptions:
 
     @classmethod
     def table2(cls) -> "ActivationOptions":
-        """Exactly the paper's assumptions, whatever the model's dtype: 2-byte activations, dropout."""
-        return cls(act_bytes=2, dropout=True)
+        """The paper's 2-byte activations, whatever the model's dtype (its plans: Plan(attention="unfused",
+        dropout=True))."""
+        return cls(act_bytes=2)
 
-    def has_dropout(self, model: Model) -> bool:
-        return model.dropout if self.dropout is None else self.dropout
+
+def has_dropout(model: Model, plan: AnyPlan) -> bool:
+    """Whether the plan keeps dropout masks: Plan.dropout, or the model's own (Model.dropout) when unset."""
+    return model.dropout if plan.dropout is None else plan.dropout
 
 
 def _sizes(model: Model, plan: AnyPlan, opts: ActivationOptions) -> tuple[int, Any, Any]:
@@ -197,14 +198,14 @@ def activation_components_bytes(
     q = model.q_hidden  # = h unless the model sets its head width (Qwen3)
     k_local = _kv_hidden_per_tp_rank(model, t)  # = k/t unless GQA replicates K/V heads (tp > kv_heads)
     r = where(plan.sp, 1 / t, 1.0)
-    dropout = opts.has_dropout(model)
+    dropout = has_dropout(model, plan)
     mask = opts.mask_bytes if dropout else 0
     full = plan.recompute == "full"
     layer_input = act * b * s_q * h * r
     if not is_array(full) and full:
         return {"layer_input": layer_input}
     scores = act * a * b * s_q * s_kv / t
-    flash = opts.flash_attention | ring  # ring attention is blockwise: an online softmax, no s x s tensor
+    flash = plan.flash | ring  # ring attention is blockwise: an online softmax, no s x s tensor
     keep_scores = np.logical_not(flash) & (plan.recompute != "selective")
     gate = 2 if model.gated_mlp else 1
     gemm_in = 1 if plan.fp8 != "none" else act  # bytes of a saved GEMM input
@@ -274,7 +275,7 @@ def first_stage_extra_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions
     """Embedding-dropout mask of one microbatch on the first stage (Sec. 4.3: sbhp/t for p in flight)."""
     _, s_q, _ = _sizes(model, plan, opts)
     r = where(plan.sp, 1 / plan.tp, 1.0)
-    return (opts.mask_bytes if opts.has_dropout(model) else 0) * plan.micro_batch * s_q * model.hidden * r
+    return (opts.mask_bytes if has_dropout(model, plan) else 0) * plan.micro_batch * s_q * model.hidden * r
 
 
 def last_stage_extra_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions = ActivationOptions()) -> Any:

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from parallel.core.comm import DIMS, CommOptions, comm_terms, crosses_nodes, ranks_per_node, term_seconds
-from parallel.core.compute import ATTENTION_KERNELS, JOB_EFFICIENCY, LayerCost, layer_cost, optimizer_seconds
+from parallel.core.compute import JOB_EFFICIENCY, LayerCost, layer_cost, optimizer_seconds
 from parallel.core.devices import Device, cluster_device
 from parallel.core.memory import ActivationOptions, AnyPlan, max_params_per_stage
 from parallel.core.plan import PlanColumns, recomputed_share, stage_layer_counts
@@ -75,9 +75,6 @@ class PerfOptions:
     dp_overlap: float | None = None
     # the share of their isolated speed kernels keep inside a job (parallel.core.compute)
     job_efficiency: float = JOB_EFFICIENCY
-    # flash attention's kernel: "fused" (cuDNN, Transformer Engine, FlashAttention-3) or "fa2"
-    # (FlashAttention-2: PyTorch SDPA's flash back end)
-    attention_kernel: str = "fused"
     # the GPU to time operators on; None = the cluster's (devices.cluster_device). `profiler calibrate
     # --kernels` fits one to a job's own kernel times (profiler.analyzers.device_fit)
     device: Device | None = None
@@ -85,10 +82,6 @@ class PerfOptions:
     def __post_init__(self):
         if not 0 < self.job_efficiency <= 1:
             raise ValueError(f"job efficiency must be in (0, 1], got {self.job_efficiency}")
-        if self.attention_kernel not in ATTENTION_KERNELS:
-            raise ValueError(
-                f"attention kernel must be one of {', '.join(ATTENTION_KERNELS)}, got {self.attention_kernel!r}"
-            )
 
 
 def device_of(cluster: Cluster, perf: PerfOptions) -> Device:
@@ -168,10 +161,10 @@ def stage_cost(model: Model, plan: AnyPlan, cluster: Cluster, perf: PerfOptions,
     """One layer's and the ends' seconds per microbatch: the per-operator model, or the flat one."""
     if perf.mfu is not None or cluster.device == "cpu":
         return flat_cost(model, plan, cluster, perf.mfu or CPU_MFU)
-    return layer_cost(model, plan, device_of(cluster, perf), acts, perf.attention_kernel, perf.job_efficiency)
+    return layer_cost(model, plan, device_of(cluster, perf), acts, perf.job_efficiency)
 
 
-def attention_seconds(
+def attention_seconds_per_step(
     model: Model,
     plan: AnyPlan,
     cluster: Cluster,

@@ -10,13 +10,15 @@ Pure: stdlib only.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from parallel.core.specs import SpecError, _from_dict, _positive
+from parallel.core.plan_schema import FieldSpec, field_specs, knob, value_error
+from parallel.core.specs import SpecError
 from parallel.core.topology import DEFAULT_ORDER, Topology, TopologyError, parse_order
 
 RECOMPUTE = ("none", "selective", "full")
@@ -35,103 +37,392 @@ FP8 = ("none", "gemm", "weights")
 # Attention; Megatron-LM's default p2p); ulysses = all-to-all from sequence to head shards and back
 # (Jacobs et al. 2023, DeepSpeed-Ulysses; Megatron-LM's a2a).
 CP_KINDS = ("allgather", "ring", "ulysses")
+# The attention kernel (Plan.attention): what compute times and whether memory keeps the s x s scores.
+ATTENTIONS = ("fused", "fa2", "unfused")
 
 
 MAX_WORLD_SIZE = 1 << 24  # 16.8 M GPUs: far past any cluster, small enough to lay out in memory
 MAX_GLOBAL_BATCH = 1 << 32  # sequences per step; keeps the divisor searches over it bounded
 
 
+def _t_degree(label: str, name: str) -> Callable[[Any], str]:
+    return lambda p: f"{label}{getattr(p, name)}" if getattr(p, name) > 1 else ""
+
+
+def _t_tp(p: Any) -> str:
+    return (f"TP{p.tp}" if p.tp > 1 else "") + ("+SP" if p.sp else "")
+
+
+def _t_cp(p: Any) -> str:
+    return f"CP{p.cp}" + ("" if p.cp_kind == "allgather" else f"-{p.cp_kind}") if p.cp > 1 else ""
+
+
+def _t_recompute(p: Any) -> str:
+    return (
+        f"rc-{p.recompute}" + (f"{p.recompute_layers}" if p.recompute_layers else "") if p.recompute != "none" else ""
+    )
+
+
+def _t_stages(p: Any) -> str:
+    if p.first_stage_layers is None and p.last_stage_layers is None:
+        return ""
+    side = lambda n: "=" if n is None else str(n)  # noqa: E731
+    return f"stages {side(p.first_stage_layers)}/{side(p.last_stage_layers)}"
+
+
+def _t_overlap(name: str, short: str, needs: Callable[[Any], bool]) -> Callable[[Any], str]:
+    """An overlap's word inside the label's 'ovl:' token; '' where it is off or has no effect."""
+    return lambda p: short if getattr(p, name) and needs(p) else ""
+
+
 @dataclass(frozen=True)
 class Plan:
-    dp: int = 1
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    sp: bool = False  # Megatron sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2); needs tp > 1
-    micro_batch: int = 1
-    global_batch: int = 1
-    vpp: int = 1  # virtual pipeline stages per rank (interleaved 1F1B, Narayanan et al. 2021)
-    zero: int = 0  # ZeRO stage 0-3 over the DP group (Rajbhandari et al. 2020)
-    recompute: str = "none"  # activation recomputation: none | selective | full
-    order: str = DEFAULT_ORDER  # rank order, fastest axis first (see parallel.core.topology)
-    schedule: str = "1f1b"  # pipeline schedule: 1f1b | gpipe
-    main_grads: str = "fp32"  # gradient buffer dtype: fp32 (Megatron-LM's default) | bf16
-    fp8: str = "none"  # none | gemm | weights (see FP8)
-    # Expert parallelism (Lepikhin et al. 2021, GShard): a MoE layer's routed experts are split over
-    # ep ranks taken from the data-parallel x context ranks (Megatron-LM's expert layout: tp x ep x
-    # expert-dp x pp = the world), so ep adds no GPUs; the experts' ZeRO shards over dp*cp/ep.
-    ep: int = 1
-    # Expert tensor parallelism (Megatron-LM --expert-tensor-parallel-size): the experts' matrices split
-    # over etp ranks instead of tp; None = tp (Megatron's default). Expert layout: etp x ep x edp x pp.
-    etp: int | None = None
-    cp_kind: str = "allgather"  # see CP_KINDS; no effect at cp 1
-    # Communication hidden behind computation, as the frameworks overlap it (parallel.core.perf):
-    # tp_overlap: TP/SP collectives split into chunks and run under the GEMMs they feed (Megatron-LM
-    # --tp-comm-overlap, torchtitan's async TP); grad_reduce_overlap: the data-parallel gradient
-    # reduction bucket by bucket during the last backward (Megatron --overlap-grad-reduce, DDP,
-    # FSDP2); param_gather_overlap: ZeRO's weight all-gather under the forward (Megatron
-    # --overlap-param-gather, FSDP2's prefetch); p2p_overlap: pipeline sends and receives under the
-    # neighbouring microbatch's work (Megatron's interleaved schedule, --overlap-p2p-communication).
-    tp_overlap: bool = False
-    grad_reduce_overlap: bool = False
-    param_gather_overlap: bool = False
-    p2p_overlap: bool = False
-    # Uneven pipeline stages (Megatron-LM --decoder-first/last-pipeline-num-layers): the first / last
-    # stage's transformer layers, the rest split evenly over the other stages; None = even.
-    first_stage_layers: int | None = None
-    last_stage_layers: int | None = None
-    # Megatron-LM --account-for-embedding/loss-in-pipeline-split: the embedding (the loss) counts as
-    # one layer of the split, so the first (last) stage holds one transformer layer fewer.
-    embedding_in_split: bool = False
-    loss_in_split: bool = False
+    """One parallel plan. Every field is declared once, here, with its Knob (parallel.core.plan_schema):
+    the CLI flags, URL keys, editor columns, JSON keys and label words are generated from it."""
+
+    dp: int = knob(
+        1,
+        "int",
+        "dp",
+        "data-parallel degree (the world is dp x tp x pp x cp)",
+        lo=1,
+        column="DP",
+        token=lambda p: f"DP{p.dp}",
+        megatron=("world / (tp x pp x cp)",),
+        torchtitan=("parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree"),
+    )
+    tp: int = knob(
+        1,
+        "int",
+        "tp",
+        "tensor-parallel degree (inside a node: it needs NVLink)",
+        lo=1,
+        column="TP",
+        token=_t_tp,
+        megatron=("--tensor-model-parallel-size",),
+        torchtitan=("parallelism.tensor_parallel_degree",),
+    )
+    pp: int = knob(
+        1,
+        "int",
+        "pp",
+        "pipeline-parallel degree (stages)",
+        lo=1,
+        column="PP",
+        token=_t_degree("PP", "pp"),
+        megatron=("--pipeline-model-parallel-size",),
+        torchtitan=("parallelism.pipeline_parallel_degree",),
+    )
+    cp: int = knob(
+        1,
+        "int",
+        "cp",
+        "context-parallel degree (the sequence split over ranks)",
+        lo=1,
+        column="CP",
+        token=_t_cp,
+        megatron=("--context-parallel-size",),
+        torchtitan=("parallelism.context_parallel_degree",),
+    )
+    # Megatron sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2); needs tp > 1
+    sp: bool = knob(
+        False,
+        "bool",
+        "sp",
+        "Megatron sequence parallelism: norms and dropout on s/tp tokens (needs tp > 1)",
+        column="SP",
+        token=lambda p: "",  # written with TP: 'TP8+SP'
+        megatron=("--sequence-parallel",),
+        torchtitan=("always on with TP (SequenceParallel norms)",),
+    )
+    micro_batch: int = knob(
+        1,
+        "int",
+        "mb",
+        "sequences per microbatch",
+        lo=1,
+        column="micro batch",
+        group="batch",
+        token=lambda p: f"mb{p.micro_batch}" if p.micro_batch != 1 else "",
+        megatron=("--micro-batch-size",),
+        torchtitan=("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size"),
+    )
+    # sequences per optimizer step; a plan given without it takes dp x micro_batch x pp (one
+    # microbatch per pipeline stage: plan_codec.plan_from_values)
+    global_batch: int = knob(
+        1,
+        "int",
+        "gb",
+        "sequences per optimizer step (default: dp x micro batch x pp)",
+        lo=1,
+        hi=MAX_GLOBAL_BATCH,
+        column="global batch",
+        group="batch",
+        token=lambda p: f"gb{p.global_batch}" if p.global_batch != p.dp * p.micro_batch * p.pp else "",
+        megatron=("--global-batch-size",),
+        torchtitan=("training.global_batch_size",),
+    )
+    # virtual pipeline stages per rank (interleaved 1F1B, Narayanan et al. 2021)
+    vpp: int = knob(
+        1,
+        "int",
+        "vpp",
+        "virtual pipeline stages per rank (interleaved 1F1B)",
+        lo=1,
+        column="vpp",
+        token=lambda p: f"v{p.vpp}" if p.vpp > 1 else "",
+        megatron=("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank"),
+        torchtitan=("parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_layers_per_stage"),
+    )
+    schedule: str = knob(
+        "1f1b",
+        "choice",
+        "sched",
+        "pipeline schedule",
+        choices=SCHEDULES,
+        column="schedule",
+        token=lambda p: p.schedule if p.schedule != "1f1b" else "",
+        megatron=("(1F1B only)",),
+        torchtitan=("parallelism.pipeline_parallel_schedule",),
+    )
+    # ZeRO stage over the DP group (Rajbhandari et al. 2020)
+    zero: int = knob(
+        0,
+        "choice",
+        "zero",
+        "ZeRO stage over the data-parallel ranks (1: optimizer, 2: +grads, 3: +weights)",
+        choices=(0, 1, 2, 3),
+        column="ZeRO",
+        token=lambda p: f"ZeRO-{p.zero}" if p.zero else "",
+        megatron=("--use-distributed-optimizer (1)",),
+        torchtitan=("parallelism.data_parallel_shard_degree > 1 (FSDP2: 3)",),
+    )
+    recompute: str = knob(
+        "none",
+        "choice",
+        "recompute",
+        "activation recomputation",
+        choices=RECOMPUTE,
+        column="recompute",
+        token=_t_recompute,
+        megatron=("--recompute-activations", "--recompute-granularity"),
+        torchtitan=("activation_checkpoint.mode",),
+    )
     # With recompute "full": recompute only this many layers of each virtual stage chunk, keeping the
     # others' activations (Megatron-LM --recompute-method block --recompute-num-layers N; torchtitan's
     # activation checkpointing of every k-th layer); None = every layer.
-    recompute_layers: int | None = None
+    recompute_layers: int | None = knob(
+        None,
+        "opt_int",
+        "rcl",
+        "with full recompute: layers recomputed per stage chunk (default: all)",
+        lo=1,
+        column="rc layers",
+        token=lambda p: "",
+        megatron=("--recompute-method block", "--recompute-num-layers"),
+        torchtitan=("activation_checkpoint.selective_ac_option",),
+    )
+    order: str = knob(
+        DEFAULT_ORDER,
+        "text",
+        "order",
+        "rank order, fastest axis first (TP innermost keeps TP in a node)",
+        column="rank order",
+        token=lambda p: f"order {p.order}" if p.order != DEFAULT_ORDER else "",
+        megatron=("--use-tp-pp-dp-mapping",),
+        torchtitan=("(fixed mesh order)",),
+    )
+    # Gradient dtype of the accumulation buffer that is reduced and fed to the optimizer
+    main_grads: str = knob(
+        "fp32",
+        "choice",
+        "grads",
+        "gradient buffer dtype (reduced and fed to the optimizer)",
+        choices=MAIN_GRADS,
+        column="grads",
+        flag="--main-grads",
+        token=lambda p: f"grads-{p.main_grads}" if p.main_grads != "fp32" else "",
+        megatron=("--grad-reduce-in-bf16", "--main-grads-dtype"),
+        torchtitan=("training.mixed_precision_reduce",),
+    )
+    fp8: str = knob(
+        "none",
+        "choice",
+        "fp8",
+        "FP8 GEMMs with bf16 weights (gemm) or FP8 weights too (weights)",
+        choices=FP8,
+        column="FP8",
+        token=lambda p: {"none": "", "gemm": "FP8", "weights": "FP8-weights"}[p.fp8],
+        megatron=("--fp8-format", "--fp8-param-gather"),
+        torchtitan=("model.converters float8",),
+    )
+    # Expert parallelism (Lepikhin et al. 2021, GShard): a MoE layer's routed experts are split over
+    # ep ranks taken from the data-parallel x context ranks (Megatron-LM's expert layout: tp x ep x
+    # expert-dp x pp = the world), so ep adds no GPUs; the experts' ZeRO shards over dp*cp/ep.
+    ep: int = knob(
+        1,
+        "int",
+        "ep",
+        "expert parallelism of a MoE model (ranks taken from dp x cp; adds no GPUs)",
+        lo=1,
+        column="EP",
+        token=_t_degree("EP", "ep"),
+        megatron=("--expert-model-parallel-size",),
+        torchtitan=("parallelism.expert_parallel_degree",),
+    )
+    # Expert tensor parallelism: the experts' matrices split over etp ranks instead of tp; None = tp
+    etp: int | None = knob(
+        None,
+        "opt_int",
+        "etp",
+        "expert tensor parallelism (default: tp)",
+        lo=1,
+        column="ETP",
+        token=lambda p: f"ETP{p.etp}" if p.etp is not None and p.etp != p.tp else "",
+        megatron=("--expert-tensor-parallel-size",),
+        torchtitan=("parallelism.expert_tensor_parallel_degree",),
+    )
+    cp_kind: str = knob(
+        "allgather",
+        "choice",
+        "ck",
+        "context parallelism's exchange: all-gathered K/V, ring attention, or Ulysses all-to-all (no effect at cp 1)",
+        choices=CP_KINDS,
+        column="CP kind",
+        token=lambda p: "",
+        megatron=("--cp-comm-type",),
+        torchtitan=("parallelism.context_parallel_rotate_method",),
+    )
+    # Communication hidden behind computation, as the frameworks overlap it (parallel.core.perf)
+    tp_overlap: bool = knob(
+        False,
+        "bool",
+        "tpo",
+        "TP/SP collectives under the GEMMs they feed",
+        column="ovl TP",
+        token=_t_overlap("tp_overlap", "tp", lambda p: p.tp > 1),
+        group="overlap",
+        megatron=("--tp-comm-overlap",),
+        torchtitan=("parallelism.enable_async_tensor_parallel",),
+    )
+    grad_reduce_overlap: bool = knob(
+        False,
+        "bool",
+        "gro",
+        "DP gradient reduction bucket by bucket under backward",
+        column="ovl DP grads",
+        group="overlap",
+        token=_t_overlap("grad_reduce_overlap", "dp", lambda p: p.dp * p.cp > 1),
+        megatron=("--overlap-grad-reduce",),
+        torchtitan=("(FSDP2 and DDP: always)",),
+    )
+    param_gather_overlap: bool = knob(
+        False,
+        "bool",
+        "pgo",
+        "ZeRO's weight all-gathers under the forward",
+        column="ovl DP params",
+        group="overlap",
+        token=_t_overlap("param_gather_overlap", "ag", lambda p: p.zero > 0 and p.dp * p.cp > 1),
+        megatron=("--overlap-param-gather",),
+        torchtitan=("(FSDP2 prefetch: always)",),
+    )
+    p2p_overlap: bool = knob(
+        False,
+        "bool",
+        "p2po",
+        "pipeline sends/receives under the neighbouring microbatch (interleaved schedule)",
+        column="ovl PP",
+        group="overlap",
+        token=_t_overlap("p2p_overlap", "pp", lambda p: p.pp > 1 and p.vpp > 1),
+        megatron=("--overlap-p2p-communication",),
+        torchtitan=(),
+    )
+    # Uneven pipeline stages: the first / last stage's transformer layers, the rest split evenly
+    first_stage_layers: int | None = knob(
+        None,
+        "opt_int",
+        "first",
+        "layers on the first pipeline stage (default: even)",
+        lo=0,
+        column="first stage",
+        token=_t_stages,
+        group="stages",
+        megatron=("--decoder-first-pipeline-num-layers",),
+        torchtitan=(),
+    )
+    last_stage_layers: int | None = knob(
+        None,
+        "opt_int",
+        "last",
+        "layers on the last pipeline stage (default: even)",
+        lo=0,
+        column="last stage",
+        token=lambda p: "",
+        group="stages",
+        megatron=("--decoder-last-pipeline-num-layers",),
+        torchtitan=(),
+    )
+    # the embedding (the loss) counts as one layer of the split, so the first (last) stage holds one fewer
+    embedding_in_split: bool = knob(
+        False,
+        "bool",
+        "embsplit",
+        "the embedding counts as a layer of the pipeline split",
+        column="emb in split",
+        token=lambda p: "emb-in-split" if p.embedding_in_split else "",
+        group="stages",
+        megatron=("--account-for-embedding-in-pipeline-split",),
+    )
+    loss_in_split: bool = knob(
+        False,
+        "bool",
+        "losssplit",
+        "the loss counts as a layer of the pipeline split",
+        column="loss in split",
+        token=lambda p: "loss-in-split" if p.loss_in_split else "",
+        group="stages",
+        megatron=("--account-for-loss-in-pipeline-split",),
+    )
+    # The attention kernel (parallel.core.compute times each; parallel.core.memory: only "unfused"
+    # keeps the s x s scores): fused = cuDNN / Transformer Engine / FlashAttention-3; fa2 =
+    # FlashAttention-2 (PyTorch SDPA's flash back end); unfused = scores materialised (Megatron-LM
+    # before flash attention, Korthikanti et al.'s Table 2).
+    attention: str = knob(
+        "fused",
+        "choice",
+        "attn",
+        "attention kernel: fused (cuDNN/TE/FA3), fa2 (FlashAttention-2) or unfused (s x s scores kept)",
+        choices=ATTENTIONS,
+        column="attention",
+        token=lambda p: f"attn-{p.attention}" if p.attention != "fused" else "",
+        megatron=("--attention-backend", "--use-flash-attn", "--transformer-impl"),
+        torchtitan=("(SDPA: fa2)",),
+    )
+    # dropout after softmax and on both residual branches; None = the model's (Model.dropout)
+    dropout: bool | None = knob(
+        None,
+        "opt_bool",
+        "dropout",
+        "dropout masks kept for backward (default: the model's)",
+        column="dropout",
+        token=lambda p: "" if p.dropout is None else "dropout" if p.dropout else "no-dropout",
+        megatron=("--attention-dropout", "--hidden-dropout"),
+        torchtitan=("(none)",),
+    )
 
     def __post_init__(self):
-        _positive(self, "dp", "tp", "pp", "cp", "micro_batch", "global_batch", "vpp", "ep")
+        for spec in PLAN_FIELDS:  # each field's kind, choices and bounds, as declared
+            problem = value_error(spec, getattr(self, spec.name))
+            if problem:
+                raise SpecError(f"Plan.{spec.name} {problem}, got {getattr(self, spec.name)!r}")
         if self.world_size > MAX_WORLD_SIZE:  # the rank layout is an array of this many ints
             raise SpecError(
                 f"dp×tp×pp×cp = {self.dp}×{self.tp}×{self.pp}×{self.cp} = {self.world_size:,} GPUs; "
                 f"plans are limited to {MAX_WORLD_SIZE:,}"
             )
-        if self.global_batch > MAX_GLOBAL_BATCH:
-            raise SpecError(f"global batch {self.global_batch:,} sequences; at most {MAX_GLOBAL_BATCH:,}")
-        if not isinstance(self.sp, bool):
-            raise SpecError(f"Plan.sp must be true or false, got {self.sp!r}")
-        if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
-            raise SpecError(f"Plan.zero must be a ZeRO stage 0, 1, 2 or 3, got {self.zero!r}")
-        if self.recompute not in RECOMPUTE:
-            raise SpecError(f"Plan.recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
-        if self.schedule not in SCHEDULES:
-            raise SpecError(f"Plan.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
-        if self.etp is not None:
-            _positive(self, "etp")
-        if self.main_grads not in MAIN_GRADS:
-            raise SpecError(f"Plan.main_grads must be one of {', '.join(MAIN_GRADS)}, got {self.main_grads!r}")
-        if self.fp8 not in FP8:
-            raise SpecError(f"Plan.fp8 must be one of {', '.join(FP8)}, got {self.fp8!r}")
-        if self.cp_kind not in CP_KINDS:
-            raise SpecError(f"Plan.cp_kind must be one of {', '.join(CP_KINDS)}, got {self.cp_kind!r}")
-        for name in (
-            "tp_overlap",
-            "grad_reduce_overlap",
-            "param_gather_overlap",
-            "p2p_overlap",
-            "embedding_in_split",
-            "loss_in_split",
-        ):
-            if not isinstance(getattr(self, name), bool):
-                raise SpecError(f"Plan.{name} must be true or false, got {getattr(self, name)!r}")
-        if self.recompute_layers is not None:
-            _positive(self, "recompute_layers")
-            if self.recompute != "full":
-                raise SpecError(f"Plan.recompute_layers needs recompute 'full', got {self.recompute!r}")
-        for name in ("first_stage_layers", "last_stage_layers"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise SpecError(f"Plan.{name} must be a non-negative integer or null, got {value!r}")
+        if self.recompute_layers is not None and self.recompute != "full":
+            raise SpecError(f"Plan.recompute_layers needs recompute 'full', got {self.recompute!r}")
         try:
             parse_order(self.order)
         except TopologyError as err:
@@ -169,31 +460,17 @@ class Plan:
         )
 
     def label(self) -> str:
-        """A short human name: 'DP8 TP8+SP PP8 v2 ZeRO-1 mb1'."""
-        parts = [f"DP{self.dp}", f"TP{self.tp}" + ("+SP" if self.sp else ""), f"PP{self.pp}"]
-        if self.cp > 1:
-            parts.append(f"CP{self.cp}" + ("" if self.cp_kind == "allgather" else f"-{self.cp_kind}"))
-        if self.vpp > 1:
-            parts.append(f"v{self.vpp}")
-        if self.zero:
-            parts.append(f"ZeRO-{self.zero}")
-        if self.recompute != "none":
-            parts.append(f"rc-{self.recompute}" + (f"{self.recompute_layers}" if self.recompute_layers else ""))
-        if self.ep > 1:
-            parts.append(f"EP{self.ep}")
-        if self.etp is not None and self.etp != self.tp:
-            parts.append(f"ETP{self.etp}")
-        if self.fp8 != "none":
-            parts.append("FP8" + ("-weights" if self.fp8 == "weights" else ""))
-        if self.uneven:
-            parts.append(
-                f"stages {self.first_stage_layers if self.first_stage_layers is not None else '='}"
-                f"/{self.last_stage_layers if self.last_stage_layers is not None else '='}"
-                if self.first_stage_layers is not None or self.last_stage_layers is not None
-                else "emb/loss in split"
-            )
-        parts.append(f"mb{self.micro_batch}")
-        return " ".join(parts)
+        """A short human name: every setting that differs from the default, e.g. 'DP16 TP4+SP ZeRO-3 ovl:tp,dp,ag'."""
+        words: dict[str, list[str]] = {"overlap": [], "batch": []}
+        for spec in PLAN_FIELDS:
+            word = spec.knob.token(self) if spec.knob.token else ""
+            if word:
+                words.setdefault(spec.knob.group, []).append(word)
+        overlaps, batch = words.pop("overlap"), words.pop("batch")  # the batch, then the overlaps, last
+        text = (
+            [w for group in words.values() for w in group] + batch + (["ovl:" + ",".join(overlaps)] if overlaps else [])
+        )
+        return " ".join(text)
 
     @property
     def uneven(self) -> bool:
@@ -210,7 +487,91 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Plan":
-        return _from_dict(cls, data)
+        """A plan from its JSON object (plan_codec.plan_from_values: unknown keys named, missing ones defaulted)."""
+        if not isinstance(data, dict):
+            raise SpecError(f"a plan must be a JSON object, got {type(data).__name__}")
+        return plan_from_values(data, style="json")
+
+    @property
+    def flash(self) -> bool:
+        """Whether attention keeps no s x s scores (every kernel but 'unfused')."""
+        return self.attention != "unfused"
+
+
+PLAN_FIELDS = field_specs(Plan)  # the schema: every cost-changing field of a plan, in declaration order
+PLAN_DEFAULTS = {spec.name: spec.default for spec in PLAN_FIELDS}
+_BY_NAME = {spec.name: spec for spec in PLAN_FIELDS}
+_BY_URL = {spec.knob.url: spec for spec in PLAN_FIELDS}
+STYLES = ("json", "url", "flag")  # how the caller names fields: Plan's names, URL keys, CLI flags
+
+
+def _where(spec: FieldSpec, style: str, text: Any) -> str:
+    if style == "url":
+        return f"URL parameter {spec.knob.url}={text!r}"
+    if style == "flag":
+        return f"{spec.knob.flag} {text!r}"
+    return f"plan.{spec.name} {text!r}"
+
+
+def parse_value(spec: FieldSpec, text: Any, style: str = "json") -> Any:
+    """A field's value from JSON (typed) or from text (a URL, a CLI flag, an editor cell): '0'/'1'/'true'/
+    'false' for flags, '' (or 'null'/'none' where the field may be unset) for None, digits for ints.
+    SpecError naming the key as the caller spells it."""
+    kind = spec.knob.kind
+    if isinstance(text, str):
+        t = text.strip()
+        if kind in ("opt_int", "opt_bool") and t.lower() in ("", "null", "none"):
+            return None
+        if kind in ("bool", "opt_bool"):
+            if t.lower() not in ("0", "1", "true", "false"):
+                raise SpecError(f"{_where(spec, style, text)} must be 0 or 1")
+            return t.lower() in ("1", "true")
+        if kind in ("int", "opt_int") or (kind == "choice" and isinstance(spec.knob.choices[0], int)):
+            try:
+                return int(t)
+            except ValueError:
+                raise SpecError(f"{_where(spec, style, text)} must be an integer") from None
+        return t
+    if isinstance(text, float) and text.is_integer() and kind in ("int", "opt_int"):  # a numeric editor cell
+        return int(text)
+    if isinstance(text, int) and not isinstance(text, bool) and kind in ("bool", "opt_bool") and text in (0, 1):
+        return bool(text)
+    return text
+
+
+def plan_from_values(values: Mapping[str, Any], style: str = "json") -> Plan:
+    """The one constructor of a Plan from named values (JSON, a URL, an editor row, importers): each
+    key as `style` names it (STYLES), each value typed or text; fields not given take their declared
+    default, except global_batch, which then is dp x micro_batch x pp (one microbatch per stage).
+    SpecError naming an unknown key or a bad value as the caller spells it."""
+    by = _BY_URL if style == "url" else _BY_NAME
+    unknown = sorted(set(values) - set(by))
+    if unknown:
+        raise SpecError(f"unknown plan field(s): {', '.join(map(str, unknown))}")
+    fields = {}
+    for key, text in values.items():
+        spec = by[key]
+        value = parse_value(spec, text, style)
+        problem = value_error(spec, value)
+        if problem:
+            raise SpecError(f"{_where(spec, style, text)} {problem}")
+        fields[spec.name] = value
+    if "global_batch" not in fields:
+        fields["global_batch"] = fields.get("dp", 1) * fields.get("micro_batch", 1) * fields.get("pp", 1)
+    return Plan(**fields)
+
+
+def plan_values(plan: Plan, style: str = "json", *, changed_only: bool = False) -> dict[str, Any]:
+    """A plan's fields keyed as `style` names them (typed values); `changed_only`: only those that
+    differ from the declared defaults (global_batch: from dp x micro_batch x pp)."""
+    out = {}
+    for spec in PLAN_FIELDS:
+        value = getattr(plan, spec.name)
+        default = plan.dp * plan.micro_batch * plan.pp if spec.name == "global_batch" else spec.default
+        if changed_only and value == default and type(value) is type(default):
+            continue
+        out[spec.knob.url if style == "url" else spec.name] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -247,6 +608,12 @@ class PlanColumns:
     embedding_in_split: bool = False
     loss_in_split: bool = False
     recompute_layers: int | None = None  # shared by all rows
+    attention: str = "fused"  # shared by all rows (Plan.attention)
+    dropout: bool | None = None  # shared by all rows (Plan.dropout)
+
+    @property
+    def flash(self) -> bool:
+        return self.attention != "unfused"
 
     @property
     def expert_tp(self) -> Any:

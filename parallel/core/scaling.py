@@ -68,21 +68,27 @@ def tp_busbw(n: int, nbytes: float, cluster: Cluster, link: str) -> float:
     return nbytes / seconds * bus_factor("all_reduce", n)
 
 
-def _row(
-    model: Model,
-    cluster: Cluster,
-    tp: int,
-    sp: bool,
-    micro_batch: int,
-    recompute: str,
-    perf: PerfOptions,
-    comm: CommOptions,
-    tp_overlap: bool = False,
-    acts: ActivationOptions | None = None,
-) -> dict:
-    plan = Plan(
-        tp=tp, sp=sp, micro_batch=micro_batch, global_batch=micro_batch, recompute=recompute, tp_overlap=tp_overlap
+def one_layer_plan(plan: Plan, tp: int, sp: bool) -> Plan:
+    """`plan`'s per-rank settings (micro batch, recompute, attention, dropout, FP8, TP overlap) on a lone
+    TP group of `tp` ranks, SP on or off: the plan one row of the sweep times (the overlap works on SP's
+    collectives only)."""
+    return Plan(
+        tp=tp,
+        sp=sp,
+        micro_batch=plan.micro_batch,
+        global_batch=plan.micro_batch,
+        recompute=plan.recompute,
+        attention=plan.attention,
+        dropout=plan.dropout,
+        fp8=plan.fp8,
+        tp_overlap=plan.tp_overlap and sp,
     )
+
+
+def _row(
+    model: Model, cluster: Cluster, plan: Plan, perf: PerfOptions, comm: CommOptions, acts: ActivationOptions | None
+) -> dict:
+    tp, sp, micro_batch = plan.tp, plan.sp, plan.micro_batch
     row = dict.fromkeys(COLUMNS, float("nan"))
     row.update(tp=tp, sp=sp, valid=True, reason="")
     errors = _shape_errors(plan, model)
@@ -111,17 +117,15 @@ def tp_scaling(
     cluster: Cluster,
     *,
     tps: tuple[int, ...] = TP_DEGREES,
-    micro_batch: int = 1,
-    recompute: str = "none",
+    plan: Plan = Plan(),
     perf: PerfOptions = PerfOptions(),
     comm: CommOptions = CommOptions(),
-    tp_overlap: bool = False,
     acts: ActivationOptions | None = None,
 ) -> pd.DataFrame:
-    """One row per (tp, sp) with COLUMNS; sp=True rows start at tp=2 (SP needs a TP group);
-    `tp_overlap` applies to the SP rows (the overlap works on SP's collectives)."""
+    """One row per (tp, sp) with COLUMNS, each one layer under `plan`'s per-rank settings
+    (one_layer_plan); sp=True rows start at tp=2 (SP needs a TP group)."""
     rows = [
-        _row(model, cluster, t, sp, micro_batch, recompute, perf, comm, tp_overlap and sp, acts)
+        _row(model, cluster, one_layer_plan(plan, t, sp), perf, comm, acts)
         for sp in (False, True)
         for t in tps
         if not (sp and t == 1)
@@ -135,19 +139,25 @@ def tp_scaling(
 
 
 def highlights(
-    df: pd.DataFrame, gpus_per_node: int, current_tp: int, link_names: tuple[str, str] = ("NVLink", "InfiniBand")
+    df: pd.DataFrame,
+    gpus_per_node: int,
+    current_tp: int,
+    link_names: tuple[str, str] = ("NVLink", "InfiniBand"),
+    *,
+    sp: bool = False,
 ) -> list[dict]:
-    """Up to three rows worth a headline (without SP): the plan's TP, the largest TP inside a node
-    and the smallest that leaves it — each with label, tp, link, comm_fraction, efficiency, help.
-    `link_names`: what the cluster calls its (intra, inter)-node links."""
-    valid = df[df["valid"] & ~df["sp"]]
+    """Up to three rows worth a headline, SP as the plan has it (`sp`; TP 1 has no SP): the plan's TP,
+    the largest TP inside a node and the smallest that leaves it — each with label, tp, sp, link,
+    comm_fraction, efficiency, help. `link_names`: what the cluster calls its (intra, inter)-node links."""
+    valid = df[df["valid"] & ((df["sp"] == sp) | ((df["tp"] == 1) & ~df["sp"]))]
     inside = valid[valid["tp"] <= gpus_per_node]["tp"]
     outside = valid[valid["tp"] > gpus_per_node]["tp"]
-    picks = [(current_tp, f"TP {current_tp} (the plan's)")]
+    name = lambda tp: f"TP {tp}" + ("+SP" if sp and tp > 1 else "")  # noqa: E731
+    picks = [(current_tp, f"{name(current_tp)} (the plan's)")]
     if len(inside):
-        picks.append((int(inside.max()), f"TP {int(inside.max())}: largest inside a node"))
+        picks.append((int(inside.max()), f"{name(int(inside.max()))}: largest inside a node"))
     if len(outside):
-        picks.append((int(outside.min()), f"TP {int(outside.min())}: first across nodes"))
+        picks.append((int(outside.min()), f"{name(int(outside.min()))}: first across nodes"))
     out, seen = [], set()
     for tp, label in picks:
         row = valid[valid["tp"] == tp]
@@ -160,6 +170,7 @@ def highlights(
             {
                 "label": label,
                 "tp": tp,
+                "sp": bool(r["sp"]),
                 "link": r["link"],
                 "comm_fraction": float(r["comm_fraction"]),
                 "efficiency": float(r["efficiency"]),

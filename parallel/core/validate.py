@@ -224,7 +224,7 @@ def check(plan: Plan, model: Model, cluster: Cluster, opts: ActivationOptions | 
     shape = _shape_errors(plan, model)
     errors = _size_error(plan, cluster) + shape
     warnings = _layout_warnings(plan, model, cluster)
-    if plan.cp > 1 and plan.cp_kind != "ulysses" and opts is not None and not opts.flash_attention:
+    if plan.cp > 1 and plan.cp_kind != "ulysses" and not plan.flash:
         warnings.append(
             f"{plan.cp_kind} context parallelism without flash attention: Megatron-Core runs ring and all-gather "
             "CP inside Transformer Engine's flash/fused attention (Ulysses works with any attention kernel)"

@@ -24,6 +24,7 @@ from collections import defaultdict
 import torch
 
 from parallel.core import memory
+from parallel.core.engine_plan import engine_plan
 from parallel.core.memory import ActivationOptions
 from parallel.core.plan import Plan
 from parallel.core.specs import Model
@@ -163,13 +164,10 @@ class _Measure:
         del self.meter._seen  # holds storage pointers only; drop them with the measurement
 
 
-def options(model: Model, *, dropout: float, swiglu: str = "fused") -> ActivationOptions:
-    """The plan model's description of this engine: activations at the model's dtype, bool dropout
-    masks, dropout only when enabled, attention that keeps its softmax (no flash attention; ring
-    attention keeps none, which the plan model knows from cp_kind), the run's SwiGLU mode."""
-    return ActivationOptions(
-        act_bytes=model.dtype_bytes, mask_bytes=1, dropout=dropout > 0, flash_attention=False, swiglu=swiglu
-    )
+def options(model: Model, *, swiglu: str = "fused") -> ActivationOptions:
+    """The plan model's description of this engine's activations: the model's dtype, bool dropout
+    masks, the run's SwiGLU mode (its attention and dropout: engine_plan)."""
+    return ActivationOptions(act_bytes=model.dtype_bytes, mask_bytes=1, swiglu=swiglu)
 
 
 def predicted_breakdown(
@@ -177,7 +175,8 @@ def predicted_breakdown(
 ) -> dict[str, float]:
     """memory.py's bytes for one microbatch on one GPU of `stage`, keyed like `ActivationMeter.breakdown`:
     per-layer components times the stage's layers, plus the first/last stage extras."""
-    opts = options(model, dropout=dropout, swiglu=swiglu)
+    opts = options(model, swiglu=swiglu)
+    plan = engine_plan(plan, dropout=dropout)
     n_layers = model.layers // plan.pp
     out = {k: v * n_layers for k, v in memory.activation_components_bytes(model, plan, opts).items() if v}
     if stage == 0:

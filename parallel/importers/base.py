@@ -41,7 +41,7 @@ class Imported:
     recognised: dict = field(default_factory=dict)  # flag or key -> value, as read
     unknown: tuple[str, ...] = ()  # flags or keys this importer does not know (listed, never fatal)
     notes: tuple[str, ...] = ()  # assumptions and approximations, each with its line where it has one
-    options: dict = field(default_factory=dict)  # modelling hints: flash_attention, dropout
+    options: dict = field(default_factory=dict)  # modelling hints besides the plan's fields: swiglu
     global_batch: int | None = None  # None: micro/local batch x dp (Megatron's and torchtitan's default)
     local_batch: int | None = None  # sequences per DP rank per step, when the global batch follows dp
     fsdp_replicate: int | None = None  # torchtitan: FSDP (ZeRO-3) over dp/replicate x cp when that is > 1

@@ -521,13 +521,12 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
     options = {}
     backend = get.get("attention_backend")
     if backend in ("unfused", "local"):  # the s x s scores materialised
-        options["flash_attention"] = False
+        plan["attention"] = "unfused"
     if get.get("flash") or backend in ("flash", "fused", "auto"):
-        options["flash_attention"] = True
         # flash: the flash-attn package (FlashAttention-2); fused / auto: cuDNN through Transformer Engine
-        options["attention_kernel"] = "fa2" if get.get("flash") or backend == "flash" else "fused"
+        plan["attention"] = "fa2" if get.get("flash") or backend == "flash" else "fused"
     if _no_dropout(get):
-        options["dropout"] = False
+        plan["dropout"] = False
     if get.get("no_swiglu_fusion") and get.get("swiglu"):
         options["swiglu"] = "unfused"
     return plan, options

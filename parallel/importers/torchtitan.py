@@ -24,8 +24,8 @@ Read as torchtitan's `JobConfig` reads it (torchtitan/config/job_config.py):
   fp32 master copy in the optimizer, 2 bytes per parameter / N more (noted).
 * Sep 2024 TOMLs keep pipeline_parallel_degree (and schedule, microbatches, CP, async TP) under
   `[experimental]`; they are read from there.
-* Llama 3 in torchtitan has no dropout and uses SDPA (flash): hints flash_attention, no dropout, and
-  attention_kernel fa2 (SDPA's FlashAttention-2 back end); the vocabulary is not padded.
+* Llama 3 in torchtitan has no dropout and uses SDPA (flash): the plan's attention is fa2 (SDPA's
+  FlashAttention-2 back end) and its dropout off; the vocabulary is not padded.
 * `context_parallel_rotate_method` allgather (default) | alltoall -> the plan's cp_kind allgather | ring.
 
 Keys it does not know, in the sections it reads, are listed; other torchtitan sections are skipped.
@@ -309,6 +309,8 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
             tp_overlap=lay["async_tp"],
             grad_reduce_overlap=True,
             param_gather_overlap=True,
+            attention="fa2",
+            dropout=False,
             **lay["split"],
         )
     except SpecError as err:
@@ -331,7 +333,7 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
         recognised=seen,
         unknown=tuple(unknown),
         notes=tuple(notes),
-        options={"flash_attention": True, "dropout": False, "attention_kernel": "fa2"},
+        options={},
         global_batch=lay["gb"],
         local_batch=lay["local"],
         fsdp_replicate=replicate,

@@ -167,6 +167,11 @@ class Comparison:
     hidden: pd.DataFrame  # plan, dim, seconds: communication the step hides behind compute
     models: dict[str, Model] = field(default_factory=dict)  # the model each plan trains
 
+    def issues_of(self, name: str, level: str = "error") -> list[str]:
+        """The messages of one plan at one level (errors by default)."""
+        rows = self.issues[(self.issues["plan"] == name) & (self.issues["level"] == level)]
+        return rows["message"].tolist()
+
 
 def _gib(x) -> float | None:
     return None if x is None else round(x / GiB, 2)
@@ -540,9 +545,8 @@ def review_markdown(review: Review, cmp: Comparison | None = None) -> str:
         f"{c.gpu_memory_bytes / GiB:.0f} GiB each, {c.intra.name} {c.intra.bandwidth_bytes_per_s / 1e9:.0f} GB/s, "
         f"{c.inter.name} {c.inter.bandwidth_bytes_per_s / 1e9:.0f} GB/s per GPU per direction.  ",
         f"**Assumptions** compute {compute_text(review.options)}, DP overlap "
-        f"{'from each plan' if review.options.perf.dp_overlap is None else f'{review.options.perf.dp_overlap:.0%}'}, "
-        f"flash attention {'on' if review.options.activations.flash_attention else 'off'}, "
-        f"dropout {'on' if review.options.activations.has_dropout(m) else 'off'}.",
+        f"{'from each plan' if review.options.perf.dp_overlap is None else f'{review.options.perf.dp_overlap:.0%}'}; "
+        "attention kernel, dropout and overlaps: each plan's own (its label).",
     ]
     if review.author or review.created:
         lines.append(f"*{review.author or 'unknown author'}, {review.created or 'undated'}*")

@@ -30,11 +30,12 @@ from parallel.core.comm import DIMS as COMM_DIMS
 from parallel.core.comm import crosses_nodes
 from parallel.core.memory import activation_bytes_per_layer, memory_per_gpu_bytes
 from parallel.core.perf import bubble_fraction, step_time
-from parallel.core.plan import CP_KINDS, MAX_GLOBAL_BATCH, MAX_WORLD_SIZE, RECOMPUTE, Plan, PlanColumns
+from parallel.core.plan import CP_KINDS, MAX_GLOBAL_BATCH, MAX_WORLD_SIZE, PLAN_DEFAULTS, RECOMPUTE, Plan, PlanColumns
 from parallel.core.report import Options, plan_report
 from parallel.core.specs import Cluster, GiB, Model, SpecError
-from parallel.core.topology import DEFAULT_ORDER
 
+# The plan fields the search explores, one value per row; every other field of a plan is the
+# search's base plan's (Constraints.base), shared by all rows.
 PLAN_KEYS = (
     "dp",
     "tp",
@@ -50,8 +51,10 @@ PLAN_KEYS = (
     "first_stage_layers",
     "last_stage_layers",
 )
+# Base fields the search sets itself: the experts' TP follows each row's tp; a row's stage split is
+# its own (first / last layers, so the embedding and loss are not counted in it); no partial recompute.
+SEARCH_SETS = {"etp": None, "embedding_in_split": False, "loss_in_split": False, "recompute_layers": None}
 LINKS = ("intra", "inter")
-STR_KEYS = ("recompute", "cp_kind")
 
 
 class SearchEmpty(SpecError):
@@ -75,22 +78,18 @@ class Constraints:
     require_sp: bool = False  # every plan with tp > 1 uses sequence parallelism
     zero: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str, ...] = RECOMPUTE
-    order: str = DEFAULT_ORDER
-    main_grads: str = "fp32"  # every candidate's gradient dtype and FP8 mode (Plan.main_grads, Plan.fp8)
-    fp8: str = "none"
     cp_kinds: tuple[str, ...] = CP_KINDS  # the context-parallel exchanges tried where cp > 1
-    # what every candidate overlaps (Plan's fields): a current Megatron-LM / torchtitan setup by default
-    tp_overlap: bool = True
-    grad_reduce_overlap: bool = True
-    param_gather_overlap: bool = True
-    p2p_overlap: bool = True  # applies to the interleaved schedule (vpp > 1) only
+    # every field the search does not explore (PLAN_KEYS) comes from this plan, with the defaults the
+    # rest of the project uses (Plan's declarations): rank order, schedule, gradient dtype, FP8, the
+    # overlaps, the attention kernel, dropout. A search row's plan is this plan with the row's fields.
+    base: Plan = field(default_factory=Plan)
 
     def __post_init__(self):
         # a list given twice is the same list: 300 copies of ZeRO-3 in a link must not mean 300x the work
         object.__setattr__(self, "zero", tuple(sorted(set(self.zero))))
         object.__setattr__(self, "recompute", tuple(dict.fromkeys(self.recompute)))
         object.__setattr__(self, "cp_kinds", tuple(dict.fromkeys(self.cp_kinds)))
-        Plan(main_grads=self.main_grads, fp8=self.fp8)  # SpecError naming a bad value
+        object.__setattr__(self, "base", dataclasses.replace(self.base, **SEARCH_SETS))
         if not self.cp_kinds or set(self.cp_kinds) - set(CP_KINDS):
             raise SpecError(f"cp kinds must be among {', '.join(CP_KINDS)}, got {self.cp_kinds}")
         if not 0 <= self.headroom < 1:
@@ -104,10 +103,13 @@ class Constraints:
         if not self.recompute or set(self.recompute) - set(RECOMPUTE):
             raise SpecError(f"recompute modes must be among {', '.join(RECOMPUTE)}, got {self.recompute}")
 
-    def overlaps(self) -> dict:
-        """The Plan overlap fields every candidate takes."""
-        names = ("tp_overlap", "grad_reduce_overlap", "param_gather_overlap", "p2p_overlap")
-        return {k: getattr(self, k) for k in names}
+    @property
+    def order(self) -> str:
+        return self.base.order
+
+    def shared(self) -> dict:
+        """The base plan's fields every candidate takes (all but PLAN_KEYS and global_batch)."""
+        return {k: getattr(self.base, k) for k in PLAN_DEFAULTS if k not in PLAN_KEYS and k != "global_batch"}
 
 
 # The step model's mean |error| against published GPU runs (bench/published.py: 45 runs, 7.0%): plans
@@ -129,9 +131,14 @@ class SearchResult:
     evaluated: int = 0  # plans whose memory and time were computed
     seconds: float = 0.0
     rule: str = EQUIVALENCE_RULE
+    base: Plan = field(default_factory=Plan)  # the shared fields, with the global batch searched for
 
-    def plans(self, global_batch: int, order: str = DEFAULT_ORDER) -> list[Plan]:
-        return [plan_of(row, global_batch, order) for row in self.table.to_dict("records")]
+    def plan_at(self, i: int) -> Plan:
+        """The plan of the table's row `i` (0: the first)."""
+        return plan_of(self.table.iloc[i].to_dict(), self.base)
+
+    def plans(self) -> list[Plan]:
+        return [plan_of(row, self.base) for row in self.table.to_dict("records")]
 
 
 def uneven_split(layers: int, pp: int) -> tuple[int, int, int] | None:
@@ -199,42 +206,30 @@ def divisors(n: int) -> list[int]:
     return small + [n // d for d in reversed(small) if d * d != n]
 
 
-def plan_of(row: dict, global_batch: int, order: str = DEFAULT_ORDER) -> Plan:
-    """The Plan of one row of a search table."""
-    return Plan(
-        dp=int(row["dp"]),
-        tp=int(row["tp"]),
-        pp=int(row["pp"]),
-        cp=int(row["cp"]),
-        sp=bool(row["sp"]),
-        vpp=int(row["vpp"]),
-        micro_batch=int(row["micro_batch"]),
-        zero=int(row["zero"]),
-        recompute=str(row["recompute"]),
-        global_batch=global_batch,
-        order=order,
-        main_grads=str(row.get("main_grads", "fp32")),
-        fp8=str(row.get("fp8", "none")),
-        ep=int(row.get("ep", 1)),
-        cp_kind=str(row.get("cp_kind", "allgather")),
-        **{
-            k: bool(row[k])
-            for k in ("tp_overlap", "grad_reduce_overlap", "param_gather_overlap", "p2p_overlap")
-            if k in row
-        },
-        # uneven stages: -1 (or absent) where the row splits evenly
-        **{
-            k: int(row[k])
-            for k in ("first_stage_layers", "last_stage_layers")
-            if row.get(k) is not None and row[k] >= 0
-        },
+def plan_of(row: dict, base: Plan) -> Plan:
+    """The Plan of one row of a search table: `base` (the search's shared fields and global batch)
+    with the row's explored fields (PLAN_KEYS; a stage split of -1 or absent: even)."""
+    fields = {k: type(PLAN_DEFAULTS[k])(row[k]) for k in PLAN_KEYS if k in row and PLAN_DEFAULTS[k] is not None}
+    for k in ("first_stage_layers", "last_stage_layers"):  # numpy ints and floats from a table: plain ints
+        value = row.get(k)
+        fields[k] = None if value is None or value < 0 else int(value)
+    return dataclasses.replace(base, **fields)
+
+
+def shared_text(base: Plan) -> str:
+    """The settings every candidate shares, in words: the base plan's fields the search does not explore."""
+    overlaps = [k.removesuffix("_overlap") for k in PLAN_DEFAULTS if k.endswith("_overlap") and getattr(base, k)]
+    dropout = "the model's" if base.dropout is None else "on" if base.dropout else "off"
+    return (
+        f"rank order {base.order}, {base.schedule}, {base.main_grads} grads, FP8 {base.fp8}, attention "
+        f"{base.attention}, dropout {dropout}, overlaps: {', '.join(overlaps) or 'none'}"
     )
 
 
-def _for_attention(c: Constraints, options: Options) -> Constraints:
+def _for_attention(c: Constraints) -> Constraints:
     """Without flash attention only Ulysses CP is searched: Megatron-Core's ring and all-gather CP run
     inside Transformer Engine's flash/fused attention, while Ulysses' all-to-all feeds any kernel."""
-    if options.activations.flash_attention or set(c.cp_kinds) <= {"ulysses"}:
+    if c.base.flash or set(c.cp_kinds) <= {"ulysses"}:
         return c
     if "ulysses" in c.cp_kinds:
         return dataclasses.replace(c, cp_kinds=("ulysses",))
@@ -376,27 +371,17 @@ def candidates(
 # ---------------------------------------------------------------- the plan model over columns
 
 
-def columns_of(
-    cands: pd.DataFrame,
-    global_batch: int,
-    order: str = DEFAULT_ORDER,
-    main_grads: str = "fp32",
-    fp8: str = "none",
-    overlaps: dict | None = None,
-) -> PlanColumns:
-    """The candidates as a PlanColumns, for parallel.core's formulas; `overlaps`: the Plan overlap
-    fields every candidate shares (Constraints.overlaps())."""
+def columns_of(cands: pd.DataFrame, base: Plan) -> PlanColumns:
+    """The candidates as a PlanColumns, for parallel.core's formulas: each row's explored fields
+    (PLAN_KEYS), every other field the base plan's (its global batch included)."""
     ints = {k: cands[k].to_numpy(np.int64) for k in ("dp", "tp", "pp", "cp", "micro_batch", "vpp", "zero", "ep")}
+    shared = {k: getattr(base, k) for k in PLAN_DEFAULTS if k not in PLAN_KEYS}
     plans = PlanColumns(
         **ints,
+        **shared,
         sp=cands["sp"].to_numpy(bool),
         recompute=np.array(RECOMPUTE)[cands["rc"].to_numpy()],
         cp_kind=np.array(CP_KINDS)[cands["ck"].to_numpy()],
-        global_batch=global_batch,
-        order=order,
-        main_grads=main_grads,
-        fp8=fp8,
-        **(overlaps or {}),
     )
     if (cands["fl"] >= 0).any():  # uneven stages: -1 where a row splits evenly
         plans = dataclasses.replace(
@@ -410,19 +395,15 @@ def columns_of(
 def evaluate(
     model: Model,
     cluster: Cluster,
-    global_batch: int,
     cands: pd.DataFrame,
+    base: Plan,
     options: Options = Options(),
-    order: str = DEFAULT_ORDER,
-    main_grads: str = "fp32",
-    fp8: str = "none",
     memory: dict | None = None,
-    overlaps: dict | None = None,
 ) -> pd.DataFrame:
-    """Memory of the most loaded GPU and step time of every candidate row: parallel.core's own
-    formulas (memory_per_gpu_bytes, step_time), evaluated over the columns at once. `memory`:
-    memory_per_gpu_bytes' columns for these rows, when the caller has them."""
-    plans = columns_of(cands, global_batch, order, main_grads, fp8, overlaps)
+    """Memory of the most loaded GPU and step time of every candidate row (each `base` with the row's
+    fields): parallel.core's own formulas (memory_per_gpu_bytes, step_time), evaluated over the
+    columns at once. `memory`: memory_per_gpu_bytes' columns for these rows, when the caller has them."""
+    plans = columns_of(cands, base)
     memory = memory or memory_per_gpu_bytes(model, plans, options.activations)
     timing = step_time(model, plans, cluster, options.perf, options.comm, options.activations)
     out = {k: cands[k].to_numpy() for k in ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "ep")}
@@ -430,9 +411,6 @@ def evaluate(
     out["last_stage_layers"] = cands["ll"].to_numpy()
     out["recompute"] = pd.Categorical.from_codes(cands["rc"].to_numpy(), categories=RECOMPUTE)
     out["cp_kind"] = pd.Categorical.from_codes(cands["ck"].to_numpy(), categories=CP_KINDS)
-    out["main_grads"] = pd.Categorical.from_codes(np.zeros(len(plans), dtype=np.int8), [main_grads])
-    out["fp8"] = pd.Categorical.from_codes(np.zeros(len(plans), dtype=np.int8), [fp8])
-    out.update(overlaps or {})
     out["microbatches"] = np.maximum(plans.microbatches, 1)
     for name in ("params", "grads", "optimizer", "activations"):
         out[f"{name}_bytes"] = memory[name]
@@ -503,14 +481,14 @@ def search(
         raise SpecError(f"{world:,} GPUs; plans are limited to {MAX_WORLD_SIZE:,}")
     if not 1 <= global_batch <= MAX_GLOBAL_BATCH:
         raise SpecError(f"global batch {global_batch:,} sequences; it must be 1 to {MAX_GLOBAL_BATCH:,}")
-    constraints = _for_attention(constraints, options)
+    constraints = _for_attention(constraints)
+    base = dataclasses.replace(constraints.base, global_batch=global_batch)
     cands, funnel = candidates(model, world, global_batch, constraints)
     for step in funnel:
         if step["remaining"] == 0:
             raise SearchEmpty(_empty_message(model, cluster, global_batch, funnel, step), funnel)
-    c = constraints
     # memory first: only the plans that fit are timed
-    plans = columns_of(cands, global_batch, c.order, c.main_grads, c.fp8, c.overlaps())
+    plans = columns_of(cands, base)
     memory = memory_per_gpu_bytes(model, plans, options.activations)
     budget = cluster.gpu_memory_bytes * (1 - constraints.headroom)
     fits = memory["total"] <= budget
@@ -526,27 +504,16 @@ def search(
         raise SearchEmpty(
             f"no plan fits: all {len(cands):,} valid plans of {model.name} on {world} GPUs need more than "
             f"{_gib(budget)} per GPU ({_gib(cluster.gpu_memory_bytes)} less {constraints.headroom:.0%} "
-            f"headroom); the leanest, {plan_of(least, global_batch).label()}, needs "
+            f"headroom); the leanest, {plan_of(least, base).label()}, needs "
             f"{_gib(memory['total'][i])}; try {_memory_hints(constraints)}",
             funnel,
         )
     kept = cands[fits].reset_index(drop=True)
-    table = evaluate(
-        model,
-        cluster,
-        global_batch,
-        kept,
-        options,
-        c.order,
-        c.main_grads,
-        c.fp8,
-        {k: v[fits] for k, v in memory.items()},
-        c.overlaps(),
-    )
+    table = evaluate(model, cluster, kept, base, options, {k: v[fits] for k, v in memory.items()})
     ranked = _rank(table)
     ranked["pareto"] = pareto_front(ranked)
     ranked = by_simplicity(ranked, model.seq_len)
-    return SearchResult(ranked, funnel, evaluated=len(cands), seconds=time.perf_counter() - t0)
+    return SearchResult(ranked, funnel, evaluated=len(cands), seconds=time.perf_counter() - t0, base=base)
 
 
 def simplicity(table: pd.DataFrame, seq_len: int) -> np.ndarray:
@@ -602,7 +569,8 @@ def search_naive(
 ) -> pd.DataFrame:
     """The same search as a plain loop over every degree combination through parallel.core.report.plan_report:
     the reference `search` is tested against (slow: ~1 ms a plan)."""
-    c, world = _for_attention(constraints, options), cluster.gpus
+    c, world = _for_attention(constraints), cluster.gpus
+    base = dataclasses.replace(c.base, global_batch=global_batch)
     budget = cluster.gpu_memory_bytes * (1 - c.headroom)
     rows = []
     for tp, pp, cp in itertools.product(divisors(world), repeat=3):
@@ -619,7 +587,8 @@ def search_naive(
         ):
             if (c.max_micro_batch and mb > c.max_micro_batch) or (c.require_sp and tp > 1 and not sp):
                 continue
-            plan = Plan(
+            plan = dataclasses.replace(
+                base,
                 dp=dp,
                 tp=tp,
                 pp=pp,
@@ -629,13 +598,8 @@ def search_naive(
                 micro_batch=mb,
                 zero=zero,
                 recompute=rc,
-                global_batch=global_batch,
-                order=c.order,
-                main_grads=c.main_grads,
-                fp8=c.fp8,
                 ep=ep,
                 cp_kind=kind,
-                **c.overlaps(),
                 **({"first_stage_layers": first, "last_stage_layers": last} if first >= 0 else {}),
             )
             rep = plan_report(plan, model, cluster, options)
@@ -658,17 +622,17 @@ def search_naive(
 
 
 def result_json(result: SearchResult, top: int | None = None) -> list[dict]:
-    """The `--json` list: {plan, memory_per_gpu_bytes, step_time_s, bubble_fraction, ...}, best first."""
+    """The `--json` list, best first: each row's `label`, its `plan` (every field of the schema: given
+    to `parallel plan --import` with the model and cluster it reproduces the row), memory, time, ..."""
     table = result.table if not top else result.table.head(top)
     out = []
     for i, row in enumerate(table.to_dict("records")):
-        plan = {k: (bool(row[k]) if k == "sp" else str(row[k]) if k in STR_KEYS else int(row[k])) for k in PLAN_KEYS}
-        for k in ("first_stage_layers", "last_stage_layers"):
-            plan[k] = plan[k] if plan[k] >= 0 else None
+        plan = plan_of(row, result.base)
         out.append(
             {
                 "rank": i + 1,
-                "plan": plan,
+                "label": plan.label(),
+                "plan": plan.to_dict(),
                 "memory_per_gpu_bytes": float(row["memory_per_gpu_bytes"]),
                 "step_time_s": float(row["step_time_s"]),
                 "bubble_fraction": float(row["bubble_fraction"]),

@@ -85,10 +85,11 @@ def measured_seconds(traces: Traces, ranks: list[int] | None = None) -> pd.DataF
 
 
 def modelled_seconds(
-    model: Model, plan: Plan, device: Device, ranks: list[int], gpus_per_node: int, acts: ActivationOptions, kernel: str
+    model: Model, plan: Plan, device: Device, ranks: list[int], gpus_per_node: int, acts: ActivationOptions
 ) -> dict[str, float]:
-    """The model's isolated kernel seconds per step of each class, summed over `ranks`."""
-    parts = kernel_class_seconds(model, plan, device, acts, kernel)
+    """The model's isolated kernel seconds per step of each class, summed over `ranks` (the plan's
+    attention kernel: Plan.attention)."""
+    parts = kernel_class_seconds(model, plan, device, acts)
     first_n, middle_n, last_n = stage_layer_counts(model.layers, plan)
     topo = plan.topology(gpus_per_node)
     m = max(plan.microbatches, 1)
@@ -134,10 +135,9 @@ def fit_device(
     plan: Plan,
     cluster: Cluster,
     acts: ActivationOptions | None = None,
-    kernel: str = "fused",
 ) -> DeviceFit:
     """The cluster's device with its efficiencies scaled to the traces' kernel times (module docstring)."""
-    acts = acts or ActivationOptions(flash_attention=True)
+    acts = acts or ActivationOptions()
     base = cluster_device(cluster)
     measured = measured_seconds(traces)
     if not len(measured):
@@ -147,7 +147,7 @@ def fit_device(
     if outside:
         raise DeviceFitError(f"ranks {outside[:5]} are outside the plan's {world} GPUs ({plan.label()})")
     ranks = [int(r) for r in measured["rank"]]
-    modelled = modelled_seconds(model, plan, base, ranks, cluster.gpus_per_node, acts, kernel)
+    modelled = modelled_seconds(model, plan, base, ranks, cluster.gpus_per_node, acts)
     got = {c: float(measured[c].sum()) for c in KERNEL_CLASSES}
     if got["attention"] == 0 and modelled["attention"] > 0:  # materialised attention: batched GEMMs
         modelled["gemm"] += modelled["attention"]

@@ -105,7 +105,7 @@ def fit_kernels(args) -> int:
         raise PlanMismatchError(f"--gpu {gpu}: one of {', '.join(DEVICES)}")
     base = next((c for c in CLUSTERS.values() if c.gpu == gpu), CLUSTERS["dgx-h100"])
     cluster = dataclasses.replace(base, gpu=gpu).sized_for(run.plan.world_size)
-    fit = fit_device(traces, run.model, run.plan, cluster, ActivationOptions(flash_attention=True))
+    fit = fit_device(traces, run.model, run.plan, cluster, ActivationOptions())
     out = Path(args.out)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_bytes(orjson.dumps(fit.to_dict(), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))

@@ -254,7 +254,8 @@ def prediction(sweep: dict) -> pd.DataFrame:
     (each rank a core of its own; compute on shared cores is in compare's step time)."""
     rate, _ = compute_rate(sweep)
     tps = tuple(sorted({int(p["tp"]) for p in _points(sweep)} | {1}))
-    return tp_scaling(sweep_model(sweep), lab_cluster(sweep, rate), tps=tps, micro_batch=sweep.get("micro_batch", 1))
+    plan = Plan(micro_batch=sweep.get("micro_batch", 1), global_batch=sweep.get("micro_batch", 1))
+    return tp_scaling(sweep_model(sweep), lab_cluster(sweep, rate), tps=tps, plan=plan)
 
 
 def _err(measured, predicted) -> float:

@@ -258,7 +258,12 @@ def test_a_real_profile_run_from_the_dashboard_fills_the_timeline(tmp_path, monk
     )
     s = trace_sets.find_set(name)
     assert jobs.refresh(job).returncode == 0, jobs.tail(job.log_path)
-    assert s.status == "completed" and s.trace_files == 4 and s.has_metrics and s.plan_label == "DP2 TP2+SP PP1 mb1"
+    assert (
+        s.status == "completed"
+        and s.trace_files == 4
+        and s.has_metrics
+        and s.plan_label == "DP2 TP2+SP attn-unfused no-dropout"
+    )
     assert seen & {"starting", "running"}
     from tests.support.apptest import vega_charts
 

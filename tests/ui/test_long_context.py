@@ -29,15 +29,15 @@ def _frame(chart, column):
 
 
 def test_memory_from_4k_to_1m_per_variant_is_the_plan_models():
-    at = _ok(page_test("pages/long_context.py", {**L70, "recompute": "selective", "lc_cp": "16", "lc_flash": "false"}))
+    at = _ok(page_test("pages/long_context.py", {**L70, "recompute": "selective", "lc_cp": "16", "attn": "unfused"}))
     mem, comm = vega_charts(at)[:2]
     curves = _frame(mem, "cp_kind")
     assert set(curves["seq_len"]) == set(LENGTHS) and min(LENGTHS) == 4096 and max(LENGTHS) == 2**20
     # 8 K/V heads cannot be split over cp·tp = 128 ranks: no Ulysses curve, and the rest are there
     assert set(curves["variant"]) == {"TP8", "TP8+SP", "TP8+SP+CP16 all-gather", "TP8+SP+CP16 ring"}
     m = dataclasses.replace(MODELS["llama3-70b"], seq_len=2**20)
-    p = Plan(tp=8, sp=True, cp=16, cp_kind="ring", recompute="selective")
-    opts = ActivationOptions(flash_attention=False)
+    p = Plan(tp=8, sp=True, cp=16, cp_kind="ring", recompute="selective", attention="unfused")
+    opts = ActivationOptions()
     want = memory.activation_bytes_per_layer(m, p, opts) * m.layers
     want += memory.first_stage_extra_bytes(m, p, opts) + memory.last_stage_extra_bytes(m, p, opts)
     got = curves.set_index(["variant", "seq_len"]).loc[("TP8+SP+CP16 ring", 2**20), "bytes"]
@@ -55,8 +55,8 @@ def test_memory_from_4k_to_1m_per_variant_is_the_plan_models():
 
 
 def test_flash_attention_reaches_every_curve():
-    plain = _ok(page_test("pages/long_context.py", {**L70, "lc_cp": "8", "lc_flash": "false"}))
-    flash = _ok(page_test("pages/long_context.py", {**L70, "lc_cp": "8", "lc_flash": "true"}))
+    plain = _ok(page_test("pages/long_context.py", {**L70, "lc_cp": "8", "attn": "unfused"}))
+    flash = _ok(page_test("pages/long_context.py", {**L70, "lc_cp": "8", "attn": "fused"}))
     a = _frame(vega_charts(plain)[0], "cp_kind").set_index(["variant", "seq_len"])["bytes"]
     b = _frame(vega_charts(flash)[0], "cp_kind").set_index(["variant", "seq_len"])["bytes"]
     assert (b.loc["TP8"] < a.loc["TP8"]).all()  # no s × s scores

@@ -9,11 +9,20 @@ import pytest
 from parallel.core.memory import ActivationOptions, activation_bytes_per_layer
 from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, MODELS
+from parallel.review.urls import DEFAULT_PARAMS
 from tests.support.apptest import page_test, vega_charts
-from ui.plan_params import DEFAULT_PARAMS
 from ui.theme import link_names
 
-SMALL = {"model": "gpt3-22b", "cluster": "dgx-h100", "nodes": "2", "dp": "2", "tp": "2", "pp": "4", "gb": "64"}
+SMALL = {
+    "model": "gpt3-22b",
+    "cluster": "dgx-h100",
+    "nodes": "2",
+    "dp": "2",
+    "tp": "2",
+    "pp": "4",
+    "sp": "1",
+    "gb": "64",
+}
 
 
 def _errors(at) -> list[str]:
@@ -134,9 +143,9 @@ def test_activation_memory_stacks_components_with_and_without_sp():
 
 
 def test_activation_memory_options_change_the_bars():
-    at = page_test("pages/activation_memory.py", DEFAULT_PARAMS)
+    at = page_test("pages/activation_memory.py", {**DEFAULT_PARAMS, "attn": "unfused"})
     before = vega_charts(at)[0].frame()
-    at.toggle(key="mem_flash").set_value(True).run()
+    at.selectbox(key="plan.attn").set_value("fused").run()  # the plan's own field, in the sidebar
     _ok(at)
     after = vega_charts(at)[0].frame()
     assert "attention.scores" in set(before["component"]) and "attention.scores" not in set(after["component"])
@@ -154,14 +163,20 @@ def test_tp_scaling_covers_tp_1_to_32_with_the_boundary():
     assert set(df.loc[df["tp"] <= 8, "link"]) == {"NVLink (intra-node)"}
     assert "datum.tp > 8" in time.text()  # the shaded InfiniBand band
     assert set(speedup.frame()["metric"]) == {"speedup over TP = 1", "efficiency = speedup / TP"}
-    labels = [m.label for m in at.metric]  # TP 8 is both the plan's and the largest inside a node
-    assert labels == ["TP 8 (the plan's)", "TP 16: first across nodes"]
+    labels = [m.label for m in at.metric][3:]  # after the plan's memory, step time and MFU
+    # TP 8 is both the plan's and the largest inside a node; the plan has SP, so the headlines do
+    assert labels == ["TP 8+SP (the plan's)", "TP 16+SP: first across nodes"]
+    sp_row = time.frame().query("variant == 'TP + SP' and tp == 8")
+    assert len(sp_row)
+    no_sp = _ok(page_test("pages/tp_scaling.py", {**DEFAULT_PARAMS, "sp": "0"}))
+    assert [m.label for m in no_sp.metric][3:] == ["TP 8 (the plan's)", "TP 16: first across nodes"]
+    assert [m.value for m in no_sp.metric][3:] != [m.value for m in at.metric][3:]  # sp=0 reads the other rows
 
 
 def test_tp_scaling_hides_sp_comm_under_the_gemms_inside_a_node_only():
     at = _ok(page_test("pages/tp_scaling.py", DEFAULT_PARAMS))
     exposed = _part_seconds(vega_charts(at)[0].frame(), "TP communication (exposed)")
-    at.toggle(key="tps_overlap").set_value(True).run()
+    at.toggle(key="plan.tpo").set_value(True).run()  # the plan's own overlap field, in the sidebar
     df = vega_charts(_ok(at))[0].frame()
     after = _part_seconds(df, "TP communication (exposed)")
     assert after[("TP + SP", 8)] < 0.5 * exposed[("TP + SP", 8)]  # NVLink: mostly under the GEMMs
@@ -220,8 +235,11 @@ def test_a_plan_the_model_cannot_split_offers_the_nearest_that_it_can():
 def test_bad_url_value_is_reported_and_the_page_still_draws():
     at = _ok(page_test("pages/topology.py", {**DEFAULT_PARAMS, "tp": "eight"}))
     assert any("tp='eight' must be an integer" in e for e in _errors(at))
-    assert len(vega_charts(at)[0].frame()) == 512  # the default plan
-    assert at.query_params["tp"] == "8"  # and the URL is repaired
+    assert at.query_params["tp"] == "1"  # the field's one declared default, and the URL is repaired
+    assert at.query_params["dp"] == "8" and at.query_params["pp"] == "8"  # the link's other values are kept
+    at.button(key="plan_fit_nodes").click().run()  # 64 GPUs: "Use 8 nodes"
+    at.button(key="plan_fix_sp_False").click().run()  # SP needs TP > 1: the offered fix
+    assert len(vega_charts(_ok(at))[0].frame()) == 64
     at = _ok(page_test("pages/tp_scaling.py", {**SMALL, "sp": "maybe"}))
     assert any("sp='maybe' must be 0 or 1" in e for e in _errors(at))
     assert at.selectbox(key="plan.model").value == "gpt3-22b"  # the link's other values are kept
@@ -250,25 +268,25 @@ def test_view_choices_come_from_the_url_too():
     assert at.segmented_control(key="topo_groups").value == "pp"
     grid = vega_charts(at)[0]
     assert '"field": "dp"' in grid.text() and "moves under tp-cp-pp-dp" in grid.text()
-    at = _ok(page_test("pages/activation_memory.py", {**SMALL, "mem_flash": "true", "mem_scope": "per GPU"}))
-    assert at.toggle(key="mem_flash").value is True and at.segmented_control(key="mem_scope").value == "gpu"
+    at = _ok(page_test("pages/activation_memory.py", {**SMALL, "attn": "fa2", "mem_scope": "per GPU"}))
+    assert at.selectbox(key="plan.attn").value == "fa2" and at.segmented_control(key="mem_scope").value == "gpu"
 
 
-def test_the_memory_banner_follows_the_pages_flash_toggle():
-    """The flash toggle changed the charts but the plan form's memory banner still showed
-    the non-flash figure; both now come from the same activation assumptions."""
+def test_the_memory_banner_follows_the_plans_attention_kernel():
+    """The plan's attention kernel changes the charts and the plan form's memory banner alike: both
+    come from the same plan."""
     query = {"model": "gpt3-175b", "cluster": "dgx-h100", "nodes": "64", "dp": "4", "tp": "8", "pp": "16"}
     query |= {"sp": "1", "mb": "2", "gb": "1536"}
-    plain = _ok(page_test("pages/activation_memory.py", {**query, "mem_flash": "false"}))
+    plain = _ok(page_test("pages/activation_memory.py", {**query, "attn": "unfused"}))
     (banner,) = [e for e in _errors(plain) if e.startswith("memory per GPU")]
     stages = next(c for c in vega_charts(plain) if "stage" in c.frame().columns).frame()
     mine = stages[stages["sp"] == "with SP"]
     worst = mine.loc[mine["total_bytes"].idxmax(), "stage"]  # the banner's GPU: the most loaded stage
     act = mine[(mine["stage"] == worst) & (mine["kind"] == "activations")]["bytes_GiB"].item()
     assert f"activations {act:.1f} GiB" in banner  # the chart's figure
-    flash = _ok(page_test("pages/activation_memory.py", {**query, "mem_flash": "true"}))
+    flash = _ok(page_test("pages/activation_memory.py", query))  # the declared default: fused attention
     assert not [e for e in _errors(flash) if e.startswith("memory per GPU")]  # 64.2 GiB of scores gone: it fits
-    flash.toggle(key="mem_flash").set_value(False).run()  # and toggled within the session
+    flash.selectbox(key="plan.attn").set_value("unfused").run()  # and changed within the session
     assert [e for e in _errors(_ok(flash)) if e.startswith("memory per GPU")] == [banner]
 
 

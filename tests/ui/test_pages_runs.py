@@ -153,7 +153,8 @@ def test_home_lists_runs_and_keeps_the_choice_in_the_url(runs):
     install_run(runs, "beta", started_at="2025-02-01T00:00:00+00:00")
     at = _ok(page_test("pages/home.py"))
     picker = at.selectbox(key="home_pick")
-    assert picker.options == ["beta · DP2 TP2+SP PP1 mb1 · 4 ranks", "alpha · DP2 TP2+SP PP1 mb1 · 4 ranks"]
+    labels = "DP2 TP2+SP attn-unfused no-dropout"  # the engine materialises attention scores; no dropout
+    assert picker.options == [f"beta · {labels} · 4 ranks", f"alpha · {labels} · 4 ranks"]
     assert at.query_params["run"] == "beta"  # the newest, written into the URL
     rows = at.dataframe[0].value
     assert list(rows["name"]) == ["beta", "alpha"] and set(rows["status"]) == {"completed"}
@@ -565,7 +566,7 @@ def test_plan_review_shows_calibrated_and_measured_beside_the_analytic_step(runs
     from parallel.core.plan import Plan
     from parallel.core.specs import Model, cluster_preset
     from parallel.review.document import NamedPlan
-    from ui.plan_params import ReviewState, review_to_params
+    from parallel.review.urls import ReviewState, review_to_params
 
     run = json.loads((install_run(runs, "alpha") / "run.json").read_text())
     metrics = json.loads((runs / "alpha" / "metrics.json").read_text())

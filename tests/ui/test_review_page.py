@@ -4,9 +4,9 @@ reproduces the view. No browser: app.py in-process, switched to the page (tests.
 import pytest
 
 from parallel.core.specs import GiB
+from parallel.review.urls import review_from_params, review_to_params
 from tests.support.apptest import page_test, vega_charts
 from tests.unit.test_import import DATA
-from ui.plan_params import review_from_params, review_to_params
 
 PAGE = "pages/plan_review.py"
 SMALL = {
@@ -74,7 +74,7 @@ def test_links_open_each_plan_in_the_plan_pages():
     links = at.get("page_link")
     assert len(links) == 3 * 3
     topo = [link.proto for link in links if link.proto.label == "Topology"]
-    assert "dp=2&tp=4&pp=2&cp=1&sp=1&mb=1&gb=64&vpp=1&zero=1&recompute=selective" in topo[1].query_string
+    assert "dp=2&tp=4&pp=2&sp=1&gb=64&zero=1&recompute=selective" in topo[1].query_string
     assert "model=gpt3-22b&cluster=dgx-h100&nodes=2" in topo[1].query_string
 
 

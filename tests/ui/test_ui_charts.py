@@ -260,7 +260,7 @@ def test_moved_ranks_between_orders():
 
 PURE = [
     "parallel.core.scaling",
-    "ui.plan_params",
+    "parallel.review.urls",
     "parallel.core.topology_views",
     "parallel.core.memory_views",
     "ui.topology_charts",

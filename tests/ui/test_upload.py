@@ -89,7 +89,7 @@ def test_store_writes_the_set_whole_and_never_overwrites(tmp_path, good):
         "upload",
         "uploaded",
         4,
-        "DP2 TP2+SP PP1 mb1",
+        "DP2 TP2+SP gb4",
         4,
     )
 
@@ -143,7 +143,7 @@ def test_upload_page_keeps_good_files_rejects_bad_ones_and_stores_the_set(dirs, 
     assert any("Stored **mine**" in s.value for s in at.success)
     assert at.query_params["run"] == "upload:mine"
     s = trace_sets.find_set("upload:mine")
-    assert s is not None and s.plan_label == "DP2 TP2+SP PP1 mb1" and s.model == "tiny"
+    assert s is not None and s.plan_label == "DP2 TP2+SP" and s.model == "tiny"
     from ui import calibration_data
 
     assert calibration_data.calibration_candidates([s]) == [s]

@@ -21,7 +21,7 @@ LONG = dataclasses.replace(MODELS["tiny"], seq_len=256, hidden=128, heads=4)
 
 
 def test_elementwise_bytes_are_the_activations_a_layer_writes():
-    tp = Plan(tp=2, global_batch=2)
+    tp = Plan(tp=2, global_batch=2, attention="unfused")  # the scores materialised: recomputation rewrites them
     sp = dataclasses.replace(tp, sp=True)
     assert elementwise_bytes(LONG, tp) == pytest.approx(activation_bytes_per_layer(LONG, tp))
     # SP shards the LayerNorm/dropout/residual tensors plain TP keeps whole on every rank: their work too

@@ -9,12 +9,11 @@ import pytest
 from parallel.core import comm, memory, perf
 from parallel.core.memory import ActivationOptions
 from parallel.core.plan import CP_KINDS, Plan, PlanColumns
-from parallel.core.report import Options
 from parallel.core.specs import CLUSTERS, MODELS
 from parallel.core.validate import check
 from parallel.importers import import_text
+from parallel.review.urls import parse_plan_code, plan_code, plan_from_params, plan_to_params
 from parallel.search import space as S
-from ui.plan_params import parse_plan_code, plan_code, plan_from_params, plan_to_params
 
 L70 = MODELS["llama3-70b"]
 GPT = MODELS["gpt3-175b"]
@@ -22,7 +21,8 @@ A = 2  # bf16
 
 
 def comps(model, **plan):
-    return memory.activation_components_bytes(model, Plan(**plan))
+    """Components of a plan that materialises the scores (attention "unfused") unless it says otherwise."""
+    return memory.activation_components_bytes(model, Plan(**{"attention": "unfused", **plan}))
 
 
 def test_memory_per_kind_follows_what_each_exchange_keeps():
@@ -120,10 +120,12 @@ def test_ring_is_exposed_only_beyond_the_attention_compute():
     ring = sum(r["seconds"] for r in rows if r["dim"] == "cp")
     flat = perf.PerfOptions(mfu=0.5)  # the attention core's FLOPs at half the peak
     attention = perf.flops_per_step(L70, p)["attention_flops"] / p.world_size / (cluster.peak_flops * 0.5)
-    assert perf.attention_seconds(L70, p, cluster, flat) == pytest.approx(attention)  # the helper the page uses
+    assert perf.attention_seconds_per_step(L70, p, cluster, flat) == pytest.approx(
+        attention
+    )  # the helper the page uses
     exposed = perf.step_time(L70, p, cluster, flat)["exposed_cp_s"]
     assert exposed == pytest.approx(max(0.0, ring - attention))
-    modelled = perf.attention_seconds(L70, p, cluster)  # the per-operator model's attention core
+    modelled = perf.attention_seconds_per_step(L70, p, cluster)  # the per-operator model's attention core
     assert perf.step_time(L70, p, cluster)["exposed_cp_s"] == pytest.approx(max(0.0, ring - modelled))
     slow = dataclasses.replace(cluster, inter=dataclasses.replace(cluster.inter, bandwidth_bytes_per_s=1e8))
     assert perf.step_time(L70, p, slow)["exposed_cp_s"] > 0  # a slow link the attention cannot hide
@@ -146,14 +148,15 @@ def test_search_tries_each_kind_and_drops_impossible_ulysses():
     kinds = {(int(t), int(c), CP_KINDS[int(k)]) for t, c, k in cands[["tp", "cp", "ck"]].drop_duplicates().to_numpy()}
     assert (8, 4, "ring") in kinds and (8, 4, "allgather") in kinds and (8, 4, "ulysses") not in kinds
     assert (2, 4, "ulysses") in kinds and (2, 1, "ring") not in kinds  # no kinds to try at cp 1
-    flash = Options(activations=ActivationOptions(flash_attention=True))
-    table = S.search(L70, cluster, 32, S.Constraints(cp_kinds=("ring",)), flash).table
+    table = S.search(L70, cluster, 32, S.Constraints(cp_kinds=("ring",))).table
     assert set(table.loc[table["cp"] > 1, "cp_kind"]) == {"ring"}
     # without flash attention only Ulysses' all-to-all CP is tried: ring and all-gather run inside it
-    plain = S.search(L70, cluster, 32).table
+    unfused = Plan(attention="unfused")
+    plain = S.search(L70, cluster, 32, S.Constraints(base=unfused)).table
     assert set(plain.loc[plain["cp"] > 1, "cp_kind"]) == {"ulysses"}
-    assert (S.search(L70, cluster, 32, S.Constraints(cp_kinds=("ring",))).table["cp"] == 1).all()
-    warned = check(Plan(tp=8, cp=4, sp=True, cp_kind="ring", global_batch=8), L70, cluster, ActivationOptions())
+    assert (S.search(L70, cluster, 32, S.Constraints(cp_kinds=("ring",), base=unfused)).table["cp"] == 1).all()
+    ring = Plan(tp=8, cp=4, sp=True, cp_kind="ring", global_batch=8, attention="unfused")
+    warned = check(ring, L70, cluster, ActivationOptions())
     assert any("ring context parallelism without flash attention" in w for w in warned.warnings)
     with pytest.raises(Exception, match="cp kinds must be among"):
         S.Constraints(cp_kinds=("p2p",))
@@ -163,9 +166,8 @@ def test_search_agrees_with_the_plain_loop_over_cp_kinds():
     model = dataclasses.replace(MODELS["tiny-llama"], name="t")
     cluster = CLUSTERS["local-cpu"].sized_for(8)
     c = S.Constraints(zero=(0,), recompute=("none",), headroom=0.0)
-    flash = Options(activations=ActivationOptions(flash_attention=True))
-    fast = S.search(model, cluster, 8, c, flash).table
-    slow = S.search_naive(model, cluster, 8, c, flash)
+    fast = S.search(model, cluster, 8, c).table
+    slow = S.search_naive(model, cluster, 8, c)
     key = ["dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "cp_kind", "first_stage_layers", "last_stage_layers"]
     a = fast.set_index(key)["step_time_s"].sort_index()
     b = slow.set_index(key)["step_time_s"].sort_index()

@@ -26,7 +26,7 @@ from tests.support.trace_samples import annotation, kernel, trace, write
 MODEL = MODELS["llama3-8b"]
 PLAN = Plan(tp=2, pp=2, sp=True, micro_batch=1, global_batch=4, zero=1)
 CLUSTER = CLUSTERS["dgx-h100"].sized_for(PLAN.world_size)
-FLASH = ActivationOptions(flash_attention=True)
+FLASH = ActivationOptions()
 SLOWER = {"gemm": 1.25, "attention": 0.8, "elementwise": 1.1}  # measured / modelled, per class
 NAMES = {
     "gemm": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off",
@@ -42,7 +42,7 @@ def gpu_job(folder: Path, slower: dict, steps: int = 2) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     base = DEVICES["h100-sxm"]
     for rank in range(PLAN.world_size):
-        want = modelled_seconds(MODEL, PLAN, base, [rank], CLUSTER.gpus_per_node, FLASH, "fused")
+        want = modelled_seconds(MODEL, PLAN, base, [rank], CLUSTER.gpus_per_node, FLASH)
         events, t, corr = [], 0, 1
         for step in range(steps):
             length = sum(int(want[c] * slower[c] * 1e6) for c in KERNEL_CLASSES) + 5000
@@ -79,11 +79,11 @@ def test_the_fit_finds_each_class_slowdown_again(tmp_path):
 
 def test_stages_hold_their_own_layers_and_ends():
     base = DEVICES["h100-sxm"]
-    first = modelled_seconds(MODEL, PLAN, base, [0], 8, FLASH, "fused")
-    last = modelled_seconds(MODEL, PLAN, base, [2], 8, FLASH, "fused")  # tp-cp-ep-dp-pp: ranks 2, 3 on stage 1
+    first = modelled_seconds(MODEL, PLAN, base, [0], 8, FLASH)
+    last = modelled_seconds(MODEL, PLAN, base, [2], 8, FLASH)  # tp-cp-ep-dp-pp: ranks 2, 3 on stage 1
     assert last["gemm"] > first["gemm"]  # the output layer's GEMM over a 128k vocabulary
     assert last["attention"] == pytest.approx(first["attention"])  # 16 layers each
-    both = modelled_seconds(MODEL, PLAN, base, [0, 2], 8, FLASH, "fused")
+    both = modelled_seconds(MODEL, PLAN, base, [0, 2], 8, FLASH)
     assert both["gemm"] == pytest.approx(first["gemm"] + last["gemm"])
 
 

@@ -199,7 +199,7 @@ def test_validating_a_train_command_does_not_import_torch():
         (["--sp"], "sequence parallelism (sp) needs tp > 1"),
         (["--dp", "2", "--global-batch", "3"], "global_batch 3 is not divisible"),
         (["--pp", "2", "--vpp", "2", "--global-batch", "3"], "interleaved schedule: microbatches 3"),
-        (["--zero", "4", "--dp", "2"], "ZeRO stage"),
+        (["--zero", "4", "--dp", "2"], "--zero: invalid choice: 4"),
         (["--zero", "3"], None),  # ZeRO-3 at dp 1 is allowed (one shard is the whole)
         (["--dp", "2", "--global-batch", "2", "--timeout", "-1"], "--timeout -1 must be > 0"),  # was gloo's traceback
         (["--tp", "2", "--layers", "3"], None),  # fine for TP: not an error

@@ -133,7 +133,7 @@ def test_moe_activations_are_those_of_the_routed_tokens():
     dense = Model(name="d", layers=4, hidden=64, heads=4, vocab=100, seq_len=32, arch="llama", ffn_hidden=96)
     one = Model(**{**dense.to_dict(), "name": "e", "experts": 4, "top_k": 1})  # top-1 of experts as wide as f
     two = Model(**{**dense.to_dict(), "name": "e2", "experts": 4, "top_k": 2, "shared_expert_ffn": 96})
-    plan, opts = Plan(micro_batch=2), ActivationOptions(dropout=False)
+    plan, opts = Plan(micro_batch=2, attention="unfused", dropout=False), ActivationOptions()
     d, e1, e2 = (activation_components_bytes(m, plan, opts) for m in (dense, one, two))
     b, s, h, a = 2, 32, 64, 2
     assert e1["mlp.act_input"] == d["mlp.act_input"] and e1["mlp.fc2_input"] == d["mlp.fc2_input"]
@@ -149,7 +149,7 @@ def test_a_head_width_of_its_own_widens_q_and_the_attention_output():
     assert (q3.head_dim, q3.q_hidden, q3.kv_hidden) == (128, 8192, 1024)
     plain = Model(**{**q3.to_dict(), "name": "same, hidden/heads heads", "attention_head_dim": None})
     assert plain.head_dim == 80 and plain.q_hidden == plain.hidden
-    plan, opts = Plan(tp=8), ActivationOptions(flash_attention=True)
+    plan, opts = Plan(tp=8), ActivationOptions()
     wide, narrow = (activation_components_bytes(m, plan, opts) for m in (q3, plain))
     assert wide["attention.proj_input"] == pytest.approx(narrow["attention.proj_input"] * 8192 / 5120)
     assert q3.params_per_layer() - plain.params_per_layer() == 5120 * (8192 - 5120) * 2 + 5120 * 2 * (1024 - 640)
@@ -248,7 +248,7 @@ def test_etp_splits_the_experts_and_sets_their_zero_group():
     experts_opt = lambda p, n: 12 * expert_params_per_stage(m, p, 0) / n  # noqa: E731
     dense = model_state_bytes(m, tp8, 0)["optimizer"] - experts_opt(tp8, 1)
     assert model_state_bytes(m, etp1, 0)["optimizer"] == pytest.approx(dense + experts_opt(etp1, 2))
-    assert etp1.label().endswith("EP8 ETP1 mb1") and check(etp1, m, _h100(8)).errors == []
+    assert etp1.label().endswith("EP8 ETP1 gb64") and check(etp1, m, _h100(8)).errors == []
     bad = Plan(dp=2, tp=8, pp=4, ep=8, etp=4, global_batch=64)
     assert "not divisible by etp×ep = 4×8" in " ".join(check(bad, m, _h100(8)).errors)
     imp = import_text(

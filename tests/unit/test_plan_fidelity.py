@@ -117,7 +117,7 @@ def test_llama_presets_train_without_dropout_and_gpt_presets_with():
         elif name.startswith("gpt3"):
             assert model.dropout is True, name
     llama = MODELS["llama3-70b"]
-    on = activation_components_bytes(llama, Plan(tp=8), ActivationOptions(dropout=True, flash_attention=True))
+    on = activation_components_bytes(llama, Plan(tp=8, dropout=True), ActivationOptions())
     assert on["residual.dropout_masks"] / (llama.seq_len * llama.hidden) == 2  # the +2 sbh (t = 1 here: no SP)
 
 
@@ -126,7 +126,7 @@ def test_llama3_8b_fp8_script_fits_an_80_gb_h100():
     imp = import_plan(DATA / "megatron_llama3_8b_h100_fp8.sh")
     plan, model = imp.plan, imp.model
     assert (plan.fp8, plan.main_grads, plan.zero, plan.dp) == ("weights", "bf16", 1, 8)
-    opts = ActivationOptions(flash_attention=True, dropout=False)
+    opts = ActivationOptions()
     gib = lambda p, o=opts: {k: v / GiB for k, v in memory_per_gpu_bytes(model, p, o).items()}  # noqa: E731
     now = gib(plan)
     assert now["total"] == pytest.approx(68.2, abs=0.05) and now["total"] < 80

@@ -1,5 +1,6 @@
 """The plan model: Table 2 activations, ZeRO states, rank groups, comm, FLOPs, validation."""
 
+import dataclasses
 import json
 import math
 
@@ -25,6 +26,11 @@ from parallel.core.validate import check
 
 GPT3 = ["gpt3-22b", "gpt3-175b", "gpt3-530b", "gpt3-1t"]
 TABLE2 = ActivationOptions.table2()
+
+
+def T2(**fields) -> Plan:
+    """A plan as Table 2 assumes it: the s x s scores materialised, dropout on."""
+    return Plan(attention="unfused", dropout=True, **fields)
 
 
 # Korthikanti et al. 2022, Table 2, written out as the paper prints it (bytes per layer).
@@ -55,7 +61,7 @@ ROWS = {
 @pytest.mark.parametrize("b", [1, 4])
 def test_table2_activations_per_layer(preset, row, b):
     m = MODELS[preset]
-    plan = Plan(micro_batch=b, global_batch=b, **ROWS[row])
+    plan = T2(micro_batch=b, global_batch=b, **ROWS[row])
     got = activation_bytes_per_layer(m, plan, TABLE2)
     want = table2(row, m.seq_len, b, m.hidden, m.heads, plan.tp)
     assert got == pytest.approx(want, rel=1e-12)
@@ -64,14 +70,14 @@ def test_table2_activations_per_layer(preset, row, b):
 def test_table2_175b_known_value():
     # 175B, TP=8, no SP: sbh(10 + 24/8 + 5*96*2048/(12288*8)) = 23 sbh
     m = MODELS["gpt3-175b"]
-    assert activation_bytes_per_layer(m, Plan(tp=8), TABLE2) == 23 * 2048 * 12288
+    assert activation_bytes_per_layer(m, T2(tp=8), TABLE2) == 23 * 2048 * 12288
 
 
 @pytest.mark.parametrize("t", [2, 4, 8])
 def test_sp_shards_the_layernorm_dropout_residual_group_by_tp(t):
     m = MODELS["gpt3-22b"]
-    base = activation_components_bytes(m, Plan(tp=t), TABLE2)
-    sp = activation_components_bytes(m, Plan(tp=t, sp=True), TABLE2)
+    base = activation_components_bytes(m, T2(tp=t), TABLE2)
+    sp = activation_components_bytes(m, T2(tp=t, sp=True), TABLE2)
     for name, group in COMPONENT_GROUP.items():
         if name in base and group == "layernorm/dropout/residual" or name in ("attention.qkv_input", "mlp.fc1_input"):
             assert sp[name] * t == pytest.approx(base[name])
@@ -81,19 +87,19 @@ def test_sp_shards_the_layernorm_dropout_residual_group_by_tp(t):
 
 def test_variants_flash_no_dropout_gqa_cp():
     m = MODELS["gpt3-22b"]
-    full = activation_components_bytes(m, Plan(tp=8), TABLE2)
-    flash = activation_components_bytes(m, Plan(tp=8), ActivationOptions(act_bytes=2, flash_attention=True))
+    full = activation_components_bytes(m, T2(tp=8), TABLE2)
+    flash = activation_components_bytes(m, Plan(tp=8, dropout=True), TABLE2)
     assert flash["attention.scores"] == flash["attention.dropout_mask"] == flash["attention.dropout_output"] == 0
     assert flash["attention.softmax_stats"] == 4 * m.heads * m.seq_len / 8
-    nodrop = activation_components_bytes(m, Plan(tp=8), ActivationOptions(act_bytes=2, dropout=False))
+    nodrop = activation_components_bytes(m, Plan(tp=8, attention="unfused", dropout=False), TABLE2)
     assert nodrop["attention.dropout_output"] == 0 and nodrop["residual.dropout_masks"] == 0
     assert nodrop["attention.scores"] == full["attention.scores"]
     llama = MODELS["llama3-70b"]  # 64 heads, 8 KV heads: K and V are 1/8 of Q
-    c = activation_components_bytes(llama, Plan(tp=8), TABLE2)
+    c = activation_components_bytes(llama, T2(tp=8), TABLE2)
     s, h = llama.seq_len, llama.hidden
     assert c["attention.v"] == 2 * s * (h // 8) / 8
     # CP=2 with all-gathered K/V: queries are s/2, keys all s
-    cp = activation_components_bytes(m, Plan(tp=8, cp=2), TABLE2)
+    cp = activation_components_bytes(m, T2(tp=8, cp=2), TABLE2)
     assert cp["attention.scores"] == pytest.approx(full["attention.scores"] / 2)
     assert cp["attention.v"] == full["attention.v"]
     assert cp["attention.proj_input"] == pytest.approx(full["attention.proj_input"] / 2)
@@ -386,7 +392,7 @@ def test_a_good_plan_is_valid():
     "bad,message",
     [
         (dict(dp=0), "Plan.dp must be a positive integer"),
-        (dict(zero=4), "ZeRO stage 0, 1, 2 or 3"),
+        (dict(zero=4), "Plan.zero must be one of 0, 1, 2, 3"),
         (dict(recompute="some"), "recompute must be one of"),
         (dict(schedule="zb"), "schedule must be one of"),
         (dict(order="dp-tp"), "rank order"),
@@ -427,7 +433,7 @@ def test_json_round_trip(obj):
 
 
 def test_from_dict_names_unknown_and_missing_fields():
-    with pytest.raises(SpecError, match="unknown Plan field"):
+    with pytest.raises(SpecError, match="unknown plan field"):
         Plan.from_dict({"dp": 2, "tensor_parallel": 4})
     with pytest.raises(SpecError, match="Model"):
         Model.from_dict({"name": "x", "layers": 2})
@@ -437,10 +443,12 @@ def test_from_dict_names_unknown_and_missing_fields():
 
 def test_most_loaded_gpu_is_the_max_over_stages():
     m = MODELS["gpt3-175b"]
-    plan = Plan(dp=8, tp=8, pp=8, sp=True, global_batch=1536)
+    plan = Plan(dp=8, tp=8, pp=8, sp=True, global_batch=1536, attention="unfused")
     mem = memory_per_gpu_bytes(m, plan)
     assert mem["activations"] == pytest.approx(activation_bytes_per_stage(m, plan, 0))
     assert 60 * GiB < mem["total"] < 80 * GiB
+    flash = memory_per_gpu_bytes(m, dataclasses.replace(plan, attention="fused"))  # no s x s scores kept
+    assert flash["total"] < mem["total"] - 20 * GiB
 
 
 def test_nearest_computable_changes_one_field_keeping_the_gpus_first():

@@ -1,4 +1,4 @@
-"""ui.plan_params, the review page's part: plan codes, custom model shapes, the whole page
+"""parallel.review.urls, the review page's part: plan codes, custom model shapes, the whole page
 state <-> URL round trip, the plan table, and links to the plan pages."""
 
 import dataclasses
@@ -8,7 +8,7 @@ import pytest
 from parallel.core.plan import Plan
 from parallel.core.specs import MODELS, Model, SpecError
 from parallel.review.document import NamedPlan
-from ui.plan_params import (
+from parallel.review.urls import (
     ReviewState,
     default_review_state,
     model_code,
@@ -58,6 +58,8 @@ PLANS = (
             first_stage_layers=7,
             last_stage_layers=7,
             zero=1,
+            attention="fa2",
+            dropout=False,
         ),
     ),
 )
@@ -70,12 +72,12 @@ def test_plan_code_round_trip(named):
 
 def test_plan_code_defaults_and_errors():
     assert parse_plan_code("x|tp=4,dp=2").plan == Plan(dp=2, tp=4, global_batch=2)
-    # the overlaps and uneven stages ride only where set: an even, non-overlapped plan's code is as before
-    assert (
-        plan_code(PLANS[0])
-        == "baseline|dp=8,tp=8,pp=8,cp=1,sp=1,mb=1,gb=1536,vpp=1,zero=0,recompute=none,order=tp-cp-ep-dp-pp"
-    )
-    assert plan_code(PLANS[2]).endswith(",tpo=1,gro=1,pgo=1,p2po=1,first=7,last=7")
+    # a code holds the degrees and global batch, then every field that differs from its default
+    assert plan_code(PLANS[0]) == "baseline|dp=8,tp=8,pp=8,sp=1,gb=1536"
+    assert plan_code(PLANS[2]).endswith(",tpo=1,gro=1,pgo=1,p2po=1,first=7,last=7,attn=fa2,dropout=0")
+    # a code of an older link: its defaults are the declared ones, whatever it spelled out
+    old = "baseline|dp=8,tp=8,pp=8,cp=1,sp=1,mb=1,gb=1536,vpp=1,zero=0,recompute=none,order=tp-cp-ep-dp-pp"
+    assert parse_plan_code(old) == PLANS[0]
     for bad, message in (
         ("no-separator", "must look like"),
         ("x|tp=4,foo=1", "unknown key"),
@@ -116,8 +118,6 @@ STATES = [
         top=5,
         mfu=0.45,
         dp_overlap=0.5,
-        flash=True,
-        dropout=False,
     ),
     ReviewState(
         model=Model(name="custom 24L", layers=24, hidden=2048, heads=16, vocab=32000, seq_len=4096, arch="llama"),
@@ -142,7 +142,11 @@ def test_review_state_url_round_trip(state):
 def test_review_state_defaults_and_bad_urls():
     assert review_from_params({}) == default_review_state()
     d = default_review_state()
-    assert d.mfu is None and d.dp_overlap is None and d.flash  # per-operator compute, each plan's own overlaps
+    assert d.mfu is None and d.dp_overlap is None  # per-operator compute, each plan's own overlaps
+    assert all(p.plan.attention == "fused" for p in d.plans)  # the declared default kernel
+    # an older link's review-wide flash / dropout keys become each plan's fields
+    old = review_from_params({"plan": ["A|tp=2", "B|tp=4,attn=fa2"], "flash": "0", "dropout": "1"})
+    assert [(p.plan.attention, p.plan.dropout) for p in old.plans] == [("unfused", True), ("fa2", True)]
     assert "mfu" not in review_to_params(d) and review_from_params({"mfu": "0.4"}).mfu == 0.4
     assert review_from_params({"chosen": "nobody"}).chosen is None  # a stale choice is dropped, not fatal
     for params, message in (
@@ -177,13 +181,13 @@ def test_links_to_the_plan_pages_use_their_keys():
 def test_review_of_and_back():
     s = STATES[1]
     r = review_of(s, author="ana")
-    assert r.cluster.nodes == 32 and r.options.perf.mfu == 0.45 and r.options.activations.flash_attention
+    assert r.cluster.nodes == 32 and r.options.perf.mfu == 0.45
     back = state_of_review(r, review_id=7, view="search", base=s)
     assert back == s
 
 
 def test_gpu_memory_of_a_job_round_trips_and_bad_values_name_the_bound():
-    from ui.plan_params import plan_to_params
+    from parallel.review.urls import plan_to_params
 
     v100 = 34_089_730_048  # Tesla V100-SXM2-32GB's totalGlobalMem
     params = plan_to_params("gpt3-175b", "dgx-h100", 2, Plan(dp=16), 8, v100)

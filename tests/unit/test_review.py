@@ -64,7 +64,7 @@ def test_justifications_quote_the_numbers():
     assert (
         "spans nodes (64 of 64 groups), so it runs on InfiniBand" in why["PP"] and "(8−1)/(1·192) = 3.6%" in why["PP"]
     )
-    assert "342 MiB per layer per microbatch instead of 552 MiB" in why["SP"]
+    assert "102 MiB per layer per microbatch instead of 312 MiB" in why["SP"]
     assert "ZeRO-1 would cut them to 3.9 GiB" in why["ZeRO"]
     assert set(why) == {"TP", "SP", "PP", "DP", "CP", "ZeRO", "recompute", "memory", "time"}
     rep_c = plan_report(C.plan, MODELS["gpt3-175b"], CLUSTER)

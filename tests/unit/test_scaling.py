@@ -4,6 +4,7 @@ import pytest
 
 from parallel.core.comm import collective_seconds
 from parallel.core.perf import PerfOptions
+from parallel.core.plan import Plan
 from parallel.core.scaling import TP_DEGREES, highlights, invalid_notes, summary_table, tp_scaling
 from parallel.core.specs import CLUSTERS, MODELS, Model
 
@@ -34,7 +35,7 @@ def test_link_changes_at_the_node_boundary(cluster, inside):
 
 
 def test_tp_comm_is_four_all_reduces_of_bsh_per_layer():
-    df = tp_scaling(GPT175, H100, micro_batch=2)
+    df = tp_scaling(GPT175, H100, plan=Plan(micro_batch=2, global_batch=2))
     row = df[(df.tp == 8) & ~df.sp].iloc[0]
     nbytes = 2 * GPT175.seq_len * GPT175.hidden * GPT175.dtype_bytes
     assert row.bytes_per_call == nbytes
@@ -49,7 +50,7 @@ def test_compute_splits_by_tp_and_recompute_adds_a_forward():
     df = tp_scaling(GPT175, H100, perf=flat)
     c = df[~df.sp].set_index("tp")["compute_s"]
     assert c[8] == pytest.approx(c[1] / 8)
-    full = tp_scaling(GPT175, H100, recompute="full", perf=flat)
+    full = tp_scaling(GPT175, H100, plan=Plan(recompute="full"), perf=flat)
     assert full.loc[(full.tp == 1) & ~full.sp, "compute_s"].iloc[0] == pytest.approx(c[1] * 4 / 3)
 
 

@@ -16,7 +16,7 @@ from parallel.core.validate import check
 from parallel.importers import import_text
 
 H100 = CLUSTERS["dgx-h100"]
-FLASH = ActivationOptions(flash_attention=True, dropout=False)
+FLASH = ActivationOptions()  # flash attention: every plan's default (Plan.attention)
 
 
 def megatron_flops(m: Model, batch: int, tp: int) -> float:
@@ -188,7 +188,7 @@ def test_megatron_refuses_a_non_pp_last_order_whose_expert_dp_differs():
 def test_the_search_does_not_offer_refused_layouts():
     from parallel.search.space import Constraints, search
 
-    r = search(MODELS["llama3-8b"], H100.with_nodes(2), 64, Constraints(order="tp-cp-pp-dp"))
+    r = search(MODELS["llama3-8b"], H100.with_nodes(2), 64, Constraints(base=Plan(order="tp-cp-pp-dp")))
     t = r.table
     assert not ((t.pp > 1) & (t.cp > 1)).any() and len(t)
     assert any("not pp-last" in f["constraint"] for f in r.funnel)
@@ -208,7 +208,7 @@ def test_vocabulary_padding_once_for_presets_imports_and_flags():
     assert imp.model == m and imp.model.padded_vocab(imp.plan.tp) == 129024  # the same model either way
     from parallel.cli import plan as plan_cli
 
-    args = ["--model", "llama3-8b", "--tp", "8", "--global-batch", "8", "--flash-attention"]
+    args = ["--model", "llama3-8b", "--tp", "8", "--global-batch", "8", "--attention", "fused"]
     assert "V=128256 (padded to 129024 for tp 8)" in plan_cli.render_text(_report(plan_cli, args))
     assert "padded" not in plan_cli.render_text(_report(plan_cli, [*args, "--no-vocab-padding"])).split("\n")[0]
 
@@ -254,7 +254,8 @@ def test_search_ranks_equivalent_plans_by_simplicity_and_explains():
     from parallel.search.space import MODEL_ERROR, Constraints, search
 
     m, c = MODELS["gpt3-175b"], H100.with_nodes(64)
-    r = search(m, c, 1536, Constraints(), _options())
+    overlapped = Plan(tp_overlap=True, grad_reduce_overlap=True, param_gather_overlap=True, p2p_overlap=True)
+    r = search(m, c, 1536, Constraints(base=overlapped), _options())
     top = r.table.iloc[0]
     assert top["tp"] == 8 and top["cp"] == 1 and top["equivalent"]
     band = r.table[r.table["equivalent"]]
@@ -263,8 +264,8 @@ def test_search_ranks_equivalent_plans_by_simplicity_and_explains():
     cp_plans = r.table[r.table["cp"] > 1]
     assert cp_plans.index.min() > 0  # no CP at 2K tokens ahead of the simplest equivalent plan
     spec = "dp=8,tp=2,pp=16,cp=2,sp=1,vpp=1,micro_batch=1,zero=1,cp_kind=ring"
-    other = search_cli.plan_spec(spec, 1536, Constraints())
-    ex = explain(m, c, search_cli.plan_of(top.to_dict(), 1536), other, _options())
+    other = search_cli.plan_spec(spec, r.base)
+    ex = explain(m, c, r.plan_at(0), other, _options())
     assert ex["rows"][0]["part"] == "step" and ex["rows"][0]["difference"] == pytest.approx(
         ex["rows"][0]["other"] - ex["rows"][0]["top"]
     )

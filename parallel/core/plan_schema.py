@@ -1,0 +1,106 @@
+"""How a plan field is declared: its default, bounds, help, and every name it goes by.
+
+A `Plan` field is written once, in parallel/core/plan.py, as `knob(default, ...)`: the dataclass
+default plus a `Knob` in the field's metadata. Everything that reads or writes a plan -- argparse
+(parallel.cli.args), the dashboard URL and plan codes (parallel.review.url_state), the review page's
+editor, plan JSON, the label, the importers' field names -- is generated from these declarations by
+parallel.core.plan_codec, so adding a field is one edit here plus its cost terms.
+
+Pure: stdlib only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+KINDS = ("int", "bool", "choice", "text", "opt_int", "opt_bool")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """Everything about one plan field besides its name and default.
+
+    kind: int | bool | choice | text | opt_int (an int or None) | opt_bool (true, false or None);
+    url: its key in dashboard URLs, plan codes and the review editor (short: links stay readable);
+    flag: its command-line flag; column: the editor's column title; help: one line for all of them;
+    choices (kind choice), lo / hi (ints: inclusive bounds);
+    token: the label's word for a plan whose value differs from the default ('' for none), given the
+    plan (some settings only count together with another, e.g. p2p overlap needs vpp > 1);
+    megatron / torchtitan: the options of those frameworks the field maps to (docs/plan-schema.md);
+    group: the argparse group and the form section it belongs to."""
+
+    kind: str
+    url: str
+    flag: str
+    column: str
+    help: str
+    choices: tuple = ()
+    lo: int | None = None
+    hi: int | None = None
+    token: Callable[[Any], str] | None = None
+    megatron: tuple[str, ...] = ()
+    torchtitan: tuple[str, ...] = ()
+    group: str = "plan"
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"knob kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+
+
+def knob(default: Any, kind: str, url: str, help: str, **rest: Any) -> Any:
+    """A dataclass field declared with its Knob; `flag` defaults to --<name>, set by the class below."""
+    return dataclasses.field(default=default, metadata={"knob": {"kind": kind, "url": url, "help": help, **rest}})
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One declared field: its name, default and Knob."""
+
+    name: str
+    default: Any
+    knob: Knob
+
+    @property
+    def kind(self) -> str:
+        return self.knob.kind
+
+
+def field_specs(cls: type) -> tuple[FieldSpec, ...]:
+    """The declared fields of a dataclass, in declaration order (flag and column defaulted from the name)."""
+    out = []
+    for f in dataclasses.fields(cls):
+        meta = dict(f.metadata.get("knob") or {})
+        if not meta:
+            continue
+        meta.setdefault("flag", "--" + f.name.replace("_", "-"))
+        meta.setdefault("column", meta["url"])
+        out.append(FieldSpec(f.name, f.default, Knob(**meta)))
+    return tuple(out)
+
+
+def value_error(spec: FieldSpec, value: Any) -> str | None:
+    """What is wrong with `value` for this field ('must be ...'), or None: its kind, choices and bounds."""
+    k = spec.knob
+    if value is None and k.kind in ("opt_int", "opt_bool"):
+        return None
+    if k.kind in ("bool", "opt_bool"):
+        return (
+            None if isinstance(value, bool) else "must be true or false" + (" or null" if k.kind == "opt_bool" else "")
+        )
+    if k.kind == "choice":
+        ok = value in k.choices and isinstance(value, type(k.choices[0])) and not isinstance(value, bool)
+        return None if ok else f"must be one of {', '.join(map(str, k.choices))}"
+    if k.kind == "text":
+        return None if isinstance(value, str) else "must be text"
+    what = "a non-negative integer" if k.lo == 0 else "a positive integer" if k.lo == 1 else "an integer"
+    what += " or null" if k.kind == "opt_int" else ""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"must be {what}"
+    if k.lo is not None and value < k.lo:
+        return f"must be {what}"
+    if k.hi is not None and value > k.hi:
+        return f"must be at most {k.hi:,}"
+    return None

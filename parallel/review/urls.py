@@ -1,0 +1,492 @@
+"""A plan on a cluster <-> URL query parameters, so a copied dashboard URL reopens the same plan; and
+the plan review page's state <-> its URL.
+
+Keys (all values are strings, as in `st.query_params`):
+
+    model     preset name (parallel.core.specs.MODELS)        cluster   preset name (parallel.core.specs.CLUSTERS)
+    nodes     nodes of the cluster                           gpn       GPUs (CPU ranks) per node (default: the preset's)
+    gpumem    memory per GPU in GiB, when not the cluster preset's (an uploaded job's GPUs, from its traces)
+    the plan  one key per plan field, named by its declaration (parallel.core.plan: dp tp pp cp sp mb gb vpp
+              sched zero recompute rcl order grads fp8 ep etp ck tpo gro pgo p2po first last embsplit
+              losssplit attn dropout); flags are 0 | 1, an unset optional value is empty
+
+A link that names no plan field opens on OPENING, the dashboard's example plan; one that names any
+takes each field it does not name from that field's one declared default (parallel.core.plan's
+plan_from_values: the global batch then is dp x micro batch x pp). A missing `nodes` fits the plan (just
+enough nodes for its GPUs). Pure: stdlib and parallel/ only (no streamlit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from parallel.core.memory import ActivationOptions
+from parallel.core.perf import PerfOptions
+from parallel.core.plan import PLAN_FIELDS, Plan, parse_value, plan_from_values, plan_values
+from parallel.core.plan_schema import value_error
+from parallel.core.report import Options
+from parallel.core.specs import MODELS, Cluster, GiB, Model, SpecError, cluster_preset, model_preset
+from parallel.review.document import NamedPlan, Review
+
+PLAN_KEYS = tuple(spec.knob.url for spec in PLAN_FIELDS)  # the plan's URL keys, in declaration order
+PLACE_KEYS = ("model", "cluster", "nodes", "gpn")  # where the plan runs
+KEYS = (*PLACE_KEYS, *PLAN_KEYS)
+ALWAYS = ("dp", "tp", "pp", "gb")  # written into every link, default or not, so a link shows its degrees
+MAX_GPU_MEMORY_GIB = 65536.0
+
+# The dashboard's opening plan: GPT-3 175B on 64 DGX H100 nodes, Megatron-style 8-way TP inside each
+# node with SP, 8 pipeline stages, 8-way DP, batch 1536 (Narayanan et al. 2021, Table 1's 175B row).
+OPENING = ("gpt3-175b", "dgx-h100", 64, Plan(dp=8, tp=8, pp=8, sp=True, global_batch=1536))
+
+
+def plan_params_of(plan: Plan) -> dict[str, str]:
+    """A plan's URL keys: ALWAYS, and every other field that differs from its default, as text."""
+    values = plan_values(plan, "url", changed_only=True)
+    values.update({k: v for k, v in plan_values(plan, "url").items() if k in ALWAYS})
+    return {k: _text(values[k]) for k in PLAN_KEYS if k in values}
+
+
+def _text(value) -> str:
+    """A field's value as URL text: 0/1 for flags, '' for unset."""
+    return "" if value is None else str(int(value)) if isinstance(value, bool) else str(value)
+
+
+def plan_to_params(
+    model_name: str,
+    cluster_name: str,
+    nodes: int,
+    plan: Plan,
+    gpus_per_node: int | None = None,
+    gpu_memory_bytes: int | None = None,
+) -> dict[str, str]:
+    """The query parameters of a plan on a cluster, as strings. `gpus_per_node` defaults to the cluster
+    preset's (a 4-rank CPU run is one node of 4, not half of a preset's 8); `gpu_memory_bytes`, when
+    given and not the preset's, becomes `gpumem`."""
+    gpn = gpus_per_node or cluster_preset(cluster_name).gpus_per_node
+    memory = {}
+    if gpu_memory_bytes and gpu_memory_bytes != cluster_preset(cluster_name).gpu_memory_bytes:
+        memory["gpumem"] = f"{gpu_memory_bytes / GiB:.4g}"
+    place = {"model": model_name, "cluster": cluster_name, "nodes": str(int(nodes)), "gpn": str(int(gpn))}
+    return {**memory, **place, **plan_params_of(plan)}
+
+
+DEFAULT_PARAMS: dict[str, str] = plan_to_params(*OPENING)
+
+
+def _value(params: Mapping, key: str) -> str | None:
+    value = params.get(key)
+    if isinstance(value, (list, tuple)):  # parse_qs style {key: [values]}: the last one wins, as in st.query_params
+        value = value[-1] if value else None
+    return None if value is None else str(value).strip()
+
+
+def _int(key: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise SpecError(f"URL parameter {key}={text!r} must be an integer") from None
+
+
+def plan_of_params(params: Mapping) -> Plan:
+    """The plan a URL names: OPENING's when it names no plan field, else its fields over the defaults."""
+    given = {k: v for k in PLAN_KEYS if (v := _value(params, k)) is not None and (v != "" or k in _OPTIONAL)}
+    return plan_from_values(given, style="url") if given else OPENING[3]
+
+
+_OPTIONAL = {s.knob.url for s in PLAN_FIELDS if s.kind in ("opt_int", "opt_bool")}  # '' means unset
+
+
+def plan_from_params(params: Mapping) -> tuple[Model, Cluster, Plan]:
+    """The model, cluster (with its nodes) and plan a URL names; SpecError with a clear message if bad.
+
+    Unknown keys are ignored (pages keep their own view state beside the plan)."""
+    model = model_preset(_value(params, "model") or OPENING[0])
+    cluster = cluster_preset(_value(params, "cluster") or OPENING[1])
+    if gpn_text := _value(params, "gpn"):
+        gpn = _int("gpn", gpn_text)
+        if gpn < 1:
+            raise SpecError(f"URL parameter gpn={gpn} must be at least 1")
+        cluster = dataclasses.replace(cluster, gpus_per_node=gpn)
+    if mem := _value(params, "gpumem"):
+        cluster = dataclasses.replace(cluster, gpu_memory_bytes=int(gpu_memory_gib(mem) * GiB))
+    plan = plan_of_params(params)
+    if nodes_text := _value(params, "nodes"):
+        nodes = _int("nodes", nodes_text)
+        if nodes < 1:
+            raise SpecError(f"URL parameter nodes={nodes} must be at least 1")
+    else:
+        nodes = max(1, -(-plan.world_size // cluster.gpus_per_node))
+    return model, cluster.with_nodes(nodes), plan
+
+
+def gpu_memory_gib(text: str) -> float:
+    """The `gpumem` URL value: GiB per GPU, a positive number up to MAX_GPU_MEMORY_GIB."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(f"URL parameter gpumem={text!r} must be a number of GiB") from None
+    if not 0 < value <= MAX_GPU_MEMORY_GIB:
+        raise SpecError(f"URL parameter gpumem={text!r} must be above 0 and at most {MAX_GPU_MEMORY_GIB:,.0f} GiB")
+    return value
+
+
+def usable_params(params: Mapping) -> tuple[dict[str, str], list[str]]:
+    """The keys of `params` (KEYS) whose values can be used on their own, and a message for each that
+    cannot (so a link with one bad value still opens with the rest of its plan)."""
+    good, errors = {}, []
+    for key in KEYS:
+        value = _value(params, key)
+        if value is None or (value == "" and key not in _OPTIONAL):
+            continue
+        try:
+            if key in PLACE_KEYS:
+                plan_from_params({key: value})
+            else:
+                spec = _BY_URL[key]
+                problem = value_error(spec, parse_value(spec, value, "url"))
+                if problem:
+                    raise SpecError(f"URL parameter {key}={value!r} {problem}")
+        except SpecError as err:
+            errors.append(str(err))
+        else:
+            good[key] = value
+    return good, errors
+
+
+_BY_URL = {spec.knob.url: spec for spec in PLAN_FIELDS}
+
+
+# ---------------------------------------------------------------- the plan review page's state
+# Besides the keys above (model, cluster, nodes: the review's machine), the review page keeps
+#   plan       repeated, one per compared plan: "name|dp=8,tp=8,pp=8,sp=1,gb=1536" (the plan's URL keys:
+#              plan_params_of's), and `model=NAME` when it trains another preset than the review's
+#   shape      a model that is no preset (model=custom): "L=32,h=3840,a=32,kv=32,f=15360,s=2048,V=50432,d=2,arch=gpt"
+#   title chosen verdict view review   the review's words, the open section, the saved review's id
+#   s_gb s_headroom s_max_tp s_sp s_zero s_recompute s_top   the search constraints
+#   mfu dp_overlap                     the modelling assumptions
+
+REVIEW_VIEWS = ("compare", "search", "import", "saved")
+# Review-wide keys of older links, now fields of each plan: flash=0 -> attention unfused, dropout=0|1
+_LEGACY_PLAN_KEYS = {"flash": ("attn", {"0": "unfused", "false": "unfused"}), "dropout": ("dropout", None)}
+_SHAPE = {
+    "L": "layers",
+    "h": "hidden",
+    "a": "heads",
+    "kv": "kv_heads",
+    "f": "ffn_hidden",
+    "s": "seq_len",
+    "V": "vocab",
+    "d": "dtype_bytes",
+    "arch": "arch",
+}
+
+
+@dataclass(frozen=True)
+class ReviewState:
+    model: Model = field(default_factory=lambda: model_preset(OPENING[0]))
+    cluster: str = OPENING[1]
+    nodes: int = OPENING[2]
+    plans: tuple = ()  # of parallel.review.document.NamedPlan
+    title: str = ""
+    chosen: str | None = None
+    verdict: str = ""
+    view: str = "compare"
+    review_id: int | None = None
+    search_gb: int | None = None  # None: the first plan's global batch
+    headroom: float = 0.1
+    max_tp: int | None = None
+    require_sp: bool = False
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    top: int = 20
+    mfu: float | None = None  # None: each operator timed on the cluster's device; else a flat MFU
+    dp_overlap: float | None = None  # None: as each plan's overlap flags say; else this share hidden
+
+    @property
+    def cluster_spec(self) -> Cluster:
+        return cluster_preset(self.cluster).with_nodes(self.nodes)
+
+    @property
+    def is_preset_model(self) -> bool:
+        return MODELS.get(self.model.name) == self.model
+
+
+def title_of(model: Model, cluster: Cluster) -> str:
+    """A review's default title: 'gpt3-175b on 64 dgx-h100 nodes'."""
+    return f"{model.name} on {cluster.nodes} {cluster.name} nodes"
+
+
+def default_review_state() -> ReviewState:
+    plan = OPENING[3]
+    # B: Megatron-core's defaults on the same degrees -- interleaved, distributed optimizer, every overlap
+    overlaps = dict(tp_overlap=True, grad_reduce_overlap=True, param_gather_overlap=True, p2p_overlap=True)
+    b = dataclasses.replace(plan, vpp=2, zero=1, recompute="selective", **overlaps)
+    s = ReviewState(plans=(NamedPlan("A", plan), NamedPlan("B", b)))
+    return dataclasses.replace(s, title=title_of(s.model, s.cluster_spec))
+
+
+def plan_code(named: NamedPlan) -> str:
+    """'name|dp=8,tp=8,...' for one NamedPlan (the `plan` URL parameter)."""
+    values = plan_params_of(named.plan)
+    if named.model is not None:  # a preset: the page's own model else
+        values["model"] = named.model.name
+    return f"{named.name}|" + ",".join(f"{k}={v}" for k, v in values.items())
+
+
+def parse_plan_code(text: str, legacy: Mapping[str, str] | None = None) -> NamedPlan:
+    """A NamedPlan from its code; `legacy`: plan fields an older link set review-wide (URL keys), taken
+    where the code does not set them."""
+    name, sep, body = str(text).rpartition("|")
+    if not sep or not name.strip():
+        raise SpecError(f"URL parameter plan={text!r} must look like 'name|dp=8,tp=8,pp=8,...'")
+    pairs = dict(item.partition("=")[::2] for item in body.split(",") if item)
+    unknown = sorted(set(pairs) - set(PLAN_KEYS) - {"model"})
+    if unknown:
+        raise SpecError(f"URL parameter plan={text!r}: unknown key(s) {', '.join(unknown)}")
+    model = pairs.pop("model", "")
+    plan = plan_from_values({**(legacy or {}), **pairs}, style="url")
+    return NamedPlan(name.strip(), plan, model_preset(model) if model else None)
+
+
+def model_code(model: Model) -> str:
+    return ",".join(f"{short}={getattr(model, name)}" for short, name in _SHAPE.items())
+
+
+def model_from_code(text: str, name: str = "custom") -> Model:
+    pairs = dict(item.partition("=")[::2] for item in str(text).split(",") if item)
+    try:
+        fields = {_SHAPE[k]: (v if k == "arch" else int(v)) for k, v in pairs.items()}
+    except (KeyError, ValueError):
+        raise SpecError(
+            f"URL parameter shape={text!r} must look like '{model_code(model_preset('gpt3-22b'))}'"
+        ) from None
+    return Model(name=name, **fields)
+
+
+def _float(key: str, text: str, lo: float, hi: float) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(f"URL parameter {key}={text!r} must be a number") from None
+    if not lo <= value <= hi:
+        raise SpecError(f"URL parameter {key}={value} must be in [{lo}, {hi}]")
+    return value
+
+
+def review_to_params(s: ReviewState) -> dict[str, str | list[str]]:
+    """The URL of the review page: every value a string, `plan` a list (repeated key)."""
+    out: dict[str, str | list[str]] = {
+        "view": s.view,
+        "model": s.model.name if s.is_preset_model else "custom",
+        "cluster": s.cluster,
+        "nodes": str(s.nodes),
+        "plan": [plan_code(p) for p in s.plans],
+    }
+    if not s.is_preset_model:
+        out["shape"] = model_code(s.model)
+        out["mname"] = s.model.name
+    for key, value in (
+        ("title", s.title),
+        ("chosen", s.chosen),
+        ("verdict", s.verdict),
+        ("review", s.review_id),
+        ("s_gb", s.search_gb),
+        ("s_max_tp", s.max_tp),
+    ):
+        if value not in (None, ""):
+            out[key] = str(value)
+    out.update(
+        {
+            "s_headroom": f"{s.headroom:g}",
+            "s_sp": str(int(s.require_sp)),
+            "s_zero": ",".join(map(str, s.zero)),
+            "s_recompute": ",".join(s.recompute),
+            "s_top": str(s.top),
+            **({} if s.mfu is None else {"mfu": f"{s.mfu:g}"}),
+            **({} if s.dp_overlap is None else {"dp_overlap": f"{s.dp_overlap:g}"}),
+        }
+    )
+    return out
+
+
+def _all(params: Mapping, key: str) -> list[str]:
+    value = params.get(key)
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(v) for v in [value]]
+
+
+def _legacy(get) -> dict[str, str]:
+    """The plan fields an older review link set for every plan (flash, dropout), as URL keys."""
+    out = {}
+    for key, (url_key, mapping) in _LEGACY_PLAN_KEYS.items():
+        text = get(key)
+        if text not in (None, ""):
+            if mapping is None:
+                out[url_key] = text
+            elif text.lower() in mapping:
+                out[url_key] = mapping[text.lower()]
+    return out
+
+
+def review_from_params(params: Mapping) -> ReviewState:
+    """The review page's state from its URL (missing keys: the defaults); SpecError naming a bad key."""
+    d = default_review_state()
+    get = lambda key: _value(params, key)  # noqa: E731
+    shape = get("shape")
+    model = model_from_code(shape, get("mname") or "custom") if shape else model_preset(get("model") or d.model.name)
+    cluster = get("cluster") or d.cluster
+    cluster_preset(cluster)
+    codes = _all(params, "plan")
+    legacy = _legacy(get)
+    plans = tuple(parse_plan_code(c, legacy) for c in codes) if codes else d.plans
+    names = [p.name for p in plans]
+    if len(set(names)) != len(names):
+        raise SpecError(f"URL plans must have different names, got {names}")
+    view = get("view") or d.view
+    if view not in REVIEW_VIEWS:
+        raise SpecError(f"URL parameter view={view!r} must be one of {', '.join(REVIEW_VIEWS)}")
+    nodes = (
+        _int("nodes", get("nodes"))
+        if get("nodes")
+        else max(1, -(-plans[0].plan.world_size // cluster_preset(cluster).gpus_per_node))
+        if plans
+        else d.nodes
+    )
+    if nodes < 1:
+        raise SpecError(f"URL parameter nodes={nodes} must be at least 1")
+    chosen = get("chosen") or None
+    if chosen is not None and chosen not in names:
+        chosen = None
+    try:
+        zero = tuple(sorted({int(z) for z in (get("s_zero") or "0,1,2,3").split(",")[:64] if z}))
+    except ValueError:
+        raise SpecError(f"URL parameter s_zero={get('s_zero')!r} must list ZeRO stages like 0,1") from None
+    recompute = tuple(dict.fromkeys(r for r in (get("s_recompute") or "none,selective,full").split(",")[:64] if r))
+    if set(zero) - {0, 1, 2, 3} or set(recompute) - {"none", "selective", "full"}:
+        raise SpecError("URL parameters s_zero / s_recompute name stages or modes that do not exist")
+    opt_int = lambda key: _int(key, get(key)) if get(key) else None  # noqa: E731
+    return ReviewState(
+        model=model,
+        cluster=cluster,
+        nodes=nodes,
+        plans=plans,
+        title=get("title") or ("" if codes else d.title),
+        chosen=chosen,
+        verdict=get("verdict") or "",
+        view=view,
+        review_id=opt_int("review"),
+        search_gb=opt_int("s_gb"),
+        headroom=_float("s_headroom", get("s_headroom") or "0.1", 0, 0.95),
+        max_tp=opt_int("s_max_tp"),
+        require_sp=(get("s_sp") or "0") in ("1", "true"),
+        zero=zero,
+        recompute=recompute,
+        top=opt_int("s_top") or d.top,
+        mfu=_float("mfu", get("mfu"), 0.01, 1) if get("mfu") else None,
+        dp_overlap=_float("dp_overlap", get("dp_overlap"), 0, 1) if get("dp_overlap") else None,
+    )
+
+
+# ---------------------------------------------------------------- the review page's plan editor
+# One column per plan field (its URL key; the title its Knob's column), then `model`.
+
+EDITOR_COLUMNS = ("name", *PLAN_KEYS, "model")
+
+
+def plan_rows_of(plans: tuple[NamedPlan, ...]) -> list[dict]:
+    """The compared plans as rows for the page's plan editor (one dict per plan, URL key names)."""
+    return [
+        {"name": named.name, **plan_values(named.plan, "url"), "model": named.model.name if named.model else ""}
+        for named in plans
+    ]
+
+
+def _empty(cell) -> bool:
+    """A data-editor cell left empty: None, or NaN where the column is numeric."""
+    return cell is None or (isinstance(cell, float) and cell != cell)
+
+
+def plans_from_rows(rows: Any) -> tuple[tuple, list[str]]:
+    """Plans from edited rows, and a message per row that cannot be a plan (that row is left out). A
+    column a row lacks (an older editor's) takes the field's default; an empty cell of an optional field
+    is unset; any other empty cell is an error."""
+    if hasattr(rows, "to_dict"):  # the data editor hands back a DataFrame
+        rows = rows.to_dict("records")
+    plans, errors, seen = [], [], set()
+    for i, row in enumerate(rows, 1):
+        name = str(row.get("name") or "").strip() or f"plan {i}"
+        if name in seen:
+            errors.append(f"row {i}: the name {name!r} is used twice")
+            continue
+        try:
+            values = {}
+            for key in PLAN_KEYS:
+                if key not in row:
+                    continue
+                cell = row[key]
+                if _empty(cell) or cell == "":
+                    if key not in _OPTIONAL:
+                        raise SpecError(f"fill the {_BY_URL[key].knob.column!r} column")
+                    cell = None
+                values[key] = cell
+            plan = plan_from_values(values, style="url")
+            model = row.get("model")
+            named = NamedPlan(name, plan, model_preset(model) if model and not _empty(model) else None)
+        except (SpecError, ValueError, TypeError) as err:
+            errors.append(f"row {i} ({name}): {err}")
+            continue
+        seen.add(name)
+        plans.append(named)
+    return tuple(plans), errors
+
+
+def plan_page_params(s: ReviewState, named: NamedPlan) -> dict[str, str] | None:
+    """Query params that open `named` in the plan pages (Topology, Activation memory, TP scaling, Long
+    context), or None when its model is not a preset (those pages take preset names)."""
+    model = named.model_or(s.model)
+    if MODELS.get(model.name) != model:
+        return None
+    return plan_to_params(model.name, s.cluster, s.nodes, named.plan)
+
+
+def review_of(s: ReviewState, *, author: str = "", created: str = "", notes: tuple = ()) -> Review:
+    """The parallel.review.document.Review the page state describes."""
+    options = Options(activations=ActivationOptions(), perf=PerfOptions(mfu=s.mfu, dp_overlap=s.dp_overlap))
+    return Review(
+        title=s.title,
+        model=s.model,
+        cluster=s.cluster_spec,
+        plans=s.plans,
+        verdict=s.verdict,
+        chosen=s.chosen,
+        notes=notes,
+        author=author,
+        created=created,
+        options=options,
+    )
+
+
+def state_of_review(
+    review: Review, *, review_id: int | None = None, view: str = "compare", base: ReviewState | None = None
+) -> ReviewState:
+    """The page state that shows `review` (its cluster must be one of the presets, by name)."""
+    cluster = cluster_preset(review.cluster.name)
+    o = review.options
+    return dataclasses.replace(
+        base or ReviewState(),
+        model=review.model,
+        cluster=cluster.name,
+        nodes=review.cluster.nodes,
+        plans=tuple(review.plans),
+        title=review.title,
+        chosen=review.chosen,
+        verdict=review.verdict,
+        view=view,
+        review_id=review_id,
+        mfu=o.perf.mfu,
+        dp_overlap=o.perf.dp_overlap,
+    )
