@@ -45,11 +45,11 @@ class HangInputError(TraceError):
     """Dumps that cannot be read: a pickle, not JSON, no rank in the name, too large, too deep."""
 
 
-def clean(text: object) -> str:
+def clean(text: object, limit: int | None = MAX_NAME) -> str:
     """`text` with every control, format or separator character but space written as \\xNN / \\uNNNN
-    (ESC, C1, U+202E, NUL), cut to MAX_NAME characters: safe to print and to show."""
+    (ESC, C1, U+202E, NUL), cut to `limit` characters: safe to print and to show."""
     s = text if isinstance(text, str) else str(text)
-    s = s[:MAX_NAME]
+    s = s[:limit] if limit is not None else s
     if s.isprintable():
         return s
     return "".join(c if c.isprintable() else (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}") for c in s)
@@ -129,8 +129,9 @@ class Entry:
         else:
             op = op.split(" ", 1)[0] or "unknown"
             self.op, self.peer = _shared(op, op), None
-        sizes = bytes(e.input_sizes).decode() + "/" + bytes(e.output_sizes).decode()
-        dtypes = bytes(e.input_dtypes).decode() + "/" + bytes(e.output_dtypes).decode()
+        # kept as their JSON text, whole (compared across ranks), printable (they reach the paragraph)
+        sizes = clean(bytes(e.input_sizes).decode() + "/" + bytes(e.output_sizes).decode(), None)
+        dtypes = clean(bytes(e.input_dtypes).decode() + "/" + bytes(e.output_dtypes).decode(), None)
         self.sizes, self.dtypes = _shared(sizes, sizes), _shared(dtypes, dtypes)
         state = clean(e.state)
         self.state = _shared(state, state)

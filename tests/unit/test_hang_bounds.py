@@ -36,7 +36,9 @@ def write(folder, dumps: dict, config: dict | None = None, run=None):
     folder.mkdir(parents=True, exist_ok=True)
     for rank, entries in dumps.items():
         mine = {n: {"name": n, "desc": d, "ranks": str(r)} for n, (d, r) in (config or {}).items() if rank in r}
-        (folder / f"rank{rank}.json").write_text(json.dumps({"version": "2.8", "pg_config": mine, "entries": entries}))
+        (folder / f"rank{rank}.json").write_text(
+            json.dumps({"version": "2.8", "pg_config": mine, "entries": entries}, ensure_ascii=False)  # raw characters
+        )
     if run is not None:
         (folder.parent / "run.json").write_text(run if isinstance(run, str) else json.dumps(run))
     return folder
@@ -195,3 +197,12 @@ def test_hang_dump_reading_stays_fast_for_a_large_job(tmp_path):
     report = diagnose(load_dumps(folder))
     assert report["suspects"][0]["rank"] == 77
     assert time.perf_counter() - start < 30
+
+
+def test_control_characters_in_dtypes_are_escaped_in_the_paragraph(tmp_path):
+    odd = {**entry("1", 1), "input_dtypes": ["Fl\u202eoat\x9b"], "output_dtypes": ["Fl\u202eoat\x9b"]}
+    folder = write(tmp_path / "fr", {0: [odd], 1: [entry("1", 1)], 2: [entry("1", 1)]}, {"1": ("tp", [0, 1, 2])})
+    report = diagnose(load_dumps(folder))
+    assert report["suspects"][0]["kind"] == "dtype_mismatch" and report["suspects"][0]["rank"] == 0
+    assert "\u202e" not in report["diagnosis"] and "\x9b" not in report["diagnosis"]
+    assert "Fl\\u202eoat\\x9b" in report["diagnosis"]
