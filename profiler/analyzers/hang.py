@@ -41,6 +41,7 @@ import orjson
 
 from parallel.core.plan import Plan
 from profiler.analyzers.hang_dumps import (
+    MAX_GROUPS,
     MAX_RANKS,
     Dump,
     Dumps,
@@ -105,6 +106,8 @@ def _groups(dumps: Dumps, labeler: DimLabeler) -> tuple[dict[tuple, _Group], lis
             key = (e.pg, views[e.pg].get(d.rank)) if e.pg in split else (e.pg, None)
             g = groups.get(key)
             if g is None:
+                if len(groups) >= MAX_GROUPS:
+                    raise HangInputError(f"{d.source}: more than {MAX_GROUPS:,} process groups in the dumps")
                 g = groups[key] = _Group(e.pg, e.desc, list(key[1] or ()))
             if e.p2p:
                 g.p2p[d.rank].append(e)

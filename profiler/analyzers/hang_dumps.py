@@ -31,10 +31,11 @@ from profiler.traces.errors import NoTracesError, TraceError
 from profiler.traces.sources import Limits, open_source, resolve, stream
 
 MAX_DUMP_BYTES = 256 << 20  # one rank's dump: a 20k-entry buffer with stacks is ~100 MB
-MAX_SET_BYTES = 1 << 30  # all dumps of a set, decompressed: ~10 s of parsing on one core
+MAX_SET_BYTES = 512 << 20  # all dumps of a set, decompressed: ~10 s of parsing on one core
 MAX_ENTRIES = 1_000_000  # per dump
 MAX_SET_ENTRIES = 2_000_000  # per set: ~1 GB held; 256 ranks x 2,000 entries is 512k
 MAX_RANKS = 1 << 17  # ranks and world size
+MAX_GROUPS = 1 << 16  # distinct process groups in a set (a job has a few per rank at most)
 MAX_SEQ = (1 << 63) - 1  # Flight Recorder's counters are 64-bit
 MAX_NAME = 400  # characters of a name or description kept
 _RANK = re.compile(r"(\d+)\D*$")

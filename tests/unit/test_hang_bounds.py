@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from profiler.analyzers import hang_dumps
+from profiler.analyzers import hang, hang_dumps
 from profiler.analyzers.hang import HangInputError, diagnose, load_dumps
 from profiler.cli import hang as hang_cli
 from tests.support.fr_dumps import Fault, job_dumps, write_dumps
@@ -206,3 +206,10 @@ def test_control_characters_in_dtypes_are_escaped_in_the_paragraph(tmp_path):
     assert report["suspects"][0]["kind"] == "dtype_mismatch" and report["suspects"][0]["rank"] == 0
     assert "\u202e" not in report["diagnosis"] and "\x9b" not in report["diagnosis"]
     assert "Fl\\u202eoat\\x9b" in report["diagnosis"]
+
+
+def test_a_process_group_per_entry_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(hang, "MAX_GROUPS", 50)
+    folder = write(tmp_path / "fr", {0: [entry(str(k), 1) for k in range(60)], 1: [entry("1", 1)]})
+    with pytest.raises(HangInputError, match="more than 50 process groups"):
+        diagnose(load_dumps(folder))
