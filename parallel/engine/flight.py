@@ -63,8 +63,8 @@ class P2PLedger:
         name = group.pg.group_name
         seq = self.seq.get(name, 0) + 1
         self.seq[name] = seq
-        ordered = sorted(group.ranks)  # a process group's ranks are its members in ascending order
-        s, d = ordered.index(src), ordered.index(dst)
+        local = {r: i for i, r in enumerate(sorted(group.ranks))}  # a group's ranks: its members, ascending
+        s, d = local.get(src, src), local.get(dst, dst)
         arrow = f"{s}->{d}" if op == "send" else f"{d}<-{s}"
         dtype = str(t.dtype).removeprefix("torch.").capitalize()
         self.entries.append(
