@@ -1,21 +1,25 @@
-"""Why did it hang: a job's Flight Recorder dumps (a run here with fr/, or dumps uploaded as JSON
-files or one .zip / .tar.gz) read across ranks by profiler.analyzers.hang -- the rank grid coloured
+"""Why did it hang: a job's Flight Recorder dumps (a run here with fr/, `?run=NAME`, or dumps uploaded
+as JSON files or one .zip / .tar.gz) read across ranks by `python -m profiler hang --json` in a process
+of its own, under a time and memory budget (the server never parses a dump) -- the rank grid coloured
 by each rank's last completed collective, the suspects outlined, the diagnosis paragraph to paste
-into an incident channel, the per-group table, and the suspect's log tail when the run is ours."""
+into an incident channel, the per-group table, and each suspect's log tail when the run is ours."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
-from profiler.analyzers.hang import diagnose, load_dumps
-from profiler.traces.errors import TraceError
+from profiler.analyzers.hang_dumps import read_run_json
 from runfiles.rundir import flight_dir, log_path
 from ui import hang_charts, trace_sets
 from ui.routing import ensure_navigation
@@ -23,12 +27,33 @@ from ui.text import md
 
 UPLOAD_TYPES = ["json", "zip", "tar", "gz", "tgz"]
 LOG_TAIL = 30
+TIME_S = 60  # the diagnosis's budget: the dumps' own caps (profiler.analyzers.hang_dumps) keep it ~10 s
+MEMORY_BYTES = 3 << 30
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _limit_memory() -> None:  # in the child, before it runs
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
 
 
 @st.cache_data(show_spinner="Reading the dumps…", max_entries=16)
-def _report(path: str, stamp: str, gpus_per_node: int) -> tuple[dict, dict | None]:
-    dumps = load_dumps(path)
-    return diagnose(dumps, gpus_per_node=gpus_per_node), dumps.run
+def _report(path: str, stamp: str, gpus_per_node: int) -> tuple[dict | None, str]:
+    """(report, '') from `profiler hang PATH --json` run in its own process under the budget, or (None,
+    the one-line reason it gave none)."""
+    cmd = [sys.executable, "-m", "profiler", "hang", path, "--json", "--gpus-per-node", str(gpus_per_node)]
+    try:
+        done = subprocess.run(
+            cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIME_S, preexec_fn=_limit_memory, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"reading them took more than {TIME_S} s"
+    if done.returncode != 0:
+        lines = (done.stderr or "").strip().splitlines()
+        reason = lines[-1].removeprefix("error: ") if lines else f"exit {done.returncode}"
+        if "MemoryError" in (done.stderr or ""):
+            reason = f"reading them needs more than {MEMORY_BYTES >> 30} GiB"
+        return None, reason
+    return json.loads(done.stdout), ""
 
 
 def _runs_with_dumps() -> list[Path]:
@@ -68,6 +93,12 @@ def hang_page() -> None:
         "and upload the files (pickled dumps are refused: reading them can run code)."
     )
     runs = _runs_with_dumps()
+    asked = st.query_params.get("run")
+    if "hang.run" not in st.session_state and asked:  # a link names the run: open it
+        st.session_state["hang.run"] = next((p for p in runs if p.name == asked), None)
+        if st.session_state["hang.run"] is None:
+            del st.session_state["hang.run"]
+            st.warning(f"No run named {md(asked)} has Flight Recorder dumps here; showing the newest that has.")
     source = st.radio("Dumps", ["A run here", "Upload"], horizontal=True, key="hang.source", index=0 if runs else 1)
     c1, c2 = st.columns([3, 1])
     gpn = int(c2.number_input("GPUs per node", 1, 1024, 8, key="hang.gpn", help="a run's own hosts win"))
@@ -77,6 +108,7 @@ def hang_page() -> None:
                     "--inject-hang 2:2 --timeout 10`.")  # fmt: skip
             return
         chosen = c1.selectbox("Run", runs, format_func=lambda p: p.name, key="hang.run")
+        st.query_params["run"] = chosen.name  # the URL reopens this run
         path, stamp, run_dir = chosen, _stamp(flight_dir(chosen)), chosen
     else:
         files = c1.file_uploader(
@@ -87,17 +119,25 @@ def hang_page() -> None:
             st.info("Upload one JSON dump per rank, or a .zip / .tar.gz of them.")
             return
         path, stamp, run_dir = folder, _stamp(folder) or folder.name, None
-    try:
-        report, run = _report(str(path), stamp, gpn)
-    except (TraceError, ValueError, OSError) as err:
-        st.error(f"These dumps cannot be read: {md(err)}")
+        st.query_params.pop("run", None)
+    report, reason = _report(str(path), stamp, gpn)
+    if report is None:
+        st.error(f"These dumps cannot be read: {md(reason)}")
         return
-    (st.error if report["suspects"] else st.success)(md(report["diagnosis"]))
+    if report["suspects"]:
+        first = report["suspects"][0]
+        st.error(f"Rank {first['rank']} · {first['dim']} · {first['kind'].replace('_', ' ')} at {first['op']} "
+                 f"#{first['seq']}: the diagnosis, to paste into an incident channel")  # fmt: skip
+    else:
+        st.success("The dumps agree: no rank disagrees with its peers")
     st.code(report["diagnosis"], language=None, wrap_lines=True)  # copy button: for the incident channel
+    run = read_run_json(run_dir / "run.json") if run_dir is not None else None
     hosts = (run or {}).get("hosts") or {}
     nodes = {int(r): h["node"] for r, h in hosts.items() if isinstance(h, dict) and isinstance(h.get("node"), int)}
     world = max([*report["ranks"], *report["missing_dumps"], -1]) + 1
     cells = hang_charts.rank_cells(report, world, gpn, nodes)
+    if len(cells) < world:
+        st.caption(f"The grid shows the first {hang_charts.MAX_CELLS:,} of {world:,} ranks and every suspect.")
     st.altair_chart(hang_charts.rank_grid_chart(cells, report["progress"]["dim"]))
     if report["suspects"]:
         st.subheader("Suspects")
@@ -120,10 +160,10 @@ def hang_page() -> None:
     )
     st.dataframe(groups, hide_index=True)
     if run_dir is not None:
-        for s in report["suspects"][:4]:
-            log = log_path(run_dir, s["rank"])
+        for rank in list(dict.fromkeys(s["rank"] for s in report["suspects"]))[:4]:  # each rank's log once
+            log = log_path(run_dir, rank)
             if log.is_file():
-                with st.expander(f"rank {s['rank']}'s log (last {LOG_TAIL} lines)"):
+                with st.expander(f"rank {rank}'s log (last {LOG_TAIL} lines)"):
                     st.code("\n".join(log.read_text(errors="replace").splitlines()[-LOG_TAIL:]), language=None)
 
 

@@ -6,6 +6,7 @@ import streamlit as st
 
 from parallel.core.specs import CLUSTERS, MODELS
 from profiler.analyzers.summaries import metrics_summary
+from runfiles.rundir import flight_dir
 from ui import calibration_data, calibration_views, demo, jobs, run_loaders, run_status, selection, trace_sets
 from ui.routing import ensure_navigation
 from ui.text import md
@@ -116,6 +117,13 @@ def _details(s: TraceSet) -> None:
             st.button("Cancel this run", key="home_cancel", on_click=jobs.cancel, args=(s.job,), icon=":material/stop:")
     if s.status in ("failed", "cancelled"):
         run_status.failure(s)
+        if s.kind == "run" and any(flight_dir(s.path).glob("rank*.json")):
+            st.page_link(
+                "pages/hang.py",
+                label="Why did it hang: its Flight Recorder dumps",
+                icon=":material/troubleshoot:",
+                query_params={selection.KEY: s.id},
+            )
     if s.has_metrics:
         run_metrics = run_loaders.run_metrics(s)
         head = metrics_summary(run_metrics)

@@ -10,17 +10,22 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+MAX_CELLS = 4096  # ranks drawn; past it the first MAX_CELLS and the suspects
+
 
 def rank_cells(report: dict, world: int, gpus_per_node: int, nodes: dict[int, int] | None = None) -> pd.DataFrame:
-    """One row per rank: rank, node, gpu (local index), last (its last completed collective of the
-    root cause's dimension, None without a dump), suspect (kind or '')."""
+    """One row per rank (the first MAX_CELLS and every suspect): rank, node, gpu (local index), last
+    (its last completed collective of the root cause's dimension, None without a dump), suspect (kind
+    or '')."""
     last = {int(r): v for r, v in report["progress"]["last_completed"].items()}
     kinds = {}
     for s in report["suspects"]:
         kinds.setdefault(s["rank"], s["kind"])
     nodes = nodes or {}
     rows = []
-    for r in range(world):
+    shown = range(world) if world <= MAX_CELLS else sorted({*range(MAX_CELLS), *(r for r in kinds if r < world)})
+    dumped = set(report["ranks"])
+    for r in shown:
         node = nodes.get(r, r // gpus_per_node)
         rows.append(
             {
@@ -28,7 +33,7 @@ def rank_cells(report: dict, world: int, gpus_per_node: int, nodes: dict[int, in
                 "node": node,
                 "gpu": r % gpus_per_node,
                 "last": last.get(r),
-                "dumped": r in set(report["ranks"]),
+                "dumped": r in dumped,
                 "suspect": kinds.get(r, ""),
             }
         )

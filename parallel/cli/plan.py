@@ -26,6 +26,7 @@ from parallel.cli.args import (
 from parallel.cli.dispatch import prog_name
 from parallel.core.comm import CommOptions
 from parallel.core.compute import JOB_EFFICIENCY
+from parallel.core.devices import MIN_EFFICIENCY
 from parallel.core.memory import SWIGLU, ActivationOptions
 from parallel.core.perf import PerfOptions
 from parallel.core.plan import plan_from_values
@@ -83,13 +84,14 @@ def _device_fit(path: str):
 def options_from_args(args: argparse.Namespace) -> Options:
     for name in ("mfu", "dp_overlap"):
         value = getattr(args, name)
-        if value is not None and not (0 < value <= 1 if name == "mfu" else 0 <= value <= 1):
+        if value is not None and not (MIN_EFFICIENCY <= value <= 1 if name == "mfu" else 0 <= value <= 1):
             raise SpecError(
-                f"--{name.replace('_', '-')} must be in {'(0, 1]' if name == 'mfu' else '[0, 1]'}, got {value}"
+                f"--{name.replace('_', '-')} must be in {f'[{MIN_EFFICIENCY}, 1]' if name == 'mfu' else '[0, 1]'}, "
+                f"got {value}"
             )
     acts = ActivationOptions(act_bytes=args.act_bytes, swiglu=args.swiglu or "fused")
-    if not 0 < args.job_efficiency <= 1:
-        raise SpecError(f"--job-efficiency must be in (0, 1], got {args.job_efficiency}")
+    if not MIN_EFFICIENCY <= args.job_efficiency <= 1:
+        raise SpecError(f"--job-efficiency must be in [{MIN_EFFICIENCY}, 1], got {args.job_efficiency}")
     perf = PerfOptions(
         mfu=args.mfu,
         dp_overlap=args.dp_overlap,

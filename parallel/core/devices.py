@@ -35,6 +35,10 @@ from dataclasses import dataclass
 
 from parallel.core.specs import GB, Cluster, SpecError, _from_dict
 
+# the least fraction of peak any efficiency may claim: 0.1%, below any kernel measured; a smaller one
+# (5e-324 passes "> 0") turns step times into inf and their comparisons into nan
+MIN_EFFICIENCY = 1e-3
+
 
 @dataclass(frozen=True)
 class Device:
@@ -58,8 +62,8 @@ class Device:
             if not getattr(self, name) > 0:
                 raise SpecError(f"Device.{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("gemm_efficiency", "attention_efficiency", "memory_efficiency"):
-            if not 0 < getattr(self, name) <= 1:
-                raise SpecError(f"Device.{name} must be in (0, 1], got {getattr(self, name)!r}")
+            if not MIN_EFFICIENCY <= getattr(self, name) <= 1:
+                raise SpecError(f"Device.{name} must be in [{MIN_EFFICIENCY}, 1], got {getattr(self, name)!r}")
 
     def peak(self, fp8: bool) -> float:
         """The dense tensor-core peak GEMMs of that precision run against (fp8 falls back to bf16)."""
@@ -284,7 +288,7 @@ def device_from_fit(data: object) -> Device:
             'a device fit is a JSON object with "device" and its efficiencies (profiler calibrate --kernels)'
         )
     name = data["device"]
-    if name not in DEVICES:
+    if not isinstance(name, str) or name not in DEVICES:
         raise SpecError(f"device fit: unknown device {name!r}; one of {', '.join(DEVICES)}")
     values = {}
     for key in (
@@ -297,8 +301,13 @@ def device_from_fit(data: object) -> Device:
         v = data.get(key)
         if v is None:
             continue
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not 0 < v <= 1:
-            raise SpecError(f"device fit: {key} must be a number in (0, 1], got {v!r}")
+        if (
+            not isinstance(v, (int, float))
+            or isinstance(v, bool)
+            or not math.isfinite(v)
+            or not MIN_EFFICIENCY <= v <= 1
+        ):
+            raise SpecError(f"device fit: {key} must be a number in [{MIN_EFFICIENCY}, 1], got {v!r}")
         values[key] = float(v)
     return dataclasses.replace(DEVICES[name], name=f"{name}, fitted", **values)
 

@@ -49,8 +49,9 @@ def enable(entries: int = FR_BUFFER) -> None:
 
 class P2PLedger:
     """This rank's point-to-point ops as Flight Recorder entries: gloo's recorder leaves sends and
-    receives out (NCCL's records them itself, named as here: "send SRC->DST", "recv DST<-SRC"), so
-    the engine keeps the last FR_BUFFER of them and adds them to its dumps ("recorded_by": "parascope")."""
+    receives out (NCCL's records them itself), so the engine keeps the last FR_BUFFER of them and adds
+    them to its dumps ("recorded_by": "parascope"), named as NCCL names them: "send SRC->DST",
+    "recv DST<-SRC" with ranks within the group (torch.distributed.flight_recorder reads them so)."""
 
     def __init__(self, size: int = FR_BUFFER):
         self.entries: deque = deque(maxlen=size)
@@ -62,7 +63,9 @@ class P2PLedger:
         name = group.pg.group_name
         seq = self.seq.get(name, 0) + 1
         self.seq[name] = seq
-        arrow = f"{src}->{dst}" if op == "send" else f"{dst}<-{src}"
+        local = {r: i for i, r in enumerate(sorted(group.ranks))}  # a group's ranks: its members, ascending
+        s, d = local.get(src, src), local.get(dst, dst)
+        arrow = f"{s}->{d}" if op == "send" else f"{d}<-{s}"
         dtype = str(t.dtype).removeprefix("torch.").capitalize()
         self.entries.append(
             {
@@ -70,6 +73,7 @@ class P2PLedger:
                 "is_p2p": True,
                 "collective_seq_id": 0,
                 "p2p_seq_id": seq,
+                "op_id": seq,
                 "profiling_name": f"gloo:{op} {arrow}",
                 "input_sizes": [list(t.shape)],
                 "output_sizes": [list(t.shape)],
@@ -77,6 +81,7 @@ class P2PLedger:
                 "output_dtypes": [dtype],
                 "state": "scheduled",
                 "time_created_ns": time.time_ns(),
+                "frames": [],
                 "recorded_by": "parascope",
             }
         )
@@ -99,7 +104,10 @@ def dump(rank: int) -> dict | None:
             config[name] = {"name": name, "desc": g.dim, "ranks": str(list(g.ranks))}
     data["pg_config"] = config
     if P2P.entries:
-        data["entries"] = sorted([*data.get("entries", []), *P2P.entries], key=lambda e: e.get("time_created_ns", 0))
+        entries = sorted([*data.get("entries", []), *P2P.entries], key=lambda e: e.get("time_created_ns", 0))
+        first = next((e["record_id"] for e in entries if isinstance(e.get("record_id"), int)), 0)
+        # one record_id sequence in the merged order, from the recorder's first (its ring buffer's start)
+        data["entries"] = [{**e, "record_id": first + i} for i, e in enumerate(entries)]
     return data
 
 
@@ -174,7 +182,7 @@ class Injector:
             time.sleep(PEERS_ARRIVE_S)
             if self.recorder is not None:
                 self.recorder.request_all()
-            _larger(op, tensor, group.pg, group.size, peer)
+            _larger(op, tensor, group, peer)
         elif inj.kind == "op" and tensor is not None:  # a broadcast of one element where the peers run `op`
             dist.broadcast(tensor.reshape(-1)[:1].clone(), src=dist.get_rank(), group=group.pg, async_op=True)
         if self.recorder is not None:
@@ -183,13 +191,15 @@ class Injector:
             time.sleep(3600)
 
 
-def _larger(op: str, t: torch.Tensor, pg, n: int, peer: int | None):
-    """Issue `op` on twice `t`'s elements: the size mismatch."""
+def _larger(op: str, t: torch.Tensor, group, peer: int | None):
+    """Issue `op` on twice `t`'s elements: the size mismatch (a send or receive is entered in the
+    ledger, as the recorder enters a collective, so that it reaches the dump)."""
     big = torch.cat([t.reshape(-1), t.reshape(-1)])
-    if op == "send":
-        return dist.isend(big, peer, group=pg)
-    if op == "recv":
-        return dist.irecv(big, peer, group=pg)
+    pg, n = group.pg, group.size
+    if op in ("send", "recv"):
+        me = dist.get_rank()
+        P2P.add(group, op, me if op == "send" else peer, peer if op == "send" else me, big)
+        return (dist.isend if op == "send" else dist.irecv)(big, peer, group=pg)
     if op == "all_gather":
         return dist.all_gather_into_tensor(torch.empty(big.numel() * n, dtype=t.dtype), big, group=pg, async_op=True)
     if op == "reduce_scatter":

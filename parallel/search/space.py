@@ -465,6 +465,9 @@ def _gib(x: float) -> str:
     return f"{x / GiB:.1f} GiB"
 
 
+MAX_LAYOUT_RANKS = 400_000_000  # layouts x ranks the node-crossing checks lay out (~5 times each): ~30 s on one core
+
+
 def search(
     model: Model,
     cluster: Cluster,
@@ -509,6 +512,13 @@ def search(
             funnel,
         )
     kept = cands[fits].reset_index(drop=True)
+    layouts = len(kept[["dp", "tp", "pp", "cp"]].drop_duplicates())  # each laid out over every rank once
+    if layouts * world > MAX_LAYOUT_RANKS:
+        raise SpecError(
+            f"{model.name} on {world:,} GPUs: {layouts:,} distinct layouts of {world:,} ranks each are past the "
+            f"search's budget of {MAX_LAYOUT_RANKS:,} rank placements; narrow it (--max-tp, --max-pp, --max-cp) "
+            "or search fewer GPUs"
+        )
     table = evaluate(model, cluster, kept, base, options, {k: v[fits] for k, v in memory.items()})
     ranked = _rank(table)
     ranked["pareto"] = pareto_front(ranked)

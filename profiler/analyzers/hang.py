@@ -3,275 +3,65 @@
     dumps = load_dumps(PATH)          # a run directory (its fr/), a folder, or a .zip / .tar(.gz) of dumps
     report = diagnose(dumps, plan=plan, gpus_per_node=8)
 
-Each rank's dump (the JSON of `torch._C._distributed_c10d._dump_fr_trace_json()`; never a pickle:
-PyTorch's default dump format executes code when read) holds its process groups' last collectives:
-op, sizes, dtypes, the group's sequence number, the time each was issued. The rank is read from the
-file name (rank3.json, nccl_trace_rank_3: the last number), as torch's fr_trace reads it.
+Reading, and its bounds: profiler.analyzers.hang_dumps. Per process group, over the sequence numbers
+every member's ring buffer still holds (only those present are visited):
+- collectives in order. Entries of one coalesced call share a sequence number; such a block is compared
+  position by position, and a rank whose block is shorter made an empty coalesced call, which is no
+  fault (as in PyTorch's analyzer). At the first sequence number where the members disagree: a member
+  that never issued it (`missing`), another op (`op_mismatch`), other sizes (`size_mismatch`), other
+  dtypes (`dtype_mismatch`), or an entry still pending where the others completed (`state_mismatch`).
+  Sizes follow each op's contract, as torch.distributed.flight_recorder checks them: all_reduce's output
+  is its input, all_gather's output holds group-size times its input, reduce_scatter's input
+  group-size times its output; gather's root alone has outputs, scatter's root alone inputs, and
+  all_to_all's differ by design. The odd ones out (the minority; on a tie, the one whose entry breaks
+  its op's contract or is least usual in the group) are the suspects;
+- point-to-point ops pair up per (sender, receiver) in order: the k-th send with the k-th receive. Their
+  names give group-local ranks ("send 0->1" in a group [2, 3]), as NCCL writes them. An unpaired one
+  names the rank that did not post its side (`missing`); a pair of other sizes `size_mismatch`;
+- members that name the group with other ranks (`membership`), sequence numbers that go back (`order`).
+The root cause: a definite fault (a mismatch, a membership) first, by the time it was issued; else the
+rank whose own next operation never appears -- a suspect of a `missing` finding that is not itself
+waiting in an operation its peers lack. A rank that stops receiving makes its sender wait: the sender is
+seen waiting, the receiver is the cause. In a cycle of waits, the rank that issued an operation its
+group never issues otherwise. The group's plan dimension: profiler.analyzers.labels (the plan's groups,
+then the group's name, profiler.traces.group_names); the node is the rank's (a run's hosts, else rank //
+gpus_per_node).
 
-Per process group, over the sequence numbers every member's ring buffer still holds:
-- collectives in order: the first sequence number where the members disagree -- a member that never
-  issued it (`missing`; "stuck in compute" when its last collective is far older than the others'
-  arrival there), a different op (`op_mismatch`), other sizes (`size_mismatch`) or dtypes
-  (`dtype_mismatch`); the odd ones out (the minority) are the suspects;
-- point-to-point ops pair up per (sender, receiver) in order: the k-th send of a pair with the k-th
-  receive; an unpaired one names the rank that did not post its side (`missing`), a pair of other
-  sizes `size_mismatch`;
-- members that name the group with other ranks (`membership`), and sequence numbers that do not rise
-  with the record order (`order`).
-The root cause is the earliest first disagreement by the time its collective was issued: the other
-groups hang behind it. The group's plan dimension is its description (the engine's tp/cp/pp/dp;
-Megatron-LM's TENSOR_MODEL_PARALLEL_GROUP, ...) or, with a plan, the dimension whose groups have its
-ranks; the node is the rank's (a run's hosts, else rank // gpus_per_node).
-
-Pure: stdlib, orjson; profiler.traces.sources for bounded reading.
+Pure: stdlib, orjson.
 """
 
 from __future__ import annotations
 
 import gc
-import json
-import re
+import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-import msgspec
 import orjson
 
 from parallel.core.plan import Plan
-from profiler.traces.errors import NoTracesError, TraceError
-from profiler.traces.sources import Limits, open_source, resolve, stream
-
-KINDS = ("missing", "op_mismatch", "size_mismatch", "dtype_mismatch", "membership", "order")
-MAX_DUMP_BYTES = 256 << 20  # one rank's dump: a 20k-entry buffer with stacks is ~100 MB
-MAX_ENTRIES = 1_000_000  # per dump
-MAX_RANKS = 1 << 17
-STUCK_S = 5.0  # a missing rank whose last collective is this much older than the others' is stuck
-_RANK = re.compile(r"(\d+)\D*$")
-_P2P = re.compile(r"(?:^|:)(send|recv)\s+(\d+)\s*(?:->|<-)\s*(\d+)")
-# process-group descriptions -> plan dimension (the engine's own; Megatron-LM's; torchtitan's mesh names)
-_DESC = (
-    (re.compile(r"^(tp|sp|cp|pp|dp|ep)$"), None),
-    (re.compile(r"EXPERT"), "ep"),
-    (re.compile(r"TENSOR|(^|_)tp($|_)"), "tp"),
-    (re.compile(r"CONTEXT|(^|_)cp($|_)"), "cp"),
-    (re.compile(r"PIPELINE|EMBEDDING|POSITION|(^|_)pp($|_)"), "pp"),
-    (re.compile(r"DATA|(^|_)dp(_shard|_replicate)?($|_)|fsdp"), "dp"),
+from profiler.analyzers.hang_dumps import (
+    MAX_GROUPS,
+    MAX_RANKS,
+    Dump,
+    Dumps,
+    Entry,
+    HangInputError,
+    clean,
+    load_dumps,
+    world_ranks,
 )
+from profiler.analyzers.labels import DimLabeler
 
+__all__ = ["KINDS", "HangInputError", "MAX_RANKS", "diagnose", "load_dumps", "clean"]
 
-class HangInputError(TraceError):
-    """Dumps that cannot be read: a pickle, not JSON, no rank in the name, too large."""
-
-
-class _Raw(msgspec.Struct):
-    """The fields of a Flight Recorder entry the diagnosis reads (the rest are skipped while decoding);
-    sizes and dtypes kept as their JSON text."""
-
-    process_group: list = []
-    is_p2p: bool = False
-    collective_seq_id: int = 0
-    profiling_name: str = ""
-    input_sizes: msgspec.Raw = msgspec.Raw(b"null")
-    output_sizes: msgspec.Raw = msgspec.Raw(b"null")
-    input_dtypes: msgspec.Raw = msgspec.Raw(b"null")
-    output_dtypes: msgspec.Raw = msgspec.Raw(b"null")
-    state: str = ""
-    time_created_ns: int = 0
-    pg_id: int | None = None
-
-
-class _RawDump(msgspec.Struct):
-    entries: list[_Raw] = []
-    pg_config: dict = {}
-    pg_status: dict = {}
-
-
-_DECODER = msgspec.json.Decoder(_RawDump)
-
-
-class Entry:
-    """One Flight Recorder entry, compact (a 1,024-rank job's 2M entries in a few hundred MB): what
-    the diagnosis reads of it, `get` answering with PyTorch's key names."""
-
-    __slots__ = ("pg", "desc", "p2p", "seq", "name", "sizes", "dtypes", "sig", "state", "t", "pg_id")
-
-    def __init__(self, e: _Raw, shared: dict[str, str]):
-        _shared = shared.setdefault  # one copy of each name / sizes / dtypes string across the dumps
-        pg = e.process_group or ["", ""]
-        name, desc = str(pg[0]), str(pg[1] if len(pg) > 1 else "")
-        self.pg, self.desc = _shared(name, name), _shared(desc, desc)
-        self.p2p, self.seq = e.is_p2p, e.collective_seq_id
-        self.name = _shared(e.profiling_name, e.profiling_name)
-        sizes = bytes(e.input_sizes).decode() + "/" + bytes(e.output_sizes).decode()
-        dtypes = bytes(e.input_dtypes).decode() + "/" + bytes(e.output_dtypes).decode()
-        self.sizes, self.dtypes = _shared(sizes, sizes), _shared(dtypes, dtypes)
-        self.state = _shared(e.state, e.state)
-        sig = f"{self.name}|{self.sizes}|{self.dtypes}"
-        self.sig = _shared(sig, sig)  # equal signatures: the same op, sizes and dtypes
-        self.t, self.pg_id = e.time_created_ns, e.pg_id
-
-    _KEYS = {"profiling_name": "name", "time_created_ns": "t", "pg_id": "pg_id", "state": "state"}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        if key in ("input_sizes", "input_dtypes"):  # kept as their JSON text: one shared string, not lists
-            text = (self.sizes if key == "input_sizes" else self.dtypes).split("/", 1)[0]
-            return orjson.loads(text) if text[:1] in ("[", "{") else None
-        return getattr(self, self._KEYS[key], default)
-
-
-def _int(value) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
-@dataclass
-class Dump:
-    rank: int
-    entries: list[Entry]
-    pg_config: dict[str, dict]  # name -> {desc, ranks (list)}
-    pg_status: dict[str, dict]
-    source: str
-
-
-@dataclass
-class Dumps:
-    dumps: dict[int, Dump]
-    run: dict | None = None  # run.json when read from a run directory
-    origin: str = ""
-    skipped: list[str] = field(default_factory=list)
-
-
-def _rank_of(name: str) -> int:
-    stem = Path(name).name
-    for suffix in (".gz", ".json", ".pkl", ".pickle"):
-        stem = stem.removesuffix(suffix)
-    m = _RANK.search(stem)
-    if not m:
-        raise HangInputError(f"{name}: no rank number in the file name (name dumps like rank3.json)")
-    return int(m.group(1))
-
-
-def _parse(name: str, raw: bytes, shared: dict[str, str] | None = None) -> Dump:
-    head = raw[:2].lstrip()
-    if raw[:1] == b"\x80" or head[:1] not in (b"{", b""):
-        if raw[:1] == b"\x80":
-            raise HangInputError(
-                f"{name}: a pickle (PyTorch's default Flight Recorder format), which is never read: it can run "
-                "code. Dump JSON instead: torch._C._distributed_c10d._dump_fr_trace_json() on each rank"
-            )
-        raise HangInputError(f"{name}: not a JSON Flight Recorder dump")
-    try:
-        doc = _DECODER.decode(raw)
-    except msgspec.ValidationError as err:
-        raise HangInputError(f"{name}: not a Flight Recorder dump ({err})") from None
-    except msgspec.DecodeError as err:
-        raise HangInputError(f"{name}: not valid JSON ({err})") from None
-    if len(doc.entries) > MAX_ENTRIES:
-        raise HangInputError(f"{name}: {len(doc.entries):,} entries, more than {MAX_ENTRIES:,}")
-    shared = {} if shared is None else shared
-    entries = [Entry(e, shared) for e in doc.entries]
-    config = {}
-    for key, value in doc.pg_config.items():
-        if not isinstance(value, dict) or not key:
-            continue
-        ranks = value.get("ranks", [])
-        if isinstance(ranks, str):
-            try:
-                ranks = json.loads(ranks)
-            except ValueError:
-                ranks = []
-        if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks):
-            config[str(value.get("name") or key)] = {"desc": str(value.get("desc") or ""), "ranks": ranks}
-    status = {str(k): v for k, v in doc.pg_status.items() if isinstance(v, dict)}
-    return Dump(_rank_of(name), entries, config, status, name)
-
-
-def load_dumps(path: Any, limits: Limits | None = None) -> Dumps:
-    """Every rank's dump under `path` (module docstring); HangInputError / NoTracesError naming the problem."""
-    gc_was = gc.isenabled()
-    gc.disable()  # millions of small objects, no cycles: the collector's passes cost 4x the parse
-    try:
-        return _load_dumps(path, limits)
-    finally:
-        if gc_was:
-            gc.enable()
-
-
-def _load_dumps(path: Any, limits: Limits | None) -> Dumps:
-    p = Path(path)
-    run = None
-    if p.is_dir() and (p / "fr").is_dir():
-        try:
-            run = json.loads((p / "run.json").read_text()) if (p / "run.json").is_file() else None
-        except (OSError, ValueError):
-            run = None
-        p = p / "fr"
-    limits = limits or Limits(max_file_bytes=MAX_DUMP_BYTES)
-    try:
-        found = resolve(p, limits=limits)
-    except NoTracesError:
-        raise NoTracesError(f"{path}: no Flight Recorder dumps (*.json) in it", path=str(path)) from None
-    dumps: dict[int, Dump] = {}
-    skipped: list[str] = []
-    shared: dict[str, str] = {}
-    for name, src in found.sources():
-        if Path(name).name.startswith("."):
-            continue
-        with open_source(src) as f:
-            raw = b"".join(stream(f, name, limits))
-        d = _parse(name, raw, shared)
-        if d.rank in dumps:
-            raise HangInputError(f"{name} and {dumps[d.rank].source}: two dumps of rank {d.rank}")
-        dumps[d.rank] = d
-        if len(dumps) > MAX_RANKS:
-            raise HangInputError(f"{path}: more than {MAX_RANKS:,} ranks")
-    if not dumps:
-        raise NoTracesError(f"{path}: no Flight Recorder dumps in it", path=str(path))
-    return Dumps(dumps, run, str(path), skipped)
-
-
-# ---------------------------------------------------------------- the diagnosis
-
-
-def _op(entry: Entry) -> str:
-    name = str(entry.get("profiling_name") or "")
-    name = name.split(":", 1)[-1].strip()
-    m = _P2P.search(name)
-    if m:
-        return m.group(1)
-    return re.sub(r"[^a-z0-9_]+", "_", name.lower()).strip("_") or "unknown"
-
-
-def _sizes(entry: Entry) -> str:
-    return entry.sizes
-
-
-def _dtypes(entry: Entry) -> str:
-    return entry.dtypes
-
-
-def dim_of_desc(desc: str) -> str | None:
-    """The plan dimension a process group's description names, or None."""
-    for pattern, dim in _DESC:
-        m = pattern.search(desc or "")
-        if m:
-            return dim or m.group(1)
-    return None
-
-
-def _dim_from_plan(ranks: list[int], plan, gpus_per_node: int) -> str | None:
-    if plan is None or not ranks:
-        return None
-    topo = plan.topology(gpus_per_node)
-    key = sorted(ranks)
-    for dim in ("tp", "cp", "pp", "dp"):
-        if getattr(plan, dim) == len(key) and any(sorted(int(r) for r in g) == key for g in topo.group_ranks(dim)):
-            return dim
-    return None
+KINDS = ("missing", "op_mismatch", "size_mismatch", "dtype_mismatch", "state_mismatch", "membership", "order")
+DEFINITE = frozenset({"op_mismatch", "size_mismatch", "dtype_mismatch", "membership"})
+STUCK_S = 5.0  # a missing rank whose last collective is this much older than the others' is stuck
+_ALL_GATHER = frozenset({"all_gather", "_all_gather_base", "all_gather_base", "all_gather_into_tensor_coalesced"})
+_REDUCE_SCATTER = frozenset({"reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced"})
+_ALL_REDUCE = frozenset({"all_reduce", "allreduce_coalesced"})
+_UNEVEN = ("all_to_all", "all_gather_v", "reduce_scatter_v")  # sizes differ across ranks by design
 
 
 @dataclass
@@ -279,131 +69,274 @@ class _Group:
     name: str
     desc: str
     ranks: list[int]
-    dim: str
-    seqs: dict[int, dict[int, dict]]  # rank -> seq -> entry (collectives)
-    p2p: dict[int, list[dict]]  # rank -> its point-to-point entries in order
+    dim: str = ""
+    seqs: dict[int, dict[int, list[Entry]]] = field(default_factory=lambda: defaultdict(dict))
+    p2p: dict[int, list[Entry]] = field(default_factory=lambda: defaultdict(list))
 
 
-def _groups(dumps: Dumps, plan, gpus_per_node: int) -> tuple[dict[str, _Group], list[dict]]:
-    issues: list[dict] = []
-    config: dict[str, list[tuple[int, list[int], str]]] = defaultdict(list)
+# ---------------------------------------------------------------- groups
+
+
+def _views(dumps: Dumps) -> dict[str, dict[int, tuple[int, ...]]]:
+    """Group name -> rank -> the members that rank's pg_config names."""
+    views: dict[str, dict[int, tuple[int, ...]]] = defaultdict(dict)
     for d in dumps.dumps.values():
         for name, c in d.pg_config.items():
-            config[name].append((d.rank, c["ranks"], c["desc"]))
-    groups: dict[str, _Group] = {}
+            if c["ranks"]:
+                views[name][d.rank] = tuple(sorted(c["ranks"]))
+    return views
+
+
+def _split(views: dict[int, tuple[int, ...]]) -> bool:
+    """True when each rank's view of a name is a group of its own that its members agree on (split_group
+    and per-rank subgroups reuse a name: PyTorch keys a group by name and ranks)."""
+    return len(set(views.values())) > 1 and all(
+        r in v and all(views.get(m, v) == v for m in v) for r, v in views.items()
+    )
+
+
+def _groups(dumps: Dumps, labeler: DimLabeler) -> tuple[dict[tuple, _Group], list[dict]]:
+    issues: list[dict] = []
+    views = _views(dumps)
+    split = {name for name, v in views.items() if _split(v)}
+    groups: dict[tuple, _Group] = {}
     for d in sorted(dumps.dumps.values(), key=lambda x: x.rank):
-        last = defaultdict(lambda: -1)
+        last: dict[tuple, int] = {}
         for e in d.entries:
-            name, desc = e.pg, e.desc
-            g = groups.get(name)
+            key = (e.pg, views[e.pg].get(d.rank)) if e.pg in split else (e.pg, None)
+            g = groups.get(key)
             if g is None:
-                g = groups[name] = _Group(name, desc, [], "", defaultdict(dict), defaultdict(list))
+                if len(groups) >= MAX_GROUPS:
+                    raise HangInputError(f"{d.source}: more than {MAX_GROUPS:,} process groups in the dumps")
+                g = groups[key] = _Group(e.pg, e.desc, list(key[1] or ()))
             if e.p2p:
                 g.p2p[d.rank].append(e)
                 continue
-            seq = e.seq
-            if seq <= last[name]:
-                issues.append(
-                    {"rank": d.rank, "group": name, "kind": "order", "seq": seq, "op": _op(e), "after": last[name]}
-                )
-            last[name] = max(last[name], seq)
-            g.seqs[d.rank][seq] = e
-    for name, g in groups.items():
-        users = tuple(sorted(set(g.seqs) | set(g.p2p)))  # the dumped ranks that issued on it
-        views = [(rank, tuple(r)) for rank, r, _ in config.get(name, []) if r]
-        if not views:  # no pg_config (gloo without the engine's): the ranks that used it
-            g.ranks = list(users)
+            before = last.get(key)
+            if before is not None and e.seq < before:
+                issues.append({"rank": d.rank, "group": key, "kind": "order", "seq": e.seq, "op": e.op, "t": e.t})
+            last[key] = max(e.seq, before if before is not None else e.seq)
+            g.seqs[d.rank].setdefault(e.seq, []).append(e)
+    for key, g in groups.items():
+        if key[1] is not None:
             continue
-        # the members most dumps name; on a tie, the view that holds every rank that used the group
-        votes = Counter(v for _, v in views)
-        common = max(votes, key=lambda v: (votes[v], set(users) <= set(v), -len(v)))
+        users = set(g.seqs) | set(g.p2p)  # the dumped ranks that issued on it
+        named = views.get(g.name, {})
+        if not named:  # no pg_config (gloo without the engine's): the ranks that used it
+            g.ranks = sorted(users)
+            continue
+        votes = Counter(named.values())  # the members most dumps name; on a tie, the view holding every user
+        common = max(votes, key=lambda v: (votes[v], users <= set(v), -len(v)))
         g.ranks = list(common)
-        for rank, view in views:
+        for rank, view in named.items():
             if view != common:
-                issues.append(
-                    {"rank": rank, "group": name, "kind": "membership", "seq": None, "op": "", "ranks": list(view)}
-                )
+                issues.append({"rank": rank, "group": key, "kind": "membership", "seq": None, "op": "", "t": 0})
     for g in groups.values():
         if g.name == "0" or g.desc == "default_pg":
             g.dim = "world"
         else:
-            g.dim = dim_of_desc(g.desc) or _dim_from_plan(g.ranks, plan, gpus_per_node) or "unknown"
+            g.dim = labeler.label(ann_dim=None, ranks=tuple(g.ranks), op="", desc=g.desc)[0]
     return groups, issues
 
 
-def _first_disagreement(g: _Group, present: set[int]) -> dict | None:
-    """The group's first collective sequence number where its dumped members disagree."""
-    members = [r for r in g.ranks if r in present]
-    if len(members) < 1:
+# ---------------------------------------------------------------- collectives
+
+
+def _shape_numel(text: str) -> int | None:
+    """Total elements of a sizes list's JSON text ([[4, 4], [8]] -> 24); None when it is not one."""
+    try:
+        sizes = orjson.loads(text)
+    except orjson.JSONDecodeError:
         return None
-    have = {r: g.seqs.get(r, {}) for r in members}
-    lo = max((min(s) for s in have.values() if s), default=None)
-    hi = max((max(s) for s in have.values() if s), default=None)
-    if lo is None:
+    if not isinstance(sizes, list):
         return None
-    for seq in range(lo, hi + 1):
-        at = {r: s[seq] for r, s in have.items() if seq in s}
-        if len(at) == len(members) and len({e.sig for e in at.values()}) == 1:
-            continue  # every member issued the same: the common case, without a closer look
-        lacking = [r for r in members if seq not in have[r]]
-        if lacking:
-            if len(lacking) == len(members):
-                continue  # a gap in every buffer: nothing to compare
-            ref = next(iter(at.values()))
-            return {"seq": seq, "kind": "missing", "suspects": lacking, "op": _op(ref), "entries": at}
-        for kind, key in (("op_mismatch", _op), ("size_mismatch", _sizes), ("dtype_mismatch", _dtypes)):
-            values = {r: key(e) for r, e in at.items()}
-            if len(set(values.values())) > 1:
-                # the value most members hold; on a tie (two members) the one the group issues most often
-                votes = Counter(values.values())
-                usual = Counter(key(e) for s in have.values() for e in s.values())
-                common = max(votes, key=lambda v: (votes[v], usual[v]))
-                odd = sorted(r for r, v in values.items() if v != common)
-                ref = next(e for r, e in at.items() if values[r] == common)
-                found = {"seq": seq, "kind": kind, "suspects": odd, "op": _op(ref), "entries": at}
-                return {**found, "expected": common.split("/")[0], "got": values[odd[0]].split("/")[0]}
+    total = 0
+    for s in sizes:
+        if not isinstance(s, list) or not all(isinstance(x, int) and 0 <= x < 1 << 62 for x in s):
+            return None
+        total += math.prod(s)
+    return total
+
+
+def _contract(e: Entry, n: int) -> str | None:
+    """What the entry's own sizes or dtypes break of its op's contract (module docstring), or None."""
+    inp, out = e.sizes.split("/", 1)
+    if e.op in _ALL_REDUCE and inp != out:
+        return "size"
+    if e.op in _ALL_GATHER or e.op in _REDUCE_SCATTER:
+        a, b = _shape_numel(inp), _shape_numel(out)
+        if a is not None and b is not None and (b != a * n if e.op in _ALL_GATHER else a != b * n):
+            return "size"
+    if e.op not in ("scatter", "gather", "broadcast") and inp not in ("[[]]", "[]") and out not in ("[[]]", "[]"):
+        di, do = e.dtypes.split("/", 1)
+        if di != do and di not in ("null", '""') and do not in ("null", '""'):
+            return "dtype"
     return None
 
 
-def _p2p_disagreement(g: _Group, present: set[int]) -> dict | None:
-    """The first unpaired or mismatched point-to-point op of the group: sends and receives pair per
-    (sender, receiver) in order."""
-    sends: dict[tuple[int, int], list[dict]] = defaultdict(list)
-    recvs: dict[tuple[int, int], list[dict]] = defaultdict(list)
-    for entries in g.p2p.values():
+def _compared(e: Entry, kind: str) -> str:
+    """The part of an entry its peers' must equal, for one kind of comparison."""
+    if kind == "op":
+        return e.op
+    inp, out = (e.sizes if kind == "size" else e.dtypes).split("/", 1)
+    if e.op.startswith(_UNEVEN) and kind == "size":
+        return ""
+    if e.op == "scatter":
+        inp = ""  # only the root has inputs
+    if e.op == "gather":
+        out = ""  # only the root has outputs
+    return f"{inp}/{out}"
+
+
+def _odd(values: dict[int, str], usual: Counter, bad: dict[int, bool]) -> tuple[str, list[int]]:
+    """The value most members hold (on a tie: the one whose holders keep their op's contract, then the
+    most usual in the group) and the members that hold another."""
+    votes = Counter(values.values())
+    holders_ok = {v: not any(bad.get(r) for r, x in values.items() if x == v) for v in votes}
+    common = max(votes, key=lambda v: (votes[v], holders_ok[v], usual[v]))
+    return common, sorted(r for r, v in values.items() if v != common)
+
+
+def _position(g: _Group, seq: int, at: dict[int, Entry], n: int, usual) -> dict | None:
+    contract = {r: _contract(e, n) for r, e in at.items()}
+    for kind in ("op", "size", "dtype"):
+        values = {r: _compared(e, kind) for r, e in at.items()}
+        if len(set(values.values())) > 1:
+            bad = {r: contract[r] is not None for r in at}
+            common, odd = _odd(values, usual(kind, lambda e, k=kind: _compared(e, k)), bad)
+            ref = next(e for r, e in at.items() if values[r] == common)
+            got = at[odd[0]]
+            text = {"op": (ref.op, got.op), "size": (ref.sizes, got.sizes), "dtype": (ref.dtypes, got.dtypes)}[kind]
+            return {"kind": f"{kind}_mismatch", "suspects": odd, "op": ref.op, "expected": text[0], "got": text[1]}
+    broken = sorted(r for r, c in contract.items() if c is not None)
+    if broken:
+        e = at[broken[0]]
+        return {"kind": f"{contract[broken[0]]}_mismatch", "suspects": broken, "op": e.op, "self": True}
+    states = {r: e.state for r, e in at.items()}
+    if len(set(states.values())) > 1 and "completed" in states.values():
+        late = sorted(r for r, s in states.items() if s != "completed")
+        return {"kind": "state_mismatch", "suspects": late, "op": at[late[0]].op, "got": states[late[0]]}
+    return None
+
+
+def _collective_findings(g: _Group, present: set[int]) -> dict | None:
+    """The group's first collective sequence number where its dumped members disagree."""
+    members = [r for r in g.ranks if r in present]
+    have = {r: g.seqs.get(r, {}) for r in members}
+    if not members or not any(have.values()):
+        return None
+    lo = max((min(s) for s in have.values() if s), default=0)
+    n = len(g.ranks)
+    counts: dict[str, Counter] = {}
+
+    def usual(kind, key):  # how often the group issues each value: the tie-break, computed when needed
+        if kind not in counts:
+            counts[kind] = Counter(key(e) for s in have.values() for block in s.values() for e in block)
+        return counts[kind]
+
+    checked: dict[str, bool] = {}  # signature -> keeps its op's contract
+    for seq in sorted({s for m in have.values() for s in m if s >= lo}):
+        at = {r: s[seq] for r, s in have.items() if seq in s}
+        if len(at) == len(members):
+            sigs = {tuple(e.sig for e in block) for block in at.values()}
+            if len(sigs) == 1:
+                (sig,) = sigs
+                if all(checked.setdefault(s, _contract(e, n) is None) for s, e in zip(sig, next(iter(at.values())))):
+                    continue  # every member issued the same, keeping its contract: the common case
+        lacking = [r for r in members if seq not in have[r]]
+        first = {r: block[0] for r, block in at.items()}
+        t = min(e.t for e in first.values())
+        if lacking:
+            ref = next(iter(first.values()))
+            return {"seq": seq, "kind": "missing", "suspects": lacking, "waiters": sorted(at), "op": ref.op,
+                    "entries": first, "time": t}  # fmt: skip
+        for i in range(max(len(b) for b in at.values())):
+            pos = {r: block[i] for r, block in at.items() if i < len(block)}
+            if len(pos) < 2 and len(members) > 1:
+                continue  # an empty coalesced call on the others
+            found = _position(g, seq, pos, n, usual)
+            if found is not None:
+                return {"seq": seq, "waiters": [], "entries": pos, "time": t, **found}
+    return None
+
+
+# ---------------------------------------------------------------- point to point
+
+
+def _global_pair(e: Entry, rank: int, ordered: list[int]) -> tuple[int, int] | None:
+    """(src, dst) in global ranks: the name's ranks are group-local (NCCL's, and ours); a name that
+    only reads as global ranks (older dumps) is taken as such."""
+    src, dst = e.peer
+    me = src if e.op == "send" else dst
+    if src < len(ordered) and dst < len(ordered) and ordered[me] == rank:
+        return ordered[src], ordered[dst]
+    if me == rank:
+        return src, dst
+    return None
+
+
+def _p2p_findings(g: _Group, present: set[int]) -> list[dict]:
+    """Per (sender, receiver) pair, its first unpaired or mismatched message."""
+    ordered = sorted(g.ranks)
+    sends: dict[tuple[int, int], list[Entry]] = defaultdict(list)
+    recvs: dict[tuple[int, int], list[Entry]] = defaultdict(list)
+    for rank, entries in g.p2p.items():
         for e in entries:
-            m = _P2P.search(str(e.get("profiling_name") or ""))
-            if not m:
+            if e.peer is None:
                 continue
-            kind, a, b = m.group(1), int(m.group(2)), int(m.group(3))
-            (sends if kind == "send" else recvs)[(a, b)].append(e)
-    worst = None
-    for pair in set(sends) | set(recvs):
+            pair = _global_pair(e, rank, ordered)
+            if pair is not None:
+                (sends if e.op == "send" else recvs)[pair].append(e)
+    found = []
+    for pair in sorted(set(sends) | set(recvs)):
         src, dst = pair
         if src not in present or dst not in present:
             continue
         s, r = sends.get(pair, []), recvs.get(pair, [])
         for k in range(max(len(s), len(r))):
             if k >= len(s) or k >= len(r):
+                lacking, waiting, op = (dst, src, "recv") if k >= len(r) else (src, dst, "send")
                 have = s[k] if k < len(s) else r[k]
-                who, op = (dst, "recv") if k >= len(r) else (src, "send")
-                found = {"seq": k + 1, "kind": "missing", "suspects": [who], "op": op, "entries": {}, "pair": pair}
-                found["time"] = int(have.get("time_created_ns") or 0)
-            elif _sizes(s[k]).split("/")[0] != _sizes(r[k]).split("/")[0]:
-                found = {"seq": k + 1, "kind": "size_mismatch", "suspects": [src], "op": "send", "entries": {}}
-                found.update(pair=pair, time=int(s[k].get("time_created_ns") or 0))
-            else:
-                continue
-            if worst is None or found["time"] < worst["time"]:
-                worst = found
-            break
-    return worst
+                found.append({"seq": k + 1, "kind": "missing", "suspects": [lacking], "waiters": [waiting],
+                              "op": op, "entries": {waiting: have}, "pair": pair, "time": have.t})  # fmt: skip
+                break
+            sent, received = s[k].sizes.split("/", 1)[0], r[k].sizes.split("/", 1)[1]
+            if sent != received:
+                usual = Counter(e.sizes.split("/", 1)[0] for e in s) + Counter(e.sizes.split("/", 1)[1] for e in r)
+                odd, op = (src, "send") if usual[sent] <= usual[received] else (dst, "recv")
+                found.append({"seq": k + 1, "kind": "size_mismatch", "suspects": [odd], "waiters": [], "op": op,
+                              "entries": {src: s[k], dst: r[k]}, "pair": pair, "time": min(s[k].t, r[k].t),
+                              "expected": received if odd == src else sent,
+                              "got": sent if odd == src else received})  # fmt: skip
+                break
+    return found
+
+
+# ---------------------------------------------------------------- the root cause
+
+
+def _order(findings: list[dict], groups: dict[tuple, _Group]) -> list[dict]:
+    """Findings, the root cause first (module docstring); each finding's root suspects first."""
+    waiting = {r for f in findings if f["kind"] == "missing" for r in f["waiters"]}
+    for f in findings:
+        if f["kind"] == "missing":
+            roots = [r for r in f["suspects"] if r not in waiting]
+            f["root"] = bool(roots)
+            f["suspects"] = roots + [r for r in f["suspects"] if r in waiting]
+    if not any(f["kind"] in DEFINITE or f.get("root") for f in findings):
+        for f in findings:  # a cycle of waits: the issuers of an operation their group never issues otherwise
+            if f["kind"] == "missing" and "pair" not in f and f["waiters"]:
+                g = f["group"]
+                ops = Counter(e.op for s in g.seqs.values() for block in s.values() for e in block)
+                if ops[f["op"]] <= len(f["waiters"]):
+                    f.update(kind="op_mismatch", suspects=f["waiters"], waiters=[], got=f["op"], expected="")
+    tier = {**dict.fromkeys(DEFINITE, 0), "missing": 2, "state_mismatch": 3, "order": 4}
+    return sorted(findings, key=lambda f: (1 if f.get("root") else tier[f["kind"]], f["time"]))
 
 
 def _node(rank: int, run: dict | None, gpus_per_node: int) -> int:
-    hosts = (run or {}).get("hosts") or {}
-    info = hosts.get(str(rank))
-    if isinstance(info, dict) and isinstance(info.get("node"), int):
+    info = ((run or {}).get("hosts") or {}).get(str(rank))
+    if isinstance(info, dict) and isinstance(info.get("node"), int) and 0 <= info["node"] < MAX_RANKS:
         return info["node"]
     return rank // max(gpus_per_node, 1)
 
@@ -412,14 +345,10 @@ def _last(g: _Group, d: Dump) -> int | None:
     """The group's last completed collective sequence number on the rank: its pg_status where the
     backend keeps it, else the last one its buffer holds."""
     seqs = g.seqs.get(d.rank, {})
-    pg_id = next((str(e.get("pg_id")) for e in seqs.values() if e.get("pg_id") is not None), None)
-    status = d.pg_status.get(pg_id or "", {})
-    try:
-        value = int(status.get("last_completed_collective"))
-        if value >= 0:
-            return value
-    except (TypeError, ValueError):
-        pass
+    pg_id = next((str(b[0].pg_id) for b in seqs.values() if b[0].pg_id is not None), None)
+    value = d.pg_status.get(pg_id or "", {}).get("last_completed_collective")
+    if value is not None and value >= 0:
+        return value
     return max(seqs) if seqs else None
 
 
@@ -435,56 +364,32 @@ def diagnose(dumps: Dumps, *, plan: Plan | None = None, gpus_per_node: int = 8) 
 
 
 def _diagnose(dumps: Dumps, plan, gpus_per_node: int) -> dict:
-    run = dumps.run
-    if plan is None and run and isinstance(run.get("plan"), dict):
-        try:
-            plan = Plan.from_dict(run["plan"])
-        except (ValueError, TypeError, KeyError):
-            plan = None
-    world = plan.world_size if plan is not None else (run or {}).get("world_size")
+    plan = plan if plan is not None else dumps.plan()
+    world = world_ranks(dumps, plan)
+    if plan is not None and plan.world_size < max(dumps.dumps) + 1:
+        plan = None  # the dumps come from a larger job than the plan: its groups say nothing
     present = set(dumps.dumps)
-    groups, issues = _groups(dumps, plan, gpus_per_node)
+    groups, issues = _groups(dumps, DimLabeler(plan))
     findings = []
     for g in groups.values():
-        for found in (_first_disagreement(g, present), _p2p_disagreement(g, present)):
-            if found is None:
-                continue
-            if "time" not in found:
-                found["time"] = min((int(e.get("time_created_ns") or 0) for e in found["entries"].values()), default=0)
-            findings.append({**found, "group": g})
+        found = _collective_findings(g, present)
+        for f in ([found] if found else []) + _p2p_findings(g, present):
+            findings.append({**f, "group": g})
     for issue in issues:
-        g = groups.get(issue["group"])
-        findings.append(
-            {
-                "seq": issue["seq"],
-                "kind": issue["kind"],
-                "suspects": [issue["rank"]],
-                "op": issue["op"],
-                "entries": {},
-                "group": g,
-                "time": 0,
-            }
-        )
-    # the root cause first: membership and order faults, then the earliest issued disagreement
-    findings.sort(key=lambda f: (f["kind"] not in ("membership", "order"), f["time"]))
+        findings.append({"seq": issue["seq"], "kind": issue["kind"], "suspects": [issue["rank"]], "waiters": [],
+                         "op": issue["op"], "entries": {}, "group": groups[issue["group"]], "time": issue["t"]})  # fmt: skip
+    findings = _order(findings, groups)
+    run = dumps.run
     suspects, seen = [], set()
     for f in findings:
         for r in f["suspects"]:
-            if (r, f["group"].name) in seen:
+            if (r, id(f["group"])) in seen:
                 continue
-            seen.add((r, f["group"].name))
-            suspects.append(
-                {
-                    "rank": int(r),
-                    "dim": f["group"].dim,
-                    "kind": f["kind"],
-                    "op": f["op"],
-                    "seq": f["seq"],
-                    "node": _node(int(r), run, gpus_per_node),
-                    "group": f["group"].name,
-                }
-            )
-    missing_dumps = sorted(set(range(world)) - present) if isinstance(world, int) else []
+            seen.add((r, id(f["group"])))
+            g = f["group"]
+            suspects.append({"rank": int(r), "dim": g.dim, "kind": f["kind"], "op": f["op"], "seq": f["seq"],
+                             "node": _node(int(r), run, gpus_per_node), "group": g.name})  # fmt: skip
+    missing_dumps = sorted(set(world) - present)
     group_rows = [
         {
             "name": g.name,
@@ -493,9 +398,8 @@ def _diagnose(dumps: Dumps, plan, gpus_per_node: int) -> dict:
             "ranks": g.ranks,
             "last_completed": {str(r): _last(g, dumps.dumps[r]) for r in g.ranks if r in present},
         }
-        for g in sorted(groups.values(), key=lambda x: (x.dim, x.name))
+        for g in sorted(groups.values(), key=lambda x: (x.dim, x.name, x.ranks))
     ]
-    text = _paragraph(findings, suspects, dumps, missing_dumps, groups)
     dim = suspects[0]["dim"] if suspects else None
     progress = {}  # each rank's last completed collective in its group of the root cause's dimension
     for row in group_rows:
@@ -503,30 +407,33 @@ def _diagnose(dumps: Dumps, plan, gpus_per_node: int) -> dict:
             progress.update(row["last_completed"])
     return {
         "progress": {"dim": dim, "last_completed": progress},
-        "diagnosis": text,
+        "diagnosis": _paragraph(findings, suspects, dumps, missing_dumps),
         "suspects": suspects,
         "groups": group_rows,
         "ranks": sorted(present),
+        "world_size": len(world),
         "missing_dumps": missing_dumps,
         "evidence": _evidence(findings[0]) if findings else [],
     }
 
 
+# ---------------------------------------------------------------- the paragraph
+
+
 def _stuck_note(f: dict, dumps: Dumps) -> str:
-    if f["kind"] != "missing" or not f["entries"]:
+    if f["kind"] != "missing" or not f["entries"] or "pair" in f:
         return ""
     g = f["group"]
-    arrived = min(int(e.get("time_created_ns") or 0) for e in f["entries"].values())
+    arrived = min(e.t for e in f["entries"].values())
     notes = []
-    for r in f["suspects"]:
+    for r in f["suspects"][:4]:
         seqs = g.seqs.get(r, {})
         if not seqs or not arrived:
             continue
-        last = seqs[max(seqs)]
-        gap = (arrived - int(last.get("time_created_ns") or 0)) / 1e9
-        later = max((int(e.get("time_created_ns") or 0) for e in dumps.dumps[r].entries), default=0)
+        gap = (arrived - seqs[max(seqs)][-1].t) / 1e9
+        later = max((e.t for e in dumps.dumps[r].entries), default=0)
         if later > arrived:
-            notes.append(f"rank {r} went on to other collectives after the others arrived: it skipped this one")
+            notes.append(f"rank {r} went on to other operations after the others arrived: it skipped this one")
         elif gap > STUCK_S:
             notes.append(
                 f"rank {r}'s last collective was issued {gap:,.1f} s before the others arrived here: it was stuck "
@@ -537,47 +444,67 @@ def _stuck_note(f: dict, dumps: Dumps) -> str:
     return "; ".join(notes)
 
 
-def _paragraph(findings, suspects, dumps: Dumps, missing_dumps: list[int], groups) -> str:
+def _sizes_text(text: str) -> str:
+    """'in/out' JSON texts as one when they are equal (most ops), else 'in in, out out'."""
+    inp, _, out = text.partition("/")
+    return inp if out in (inp, "null", "") else f"{inp} in, {out} out"
+
+
+def _paragraph(findings, suspects, dumps: Dumps, missing_dumps: list[int]) -> str:
     n = len(dumps.dumps)
     if not findings:
-        head = f"The {n} ranks' Flight Recorder dumps agree: every process group's members issued the same collectives"
+        head = f"The {n} ranks' Flight Recorder dumps agree: every process group's members issued the same operations"
         if missing_dumps:
             head += f"; no dump from rank(s) {_ranks_text(missing_dumps)} (their processes may have died first)"
         return head + "."
     f = findings[0]
     g = f["group"]
     who = _ranks_text(f["suspects"])
-    where = (
-        f"{g.dim.upper() if g.dim not in ('world', 'unknown') else g.dim} group {g.name} (ranks {_ranks_text(g.ranks)})"
-    )
+    dim = g.dim.upper() if g.dim not in ("world", "unknown") else g.dim
+    where = f"{dim} group {g.name} (ranks {_ranks_text(g.ranks)})"
     nodes = sorted({s["node"] for s in suspects if s["rank"] in f["suspects"]})
     node = f" on node {', '.join(map(str, nodes))}" if nodes else ""
-    what = {
-        "missing": f"never issued {f['op']} #{f['seq']}, which the other members of the {where} did",
-        "op_mismatch": f"issued {f.get('got')} as collective #{f['seq']} of the {where}, where its peers issued "
-        f"{f['op']}",
-        "size_mismatch": f"issued {f['op']} #{f['seq']} of the {where} with sizes {f.get('got')} where its peers "
-        f"used {f.get('expected')}",
-        "dtype_mismatch": f"issued {f['op']} #{f['seq']} of the {where} in {f.get('got')} where its peers used "
-        f"{f.get('expected')}",
-        "membership": f"names the {where} with other ranks than its peers do",
-        "order": f"issued the {where}'s collectives out of sequence order",
-    }[f["kind"]]
+    kind = f["kind"]
+    if kind == "missing":
+        what = f"never issued {f['op']} #{f['seq']}, which the other members of the {where} did"
+    elif kind == "op_mismatch":
+        what = f"issued {f.get('got')} as collective #{f['seq']} of the {where}" + (
+            f", where its peers issued {f['expected']}" if f.get("expected") else ", which its peers never issue"
+        )
+    elif kind in ("size_mismatch", "dtype_mismatch"):
+        what = f"issued {f['op']} #{f['seq']} of the {where} " + ("with sizes " if kind == "size_mismatch" else "in ")
+        if "got" in f:
+            what += f"{_sizes_text(f['got'])} where its peers used {_sizes_text(f['expected'])}"
+        else:  # its own entry breaks the op's contract
+            e = f["entries"][f["suspects"][0]]
+            inp, out = (e.sizes if kind == "size_mismatch" else e.dtypes).split("/", 1)
+            what += f"{inp} in and {out} out, which {f['op']} does not allow"
+    elif kind == "state_mismatch":
+        what = f"still shows {f['op']} #{f['seq']} of the {where} as {f.get('got')!r} where its peers completed it"
+    elif kind == "membership":
+        what = f"names the {where} with other ranks than its peers do"
+    else:
+        what = f"issued the {where}'s collectives out of sequence order"
     if f.get("pair"):
         src, dst = f["pair"]
-        what = (
-            f"never posted the {f['op']} of message #{f['seq']} from rank {src} to rank {dst} in the {where}, "
-            f"which rank {dst if f['op'] == 'send' else src} did"
-            if f["kind"] == "missing"
-            else f"sent message #{f['seq']} to rank {dst} in the {where} with other sizes than rank {dst} receives"
-        )
+        if f["kind"] == "missing":
+            peer = dst if f["op"] == "send" else src
+            what = (
+                f"never posted the {f['op']} of message #{f['seq']} from rank {src} to rank {dst} in the {where}, "
+                f"whose other side rank {peer} posted"
+            )
+        else:
+            what = (
+                f"posted the {f['op']} of message #{f['seq']} from rank {src} to rank {dst} in the {where} with "
+                f"sizes {f['got']} where the other side has {f['expected']}"
+            )
     text = f"Rank {who}{node} {what}: the job hangs there"
     note = _stuck_note(f, dumps)
     if note:
         text += f" ({note})"
-    others = [x for x in findings[1:] if x["group"].name != g.name]
+    others = [x for x in findings[1:] if x["group"] is not g]
     if others:
-        text += f". {len(others)} other group(s) wait behind it"
+        text += f". {len(others)} other finding(s) in other groups follow from it"
     if missing_dumps:
         text += f". No dump from rank(s) {_ranks_text(missing_dumps)}: look at their logs"
     return text + f". Read from {n} rank dump(s)."
@@ -590,6 +517,13 @@ def _ranks_text(ranks) -> str:
     return ", ".join(map(str, ranks))
 
 
+def _json(text: str):
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
 def _evidence(f: dict) -> list[dict]:
     """The root cause's entries, one row per rank: op, sequence number, sizes, dtypes, state."""
     rows = []
@@ -599,11 +533,12 @@ def _evidence(f: dict) -> list[dict]:
                 "rank": rank,
                 "group": f["group"].name,
                 "seq": f["seq"],
-                "op": _op(e),
-                "input_sizes": e.get("input_sizes"),
-                "dtypes": e.get("input_dtypes"),
-                "state": e.get("state"),
-                "issued_ns": e.get("time_created_ns"),
+                "op": e.op,
+                "input_sizes": _json(e.sizes.split("/", 1)[0]),
+                "output_sizes": _json(e.sizes.split("/", 1)[1]),
+                "dtypes": _json(e.dtypes.split("/", 1)[0]),
+                "state": e.state,
+                "issued_ns": e.t,
             }
         )
     for r in f["suspects"]:

@@ -6,7 +6,7 @@ Precedence for `dim` (recorded in `dim_source`):
                    lie inside one group). With plan.sp, a TP group collective stays 'tp' unless its
                    annotation says 'sp': on the wire SP and TP use the same group;
   3. 'group_desc'  the process group's description (Megatron-LM TENSOR_MODEL_PARALLEL_GROUP,
-                   DeviceMesh mesh_tp, ...), see patterns.GROUP_DESC_DIMS;
+                   DeviceMesh mesh_tp, ...), see profiler.traces.group_names;
   4. 'unknown'.
 Afterwards, across ranks (analyzers.collectives): 'group_size' -- a collective with none of these
 whose group is every rank of the job is labelled 'world': which dimension it serves is not known.
@@ -21,8 +21,8 @@ from parallel.core.specs import SpecError
 from parallel.core.topology import DIMS as PLAN_DIMS
 from parallel.core.topology import Topology
 from profiler.traces.errors import PlanMismatchError
+from profiler.traces.group_names import dim_from_group_desc
 from profiler.traces.model import Traces
-from profiler.traces.patterns import dim_from_group_desc
 
 PlanLike = Plan | dict | None  # a Plan, its JSON dict, or None (run.json's plan, if any)
 P2P_OPS = frozenset({"send", "recv", "send_recv"})

@@ -32,8 +32,8 @@ import pandas as pd
 from parallel.core.plan import Plan
 from parallel.core.topology import ORDERS, Topology
 from profiler.analyzers.labels import P2P_OPS
+from profiler.traces.group_names import dim_from_group_desc
 from profiler.traces.model import Traces
-from profiler.traces.patterns import dim_from_group_desc
 
 LAYOUT_DIMS = ("tp", "cp", "pp", "dp")
 

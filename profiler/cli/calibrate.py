@@ -291,6 +291,11 @@ def main(argv=None) -> int:
     if args.cores < 1:
         print(f"error: --cores {args.cores}: expected 1 or more", file=sys.stderr)
         return 2
+    out = Path(args.out)
+    if out.is_dir() or not out.parent.is_dir():  # said before the fit, not after it
+        where = "is a folder" if out.is_dir() else f"is in {out.parent}, which is not a folder"
+        print(f"error: --out {args.out} {where}: give a file path in an existing folder", file=sys.stderr)
+        return 2
     if args.kernels:
         from profiler.analyzers.device_fit import DeviceFitError
 

@@ -8,9 +8,10 @@ PATH: a run directory (its fr/), a folder of dumps, or a .zip / .tar(.gz) of the
 rank, as `torch._C._distributed_c10d._dump_fr_trace_json()` returns it, the rank the last number in
 its name. Pickled dumps are refused, never read. `--plan` (a plan JSON, a Megatron-LM launch script
 or a torchtitan TOML) names the groups' dimensions where the dumps' group descriptions do not.
-Prints the diagnosis paragraph and the evidence; --json prints {diagnosis, suspects [{rank, dim,
-kind, op, seq, node}], groups [{name, dim, ranks, last_completed}], ranks, missing_dumps, evidence}.
-Exit 0 when the dumps were read (whatever they show), 2 when they cannot be.
+Prints the diagnosis paragraph and the evidence (names with control characters escaped); --json
+prints {diagnosis, suspects [{rank, dim, kind, op, seq, node, group}], groups [{name, desc, dim, ranks,
+last_completed}], ranks, world_size, missing_dumps, evidence, progress}. Exit 0 when the dumps were read
+(whatever they show), 2 when they cannot be (one line: profiler.analyzers.hang_dumps's bounds).
 Pure: no torch.
 """
 

@@ -21,6 +21,7 @@ Pure: stdlib and parallel's pure modules only.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from parallel.engine.api import TrainConfig
 from parallel.engine.injection import parse_injection
 
 DEFAULT_STEPS = 4  # wait 1 + warmup 1 + active 2: two recorded steady steps
+MAX_STEPS = 1_000_000  # a profiled run records every step it traces: far past any useful profile
 
 
 @dataclass(frozen=True)
@@ -246,8 +248,11 @@ def parse_run(argv) -> tuple[RunSpec | None, list[str], list[str]]:
         if args.gpus_per_node is None:
             args.gpus_per_node = nproc
     errors = errors + sched + launch
-    if args.job_timeout is not None and args.job_timeout <= 0:
-        errors.append(f"--job-timeout {args.job_timeout} must be > 0")
+    for flag, value in (("--steps", cfg.steps), ("--wait", args.wait), ("--warmup", args.warmup), ("--active", active)):
+        if value > MAX_STEPS:
+            errors.append(f"{flag} {value}: at most {MAX_STEPS:,} steps")
+    if args.job_timeout is not None and not 0 < args.job_timeout < math.inf:  # nan compares false: refused
+        errors.append(f"--job-timeout {args.job_timeout} must be a number of seconds > 0")
     try:
         injection = parse_injection(args.inject_hang)
     except ValueError as err:

@@ -83,11 +83,6 @@ CATEGORY_ALIASES = {
 #   2  ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)
 #   3  ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)      (NCCL >= 2.19)
 NCCL_KERNEL = re.compile(r"^(?:void )?nccl(?:Dev)?Kernel_(?P<op>[A-Za-z]+)")
-NCCL_GENERATIONS = {
-    1: re.compile(r"^(?:void )?ncclKernel_\w+\(ncclWorkElem\)"),
-    2: re.compile(r"^(?:void )?ncclKernel_\w+\(ncclDevComm\*"),
-    3: re.compile(r"^(?:void )?ncclDevKernel_\w+\(ncclDevKernelArgsStorage<"),
-}
 # RCCL (ROCm) names its generic kernel without the op; the op then comes from the CPU launch.
 RCCL_KERNEL = re.compile(r"rccl|^(?:void )?ncclDevKernel_Generic", re.IGNORECASE)
 # torch symmetric memory (torch.distributed._symmetric_memory) and vLLM's custom all-reduce.
@@ -159,17 +154,6 @@ DTYPE_BYTES = {
     "c10::float8_e5m2": 1,
 }
 
-# Parallel dimension from a process-group description: Megatron-LM's group names and DeviceMesh's
-# "mesh_<dim>" (torchtitan: mesh_tp, mesh_dp_shard_cp, ...). First match wins.
-GROUP_DESC_DIMS = (
-    (re.compile(r"TENSOR_AND_|_AND_EXPERT|^MODEL_PARALLEL_GROUP", re.I), None),  # composite groups
-    (re.compile(r"EXPERT|(?:^|_)ep(?:_|$)", re.I), "ep"),
-    (re.compile(r"TENSOR_MODEL_PARALLEL|(?:^|_)tp(?:_|$)", re.I), "tp"),
-    (re.compile(r"PIPELINE_MODEL_PARALLEL|EMBEDDING_GROUP|(?:^|_)pp(?:_|$)", re.I), "pp"),
-    (re.compile(r"DATA_PARALLEL|(?:^|_)(?:dp|fsdp|ddp)(?:_|$)", re.I), "dp"),  # before cp: ..._WITH_CP
-    (re.compile(r"CONTEXT_PARALLEL|(?:^|_)cp(?:_|$)", re.I), "cp"),
-)
-
 
 def normalize_op(token: str | None) -> str:
     """The op of any collective spelling: 'AllReduce', '_allgather_base' -> all_reduce, all_gather."""
@@ -180,14 +164,6 @@ def normalize_op(token: str | None) -> str:
         if key in flat:
             return op
     return "other"
-
-
-def nccl_generation(name: str) -> int:
-    """1, 2 or 3 for the NCCL kernel signatures above, 0 for any other name."""
-    for gen, pattern in NCCL_GENERATIONS.items():
-        if pattern.match(name):
-            return gen
-    return 0
 
 
 def comm_kernel_op(name: str) -> str | None:
@@ -261,13 +237,3 @@ def dtype_bytes(dtype: object) -> int | None:
     if not isinstance(dtype, str):
         return None
     return DTYPE_BYTES.get(dtype.strip().lower())
-
-
-def dim_from_group_desc(desc: object) -> str | None:
-    """'tp', 'cp', 'pp', 'dp' or 'ep' from a process-group description, None when it does not say."""
-    if not isinstance(desc, str) or not desc or desc in ("undefined", "default_pg"):
-        return None
-    for pattern, dim in GROUP_DESC_DIMS:
-        if pattern.search(desc):
-            return dim
-    return None

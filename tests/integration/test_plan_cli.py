@@ -78,7 +78,7 @@ def test_uncomputable_plan_gives_nulls_not_numbers(capsys):
         (["--layers", "4", "--hidden", "64"], "missing --heads --seq-len --vocab"),
         (["--model", "tiny", "--cluster", "dgx-z"], "unknown cluster preset"),
         (["--model", "tiny", "--dp", "0"], "Plan.dp must be a positive integer"),
-        (["--model", "tiny", "--mfu", "2"], "--mfu must be in (0, 1]"),
+        (["--model", "tiny", "--mfu", "2"], "--mfu must be in [0.001, 1]"),
         (["--model", "tiny", "--links", "/nonexistent.json"], "not a commbench result"),
     ],
 )

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from parallel.core.plan import Plan
-from profiler.analyzers.hang import HangInputError, diagnose, dim_of_desc, load_dumps
+from profiler.analyzers.hang import HangInputError, diagnose, load_dumps
 from profiler.cli import hang as hang_cli
+from profiler.traces.group_names import dim_from_group_desc as dim_of_desc
 from tests.support.fr_dumps import Fault, job_dumps, write_dumps
 
 FAULTS = [
