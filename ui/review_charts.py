@@ -127,9 +127,13 @@ def hidden_chart(hidden: pd.DataFrame) -> alt.Chart:
 
 
 def explain_frame(ex: dict, a: str, b: str) -> pd.DataFrame:
-    """parallel.search.explain's rows as a table: each part of the step (and memory) for plan `a`, plan
-    `b` and b − a."""
-    rows = [{"": r["part"], a: r["top"], b: r["other"], f"{b} − {a}": r["difference"]} for r in ex["rows"]]
+    """parallel.search.explain's parts as a table: each part of the step in seconds (and memory per GPU
+    in GiB) for plan `a` (explain's top), plan `b` (its other) and b − a."""
+    rows = [{"": r["part"], a: r["top_s"], b: r["other_s"], f"{b} − {a}": r["difference_s"]} for r in ex["parts"]]
+    m = ex["memory_per_gpu_bytes"]
+    rows.append(
+        {"": "memory per GPU (GiB)", a: m["top"] / GiB, b: m["other"] / GiB, f"{b} − {a}": m["difference"] / GiB}
+    )
     return pd.DataFrame(rows).round(3)
 
 
