@@ -318,7 +318,9 @@ def funnel_frame(funnel: list[dict]) -> pd.DataFrame:
 def import_frames(summary: dict) -> dict[str, pd.DataFrame]:
     """An import's summary as small tables: recognised flags/keys, unknown ones, notes."""
     return {
-        "recognised": pd.DataFrame([{"flag or key": k, "value": str(v)} for k, v in summary["recognised"].items()]),
+        "recognised": pd.DataFrame(
+            [{"flag or key": r["option"], "value": str(r["value"])} for r in summary["recognised"]]
+        ),
         "unknown": pd.DataFrame({"not understood (ignored)": summary["unknown"]}),
         "notes": pd.DataFrame({"note": summary["notes"]}),
     }
