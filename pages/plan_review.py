@@ -555,7 +555,8 @@ def explain_top(s: ReviewState, result) -> None:
     with st.expander(f"Why #1 ({top.label()})"):
         other = st.selectbox("against", list(against), key="rv.s_against")
         try:
-            ex = explain(s.model, s.cluster_spec, top, against[other], review_of(s).options)
+            fastest = float(result.table["step_time_s"].min())
+            ex = explain(s.model, s.cluster_spec, top, against[other], review_of(s).options, fastest)
         except (SpecError, ValueError) as err:
             st.warning(f"Cannot compare: {md(err)}")
             return

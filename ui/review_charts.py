@@ -128,9 +128,13 @@ def hidden_chart(hidden: pd.DataFrame) -> alt.Chart:
 
 
 def explain_frame(ex: dict, a: str, b: str) -> pd.DataFrame:
-    """parallel.search.explain's rows as a table: each part of the step (and memory) for plan `a`, plan
-    `b` and b − a."""
-    rows = [{"": r["part"], a: r["top"], b: r["other"], f"{b} − {a}": r["difference"]} for r in ex["rows"]]
+    """parallel.search.explain's parts as a table: each part of the step in seconds (and memory per GPU
+    in GiB) for plan `a` (explain's top), plan `b` (its other) and b − a."""
+    rows = [{"": r["part"], a: r["top_s"], b: r["other_s"], f"{b} − {a}": r["difference_s"]} for r in ex["parts"]]
+    m = ex["memory_per_gpu_bytes"]
+    rows.append(
+        {"": "memory per GPU (GiB)", a: m["top"] / GiB, b: m["other"] / GiB, f"{b} − {a}": m["difference"] / GiB}
+    )
     return pd.DataFrame(rows).round(3)
 
 
@@ -315,7 +319,9 @@ def funnel_frame(funnel: list[dict]) -> pd.DataFrame:
 def import_frames(summary: dict) -> dict[str, pd.DataFrame]:
     """An import's summary as small tables: recognised flags/keys, unknown ones, notes."""
     return {
-        "recognised": pd.DataFrame([{"flag or key": k, "value": str(v)} for k, v in summary["recognised"].items()]),
+        "recognised": pd.DataFrame(
+            [{"flag or key": r["option"], "value": str(r["value"])} for r in summary["recognised"]]
+        ),
         "unknown": pd.DataFrame({"not understood (ignored)": summary["unknown"]}),
         "notes": pd.DataFrame({"note": summary["notes"]}),
     }

@@ -199,7 +199,7 @@ def render_text(rep: dict) -> str:
             ["stage", "params", "grads", "optimizer", "activations", "total"],
             [
                 [r["stage"]] + [_gib(r[k]) for k in ("params", "grads", "optimizer", "activations", "total")]
-                for r in rep["memory_per_stage"]
+                for r in rep["memory_per_stage_bytes"]
             ],
         ),
         f"max total {_gib(mem['total']).strip()}; activations per layer per microbatch "

@@ -195,4 +195,4 @@ def _explain(result: SearchResult, model: Model, cluster: Cluster, args, constra
         other = plan_of(plans[1], result.base)
     else:
         raise SpecError("--explain: only one plan fits; nothing to compare it with (give --against)")
-    return explain(model, cluster, top, other, options)
+    return explain(model, cluster, top, other, options, float(result.table["step_time_s"].min()))

@@ -3,7 +3,8 @@
 `plan_report` is what `python -m parallel plan --json` prints and what the pages show; its keys are
 a contract: valid, errors, warnings, world_size, activation_bytes_per_layer,
 memory_per_gpu_bytes, ranks, groups, comm_per_step, bubble_fraction, step_time_s. Extra keys carry
-the inputs and the breakdowns behind those numbers. Pure.
+the inputs and the breakdowns behind those numbers. Every key is snake_case with its unit in the name
+(REPORT_KEYS; docs/json-output.md). Pure.
 """
 
 from __future__ import annotations
@@ -34,6 +35,34 @@ class Options:
     comm: CommOptions = field(default_factory=CommOptions)
     perf: PerfOptions = field(default_factory=PerfOptions)
 
+
+# Every top-level key of `python -m parallel plan --json` (docs/json-output.md lists their units): plan_report's,
+# then those the command adds (an --import's account; a --calibration's step and where it came from).
+REPORT_KEYS = (
+    "valid",
+    "errors",
+    "warnings",
+    "world_size",
+    "plan",
+    "model",
+    "cluster",
+    "activation_bytes_per_layer",
+    "activation_components",
+    "memory_per_gpu_bytes",
+    "memory_per_stage_bytes",
+    "ranks",
+    "groups",
+    "group_counts",
+    "crossing_groups",
+    "truncated",
+    "comm_per_step",
+    "bubble_fraction",
+    "step_time_s",
+    "step_time",
+    "imported",
+    "analytic_step_time",
+    "calibration",
+)
 
 # Per-rank rows and groups a report lists; past this the lists hold the first LISTED of each (the
 # counts stay whole: group_counts, crossing_groups), so a plan of any size is summarised in bounded
@@ -98,9 +127,13 @@ def plan_report(plan: Plan, model: Model, cluster: Cluster, options: Options = O
     out.update(
         {
             "activation_bytes_per_layer": activation_bytes_per_layer(model, plan, options.activations),
-            "activation_components": activation_components_bytes(model, plan, options.activations),
+            # one row per saved tensor (parallel.core.memory's names: "attention.qk", ... are values, not keys)
+            "activation_components": [
+                {"component": name, "bytes_per_layer": value}
+                for name, value in activation_components_bytes(model, plan, options.activations).items()
+            ],
             "memory_per_gpu_bytes": {k: worst[k] for k in ("params", "grads", "optimizer", "activations", "total")},
-            "memory_per_stage": stages,
+            "memory_per_stage_bytes": stages,
             "ranks": topo.rank_table(LISTED),
             "groups": groups_json(plan, cluster),
             "group_counts": {d: topo.group_count(d) for d in (*DIMS, *_expert_dims(plan))},

@@ -79,7 +79,8 @@ class Imported:
             "nodes": self.nodes,
             "gpus_per_node": self.gpus_per_node,
             "world_from": self.world_from,
-            "recognised": dict(self.recognised),
+            # rows, not a mapping: the flags and keys are the source's names ("--num-layers", "model.name")
+            "recognised": [{"option": k, "value": v} for k, v in self.recognised.items()],
             "unknown": list(self.unknown),
             "notes": list(self.notes),
             "options": dict(self.options),

@@ -10,6 +10,7 @@ import dataclasses
 import json
 
 from parallel.core.plan import Plan
+from parallel.core.report import REPORT_KEYS
 from parallel.core.specs import Cluster, Link, Model, SpecError, cluster_preset, model_preset
 from parallel.importers.base import Imported, failure
 
@@ -110,24 +111,7 @@ def import_plan_json(text: str, source: str = "pasted text", plan_name: str | No
         "options",
         "selected",
     }
-    report_keys = {
-        "valid",
-        "errors",
-        "warnings",
-        "world_size",
-        "activation_bytes_per_layer",
-        "activation_components",
-        "memory_per_gpu_bytes",
-        "memory_per_stage",
-        "ranks",
-        "groups",
-        "crossing_groups",
-        "comm_per_step",
-        "bubble_fraction",
-        "step_time_s",
-        "step_time",
-        "imported",
-    }
+    report_keys = set(REPORT_KEYS)  # a `parallel plan --json` report read back: its own keys are not unknown
     if not bare:
         unknown += [k for k in data if k not in known | report_keys]
     nodes = cluster.nodes if cluster and cluster.gpus == plan.world_size else None

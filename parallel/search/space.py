@@ -526,14 +526,28 @@ def search(
     return SearchResult(ranked, funnel, evaluated=len(cands), seconds=time.perf_counter() - t0, base=base)
 
 
-def simplicity(table: pd.DataFrame, seq_len: int) -> np.ndarray:
-    """EQUIVALENCE_RULE's count: fewer is simpler."""
+def within_model_error(step_s, fastest_s):
+    """True where a step is within MODEL_ERROR of the fastest one: the model cannot tell them apart."""
+    return np.asarray(step_s) <= np.asarray(fastest_s) * (1 + MODEL_ERROR)
+
+
+def simplicity_terms(table: pd.DataFrame, seq_len: int) -> dict[str, np.ndarray]:
+    """EQUIVALENCE_RULE's count term by term, one int array per term (fewer is simpler): each parallel
+    dimension in use (dp, tp, pp, cp, ep, vpp for interleaving), ZeRO-2/3, recomputation, TP across
+    nodes (two), CP below CP_NEEDED_TOKENS (one more)."""
     t = table
-    score = sum((t[k].to_numpy() > 1).astype(np.int64) for k in ("dp", "tp", "pp", "cp", "ep", "vpp"))
-    recomputed = pd.Categorical(t["recompute"], categories=RECOMPUTE).codes > 0
+    terms = {k: (t[k].to_numpy() > 1).astype(np.int64) for k in ("dp", "tp", "pp", "cp", "ep", "vpp")}
+    terms["zero"] = (t["zero"].to_numpy() >= 2).astype(np.int64)
+    terms["recompute"] = (pd.Categorical(t["recompute"], categories=RECOMPUTE).codes > 0).astype(np.int64)
     crossing = pd.Categorical(t["tp_link"], categories=LINKS).codes == LINKS.index("inter")
-    score = score + (t["zero"].to_numpy() >= 2) + recomputed + 2 * crossing
-    return score + ((t["cp"].to_numpy() > 1) & (seq_len < CP_NEEDED_TOKENS))
+    terms["tp_across_nodes"] = 2 * crossing.astype(np.int64)
+    terms["cp_short_sequence"] = ((t["cp"].to_numpy() > 1) & (seq_len < CP_NEEDED_TOKENS)).astype(np.int64)
+    return terms
+
+
+def simplicity(table: pd.DataFrame, seq_len: int) -> np.ndarray:
+    """EQUIVALENCE_RULE's count: the sum of simplicity_terms; fewer is simpler."""
+    return sum(simplicity_terms(table, seq_len).values())
 
 
 def by_simplicity(ranked: pd.DataFrame, seq_len: int) -> pd.DataFrame:
@@ -542,7 +556,7 @@ def by_simplicity(ranked: pd.DataFrame, seq_len: int) -> pd.DataFrame:
     if ranked.empty:
         return ranked.assign(equivalent=pd.Series(dtype=bool), simplicity=pd.Series(dtype=np.int64))
     steps = ranked["step_time_s"].to_numpy()
-    equivalent = steps <= steps[0] * (1 + MODEL_ERROR)
+    equivalent = within_model_error(steps, steps[0])
     ranked = ranked.assign(equivalent=equivalent, simplicity=simplicity(ranked, seq_len))
     band = ranked[equivalent].sort_values(["simplicity", "step_time_s"], kind="stable")
     return pd.concat([band, ranked[~equivalent]], ignore_index=True)

@@ -1,6 +1,8 @@
 """AppTest of the Plan review page: compare, search, import, saved reviews, and the URL that
 reproduces the view. No browser: app.py in-process, switched to the page (tests.support.apptest)."""
 
+import re
+
 import pytest
 
 from parallel.core.specs import GiB
@@ -235,7 +237,11 @@ def test_explain_says_why_one_plan_beats_another():
     assert parts[0] == "step" and "exposed SP" in parts and parts[-1] == "memory per GPU (GiB)"
     step = table.iloc[0]
     assert step["B − A"] == pytest.approx(step["B"] - step["A"], abs=2e-3)
-    assert any("a step against" in m.value or "within the model's" in m.value for m in at.markdown)
+    # the verdict: the slower step over the faster, less one, as a positive percentage
+    (text,) = [m.value for m in at.markdown if " slower than " in m.value]
+    fast, slow = sorted([step["A"], step["B"]])
+    percent = float(re.search(r"is (\d+\.\d)% slower than", text).group(1))
+    assert percent == pytest.approx(100 * (slow / fast - 1), abs=0.1) and not re.search(r"-\d[\d.]*%", text)
     at.selectbox(key="rv.x_b").select("A").run()
     assert any("Pick two different plans" in i.value for i in ok(at).info)
 

@@ -266,10 +266,9 @@ def test_search_ranks_equivalent_plans_by_simplicity_and_explains():
     spec = "dp=8,tp=2,pp=16,cp=2,sp=1,vpp=1,micro_batch=1,zero=1,cp_kind=ring"
     other = search_cli.plan_spec(spec, r.base)
     ex = explain(m, c, r.plan_at(0), other, _options())
-    assert ex["rows"][0]["part"] == "step" and ex["rows"][0]["difference"] == pytest.approx(
-        ex["rows"][0]["other"] - ex["rows"][0]["top"]
-    )
-    assert "faster" in ex["summary"] or "within the model's" in ex["summary"]
+    step = ex["parts"][0]
+    assert step["part"] == "step" and step["difference_s"] == pytest.approx(step["other_s"] - step["top_s"])
+    assert ex["first"] == "top" and ("faster" in ex["summary"] or "within the model's" in ex["summary"])
     with pytest.raises(ValueError, match="256 GPUs, but the search is for 512"):
         explain(m, c, other, dataclasses.replace(other, dp=4), _options())
 
