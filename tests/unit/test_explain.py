@@ -13,7 +13,7 @@ from parallel.core.plan import Plan
 from parallel.core.report import Options
 from parallel.core.specs import CLUSTERS, MODELS
 from parallel.search.explain import contender, differing_terms, explain, verdict, verdict_text
-from parallel.search.space import MODEL_ERROR, Constraints, plan_of, search
+from parallel.search.space import MODEL_ERROR, Constraints, search
 
 L70 = MODELS["llama3-70b"]  # 8,192 tokens: CP counts one more (below 32,768)
 H100x8 = CLUSTERS["dgx-h100"].with_nodes(8)  # 64 GPUs, 8 a node
@@ -33,21 +33,21 @@ A = plan(dp=8, tp=8)  # the simplest two-dimension plan every case compares agai
 CASES = {
     "faster": (
         A, 10.0, plan(dp=4, tp=8, pp=2), 11.83, None, "a", "faster",
-        "DP8 TP8 PP1 mb1 is faster: DP4 TP8 PP2 mb1 is 18.3% slower than DP8 TP8 PP1 mb1 (11.830 s against "
+        "DP8 TP8 gb512 is faster: DP4 TP8 PP2 gb512 is 18.3% slower than DP8 TP8 gb512 (11.830 s against "
         "10.000 s), beyond the model's 7% error.",
     ),
     "faster, the slower one given first": (
         plan(dp=4, tp=8, pp=2), 11.83, A, 10.0, None, "b", "faster",
-        "DP8 TP8 PP1 mb1 is faster: DP4 TP8 PP2 mb1 is 18.3% slower than DP8 TP8 PP1 mb1",
+        "DP8 TP8 gb512 is faster: DP4 TP8 PP2 gb512 is 18.3% slower than DP8 TP8 gb512",
     ),
     "faster, the simpler one beyond the error": (
-        A, 10.0, plan(dp=64), 10.9, None, "a", "faster", "DP64 TP1 PP1 mb1 is 9.0% slower than DP8 TP8 PP1 mb1",
+        A, 10.0, plan(dp=64), 10.9, None, "a", "faster", "DP64 gb512 is 9.0% slower than DP8 TP8 gb512",
     ),
     "simpler by pp": (
         A, 10.3, plan(dp=4, tp=8, pp=2), 10.0, None, "a", "simpler",
-        "DP8 TP8 PP1 mb1 is listed first: equally fast as DP4 TP8 PP2 mb1 within the model's error (7%) and "
-        "simpler: no PP (PP1 against PP2) (2 against 3 by the counting rule). DP8 TP8 PP1 mb1 is 3.0% slower "
-        "than DP4 TP8 PP2 mb1 (10.300 s against 10.000 s).",
+        "DP8 TP8 gb512 is listed first: equally fast as DP4 TP8 PP2 gb512 within the model's error (7%) and "
+        "simpler: no PP (PP1 against PP2) (2 against 3 by the counting rule). DP8 TP8 gb512 is 3.0% slower "
+        "than DP4 TP8 PP2 gb512 (10.300 s against 10.000 s).",
     ),
     "simpler by dp": (
         plan(dp=1, tp=8, pp=8), 10.0, plan(dp=2, tp=8, pp=4), 9.9, None, "a", "simpler",
@@ -83,22 +83,22 @@ CASES = {
     "equally fast, equally simple": (
         plan(dp=16, tp=4, zero=3), 58.062, plan(dp=8, tp=8, zero=3, micro_batch=2), 58.520, None, "a",
         "faster_within_error",
-        "DP16 TP4 PP1 ZeRO-3 mb1 is listed first: equally fast as DP8 TP8 PP1 ZeRO-3 mb2 within the model's "
+        "DP16 TP4 ZeRO-3 gb512 is listed first: equally fast as DP8 TP8 ZeRO-3 mb2 gb512 within the model's "
         "error (7%) and equally simple (3 each by the counting rule), so the shorter predicted step decides: "
-        "DP8 TP8 PP1 ZeRO-3 mb2 is 0.8% slower than DP16 TP4 PP1 ZeRO-3 mb1 (58.520 s against 58.062 s).",
+        "DP8 TP8 ZeRO-3 mb2 gb512 is 0.8% slower than DP16 TP4 ZeRO-3 gb512 (58.520 s against 58.062 s).",
     ),
     "equally simple, the slower given first": (
         plan(dp=4, tp=8, pp=2), 10.5, plan(dp=2, tp=8, pp=4), 10.0, None, "b", "faster_within_error",
-        "DP4 TP8 PP2 mb1 is 5.0% slower than DP2 TP8 PP4 mb1",
+        "DP4 TP8 PP2 gb512 is 5.0% slower than DP2 TP8 PP4 gb512",
     ),
     "a full tie": (
         plan(dp=4, tp=8, pp=2), 10.0, plan(dp=2, tp=8, pp=4), 10.0, None, "a", "tie",
-        "DP4 TP8 PP2 mb1 and DP2 TP8 PP4 mb1 are equally fast (10.000 s a step) and equally simple (3 each",
+        "DP4 TP8 PP2 gb512 and DP2 TP8 PP4 gb512 are equally fast (10.000 s a step) and equally simple (3 each",
     ),
     # against the search's fastest (9.9 s): 10.5 is inside its band, 10.8 is not, however simple it is
     "out of the search's band": (
         plan(dp=4, tp=8, pp=2), 10.5, plan(dp=64), 10.8, 9.9, "a", "faster",
-        "DP64 TP1 PP1 mb1 is 2.9% slower than DP4 TP8 PP2 mb1 (10.800 s against 10.500 s), and 9.1% slower than "
+        "DP64 gb512 is 2.9% slower than DP4 TP8 PP2 gb512 (10.800 s against 10.500 s), and 9.1% slower than "
         "the search's fastest plan (9.900 s), beyond the model's 7% error.",
     ),
     "both out of the search's band": (
@@ -134,7 +134,7 @@ def test_a_valid_plan_goes_before_one_that_does_not_fit():
     for v in (verdict(b, a), verdict(a, b)):  # faster, simpler, but it fits no search
         assert v.first is a and v.reason == "valid"
         assert verdict_text(v) == (
-            "DP8 TP8 PP1 mb1 is listed first: DP64 TP1 PP1 mb1 is not a valid plan here (memory per GPU 99.0 GiB "
+            "DP8 TP8 gb512 is listed first: DP64 gb512 is not a valid plan here (memory per GPU 99.0 GiB "
             "exceeds the GPU's 80.0 GiB)."
         )
 
@@ -143,9 +143,10 @@ def test_the_search_top_two_are_explained_by_its_own_key():
     """llama3-70b on 8 DGX-H100, global batch 512: the first two are equally simple; the first is only
     faster, within the model's error."""
     options = Options()
-    result = search(L70, H100x8, GB, Constraints(), options)
+    overlapped = Plan(tp_overlap=True, grad_reduce_overlap=True, param_gather_overlap=True, p2p_overlap=True)
+    result = search(L70, H100x8, GB, Constraints(base=overlapped), options)
     rows = result.table.head(2).to_dict("records")
-    top, second = (plan_of(r, GB) for r in rows)
+    top, second = result.plan_at(0), result.plan_at(1)
     ex = explain(L70, H100x8, top, second, options, float(result.table["step_time_s"].min()))
     assert (ex["first"], ex["reason"], ex["equivalent"]) == ("top", "faster_within_error", True)
     assert ex["simplicity"]["top"] == ex["simplicity"]["other"] == rows[0]["simplicity"] == rows[1]["simplicity"]
