@@ -9,7 +9,8 @@ factors are the same (n-1)/n terms):
     all-to-all                     (n-1)/n * S/B + (n-1) alpha
     send/recv                      S/B + alpha
 
-A group whose ranks span nodes is bound by the inter-node link. Volumes per step with m microbatches
+A group whose ranks span NVLink domains is bound by the inter-domain link (a domain is a host on a
+DGX/HGX, a rack of 72 GPUs on a GB200/GB300 NVL72: parallel.core.topology.Topology.domain_of). Volumes per step with m microbatches
 of b sequences; each term has a `scope`: per layer of a stage, per microbatch of every stage, of the
 first or the last stage only, or once per step. The analytic step (comm_per_step, perf.step_time)
 is of the last stage -- it has the most work: its layers, the output layer and the loss -- so the
@@ -18,7 +19,9 @@ first stage's terms count only when there is one stage; the calibrated model sum
     TP, no SP   4 all-reduces per layer per microbatch of b*s*h elements (2 forward: after attention
                 and MLP; 2 backward: the conjugate f operators) — Shoeybi et al. 2019, Sec. 3.
     TP + SP     forward 2 all-gathers + 2 reduce-scatters, backward 2 + 2, of the same b*s*h buffer:
-                the same volume as the all-reduces (Korthikanti et al. 2022, Sec. 4.2.2). Megatron-LM
+                the same volume as the all-reduces (Korthikanti et al. 2022, Sec. 4.2.2). Multi-latent
+                attention gathers its latents instead of h on the attention's input side
+                (Model.mla_latent_width: q_l + kv_l + d_r, 2,112 for DeepSeek-V3's 7,168). Megatron-LM
                 also re-gathers each column-parallel GEMM's sequence-sharded input in backward for
                 the weight gradient (2 more all-gathers per layer), overlapped with the input-gradient
                 GEMM: listed as its own row, marked overlapped.
@@ -144,19 +147,20 @@ def collective_seconds(op: str, n: int, nbytes: float, link: Link) -> float:
 
 
 def _layout_of(plan: Plan, cluster: Cluster, dims: tuple[str, ...]) -> tuple[bool, int]:
-    """(whether any group over `dims` -- ranks that differ only in those coordinates -- spans nodes,
-    the fewest ranks such a group has on one node: the NICs it crosses nodes through at once)."""
+    """(whether any group over `dims` -- ranks that differ only in those coordinates -- spans NVLink
+    domains, the fewest ranks such a group has in one domain: the NICs it crosses domains through at
+    once). The domain of a rank is Topology.domain_of's (a host on a DGX, a rack on an NVL72)."""
     p = plan
-    return _layout_cached(p.dp, p.tp, p.pp, p.cp, p.ep, p.expert_tp, p.order, cluster.gpus_per_node, dims)
+    return _layout_cached(p.dp, p.tp, p.pp, p.cp, p.ep, p.expert_tp, p.order, cluster.domain_gpus, dims)
 
 
 @functools.lru_cache(maxsize=4096)
 def _layout_cached(
-    dp: int, tp: int, pp: int, cp: int, ep: int, etp: int, order: str, gpus_per_node: int, dims: tuple[str, ...]
+    dp: int, tp: int, pp: int, cp: int, ep: int, etp: int, order: str, domain: int, dims: tuple[str, ...]
 ) -> tuple[bool, int]:
-    """_layout_of's answer, laid out once per degrees, order and node size (searches ask again and again)."""
+    """_layout_of's answer, laid out once per degrees, order and domain size (searches ask again and again)."""
     plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, order=order)
-    topo = plan.topology(gpus_per_node)
+    topo = replace(plan.topology(domain), nvlink_domain=domain)  # only the domains matter here
     if dims == ("ep",):  # the MoE layers' own layout (none to lay out for ep 1 or a plan that cannot hold it)
         laid_out = plan.ep > 1 and plan.world_size % (plan.expert_tp * plan.ep * plan.pp) == 0
         if not laid_out:
@@ -167,8 +171,8 @@ def _layout_cached(
         axes = [("dp", "pp", "cp", "tp").index(d) for d in dims]
         rest = [i for i in range(4) if i not in axes]
         groups = grid.transpose(rest + axes).reshape(-1, math.prod(grid.shape[i] for i in axes))
-    nodes = np.sort(groups // gpus_per_node, axis=1)
-    spans = 1 + (np.diff(nodes, axis=1) != 0).sum(axis=1)
+    domains = np.sort(topo.domain_of(groups), axis=1)
+    spans = 1 + (np.diff(domains, axis=1) != 0).sum(axis=1)
     crossing = spans > 1
     if not crossing.any():
         return False, groups.shape[1]
@@ -176,7 +180,7 @@ def _layout_cached(
 
 
 def _link_of(plan: Plan, cluster: Cluster, dims: tuple[str, ...]) -> str:
-    """'inter' if any group over `dims` spans nodes."""
+    """'inter' if any group over `dims` spans NVLink domains."""
     return "inter" if _layout_of(plan, cluster, dims)[0] else "intra"
 
 
@@ -204,12 +208,13 @@ def _layouts(plan: AnyPlan, cluster: Cluster, dims: tuple[str, ...]) -> tuple[An
 
 
 def crosses_nodes(plan: AnyPlan, cluster: Cluster, dims: tuple[str, ...]) -> Any:
-    """True where the groups over `dims` span nodes; for a PlanColumns one flag per plan."""
+    """True where the groups over `dims` span NVLink domains (the scale-out link: nodes on a DGX,
+    racks on an NVL72); for a PlanColumns one flag per plan."""
     return _layouts(plan, cluster, dims)[0]
 
 
 def ranks_per_node(plan: AnyPlan, cluster: Cluster, dims: tuple[str, ...]) -> Any:
-    """The fewest ranks a node-spanning group over `dims` has on one node (its NICs in use at once)."""
+    """The fewest ranks a domain-spanning group over `dims` has in one domain (its NICs in use at once)."""
     return _layouts(plan, cluster, dims)[1]
 
 
@@ -262,18 +267,39 @@ def comm_terms(
     fwd_passes = 1 + recomputed_share(model.layers, p)  # recomputed layers run their forward again
     tp_bytes = p.micro_batch * s_q * model.hidden * act
     tp_unit = 2 * fwd_passes + 2
+    # MLA: the attention's column-parallel GEMMs (its up projections) read the latents, not the
+    # hidden state, so the collective on the attention's input side -- the forward all-gather under
+    # SP and its backward reduce-scatter; without SP the backward all-reduce of the input gradient --
+    # carries model.mla_latent_width elements a token (multi_latent_attention.py gathers q, kv and
+    # the RoPE key after the replicated down projections)
+    latent = model.mla_latent_width
+    latent_bytes = p.micro_batch * s_q * latent * act
+    mla = 1 if latent else 0  # the input side's collectives that carry latents instead of h
     terms = [
-        per_layer("tp", "all_reduce", where(p.sp, 0, tp_unit), tp_bytes, ("tp",), p.tp),
-        per_layer("sp", "all_gather", where(p.sp, tp_unit, 0), tp_bytes, ("tp",), p.tp),
-        per_layer("sp", "reduce_scatter", where(p.sp, tp_unit, 0), tp_bytes, ("tp",), p.tp),
+        per_layer("tp", "all_reduce", where(p.sp, 0, tp_unit - mla), tp_bytes, ("tp",), p.tp),
+        per_layer("sp", "all_gather", where(p.sp, tp_unit - mla * fwd_passes, 0), tp_bytes, ("tp",), p.tp),
+        per_layer("sp", "reduce_scatter", where(p.sp, tp_unit - mla, 0), tp_bytes, ("tp",), p.tp),
     ]
-    if opts.sp_regather:
-        terms.append(per_layer("sp", "all_gather", where(p.sp, 2, 0), tp_bytes, ("tp",), p.tp, overlapped=True))
+    if latent:
+        terms += [
+            per_layer("tp", "all_reduce", where(p.sp, 0, 1), latent_bytes, ("tp",), p.tp, what="MLA latents"),
+            per_layer("sp", "all_gather", where(p.sp, fwd_passes, 0), latent_bytes, ("tp",), p.tp, what="MLA latents"),
+            per_layer("sp", "reduce_scatter", where(p.sp, 1, 0), latent_bytes, ("tp",), p.tp, what="MLA latents"),
+        ]
+    if opts.sp_regather:  # the attention's (latents under MLA) and the MLP's inputs
+        regather = [(tp_bytes, 1 if latent else 2, "")] + ([(latent_bytes, 1, "MLA latents")] if latent else [])
+        for nbytes, unit, what in regather:
+            terms.append(
+                per_layer("sp", "all_gather", where(p.sp, unit, 0), nbytes, ("tp",), p.tp, overlapped=True, what=what)
+            )
     terms += _end_terms(model, p, opts, tp_bytes=tp_bytes, m=m, layers=layers, s_q=s_q)
-    k_t = model.kv_hidden / minimum(p.tp, model.kv_heads)
-    kv_bytes = 2 * p.micro_batch * model.seq_len * k_t * act
+    # K and V of one TP rank's heads (k/min(t, kv heads) each; MLA: heads (d + d_r)/t and heads d_v/t)
+    kv_t = (model.k_hidden + model.v_hidden) / minimum(p.tp, model.kv_heads)
+    kv_bytes = p.micro_batch * model.seq_len * kv_t * act
     gathered, ring, ulysses = cp_kind_flags(p)
-    a2a_q, a2a_k = p.micro_batch * s_q * model.q_hidden / p.tp * act, p.micro_batch * s_q * model.kv_hidden / p.tp * act
+    # Ulysses: per call, Q and the output (q, o wide) and K and V, as their mean width
+    a2a_q = p.micro_batch * s_q * (model.q_hidden + model.o_hidden) / 2 / p.tp * act
+    a2a_k = p.micro_batch * s_q * (model.k_hidden + model.v_hidden) / 2 / p.tp * act
     terms += [  # all-gather CP: K and V in a call each, their gradients likewise
         per_layer("cp", "all_gather", where(gathered, 2 * fwd_passes, 0), kv_bytes / 2, ("cp",), p.cp),
         per_layer("cp", "reduce_scatter", where(gathered, 2, 0), kv_bytes / 2, ("cp",), p.cp),

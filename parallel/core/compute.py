@@ -12,14 +12,15 @@ Transformer Engine run for it, each timed by a roofline on the accelerator (para
         rest), the best of the tile shapes a BLAS library picks from; and a short K, which leaves
         too few multiply-accumulates per loaded tile to hide its loads (K / (K + 96), 1 at K >= 2048,
         where the MAMF shapes sit).
-        Per layer, on one TP rank of T = b s/cp tokens: QKV T x h -> (q + 2k)/t, projection
-        T x q/t -> h, MLP T x h -> g f/t (g = 2 for SwiGLU's gate and up) and T x f/t -> h; a MoE
+        Per layer, on one TP rank of T = b s/cp tokens: QKV T x h -> (q + 2k)/t (MLA: its down and
+        up projections, attention_gemms), projection T x o/t -> h, MLP T x h -> g f/t (g = 2 for SwiGLU's gate and up) and T x f/t -> h; a MoE
         layer's experts run R = (T/t) top_k etp routed rows (parallel.core.memory.routed_rows)
         through E/ep local experts of width f_e/etp, its shared experts T rows of f_s/t, its router
         T/t x h -> E; the output layer T x h -> V/t on the last stage. FP8 GEMMs run at the fp8
         peak and its MAMF; the output layer and the router stay bf16 (Transformer Engine's default).
-    attention core (flash / fused, and ring CP's blocks): causal, so half of the 4 b a d s_q s_kv
-        forward FLOPs (Megatron-LM's num_floating_point_operations counts the same half), backward
+    attention core (flash / fused, and ring CP's blocks): causal, so half of the 2 b a (d_qk + d_v)
+        s_q s_kv forward FLOPs (4 b a d s_q s_kv but for MLA, whose query/key heads are d + d_r wide
+        and values d_v) (Megatron-LM's num_floating_point_operations counts the same half), backward
         twice the forward, at peak x attention_efficiency x s/(s + 320) x d/(d + 16) (the forward-plus-
         backward rate of FlashAttention-2/3 rises with the sequence and the head dim: Dao 2023 Fig. 6,
         Shah et al. 2024 Fig. 5-7; normalised at s = 16k, d = 128). Without flash attention the
@@ -143,10 +144,8 @@ def _tokens(model: Model, plan: AnyPlan) -> Any:
 def layer_gemms(model: Model, plan: AnyPlan) -> tuple[list[Gemm], list[Gemm]]:
     """The forward GEMMs of one dense layer and of one MoE layer (module docstring's shapes)."""
     t, h, T = plan.tp, model.hidden, _tokens(model, plan)
-    q = model.q_hidden / t
-    kv = model.kv_hidden / minimum(t, model.kv_heads)
     g = 2 if model.gated_mlp else 1
-    attention = [Gemm("qkv", T, q + 2 * kv, h), Gemm("proj", T, h, q)]
+    attention = attention_gemms(model, plan)
     dense = attention + [Gemm("fc1", T, g * model.ffn_hidden / t, h), Gemm("fc2", T, h, model.ffn_hidden / t)]
     if not model.experts:
         return dense, []
@@ -162,6 +161,29 @@ def layer_gemms(model: Model, plan: AnyPlan) -> tuple[list[Gemm], list[Gemm]]:
         fs = model.shared_expert_ffn / t
         moe += [Gemm("shared fc1", T, g * fs, h), Gemm("shared fc2", T, h, fs)]
     return dense, moe
+
+
+def attention_gemms(model: Model, plan: AnyPlan) -> list[Gemm]:
+    """The forward GEMMs of one layer's attention on one TP rank of T tokens.
+
+    GQA/MHA: QKV T x h -> (q + 2k)/t (k/min(t, kv heads): replicated K/V heads), out-projection
+    T x o/t -> h. MLA (Megatron-LM's MLASelfAttention with Transformer Engine): the down projections
+    are replicated linears on the rank's own tokens (T/t under SP, else T), h -> q_l and
+    h -> kv_l + d_r; the up projections split by heads over the gathered T tokens, q_l -> heads
+    (d + d_r)/t and kv_l -> heads (d + d_v)/t; without a query latent Q is T x h -> heads (d + d_r)/t."""
+    t, h, T = plan.tp, model.hidden, _tokens(model, plan)
+    proj = Gemm("proj", T, h, model.o_hidden / t)
+    if not model.mla:
+        q, kv = model.q_hidden / t, model.kv_hidden / minimum(t, model.kv_heads)
+        return [Gemm("qkv", T, q + 2 * kv, h), proj]
+    own = T / where(plan.sp, t, 1)  # the tokens a replicated down projection runs on
+    ql, kl, heads = model.q_lora_rank, model.kv_lora_rank, model.heads
+    gemms = [Gemm("kv down", own, kl + model.qk_pos_head_dim, h)]
+    if ql:
+        gemms += [Gemm("q down", own, ql, h), Gemm("q up", T, model.q_hidden / t, ql)]
+    else:
+        gemms += [Gemm("q", T, model.q_hidden / t, h)]
+    return gemms + [Gemm("kv up", T, heads * (model.head_dim + model.v_head_width) / t, kl), proj]
 
 
 def attention_rate(dev: Device, keys: Any, head_dim: Any, kernel: str = "fused") -> Any:
@@ -185,19 +207,21 @@ def attention_core_seconds_per_layer(
     """Forward and backward seconds of one layer's attention core for one microbatch on one rank, and
     the bytes its materialised scores stream (0 with flash attention or ring CP)."""
     gathered, ring, ulysses = cp_kind_flags(plan)
-    t, b, s, d = plan.tp, plan.micro_batch, model.seq_len, model.head_dim
+    t, b, s = plan.tp, plan.micro_batch, model.seq_len
+    d_qk, d_v = model.qk_head_width, model.v_head_width  # MLA: 192 and 128 (DeepSeek-V3)
+    d = (d_qk + d_v) / 2  # the head width the kernel's rate is read at (= head_dim but for MLA)
     heads = model.heads / t / where(ulysses, plan.cp, 1)  # Ulysses: all s tokens of fewer heads
     s_q = where(ulysses, s, s / plan.cp)
     s_kv = s  # every rank's queries meet all keys (ring: over cp blocks)
-    full = 4.0 * b * heads * d * s_q * s_kv  # QK^T and scores @ V, 2 FLOPs per MAC
+    full = 2.0 * b * heads * (d_qk + d_v) * s_q * s_kv  # QK^T and scores @ V, 2 FLOPs per MAC
     flash = plan.flash | ring
     block = where(ring, s / plan.cp, s_kv)  # one kernel call's keys
     # causal: half the products; forward, then a backward of twice its FLOPs
     fused = 3 * 0.5 * full / (dev.bf16_flops * attention_rate(dev, block, d, attention_kernel(plan)))
     # materialised: two batched GEMMs per head over the whole s x s (no causal skipping)
     count = b * heads
-    qk = Gemm("qk", s_q, s_kv, d, count=count, fp8=False)
-    pv = Gemm("pv", s_q, d, s_kv, count=count, fp8=False)
+    qk = Gemm("qk", s_q, s_kv, d_qk, count=count, fp8=False)
+    pv = Gemm("pv", s_q, d_v, s_kv, count=count, fp8=False)
     qk_f, qk_b = gemm_fwd_bwd_seconds(dev, qk, False)
     pv_f, pv_b = gemm_fwd_bwd_seconds(dev, pv, False)
     act = opts.act_bytes or model.dtype_bytes
@@ -219,7 +243,11 @@ def elementwise_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions) -> d
     q = model.q_hidden / t
     kv = model.kv_hidden / minimum(t, model.kv_heads)
     common = th * h * (2 * 2 * act + 2 * (3 * act + mask))  # two norms, two residual adds (+ dropout)
-    if model.arch == "llama":
+    if model.mla:  # RoPE on the heads' d_r query part and the one shared d_r key; the latents' norms
+        d_r = model.qk_pos_head_dim
+        common = common + 2 * act * T * (model.heads * d_r / t + d_r)
+        common = common + 2 * act * th * (model.q_lora_rank + model.kv_lora_rank)
+    elif model.arch == "llama":
         common = common + 2 * act * T * (q + kv)  # RoPE on Q and K
     act_rw = 3 * act if model.gated_mlp else 2 * act  # SwiGLU reads gate and up, GeLU its input
     dense = common + act_rw * T * model.ffn_hidden / t

@@ -137,7 +137,10 @@ def activation_components_bytes(
     (the tensors plain TP keeps whole on every rank), A act bytes, M mask bytes:
 
         layernorm                 2 * A b s_q h r          inputs of the two LayerNorms
-        attention.qkv_input       A b s_q h r              QKV GEMM input (SP: stored sharded, re-gathered)
+        attention.qkv_input       A b s_q h r              QKV GEMM input (SP: stored sharded, re-gathered);
+                                                            MLA adds its latents: (A + G) b s_q (q_l + kv_l) r
+                                                            (each norm's input, each up projection's input
+                                                            of G bytes) + A b s_q d_r (the shared RoPE key)
         attention.qk              A b (s_q q + s_k k)/t    Q and K for QK^T (q = heads * head_dim = h,
                                                             but for models that set their head width) (K: k/t is k/min(t, kv_heads),
                                                             one replicated head when tp > kv_heads;
@@ -148,7 +151,11 @@ def activation_components_bytes(
                                                             the softmax output, counted once)
         attention.softmax_stats   4 a b s_q / t            fp32 log-sum-exp (flash or ring attention only)
         attention.v               A b s_k k / t            V for scores @ V
-        attention.proj_input      A b s_q q / t            out-projection input
+        attention.proj_input      A b s_q o / t            out-projection input (o = heads * v head width)
+
+    MLA (model.mla): Q and K are heads (d + d_r) wide, V and the output heads d_v, up-projected on
+    every TP rank for its heads (DeepSeek-V2 Sec. 2.1; Megatron-LM's MLASelfAttention saves them for
+    the attention kernel as any attention does).
         mlp.fc1_input             A b s_q h r
         mlp.act_input             A b s_q f / t            GeLU input  (SwiGLU: gate and up, g = 2: 2A)
         mlp.fc2_input             A b s_q f / t            GeLU output (SwiGLU fused: the product only;
@@ -195,8 +202,11 @@ def activation_components_bytes(
     gathered, ring, _ = cp_kind_flags(plan)
     kv_tokens = where(gathered, model.seq_len, s_q)  # K/V tokens kept: all s only when all-gathered
     b, h, f, a, t = plan.micro_batch, model.hidden, model.ffn_hidden, model.heads, plan.tp
-    q = model.q_hidden  # = h unless the model sets its head width (Qwen3)
+    q = model.q_hidden  # = h unless the model sets its head width (Qwen3) or uses MLA
     k_local = _kv_hidden_per_tp_rank(model, t)  # = k/t unless GQA replicates K/V heads (tp > kv_heads)
+    v_local = k_local
+    if model.mla:  # K and V up-projected for every head: heads (d + d_r) and heads d_v wide
+        k_local, v_local = model.k_hidden / t, model.v_hidden / t
     r = where(plan.sp, 1 / t, 1.0)
     dropout = has_dropout(model, plan)
     mask = opts.mask_bytes if dropout else 0
@@ -211,16 +221,20 @@ def activation_components_bytes(
     gemm_in = 1 if plan.fp8 != "none" else act  # bytes of a saved GEMM input
     proj_in = gemm_in + where(flash & (plan.fp8 != "none"), act, 0)
     silu_out = act if model.gated_mlp and opts.swiglu == "unfused" else 0  # saved by the gate product
+    # MLA's latents (the query's and the K/V's): each norm's input (A) and the up projection's input
+    # (a GEMM input), sequence-sharded under SP, and the RoPE key shared by the heads (whole)
+    latents = (act + gemm_in) * b * s_q * (model.q_lora_rank + model.kv_lora_rank) * r
+    latents = latents + act * b * s_q * model.qk_pos_head_dim
     parts = {
         "layernorm": 2 * act * b * s_q * h * r,
-        "attention.qkv_input": gemm_in * b * s_q * h * r,
+        "attention.qkv_input": gemm_in * b * s_q * h * r + latents,
         "attention.qk": act * b * (s_q * q / t + kv_tokens * k_local),
         "attention.scores": where(keep_scores, scores, 0.0),
         "attention.dropout_mask": where(keep_scores, mask * a * b * s_q * s_kv / t, 0.0),
         "attention.dropout_output": where(keep_scores & dropout, scores, 0.0),
         "attention.softmax_stats": where(flash, 4 * a * b * s_q / t, 0.0),
-        "attention.v": act * b * kv_tokens * k_local,
-        "attention.proj_input": proj_in * b * s_q * q / t,
+        "attention.v": act * b * kv_tokens * v_local,
+        "attention.proj_input": proj_in * b * s_q * model.o_hidden / t,
         "mlp.fc1_input": gemm_in * b * s_q * h * r,
         "mlp.act_input": gate * act * b * s_q * f / t,
         "mlp.fc2_input": (gemm_in + silu_out) * b * s_q * f / t,
@@ -314,9 +328,11 @@ def embedding_chunks(plan: AnyPlan) -> Any:
 
 
 def _replicated_params_per_layer(model: Model) -> int:
-    """Parameters every TP rank keeps whole: norms, and GPT's out-projection and fc2 biases."""
+    """Parameters every TP rank keeps whole: norms, GPT's out-projection and fc2 biases, and MLA's
+    down projections and latent norms (Model.attention_replicated_params)."""
     h = model.hidden
-    return 2 * h if model.arch == "llama" else 4 * h + 2 * h
+    norms = 2 * h if model.arch == "llama" else 4 * h + 2 * h
+    return norms + model.attention_replicated_params()
 
 
 def expert_params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
@@ -368,14 +384,14 @@ def gemm_params_per_stage(model: Model, plan: AnyPlan, stage: Any) -> Any:
     `stage`: what FP8 training casts to 1 byte (the embedding, norms, biases and output layer stay
     bf16, as in Transformer Engine and Megatron-LM). Every stage holds the same layers' share. The
     routed experts' matrices are counted apart (expert_params_per_stage)."""
-    h, kv, q = model.hidden, model.kv_hidden, model.q_hidden
-    attention = h * (q + 2 * kv) + q * h
+    replicated = model.attention_replicated_params(matrices_only=True)  # MLA's down projections, whole
+    attention = (model.attention_matrix_params() - replicated) / plan.tp + replicated
     share = model.moe_share  # MoE layers: the shared experts' MLP (routed experts: model_state_bytes)
     mlp = (
         model.mlp_matrix_params(model.ffn_hidden) * (1 - share)
         + model.mlp_matrix_params(model.shared_expert_ffn) * share
     )
-    return (attention + mlp) / plan.tp * layers_on_stage(model.layers, plan, stage)
+    return (attention + mlp / plan.tp) * layers_on_stage(model.layers, plan, stage)
 
 
 def model_state_bytes(model: Model, plan: AnyPlan, stage: Any, *, mixed_precision: bool = True) -> dict[str, Any]:

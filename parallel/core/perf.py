@@ -93,7 +93,7 @@ def layer_forward_flops(model: Model, tokens_per_seq: int, batch: int) -> dict[s
     """Forward FLOPs of one (average) layer for `batch` sequences: GEMMs and the attention core's full
     s x s (2 FLOPs per MAC; Narayanan et al. 2021, Sec. 5.1: 24Bsh^2 + 4Bs^2h for GPT). A MoE
     model's MLP counts the weights a token passes through (the active parameters), and the router."""
-    h, f, k, s = model.hidden, model.ffn_hidden, model.kv_hidden, tokens_per_seq
+    h, f, s = model.hidden, model.ffn_hidden, tokens_per_seq
     mlp = model.mlp_matrix_params(f)  # 8h^2 for GPT
     if model.experts:  # a token passes top_k routed experts and the shared ones, on the MoE layers
         share = model.moe_share
@@ -101,16 +101,15 @@ def layer_forward_flops(model: Model, tokens_per_seq: int, batch: int) -> dict[s
             model.shared_expert_ffn
         )
         mlp = mlp * (1 - share) + (routed + h * model.experts) * share  # + the router
-    q = model.q_hidden
-    gemm_weights = h * (q + 2 * k) + q * h + mlp  # 12h^2 for GPT
-    return {"gemm": 2 * batch * s * gemm_weights, "attention": 4 * batch * s * s * q}
+    gemm_weights = model.attention_matrix_params() + mlp  # 12h^2 for GPT
+    return {"gemm": 2 * batch * s * gemm_weights, "attention": 4 * batch * s * s * model.attention_core_width}
 
 
 def token_weights(model: Model) -> float:
     """GEMM weights one token passes through per layer on average, as Megatron-LM's FLOPs count them
-    (no router): attention's projections and the MLP (a MoE layer's top_k routed and shared experts)."""
-    h, q = model.hidden, model.q_hidden
-    attention = h * (q + 2 * model.kv_hidden) + q * h
+    (no router): attention's projections (MLA's down and up projections: Model.attention_matrix_params)
+    and the MLP (a MoE layer's top_k routed and shared experts)."""
+    attention = model.attention_matrix_params()
     dense = model.mlp_matrix_params(model.ffn_hidden)
     moe = model.top_k * model.mlp_matrix_params(model.expert_width) + model.mlp_matrix_params(model.shared_expert_ffn)
     share = model.moe_share
@@ -123,7 +122,7 @@ def flops_per_step(model: Model, plan: AnyPlan, *, causal: bool = True) -> dict[
     the whole s x s attention (Narayanan et al. 2021 Eq. 3, Megatron-LM before 2025)."""
     B, s, L = plan.global_batch, model.seq_len, model.layers
     tokens = B * s
-    core = (1.0 if causal else 2.0) * 2 * s * model.q_hidden  # per token and layer, forward
+    core = (1.0 if causal else 2.0) * 2 * s * model.attention_core_width  # per token and layer, forward
     layer_fwd = 2 * token_weights(model) + core
     logits = 2 * model.hidden * model.padded_vocab(plan.tp)
     model_flops = 3 * tokens * (L * layer_fwd + logits)
@@ -150,7 +149,7 @@ def flat_cost(model: Model, plan: AnyPlan, cluster: Cluster, mfu: float) -> Laye
     rate = cluster.peak_flops * mfu
     tokens = plan.micro_batch * model.seq_len / plan.cp  # a rank's queries meet all s keys
     gemm_f = 2 * tokens * token_weights(model) / plan.tp / rate
-    attn_f = tokens * 2 * model.seq_len * model.q_hidden / plan.tp / rate  # causal: half of 4 s q per token
+    attn_f = tokens * 2 * model.seq_len * model.attention_core_width / plan.tp / rate  # causal: half of 4 s q
     head = 3 * 2 * tokens * model.hidden * model.padded_vocab(plan.tp) / plan.tp / rate
     share = recomputed_share(model.layers, plan)
     recompute = where(plan.recompute == "selective", attn_f, share * (gemm_f + attn_f))

@@ -23,7 +23,7 @@ from parallel.core.memory import (
 from parallel.core.perf import PerfOptions, bubble_fraction, step_time
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Model
-from parallel.core.topology import DIMS
+from parallel.core.topology import DIMS, placed
 from parallel.core.validate import check
 
 
@@ -76,19 +76,31 @@ def _expert_dims(plan: Plan) -> tuple[str, ...]:
 
 
 def groups_json(plan: Plan, cluster: Cluster, limit: int = LISTED) -> dict[str, list[dict]]:
-    """Each dimension's first `limit` groups, each with its first `limit` ranks and nodes, and its link."""
-    topo = plan.topology(cluster.gpus_per_node)
+    """Each dimension's first `limit` groups, each with its first `limit` ranks, nodes and NVLink
+    domains, and its link (inter where it spans domains)."""
+    topo = placed(plan, cluster)
     out = {}
     for dim in ("tp", "pp", "dp", "cp", *_expert_dims(plan)):
         rows = topo.group_ranks(dim)[:limit]
-        nodes = np.sort(rows // cluster.gpus_per_node, axis=1)
-        first = np.ones(nodes.shape, dtype=bool)  # each group's distinct nodes, all groups at once
-        first[:, 1:] = nodes[:, 1:] != nodes[:, :-1]
+        nodes, domains = _distinct_per_row(rows // cluster.gpus_per_node), _distinct_per_row(topo.domain_of(rows))
         out[dim] = [
-            {"ranks": r[:limit].tolist(), "nodes": n[f][:limit].tolist(), "link": "inter" if f.sum() > 1 else "intra"}
-            for r, n, f in zip(rows, nodes, first)
+            {
+                "ranks": r[:limit].tolist(),
+                "nodes": n[:limit].tolist(),
+                "domains": d[:limit].tolist(),
+                "link": "inter" if len(d) > 1 else "intra",
+            }
+            for r, n, d in zip(rows, nodes, domains)
         ]
     return out
+
+
+def _distinct_per_row(values: np.ndarray) -> list[np.ndarray]:
+    """Each row's distinct values, ascending (all rows sorted at once)."""
+    values = np.sort(values, axis=1)
+    first = np.ones(values.shape, dtype=bool)
+    first[:, 1:] = values[:, 1:] != values[:, :-1]
+    return [v[f] for v, f in zip(values, first)]
 
 
 def plan_report(plan: Plan, model: Model, cluster: Cluster, options: Options = Options()) -> dict:
@@ -101,6 +113,8 @@ def plan_report(plan: Plan, model: Model, cluster: Cluster, options: Options = O
         "plan": plan.to_dict(),
         "model": model.to_dict(),
         "cluster": cluster.to_dict(),
+        # parameter counts (not bytes), the vocabulary padded for the plan's tp: Model.param_counts
+        "params": model.param_counts(plan.tp),
     }
     if not verdict.computable:
         # Numbers from a shape that cannot exist would mislead; the errors say what to fix.
@@ -123,7 +137,7 @@ def plan_report(plan: Plan, model: Model, cluster: Cluster, options: Options = O
     worst = max(stages, key=lambda r: r["total"])
     rows = comm_per_step(model, plan, cluster, options.comm)
     timing = step_time(model, plan, cluster, options.perf, options.comm, options.activations)
-    topo = plan.topology(cluster.gpus_per_node)
+    topo = placed(plan, cluster)
     out.update(
         {
             "activation_bytes_per_layer": activation_bytes_per_layer(model, plan, options.activations),

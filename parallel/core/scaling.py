@@ -30,6 +30,7 @@ from parallel.core.memory import ActivationOptions
 from parallel.core.perf import PerfOptions, layer_tp_seconds, stage_cost
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Model
+from parallel.core.topology import placed
 from parallel.core.validate import _shape_errors
 
 TP_DEGREES = (1, 2, 4, 8, 16, 32)
@@ -95,7 +96,7 @@ def _row(
     if errors:
         row.update(valid=False, reason="; ".join(errors), link="")
         return row
-    link = plan.topology(cluster.gpus_per_node).link("tp")  # a group of tp ranks from rank 0
+    link = placed(plan, cluster).link("tp")  # a group of tp ranks from rank 0
     exposed, hidden = layer_tp_seconds(model, plan, cluster, perf, comm, acts)
     compute = layer_compute_seconds(model, plan, cluster, perf, acts)
     nbytes = micro_batch * model.seq_len * model.hidden * model.dtype_bytes

@@ -1,7 +1,9 @@
 """Model and cluster descriptions (frozen dataclasses with JSON round trip) and their presets.
 
-Pure: stdlib only. A `Model` is the transformer's shape; a `Cluster` is nodes of GPUs joined by an
-intra-node link (NVLink) and an inter-node link (InfiniBand), each given per GPU per direction.
+Pure: stdlib only. A `Model` is the transformer's shape; a `Cluster` is hosts of GPUs grouped into
+NVLink domains: GPUs of one domain talk over the fast link (NVLink), GPUs of different domains over
+the scale-out link (InfiniBand), each given per GPU per direction. A domain is one host on a DGX/HGX
+(8 GPUs) and a whole rack on a GB200/GB300 NVL72 (72 GPUs over 18 hosts of 4).
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ SHAPE_LIMITS = {
     "top_k": 1 << 16,
     "moe_every": 1 << 16,
     "dense_layers": 1 << 16,
+    "q_lora_rank": 1 << 20,
+    "kv_lora_rank": 1 << 20,
+    "qk_pos_head_dim": 1 << 16,
+    "v_head_dim": 1 << 16,
 }
 
 
@@ -109,6 +115,22 @@ class Model:
     # every TP rank holds an equal slice of the embedding and the logits (megatron/training/
     # tokenizer: _vocab_size_with_padding); 1 = no padding (torchtitan, this project's engine).
     vocab_divisor: int = 128
+    # Which layers are MoE, one 0/1 per layer (Megatron-LM's --moe-layer-freq: an int N gives layer i
+    # MoE when i % N == 0, a list gives the pattern itself; megatron/core/models/gpt/
+    # gpt_layer_specs.py). None: the first dense_layers dense, then every moe_every-th layer.
+    moe_pattern: tuple[int, ...] | None = None
+    # Multi-head latent attention (DeepSeek-AI 2024, "DeepSeek-V2", arXiv 2405.04434, Sec. 2.1;
+    # Megatron-LM's --multi-latent-attention, megatron/core/transformer/multi_latent_attention.py):
+    # K and V are up-projected per head from one kv_lora_rank-wide latent of each token (0: not MLA),
+    # Q from a q_lora_rank-wide one (0: Q projected from the hidden state directly); each head's query
+    # and key are head_dim (--qk-head-dim) + qk_pos_head_dim (--qk-pos-emb-head-dim) wide, the RoPE
+    # part of the key shared by all heads and projected with the latent; each value v_head_dim wide
+    # (--v-head-dim; None: head_dim). The down projections and the latents' RMSNorms are replicated
+    # over TP (Transformer Engine's "duplicated" linear), the up projections split by heads.
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_pos_head_dim: int = 0
+    v_head_dim: int | None = None
 
     def __post_init__(self):
         _positive(self, "layers", "hidden", "heads", "vocab", "seq_len", "dtype_bytes", "vocab_divisor")
@@ -142,6 +164,43 @@ class Model:
             raise SpecError(f"top_k {self.top_k} is more than the {self.experts} experts")
         if self.dense_layers > self.layers:
             raise SpecError(f"dense_layers {self.dense_layers} is more than the {self.layers} layers")
+        self._check_moe_pattern()
+        self._check_mla()
+
+    def _check_moe_pattern(self):
+        if self.moe_pattern is None:
+            return
+        if isinstance(self.moe_pattern, (str, bytes)) or not hasattr(self.moe_pattern, "__len__"):
+            raise SpecError(f"Model.moe_pattern must be a list of 0/1 per layer, got {self.moe_pattern!r}")
+        pattern = tuple(self.moe_pattern)
+        if any(isinstance(v, bool) or v not in (0, 1) for v in pattern):
+            raise SpecError("Model.moe_pattern must hold only 0 (dense layer) and 1 (MoE layer)")
+        if len(pattern) != self.layers:
+            raise SpecError(f"Model.moe_pattern has {len(pattern)} entries for {self.layers} layers")
+        if self.dense_layers or self.moe_every != 1:
+            raise SpecError("Model.moe_pattern says which layers are MoE: leave dense_layers and moe_every unset")
+        object.__setattr__(self, "moe_pattern", pattern)  # hashable, and equal after a JSON round trip
+
+    def _check_mla(self):
+        for name in ("kv_lora_rank", "q_lora_rank", "qk_pos_head_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SpecError(f"Model.{name} must be a non-negative integer, got {value!r}")
+            if value > SHAPE_LIMITS[name]:
+                raise SpecError(f"Model.{name} {value:,} is past any model: at most {SHAPE_LIMITS[name]:,}")
+        if self.v_head_dim is not None:
+            _positive(self, "v_head_dim")
+        if not self.mla:
+            extra = [n for n in ("q_lora_rank", "qk_pos_head_dim", "v_head_dim") if getattr(self, n)]
+            if extra:
+                raise SpecError(f"{', '.join(extra)} belong to multi-latent attention: set kv_lora_rank too")
+            return
+        if self.kv_heads != self.heads:
+            raise SpecError(
+                f"multi-latent attention up-projects K/V for every head: kv_heads must be heads {self.heads}"
+            )
+        if self.arch != "llama":
+            raise SpecError("multi-latent attention is modelled for the llama arch (RMSNorm, no biases)")
 
     def padded_vocab(self, tp: Any = 1) -> Any:
         """The vocabulary the embedding and the logits are built with on `tp` ranks: `vocab` rounded up
@@ -151,7 +210,23 @@ class Model:
 
     @property
     def head_dim(self) -> int:
+        """Width of one head's query and key (without MLA's RoPE part) and, but for MLA, of its value."""
         return self.attention_head_dim or self.hidden // self.heads
+
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention (kv_lora_rank > 0)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_head_width(self) -> int:
+        """Width of one head's query and key: head_dim, plus MLA's RoPE part."""
+        return self.head_dim + self.qk_pos_head_dim
+
+    @property
+    def v_head_width(self) -> int:
+        """Width of one head's value (and of its share of the attention output)."""
+        return self.v_head_dim or self.head_dim
 
     @property
     def expert_width(self) -> int:
@@ -160,18 +235,75 @@ class Model:
 
     @property
     def q_hidden(self) -> int:
-        """Width of Q (and of the attention output): heads * head_dim (= hidden unless head_dim is set)."""
-        return self.heads * self.head_dim
+        """Width of Q: heads * qk_head_width (= hidden unless the head width is set, or MLA)."""
+        return self.heads * self.qk_head_width
+
+    @property
+    def o_hidden(self) -> int:
+        """Width of the attention output (the out-projection's input): heads * v_head_width."""
+        return self.heads * self.v_head_width
 
     @property
     def kv_hidden(self) -> int:
-        """Width of K (and of V): kv_heads * head_dim."""
+        """Width of K (and of V) without MLA: kv_heads * head_dim."""
         return self.kv_heads * self.head_dim
 
-    def kv_hidden_per_tp_rank(self, tp: int) -> float:
-        """Width of K (or V) on one TP rank: split when tp divides kv_heads, one replicated head when
-        tp is a multiple of kv_heads (GQA with tp > kv_heads)."""
-        return self.kv_hidden / min(tp, self.kv_heads)
+    @property
+    def k_hidden(self) -> int:
+        """Width of K as attention sees it: kv_hidden, or MLA's heads * qk_head_width."""
+        return self.heads * self.qk_head_width if self.mla else self.kv_hidden
+
+    @property
+    def v_hidden(self) -> int:
+        """Width of V as attention sees it: kv_hidden, or MLA's heads * v_head_width."""
+        return self.o_hidden if self.mla else self.kv_hidden
+
+    @property
+    def attention_core_width(self) -> float:
+        """Multiply-accumulates per query-key pair of all heads, per 2: heads (qk + v head widths) / 2,
+        so that the core's forward is 4 s^2 x this FLOPs per sequence (= q_hidden without MLA)."""
+        return self.heads * (self.qk_head_width + self.v_head_width) / 2
+
+    @property
+    def mla_latent_width(self) -> int:
+        """MLA: the per-token latents the up projections read (q_lora_rank, or the hidden state when
+        Q is projected directly, + kv_lora_rank + the shared RoPE key); 0 without MLA."""
+        if not self.mla:
+            return 0
+        return (self.q_lora_rank or self.hidden) + self.kv_lora_rank + self.qk_pos_head_dim
+
+    def attention_replicated_params(self, *, matrices_only: bool = False) -> int:
+        """Attention weights every TP rank holds whole: MLA's down projections and latent norms
+        (Megatron-LM builds them as Transformer Engine 'duplicated' linears); 0 without MLA."""
+        if not self.mla:
+            return 0
+        h, ql, kl = self.hidden, self.q_lora_rank, self.kv_lora_rank
+        norms = 0 if matrices_only else ql + kl
+        return h * ql + h * (kl + self.qk_pos_head_dim) + norms
+
+    def attention_matrix_params(self) -> int:
+        """One layer's attention GEMM weights.
+
+        GQA/MHA: h (q + 2k) + o h (the Q, K, V and out projections).
+        MLA (DeepSeek-V2, Sec. 2.1, Eq. 9-14, with the decoupled RoPE of Eq. 15-16): W^DQ h x q_l,
+        W^UQ with W^QR q_l x heads (d + d_r); W^DKV with W^KR h x (kv_l + d_r); W^UK with W^UV
+        kv_l x heads (d + d_v); W^O heads d_v x h. Without a query latent (q_lora_rank 0) W^Q is
+        h x heads (d + d_r)."""
+        h = self.hidden
+        if self.mla:
+            ql, kl = self.q_lora_rank, self.kv_lora_rank
+            q = h * ql + ql * self.q_hidden if ql else h * self.q_hidden
+            kv = h * (kl + self.qk_pos_head_dim) + kl * self.heads * (self.head_dim + self.v_head_width)
+            return q + kv + self.o_hidden * h
+        return h * (self.q_hidden + 2 * self.kv_hidden) + self.o_hidden * h
+
+    def attention_params(self) -> int:
+        """One layer's attention weights without the norm before it: its GEMMs, MLA's two latent
+        RMSNorms (q_l + kv_l), GPT's biases (q + 2k + h)."""
+        if self.mla:
+            return self.attention_matrix_params() + self.q_lora_rank + self.kv_lora_rank
+        bias = self.q_hidden + 2 * self.kv_hidden + self.hidden if self.arch == "gpt" else 0
+        return self.attention_matrix_params() + bias
 
     @property
     def gated_mlp(self) -> bool:
@@ -182,22 +314,32 @@ class Model:
         return self.arch == "gpt" if self.tie_embeddings is None else self.tie_embeddings
 
     def params_per_layer(self) -> int:
-        """Weights (and GPT's biases) of one dense layer: QKV, out-projection, MLP, two norms."""
-        h, f, kv, q = self.hidden, self.ffn_hidden, self.kv_hidden, self.q_hidden
+        """Weights (and GPT's biases) of one dense layer: attention (attention_params), MLP, two norms."""
+        h, f = self.hidden, self.ffn_hidden
         if self.arch == "llama":  # no biases, SwiGLU (gate, up, down), RMSNorm (weight only)
-            return h * (q + 2 * kv) + q * h + 3 * h * f + 2 * h
-        return h * (q + 2 * kv) + (q + 2 * kv) + q * h + h + 2 * h * f + f + h + 4 * h
+            return self.attention_params() + 3 * h * f + 2 * h
+        return self.attention_params() + 2 * h * f + f + h + 4 * h
 
     def mlp_matrix_params(self, ffn: int) -> int:
         """The MLP's weight matrices at width `ffn`: gate, up, down (llama) or fc1, fc2 (gpt)."""
         return (3 if self.gated_mlp else 2) * self.hidden * ffn
 
     @property
-    def moe_layers(self) -> int:
-        """How many layers are MoE: after the first dense_layers, every moe_every-th (0 for a dense model)."""
+    def moe_layer_flags(self) -> tuple[int, ...]:
+        """1 for each MoE layer, 0 for each dense one, first layer first: moe_pattern when given, else
+        the first dense_layers dense and then every moe_every-th layer (Hugging Face's
+        first_k_dense_replace / interleave_moe_layer_step); all 0 for a dense model."""
         if not self.experts:
-            return 0
-        return len(range(self.dense_layers + self.moe_every - 1, self.layers, self.moe_every))
+            return (0,) * self.layers
+        if self.moe_pattern is not None:
+            return self.moe_pattern
+        first = self.dense_layers + self.moe_every - 1
+        return tuple(int(i >= first and (i - first) % self.moe_every == 0) for i in range(self.layers))
+
+    @property
+    def moe_layers(self) -> int:
+        """How many layers are MoE (moe_layer_flags; 0 for a dense model)."""
+        return sum(self.moe_layer_flags)
 
     @property
     def moe_share(self) -> float:
@@ -223,9 +365,24 @@ class Model:
         return (self.layers - moe) * self.params_per_layer() + moe * per_moe
 
     def active_params_total(self, tp: int = 1) -> int:
-        """Weights one token passes through: top_k routed experts instead of all of them."""
+        """Weights one token passes through: every weight but the routed experts it is not sent to
+        (top_k of them per MoE layer instead of all), the input embedding and the output layer
+        included. Mixtral's "12.9B active of 46.7B" and DeepSeek-V3's "37B of 671B" are this count
+        (37.55B for DeepSeek-V3: the report rounds it down; without the input embedding, a table
+        lookup, it is 36.63B)."""
         routed_unused = (self.experts - self.top_k) * self.mlp_matrix_params(self.expert_width)
         return self.params_total(tp) - self.moe_layers * routed_unused
+
+    def param_counts(self, tp: int = 1) -> dict[str, int]:
+        """{total, active, embedding}: counts of parameters (not bytes). total: every weight of the
+        model as trained (params_total; without DeepSeek-V3's multi-token-prediction module, which its
+        authors count apart: 671B + 14B); active: active_params_total; embedding: the input
+        embedding table (and GPT's learned positions), inside both."""
+        return {
+            "total": self.params_total(tp),
+            "active": self.active_params_total(tp),
+            "embedding": self.embedding_params(tp),
+        }
 
     def embedding_params(self, tp: int = 1) -> int:
         """Input embedding of the padded vocabulary (plus GPT's learned positions); the output layer
@@ -271,26 +428,41 @@ class Link:
 
 @dataclass(frozen=True)
 class Cluster:
+    """`nodes` hosts of `gpus_per_node` GPUs (the processes a launcher starts per host), ranks placed
+    host after host; the GPUs of one NVLink domain (`nvlink_domain` consecutive ranks) talk over
+    `intra`, the others over `inter`."""
+
     name: str
     nodes: int
     gpus_per_node: int
     gpu_memory_bytes: int
     peak_flops: float  # dense bf16 FLOP/s per GPU
-    intra: Link  # inside a node (NVLink / loopback)
-    inter: Link  # between nodes (InfiniBand / the lab's shaped veth)
+    intra: Link  # inside an NVLink domain (NVLink / loopback)
+    inter: Link  # between domains (InfiniBand / the lab's shaped veth)
     device: str = "gpu"  # "gpu" or "cpu" (gloo over loopback)
     # the accelerator (parallel.core.devices preset): its HBM bandwidth, fp8 peak and kernel
     # efficiencies time each operator; "" = a generic GPU of peak_flops (devices.cluster_device)
     gpu: str = ""
+    # GPUs that share one NVLink fabric, a property of the machine, not of the launch: 72 on a
+    # GB200/GB300 NVL72 rack (18 hosts of 4 GPUs), 4 on a GB200 NVL4; None = one host (DGX/HGX: 8),
+    # which then follows gpus_per_node when that is changed
+    nvlink_domain: int | None = None
 
     def __post_init__(self):
         _positive(self, "nodes", "gpus_per_node", "gpu_memory_bytes")
+        if self.nvlink_domain is not None:
+            _positive(self, "nvlink_domain")
         if not self.peak_flops > 0:
             raise SpecError(f"Cluster.peak_flops must be > 0, got {self.peak_flops!r}")
 
     @property
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs of one NVLink domain: nvlink_domain, else one host's."""
+        return self.nvlink_domain or self.gpus_per_node
 
     def with_nodes(self, nodes: int) -> "Cluster":
         return dataclasses.replace(self, nodes=nodes)
@@ -379,11 +551,31 @@ MODELS: dict[str, Model] = {
         experts=8,
         top_k=2,
     ),
-    # DeepSeek-V3: DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", Sec. 4.2 and the released
-    # config.json: 61 layers, hidden 7168, 128 heads, first 3 layers dense (FFN 18432), then 256
-    # routed experts of 2048 with 1 shared of 2048, top-8, vocab 129280, training sequence 4096.
-    # Multi-head latent attention is approximated as multi-head attention of 128 heads of 56 (its
-    # low-rank projections hold ~10% fewer weights, ~1% of the model; its activations are not MLA's).
+    # Mixtral 8x22B: Mistral AI 2024, "Cheaper, Better, Faster, Stronger" (141B parameters, 39B
+    # active) and the released config.json (mistralai/Mixtral-8x22B-v0.1: 56 layers, hidden 6144,
+    # 48 heads, 8 kv heads, FFN 16384, 8 experts, top-2, vocab 32768); sequence 4096 as 8x7B's.
+    "mixtral-8x22b": Model(
+        name="mixtral-8x22b",
+        layers=56,
+        hidden=6144,
+        heads=48,
+        kv_heads=8,
+        ffn_hidden=16384,
+        vocab=32768,
+        seq_len=4096,
+        arch="llama",
+        dropout=False,
+        experts=8,
+        top_k=2,
+    ),
+    # DeepSeek-V3: DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (arXiv 2412.19437), Sec. 4.2, and
+    # the released config.json: 61 layers, hidden 7168, 128 heads of multi-head latent attention
+    # (q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim
+    # 128), the first 3 layers dense (FFN 18432), then 256 routed experts of 2048 and 1 shared of
+    # 2048, top-8, vocab 129280, untied; training sequence 4096. 671.0B parameters, 37.6B active
+    # (Model.active_params_total; the report's "671B, 37B"); the multi-token-prediction module
+    # (14B, trained beside the model) is not part of it. Megatron-LM's DeepSeek-R1 arguments
+    # (examples/post_training/modelopt/conf/deepseek-ai/DeepSeek-R1.sh) give the same shape.
     "deepseek-v3": Model(
         name="deepseek-v3",
         layers=61,
@@ -398,7 +590,33 @@ MODELS: dict[str, Model] = {
         top_k=8,
         expert_ffn=2048,
         shared_expert_ffn=2048,
-        dense_layers=3,
+        moe_pattern=(0,) * 3 + (1,) * 58,
+        attention_head_dim=128,
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_pos_head_dim=64,
+        v_head_dim=128,
+    ),
+    # gpt-oss-120b: OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card" (116.8B parameters, 5.1B
+    # active per token) and the released config.json: 36 layers, hidden 2880, 64 heads of 64, 8 kv
+    # heads, 128 experts of 2880, top-4, every layer MoE, vocab 201088, untied; sequence 4096
+    # (Megatron-LM's examples/post_training/modelopt/conf/openai/gpt-oss-120b.sh). Modelled as
+    # llama: its attention and expert biases (~0.1%), attention sinks and the 128-token sliding
+    # window of every other layer are not.
+    "gpt-oss-120b": Model(
+        name="gpt-oss-120b",
+        layers=36,
+        hidden=2880,
+        heads=64,
+        kv_heads=8,
+        ffn_hidden=2880,
+        vocab=201088,
+        seq_len=4096,
+        arch="llama",
+        dropout=False,
+        experts=128,
+        top_k=4,
+        attention_head_dim=64,
     ),
     # Llama 4 Scout / Maverick: torchtitan's llama4 flavours 17bx16e / 17bx128e and Meta's released
     # config.json: 48 layers, dim 5120, 40 heads, 8 kv heads, experts of 8192 with one shared expert
@@ -420,6 +638,25 @@ MODELS: dict[str, Model] = {
         seq_len=4096,
         arch="llama",
         dropout=False,
+        attention_head_dim=128,
+    ),
+    # Qwen3-30B-A3B: the same report's Table 2 and config.json: 48 layers, hidden 2048, 32 heads
+    # of 128, 4 kv heads, 128 experts of 768, top-8, every layer MoE, vocab 151936, untied. 30.5B,
+    # 3.3B active.
+    "qwen3-30b-a3b": Model(
+        name="qwen3-30b-a3b",
+        layers=48,
+        hidden=2048,
+        heads=32,
+        kv_heads=4,
+        ffn_hidden=6144,
+        vocab=151936,
+        seq_len=4096,
+        arch="llama",
+        dropout=False,
+        experts=128,
+        top_k=8,
+        expert_ffn=768,
         attention_head_dim=128,
     ),
     "qwen3-235b-a22b": Model(
@@ -461,7 +698,19 @@ MODELS: dict[str, Model] = {
 }
 
 
-def _node(name, gpu, memory_bytes, peak_tflops, intra_gbps, inter_gbps, *, gpus=8, intra="NVLink", inter="InfiniBand"):
+def _node(
+    name,
+    gpu,
+    memory_bytes,
+    peak_tflops,
+    intra_gbps,
+    inter_gbps,
+    *,
+    gpus=8,
+    domain=None,
+    intra="NVLink",
+    inter="InfiniBand",
+):
     # Latencies: order-of-magnitude per-hop NCCL latencies (NVLink ~ 3 us, IB ~ 8 us); fit your
     # own with `python -m profiler commbench` for real numbers.
     return Cluster(
@@ -473,6 +722,7 @@ def _node(name, gpu, memory_bytes, peak_tflops, intra_gbps, inter_gbps, *, gpus=
         intra=Link(intra_gbps * GB, 3e-6, intra),
         inter=Link(inter_gbps * GB, 8e-6, inter),
         gpu=gpu,
+        nvlink_domain=domain,
     )
 
 
@@ -490,12 +740,17 @@ CLUSTERS: dict[str, Cluster] = {
     # DGX B200: NVLink5 1.8 TB/s bidirectional = 900 GB/s per direction; 8x ConnectX-7 400 Gb/s =
     # 50 GB/s per GPU; B200 180 GB, 2.25 PFLOP/s dense bf16 (NVIDIA DGX B200 datasheet).
     "dgx-b200": _node("dgx-b200", "b200", 180 * 10**9, 2250, 900, 50),
-    # GB200 / GB300 NVL72: one NVLink5 domain of 72 GPUs (900 GB/s per direction each); a "node"
-    # here is the 64-GPU slice of a rack a job usually takes (16 of its 18 compute trays; give
-    # --gpus-per-node 72 for the whole rack); 400 Gb/s (GB200) / 800 Gb/s (GB300) ConnectX per GPU
-    # across racks (NVIDIA GB200 / GB300 NVL72 datasheets).
-    "gb200-nvl72": _node("gb200-nvl72", "gb200", 186 * 10**9, 2500, 900, 50, gpus=64),
-    "gb300-nvl72": _node("gb300-nvl72", "gb300", 288 * 10**9, 2500, 900, 100, gpus=64),
+    # GB200 NVL72 (NVIDIA GB200 NVL72 datasheet): a rack of 18 compute trays, each a host of 4 GPUs
+    # (two GB200 superchips), all 72 GPUs on one NVLink5 domain of 130 TB/s = 72 x 1.8 TB/s
+    # bidirectional: 900 GB/s per GPU per direction; 13.4 TB HBM3e = 186 GB per GPU; 180 PFLOP/s
+    # dense bf16 per rack (360 with sparsity) = 2.5 PFLOP/s per GPU; one ConnectX-7 400 Gb/s
+    # (50 GB/s) NIC per GPU across racks. A job placed 16 trays per rack (SLURM --segment 16, two
+    # spare) sees domains of 64: Cluster(..., nvlink_domain=64).
+    "gb200-nvl72": _node("gb200-nvl72", "gb200", 186 * 10**9, 2500, 900, 50, gpus=4, domain=72),
+    # GB300 NVL72 (NVIDIA GB300 NVL72 datasheet): the same rack of 18 hosts of 4 Blackwell Ultra
+    # GPUs and NVLink5 (900 GB/s per GPU per direction); 288 GB HBM3e per GPU; 2.5 PFLOP/s dense
+    # bf16 per GPU; one ConnectX-8 SuperNIC of 800 Gb/s (100 GB/s) per GPU across racks.
+    "gb300-nvl72": _node("gb300-nvl72", "gb300", 288 * 10**9, 2500, 900, 100, gpus=4, domain=72),
     # AMD Instinct MI300X platform: 8 GPUs fully connected by Infinity Fabric, 7 links of 64 GB/s per
     # direction each (896 GB/s aggregate bidirectional: 448 per direction); 400 Gb/s NIC per GPU;
     # MI300X 192 GB, 1,307 TFLOP/s dense bf16 (AMD MI300X datasheet).

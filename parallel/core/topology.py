@@ -8,7 +8,10 @@ An *order* names the axes from fastest-varying to slowest, Megatron-LM style:
                        torch.arange(world).view(dp, pp, cp, tp)
 
 `ep` (expert parallelism) may appear in an order; it is 1 in the dense layout. Rank r sits on node
-r // gpus_per_node as local GPU r % gpus_per_node, so the fastest axis stays inside a node.
+r // gpus_per_node as local GPU r % gpus_per_node, so the fastest axis stays inside a node, and in
+NVLink domain r // nvlink_domain (a host on a DGX/HGX, a rack of 18 hosts on a GB200 NVL72). Which
+link a group crosses is decided here, once: a group whose ranks span domains is bound by the
+scale-out link (`domain_of`, `crossing`, `link`; parallel.core.comm asks the same function).
 
 Expert groups (`group_ranks("ep")`): Megatron-LM lays the MoE layers' ranks out a second time with
 the same order string, as RankGenerator(tp=etp, cp=1, ep=ep, dp=world/(etp·ep·pp), pp) (its
@@ -20,6 +23,7 @@ Pure: numpy only.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -58,11 +62,12 @@ class Group:
     dim: str
     ranks: tuple[int, ...]
     nodes: tuple[int, ...]
+    domains: tuple[int, ...] = ()  # the NVLink domains its ranks are in; () = its nodes
 
     @property
     def link(self) -> str:
-        """'intra' when the group stays inside one node, else 'inter' (bound by the slow link)."""
-        return "intra" if len(self.nodes) == 1 else "inter"
+        """'intra' when the group stays inside one NVLink domain, else 'inter' (bound by the slow link)."""
+        return "intra" if len(self.domains or self.nodes) == 1 else "inter"
 
 
 @dataclass(frozen=True)
@@ -77,11 +82,14 @@ class Topology:
     order: str = DEFAULT_ORDER
     ep: int = 1  # expert parallelism (MoE layers); its ranks come from dp x cp (x tp when etp < tp)
     etp: int | None = None  # the experts' tensor parallelism; None = tp
+    nvlink_domain: int | None = None  # consecutive ranks sharing NVLink (Cluster.domain_gpus); None = a node
 
     def __post_init__(self):
         if self.etp is None:
             object.__setattr__(self, "etp", self.tp)
-        for name in (*DIMS, "gpus_per_node", "ep", "etp"):
+        if self.nvlink_domain is None:
+            object.__setattr__(self, "nvlink_domain", self.gpus_per_node)
+        for name in (*DIMS, "gpus_per_node", "ep", "etp", "nvlink_domain"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise TopologyError(f"{name} must be a positive integer, got {value!r}")
@@ -126,6 +134,11 @@ class Topology:
     def local_rank_of(self, rank: int) -> int:
         return rank % self.gpus_per_node
 
+    def domain_of(self, ranks):
+        """The NVLink domain of each rank (an int, or an array of them): the one function that says
+        which ranks share the fast link."""
+        return ranks // self.nvlink_domain
+
     def _expert_groups(self) -> np.ndarray:
         """The EP groups of Megatron-LM's expert layout (module docstring), first rank first."""
         if self.world_size % (self.etp * self.ep * self.pp):
@@ -164,8 +177,11 @@ class Topology:
     def groups(self, dim: str, limit: int | None = None) -> list[Group]:
         """The groups of `dim` (the first `limit` of them when given), first rank first."""
         rows = self.group_ranks(dim)[:limit]
-        nodes = rows // self.gpus_per_node
-        return [Group(dim, tuple(row.tolist()), tuple(np.unique(n).tolist())) for row, n in zip(rows, nodes)]
+        nodes, domains = rows // self.gpus_per_node, self.domain_of(rows)
+        return [
+            Group(dim, tuple(row.tolist()), tuple(np.unique(n).tolist()), tuple(np.unique(d).tolist()))
+            for row, n, d in zip(rows, nodes, domains)
+        ]
 
     def group_count(self, dim: str) -> int:
         return self.world_size // (self.ep if dim == "ep" else self.sizes[dim])
@@ -177,10 +193,12 @@ class Topology:
         return tuple(int(r) for r in self.grid[tuple(index)])
 
     def rank_table(self, limit: int | None = None) -> list[dict]:
-        """One row per rank (the first `limit` ranks when given): rank, node, local_rank, dp, pp, cp, tp."""
+        """One row per rank (the first `limit` ranks when given): rank, node, local_rank, domain (its
+        NVLink domain), dp, pp, cp, tp."""
         ranks = np.arange(self.world_size if limit is None else min(limit, self.world_size), dtype=np.int64)
-        cols = [ranks, ranks // self.gpus_per_node, ranks % self.gpus_per_node, *self._coords_of(ranks).T]
-        keys = ("rank", "node", "local_rank", *DIMS)
+        cols = [ranks, ranks // self.gpus_per_node, ranks % self.gpus_per_node, self.domain_of(ranks)]
+        cols += list(self._coords_of(ranks).T)
+        keys = ("rank", "node", "local_rank", "domain", *DIMS)
         return [dict(zip(keys, row)) for row in np.stack(cols, axis=1).tolist()]
 
     def _coords_of(self, ranks: np.ndarray) -> np.ndarray:
@@ -193,10 +211,16 @@ class Topology:
         return out
 
     def crossing(self, dim: str) -> int:
-        """How many groups of `dim` span more than one node."""
-        g = self.group_ranks(dim) // self.gpus_per_node
+        """How many groups of `dim` span more than one NVLink domain."""
+        g = self.domain_of(self.group_ranks(dim))
         return int((g.min(axis=1) != g.max(axis=1)).sum())
 
     def link(self, dim: str) -> str:
-        """The slowest link any group of `dim` uses: 'inter' if one crosses nodes, else 'intra'."""
+        """The slowest link any group of `dim` uses: 'inter' if one crosses domains, else 'intra'."""
         return "inter" if self.crossing(dim) else "intra"
+
+
+def placed(plan, cluster) -> Topology:
+    """The plan's layout on the cluster's hosts and NVLink domains (a Plan and a Cluster; typed
+    loosely so that this module needs neither)."""
+    return dataclasses.replace(plan.topology(cluster.gpus_per_node), nvlink_domain=cluster.domain_gpus)

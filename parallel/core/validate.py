@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from parallel.core.memory import ActivationOptions, memory_per_gpu_bytes
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, GiB, Model
+from parallel.core.topology import placed
 
 
 @dataclass(frozen=True)
@@ -182,16 +183,17 @@ def _pipeline_split_errors(p: Plan, m: Model) -> list[str]:
 def _layout_warnings(plan: Plan, model: Model, cluster: Cluster) -> list[str]:
     p = plan
     warnings = []
-    topo = p.topology(cluster.gpus_per_node)
+    topo = placed(p, cluster)
     fast, slow = cluster.intra, cluster.inter
     ratio = fast.bandwidth_bytes_per_s / slow.bandwidth_bytes_per_s
+    unit = "node" if cluster.domain_gpus == cluster.gpus_per_node else "NVLink domain"
     for dim, why in (("tp", "TP all-reduces every layer"), ("cp", "CP exchanges K/V every layer")):
         n = topo.crossing(dim)
         if n and getattr(p, dim) > 1:
             total = len(topo.group_ranks(dim))
             warnings.append(
-                f"{n} of {total} {dim.upper()} groups cross nodes ({dim}={getattr(p, dim)}, "
-                f"{cluster.gpus_per_node} GPUs per node): {why} over {slow.name or 'the inter-node link'}, "
+                f"{n} of {total} {dim.upper()} groups cross {unit}s ({dim}={getattr(p, dim)}, "
+                f"{cluster.domain_gpus} GPUs per {unit}): {why} over {slow.name or 'the inter-node link'}, "
                 f"{ratio:.0f}× slower than {fast.name or 'the intra-node link'}"
             )
     if p.pp > 1 and p.microbatches < p.pp:

@@ -6,7 +6,13 @@ Megatron-LM flags is the launch. Its launcher (`torchrun`, `python -m torch.dist
 the plan, read as Megatron-LM's `arguments.py` reads them:
 
 * dp = world / (tp·pp·cp); `--global-batch-size` defaults to micro batch × dp.
-* `--num-layers-per-virtual-pipeline-stage N` -> vpp = layers / (pp·N).
+* `--num-layers-per-virtual-pipeline-stage N` -> vpp = L' / (pp·N), L' the layers with the embedding
+  and the loss counted as one each under `--account-for-embedding/loss-in-pipeline-split`.
+* `--moe-layer-freq` (an int N: layer i MoE when i % N == 0; or a list expression such as
+  `([0]*3+[1]*58)`, parallel.importers.moe_pattern) -> Model.moe_pattern.
+* `--multi-latent-attention` with `--q-lora-rank --kv-lora-rank --qk-head-dim --qk-pos-emb-head-dim
+  --v-head-dim` (Megatron-LM's defaults where not given) -> the Model's MLA fields.
+* `--nproc_per_node` is the processes per host; the NVLink domain is the cluster's (Cluster.nvlink_domain).
 * `--sequence-parallel` is switched off when tp = 1 (Megatron-LM does the same).
 * `--use-distributed-optimizer` -> ZeRO-1; `--use-torch-fsdp2` -> ZeRO-3;
   `--data-parallel-sharding-strategy optim|optim_grads|optim_grads_params` -> ZeRO 1|2|3.
@@ -34,6 +40,7 @@ import re
 from parallel.core.plan import CP_KINDS, Plan
 from parallel.core.specs import MODELS, Model, SpecError
 from parallel.importers.base import Imported, failure
+from parallel.importers.moe_pattern import PatternError, moe_layer_flags
 from parallel.importers.shell_eval import UNRESOLVED, Reader, ShellError, Word, run
 
 USED = {  # flag -> (type, key)
@@ -87,7 +94,13 @@ USED = {  # flag -> (type, key)
     "--moe-router-topk": ("int", "top_k"),
     "--moe-ffn-hidden-size": ("int", "expert_ffn"),
     "--moe-shared-expert-intermediate-size": ("int", "shared_expert_ffn"),
-    "--moe-layer-freq": ("int", "moe_every"),
+    "--moe-layer-freq": ("str", "moe_freq"),
+    "--multi-latent-attention": ("true", "mla"),
+    "--q-lora-rank": ("int", "q_lora_rank"),
+    "--kv-lora-rank": ("int", "kv_lora_rank"),
+    "--qk-head-dim": ("int", "qk_head_dim"),
+    "--qk-pos-emb-head-dim": ("int", "qk_pos_head_dim"),
+    "--v-head-dim": ("int", "v_head_dim"),
     "--expert-tensor-parallel-size": ("int", "etp"),
     "--overlap-grad-reduce": ("true", "overlap_grad_reduce"),
     "--tp-comm-overlap": ("true", "tp_comm_overlap"),
@@ -117,7 +130,7 @@ IGNORED = re.compile(
     r"use-rotary|timing-log|override-opt|use-cpu-init|use-contiguous|log_|micro-batch-size-|"
     r"keep-fp8|use-precision-aware|main-grads|main-params|exp-avg|ddp-|fp16-lm|fp32-residual|"
     r"squared-relu|openai-gelu|onnx|recompute-modules|align-|delay-|defer-|check-for|result-rejected|"
-    r"eod-mask|reset-|kv-lora|q-lora|multi-latent|cuda-graph|enable-|disable-|te-|nccl-|high-priority|"
+    r"eod-mask|reset-|cuda-graph|enable-|disable-|te-|nccl-|high-priority|"
     r"deterministic|num-dataset|object-storage|full-validation|timing|barrier|use-dist-ckpt|auto-detect|"
     r"dist-ckpt|async-save|non-persistent|pretrained-checkpoint|tensorboard-dir|use-fused|"
     r"gradient-accumulation-fusion)"
@@ -333,7 +346,9 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
     if not llama and get.get("untied"):
         r.notes.append("--untie-embeddings-and-output-weights with a GeLU MLP: modelled as the gpt architecture (tied)")
     head_dim = None
-    if "kv_channels" in get and get["kv_channels"] != h // heads:
+    if get.get("mla"):  # MLA's query/key head is --qk-head-dim (+ the RoPE part), not --kv-channels
+        head_dim = get.get("qk_head_dim", 128) if get.get("qk_head_dim", 128) != h // heads else None
+    elif "kv_channels" in get and get["kv_channels"] != h // heads:
         head_dim = get["kv_channels"]
         r.notes.append(
             f"--kv-channels {head_dim} differs from hidden/heads = {h // heads}: Q is heads × {head_dim} wide"
@@ -361,13 +376,17 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
             top_k=get.get("top_k", 2),
             expert_ffn=get.get("expert_ffn"),
             shared_expert_ffn=get.get("shared_expert_ffn", 0),
-            moe_every=get.get("moe_every", 1),
         )
-        if "moe_every" in get and get["moe_every"] > 1:
-            r.notes.append(
-                f"--moe-layer-freq {get['moe_every']}: Megatron-LM makes layer i MoE when i % freq == 0; "
-                f"modelled as every {get['moe_every']}-th layer (the same count, up to one layer)"
-            )
+        if "moe_freq" in get:
+            try:
+                flags = moe_layer_flags(get["moe_freq"], layers)
+            except PatternError as err:
+                raise r.fail(f["moe_freq"][1], f"--moe-layer-freq {err}") from None
+            if not all(flags):  # all MoE is the default, not a pattern
+                shape["moe_pattern"] = flags
+    elif "moe_freq" in get:
+        r.notes.append(f"line {f['moe_freq'][1]}: --moe-layer-freq without --num-experts: a dense model")
+    shape.update(_mla(r, f, get))
     like = next(
         (
             m
@@ -426,13 +445,44 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
             if getattr(like, k) != shape[k]
             and not (k == "vocab" and like.padded_vocab(tp) == candidate.padded_vocab(tp))
         )
-        name = f"{like.name} ({diff})"
+        name = f"{like.name} ({diff})" if diff else f"{like.name} variant"
     else:
         name = f"megatron L{layers} h{h} a{heads}" + (f" kv{kv}" if kv != heads else "")
     try:
         return Model(name=name, **shape)
     except SpecError as err:
         raise r.fail(launch_line, f"the model's shape is not valid: {err}") from None
+
+
+MLA_FLAGS = {  # key -> (flag, Megatron-LM's default: megatron/training/arguments.py, _add_mla_args)
+    "q_lora_rank": ("--q-lora-rank", None),
+    "kv_lora_rank": ("--kv-lora-rank", 32),
+    "qk_head_dim": ("--qk-head-dim", 128),
+    "qk_pos_head_dim": ("--qk-pos-emb-head-dim", 64),
+    "v_head_dim": ("--v-head-dim", 128),
+}
+
+
+def _mla(r: _Reader, f: dict, get: dict) -> dict:
+    """Multi-latent attention's Model fields from --multi-latent-attention and its rank and head-width
+    flags, their defaults Megatron-LM's; the flags alone (without the switch) change nothing there."""
+    given = [flag for key, (flag, _) in MLA_FLAGS.items() if key in get]
+    if not get.get("mla"):
+        if given:
+            r.notes.append(f"{', '.join(given)} without --multi-latent-attention: ignored, as Megatron-LM does")
+        return {}
+    if get.get("gqa"):  # megatron/training/arguments.py asserts the same
+        raise r.fail(f["mla"][1], "--multi-latent-attention and --group-query-attention exclude one another")
+    value = {key: get.get(key, default) for key, (_, default) in MLA_FLAGS.items()}
+    defaulted = [f"{flag} {default}" for key, (flag, default) in MLA_FLAGS.items() if key not in get and default]
+    if defaulted:
+        r.notes.append(f"multi-latent attention with Megatron-LM's defaults: {', '.join(defaulted)}")
+    return dict(
+        q_lora_rank=value["q_lora_rank"] or 0,
+        kv_lora_rank=value["kv_lora_rank"],
+        qk_pos_head_dim=value["qk_pos_head_dim"],
+        v_head_dim=value["v_head_dim"],
+    )
 
 
 def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
@@ -445,14 +495,7 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         sp = False
     vpp = get.get("vpp", 1)
     if "layers_per_virtual_stage" in get:
-        per = get["layers_per_virtual_stage"]
-        if layers % (pp * per):
-            raise r.fail(
-                line["layers_per_virtual_stage"],
-                f"--num-layers-per-virtual-pipeline-stage {per}: layers "
-                f"{layers} are not divisible by pp×{per} = {pp * per}",
-            )
-        vpp = layers // (pp * per)
+        vpp = _vpp_from_layers_per_stage(r, get, line, layers, pp)
     zero = 1 if get.get("distributed_optimizer") else 0
     if get.get("fsdp2"):
         zero = 3
@@ -530,6 +573,26 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
     if get.get("no_swiglu_fusion") and get.get("swiglu"):
         options["swiglu"] = "unfused"
     return plan, options
+
+
+def _vpp_from_layers_per_stage(r: _Reader, get: dict, line: dict, layers: int, pp: int) -> int:
+    """vpp from --num-layers-per-virtual-pipeline-stage N, by Megatron-LM's own rule
+    (megatron/training/arguments.py, validate_args): the embedding and the loss count as a layer
+    each where --account-for-embedding/loss-in-pipeline-split says so; those L' layers must divide
+    by pp, and L'/pp by N; vpp = L'/pp/N."""
+    per, ln = get["layers_per_virtual_stage"], line["layers_per_virtual_stage"]
+    extra = [name for key, name in (("embedding_in_split", "embedding"), ("loss_in_split", "loss")) if get.get(key)]
+    counted = layers + len(extra)
+    what = f"layers {layers}" + "".join(f" + 1 ({name})" for name in extra) + (f" = {counted}" if extra else "")
+    if counted % pp:
+        raise r.fail(ln, f"--num-layers-per-virtual-pipeline-stage {per}: {what} are not divisible by pp {pp}")
+    if (counted // pp) % per:
+        raise r.fail(
+            ln,
+            f"--num-layers-per-virtual-pipeline-stage {per}: {what} give {counted // pp} per pipeline "
+            f"stage, not divisible by {per}",
+        )
+    return counted // pp // per
 
 
 # Megatron-LM's --cp-comm-type (megatron/training/arguments.py; Transformer Engine's attention with CP):

@@ -390,10 +390,11 @@ class _Why:
     def link(self, dim: str) -> str:
         n, total = self.rep["crossing_groups"][dim], self.rep["group_counts"][dim]
         c = self.cluster
+        unit = "node" if c.domain_gpus == c.gpus_per_node else f"{c.domain_gpus}-GPU NVLink domain"
         return (
-            f"stays inside a node on {c.intra.name or 'the intra-node link'}"
+            f"stays inside a {unit} on {c.intra.name or 'the intra-node link'}"
             if n == 0
-            else f"spans nodes ({n} of {total} groups), so it runs on {c.inter.name or 'the inter-node link'}"
+            else f"spans {unit}s ({n} of {total} groups), so it runs on {c.inter.name or 'the inter-node link'}"
         )
 
     def tp(self) -> tuple[str, str]:

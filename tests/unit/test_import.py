@@ -250,7 +250,7 @@ python -m torch.distributed.run --nproc-per-node 8 --nnodes 4 pretrain_gpt.py "$
             "torchrun pretrain_gpt.py --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3 \\\n"
             " --num-layers 8 --hidden-size 64 --num-attention-heads 4 --seq-length 64\n",
             1,
-            "layers 8 are not divisible by pp×3 = 6",
+            "layers 8 give 4 per pipeline stage, not divisible by 3",
         ),
     ],
 )

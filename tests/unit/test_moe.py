@@ -119,7 +119,7 @@ def test_plan_report_lists_ep_groups_and_the_all_to_all():
     m = MODELS["mixtral-8x7b"]
     rep = plan_report(Plan(dp=8, pp=4, ep=8, zero=1, global_batch=256), m, CLUSTERS["dgx-h100"].with_nodes(4))
     assert rep["plan"]["ep"] == 8 and rep["group_counts"]["ep"] == 4
-    assert rep["groups"]["ep"][0] == {"ranks": list(range(8)), "nodes": [0], "link": "intra"}
+    assert rep["groups"]["ep"][0] == {"ranks": list(range(8)), "nodes": [0], "domains": [0], "link": "intra"}
     (a2a,) = [r for r in rep["comm_per_step"] if r["dim"] == "ep"]
     m_b, layers = 256 // 8, m.moe_layers // 4
     assert a2a["collective"] == "all_to_all" and a2a["calls"] == 4 * layers * m_b  # dispatch + combine, fwd + bwd
