@@ -46,6 +46,7 @@ REPORT_KEYS = (
     "plan",
     "model",
     "cluster",
+    "params",
     "activation_bytes_per_layer",
     "activation_components",
     "memory_per_gpu_bytes",

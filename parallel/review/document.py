@@ -58,13 +58,29 @@ def options_to_dict(o: Options) -> dict:
     return dataclasses.asdict(o)
 
 
+# Activation options a review saved before they became fields of each plan (Plan.attention, Plan.dropout)
+PLAN_WIDE_OPTIONS = ("flash_attention", "dropout")
+
+
 def options_from_dict(d: dict | None) -> Options:
     d = d or {}
+    acts = {k: v for k, v in (d.get("activations") or {}).items() if k not in PLAN_WIDE_OPTIONS}
     return Options(
-        activations=ActivationOptions(**d.get("activations", {})),
+        activations=ActivationOptions(**acts),
         comm=CommOptions(**d.get("comm", {})),
         perf=PerfOptions(**d.get("perf", {})),
     )
+
+
+def _plan_wide(options: dict | None) -> dict:
+    """The plan fields an older review set for all its plans in its options (flash attention, dropout)."""
+    acts = (options or {}).get("activations") or {}
+    out = {}
+    if acts.get("flash_attention") is False:
+        out["attention"] = "unfused"
+    if isinstance(acts.get("dropout"), bool):
+        out["dropout"] = acts["dropout"]
+    return out
 
 
 @dataclass(frozen=True)
@@ -120,7 +136,9 @@ class Review:
                 cluster=Cluster.from_dict(d["cluster"]),
                 plans=tuple(
                     NamedPlan(
-                        p["name"], Plan.from_dict(p["plan"]), Model.from_dict(p["model"]) if p.get("model") else None
+                        p["name"],
+                        Plan.from_dict({**_plan_wide(d.get("options")), **p["plan"]}),
+                        Model.from_dict(p["model"]) if p.get("model") else None,
                     )
                     for p in d["plans"]
                 ),
