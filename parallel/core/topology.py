@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -134,7 +135,7 @@ class Topology:
     def local_rank_of(self, rank: int) -> int:
         return rank % self.gpus_per_node
 
-    def domain_of(self, ranks):
+    def domain_of(self, ranks: Any) -> Any:
         """The NVLink domain of each rank (an int, or an array of them): the one function that says
         which ranks share the fast link."""
         return ranks // self.nvlink_domain
@@ -220,7 +221,7 @@ class Topology:
         return "inter" if self.crossing(dim) else "intra"
 
 
-def placed(plan, cluster) -> Topology:
+def placed(plan: Any, cluster: Any) -> Topology:
     """The plan's layout on the cluster's hosts and NVLink domains (a Plan and a Cluster; typed
     loosely so that this module needs neither)."""
     return dataclasses.replace(plan.topology(cluster.gpus_per_node), nvlink_domain=cluster.domain_gpus)

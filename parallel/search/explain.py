@@ -59,7 +59,7 @@ class Contender:
         return sum(self.terms.values())
 
 
-def contender(plan: Plan, step_s: float, model: Model, cluster: Cluster, errors=()) -> Contender:
+def contender(plan: Plan, step_s: float, model: Model, cluster: Cluster, errors: tuple = ()) -> Contender:
     """`plan` counted by the search's own simplicity_terms (one row, the same columns as a search's)."""
     row = {k: [getattr(plan, k)] for k in ("dp", "tp", "pp", "cp", "ep", "vpp", "zero", "recompute")}
     row["tp_link"] = [LINKS[int(bool(crosses_nodes(plan, cluster, ("tp",))))]]

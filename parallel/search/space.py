@@ -22,6 +22,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -526,7 +527,7 @@ def search(
     return SearchResult(ranked, funnel, evaluated=len(cands), seconds=time.perf_counter() - t0, base=base)
 
 
-def within_model_error(step_s, fastest_s):
+def within_model_error(step_s: Any, fastest_s: Any) -> np.ndarray:
     """True where a step is within MODEL_ERROR of the fastest one: the model cannot tell them apart."""
     return np.asarray(step_s) <= np.asarray(fastest_s) * (1 + MODEL_ERROR)
 
