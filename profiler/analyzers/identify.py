@@ -40,6 +40,7 @@ from profiler.traces.model import Traces, node_of_ranks
 
 RECOMMENDER_OP = re.compile(r"fbgemm::.*embedding|embedding_bag|split_embedding", re.IGNORECASE)
 ATTENTION_NAME = re.compile(r"attention|flash|fmha|sdpa|scaled_dot_product", re.IGNORECASE)
+PYTHON_NAME = re.compile(r"^<built-in|\.py\(\d+\)")  # python_function events (with_stack) are no operators
 MODEL_FIELDS = ("layers", "hidden", "heads", "vocab", "seq_len")  # a Model needs these ...
 OPTIONAL_FIELDS = ("kv_heads", "ffn_hidden", "arch")  # ... and takes these when known
 TP_SCALED = ("heads", "kv_heads", "ffn_hidden", "vocab")  # a rank's shard × tp
@@ -128,7 +129,7 @@ def _kind(traces: Traces, inferred: dict[str, Fact], missing: dict[str, str]) ->
         )
     if "head_dim" in inferred:
         return Fact("transformer", "shapes", f"attention of head dim {inferred['head_dim'].value} beside the GEMMs")
-    att = sorted(n for n in names if ATTENTION_NAME.search(n))
+    att = sorted(n for n in names if ATTENTION_NAME.search(n) and not PYTHON_NAME.search(n))
     if att:
         return Fact("transformer", "operators", f"attention operators or kernels ({att[0]})")
     if len(traces.shapes) and missing.get("heads", "").startswith("no attention"):
