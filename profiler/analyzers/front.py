@@ -9,6 +9,7 @@ others (the collectives table feeds all of them; clock offsets feed the matching
     a.layout_plan, a.graph                         # the plan the set ran (given, run.json's, inferred);
                                                    # the steps' dependency graph (replay.py)
     a.summary(top=20)                              # `python -m profiler analyze --json`'s object
+    a.step_split()                                 # the step split as the plan model splits it (split.py)
 
 The pages, `profiler analyze`, the TP sweep and the benches all ask this object; none chains the
 analyzers itself. Results are shared, never copied: callers must not mutate them. For a set in the
@@ -29,12 +30,14 @@ import numpy as np
 import pandas as pd
 
 from parallel.core.plan import Plan
+from profiler.analyzers import bubble
 from profiler.analyzers.breakdown import breakdowns
 from profiler.analyzers.collectives import collectives
 from profiler.analyzers.export import export_collectives, export_perfetto
 from profiler.analyzers.labels import plan_of
 from profiler.analyzers.matching import clock_offsets, instances, per_rank_wait, stragglers
 from profiler.analyzers.replay import Graph, build_graph
+from profiler.analyzers.split import StepSplit, compute_classes, step_split
 from profiler.analyzers.timeline import timeline
 from profiler.traces.loader import load_traces
 from profiler.traces.model import Traces, node_of_ranks
@@ -164,6 +167,18 @@ class TraceAnalysis:
             stage=stage,
             nodes=node_of_ranks(self.traces.run, self.traces.hosts()),
         )
+
+    def step_split(self) -> StepSplit:
+        """The measured step split as the plan model splits it (analyzers.split): compute by kernel
+        class, exposed communication per dimension, bubble (layout_plan's pipeline), idle, optimizer."""
+        plan = self.layout_plan
+        classes = self._kept(
+            "compute_classes", lambda: compute_classes(self.traces, workers=self.workers, scheduler=self.scheduler)
+        )
+        phases = None
+        if plan.pp > 1:
+            phases = bubble.pipeline_phases(self.graph, pp=plan.pp, vpp=plan.vpp, microbatches=plan.microbatches)
+        return step_split(self.breakdown, self.comm_by_dim, classes, phases)
 
     def stragglers(self, top: int | None = 20) -> pd.DataFrame:
         """The `top` (None: all) instances with the largest arrival skew."""

@@ -154,7 +154,10 @@ def profile_rank(
     schedule = torch.profiler.schedule(wait=spec.wait, warmup=spec.warmup, active=spec.active, repeat=1)
     try:
         with torch.profiler.profile(
-            activities=activities, schedule=schedule, on_trace_ready=_exporter(run_dir, rank, status)
+            activities=activities,
+            schedule=schedule,
+            on_trace_ready=_exporter(run_dir, rank, status),
+            record_shapes=True,  # the GEMM and attention shapes tell the model (profiler.analyzers.identify)
         ) as prof:
 
             def on_step(step: int, info: dict) -> None:

@@ -25,7 +25,7 @@ import pandas as pd
 from profiler.traces.model import Traces
 from profiler.traces.store import PartStore, intact
 
-SMALL_TABLES = ("ranks", "pg_config", "threads", "skipped", "step_windows")
+SMALL_TABLES = ("ranks", "pg_config", "threads", "skipped", "step_windows", "shapes")
 
 
 def default_dir() -> Path:

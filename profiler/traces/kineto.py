@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.traces.errors import EmptyTraceError, EncodingError, NotJSONError, NotKinetoError
-from profiler.traces.patterns import COMM_KINDS, KINDS, OPS, classify, dtype_bytes
+from profiler.traces.patterns import COMM_KINDS, KINDS, OPS, classify, dtype_bytes, shape_op
 
 
 class _Args(msgspec.Struct, gc=False):
@@ -403,6 +403,13 @@ def _piece(events: list[_Event], skipped: Counter) -> dict:
     corr_l = [a.correlation if a is not None else -1 for a in args_l]
     ext_l = [a.external_id if a is not None else -1 for a in args_l]
     comm_rows = np.flatnonzero(np.isin(kind, [KINDS.index(k) for k in COMM_KINDS]))
+    shaped = np.array([shape_op(n) for n in names], dtype=bool)
+    shape_rows = np.flatnonzero(shaped[name_codes] & (kind == KINDS.index("cpu_op"))) if shaped.any() else ()
+    shapes: Counter = Counter()
+    for i in shape_rows:
+        a = args_l[i]
+        if a is not None and a.input_dims and len(a.input_dims) <= MAX_DIMS_BYTES:
+            shapes[(names[name_codes[i]], bytes(a.input_dims))] += 1
     return {
         "ts_ns": ts,
         "dur_ns": dur,
@@ -418,7 +425,34 @@ def _piece(events: list[_Event], skipped: Counter) -> dict:
         "external_id": _ints(ext_l),
         "comm": [r for r in (_comm_record(int(i), args_l[i]) for i in comm_rows) if r is not None],
         "threads": threads,
+        "shapes": shapes,
     }
+
+
+MAX_DIMS_BYTES = 4096  # an operator's "Input Dims" longer than this is no layer's GEMM: not kept
+MAX_SHAPES = 4096  # distinct (operator, input dims) kept per file; a model has a few dozen
+
+
+def _shapes(pieces: list[dict]) -> list[tuple[str, str, int]]:
+    """(operator, its input dims as compact JSON, how many times) of the pieces' shape operators
+    (patterns.SHAPE_OP), the MAX_SHAPES most frequent; dims that are not lists of int lists dropped."""
+    counts: Counter = Counter()
+    for p in pieces:
+        counts.update(p["shapes"])
+    out = []
+    for (name, raw), n in counts.most_common():
+        try:
+            dims = msgspec.json.decode(raw)
+        except (msgspec.DecodeError, RecursionError):
+            continue
+        if not isinstance(dims, list) or not all(
+            isinstance(d, list) and all(type(x) is int and 0 <= x < 2**62 for x in d) for d in dims
+        ):
+            continue
+        if len(out) == MAX_SHAPES:
+            break
+        out.append((name, _ENCODE.encode(dims).decode(), n))
+    return out
 
 
 def _finish(source: str, pieces: list[dict], top: dict, skipped: Counter, n: int) -> RankPart:
@@ -450,9 +484,11 @@ def _finish(source: str, pieces: list[dict], top: dict, skipped: Counter, n: int
             named.update({(pid, tid): nm for pid, tid, nm in p["threads"]})
         threads = [(pid, tid, nm) for (pid, tid), nm in named.items()]
     chunks = len(pieces)
+    shapes = _shapes(pieces)
     pieces.clear()
     columns, comm = _without_duplicates(columns, comm, skipped)
     meta = _meta(top, source, columns["ts_ns"])
+    meta["shapes"] = shapes
     columns["ts_ns"] = columns["ts_ns"] + meta.pop("_base_ns")
     return RankPart(source, columns, names, cats, comm, threads, meta, skipped, chunks)
 

@@ -55,12 +55,12 @@ from profiler.traces.errors import (
     TraceError,
 )
 from profiler.traces.kineto import RankPart, parse_stream
-from profiler.traces.model import COMM_ARG_FIELDS, Traces
+from profiler.traces.model import COMM_ARG_FIELDS, SHAPE_COLUMNS, Traces
 from profiler.traces.patterns import KINDS, profiler_step
 from profiler.traces.sources import Limits, TraceSet, open_source, rank_from_name, resolve, stream
 from profiler.traces.store import PartStore, part_tables, write_table
 
-LOADER_VERSION = "4"  # bump when the tables change: it is part of the cache key
+LOADER_VERSION = "5"  # bump when the tables change: it is part of the cache key
 Progress = Callable[[int, int, str], None]  # (files done, files in all, the file just done)
 
 
@@ -490,13 +490,14 @@ def assemble(
     rank pointed at its partition."""
     assigned = _assign_ranks(parts, ranks)
     _check_job(parts, assigned)
-    rank_rows, pg_rows, thread_rows, skip_rows, step_rows, where = [], [], [], [], [], {}
+    rank_rows, pg_rows, thread_rows, skip_rows, step_rows, shape_rows, where = [], [], [], [], [], [], {}
     for part, (rank, rank_from) in zip(parts, assigned):
         rank_rows.append(_rank_row(part, rank, rank_from))
         pg_rows += [_pg_row(rank, pg) for pg in part["meta"]["pg_config"]]
         thread_rows += [(rank, p, t, nm) for p, t, nm in part["threads"]]
         skip_rows += [(rank, reason, count) for reason, count in sorted(part["skipped"].items())]
         step_rows += [(rank, *s) for s in part["steps"]]
+        shape_rows += [(rank, *s) for s in part["meta"].get("shapes", ())]
         where[rank] = (part["part"], part.get("sizes"))
     store = PartStore({r: p for r, (p, _) in where.items()}, folder=folder if not tables else None, tables=tables)
     return Traces(
@@ -509,6 +510,7 @@ def assemble(
         threads=pd.DataFrame(thread_rows, columns=["rank", "pid", "tid", "name"]),
         skipped=pd.DataFrame(skip_rows, columns=["rank", "reason", "count"]),
         step_windows=_step_windows(step_rows),
+        shapes=pd.DataFrame(shape_rows, columns=list(SHAPE_COLUMNS)).astype({"rank": "int64", "count": "int64"}),
         store=store,
         part_sizes={r: s for r, (_, s) in where.items() if s is not None},
         source=source,

@@ -36,6 +36,9 @@ sets and tests; the analyzers never ask for them.
 `threads`: rank, pid, tid, name  (thread_name metadata events)
 `skipped`: rank, reason, count -- every event not in the events, and why
 `step_windows`: rank, step, start_ns, end_ns -- one row per ProfilerStep#N range on the CPU
+`shapes`: rank, op, dims ('[[4,128,64],[192,64],[192]]'), count -- how often each GEMM, attention or
+    embedding operator (patterns.SHAPE_OP) ran with each recorded input shape (record_shapes=True);
+    empty when the job did not record shapes
 
 Pure: pandas, numpy, pyarrow (through the store).
 """
@@ -70,6 +73,9 @@ COMM_ARG_FIELDS = (
 )
 
 
+SHAPE_COLUMNS = ("rank", "op", "dims", "count")
+
+
 @dataclass(frozen=True, eq=False)
 class Traces:
     ranks: pd.DataFrame
@@ -83,6 +89,7 @@ class Traces:
     run: dict | None = None  # run.json of a run directory, when loaded from one
     key: str = ""  # content hash of the input (the cache key)
     from_cache: bool = False
+    shapes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(SHAPE_COLUMNS)))
 
     @property
     def rank_ids(self) -> list[int]:

@@ -103,6 +103,28 @@ NOT_A_COLLECTIVE = re.compile(r"wait|get_|_set|register|rendezvous|new_group", r
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(?P<step>\d+)$")
 
+# --- operators whose recorded shapes tell the model (record_shapes: their "Input Dims") -------------
+# The GEMMs (nn.Linear, x @ W, the batched attention products), the fused attention entry points
+# (SDPA in each backend, FlashAttention's own op) and the embedding lookup; backward ops excluded.
+SHAPE_OP = re.compile(
+    r"^(?:aten::(?:linear|matmul|mm|addmm|bmm|baddbmm|embedding|_?scaled_dot_product_\w*attention\w*|"
+    r"_flash_attention_forward|_efficient_attention_forward)|flash_attn\w*::\w*(?:fwd|forward)\w*)$"
+)
+
+
+# The optimizer's step: torch.optim's own range (Optimizer.step#AdamW.step) or our engine's phase.
+OPTIMIZER_RANGE = re.compile(r"^Optimizer\.step#|^ps\.phase kind=optim\b")
+# GEMM and attention CPU operators (a CPU job's compute by kernel class: its GPU kernels' classes
+# are profiler.analyzers.device_fit's).
+GEMM_CPU_OP = re.compile(r"^aten::(?:linear|matmul|mm|addmm|bmm|baddbmm)$")
+ATTENTION_CPU_OP = re.compile(r"scaled_dot_product|flash_attn|_flash_attention|_efficient_attention")
+
+
+def shape_op(name: object) -> bool:
+    """Whether a CPU operator of this name has its input shapes kept (SHAPE_OP, never a backward op)."""
+    return isinstance(name, str) and "backward" not in name and SHAPE_OP.match(name) is not None
+
+
 # Collective op tokens in every spelling seen (AllReduce, allreduce_, _allgather_base, all_to_all,
 # reduce_scatter_tensor_coalesced, SendRecv, recv_any_source_ ...), matched after lower-casing and
 # dropping underscores. Order matters: the longer, more specific token first.
