@@ -266,6 +266,8 @@ def _column(spec):
         return st.column_config.SelectboxColumn(k.column, options=[True, False], help=k.help + " (empty: the default)")
     if spec.kind == "text":
         return st.column_config.SelectboxColumn(k.column, options=list(ORDERS), required=True, help=k.help)
+    if spec.kind == "opt_float":
+        return st.column_config.NumberColumn(k.column, min_value=0.0, step=0.05, help=k.help + " (empty: the default)")
     return st.column_config.NumberColumn(
         k.column,
         min_value=k.lo,

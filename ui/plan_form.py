@@ -136,6 +136,8 @@ def _field_widget(where, key: str) -> None:
         where.selectbox(knob.column, list(knob.choices), key=k, help=knob.help)
     elif spec.kind == "text":  # the rank order: the listed ones
         where.selectbox(knob.column, list(ORDERS), key=k, help=knob.help, format_func=lambda o: f"{o} — {ORDERS[o]}")
+    elif spec.kind == "opt_float":
+        where.number_input(knob.column, min_value=0.0, step=0.05, key=k, help=knob.help, placeholder="default")
     else:
         optional = spec.kind == "opt_int"
         where.number_input(

@@ -207,6 +207,8 @@ def add_plan_args(parser: argparse.ArgumentParser, *, only: tuple[str, ...] | No
             g.add_argument(k.flag, choices=k.choices, type=type(k.choices[0]), **common)
         elif k.kind == "text":
             g.add_argument(k.flag, **common)
+        elif k.kind == "opt_float":
+            g.add_argument(k.flag, type=float, metavar="X", **common)
         else:
             g.add_argument(k.flag, type=int, metavar="N", **common)
 

@@ -64,10 +64,17 @@ first stage's terms count only when there is one stage; the calibrated model sum
                            output) and b*s_q*k/t (K, V) elements -- Jacobs et al. 2023, DeepSpeed-
                            Ulysses; the heads bound cp*t (validate).
                 Full recompute repeats the forward exchange.
-    EP          per MoE layer per microbatch, a token dispatch and a combine all-to-all forward and
-                their two conjugates backward (Lepikhin et al. 2021, GShard; Megatron-LM's alltoall
-                token dispatcher), each of the rank's b*s/cp tokens (/t under SP) x top_k copies of h
-                elements; over the EP group of Megatron's expert layout (Topology.group_ranks("ep")).
+    EP          per MoE layer per microbatch, a token dispatch and a combine forward and their two
+                conjugates backward (Lepikhin et al. 2021, GShard), by plan.moe_dispatcher as
+                Megatron-core's token_dispatcher.py runs them (_ep_terms): alltoall and flex move the
+                rank's routed copies (b*s/cp tokens /t under SP, x top_k, or the padded capacity:
+                memory.routed_copies) over the EP group of Megatron's expert layout
+                (Topology.group_ranks("ep")), then all-gather them over the expert-TP group (etp > 1);
+                allgather gathers every token over the ETP x EP group and reduce-scatters the
+                experts' output. An all-to-all's off-domain share goes through each rank's NIC
+                (inter_bandwidth); flex (DeepEP, HybridEP) crosses to a domain once per token and
+                fans out over NVLink there, and group-limited routing bounds the domains a token
+                reaches (flex_inter_share; DeepSeek-V3 report Sec. 3.2.2).
 
 Pure: stdlib and numpy.
 """
@@ -81,7 +88,7 @@ from typing import Any
 
 import numpy as np
 
-from parallel.core.memory import AnyPlan, cp_kind_flags, max_params_per_stage
+from parallel.core.memory import AnyPlan, cp_kind_flags, max_params_per_stage, routed_copies
 from parallel.core.plan import Plan, PlanColumns, layers_on_stage, recomputed_share
 from parallel.core.specs import Cluster, Link, Model
 from parallel.core.vector import ceil, is_array, maximum, minimum, where
@@ -161,11 +168,16 @@ def _layout_cached(
     """_layout_of's answer, laid out once per degrees, order and domain size (searches ask again and again)."""
     plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, order=order)
     topo = replace(plan.topology(domain), nvlink_domain=domain)  # only the domains matter here
-    if dims == ("ep",):  # the MoE layers' own layout (none to lay out for ep 1 or a plan that cannot hold it)
-        laid_out = plan.ep > 1 and plan.world_size % (plan.expert_tp * plan.ep * plan.pp) == 0
+    if dims in (("ep",), ("ep", "tp")):  # the MoE layers' own layout: EP groups, or ETP x EP groups
+        n = plan.ep * (plan.expert_tp if dims == ("ep", "tp") else 1)
+        laid_out = n > 1 and plan.world_size % (plan.expert_tp * plan.ep * plan.pp) == 0
         if not laid_out:
             return False, 1
         groups = topo.group_ranks("ep")
+        if dims == ("ep", "tp"):  # the expert layout's tp is its fastest axis: each EP rank's etp neighbours
+            etp = plan.expert_tp
+            groups = groups[groups[:, 0] % etp == 0]
+            groups = (groups[:, :, None] + np.arange(etp)[None, None, :]).reshape(len(groups), -1)
     else:
         grid = topo.grid  # [dp, pp, cp, tp]
         axes = [("dp", "pp", "cp", "tp").index(d) for d in dims]
@@ -191,13 +203,17 @@ def _layouts(plan: AnyPlan, cluster: Cluster, dims: tuple[str, ...]) -> tuple[An
         return _layout_of(plan, cluster, dims)
     memo = plan.memo.setdefault(("layouts", cluster, dims), {})
     if "flags" not in memo:
-        uniq, inverse = plan.distinct_degrees(with_ep=dims == ("ep",))
-        found = [
-            _layout_of(
-                Plan(
-                    dp=int(d), tp=int(t), pp=int(p), cp=int(c), ep=int(e[0]) if e else 1, etp=plan.etp, order=plan.order
-                ),
-                cluster,
+        uniq, inverse = plan.distinct_degrees(with_ep=dims[0] == "ep")
+        found = [  # laid out by the degrees alone (no Plan built: a search asks for thousands)
+            _layout_cached(
+                int(d),
+                int(t),
+                int(p),
+                int(c),
+                int(e[0]) if e else 1,
+                int(e[1]) if e else int(t),
+                plan.order,
+                cluster.domain_gpus,
                 dims,
             )
             for d, t, p, c, *e in uniq
@@ -243,6 +259,10 @@ class CommTerm:
     # calls per unit of the scope: per layer and microbatch ("layer"), per microbatch ("microbatch",
     # "first", "last"), per step ("step"); `calls` is it times the last stage's units
     unit_calls: Any = None
+    # a MoE dispatch that crosses to another NVLink domain once per domain a token has experts in
+    # (the flex dispatcher): (where it applies, top_k, router groups, groups a token may use); its
+    # off-domain bytes are flex_inter_share of the plain all-to-all's (term_seconds)
+    fanout: Any = None
 
 
 SCOPES = ("layer", "microbatch", "first", "last", "step")
@@ -326,15 +346,100 @@ def comm_terms(
             unit_calls=2 * v,
         ),
     ]
-    if model.experts:  # dispatch + combine forward (again under full recompute), both conjugates backward
-        ep_bytes = tp_bytes * model.top_k / where(p.sp, p.tp, 1)
-        terms.append(per_layer("ep", "all_to_all", (2 * fwd_passes + 2) * model.moe_share, ep_bytes, ("ep",), p.ep))
+    if model.experts:
+        terms += _ep_terms(model, p, per_layer, fwd_passes)
     if dp is None:
         terms += _dp_terms(model, p, opts)
     return [
         t if t.unit_calls is not None else replace(t, unit_calls=t.calls / (1 if t.scope == "step" else m))
         for t in terms
     ]
+
+
+def dispatcher_flags(plan: AnyPlan) -> tuple[Any, Any, Any]:
+    """(alltoall, allgather, flex): where the plan's MoE layers use each token dispatcher (per row
+    for a PlanColumns)."""
+    d = plan.moe_dispatcher
+    if isinstance(d, str):
+        return d == "alltoall", d == "allgather", d == "flex"
+    d = np.asarray(d)
+    return d == "alltoall", d == "allgather", d == "flex"
+
+
+def _ep_terms(model: Model, p: AnyPlan, per_layer: Any, fwd_passes: Any) -> list[CommTerm]:
+    """A MoE layer's token dispatch and combine, forward (again under full recompute) and their
+    conjugates backward, per microbatch, as Megatron-core's dispatchers (token_dispatcher.py) run them:
+
+    alltoall / flex  the rank's routed copies (routed_copies: b s_q / t tokens x top_k, or the padded
+                     capacity) all-to-all over the EP group; with etp > 1 the received copies are then
+                     all-gathered over the expert-TP group (gather_from_sequence_parallel_region on
+                     tp_group) and reduce-scattered at the combine. flex sends a token to another
+                     domain once per domain (CommTerm.fanout).
+    allgather        every rank's b s_q / t tokens all-gathered over the ETP x EP group
+                     ([S/TP*B, H] -> [S*B*EP, H]: MoEAllGatherTokenDispatcher) and the experts' output
+                     reduce-scattered back; backward the reverse."""
+    a2a, gathered, flex = dispatcher_flags(p)
+    act, h, share = model.dtype_bytes, model.hidden, model.moe_share
+    etp = p.expert_tp
+    copies_bytes = routed_copies(model, p) * h * act
+    tokens_bytes = p.micro_batch * (model.seq_len // p.cp) / p.tp * h * act
+    exchange = 2 * fwd_passes + 2  # dispatch + combine forward, both conjugates backward
+    sends = ~np.asarray(gathered) if is_array(gathered) else not gathered
+    fanout = (flex, model.top_k, model.router_groups, model.router_group_topk)
+    return [
+        per_layer("ep", "all_to_all", where(sends, exchange, 0) * share, copies_bytes, ("ep",), p.ep, fanout=fanout),
+        per_layer(
+            "ep", "all_gather", where(sends, fwd_passes + 1, 0) * share, copies_bytes * etp, ("tp",), etp, what="ETP"
+        ),
+        per_layer(
+            "ep",
+            "reduce_scatter",
+            where(sends, fwd_passes + 1, 0) * share,
+            copies_bytes * etp,
+            ("tp",),
+            etp,
+            what="ETP",
+        ),
+        per_layer(
+            "ep",
+            "all_gather",
+            where(gathered, fwd_passes + 1, 0) * share,
+            tokens_bytes * p.ep * etp,
+            ("ep", "tp"),
+            p.ep * etp,
+        ),
+        per_layer(
+            "ep",
+            "reduce_scatter",
+            where(gathered, fwd_passes + 1, 0) * share,
+            tokens_bytes * p.ep * etp,
+            ("ep", "tp"),
+            p.ep * etp,
+        ),
+    ]
+
+
+def flex_inter_share(top_k: Any, n: Any, per_domain: Any, groups: int = 0, group_topk: int = 0) -> Any:
+    """The share of a plain all-to-all's off-domain bytes a flex dispatch sends, for an EP group of `n`
+    ranks, `per_domain` of them in each of its D = n / per_domain NVLink domains, routing balanced.
+
+    DeepEP (DeepSeek-V3 report, Sec. 3.2.2; Megatron-core fused_a2a.py, MoEFlexTokenDispatcher) sends
+    a token over InfiniBand once to each other domain holding one of its top_k experts and forwards
+    it over NVLink to the experts' GPUs there; an all-to-all sends each copy. A token's copies fall on
+    R of the domains: R = D, or with group-limited routing (router `groups` of consecutive experts,
+    `group_topk` of them per token; each group on max(1, n / (groups x per_domain)) domains) at most
+    group_topk x that (DeepSeek-V3: 8 groups on 8 nodes, top-4 groups: 4 nodes). Uniform over the R,
+    the expected domains reached are R (1 - (1 - 1/R)^top_k) (3.6 for top-8 on 4; 5.25 on 8), each
+    off the sender's domain with the plain all-to-all's odds, so the share is that over top_k."""
+    n = np.asarray(n, dtype=np.float64)
+    k = np.maximum(np.asarray(per_domain, dtype=np.float64), 1.0)
+    domains = np.maximum(n / k, 1.0)
+    reach = domains
+    if groups and group_topk:
+        per_group = np.maximum(n / (groups * k), 1.0)  # domains one group's experts span
+        reach = np.minimum(domains, group_topk * per_group)
+    reached = reach * (1.0 - (1.0 - 1.0 / reach) ** top_k)
+    return np.minimum(reached / top_k, 1.0)
 
 
 def _dp_terms(model: Model, p: AnyPlan, opts: CommOptions) -> list[CommTerm]:
@@ -461,6 +566,10 @@ def term_seconds(term: CommTerm, cluster: Cluster, inter: Any, calls: Any = None
     calls = term.calls if calls is None else calls
     intra = cluster.intra.bandwidth_bytes_per_s
     inter_bw = inter_bandwidth(term.collective, term.n, per_node, cluster)
+    if term.fanout is not None:  # flex dispatch: fewer bytes leave the domain, at the same NIC rate
+        flex, top_k, groups, group_topk = term.fanout
+        share = where(flex, flex_inter_share(top_k, term.n, per_node, groups, group_topk), 1.0)
+        inter_bw = np.minimum(intra, inter_bw / share)
     bw = where(inter, inter_bw, intra)
     lat = where(inter, cluster.inter.latency_s, cluster.intra.latency_s)
     each = ring_seconds(term.collective, term.n, term.bytes_per_call, bw, lat)

@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from parallel.core.devices import Device
-from parallel.core.memory import ActivationOptions, AnyPlan, cp_kind_flags, has_dropout, routed_rows
+from parallel.core.memory import ActivationOptions, AnyPlan, cp_kind_flags, has_dropout, routed_copies, routed_rows
 from parallel.core.plan import Plan, PlanColumns, recomputed_share
 from parallel.core.specs import Model
 from parallel.core.vector import minimum, where
@@ -95,6 +95,7 @@ class Gemm:
     k: Any
     count: Any = 1
     fp8: bool = True  # runs in FP8 when the plan trains in FP8 (False: the router, the output layer)
+    repeat: Any = 1  # separate calls of the `count` GEMMs, one after another (experts without grouped GEMM)
 
 
 def _tiles_quantized(dev: Device, m: Any, n: Any, batch: Any = 1) -> Any:
@@ -130,10 +131,15 @@ def gemm_seconds(dev: Device, m: Any, n: Any, k: Any, fp8: bool = False, batch: 
 def gemm_fwd_bwd_seconds(dev: Device, g: Gemm, fp8: bool) -> tuple[Any, Any]:
     """(forward, backward) seconds of `g.count` GEMMs in one batched call each: backward is dgrad
     (m x n @ n x k) and wgrad (k x m @ m x n)."""
+    dgrad, wgrad = gemm_bwd_parts_seconds(dev, g, fp8)
     f8, c = fp8 and g.fp8, g.count
-    fwd = gemm_seconds(dev, g.m, g.n, g.k, f8, c)
-    bwd = gemm_seconds(dev, g.m, g.k, g.n, f8, c) + gemm_seconds(dev, g.k, g.n, g.m, f8, c)
-    return fwd, bwd
+    return g.repeat * gemm_seconds(dev, g.m, g.n, g.k, f8, c), dgrad + wgrad
+
+
+def gemm_bwd_parts_seconds(dev: Device, g: Gemm, fp8: bool) -> tuple[Any, Any]:
+    """(dgrad, wgrad) seconds of `g`'s backward: m x n @ n x k and k x m @ m x n, `g.repeat` calls each."""
+    f8, c = fp8 and g.fp8, g.count
+    return g.repeat * gemm_seconds(dev, g.m, g.k, g.n, f8, c), g.repeat * gemm_seconds(dev, g.k, g.n, g.m, f8, c)
 
 
 def _tokens(model: Model, plan: AnyPlan) -> Any:
@@ -149,18 +155,30 @@ def layer_gemms(model: Model, plan: AnyPlan) -> tuple[list[Gemm], list[Gemm]]:
     dense = attention + [Gemm("fc1", T, g * model.ffn_hidden / t, h), Gemm("fc2", T, h, model.ffn_hidden / t)]
     if not model.experts:
         return dense, []
-    etp = plan.expert_tp
-    rows = routed_rows(model, plan)  # all local experts' rows together (a grouped GEMM)
-    fe = model.expert_width / etp
-    moe = attention + [
-        Gemm("router", T / t, model.experts, h, fp8=False),
-        Gemm("expert fc1", rows, g * fe, h),
-        Gemm("expert fc2", rows, h, fe),
-    ]
+    moe = attention + [Gemm("router", T / t, model.experts, h, fp8=False), *expert_gemms(model, plan)]
     if model.shared_expert_ffn:
         fs = model.shared_expert_ffn / t
         moe += [Gemm("shared fc1", T, g * fs, h), Gemm("shared fc2", T, h, fs)]
     return dense, moe
+
+
+def expert_gemms(model: Model, plan: AnyPlan) -> list[Gemm]:
+    """The routed experts' forward GEMMs on one rank: its experts / ep local experts, each on its
+    share of the R routed rows (routing balanced: R ep / experts), of width f_e / etp. With
+    plan.grouped_gemm one grouped call (TE GroupedLinear, Megatron-core's TEGroupedMLP): the
+    experts' output tiles share the SMs' waves; without, one GEMM per expert in turn
+    (SequentialMLP), each with its own last wave. Either way each expert's rows fill whole tiles,
+    so a few tokens per expert (fine-grained experts, small micro batches, large ep) waste most of
+    a 128-row tile (gemm_efficiency's tile quantization)."""
+    g = 2 if model.gated_mlp else 1
+    local = model.experts / plan.ep
+    rows = routed_rows(model, plan) / local  # one expert's rows
+    fe = model.expert_width / plan.expert_tp
+    count, repeat = where(plan.grouped_gemm, local, 1), where(plan.grouped_gemm, 1, local)
+    return [
+        Gemm("expert fc1", rows, g * fe, model.hidden, count=count, repeat=repeat),
+        Gemm("expert fc2", rows, model.hidden, fe, count=count, repeat=repeat),
+    ]
 
 
 def attention_gemms(model: Model, plan: AnyPlan) -> list[Gemm]:
@@ -253,10 +271,29 @@ def elementwise_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions) -> d
     dense = common + act_rw * T * model.ffn_hidden / t
     if not model.experts:
         return {"dense": dense, "moe": 0.0}
-    rows = routed_rows(model, plan)
-    moe = common + act_rw * (rows * model.expert_width / plan.expert_tp + T * model.shared_expert_ffn / t)
-    moe = moe + 2 * 2 * act * rows * h  # permute the routed copies in, unpermute them out
-    return {"dense": dense, "moe": moe}
+    return {"dense": dense, "moe": common + moe_elementwise_bytes(model, plan, opts), "common": common}
+
+
+ROUTER_BYTES = 16  # per token and expert, forward: fp32 logits written, the score read and written, top-k read
+
+
+def moe_elementwise_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions) -> Any:
+    """Forward bytes of a MoE layer's element-wise work besides the norms and residuals (Megatron-core
+    moe_utils.py, router.py): the experts' activation on R routed rows of f_e / etp (and the shared
+    experts' on T tokens of f_s / t); the router's scores, ROUTER_BYTES per own token (T / t) and
+    expert (its fp32 logits, the sigmoid/softmax, top-k: topk_routing_with_score_function); the
+    token permutation before the dispatch (each own token read, each of its copies written:
+    moe_utils.permute) and its inverse after the combine (copies read, tokens written), and with
+    several local experts the received rows sorted by expert again (sort_chunks_by_idxs) both ways."""
+    act = opts.act_bytes or model.dtype_bytes
+    t, h, T = plan.tp, model.hidden, _tokens(model, plan)
+    act_rw = 3 * act if model.gated_mlp else 2 * act
+    rows, own = routed_rows(model, plan), T / t
+    mlp = act_rw * (rows * model.expert_width / plan.expert_tp + T * model.shared_expert_ffn / t)
+    router = own * model.experts * ROUTER_BYTES
+    local = model.experts / plan.ep
+    permute = 2 * act * h * (own + routed_copies(model, plan)) + where(local > 1, 2 * 2 * act * h * rows, 0.0)
+    return mlp + router + permute
 
 
 def fp8_cast_bytes(model: Model, plan: AnyPlan, gemms: list[Gemm], opts: ActivationOptions) -> Any:
@@ -266,7 +303,7 @@ def fp8_cast_bytes(model: Model, plan: AnyPlan, gemms: list[Gemm], opts: Activat
     total = 0.0
     for g in gemms:
         if g.fp8:
-            total = total + g.count * (act + 2) * (g.m * g.k + g.m * g.n)
+            total = total + g.repeat * g.count * (act + 2) * (g.m * g.k + g.m * g.n)
     return total
 
 
@@ -284,6 +321,13 @@ class LayerCost:
     recompute: Any  # the forward work recomputed in backward (full: the layer's; selective: attention's)
     head: Any  # the last stage's final norm, output layer and cross entropy (forward + backward)
     embedding: Any  # the first stage's embedding gather and its gradient
+    # one MoE layer's phases as Megatron-core's EP overlap schedules them (moe_phases): what runs
+    # before the dispatch (attention, norms, router), the experts forward, their input and weight grads
+    moe_pre_fwd: Any = 0.0
+    moe_pre_bwd: Any = 0.0
+    moe_mlp_fwd: Any = 0.0
+    moe_mlp_dgrad: Any = 0.0
+    moe_mlp_wgrad: Any = 0.0
 
     @property
     def layer(self) -> Any:
@@ -301,7 +345,7 @@ class LayerCost:
 
 
 # what a layer's cost depends on (pp and vpp too with a partial recompute, whose share they set)
-COST_KEYS = ("tp", "cp", "micro_batch", "sp", "recompute", "cp_kind", "ep")
+COST_KEYS = ("tp", "cp", "micro_batch", "sp", "recompute", "cp_kind", "ep", "etp")
 
 
 def layer_cost(
@@ -365,7 +409,37 @@ def _layer_cost(model: Model, plan: AnyPlan, dev: Device, opts: ActivationOption
     share = recomputed_share(model.layers, plan)  # full: the recomputed layers' share
     recompute = where(selective, attn["fwd"] + attn["score_bytes"] / bw, share * (gemm_f + attn["fwd"] + ew_fwd))
     head, embedding = _ends(model, plan, dev, opts)
-    return LayerCost(gemm_f, gemm_b, attn["fwd"], attn["bwd"], ew_fwd, ew_bwd, recompute, head, embedding)
+    # the phases matter only where the EP overlap schedules them
+    phases = moe_phases(model, plan, dev, opts, attn=attn, ew=ew) if moe and np.any(plan.ep_overlap) else {}
+    return LayerCost(gemm_f, gemm_b, attn["fwd"], attn["bwd"], ew_fwd, ew_bwd, recompute, head, embedding, **phases)
+
+
+def moe_phases(
+    model: Model, plan: AnyPlan, dev: Device, opts: ActivationOptions, *, attn: dict, ew: dict
+) -> dict[str, Any]:
+    """Isolated seconds of one MoE layer's parts for one microbatch, split where Megatron-core's EP
+    overlap splits a layer (model_chunk_schedule_plan.py, TransformerLayerSchedulePlan): the pre-
+    dispatch computation (attention GEMMs and core, norms, residuals, router), forward and backward;
+    the MLP (routed and shared experts, their activation and the permutations) forward, and its
+    backward as input gradients (dgrad) and weight gradients (wgrad)."""
+    fp8 = plan.fp8 != "none"
+    _, moe = layer_gemms(model, plan)
+    bw = dev.hbm_bytes_per_s * dev.memory_efficiency
+    mlp_names = {"expert fc1", "expert fc2", "shared fc1", "shared fc2"}
+    out = {"moe_pre_fwd": attn["fwd"] + ew["common"] / bw, "moe_pre_bwd": attn["bwd"] + 2 * ew["common"] / bw}
+    mlp_bytes = ew["moe"] - ew["common"]
+    out.update(moe_mlp_fwd=mlp_bytes / bw, moe_mlp_dgrad=2 * mlp_bytes / bw, moe_mlp_wgrad=0.0)
+    for g in moe:
+        fwd, _ = gemm_fwd_bwd_seconds(dev, g, fp8)
+        dgrad, wgrad = gemm_bwd_parts_seconds(dev, g, fp8)
+        if g.name in mlp_names:
+            out["moe_mlp_fwd"] = out["moe_mlp_fwd"] + fwd
+            out["moe_mlp_dgrad"] = out["moe_mlp_dgrad"] + dgrad
+            out["moe_mlp_wgrad"] = out["moe_mlp_wgrad"] + wgrad
+        else:
+            out["moe_pre_fwd"] = out["moe_pre_fwd"] + fwd
+            out["moe_pre_bwd"] = out["moe_pre_bwd"] + dgrad + wgrad
+    return out
 
 
 def _ends(model: Model, plan: AnyPlan, dev: Device, opts: ActivationOptions) -> tuple[Any, Any]:

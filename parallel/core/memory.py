@@ -260,10 +260,24 @@ def activation_components_bytes(
 
 
 def routed_rows(model: Model, plan: AnyPlan) -> Any:
-    """Routed token copies one rank's experts process per MoE layer and microbatch: its b s_q / t
-    sequence shard's tokens, top_k copies each, all-gathered over the expert-TP group (etp)."""
-    s_q = model.seq_len // plan.cp
-    return plan.micro_batch * s_q / plan.tp * model.top_k * plan.expert_tp
+    """Routed token copies one rank's experts process per MoE layer and microbatch: the copies its
+    b s_q / t sequence shard's tokens send (routed_copies), all-gathered over the expert-TP group (etp)."""
+    return routed_copies(model, plan) * plan.expert_tp
+
+
+def routed_copies(model: Model, plan: AnyPlan) -> Any:
+    """Routed token copies one rank's own tokens (b s_q / t) send to the experts per MoE layer and
+    microbatch, with routing balanced: top_k each, dropless; under a capacity factor C each expert
+    keeps at most ceil(C x tokens x top_k / experts) (Megatron-core moe_utils.get_capacity), so
+    min(C, 1) x top_k a token, and padded to capacity (--moe-pad-expert-input-to-capacity: the
+    alltoall dispatcher's num_out_tokens = capacity x experts) exactly experts x that capacity."""
+    tokens = plan.micro_batch * (model.seq_len // plan.cp) / plan.tp
+    copies = tokens * model.top_k
+    c = plan.capacity_factor
+    if c is None or not model.experts:
+        return copies
+    capacity = np.ceil(copies / model.experts * c)  # get_capacity: ceil(num_tokens / num_experts x C)
+    return where(plan.capacity_pad, capacity * model.experts, np.minimum(copies, capacity * model.experts))
 
 
 def activation_bytes_per_layer(model: Model, plan: AnyPlan, opts: ActivationOptions = ActivationOptions()) -> Any:
@@ -279,9 +293,9 @@ def activation_bytes_per_layer(model: Model, plan: AnyPlan, opts: ActivationOpti
 
 
 # the fields a layer's activations depend on (the search evaluates them once per distinct row)
-ACTIVATION_KEYS = ("tp", "cp", "micro_batch", "sp", "recompute", "cp_kind", "ep")
+ACTIVATION_KEYS = ("tp", "cp", "micro_batch", "sp", "recompute", "cp_kind", "ep", "etp")
 # ... the model states (weights, gradients, optimizer) on a stage; and the stage's activations
-STATE_KEYS = ("dp", "tp", "pp", "cp", "ep", "zero", "first_stage_layers", "last_stage_layers")
+STATE_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "zero", "first_stage_layers", "last_stage_layers")
 STAGE_ACTIVATION_KEYS = (*ACTIVATION_KEYS, "pp", "vpp", "dp", "first_stage_layers", "last_stage_layers")
 
 

@@ -21,7 +21,9 @@ output layer and loss on the last) plus the communication on its critical path:
                 least the ring's one unhidden reduce-scatter chunk (1/(2 tp) of the traffic), is exposed.
     CP          all-gather and Ulysses exposed; ring attention's K/V blocks beyond what the attention
                 core's compute hides (Liu et al. 2023, Sec. 3).
-    EP          the token all-to-alls, exposed.
+    EP          the MoE dispatch and combine, exposed; with plan.ep_overlap (Megatron-core's batch-
+                level overlap) each under the window of another microbatch's computation that the
+                schedule pairs it with (ep_exposed_seconds).
     PP          a microbatch's sends and receives, exposed unless plan.p2p_overlap (the interleaved
                 schedule's overlapped P2P).
 
@@ -54,7 +56,15 @@ from typing import Any
 
 import numpy as np
 
-from parallel.core.comm import DIMS, CommOptions, comm_terms, crosses_nodes, ranks_per_node, term_seconds
+from parallel.core.comm import (
+    DIMS,
+    CommOptions,
+    comm_terms,
+    crosses_nodes,
+    dispatcher_flags,
+    ranks_per_node,
+    term_seconds,
+)
 from parallel.core.compute import JOB_EFFICIENCY, LayerCost, layer_cost, optimizer_seconds
 from parallel.core.devices import Device, cluster_device
 from parallel.core.memory import ActivationOptions, AnyPlan, max_params_per_stage
@@ -217,8 +227,12 @@ def step_time(
     else:
         core = _pipeline(model, plan, cluster, perf, comm, acts)
     # once per step: DP (overlapped as the plan says), the other dims' partial sums, the optimizer
-    terms = comm_terms(model, plan, comm, dp=True)
-    dp, dp_hidden = _dp_exposed(terms, plan, cluster, perf, fwd=core["fwd_mb"], bwd=core["bwd_mb"], m=m)
+    if isinstance(plan, PlanColumns) and len(plan) > 1:
+        small, inverse = plan.distinct(DP_KEYS)
+        parts = {k: _spread(v, inverse, len(small)) for k, v in _dp_seconds(model, small, cluster, comm).items()}
+    else:
+        parts = _dp_seconds(model, plan, cluster, comm)
+    dp, dp_hidden = _dp_exposed(parts, plan, perf, fwd=core["fwd_mb"], bwd=core["bwd_mb"], m=m)
     flat = perf.mfu is not None or cluster.device == "cpu"
     optimizer = 0.0 if flat else _optimizer_s(model, plan, cluster, perf)
     exposed = {d: core[f"exposed_{d}"] for d in DIMS}
@@ -257,6 +271,8 @@ PIPELINE_KEYS = (
     "recompute",
     "cp_kind",
     "ep",
+    "etp",
+    "moe_dispatcher",
     "first_stage_layers",
     "last_stage_layers",
 )
@@ -277,7 +293,7 @@ def _pipeline(
     m, p = maximum(plan.microbatches, 1), plan.pp
     cost = stage_cost(model, plan, cluster, perf, acts)
     units = _comm_units(comm_terms(model, plan, comm, dp=False), plan, cluster)
-    per_layer = _layer_comm(plan, cost, units, crosses_nodes(plan, cluster, ("tp",)))
+    per_layer = _layer_comm(plan, cost, units, crosses_nodes(plan, cluster, ("tp",)), model.moe_share)
     pp_mb = where(plan.p2p_overlap | (p == 1), 0.0, _unit(units, ("pp",), "microbatch"))
     first_n, middle_n, last_n = stage_layer_counts(model.layers, plan)
     # one microbatch on a stage: its layers' compute and exposed comm, and the ends it holds
@@ -335,14 +351,17 @@ def layer_tp_seconds(
     model counts them (with plan.tp_overlap, under the GEMMs they feed)."""
     cost = stage_cost(model, plan, cluster, perf, acts or ActivationOptions())
     units = _comm_units(comm_terms(model, plan, comm, dp=False), plan, cluster)
-    layer = _layer_comm(plan, cost, units, crosses_nodes(plan, cluster, ("tp",)))
+    layer = _layer_comm(plan, cost, units, crosses_nodes(plan, cluster, ("tp",)), model.moe_share)
     exposed = layer["exposed"]["tp"] + layer["exposed"]["sp"]
     return float(exposed), float(layer["hidden"]["tp"] + layer["hidden"]["sp"])
 
 
-def _layer_comm(plan: AnyPlan, cost: LayerCost, units: dict, tp_inter: Any) -> dict[str, dict[str, Any]]:
+def _layer_comm(
+    plan: AnyPlan, cost: LayerCost, units: dict, tp_inter: Any, moe_share: float
+) -> dict[str, dict[str, Any]]:
     """Per layer and microbatch, each dim's exposed and hidden seconds: TP/SP under the GEMMs with
-    tp_overlap, ring CP beside the attention core, the always-overlapped rows hidden."""
+    tp_overlap, ring CP beside the attention core, EP under another microbatch with ep_overlap
+    (ep_exposed_seconds), the always-overlapped rows hidden."""
     tp_layer = _unit(units, ("tp", "sp"), "layer")
     gemm = cost.gemm_fwd + cost.gemm_bwd
     # Megatron-LM's and torchtitan's TP overlap both work on SP's all-gathers and reduce-scatters, over
@@ -357,13 +376,50 @@ def _layer_comm(plan: AnyPlan, cost: LayerCost, units: dict, tp_inter: Any) -> d
         tp=_unit(units, ("tp",), "layer") * share,
         sp=_unit(units, ("sp",), "layer") * share,
         cp=_unit(units, ("cp",), "layer") + ring_exposed,
-        ep=_unit(units, ("ep",), "layer"),
+        ep=ep_exposed_seconds(plan, cost, _unit(units, ("ep",), "layer"), moe_share),
     )
     hidden = {d: _unit(units, (d,), "layer", "overlapped") for d in DIMS}
     hidden["tp"] = hidden["tp"] + _unit(units, ("tp",), "layer") - exposed["tp"]
     hidden["sp"] = hidden["sp"] + _unit(units, ("sp",), "layer") - exposed["sp"]
     hidden["cp"] = hidden["cp"] + ring - ring_exposed
+    hidden["ep"] = hidden["ep"] + _unit(units, ("ep",), "layer") - exposed["ep"]
     return {"exposed": exposed, "hidden": hidden}
+
+
+def ep_exposed_seconds(plan: AnyPlan, cost: LayerCost, ep_layer: Any, moe_share: float) -> Any:
+    """The exposed part of a layer's `ep_layer` seconds of dispatch and combine per microbatch.
+
+    Without plan.ep_overlap all of it. With it (Megatron-core --overlap-moe-expert-parallel-comm;
+    alltoall or flex, ep > 1), the forward of one microbatch runs with the backward of another, layer
+    by layer, on a computation and a communication stream (TransformerLayerSchedulePlan.run):
+
+        communication   combine bwd   | dispatch fwd, dispatch bwd         | combine fwd
+        computation     pre-dispatch  | MLP dgrad, MLP wgrad, MLP fwd      | pre-dispatch bwd
+                        fwd           |                                    |
+
+    so each of the four transfers (a quarter of a MoE layer's) is exposed for what its window
+    (LayerCost.moe_*) cannot cover: the pre-dispatch forward, the MLP's input gradients (and weight
+    gradients, unless --delay-wgrad-compute moves them after the backward dispatch, whose window they
+    then join with the MLP forward), the pre-dispatch backward. Only the 1F1B steady state pairs
+    microbatches: of the last stage's m x v chunk passes, the warm-up's max(1, (v - 1) pp) run
+    alone (schedules.py: (pp - rank - 1) 2 + (v - 1) pp warm-up chunks; without a pipeline the first
+    forward and the last backward)."""
+    _, gathered, _ = dispatcher_flags(plan)
+    on = plan.ep_overlap & (plan.ep > 1) & np.logical_not(gathered)
+    if not np.any(on) or not moe_share:
+        return ep_layer
+    quarter = ep_layer / moe_share / 4
+    delay = plan.delay_wgrad
+    windows = (
+        cost.moe_pre_fwd,
+        cost.moe_mlp_dgrad + (0.0 if delay else cost.moe_mlp_wgrad),
+        (cost.moe_mlp_wgrad if delay else 0.0) + cost.moe_mlp_fwd,
+        cost.moe_pre_bwd,
+    )
+    paired = moe_share * sum(maximum(quarter - w, 0.0) for w in windows)
+    chunks = maximum(plan.microbatches, 1) * plan.vpp
+    steady = np.clip((chunks - maximum(1, (plan.vpp - 1) * plan.pp)) / chunks, 0.0, 1.0)
+    return where(on, steady * paired + (1 - steady) * ep_layer, ep_layer)
 
 
 def _slowest(times: list, counts: list, kinds: list) -> tuple[Any, dict]:
@@ -380,16 +436,17 @@ def _slowest(times: list, counts: list, kinds: list) -> tuple[Any, dict]:
     return t_max, {"layers": layers, "first": first, "last": last}
 
 
-def _dp_exposed(
-    terms: list, plan: AnyPlan, cluster: Cluster, perf: PerfOptions, *, fwd: Any, bwd: Any, m: Any
-) -> tuple[Any, Any]:
-    """(exposed, hidden) seconds of the step's DP communication (module docstring), for the stage
-    with the most parameters, hidden behind the slowest stage's forward / backward of a microbatch
-    (`fwd`, `bwd`)."""
+# what the step's DP communication depends on (the search evaluates it once per distinct row)
+DP_KEYS = ("dp", "tp", "pp", "cp", "ep", "etp", "zero", "micro_batch", "first_stage_layers", "last_stage_layers")
+
+
+def _dp_seconds(model: Model, plan: AnyPlan, cluster: Cluster, comm: CommOptions) -> dict[str, Any]:
+    """The step's DP terms (comm.comm_terms(dp=True)) in seconds: the gradients' reduction, the
+    weights' gathers, the loss's all-reduce, and the calls of the first two."""
     links: dict = {}
     reduce = gather = loss = 0.0
     reduce_calls = gather_calls = 1.0
-    for t in terms:
+    for t in comm_terms(model, plan, comm, dp=True):
         if t.dim != "dp":
             continue
         if t.group not in links:
@@ -401,6 +458,21 @@ def _dp_exposed(
             gather, gather_calls = gather + seconds, maximum(t.calls, 1)
         else:
             reduce, reduce_calls = reduce + seconds, maximum(t.calls, reduce_calls)
+    return {
+        "reduce": reduce,
+        "gather": gather,
+        "loss": loss,
+        "reduce_calls": reduce_calls,
+        "gather_calls": gather_calls,
+    }
+
+
+def _dp_exposed(parts: dict, plan: AnyPlan, perf: PerfOptions, *, fwd: Any, bwd: Any, m: Any) -> tuple[Any, Any]:
+    """(exposed, hidden) seconds of the step's DP communication (module docstring; `parts`:
+    _dp_seconds'), for the stage with the most parameters, hidden behind the slowest stage's
+    forward / backward of a microbatch (`fwd`, `bwd`)."""
+    reduce, gather, loss = parts["reduce"], parts["gather"], parts["loss"]
+    reduce_calls, gather_calls = parts["reduce_calls"], parts["gather_calls"]
     total = reduce + gather + loss
     if perf.dp_overlap is not None:
         exposed = total * (1.0 - perf.dp_overlap)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from parallel.core.plan_schema import FieldSpec, field_specs, knob, value_error
+from parallel.core.plan_schema import OPTIONAL_KINDS, FieldSpec, field_specs, knob, value_error
 from parallel.core.specs import SpecError
 from parallel.core.topology import DEFAULT_ORDER, Topology, TopologyError, parse_order
 
@@ -39,6 +39,13 @@ FP8 = ("none", "gemm", "weights")
 CP_KINDS = ("allgather", "ring", "ulysses")
 # The attention kernel (Plan.attention): what compute times and whether memory keeps the s x s scores.
 ATTENTIONS = ("fused", "fa2", "unfused")
+# How a MoE layer moves its tokens to the experts' ranks (Megatron-core's --moe-token-dispatcher-type;
+# parallel.core.comm prices each): alltoall = every routed copy sent to its expert's rank by one NCCL
+# all-to-all over the EP group (MoEAlltoAllTokenDispatcher); allgather = every token gathered over
+# the ETP x EP ranks, each keeping the copies of its experts, then reduce-scattered back
+# (MoEAllGatherTokenDispatcher); flex = DeepEP / HybridEP kernels (MoEFlexTokenDispatcher): a token
+# crosses to another NVLink domain once per domain it has experts in and fans out inside it.
+DISPATCHERS = ("alltoall", "allgather", "flex")
 
 
 MAX_WORLD_SIZE = 1 << 24  # 16.8 M GPUs: far past any cluster, small enough to lay out in memory
@@ -282,6 +289,57 @@ class Plan:
         megatron=("--expert-tensor-parallel-size",),
         torchtitan=("parallelism.expert_tensor_parallel_degree",),
     )
+    # How the MoE layers dispatch their tokens (DISPATCHERS; parallel.core.comm)
+    moe_dispatcher: str = knob(
+        "alltoall",
+        "choice",
+        "disp",
+        "MoE token dispatcher: alltoall, allgather (over ETP x EP) or flex (DeepEP/HybridEP: once per domain)",
+        choices=DISPATCHERS,
+        column="dispatcher",
+        token=lambda p: f"disp-{p.moe_dispatcher}" if p.moe_dispatcher != "alltoall" and p.ep > 1 else "",
+        megatron=("--moe-token-dispatcher-type", "--moe-enable-deepep", "--moe-flex-dispatcher-backend"),
+        torchtitan=("(all-to-all: alltoall)",),
+    )
+    # Expert capacity (Lepikhin et al. 2021, GShard; Megatron-core moe_utils.get_capacity): each expert
+    # takes at most ceil(capacity_factor x tokens x top_k / experts) copies and drops the rest; None =
+    # dropless (Megatron-LM's default). With capacity_pad every expert's input is padded to it.
+    capacity_factor: float | None = knob(
+        None,
+        "opt_float",
+        "cap",
+        "MoE expert capacity factor: copies past it are dropped (default: dropless)",
+        lo=0,
+        hi=1024,
+        column="capacity",
+        token=lambda p: (
+            f"cap{p.capacity_factor:g}" + ("-pad" if p.capacity_pad else "") if p.capacity_factor is not None else ""
+        ),
+        megatron=("--moe-expert-capacity-factor",),
+        torchtitan=("(dropless)",),
+    )
+    capacity_pad: bool = knob(
+        False,
+        "bool",
+        "pad",
+        "pad every expert's input to its capacity (needs a capacity factor)",
+        column="pad to capacity",
+        token=lambda p: "",  # written with the capacity: 'cap1.25-pad'
+        megatron=("--moe-pad-expert-input-to-capacity",),
+        torchtitan=(),
+    )
+    # The local experts' GEMMs: one grouped GEMM call (TE GroupedLinear / CUTLASS grouped GEMM) or one
+    # GEMM per expert in turn (Megatron-core's SequentialMLP without --moe-grouped-gemm)
+    grouped_gemm: bool = knob(
+        True,
+        "bool",
+        "gg",
+        "the local experts' GEMMs as one grouped GEMM (else one GEMM per expert)",
+        column="grouped GEMM",
+        token=lambda p: "" if p.grouped_gemm else "seq-experts",
+        megatron=("--moe-grouped-gemm",),
+        torchtitan=("(grouped_mm)",),
+    )
     cp_kind: str = knob(
         "allgather",
         "choice",
@@ -336,6 +394,31 @@ class Plan:
         group="overlap",
         token=_t_overlap("p2p_overlap", "pp", lambda p: p.pp > 1 and p.vpp > 1),
         megatron=("--overlap-p2p-communication",),
+        torchtitan=(),
+    )
+    # Megatron-core's batch-level EP overlap (model_chunk_schedule_plan.py): the forward of one
+    # microbatch runs with the backward of another, each dispatch / combine under the other's compute
+    ep_overlap: bool = knob(
+        False,
+        "bool",
+        "epo",
+        "MoE dispatch and combine under another microbatch's compute (alltoall/flex; pp > 1 needs vpp)",
+        column="ovl EP",
+        group="overlap",
+        token=_t_overlap("ep_overlap", "ep", lambda p: p.ep > 1),
+        megatron=("--overlap-moe-expert-parallel-comm",),
+        torchtitan=(),
+    )
+    # ... with the MLP's weight gradients delayed, so the backward dispatch also runs under them
+    delay_wgrad: bool = knob(
+        False,
+        "bool",
+        "dwg",
+        "weight gradients after the input gradients (with EP overlap: the backward dispatch under them)",
+        column="delay wgrad",
+        group="overlap",
+        token=_t_overlap("delay_wgrad", "wgrad", lambda p: p.ep > 1 and p.ep_overlap),
+        megatron=("--delay-wgrad-compute",),
         torchtitan=(),
     )
     # Uneven pipeline stages: the first / last stage's transformer layers, the rest split evenly
@@ -421,6 +504,8 @@ class Plan:
                 f"dp×tp×pp×cp = {self.dp}×{self.tp}×{self.pp}×{self.cp} = {self.world_size:,} GPUs; "
                 f"plans are limited to {MAX_WORLD_SIZE:,}"
             )
+        if self.capacity_pad and self.capacity_factor is None:  # Megatron-core asserts the same
+            raise SpecError("Plan.capacity_pad needs a capacity_factor (--moe-expert-capacity-factor)")
         if self.recompute_layers is not None and self.recompute != "full":
             raise SpecError(f"Plan.recompute_layers needs recompute 'full', got {self.recompute!r}")
         try:
@@ -520,8 +605,13 @@ def parse_value(spec: FieldSpec, text: Any, style: str = "json") -> Any:
     kind = spec.knob.kind
     if isinstance(text, str):
         t = text.strip()
-        if kind in ("opt_int", "opt_bool") and t.lower() in ("", "null", "none"):
+        if kind in OPTIONAL_KINDS and t.lower() in ("", "null", "none"):
             return None
+        if kind == "opt_float":
+            try:
+                return float(t)
+            except ValueError:
+                raise SpecError(f"{_where(spec, style, text)} must be a number") from None
         if kind in ("bool", "opt_bool"):
             if t.lower() not in ("0", "1", "true", "false"):
                 raise SpecError(f"{_where(spec, style, text)} must be 0 or 1")
@@ -596,7 +686,7 @@ class PlanColumns:
     main_grads: str = "fp32"
     fp8: str = "none"
     ep: Any = 1  # an array, or one degree shared by all rows
-    etp: int | None = None  # shared; None = each row's tp
+    etp: Any = None  # an array, or one degree shared by all rows; None = each row's tp
     cp_kind: Any = "allgather"  # an array of CP_KINDS names, or one shared by all rows
     tp_overlap: bool = False  # the overlaps are shared by all rows (Plan's fields)
     grad_reduce_overlap: bool = False
@@ -610,6 +700,12 @@ class PlanColumns:
     recompute_layers: int | None = None  # shared by all rows
     attention: str = "fused"  # shared by all rows (Plan.attention)
     dropout: bool | None = None  # shared by all rows (Plan.dropout)
+    moe_dispatcher: Any = "alltoall"  # an array of DISPATCHERS names, or one shared by all rows
+    capacity_factor: float | None = None  # the MoE fields below are shared by all rows (Plan's)
+    capacity_pad: bool = False
+    grouped_gemm: bool = True
+    ep_overlap: bool = False
+    delay_wgrad: bool = False
 
     @property
     def flash(self) -> bool:
@@ -651,7 +747,9 @@ class PlanColumns:
                 if ("codes", name) in self.memo:  # the integer codes its maker kept beside the names
                     values = self.memo[("codes", name)]
                 elif values.dtype.kind not in "iub":  # a name: its index among the known ones (no string sort)
-                    names = {"recompute": RECOMPUTE, "cp_kind": CP_KINDS}.get(name) or tuple(np.unique(values))
+                    names = {"recompute": RECOMPUTE, "cp_kind": CP_KINDS, "moe_dispatcher": DISPATCHERS}.get(
+                        name
+                    ) or tuple(np.unique(values))
                     codes = np.zeros(n, dtype=np.int64)
                     for i, known in enumerate(names):
                         codes[values == known] = i
@@ -667,14 +765,15 @@ class PlanColumns:
         return memo["rows"]
 
     def distinct_degrees(self, *, with_ep: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """(the distinct (dp, tp, pp, cp[, ep]) rows, each plan's index into them): what depends on
-        the degrees alone (the rank layout; the expert layout also on ep) is computed once per
+        """(the distinct (dp, tp, pp, cp[, ep, etp]) rows, each plan's index into them): what depends on
+        the degrees alone (the rank layout; the expert layout also on ep and etp) is computed once per
         distinct row, not once per plan."""
         memo = self.memo.setdefault(("distinct_degrees", with_ep), {})
         if "rows" not in memo:
             cols = [np.asarray(x, dtype=np.int64) for x in (self.dp, self.tp, self.pp, self.cp)]
             if with_ep:
                 cols.append(np.broadcast_to(np.asarray(self.ep, dtype=np.int64), cols[0].shape))
+                cols.append(np.broadcast_to(np.asarray(self.expert_tp, dtype=np.int64), cols[0].shape))
             key = cols[0]
             for c in cols[1:]:  # one int64 key per row: a 1-D unique is far faster than unique(axis=0)
                 key = key * (int(c.max()) + 1) + c

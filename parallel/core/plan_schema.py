@@ -12,21 +12,24 @@ Pure: stdlib only.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("int", "bool", "choice", "text", "opt_int", "opt_bool")
+KINDS = ("int", "bool", "choice", "text", "opt_int", "opt_bool", "opt_float")
+OPTIONAL_KINDS = ("opt_int", "opt_bool", "opt_float")  # None (unset) is a value of these
 
 
 @dataclass(frozen=True)
 class Knob:
     """Everything about one plan field besides its name and default.
 
-    kind: int | bool | choice | text | opt_int (an int or None) | opt_bool (true, false or None);
+    kind: int | bool | choice | text | opt_int (an int or None) | opt_bool (true, false or None) |
+    opt_float (a finite number or None);
     url: its key in dashboard URLs, plan codes and the review editor (short: links stay readable);
     flag: its command-line flag; column: the editor's column title; help: one line for all of them;
-    choices (kind choice), lo / hi (ints: inclusive bounds);
+    choices (kind choice), lo / hi (numbers: inclusive bounds; opt_float: lo exclusive);
     token: the label's word for a plan whose value differs from the default ('' for none), given the
     plan (some settings only count together with another, e.g. p2p overlap needs vpp > 1);
     megatron / torchtitan: the options of those frameworks the field maps to (docs/plan-schema.md);
@@ -38,8 +41,8 @@ class Knob:
     column: str
     help: str
     choices: tuple = ()
-    lo: int | None = None
-    hi: int | None = None
+    lo: float | None = None
+    hi: float | None = None
     token: Callable[[Any], str] | None = None
     megatron: tuple[str, ...] = ()
     torchtitan: tuple[str, ...] = ()
@@ -84,7 +87,14 @@ def field_specs(cls: type) -> tuple[FieldSpec, ...]:
 def value_error(spec: FieldSpec, value: Any) -> str | None:
     """What is wrong with `value` for this field ('must be ...'), or None: its kind, choices and bounds."""
     k = spec.knob
-    if value is None and k.kind in ("opt_int", "opt_bool"):
+    if value is None and k.kind in OPTIONAL_KINDS:
+        return None
+    if k.kind == "opt_float":
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not number or (k.lo is not None and value <= k.lo) or (k.hi is not None and value > k.hi):
+            return (
+                f"must be a number above {k.lo:g}" + (f" and at most {k.hi:g}" if k.hi is not None else "") + " or null"
+            )
         return None
     if k.kind in ("bool", "opt_bool"):
         return (

@@ -119,6 +119,12 @@ class Model:
     # MoE when i % N == 0, a list gives the pattern itself; megatron/core/models/gpt/
     # gpt_layer_specs.py). None: the first dense_layers dense, then every moe_every-th layer.
     moe_pattern: tuple[int, ...] | None = None
+    # Group-limited routing (DeepSeek-V2 Sec. 2.1.2 device-limited, DeepSeek-V3 Sec. 2.1.2 node-
+    # limited; Megatron-LM's --moe-router-num-groups / --moe-router-group-topk): the experts split
+    # into `router_groups` equal groups of consecutive experts, each token routed inside the
+    # `router_group_topk` groups of the highest scores only; 0 = no group limit. DeepSeek-V3: 8, 4.
+    router_groups: int = 0
+    router_group_topk: int = 0
     # Multi-head latent attention (DeepSeek-AI 2024, "DeepSeek-V2", arXiv 2405.04434, Sec. 2.1;
     # Megatron-LM's --multi-latent-attention, megatron/core/transformer/multi_latent_attention.py):
     # K and V are up-projected per head from one kv_lora_rank-wide latent of each token (0: not MLA),
@@ -165,6 +171,7 @@ class Model:
         if self.dense_layers > self.layers:
             raise SpecError(f"dense_layers {self.dense_layers} is more than the {self.layers} layers")
         self._check_moe_pattern()
+        self._check_router_groups()
         self._check_mla()
 
     def _check_moe_pattern(self):
@@ -180,6 +187,21 @@ class Model:
         if self.dense_layers or self.moe_every != 1:
             raise SpecError("Model.moe_pattern says which layers are MoE: leave dense_layers and moe_every unset")
         object.__setattr__(self, "moe_pattern", pattern)  # hashable, and equal after a JSON round trip
+
+    def _check_router_groups(self):
+        g, k = self.router_groups, self.router_group_topk
+        for name, value in (("router_groups", g), ("router_group_topk", k)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= SHAPE_LIMITS["experts"]:
+                raise SpecError(f"Model.{name} must be a non-negative integer, got {value!r}")
+        if not self.experts or (not g and not k):  # a dense model routes nothing (as its top_k says nothing)
+            return
+        if not g or self.experts % g:
+            raise SpecError(f"Model.router_groups {g} must divide the {self.experts} experts")
+        if not 1 <= k <= g or self.top_k > k * (self.experts // g):
+            raise SpecError(
+                f"Model.router_group_topk {k} must be 1 to the {g} groups and hold top_k {self.top_k} experts "
+                f"({self.experts // g} a group), as Megatron-LM's group-limited router requires"
+            )
 
     def _check_mla(self):
         for name in ("kv_lora_rank", "q_lora_rank", "qk_pos_head_dim"):
@@ -591,6 +613,8 @@ MODELS: dict[str, Model] = {
         expert_ffn=2048,
         shared_expert_ffn=2048,
         moe_pattern=(0,) * 3 + (1,) * 58,
+        router_groups=8,  # node-limited routing: 8 groups, each token to at most 4 (Sec. 2.1.2, config.json)
+        router_group_topk=4,
         attention_head_dim=128,
         q_lora_rank=1536,
         kv_lora_rank=512,

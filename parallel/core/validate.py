@@ -109,6 +109,33 @@ def _shape_errors(plan: Plan, model: Model) -> list[str]:
                 f"dp×cp×tp = {p.dp * p.cp * p.tp} is not divisible by etp×ep = {p.etp}×{p.ep}: the expert "
                 f"layout is etp × ep × expert-dp × pp over the same ranks (Megatron-LM)"
             )
+    return errors + _moe_errors(p, m)
+
+
+def _moe_errors(p: Plan, m: Model) -> list[str]:
+    """Megatron-core's rules for the MoE plan fields (transformer_config.py, __post_init__)."""
+    errors = []
+    if m.experts and m.expert_width % p.expert_tp:
+        errors.append(f"the experts' width {m.expert_width} is not divisible by etp {p.expert_tp}")
+    if m.experts and p.tp > 1 and not p.sp:
+        errors.append("a MoE model with tp > 1 needs sequence parallelism (sp): Megatron-core's MoE layer refuses it")
+    if p.ep_overlap and m.experts:
+        why = [
+            w
+            for w, bad in (
+                ("ep > 1", p.ep == 1),
+                ("the alltoall or flex dispatcher", p.moe_dispatcher == "allgather"),
+                ("no full recompute", p.recompute == "full"),
+                ("vpp > 1 when pp > 1", p.pp > 1 and p.vpp == 1),
+            )
+            if bad
+        ]
+        if why:
+            errors.append(
+                f"EP overlap (--overlap-moe-expert-parallel-comm) needs {', '.join(why)}, as Megatron-core asserts"
+            )
+    if p.moe_dispatcher == "flex" and m.experts and p.capacity_pad:
+        errors.append("the flex dispatcher (DeepEP) does not pad experts' inputs to capacity, as Megatron-core asserts")
     return errors
 
 

@@ -12,6 +12,12 @@ the plan, read as Megatron-LM's `arguments.py` reads them:
   `([0]*3+[1]*58)`, parallel.importers.moe_pattern) -> Model.moe_pattern.
 * `--multi-latent-attention` with `--q-lora-rank --kv-lora-rank --qk-head-dim --qk-pos-emb-head-dim
   --v-head-dim` (Megatron-LM's defaults where not given) -> the Model's MLA fields.
+* MoE (parallel.core.comm / perf model each): `--moe-token-dispatcher-type` (Megatron-core's default
+  allgather) with `--moe-enable-deepep` / `--moe-flex-dispatcher-backend` -> moe_dispatcher;
+  `--overlap-moe-expert-parallel-comm`, `--delay-wgrad-compute` -> ep_overlap, delay_wgrad;
+  `--moe-expert-capacity-factor`, `--moe-pad-expert-input-to-capacity` -> capacity_factor / _pad;
+  `--moe-grouped-gemm` -> grouped_gemm (without it: one GEMM per expert); `--moe-router-num-groups`,
+  `--moe-router-group-topk` -> the Model's router groups. Checked as TransformerConfig checks them.
 * `--nproc_per_node` is the processes per host; the NVLink domain is the cluster's (Cluster.nvlink_domain).
 * `--sequence-parallel` is switched off when tp = 1 (Megatron-LM does the same).
 * `--use-distributed-optimizer` -> ZeRO-1; `--use-torch-fsdp2` -> ZeRO-3;
@@ -102,6 +108,16 @@ USED = {  # flag -> (type, key)
     "--qk-pos-emb-head-dim": ("int", "qk_pos_head_dim"),
     "--v-head-dim": ("int", "v_head_dim"),
     "--expert-tensor-parallel-size": ("int", "etp"),
+    "--moe-token-dispatcher-type": ("str", "dispatcher"),
+    "--moe-enable-deepep": ("true", "deepep"),
+    "--moe-flex-dispatcher-backend": ("str", "flex_backend"),
+    "--moe-router-num-groups": ("int", "router_groups"),
+    "--moe-router-group-topk": ("int", "router_group_topk"),
+    "--overlap-moe-expert-parallel-comm": ("true", "ep_overlap"),
+    "--delay-wgrad-compute": ("true", "delay_wgrad"),
+    "--moe-expert-capacity-factor": ("float", "capacity_factor"),
+    "--moe-pad-expert-input-to-capacity": ("true", "capacity_pad"),
+    "--moe-grouped-gemm": ("true", "grouped_gemm"),
     "--overlap-grad-reduce": ("true", "overlap_grad_reduce"),
     "--tp-comm-overlap": ("true", "tp_comm_overlap"),
     "--rampup-batch-size": ("list", "rampup"),
@@ -376,6 +392,8 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
             top_k=get.get("top_k", 2),
             expert_ffn=get.get("expert_ffn"),
             shared_expert_ffn=get.get("shared_expert_ffn", 0),
+            router_groups=get.get("router_groups", 0),
+            router_group_topk=get.get("router_group_topk", 0),
         )
         if "moe_freq" in get:
             try:
@@ -485,10 +503,59 @@ def _mla(r: _Reader, f: dict, get: dict) -> dict:
     )
 
 
+# Megatron-core's dispatcher flags (transformer_config.py): --moe-token-dispatcher-type (default
+# allgather); flex runs the --moe-flex-dispatcher-backend (deepep by default, hybridep, ncclep), and
+# --moe-enable-deepep (deprecated) asks for deepep, which needs flex
+DISPATCHER_TYPES = ("allgather", "alltoall", "flex")
+FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
+
+
+def _moe_plan(r: _Reader, get: dict, line: dict) -> dict:
+    """The plan's MoE fields from Megatron-core's flags, checked as its TransformerConfig checks them."""
+    kind = get.get("dispatcher", "allgather")
+    if kind not in DISPATCHER_TYPES:
+        raise r.fail(
+            line["dispatcher"],
+            f"--moe-token-dispatcher-type must be one of {', '.join(DISPATCHER_TYPES)}, got {kind!r}",
+        )
+    if get.get("deepep") and kind != "flex":
+        raise r.fail(
+            line["deepep"], "--moe-enable-deepep needs --moe-token-dispatcher-type flex (as Megatron-core says)"
+        )
+    backend = get.get("flex_backend", "deepep")
+    if backend not in FLEX_BACKENDS:
+        raise r.fail(
+            line["flex_backend"],
+            f"--moe-flex-dispatcher-backend must be one of {', '.join(FLEX_BACKENDS)}, got {backend!r}",
+        )
+    if kind == "flex":
+        r.notes.append(f"flex dispatcher ({backend}): a token crosses to another NVLink domain once per domain")
+    out = dict(
+        moe_dispatcher=kind,
+        grouped_gemm=bool(get.get("grouped_gemm")),
+        ep_overlap=bool(get.get("ep_overlap")),
+        delay_wgrad=bool(get.get("delay_wgrad")),
+        capacity_factor=get.get("capacity_factor"),
+        capacity_pad=bool(get.get("capacity_pad")),
+    )
+    cap = out["capacity_factor"]
+    if cap is not None and not 0 < cap <= 1024:
+        raise r.fail(line["capacity_factor"], f"--moe-expert-capacity-factor must be above 0, got {cap:g}")
+    if out["capacity_pad"] and cap is None:
+        raise r.fail(
+            line["capacity_pad"],
+            "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor (Megatron-core)",
+        )
+    if not out["grouped_gemm"]:
+        r.notes.append("no --moe-grouped-gemm: each local expert's GEMMs run one after another (SequentialMLP)")
+    return out
+
+
 def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
     get = {k: v for k, (v, _) in f.items()}
     line = {k: ln for k, (_, ln) in f.items()}
     tp, pp, cp = get.get("tp", 1), get.get("pp", 1), get.get("cp", 1)
+    experts = bool(get.get("experts"))
     sp = bool(get.get("sp"))
     if sp and tp == 1:
         r.notes.append(f"line {line['sp']}: --sequence-parallel with tp = 1: Megatron-LM turns it off")
@@ -534,6 +601,7 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         ep=get.get("ep", 1),
         etp=get.get("etp"),
         cp_kind=_cp_kind(get, line, cp, r),
+        **(_moe_plan(r, get, line) if experts else {}),
         recompute_layers=recompute_layers,
         tp_overlap=bool(get.get("tp_comm_overlap")) and tp > 1,
         grad_reduce_overlap=bool(get.get("overlap_grad_reduce")),

@@ -18,7 +18,8 @@ Read as torchtitan's `JobConfig` reads it (torchtitan/config/job_config.py):
 * FSDP2 and DDP overlap their collectives with backward (and FSDP2 prefetches its gathers):
   grad_reduce_overlap, param_gather_overlap; enable_async_tensor_parallel -> tp_overlap.
 * `[model] name/flavor`: llama3 8B / 70B / 405B, llama4 17bx16e / 17bx128e, qwen3 32B / 235B-A22B,
-  deepseek_v3 671B -> the presets; seq_len from [training]. `expert_parallel_degree` -> the plan's ep.
+  deepseek_v3 671B -> the presets; seq_len from [training]. `expert_parallel_degree` -> the plan's ep;
+  `expert_parallel_comm_backend` standard | deepep | hybridep -> moe_dispatcher alltoall | flex.
 * `[training] mixed_precision_reduce` (default float32) -> the plan's main_grads. FSDP2 keeps the
   sharded parameters in fp32 (bf16 only while gathered); the plan model counts bf16 weights plus an
   fp32 master copy in the optimizer, 2 bytes per parameter / N more (noted).
@@ -196,6 +197,7 @@ KNOWN = {  # section -> keys read (True) or known and without effect on the plan
         "enable_sequence_parallel": True,
         "expert_parallel_degree": True,
         "expert_tensor_parallel_degree": True,
+        "expert_parallel_comm_backend": True,
         "enable_async_tensor_parallel": True,
         "disable_loss_parallel": False,
         "enable_compiled_autograd": False,
@@ -304,6 +306,7 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
             main_grads=main_grads,
             ep=lay["ep"],
             etp=lay["etp"],
+            moe_dispatcher=lay["dispatcher"],
             cp_kind=lay["cp_kind"],
             # FSDP2 prefetches the next gathers and reduce-scatters during backward; DDP buckets likewise
             tp_overlap=lay["async_tp"],
@@ -482,6 +485,13 @@ def _layout(t: _Toml, data: dict, model: Model, notes: list[str]) -> dict:
             "parallelism", "expert_parallel_degree", f"expert_parallel_degree {ep} for the dense model {model.name}"
         )
     etp = t.int(data, "parallelism", "expert_tensor_parallel_degree", tp) if model.experts else None
+    backend = par.get("expert_parallel_comm_backend", "standard")
+    if backend not in EP_COMM_BACKENDS:
+        raise t.fail(
+            "parallelism",
+            "expert_parallel_comm_backend",
+            f"expert_parallel_comm_backend {backend!r} must be one of {', '.join(EP_COMM_BACKENDS)}",
+        )
     async_tp = par.get("enable_async_tensor_parallel") is True and tp > 1
     if async_tp:
         notes.append("enable_async_tensor_parallel: TP communication overlapped with the GEMMs (plan tp_overlap)")
@@ -520,10 +530,17 @@ def _layout(t: _Toml, data: dict, model: Model, notes: list[str]) -> dict:
         "sp": tp > 1 and par.get("enable_sequence_parallel", True) is not False,
         "ep": ep,
         "etp": None if etp == tp else etp,  # None: the experts split as the rest of the layer (tp)
+        "dispatcher": EP_COMM_BACKENDS[backend],
         "async_tp": async_tp,
         "split": split,
         "cp_kind": cp_kind,
     }
+
+
+# torchtitan's parallelism.expert_parallel_comm_backend (torchtitan/distributed/expert_parallel.py and
+# distributed/deepep): "standard" = all-to-all of every routed copy; DeepEP (H100/B200) and HybridEP
+# (GB200 NVL72) send a token to a node once, as Megatron-core's flex dispatcher
+EP_COMM_BACKENDS = {"standard": "alltoall", "deepep": "flex", "hybridep": "flex"}
 
 
 def _schedule(par: dict, pp: int, model: Model, notes: list[str]) -> tuple[str, int]:

@@ -26,7 +26,7 @@ from typing import Any
 from parallel.core.memory import ActivationOptions
 from parallel.core.perf import PerfOptions
 from parallel.core.plan import PLAN_FIELDS, Plan, parse_value, plan_from_values, plan_values
-from parallel.core.plan_schema import value_error
+from parallel.core.plan_schema import OPTIONAL_KINDS, value_error
 from parallel.core.report import Options
 from parallel.core.specs import MODELS, Cluster, GiB, Model, SpecError, cluster_preset, model_preset
 from parallel.review.document import NamedPlan, Review
@@ -96,7 +96,7 @@ def plan_of_params(params: Mapping) -> Plan:
     return plan_from_values(given, style="url") if given else OPENING[3]
 
 
-_OPTIONAL = {s.knob.url for s in PLAN_FIELDS if s.kind in ("opt_int", "opt_bool")}  # '' means unset
+_OPTIONAL = {s.knob.url for s in PLAN_FIELDS if s.kind in OPTIONAL_KINDS}  # '' means unset
 
 
 def plan_from_params(params: Mapping) -> tuple[Model, Cluster, Plan]:

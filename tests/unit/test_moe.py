@@ -61,7 +61,9 @@ def test_the_plan_checks_expert_parallelism():
     assert "dp×cp = 2×1 = 2 is not divisible by ep 4" in errors(
         MODELS["mixtral-8x7b"], Plan(dp=2, tp=8, pp=4, ep=4, global_batch=8)
     )
-    assert errors(MODELS["mixtral-8x7b"], Plan(dp=8, tp=8, ep=8, zero=1, global_batch=8)) == ""
+    assert errors(MODELS["mixtral-8x7b"], Plan(dp=8, tp=8, sp=True, ep=8, zero=1, global_batch=8)) == ""
+    # Megatron-core's MoE layer refuses to train with TP and no SP (moe_layer.py)
+    assert "needs sequence parallelism" in errors(MODELS["mixtral-8x7b"], Plan(dp=8, tp=8, ep=8, global_batch=8))
     with pytest.raises(ValueError, match="top_k 3 is more than the 2 experts"):
         Model(name="x", layers=2, hidden=64, heads=4, vocab=100, seq_len=16, experts=2, top_k=3)
 
@@ -240,7 +242,7 @@ def test_etp_splits_the_experts_and_sets_their_zero_group():
     m = MODELS["mixtral-8x7b"]
     tp8 = Plan(dp=2, tp=8, pp=4, ep=2, zero=1, global_batch=64)
     etp2 = Plan(dp=2, tp=8, pp=4, ep=8, etp=2, zero=1, global_batch=64)
-    etp1 = Plan(dp=2, tp=8, pp=4, ep=8, etp=1, zero=1, global_batch=64)
+    etp1 = Plan(dp=2, tp=8, sp=True, pp=4, ep=8, etp=1, zero=1, global_batch=64)
     # the same 64 GPUs: ep x etp = 16 ranks share the experts in the first two, 8 in the third
     assert expert_params_per_stage(m, tp8, 0) == pytest.approx(expert_params_per_stage(m, etp2, 0))
     assert expert_params_per_stage(m, etp1, 0) == pytest.approx(2 * expert_params_per_stage(m, etp2, 0))

@@ -28,7 +28,8 @@ V3_LAUNCH = (
     "--untie-embeddings-and-output-weights --vocab-size 129280 --attention-dropout 0 --hidden-dropout 0 "
     "--multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128 "
     "--qk-pos-emb-head-dim 64 --v-head-dim 128 --num-experts 256 --moe-router-topk 8 "
-    "--moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048 "
+    "--moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048 --moe-router-num-groups 8 "
+    "--moe-router-group-topk 4 "
     "--pipeline-model-parallel-size 4 --expert-model-parallel-size 64 "
 )
 
