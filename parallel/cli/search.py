@@ -22,6 +22,7 @@ from parallel.cli.args import (
 from parallel.cli.dispatch import prog_name
 from parallel.cli.plan import add_option_args, options_from_args
 from parallel.core.plan import CP_KINDS, PLAN_DEFAULTS, RECOMPUTE, Plan, plan_from_values
+from parallel.core.report import Options
 from parallel.core.specs import Cluster, GiB, Model, SpecError
 from parallel.search.explain import explain, explain_text
 from parallel.search.space import (
@@ -54,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--recompute", default=",".join(RECOMPUTE), help="recompute modes to consider, e.g. none,selective")
     g.add_argument(
         "--cp-kinds", default=",".join(CP_KINDS), help="context-parallel exchanges to consider, e.g. ring,ulysses"
+    )
+    g.add_argument(
+        "--dispatchers",
+        default=",".join(Constraints.dispatchers),
+        help="MoE token dispatchers to consider where ep > 1 (flex where EP spans NVLink domains, alltoall "
+        "inside; allgather as its own rows), e.g. alltoall,flex,allgather",
     )
     # every other plan field is shared by all candidates: the same flags and defaults as `parallel plan`
     add_plan_args(parser, only=SHARED_FLAGS)
@@ -109,6 +116,7 @@ def constraints_from_args(args: argparse.Namespace) -> Constraints:
         zero=zero,
         recompute=tuple(r.strip() for r in args.recompute.split(",") if r.strip()),
         cp_kinds=tuple(k.strip() for k in args.cp_kinds.split(",") if k.strip()),
+        dispatchers=tuple(k.strip() for k in args.dispatchers.split(",") if k.strip()),
         base=plan_from_args(args, only=SHARED_FLAGS),
     )
 
@@ -156,12 +164,7 @@ def render_text(result: SearchResult, model: Model, cluster: Cluster, gb: int, t
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        model = model_from_args(args)
-        cluster = cluster_for_gpus(args)
-        constraints = constraints_from_args(args)
-        options = options_from_args(args)
-        if args.global_batch < 1:
-            raise SpecError(f"--global-batch must be at least 1, got {args.global_batch}")
+        model, cluster, constraints, options = search_inputs(args)
         result = search(model, cluster, args.global_batch, constraints, options)
     except SpecError as err:
         if args.json:
@@ -183,6 +186,15 @@ def main(argv=None) -> int:
         if ex:
             print("\n" + explain_text(ex))
     return 0
+
+
+def search_inputs(args: argparse.Namespace) -> tuple[Model, Cluster, Constraints, Options]:
+    """The model, cluster, constraints and options the command searches with (bench.search times the same)."""
+    model, cluster = model_from_args(args), cluster_for_gpus(args)
+    constraints, options = constraints_from_args(args), options_from_args(args)
+    if args.global_batch < 1:
+        raise SpecError(f"--global-batch must be at least 1, got {args.global_batch}")
+    return model, cluster, constraints, options
 
 
 def _explain(result: SearchResult, model: Model, cluster: Cluster, args, constraints: Constraints, options) -> dict:

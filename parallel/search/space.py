@@ -29,9 +29,18 @@ import pandas as pd
 
 from parallel.core.comm import DIMS as COMM_DIMS
 from parallel.core.comm import crosses_nodes
-from parallel.core.memory import activation_bytes_per_layer, memory_per_gpu_bytes
+from parallel.core.memory import ActivationOptions, activation_bytes_per_layer, memory_per_gpu_bytes
 from parallel.core.perf import bubble_fraction, step_time
-from parallel.core.plan import CP_KINDS, MAX_GLOBAL_BATCH, MAX_WORLD_SIZE, PLAN_DEFAULTS, RECOMPUTE, Plan, PlanColumns
+from parallel.core.plan import (
+    CP_KINDS,
+    DISPATCHERS,
+    MAX_GLOBAL_BATCH,
+    MAX_WORLD_SIZE,
+    PLAN_DEFAULTS,
+    RECOMPUTE,
+    Plan,
+    PlanColumns,
+)
 from parallel.core.report import Options, plan_report
 from parallel.core.specs import Cluster, GiB, Model, SpecError
 
@@ -48,13 +57,15 @@ PLAN_KEYS = (
     "zero",
     "recompute",
     "ep",
+    "etp",
+    "moe_dispatcher",
     "cp_kind",
     "first_stage_layers",
     "last_stage_layers",
 )
-# Base fields the search sets itself: the experts' TP follows each row's tp; a row's stage split is
-# its own (first / last layers, so the embedding and loss are not counted in it); no partial recompute.
-SEARCH_SETS = {"etp": None, "embedding_in_split": False, "loss_in_split": False, "recompute_layers": None}
+# Base fields the search sets itself: a row's stage split is its own (first / last layers, so the
+# embedding and loss are not counted in it); no partial recompute.
+SEARCH_SETS = {"embedding_in_split": False, "loss_in_split": False, "recompute_layers": None}
 LINKS = ("intra", "inter")
 
 
@@ -80,6 +91,7 @@ class Constraints:
     zero: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str, ...] = RECOMPUTE
     cp_kinds: tuple[str, ...] = CP_KINDS  # the context-parallel exchanges tried where cp > 1
+    dispatchers: tuple[str, ...] = ("alltoall", "flex")  # the MoE dispatchers tried where ep > 1 (expert_layouts)
     # every field the search does not explore (PLAN_KEYS) comes from this plan, with the defaults the
     # rest of the project uses (Plan's declarations): rank order, schedule, gradient dtype, FP8, the
     # overlaps, the attention kernel, dropout. A search row's plan is this plan with the row's fields.
@@ -90,6 +102,9 @@ class Constraints:
         object.__setattr__(self, "zero", tuple(sorted(set(self.zero))))
         object.__setattr__(self, "recompute", tuple(dict.fromkeys(self.recompute)))
         object.__setattr__(self, "cp_kinds", tuple(dict.fromkeys(self.cp_kinds)))
+        object.__setattr__(self, "dispatchers", tuple(dict.fromkeys(self.dispatchers)))
+        if not self.dispatchers or set(self.dispatchers) - set(DISPATCHERS):
+            raise SpecError(f"dispatchers must be among {', '.join(DISPATCHERS)}, got {self.dispatchers}")
         object.__setattr__(self, "base", dataclasses.replace(self.base, **SEARCH_SETS))
         if not self.cp_kinds or set(self.cp_kinds) - set(CP_KINDS):
             raise SpecError(f"cp kinds must be among {', '.join(CP_KINDS)}, got {self.cp_kinds}")
@@ -211,6 +226,8 @@ def plan_of(row: dict, base: Plan) -> Plan:
     """The Plan of one row of a search table: `base` (the search's shared fields and global batch)
     with the row's explored fields (PLAN_KEYS; a stage split of -1 or absent: even)."""
     fields = {k: type(PLAN_DEFAULTS[k])(row[k]) for k in PLAN_KEYS if k in row and PLAN_DEFAULTS[k] is not None}
+    if "etp" in row:  # the experts' TP: None where it follows tp
+        fields["etp"] = None if int(row["etp"]) == fields.get("tp", base.tp) else int(row["etp"])
     for k in ("first_stage_layers", "last_stage_layers"):  # numpy ints and floats from a table: plain ints
         value = row.get(k)
         fields[k] = None if value is None or value < 0 else int(value)
@@ -292,50 +309,130 @@ def expert_degrees(model: Model, dp_cp: int) -> list[int]:
     return [e for e in divisors(dp_cp) if model.experts % e == 0] if model.experts else [1]
 
 
+def expert_layouts(
+    model: Model, tp: int, dp_cp: int, c: "Constraints", domain: int | None = None, world: int = 1
+) -> list[tuple[int, int, int]]:
+    """The (ep, etp, dispatcher index) a (tp, dp x cp) plan's MoE layers can take (validate's rules,
+    Megatron-LM's expert layout etp x ep x expert-dp x pp = the world): etp = tp, ep dividing dp x cp;
+    and etp = 1 where tp > 1, ep dividing dp x cp x tp (MoE parallel folding: the experts' EP ranks
+    taken from the attention's TP ranks too); etp dividing the experts' width.
+
+    The dispatcher, where tokens move between ranks (ep > 1), among c.dispatchers: flex where the
+    etp x ep consecutive ranks of an EP group may span NVLink domains of `domain` GPUs (it sends less
+    across them and the same inside: comm.flex_inter_share), else alltoall -- each the other's equal
+    or better there, so the search does not carry both; allgather as a row of its own. Where nothing
+    is dispatched (ep 1) the base plan's. [(1, tp, its index)] for a dense model."""
+    if not model.experts:
+        return [(1, tp, DISPATCHERS.index(c.base.moe_dispatcher))]
+    return [
+        (ep, etp, DISPATCHERS.index(d))
+        for etp in dict.fromkeys((tp, 1))
+        if model.expert_width % etp == 0
+        for ep in expert_degrees(model, dp_cp * (tp // etp))
+        for d in search_dispatchers(ep, etp, c, domain, world)
+    ]
+
+
+def search_dispatchers(ep: int, etp: int, c: "Constraints", domain: int | None, world: int) -> list[str]:
+    """The dispatchers the search tries for an (ep, etp) expert layout (expert_layouts' rule): the
+    base plan's at ep 1; else flex where the etp x ep consecutive ranks may span NVLink domains,
+    alltoall where they cannot, of c.dispatchers, and allgather if listed."""
+    if ep == 1:
+        return [c.base.moe_dispatcher]
+    sends = [d for d in ("flex", "alltoall") if d in c.dispatchers]
+    span = ep * etp
+    crosses = domain is not None and world > domain and (span > domain or domain % span != 0)
+    return ([sends[0] if crosses else sends[-1]] if sends else []) + (
+        ["allgather"] if "allgather" in c.dispatchers else []
+    )
+
+
 def candidates(
-    model: Model, world: int, global_batch: int, c: Constraints = Constraints()
+    model: Model,
+    world: int,
+    global_batch: int,
+    c: Constraints = Constraints(),
+    cluster: Cluster | None = None,
+    acts: ActivationOptions | None = None,
 ) -> tuple[pd.DataFrame, list[dict]]:
-    """Every structurally valid plan (all of validate's shape rules hold) and the funnel that built it."""
+    """Every structurally valid plan (all of validate's shape rules hold) and the funnel that built it.
+    With the `cluster`: its NVLink domain picks the dispatcher (expert_layouts), and no micro batch
+    is tried past the largest that the leanest plan of its layout fits (leanest_micro_batch)."""
     funnel: list[dict] = []
-    c_etp = None  # the search keeps the experts' TP at tp
-    base = []  # (dp, tp, pp, cp, mb, vpp, ep, cp_kind, first stage layers, last stage layers; -1: even)
-    n_mb = 0
+    domain = cluster.domain_gpus if cluster is not None else None
+    # the layouts, each (tp, pp, cp, dp, first, last stage layers (-1: even), ep, etp, dispatcher, cp kinds)
+    layouts = []
+    degrees = _degrees(model, world, global_batch, c, funnel)
+    splits = {pp: stage_splits(model, pp) for pp in {pp for _, pp, _, _ in degrees}}
+    for tp, pp, cp, dp in degrees:
+        kinds = tuple(CP_KINDS.index(k) for k in cp_kinds_for(model, tp, cp, c.cp_kinds))
+        experts = expert_layouts(model, tp, dp * cp, c, domain, world)
+        layouts += [(tp, pp, cp, dp, f, la, *e, kinds) for f, la in splits[pp] for e in experts]
+    mb_cap = leanest_micro_batch(model, layouts, global_batch, c, cluster, acts) if cluster is not None else None
+    if mb_cap is not None and not mb_cap.any():  # nothing fits: the memory filter says so, with its hints
+        mb_cap = None
+    base = []  # (dp, tp, pp, cp, mb, vpp, ep, cp_kind, first, last stage layers, etp, dispatcher)
+    n_mb = n_lean = 0
     n_cat = 2 * len(c.zero) * len(c.recompute)  # each base row becomes this many candidates
-    for tp, pp, cp, dp in _degrees(model, world, global_batch, c, funnel):
-        if len(base) * n_cat > MAX_CANDIDATES:  # refuse before the table is built, with the numbers
-            raise SpecError(
-                f"more than {MAX_CANDIDATES:,} candidate plans for {world:,} GPUs and global batch {global_batch:,} "
-                f"(at least {len(base) * n_cat:,} so far); narrow the search: --max-micro-batch, --max-pp, --max-cp, "
-                "fewer ZeRO stages or recompute modes"
-            )
-        for mb in divisors(global_batch // dp):
+    mb_of = {dp: divisors(global_batch // dp) for dp in {x[3] for x in layouts}}
+    vpp_of: dict[tuple[int, int, int], list[int]] = {}
+    total = 0  # candidates so far; past MAX_CANDIDATES only counted (by cp and micro batch), not built
+    by_cp: dict[int, int] = {}
+    by_mb: dict[int, int] = {}
+    for i, (tp, pp, cp, dp, first, last, ep, etp, disp, kinds) in enumerate(layouts):
+        per_row = n_cat // 2 if model.experts and tp > 1 else n_cat  # MoE with TP needs SP (Megatron-core)
+        key = (pp, first, last)
+        if key not in vpp_of:  # every stage's layers divide by vpp
+            per_stage = model.layers // pp if first < 0 else math.gcd(first, last, model.layers - first - last)
+            vpp_of[key] = divisors(per_stage)
+        for mb in mb_of[dp]:
             if c.max_micro_batch is not None and mb > c.max_micro_batch:
                 continue
             n_mb += 1
+            if mb_cap is not None and mb > mb_cap[i]:
+                continue
+            n_lean += 1
             m = global_batch // (dp * mb)
-            for first, last in stage_splits(model, pp):
-                # every stage's layers divide by vpp
-                per_stage = model.layers // pp if first < 0 else math.gcd(first, last, model.layers - first - last)
-                for v in divisors(per_stage):
-                    if v == 1 or (pp > 1 and m % pp == 0):
-                        for ep in expert_degrees(model, dp * cp):
-                            for kind in cp_kinds_for(model, tp, cp, c.cp_kinds):
-                                base.append((dp, tp, pp, cp, mb, v, ep, CP_KINDS.index(kind), first, last))
+            for v in vpp_of[key]:
+                if v == 1 or (pp > 1 and m % pp == 0):
+                    total += per_row * len(kinds)
+                    by_cp[cp] = by_cp.get(cp, 0) + per_row * len(kinds)
+                    by_mb[mb] = by_mb.get(mb, 0) + per_row * len(kinds)
+                    if total <= MAX_CANDIDATES:
+                        base += [(dp, tp, pp, cp, mb, v, ep, k, first, last, etp, disp) for k in kinds]
+    if total > MAX_CANDIDATES:  # refused before the table is built, with the limits that would do
+        raise SpecError(
+            f"more than {MAX_CANDIDATES:,} candidate plans for {world:,} GPUs and global batch {global_batch:,} "
+            f"({total:,}); narrow the search: {_narrowing(by_cp, '--max-cp')}{_narrowing(by_mb, '--max-micro-batch')}"
+            "--max-pp, fewer ZeRO stages or recompute modes"
+        )
     if c.max_micro_batch is not None:
-        funnel.append({"constraint": f"max micro batch {c.max_micro_batch}", "remaining": n_mb})
+        funnel.append({"constraint": f"max micro batch {c.max_micro_batch} (per layout)", "remaining": n_mb})
+    if mb_cap is not None:
+        funnel.append(
+            {
+                "constraint": "micro batches the leanest plan of their layout fits (ZeRO-3 or the most sharding allowed, "
+                "the most recompute allowed, SP, vpp 1)",
+                "remaining": n_lean,
+            }
+        )
     funnel.append(
         {
             "constraint": "vpp divides layers/pp; vpp > 1 needs pp > 1 and microbatches divisible by pp"
-            + ("; × ep dividing dp·cp and the experts" if model.experts else "")
+            + (
+                "; × (etp tp, ep dividing dp·cp) and (etp 1, ep dividing dp·cp·tp), ep dividing the experts; "
+                f"dispatchers {list(c.dispatchers)} where ep > 1 (flex only where EP spans domains, alltoall inside)"
+                if model.experts
+                else ""
+            )
             + f"; × cp kinds {list(c.cp_kinds)} where cp > 1 (Ulysses: cp·tp dividing the heads)",
             "remaining": len(base),
         }
     )
-    cols = ["dp", "tp", "pp", "cp", "micro_batch", "vpp", "ep", "ck", "fl", "ll"]
+    cols = ["dp", "tp", "pp", "cp", "micro_batch", "vpp", "ep", "ck", "fl", "ll", "etp", "disp"]
     b = np.array(base, dtype=np.int64).reshape(-1, len(cols))
     if not c.order.strip().lower().endswith("pp"):  # validate._expert_layout_errors: Megatron-LM refuses them
-        dp, tp, pp, cp, ep = b[:, 0], b[:, 1], b[:, 2], b[:, 3], b[:, 6]
-        etp = tp if c_etp is None else c_etp
+        dp, tp, pp, cp, ep, etp = b[:, 0], b[:, 1], b[:, 2], b[:, 3], b[:, 6], b[:, 10]
         b = b[(pp == 1) | ((dp * tp * pp * cp) // (etp * ep * pp) == dp)]
         funnel.append(
             {
@@ -354,11 +451,13 @@ def candidates(
     rows["rc"] = np.tile(cat[:, 2], len(b))
     tp, cp, sp = rows["tp"], rows["cp"], rows["sp"]
     ok = ~sp | ((tp > 1) & ((model.seq_len // cp) % tp == 0))
+    if model.experts:  # Megatron-core's MoE layer refuses to train with TP but no SP (moe_layer.py)
+        ok &= sp | (tp == 1)
     rows = {k: v[ok] for k, v in rows.items()}
     funnel.append(
         {
             "constraint": f"× sp, ZeRO {list(c.zero)}, recompute {list(c.recompute)}; SP needs tp > 1 and "
-            f"tp dividing seq_len/cp",
+            f"tp dividing seq_len/cp" + ("; MoE with tp > 1 needs SP" if model.experts else ""),
             "remaining": len(rows["dp"]),
         }
     )
@@ -366,7 +465,92 @@ def candidates(
         keep = rows["sp"] | (rows["tp"] == 1)
         rows = {k: v[keep] for k, v in rows.items()}
         funnel.append({"constraint": "SP required whenever tp > 1", "remaining": len(rows["dp"])})
+    if model.experts and (c.base.ep_overlap or c.base.capacity_pad):
+        rows = _moe_rules(rows, c.base, funnel)
     return pd.DataFrame(rows), funnel
+
+
+def _moe_rules(rows: dict, base: Plan, funnel: list[dict]) -> dict:
+    """validate._moe_errors' rules for the base plan's EP overlap and padding, as filters."""
+    gather, flex = DISPATCHERS.index("allgather"), DISPATCHERS.index("flex")
+    keep, names = np.ones(len(rows["dp"]), dtype=bool), []
+    if base.ep_overlap:
+        keep &= (rows["ep"] > 1) & (rows["disp"] != gather) & (rows["rc"] != RECOMPUTE.index("full"))
+        keep &= (rows["pp"] == 1) | (rows["vpp"] > 1)
+        names.append("EP overlap: ep > 1, alltoall or flex, no full recompute, vpp > 1 where pp > 1")
+    if base.capacity_pad:
+        keep &= rows["disp"] != flex
+        names.append("padding to capacity: no flex dispatcher")
+    funnel.append({"constraint": "; ".join(names), "remaining": int(keep.sum())})
+    return {k: v[keep] for k, v in rows.items()}
+
+
+def _narrowing(counts: dict[int, int], flag: str) -> str:
+    """'<flag> N (k plans), ' for the largest N that leaves at most MAX_CANDIDATES, '' if none does."""
+    kept, best = 0, None
+    for value in sorted(counts):
+        kept += counts[value]
+        if kept > MAX_CANDIDATES:
+            break
+        best = (value, kept)
+    return f"{flag} {best[0]} ({best[1]:,} plans), " if best and best[0] < max(counts) else ""
+
+
+def leanest_micro_batch(
+    model: Model, layouts: list, global_batch: int, c: Constraints, cluster: Cluster, acts: ActivationOptions | None
+) -> np.ndarray:
+    """The largest micro batch (a divisor of global_batch / dp; 0: none) each of candidates' layouts
+    fits in the search's memory budget with its leanest settings: the most ZeRO sharding and the most
+    recomputation c allows, SP where it may, no interleaving, the CP kind that keeps least. A plan's
+    memory grows with its micro batch (the tokens in flight, mb x min(pp, microbatches), never
+    shrink), so each layout's bound is found by bisection over its micro batches, all layouts at once."""
+    n = len(layouts)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    cols = np.array([x[:9] for x in layouts], dtype=np.int64)  # tp, pp, cp, dp, first, last, ep, etp, disp
+    tp, pp, cp, dp = cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3]
+    mbs = {d: divisors(global_batch // d) for d in np.unique(dp).tolist()}
+    width = max(len(v) for v in mbs.values())
+    table = np.full((n, width), np.iinfo(np.int64).max, dtype=np.int64)  # each layout's micro batches, padded
+    count = np.zeros(n, dtype=np.int64)
+    for d, values in mbs.items():
+        rows = dp == d
+        table[rows, : len(values)] = values
+        count[rows] = len(values)
+    recompute = next(r for r in ("full", "selective", "none") if r in c.recompute)
+    budget = cluster.gpu_memory_bytes * (1 - c.headroom)
+    base = dataclasses.replace(c.base, global_batch=global_batch)
+    kinds = sorted({k for x in layouts for k in x[9]})
+    frame = {
+        "dp": dp,
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "vpp": np.ones(n, dtype=np.int64),
+        "zero": np.full(n, max(c.zero)),
+        "ep": cols[:, 6],
+        "etp": cols[:, 7],
+        "fl": cols[:, 4],
+        "ll": cols[:, 5],
+        "disp": cols[:, 8],
+        "sp": (tp > 1) & ((model.seq_len // cp) % tp == 0),
+        "rc": np.full(n, RECOMPUTE.index(recompute)),
+    }
+    lo, hi = np.full(n, -1, dtype=np.int64), count - 1  # index of the largest that fits, in [lo, hi]
+    while (lo < hi).any():
+        mid = (lo + hi + 1) // 2
+        least = np.full(n, np.inf)
+        for k in kinds:  # the leanest CP kind each layout may use
+            usable = np.array([k in x[9] for x in layouts])
+            mb = table[np.arange(n), np.maximum(mid, 0)]
+            cands = pd.DataFrame({**frame, "micro_batch": np.minimum(mb, global_batch), "ck": np.full(n, k)})
+            total = memory_per_gpu_bytes(model, columns_of(cands, base), acts or ActivationOptions())["total"]
+            least = np.where(usable, np.minimum(least, total), least)
+        fits = least <= budget
+        active = lo < hi
+        lo = np.where(active & fits, mid, lo)
+        hi = np.where(active & ~fits, mid - 1, hi)
+    return np.where(lo >= 0, table[np.arange(n), np.maximum(lo, 0)], 0)
 
 
 # ---------------------------------------------------------------- the plan model over columns
@@ -375,7 +559,7 @@ def candidates(
 def columns_of(cands: pd.DataFrame, base: Plan) -> PlanColumns:
     """The candidates as a PlanColumns, for parallel.core's formulas: each row's explored fields
     (PLAN_KEYS), every other field the base plan's (its global batch included)."""
-    ints = {k: cands[k].to_numpy(np.int64) for k in ("dp", "tp", "pp", "cp", "micro_batch", "vpp", "zero", "ep")}
+    ints = {k: cands[k].to_numpy(np.int64) for k in ("dp", "tp", "pp", "cp", "micro_batch", "vpp", "zero", "ep", "etp")}
     shared = {k: getattr(base, k) for k in PLAN_DEFAULTS if k not in PLAN_KEYS}
     plans = PlanColumns(
         **ints,
@@ -383,6 +567,7 @@ def columns_of(cands: pd.DataFrame, base: Plan) -> PlanColumns:
         sp=cands["sp"].to_numpy(bool),
         recompute=np.array(RECOMPUTE)[cands["rc"].to_numpy()],
         cp_kind=np.array(CP_KINDS)[cands["ck"].to_numpy()],
+        moe_dispatcher=np.array(DISPATCHERS)[cands["disp"].to_numpy()],
     )
     if (cands["fl"] >= 0).any():  # uneven stages: -1 where a row splits evenly
         plans = dataclasses.replace(
@@ -390,6 +575,7 @@ def columns_of(cands: pd.DataFrame, base: Plan) -> PlanColumns:
         )
     plans.memo[("codes", "recompute")] = cands["rc"].to_numpy(np.int64)  # PlanColumns.distinct's keys
     plans.memo[("codes", "cp_kind")] = cands["ck"].to_numpy(np.int64)
+    plans.memo[("codes", "moe_dispatcher")] = cands["disp"].to_numpy(np.int64)
     return plans
 
 
@@ -407,7 +593,8 @@ def evaluate(
     plans = columns_of(cands, base)
     memory = memory or memory_per_gpu_bytes(model, plans, options.activations)
     timing = step_time(model, plans, cluster, options.perf, options.comm, options.activations)
-    out = {k: cands[k].to_numpy() for k in ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "ep")}
+    out = {k: cands[k].to_numpy() for k in ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "ep", "etp")}
+    out["moe_dispatcher"] = pd.Categorical.from_codes(cands["disp"].to_numpy(), categories=DISPATCHERS)
     out["first_stage_layers"] = cands["fl"].to_numpy()
     out["last_stage_layers"] = cands["ll"].to_numpy()
     out["recompute"] = pd.Categorical.from_codes(cands["rc"].to_numpy(), categories=RECOMPUTE)
@@ -435,19 +622,21 @@ def evaluate(
 # ---------------------------------------------------------------- the search
 
 
-def _rank(table: pd.DataFrame) -> pd.DataFrame:
-    """Fastest first; ties (e.g. ZeRO 0 vs 1 cost the same traffic) broken by memory, then simpler plans."""
-    rc = pd.Categorical(table["recompute"], categories=RECOMPUTE).codes
+def _rank_order(table: pd.DataFrame) -> np.ndarray:
+    """The rows fastest first; ties (e.g. ZeRO 0 vs 1 cost the same traffic) broken by memory, then
+    simpler plans (recompute, ZeRO, vpp, cp, pp, tp, micro batch, in that order)."""
+    rc = pd.Categorical(table["recompute"], categories=RECOMPUTE).codes.astype(np.int64)
+    ties = [table[k].to_numpy().astype(np.int64) for k in ("micro_batch", "tp", "pp", "cp", "vpp", "zero")] + [rc]
+    # the integer tie-breakers packed into one key (the first the least significant) where they fit 62 bits:
+    # np.lexsort's cost grows with its keys
+    bases = [int(k.max(initial=0)) + 1 for k in ties]
+    if math.prod(bases) < 1 << 62:
+        packed = np.zeros(len(table), dtype=np.int64)
+        for key, base in zip(reversed(ties), reversed(bases)):
+            packed = packed * base + key
+        ties = [packed]
     # np.lexsort: the last key is the primary one
-    order = np.lexsort(
-        [
-            *(table[k].to_numpy() for k in ("micro_batch", "tp", "pp", "cp", "vpp", "zero")),
-            rc,
-            table["memory_per_gpu_bytes"].to_numpy(),
-            table["step_time_s"].to_numpy().round(9),
-        ]
-    )
-    return table.iloc[order].reset_index(drop=True)
+    return np.lexsort([*ties, table["memory_per_gpu_bytes"].to_numpy(), table["step_time_s"].to_numpy().round(9)])
 
 
 def pareto_front(table: pd.DataFrame) -> np.ndarray:
@@ -487,7 +676,7 @@ def search(
         raise SpecError(f"global batch {global_batch:,} sequences; it must be 1 to {MAX_GLOBAL_BATCH:,}")
     constraints = _for_attention(constraints)
     base = dataclasses.replace(constraints.base, global_batch=global_batch)
-    cands, funnel = candidates(model, world, global_batch, constraints)
+    cands, funnel = candidates(model, world, global_batch, constraints, cluster, options.activations)
     for step in funnel:
         if step["remaining"] == 0:
             raise SearchEmpty(_empty_message(model, cluster, global_batch, funnel, step), funnel)
@@ -512,8 +701,8 @@ def search(
             f"{_gib(memory['total'][i])}; try {_memory_hints(constraints)}",
             funnel,
         )
-    kept = cands[fits].reset_index(drop=True)
-    layouts = len(kept[["dp", "tp", "pp", "cp"]].drop_duplicates())  # each laid out over every rank once
+    kept = pd.DataFrame({k: cands[k].to_numpy()[fits] for k in cands.columns})
+    layouts = len(np.unique(plans.distinct_degrees()[1][fits]))  # each laid out over every rank once
     if layouts * world > MAX_LAYOUT_RANKS:
         raise SpecError(
             f"{model.name} on {world:,} GPUs: {layouts:,} distinct layouts of {world:,} ranks each are past the "
@@ -521,9 +710,8 @@ def search(
             "or search fewer GPUs"
         )
     table = evaluate(model, cluster, kept, base, options, {k: v[fits] for k, v in memory.items()})
-    ranked = _rank(table)
-    ranked["pareto"] = pareto_front(ranked)
-    ranked = by_simplicity(ranked, model.seq_len)
+    table["pareto"] = pareto_front(table)
+    ranked = by_simplicity(table, _rank_order(table), model.seq_len)
     return SearchResult(ranked, funnel, evaluated=len(cands), seconds=time.perf_counter() - t0, base=base)
 
 
@@ -551,16 +739,18 @@ def simplicity(table: pd.DataFrame, seq_len: int) -> np.ndarray:
     return sum(simplicity_terms(table, seq_len).values())
 
 
-def by_simplicity(ranked: pd.DataFrame, seq_len: int) -> pd.DataFrame:
-    """`ranked` (fastest first) with the plans within MODEL_ERROR of the fastest reordered by
-    simplicity, then time; columns `equivalent` and `simplicity` added."""
-    if ranked.empty:
-        return ranked.assign(equivalent=pd.Series(dtype=bool), simplicity=pd.Series(dtype=np.int64))
-    steps = ranked["step_time_s"].to_numpy()
-    equivalent = within_model_error(steps, steps[0])
-    ranked = ranked.assign(equivalent=equivalent, simplicity=simplicity(ranked, seq_len))
-    band = ranked[equivalent].sort_values(["simplicity", "step_time_s"], kind="stable")
-    return pd.concat([band, ranked[~equivalent]], ignore_index=True)
+def by_simplicity(table: pd.DataFrame, order: np.ndarray, seq_len: int) -> pd.DataFrame:
+    """`table` in `order` (fastest first), the plans within MODEL_ERROR of the fastest reordered by
+    simplicity, then time; columns `equivalent` and `simplicity` added. One gather of the rows."""
+    if table.empty:
+        return table.assign(equivalent=pd.Series(dtype=bool), simplicity=pd.Series(dtype=np.int64))
+    steps = table["step_time_s"].to_numpy()
+    equivalent = within_model_error(steps, steps[order[0]])
+    simple = simplicity(table, seq_len)
+    band = order[equivalent[order]]
+    band = band[np.lexsort((steps[band], simple[band]))]  # stable: ties keep the ranked order
+    final = np.concatenate([band, order[~equivalent[order]]])
+    return table.assign(equivalent=equivalent, simplicity=simple).iloc[final].reset_index(drop=True)
 
 
 def _memory_hints(c: Constraints) -> str:
@@ -605,9 +795,19 @@ def search_naive(
         splits = stage_splits(model, pp) or [(-1, -1)]  # no split: validate refuses the plan
         if any(lim is not None and x > lim for x, lim in ((tp, c.max_tp), (pp, c.max_pp), (cp, c.max_cp))):
             continue
-        experts = divisors(dp * cp) if model.experts else [1]  # every ep: validate refuses the bad ones
+        # every (ep, etp, dispatcher): validate refuses the bad ones
+        experts = (
+            [
+                (ep, etp, d)
+                for etp in dict.fromkeys((tp, 1))
+                for ep in divisors(dp * cp * tp // etp)
+                for d in search_dispatchers(ep, etp, c, cluster.domain_gpus, world)
+            ]
+            if model.experts
+            else [(1, tp, c.base.moe_dispatcher)]
+        )
         kinds = c.cp_kinds if cp > 1 else ("allgather",)  # every kind: validate refuses Ulysses' bad ones
-        for mb, v, sp, zero, rc, ep, kind, (first, last) in itertools.product(
+        for mb, v, sp, zero, rc, (ep, etp, disp), kind, (first, last) in itertools.product(
             divisors(global_batch), divisors(model.layers), (False, True), c.zero, c.recompute, experts, kinds, splits
         ):
             if (c.max_micro_batch and mb > c.max_micro_batch) or (c.require_sp and tp > 1 and not sp):
@@ -624,6 +824,8 @@ def search_naive(
                 zero=zero,
                 recompute=rc,
                 ep=ep,
+                etp=None if etp == tp else etp,
+                moe_dispatcher=disp,
                 cp_kind=kind,
                 **({"first_stage_layers": first, "last_stage_layers": last} if first >= 0 else {}),
             )
@@ -635,6 +837,7 @@ def search_naive(
                 rows.append(
                     {
                         **{k: getattr(plan, k) for k in PLAN_KEYS},
+                        "etp": plan.expert_tp,
                         "first_stage_layers": -1 if plan.first_stage_layers is None else plan.first_stage_layers,
                         "last_stage_layers": -1 if plan.last_stage_layers is None else plan.last_stage_layers,
                         "memory_per_gpu_bytes": rep["memory_per_gpu_bytes"]["total"],
