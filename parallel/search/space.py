@@ -21,6 +21,7 @@ import dataclasses
 import itertools
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,7 @@ class SearchEmpty(SpecError):
         self.funnel = funnel or []  # how many candidates each constraint left
 
 
+Columns = pd.DataFrame | Mapping[str, np.ndarray]  # candidates' table, or its columns as arrays
 MAX_CANDIDATES = 3_000_000  # ~5x GPT-3 175B on 4,096 GPUs' 629k; the table's memory stays under ~1 GB
 
 
@@ -543,7 +545,7 @@ def leanest_micro_batch(
         for k in kinds:  # the leanest CP kind each layout may use
             usable = np.array([k in x[9] for x in layouts])
             mb = table[np.arange(n), np.maximum(mid, 0)]
-            cands = pd.DataFrame({**frame, "micro_batch": np.minimum(mb, global_batch), "ck": np.full(n, k)})
+            cands = {**frame, "micro_batch": np.minimum(mb, global_batch), "ck": np.full(n, k)}
             total = memory_per_gpu_bytes(model, columns_of(cands, base), acts or ActivationOptions())["total"]
             least = np.where(usable, np.minimum(least, total), least)
         fits = least <= budget
@@ -556,33 +558,38 @@ def leanest_micro_batch(
 # ---------------------------------------------------------------- the plan model over columns
 
 
-def columns_of(cands: pd.DataFrame, base: Plan) -> PlanColumns:
-    """The candidates as a PlanColumns, for parallel.core's formulas: each row's explored fields
-    (PLAN_KEYS), every other field the base plan's (its global batch included)."""
-    ints = {k: cands[k].to_numpy(np.int64) for k in ("dp", "tp", "pp", "cp", "micro_batch", "vpp", "zero", "ep", "etp")}
+def columns_of(cands: Columns, base: Plan) -> PlanColumns:
+    """The candidates (candidates' table, or its columns as arrays) as a PlanColumns, for parallel.core's
+    formulas: each row's explored fields (PLAN_KEYS), every other field the base plan's (its global
+    batch included)."""
+    ints = {
+        k: np.asarray(cands[k], np.int64) for k in ("dp", "tp", "pp", "cp", "micro_batch", "vpp", "zero", "ep", "etp")
+    }
     shared = {k: getattr(base, k) for k in PLAN_DEFAULTS if k not in PLAN_KEYS}
     plans = PlanColumns(
         **ints,
         **shared,
-        sp=cands["sp"].to_numpy(bool),
-        recompute=np.array(RECOMPUTE)[cands["rc"].to_numpy()],
-        cp_kind=np.array(CP_KINDS)[cands["ck"].to_numpy()],
-        moe_dispatcher=np.array(DISPATCHERS)[cands["disp"].to_numpy()],
+        sp=np.asarray(cands["sp"], bool),
+        recompute=np.array(RECOMPUTE)[np.asarray(cands["rc"])],
+        cp_kind=np.array(CP_KINDS)[np.asarray(cands["ck"])],
+        moe_dispatcher=np.array(DISPATCHERS)[np.asarray(cands["disp"])],
     )
-    if (cands["fl"] >= 0).any():  # uneven stages: -1 where a row splits evenly
+    if (np.asarray(cands["fl"]) >= 0).any():  # uneven stages: -1 where a row splits evenly
         plans = dataclasses.replace(
-            plans, first_stage_layers=cands["fl"].to_numpy(np.int64), last_stage_layers=cands["ll"].to_numpy(np.int64)
+            plans,
+            first_stage_layers=np.asarray(cands["fl"], np.int64),
+            last_stage_layers=np.asarray(cands["ll"], np.int64),
         )
-    plans.memo[("codes", "recompute")] = cands["rc"].to_numpy(np.int64)  # PlanColumns.distinct's keys
-    plans.memo[("codes", "cp_kind")] = cands["ck"].to_numpy(np.int64)
-    plans.memo[("codes", "moe_dispatcher")] = cands["disp"].to_numpy(np.int64)
+    plans.memo[("codes", "recompute")] = np.asarray(cands["rc"], np.int64)  # PlanColumns.distinct's keys
+    plans.memo[("codes", "cp_kind")] = np.asarray(cands["ck"], np.int64)
+    plans.memo[("codes", "moe_dispatcher")] = np.asarray(cands["disp"], np.int64)
     return plans
 
 
 def evaluate(
     model: Model,
     cluster: Cluster,
-    cands: pd.DataFrame,
+    cands: Columns,
     base: Plan,
     options: Options = Options(),
     memory: dict | None = None,
@@ -593,12 +600,12 @@ def evaluate(
     plans = columns_of(cands, base)
     memory = memory or memory_per_gpu_bytes(model, plans, options.activations)
     timing = step_time(model, plans, cluster, options.perf, options.comm, options.activations)
-    out = {k: cands[k].to_numpy() for k in ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "ep", "etp")}
-    out["moe_dispatcher"] = pd.Categorical.from_codes(cands["disp"].to_numpy(), categories=DISPATCHERS)
-    out["first_stage_layers"] = cands["fl"].to_numpy()
-    out["last_stage_layers"] = cands["ll"].to_numpy()
-    out["recompute"] = pd.Categorical.from_codes(cands["rc"].to_numpy(), categories=RECOMPUTE)
-    out["cp_kind"] = pd.Categorical.from_codes(cands["ck"].to_numpy(), categories=CP_KINDS)
+    out = {k: np.asarray(cands[k]) for k in ("dp", "tp", "pp", "cp", "sp", "vpp", "micro_batch", "zero", "ep", "etp")}
+    out["moe_dispatcher"] = pd.Categorical.from_codes(np.asarray(cands["disp"]), categories=DISPATCHERS)
+    out["first_stage_layers"] = np.asarray(cands["fl"])
+    out["last_stage_layers"] = np.asarray(cands["ll"])
+    out["recompute"] = pd.Categorical.from_codes(np.asarray(cands["rc"]), categories=RECOMPUTE)
+    out["cp_kind"] = pd.Categorical.from_codes(np.asarray(cands["ck"]), categories=CP_KINDS)
     out["microbatches"] = np.maximum(plans.microbatches, 1)
     for name in ("params", "grads", "optimizer", "activations"):
         out[f"{name}_bytes"] = memory[name]
@@ -639,9 +646,12 @@ def _rank_order(table: pd.DataFrame) -> np.ndarray:
     return np.lexsort([*ties, table["memory_per_gpu_bytes"].to_numpy(), table["step_time_s"].to_numpy().round(9)])
 
 
-def pareto_front(table: pd.DataFrame) -> np.ndarray:
-    """True for plans no other plan beats on both memory and step time (lower is better on both)."""
-    order = np.lexsort((table["memory_per_gpu_bytes"].to_numpy(), table["step_time_s"].to_numpy()))
+def pareto_front(table: pd.DataFrame, order: np.ndarray | None = None) -> np.ndarray:
+    """True for plans no other plan beats on both memory and step time (lower is better on both).
+    `order`: the rows by step time, then memory, when the caller has it (_rank_order: steps equal to
+    the nanosecond are one step there, as in the ranking)."""
+    if order is None:
+        order = np.lexsort((table["memory_per_gpu_bytes"].to_numpy(), table["step_time_s"].to_numpy()))
     mem = table["memory_per_gpu_bytes"].to_numpy()[order]
     best = np.minimum.accumulate(mem)
     keep = np.ones(len(mem), dtype=bool)
@@ -701,7 +711,7 @@ def search(
             f"{_gib(memory['total'][i])}; try {_memory_hints(constraints)}",
             funnel,
         )
-    kept = pd.DataFrame({k: cands[k].to_numpy()[fits] for k in cands.columns})
+    kept = {k: cands[k].to_numpy()[fits] for k in cands.columns}  # columns, not a frame: no block copies
     layouts = len(np.unique(plans.distinct_degrees()[1][fits]))  # each laid out over every rank once
     if layouts * world > MAX_LAYOUT_RANKS:
         raise SpecError(
@@ -710,8 +720,9 @@ def search(
             "or search fewer GPUs"
         )
     table = evaluate(model, cluster, kept, base, options, {k: v[fits] for k, v in memory.items()})
-    table["pareto"] = pareto_front(table)
-    ranked = by_simplicity(table, _rank_order(table), model.seq_len)
+    order = _rank_order(table)
+    table["pareto"] = pareto_front(table, order)
+    ranked = by_simplicity(table, order, model.seq_len)
     return SearchResult(ranked, funnel, evaluated=len(cands), seconds=time.perf_counter() - t0, base=base)
 
 

@@ -296,3 +296,20 @@ def test_search_tries_flex_where_ep_spans_domains_and_etp_one_from_the_tp_ranks(
     with_gather = expert_layouts(V3, 1, 64, Constraints(dispatchers=("alltoall", "allgather")), domain=8, world=2048)
     assert {d for ep, _, d in with_gather if ep == 64} == {0, 1}
     assert np.all([ep == 1 for ep, _, _ in expert_layouts(MODELS["llama3-8b"], 8, 16, Constraints())])
+
+
+def test_a_space_past_the_bound_names_the_limits_that_bring_it_under(monkeypatch):
+    import re
+
+    import parallel.search.space as S
+
+    cluster = H100.with_nodes(8)
+    monkeypatch.setattr(S, "MAX_CANDIDATES", 60_000)
+    with pytest.raises(SpecError, match="narrow the search") as err:
+        S.search(MIXTRAL, cluster, 512)
+    suggested = re.findall(r"--max-(cp|micro-batch) (\d+) \(([\d,]+) plans\)", str(err.value))
+    assert suggested
+    for name, value, count in suggested:
+        limit = {"max_cp" if name == "cp" else "max_micro_batch": int(value)}
+        cands, _ = S.candidates(MIXTRAL, cluster.gpus, 512, S.Constraints(**limit), cluster)
+        assert len(cands) <= int(count.replace(",", "")) <= 60_000  # counted before the SP and MoE filters
