@@ -313,3 +313,29 @@ def test_a_space_past_the_bound_names_the_limits_that_bring_it_under(monkeypatch
         limit = {"max_cp" if name == "cp" else "max_micro_batch": int(value)}
         cands, _ = S.candidates(MIXTRAL, cluster.gpus, 512, S.Constraints(**limit), cluster)
         assert len(cands) <= int(count.replace(",", "")) <= 60_000  # counted before the SP and MoE filters
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        Plan(ep_overlap=True, delay_wgrad=True),
+        Plan(capacity_factor=1.25, capacity_pad=True, grouped_gemm=False),
+    ],
+    ids=["ep-overlap", "capacity-padded-sequential"],
+)
+def test_search_rows_with_the_moe_fields_equal_their_plan_reports(base):
+    from parallel.core.report import plan_report
+    from parallel.search.space import Constraints, search
+
+    cluster = H100.with_nodes(4)
+    result = search(MIXTRAL, cluster, 256, Constraints(base=base, max_micro_batch=2, max_cp=1))
+    table = result.table
+    assert len(table) and (table["ep"] > 1).any()
+    if base.ep_overlap:  # the rules Megatron-core asserts, as filters
+        assert (table["ep"] > 1).all() and (table["moe_dispatcher"] != "allgather").all()
+        assert ((table["pp"] == 1) | (table["vpp"] > 1)).all() and (table["recompute"] != "full").all()
+    for i in range(0, len(table), max(1, len(table) // 7)):
+        plan = result.plan_at(i)
+        rep = plan_report(plan, MIXTRAL, cluster)
+        assert rep["valid"], rep["errors"]
+        assert rep["step_time_s"] == pytest.approx(table["step_time_s"].iloc[i], rel=1e-9)
