@@ -194,7 +194,10 @@ class Plan:
         choices=(0, 1, 2, 3),
         column="ZeRO",
         token=lambda p: f"ZeRO-{p.zero}" if p.zero else "",
-        megatron=("--use-distributed-optimizer (1)",),
+        megatron=(
+            "--use-distributed-optimizer (1)",
+            "--data-parallel-sharding-strategy optim_grads (2), optim_grads_params (3)",
+        ),
         torchtitan=("parallelism.data_parallel_shard_degree > 1 (FSDP2: 3)",),
     )
     recompute: str = knob(
