@@ -33,16 +33,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from parallel.core.calibrated import Calibration, features, predict
 from parallel.core.comm import DIMS
+from parallel.core.compute import JOB_EFFICIENCY
 from parallel.core.memory import memory_per_gpu_bytes
 from parallel.core.perf import PerfOptions, layer_forward_flops, step_time
 from parallel.core.plan import CP_KINDS, RECOMPUTE, Plan
 from parallel.core.report import Options
 from parallel.core.specs import CLUSTERS, Cluster, GiB, Model
 from parallel.importers.export import megatron_script, torchtitan_toml
-from parallel.search.space import MODEL_ERROR, Constraints, SearchEmpty, candidates, columns_of, plan_of, search
+from parallel.search.space import (
+    MODEL_ERROR,
+    Constraints,
+    SearchEmpty,
+    candidates,
+    columns_of,
+    plan_of,
+    search,
+    simplicity,
+)
 from profiler.analyzers.calibrate import Measured, fit, measured_step
 from profiler.analyzers.device_fit import DeviceFitError, fit_device
 from profiler.analyzers.front import TraceAnalysis
@@ -249,6 +260,19 @@ def gap_lines(gaps: list[dict]) -> list[str]:
     return out
 
 
+def verdict(plans: list[dict], error: float) -> str:
+    """The re-plan in one line: the best plan and its gain, or no better plan beyond the model's error."""
+    if not plans:
+        return "no other plan fits these GPUs"
+    best = plans[0]
+    if best["gain"] <= error:
+        return (
+            f"no better plan by more than the model's error ({error:.0%}): the best, {best['label']}, "
+            f"gains {best['gain']:.0%}"
+        )
+    return f"{best['label']} runs this job {best['gain']:.0%} faster ({best['why']})"
+
+
 def _cluster(job: Identified, name: str | None, world: int) -> Cluster:
     if name is not None:
         if name not in CLUSTERS:
@@ -288,6 +312,23 @@ def _cpu_rows(model: Model, base: Plan, world: int, cal: Calibration, cluster: C
         p = predict(model, plan, cal, ranks_here=world)
         rows.append((plan, {"step": p["step_time_s"], "parts": _cpu_components(p, model, plan, cal), "mem": float(m)}))
     return rows
+
+
+def _by_simplicity(rows: list[tuple[Plan, dict]], error: float, seq_len: int) -> list[tuple[Plan, dict]]:
+    """Fastest first, those within `error` of the fastest ordered by the search's simplicity (fewer
+    parallel dimensions, no ZeRO-2/3 or recomputation: space.simplicity), as `parallel search` does."""
+    rows = sorted(rows, key=lambda x: x[1]["step"])
+    if not rows:
+        return rows
+    table = pd.DataFrame(
+        [{k: getattr(p, k) for k in ("dp", "tp", "pp", "cp", "ep", "vpp", "zero", "recompute")} for p, _ in rows]
+    )
+    table["tp_link"] = "intra"  # one machine: every group inside it
+    simple = simplicity(table, seq_len)
+    fastest = rows[0][1]["step"]
+    band = [i for i, (_, r) in enumerate(rows) if r["step"] <= fastest * (1 + error)]
+    band.sort(key=lambda i: (simple[i], rows[i][1]["step"]))
+    return [rows[i] for i in band] + rows[len(band) :]
 
 
 def replan(
@@ -334,7 +375,7 @@ def replan(
         own_parts, own_step = _cpu_components(p, m, own, cal), p["step_time_s"]
         how = f"calibrated CPU step model ({'given' if calibration else 'fitted to this run'}; {cal.cores} cores)"
         device_fit = {"device": "cpu", "calibration": cal.to_dict()}
-        rows = _cpu_rows(m, own, world, cal, cl)
+        rows = _by_simplicity(_cpu_rows(m, own, world, cal, cl), error, m.seq_len)
     else:
         error = MODEL_ERROR
         try:
@@ -342,12 +383,13 @@ def replan(
             device_fit, device = fitted.to_dict(), fitted.device
         except DeviceFitError as err:
             device_fit, device = {"device": None, "error": str(err)}, None
-        opts = Options(perf=PerfOptions(device=device))
+        # the fitted kernels ran inside this job: their in-job speed is already in the device
+        opts = Options(perf=PerfOptions(device=device, job_efficiency=1.0 if device else JOB_EFFICIENCY))
         t = step_time(m, own, cl_job, opts.perf, opts.comm, opts.activations)
         own_parts, own_step = _gpu_components(t, own), float(t["step_time_s"])
         how = f"plan model on {device.name if device else cl_job.gpu} (kernels fitted: {device is not None})"
         try:
-            res = search(m, cl, own.global_batch, Constraints(base=own, max_tp=cl.nvlink_gpus), opts)
+            res = search(m, cl, own.global_batch, Constraints(base=own, max_tp=cl.domain_gpus), opts)
             table = res.table.head(max(top * 20, 50))
             rows = []
             for i, r in enumerate(table.to_dict("records")):
@@ -361,7 +403,7 @@ def replan(
     gaps = _gaps(measured, own_parts, error)
     scale = measured["step_s"] / own_step if own_step > 0 else math.nan
     plans = []
-    for plan_i, r in sorted(rows, key=lambda x: x[1]["step"]):
+    for plan_i, r in rows:  # best first: the search's order
         if plan_i == own or (runnable is not None and not runnable(plan_i, m)):
             continue
         if any(x["label"] == plan_i.label() for x in plans):
@@ -384,12 +426,6 @@ def replan(
         if len(plans) >= top:
             break
     best = plans[0] if plans else None
-    if best is None:
-        verdict = "no other plan fits these GPUs"
-    elif best["gain"] <= error:
-        verdict = f"no better plan by more than the model's error ({error:.0%}): the best, {best['label']}, gains {best['gain']:.0%}"
-    else:
-        verdict = f"{best['label']} runs this job {best['gain']:.0%} faster ({best['why']})"
     export = {"megatron": None, "torchtitan": None}
     if best is not None:
         plan_b = Plan.from_dict(best["plan"])
@@ -398,7 +434,7 @@ def replan(
             "megatron": megatron_script(plan_b, m, gpus_per_node=gpn)[0],
             "torchtitan": torchtitan_toml(plan_b, m)[0],
         }
-    return Replan(job, measured, modelled, device_fit, plans, gaps, verdict, export)
+    return Replan(job, measured, modelled, device_fit, plans, gaps, verdict(plans, error), export)
 
 
-__all__ = ["Replan", "ReplanError", "gap_lines", "replan"]
+__all__ = ["Replan", "ReplanError", "gap_lines", "replan", "verdict"]
