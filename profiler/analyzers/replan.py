@@ -126,6 +126,25 @@ class Replan:
     verdict: str = ""
     export: dict = field(default_factory=dict)  # {megatron, torchtitan}: the best plan's, or None
 
+    def components_frame(self) -> pd.DataFrame:
+        """Long form for one stacked chart: side (measured | modelled), component, seconds, order
+        (split.COMPONENTS' position); parts that are 0 on both sides left out."""
+        rows = []
+        for side, comps in (("measured", self.measured["components"]), ("modelled", self.modelled["components"])):
+            for i, c in enumerate(COMPONENTS):
+                if self.measured["components"].get(c, 0.0) or self.modelled["components"].get(c, 0.0):
+                    rows.append({"side": side, "component": c, "seconds": float(comps.get(c, 0.0)), "order": i})
+        return pd.DataFrame(rows, columns=["side", "component", "seconds", "order"])
+
+    def facts_frame(self) -> pd.DataFrame:
+        """The job as identified, one row a fact: fact, value, source, evidence (missing ones last)."""
+        rows = [
+            {"fact": k, "value": str(f.value), "source": f.source, "evidence": f.evidence}
+            for k, f in self.job.facts.items()
+        ]
+        rows += [{"fact": k, "value": "", "source": "missing", "evidence": why} for k, why in self.job.missing.items()]
+        return pd.DataFrame(rows, columns=["fact", "value", "source", "evidence"])
+
     def to_dict(self) -> dict:
         j = self.job.to_dict()
         evidence = dict(j["evidence"])
@@ -343,10 +362,14 @@ def replan(
     cores: int = 1,
     top: int = TOP,
     runnable: Callable[[Plan, Model], bool] | None = None,
+    progress: Callable[[str, float], None] | None = None,
 ) -> Replan:
     """The job of `analysis` re-planned (module docstring). `calibration`: a CPU job's step model
     (else fitted to this run alone, on `cores`); `runnable(plan, model)`: only plans it accepts are
-    offered (the engine's own limits, for a job that must run here). ReplanError in one line."""
+    offered (the engine's own limits, for a job that must run here); `progress(text, fraction)` is told
+    each phase as it starts (a caller may raise from it to stop). ReplanError in one line."""
+    say = progress or (lambda text, fraction: None)
+    say("identifying the job", 0.0)
     job = identify(analysis, launch=launch, plan=plan, model=model)
     if job.kind.value == "not a transformer":
         raise ReplanError(job.kind.evidence)
@@ -361,12 +384,14 @@ def replan(
     if gpus is not None and gpus < 1:
         raise ReplanError(f"--gpus {gpus}: give at least one")
     metrics = _metrics(traces)
+    say("splitting the measured step", 0.2)
     measured = _measured(analysis, metrics)
     if measured["step_s"] <= 0:
         raise ReplanError("the traces hold no measured step (no ProfilerStep windows with work in them)")
     m, own = job.model, job.plan
     cl_job = _cluster(job, cluster, own.world_size)
     cl = _cluster(job, cluster, world)
+    say("modelling the job's plan and searching the plans", 0.5)
     if cl_job.device == "cpu":
         cal = calibration or _cpu_calibration(analysis, job, metrics, cores)
         ranks_per_core = own.world_size / max(cal.cores, 1) if cal.cores else 0
@@ -399,6 +424,7 @@ def replan(
                 rows.append((plan_i, {"step": r["step_time_s"], "parts": parts, "mem": r["memory_per_gpu_bytes"]}))
         except SearchEmpty:
             rows = []
+    say("ranking the plans", 0.9)
     modelled = {"step_s": own_step, "components": own_parts, "error": error, "how": how}
     gaps = _gaps(measured, own_parts, error)
     scale = measured["step_s"] / own_step if own_step > 0 else math.nan
