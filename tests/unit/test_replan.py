@@ -133,3 +133,23 @@ def test_a_recommendation_model_is_told_plainly(shared_traces):
         pytest.skip("hta_trace_filter_sampled is not present")
     with pytest.raises(ReplanError, match="not a transformer job"):
         replan(TraceAnalysis.load(folder, cache=False))
+
+
+def test_run_plan_file_becomes_the_plan_flags(tmp_path):
+    import dataclasses
+
+    from parallel.cli.train import parser, plan_of_args
+    from parallel.core.specs import SpecError
+    from profiler.cli.run import plan_file_flags
+
+    plan = Plan(dp=2, tp=2, sp=True, micro_batch=2, global_batch=8, zero=1, recompute="selective")
+    path = tmp_path / "best.json"
+    path.write_text(json.dumps({"plan": plan.to_dict(), "model": "tiny"}))
+    flags = plan_file_flags(str(path), model_given=False)
+    assert flags[-2:] == ["--model", "tiny"] and "--sp" in flags and "--no-tp-overlap" in flags
+    ran = plan_of_args(parser().parse_args(flags))  # what `profiler run --plan` trains: the engine's attention
+    assert ran == dataclasses.replace(plan, attention="unfused", dropout=False)
+    assert "--model" not in plan_file_flags(str(path), model_given=True)
+    path.write_text(json.dumps({"plan": plan.to_dict(), "model": {**MODEL.to_dict(), "name": "mine", "layers": 2}}))
+    with pytest.raises(SpecError, match="no preset; give --model"):
+        plan_file_flags(str(path), model_given=False)
