@@ -66,6 +66,7 @@ from runfiles.rundir import load_json_object
 CALIBRATED_ERROR = 0.09
 SHARED_CORES_ERROR = 0.38
 TOP = 5
+MISMATCH = 2.0  # a modelled step this many times off the measured one (either way): not this job's plan or model
 PARTS = ("compute", "bubble", *(f"exposed_{d}" for d in DIMS), "optimizer")  # what a plan's why compares
 GAP_MEANINGS = {  # component -> (measured above the model, measured below it)
     "gemm": (
@@ -163,7 +164,12 @@ class Replan:
             "modelled": {
                 "step_s": self.modelled["step_s"],
                 "components": self.modelled["components"],
-                "error": {"relative": self.modelled["error"], "how": self.modelled["how"], "gaps": self.gaps},
+                "error": {
+                    "relative": self.modelled["error"],
+                    "how": self.modelled["how"],
+                    "mismatch": self.modelled["mismatch"],
+                    "gaps": self.gaps,
+                },
             },
             "device_fit": self.device_fit,
             "plans": self.plans,
@@ -372,7 +378,8 @@ def replan(
     say("identifying the job", 0.0)
     job = identify(analysis, launch=launch, plan=plan, model=model)
     if job.kind.value == "not a transformer":
-        raise ReplanError(job.kind.evidence)
+        ev = job.kind.evidence
+        raise ReplanError(ev if "not a transformer" in ev else f"not a transformer job: {ev}")
     if job.plan is None:
         raise ReplanError(f"the job's plan is not known ({job.missing.get('plan')}): give --launch or --plan")
     if job.model is None:
@@ -421,12 +428,21 @@ def replan(
                 plan_i = res.plan_at(i)
                 parts = {**dict.fromkeys(COMPONENTS, 0.0), "gemm": r["compute_s"], "bubble": r["bubble_s"]}
                 parts.update({f"exposed_{d}": r[f"exposed_{d}_s"] for d in DIMS})
+                # the table keeps no optimizer column: it is the step's remainder (perf.step_time's sum)
+                parts["optimizer"] = max(0.0, r["step_time_s"] - sum(parts.values()))
                 rows.append((plan_i, {"step": r["step_time_s"], "parts": parts, "mem": r["memory_per_gpu_bytes"]}))
         except SearchEmpty:
             rows = []
     say("ranking the plans", 0.9)
     modelled = {"step_s": own_step, "components": own_parts, "error": error, "how": how}
     gaps = _gaps(measured, own_parts, error)
+    ratio = own_step / measured["step_s"]
+    modelled["mismatch"] = (
+        f"the model puts this job at {ratio:.2g}× its measured step: the plan or the model given likely does "
+        "not describe these traces"
+        if not 1 / MISMATCH <= ratio <= MISMATCH
+        else None
+    )
     scale = measured["step_s"] / own_step if own_step > 0 else math.nan
     plans = []
     for plan_i, r in rows:  # best first: the search's order
@@ -460,7 +476,10 @@ def replan(
             "megatron": megatron_script(plan_b, m, gpus_per_node=gpn)[0],
             "torchtitan": torchtitan_toml(plan_b, m)[0],
         }
-    return Replan(job, measured, modelled, device_fit, plans, gaps, verdict(plans, error), export)
+    line = verdict(plans, error)
+    if modelled["mismatch"]:
+        line = f"{modelled['mismatch']}; {line}"
+    return Replan(job, measured, modelled, device_fit, plans, gaps, line, export)
 
 
 __all__ = ["Replan", "ReplanError", "gap_lines", "replan", "verdict"]

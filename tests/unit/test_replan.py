@@ -153,3 +153,14 @@ def test_run_plan_file_becomes_the_plan_flags(tmp_path):
     path.write_text(json.dumps({"plan": plan.to_dict(), "model": {**MODEL.to_dict(), "name": "mine", "layers": 2}}))
     with pytest.raises(SpecError, match="no preset; give --model"):
         plan_file_flags(str(path), model_given=False)
+
+
+def test_a_model_that_does_not_describe_the_traces_is_said_so(job):
+    r = replan(TraceAnalysis.load(job, cache=False), model="gpt3-175b")  # the kernels are Llama-3 8B's
+    assert r.modelled["mismatch"] and r.verdict.startswith("the model puts this job at")
+    assert r.to_dict()["modelled"]["error"]["mismatch"] == r.modelled["mismatch"]
+    assert r.plans == [] and r.verdict.endswith("no other plan fits these GPUs")  # 175B does not fit 4 H100s
+
+
+def test_the_job_that_matches_has_no_mismatch(result):
+    assert result.modelled["mismatch"] is None
