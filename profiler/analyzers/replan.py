@@ -4,6 +4,8 @@
     r.job, r.measured, r.modelled, r.gaps, r.plans, r.verdict, r.export
     r.to_dict()   # {job, measured, modelled, device_fit, plans, export}: `profiler replan --json`
 
+The parts live beside it: replan_model prices the plans, replan_gaps says what the numbers mean.
+
 1. The job as identified (analyzers.identify): plan, model, device, cluster, each fact with its evidence.
 2. Measured: its step split as the plan model splits one (TraceAnalysis.step_split). For our own run
    directory with unprofiled steps (metrics.json) the parts are scaled to the unprofiled step -- what
@@ -32,84 +34,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from parallel.core.calibrated import Calibration, features, predict
-from parallel.core.comm import DIMS
-from parallel.core.compute import JOB_EFFICIENCY
-from parallel.core.memory import memory_per_gpu_bytes
-from parallel.core.perf import PerfOptions, layer_forward_flops, step_time
-from parallel.core.plan import CP_KINDS, RECOMPUTE, Plan
-from parallel.core.report import Options
+from parallel.core.calibrated import Calibration
+from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, Cluster, GiB, Model
 from parallel.importers.export import megatron_script, torchtitan_toml
-from parallel.search.space import (
-    MODEL_ERROR,
-    Constraints,
-    SearchEmpty,
-    candidates,
-    columns_of,
-    plan_of,
-    search,
-    simplicity,
-)
-from profiler.analyzers.calibrate import Measured, fit, measured_step
-from profiler.analyzers.device_fit import DeviceFitError, fit_device
+from profiler.analyzers.calibrate import measured_step
 from profiler.analyzers.front import TraceAnalysis
 from profiler.analyzers.identify import Identified, identify
+from profiler.analyzers.replan_gaps import gap_lines, gaps, verdict, why
+from profiler.analyzers.replan_model import cpu_calibration, price_cpu, price_gpu
 from profiler.analyzers.split import COMPONENTS
 from runfiles.rundir import load_json_object
 
-# The calibrated CPU model's error: 5-9% mean on 16 held-back plans with up to 2 ranks a core, 38% on
-# 8-rank plans at 4 ranks a core (bench/README.md, bench.predict): the larger past 2 a core.
-CALIBRATED_ERROR = 0.09
-SHARED_CORES_ERROR = 0.38
 TOP = 5
 MISMATCH = 2.0  # a modelled step this many times off the measured one (either way): not this job's plan or model
-PARTS = ("compute", "bubble", *(f"exposed_{d}" for d in DIMS), "optimizer")  # what a plan's why compares
-GAP_MEANINGS = {  # component -> (measured above the model, measured below it)
-    "gemm": (
-        "GEMMs ran slower than the fitted device times them: small or odd shapes, kernels slowed by communication "
-        "kernels beside them, or (on a CPU) ranks sharing cores",
-        "GEMMs ran faster than modelled",
-    ),
-    "attention": ("attention ran slower than modelled: an unfused or masked kernel", "attention ran faster"),
-    "elementwise": (
-        "element-wise kernels and host dispatch took longer than modelled: unfused norms and activations, many "
-        "small operators",
-        "element-wise work was fused more than the model assumes",
-    ),
-    "optimizer": ("the optimizer step is slower than modelled: an unfused optimizer", "the optimizer step is cheaper"),
-    "exposed_tp": (
-        "TP collectives were not hidden under the GEMMs, or the TP group crossed a slower link",
-        "TP communication overlapped more than modelled",
-    ),
-    "exposed_sp": ("SP's gathers and scatters were not hidden", "SP's collectives overlapped more than modelled"),
-    "exposed_cp": ("the K/V exchange was not hidden behind attention", "the K/V exchange overlapped more"),
-    "exposed_ep": ("expert all-to-alls waited: unbalanced routing", "expert all-to-alls overlapped more"),
-    "exposed_pp": (
-        "pipeline sends and receives waited: unbalanced stages, or P2P not overlapped",
-        "pipeline transfers were cheaper than modelled",
-    ),
-    "exposed_dp": (
-        "gradient reduction did not overlap the backward pass (or ran over a slower link than modelled)",
-        "gradient reduction overlapped the backward pass more than modelled",
-    ),
-    "exposed_other": (
-        "collectives outside the plan's groups (loss and metric all-reduces, barriers) that the model does not know",
-        "",
-    ),
-    "bubble": (
-        "the pipeline idled more than (p-1)/(v·m) of a step: unbalanced stages or a slow stage",
-        "the pipeline's bubble was smaller than the schedule's",
-    ),
-    "memory": ("memory copies not overlapped: host-device transfers, offloading", ""),
-    "idle": (
-        "the host kept the device waiting: data loading, Python, launch latency, synchronisation (the model has none)",
-        "",
-    ),
-}
 
 
 class ReplanError(ValueError):
@@ -149,8 +89,8 @@ class Replan:
     def to_dict(self) -> dict:
         j = self.job.to_dict()
         evidence = dict(j["evidence"])
-        for k, why in j["missing"].items():  # a fact nothing showed: its reason, never a default
-            evidence.setdefault(k, {"value": None, "source": "missing", "evidence": why})
+        for k, reason in j["missing"].items():  # a fact nothing showed: its reason, never a default
+            evidence.setdefault(k, {"value": None, "source": "missing", "evidence": reason})
         return {
             "job": {
                 "plan": j["plan"],
@@ -199,105 +139,6 @@ def _measured(analysis: TraceAnalysis, metrics: dict) -> dict:
     return {"step_s": traced * scale, "components": comps, "traced_step_s": traced, "source": source}
 
 
-def _gpu_components(t: dict, plan: Plan) -> dict[str, float]:
-    """step_time's parts as split.COMPONENTS: its compute parts scaled to its compute (the recomputed
-    forward and the model's ends shared among the kernel classes as the rest is)."""
-    parts = t.get("compute_parts_s") or {}
-    base = {k: float(parts.get(k, 0.0)) for k in ("gemm", "attention", "elementwise")}
-    whole = sum(base.values())
-    out = dict.fromkeys(COMPONENTS, 0.0)
-    for k, v in base.items():
-        out[k] = float(t["compute_s"]) * v / whole if whole else 0.0
-    if not whole:
-        out["gemm"] = float(t["compute_s"])
-    out["optimizer"] = float(t.get("optimizer_s", 0.0))
-    out["bubble"] = float(t["bubble_s"])
-    for d in DIMS:
-        out[f"exposed_{d}"] = float(t.get(f"exposed_{d}_s", 0.0))
-    return out
-
-
-def _cpu_components(p: dict, model: Model, plan: Plan, cal: Calibration) -> dict[str, float]:
-    """calibrated.predict's parts as split.COMPONENTS: its compute shared by the work terms' own shares
-    (seconds per FLOP of the GEMMs and of the attention core; element-wise bytes and the fixed costs,
-    which are the host's dispatch, as element-wise: the rest of compute, as the split measures it)."""
-    f = features(model, plan)
-    lf = layer_forward_flops(model, model.seq_len // plan.cp, plan.micro_batch)
-    attn_share = lf["attention"] * plan.cp / max(lf["gemm"] + lf["attention"] * plan.cp, 1.0)
-    flops_s = (sum(f["layer_flops"]) + sum(f["head_flops"])) * cal.flop_s
-    attention = sum(f["layer_flops"]) * attn_share * cal.flop_s
-    per_layer = (
-        cal.layer_fixed_s + cal.tp_layer_s * (plan.tp > 1) + cal.sp_layer_s * plan.sp + cal.cp_layer_s * (plan.cp > 1)
-    )
-    elementwise = (
-        sum(f["elementwise_bytes"]) * cal.elementwise_byte_s
-        + sum(f["layers"]) * per_layer
-        + plan.pp * cal.microbatch_fixed_s
-        + cal.head_fixed_s
-    )
-    shares = {"gemm": flops_s - attention, "attention": attention, "elementwise": elementwise}
-    whole = sum(shares.values()) or 1.0
-    out = dict.fromkeys(COMPONENTS, 0.0)
-    for k, v in shares.items():
-        out[k] = p["compute_s"] * v / whole
-    out["optimizer"] = p["fixed_s"]
-    out["bubble"] = p["bubble_s"]
-    for d in DIMS:
-        out[f"exposed_{d}"] = p.get(f"exposed_{d}_s", 0.0)
-    return out
-
-
-def _parts(c: dict[str, float]) -> dict[str, float]:
-    """A plan's components folded into PARTS (compute: its kernel classes together)."""
-    out = {k: c.get(k, 0.0) for k in PARTS}
-    out["compute"] = c["gemm"] + c["attention"] + c["elementwise"]
-    return out
-
-
-def _why(mine: dict[str, float], job: dict[str, float]) -> str:
-    """The part that shrinks most from the job's plan to this one (both as modelled, scaled alike)."""
-    a, b = _parts(job), _parts(mine)
-    k = max(PARTS, key=lambda p: a[p] - b[p])
-    if a[k] - b[k] <= 0:
-        return "no part shrinks"
-    name = k.replace("exposed_", "exposed ").replace("_", " ")
-    return f"{name} {a[k] * 1e3:.1f} → {b[k] * 1e3:.1f} ms"
-
-
-def _gaps(measured: dict, modelled: dict, error: float) -> list[dict]:
-    out = []
-    limit = error * measured["step_s"]
-    for c in COMPONENTS:
-        m, p = measured["components"].get(c, 0.0), modelled.get(c, 0.0)
-        if abs(m - p) > limit:
-            above, below = GAP_MEANINGS[c]
-            text = above if m > p else below or above
-            out.append({"component": c, "measured_s": m, "modelled_s": p, "meaning": text})
-    return out
-
-
-def gap_lines(gaps: list[dict]) -> list[str]:
-    """Each gap as one line: 'exposed DP 3.1 s measured vs 0.2 s modelled: gradient reduction ...'."""
-    out = []
-    for g in gaps:
-        name = g["component"].replace("exposed_", "exposed ").replace("_", " ")
-        out.append(f"{name} {g['measured_s']:.4g} s measured vs {g['modelled_s']:.4g} s modelled: {g['meaning']}")
-    return out
-
-
-def verdict(plans: list[dict], error: float) -> str:
-    """The re-plan in one line: the best plan and its gain, or no better plan beyond the model's error."""
-    if not plans:
-        return "no other plan fits these GPUs"
-    best = plans[0]
-    if best["gain"] <= error:
-        return (
-            f"no better plan by more than the model's error ({error:.0%}): the best, {best['label']}, "
-            f"gains {best['gain']:.0%}"
-        )
-    return f"{best['label']} runs this job {best['gain']:.0%} faster ({best['why']})"
-
-
 def _cluster(job: Identified, name: str | None, world: int) -> Cluster:
     if name is not None:
         if name not in CLUSTERS:
@@ -313,47 +154,6 @@ def _cluster(job: Identified, name: str | None, world: int) -> Cluster:
     if gpn and world % gpn == 0 and base.device != "cpu":
         return dataclasses.replace(base, gpus_per_node=gpn, nodes=world // gpn)
     return base.sized_for(world)
-
-
-def _cpu_calibration(analysis: TraceAnalysis, job: Identified, metrics: dict, cores: int) -> Calibration:
-    run = Measured(analysis=analysis, metrics=metrics, plan=job.plan, model=job.model, path=str(analysis.traces.source))
-    return fit([run], cores=cores)
-
-
-def _cpu_rows(model: Model, base: Plan, world: int, cal: Calibration, cluster: Cluster) -> list[tuple[Plan, dict]]:
-    """Every structurally valid plan on `world` CPU ranks that fits, with its calibrated parts."""
-    gb = base.global_batch
-    cands, _ = candidates(model, world, gb, Constraints(base=base, max_tp=world))
-    if not len(cands):
-        return []
-    mem = memory_per_gpu_bytes(model, columns_of(cands, dataclasses.replace(base, global_batch=gb)))["total"]
-    keep = np.asarray(mem) <= cluster.gpu_memory_bytes * 0.9
-    keep &= (cands["fl"] < 0).to_numpy()  # uneven stages: the calibrated model splits layers evenly
-    rows = []
-    for row, m in zip(cands[keep].to_dict("records"), np.asarray(mem)[keep]):
-        fields = {**row, "recompute": RECOMPUTE[row["rc"]], "cp_kind": CP_KINDS[row["ck"]]}
-        fields["first_stage_layers"], fields["last_stage_layers"] = row["fl"], row["ll"]
-        plan = plan_of(fields, base)
-        p = predict(model, plan, cal, ranks_here=world)
-        rows.append((plan, {"step": p["step_time_s"], "parts": _cpu_components(p, model, plan, cal), "mem": float(m)}))
-    return rows
-
-
-def _by_simplicity(rows: list[tuple[Plan, dict]], error: float, seq_len: int) -> list[tuple[Plan, dict]]:
-    """Fastest first, those within `error` of the fastest ordered by the search's simplicity (fewer
-    parallel dimensions, no ZeRO-2/3 or recomputation: space.simplicity), as `parallel search` does."""
-    rows = sorted(rows, key=lambda x: x[1]["step"])
-    if not rows:
-        return rows
-    table = pd.DataFrame(
-        [{k: getattr(p, k) for k in ("dp", "tp", "pp", "cp", "ep", "vpp", "zero", "recompute")} for p, _ in rows]
-    )
-    table["tp_link"] = "intra"  # one machine: every group inside it
-    simple = simplicity(table, seq_len)
-    fastest = rows[0][1]["step"]
-    band = [i for i, (_, r) in enumerate(rows) if r["step"] <= fastest * (1 + error)]
-    band.sort(key=lambda i: (simple[i], rows[i][1]["step"]))
-    return [rows[i] for i in band] + rows[len(band) :]
 
 
 def replan(
@@ -400,42 +200,14 @@ def replan(
     cl = _cluster(job, cluster, world)
     say("modelling the job's plan and searching the plans", 0.5)
     if cl_job.device == "cpu":
-        cal = calibration or _cpu_calibration(analysis, job, metrics, cores)
-        ranks_per_core = own.world_size / max(cal.cores, 1) if cal.cores else 0
-        error = SHARED_CORES_ERROR if ranks_per_core > 2 else CALIBRATED_ERROR
-        p = predict(m, own, cal, ranks_here=own.world_size)
-        own_parts, own_step = _cpu_components(p, m, own, cal), p["step_time_s"]
-        how = f"calibrated CPU step model ({'given' if calibration else 'fitted to this run'}; {cal.cores} cores)"
-        device_fit = {"device": "cpu", "calibration": cal.to_dict()}
-        rows = _by_simplicity(_cpu_rows(m, own, world, cal, cl), error, m.seq_len)
+        cal = calibration or cpu_calibration(analysis, own, m, metrics, cores)
+        priced = price_cpu(m, own, cal, cl, world, given=calibration is not None)
     else:
-        error = MODEL_ERROR
-        try:
-            fitted = fit_device(traces, m, own, cl_job)
-            device_fit, device = fitted.to_dict(), fitted.device
-        except DeviceFitError as err:
-            device_fit, device = {"device": None, "error": str(err)}, None
-        # the fitted kernels ran inside this job: their in-job speed is already in the device
-        opts = Options(perf=PerfOptions(device=device, job_efficiency=1.0 if device else JOB_EFFICIENCY))
-        t = step_time(m, own, cl_job, opts.perf, opts.comm, opts.activations)
-        own_parts, own_step = _gpu_components(t, own), float(t["step_time_s"])
-        how = f"plan model on {device.name if device else cl_job.gpu} (kernels fitted: {device is not None})"
-        try:
-            res = search(m, cl, own.global_batch, Constraints(base=own, max_tp=cl.domain_gpus), opts)
-            table = res.table.head(max(top * 20, 50))
-            rows = []
-            for i, r in enumerate(table.to_dict("records")):
-                plan_i = res.plan_at(i)
-                parts = {**dict.fromkeys(COMPONENTS, 0.0), "gemm": r["compute_s"], "bubble": r["bubble_s"]}
-                parts.update({f"exposed_{d}": r[f"exposed_{d}_s"] for d in DIMS})
-                # the table keeps no optimizer column: it is the step's remainder (perf.step_time's sum)
-                parts["optimizer"] = max(0.0, r["step_time_s"] - sum(parts.values()))
-                rows.append((plan_i, {"step": r["step_time_s"], "parts": parts, "mem": r["memory_per_gpu_bytes"]}))
-        except SearchEmpty:
-            rows = []
+        priced = price_gpu(traces, m, own, cl_job, cl, top)
+    error, own_parts, own_step = priced.error, priced.parts, priced.step_s
     say("ranking the plans", 0.9)
-    modelled = {"step_s": own_step, "components": own_parts, "error": error, "how": how}
-    gaps = _gaps(measured, own_parts, error)
+    modelled = {"step_s": own_step, "components": own_parts, "error": error, "how": priced.how}
+    found = gaps(measured, own_parts, error)
     ratio = own_step / measured["step_s"]
     modelled["mismatch"] = (
         f"the model puts this job at {ratio:.2g}× its measured step: the plan or the model given likely does "
@@ -445,16 +217,16 @@ def replan(
     )
     scale = measured["step_s"] / own_step if own_step > 0 else math.nan
     plans = []
-    for plan_i, r in rows:  # best first: the search's order
+    for plan_i, r in priced.rows:  # best first: the search's order
         if plan_i == own or (runnable is not None and not runnable(plan_i, m)):
             continue
         if any(x["label"] == plan_i.label() for x in plans):
             continue
         step = r["step"] * scale
         gain = 1 - step / measured["step_s"]
-        why = _why({k: v * scale for k, v in r["parts"].items()}, {k: v * scale for k, v in own_parts.items()})
+        reason = why({k: v * scale for k, v in r["parts"].items()}, {k: v * scale for k, v in own_parts.items()})
         if gain <= error:
-            why = f"no better plan by more than the model's error ({error:.0%}); {why}"
+            reason = f"no better plan by more than the model's error ({error:.0%}); {reason}"
         plans.append(
             {
                 "label": plan_i.label(),
@@ -462,7 +234,7 @@ def replan(
                 "step_s": step,
                 "gain": gain,
                 "memory_gib": r["mem"] / GiB,
-                "why": why,
+                "why": reason,
             }
         )
         if len(plans) >= top:
@@ -479,7 +251,7 @@ def replan(
     line = verdict(plans, error)
     if modelled["mismatch"]:
         line = f"{modelled['mismatch']}; {line}"
-    return Replan(job, measured, modelled, device_fit, plans, gaps, line, export)
+    return Replan(job, measured, modelled, priced.device_fit, plans, found, line, export)
 
 
 __all__ = ["Replan", "ReplanError", "gap_lines", "replan", "verdict"]

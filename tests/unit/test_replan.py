@@ -12,6 +12,7 @@ import pytest
 from parallel.core.plan import Plan
 from parallel.importers import import_text
 from profiler import TraceAnalysis
+from profiler.analyzers import replan_gaps
 from profiler.analyzers.replan import ReplanError, gap_lines, replan, verdict
 from profiler.analyzers.split import COMPONENTS
 from profiler.cli import replan as replan_cli
@@ -83,12 +84,10 @@ def test_more_gpus_are_searched_when_asked(job):
 
 
 def test_a_gap_beyond_the_error_names_the_part_and_its_usual_meaning():
-    from profiler.analyzers.replan import _gaps
-
     comps = dict.fromkeys(COMPONENTS, 0.0)
     measured = {"step_s": 10.0, "components": {**comps, "gemm": 6.0, "exposed_dp": 3.1, "idle": 0.9}}
     modelled = {**comps, "gemm": 6.2, "exposed_dp": 0.2}
-    gaps = _gaps(measured, modelled, 0.07)
+    gaps = replan_gaps.gaps(measured, modelled, 0.07)
     assert [g["component"] for g in gaps] == ["exposed_dp", "idle"]  # gemm's 0.2 s is inside 7% of 10 s
     lines = gap_lines(gaps)
     assert lines[0].startswith("exposed dp 3.1 s measured vs 0.2 s modelled: gradient reduction did not overlap")
