@@ -17,15 +17,15 @@ import pandas as pd
 import streamlit as st
 
 from parallel.core.devices import cluster_for_device
-from parallel.core.memory_views import MetricsError, bytes_text, measured_vs_predicted, model_state_vs_predicted
+from parallel.core.memory_sweeps import MetricsError, measured_vs_predicted, model_state_vs_predicted
+from parallel.core.rank_grid import with_rank_values
 from parallel.core.specs import CLUSTERS, MODELS, GiB
-from parallel.core.topology_views import with_rank_values
 from profiler.analyzers import summaries as run_data
 from profiler.analyzers.summaries import RANK_VALUES, metrics_summary
 from ui import memory_charts, run_loaders, topology_charts, trace_sets
 from ui.plan_form import PlanChoice
 from ui.selection import KEY, PAGES
-from ui.text import md
+from ui.text import bytes_text, md
 from ui.trace_sets import TraceSet
 
 
