@@ -132,7 +132,7 @@ def whatif_section(key: tuple, ranks: list[int], step: int) -> None:
         st.caption(
             "Per stage: work, the schedule's own bubble (warm-up and cool-down idle, at most (p−1)/(v·m) of the "
             "work), P2P wait beyond it (a late peer), and P2P transfer — from matched send/recv pairs on both ranks. "
-            "Measured bubble % = pipeline idle / work, beside the theory."
+            "Bubble % = the bubble / work, beside the theory; P2P wait % = the wait beyond it / work."
         )
         st.altair_chart(whatif_charts.pipeline_chart(table))
         st.dataframe(table, hide_index=True)

@@ -17,8 +17,8 @@
     changed                sentences: what moved, largest first
     critical_path          of `step` (else the measured step closest to the median) and of its replay: length_s,
                            by_category (work, comm:<dim>), ranks, segments
-    pipeline               per stage (pp > 1): work, bubble, p2p wait and transfer (ms), bubble
-                           fraction beside (p-1)/(v m) -- bubble.py
+    pipeline               per stage (pp > 1): work, bubble, p2p wait and transfer (ms), the bubble's
+                           and the p2p wait's fractions of the work apart, beside (p-1)/(v m) -- bubble.py
     cut_dependencies, overlapped_left_out   the replay's honesty counters
 
 More microbatches (`microbatches=M`, same global batch, so each is smaller): the pipeline's schedule

@@ -130,6 +130,7 @@ def pipeline_table(out: dict) -> pd.DataFrame:
     if rows.empty:
         return rows
     rows["bubble %"] = rows.pop("bubble_fraction") * 100
+    rows["P2P wait %"] = rows.pop("p2p_wait_fraction") * 100
     rows["(p−1)/(v·m) %"] = rows.pop("theory_fraction") * 100
     return rows.rename(
         columns={

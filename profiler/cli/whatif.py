@@ -132,12 +132,14 @@ def _text(out: dict) -> str:
     if out["pipeline"]:
         lines += [
             "",
-            f"  {'stage':>5}{'work':>10}{'bubble':>10}{'p2p wait':>10}{'p2p xfer':>10}{'bubble %':>10}{'theory %':>10}",
+            f"  {'stage':>5}{'work':>10}{'bubble':>10}{'p2p wait':>10}{'p2p xfer':>10}{'bubble %':>10}"
+            f"{'wait %':>10}{'theory %':>10}",
         ]
         for r in out["pipeline"]:
             lines.append(
                 f"  {r['stage']:>5}{r['work_ms']:>10,.1f}{r['bubble_ms']:>10,.1f}{r['p2p_wait_ms']:>10,.1f}"
-                f"{r['p2p_transfer_ms']:>10,.1f}{r['bubble_fraction'] * 100:>10,.1f}{r['theory_fraction'] * 100:>10,.1f}"
+                f"{r['p2p_transfer_ms']:>10,.1f}{r['bubble_fraction'] * 100:>10,.1f}"
+                f"{r['p2p_wait_fraction'] * 100:>10,.1f}{r['theory_fraction'] * 100:>10,.1f}"
             )
     return "\n".join(lines)
 

@@ -205,6 +205,14 @@ def test_pipeline_bubble_vs_p2p_wait_by_hand(tmp_path, late, expect):
     assert got == expect
     assert (t["theory_fraction"] == 0.5).all() and (t["p2p_transfer_ns"] == 40_000).all()  # 4 ops x 10 us
     assert t.loc[0, "bubble_fraction"] == pytest.approx(expect[0][1] / expect[0][0])
+    for s in (0, 1):  # the bubble and the P2P wait apart, each over the stage's work
+        work, idle, bubble_us, wait = expect[s]
+        assert t.loc[s, "bubble_fraction"] == pytest.approx(bubble_us / work)
+        assert t.loc[s, "p2p_wait_fraction"] == pytest.approx(wait / work)
+        assert t.loc[s, "idle_fraction"] == pytest.approx(idle / work)
+    stage = bubble.per_stage(t.reset_index()).set_index("stage")
+    assert stage.loc[1, "bubble_fraction"] * stage.loc[1, "work_ms"] == pytest.approx(stage.loc[1, "bubble_ms"])
+    assert stage.loc[1, "p2p_wait_fraction"] * stage.loc[1, "work_ms"] == pytest.approx(stage.loc[1, "p2p_wait_ms"])
 
 
 @pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="needs ../shared/traces")
