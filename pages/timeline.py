@@ -4,7 +4,7 @@ its ranks, the arrival skew and stragglers, the per-rank breakdown, and download
 
 import streamlit as st
 
-from profiler.analyzers.steps import STEP_DEFINITION, STEPS_DEFINITION, step_time_s
+from profiler.analyzers.steps import STEP_DEFINITION, STEPS_DEFINITION, measured_step_s
 from profiler.analyzers.summaries import ALL, HEAT_VALUES, slowest_ranks
 from ui import run_loaders, run_status, selection, timeline_charts, whatif_views
 from ui.routing import ensure_navigation
@@ -180,7 +180,7 @@ def _headline(a, head: dict, step: int) -> None:
         f"{len(ranks):,}" if len(ranks) >= world else f"{len(ranks):,} of {world:,}",
         help=f"ranks traced, of the job's world size {world:,}",
     )
-    measured = step_time_s(a.bd, None if step == ALL else step)
+    measured = measured_step_s(a.traces.step_windows, a.bd, None if step == ALL else step)
     m[4].metric(
         "Measured step",
         "—" if measured is None else f"{measured * 1e3:,.2f} ms",

@@ -29,8 +29,9 @@ changed by the scenario:
 With no scenario the replay reproduces the measured times exactly. A dependency the clocks make
 circular (misaligned hosts) is cut, counted in `Replay.cut`, and the op keeps its own duration.
 
-The step time, one definition everywhere (steps.steady_step_s): the median over traced steps of the
-mean over ranks of the step's window, here of the replayed windows.
+The step time, one definition everywhere (steps.measured_step_s): the median over traced steps of the
+mean over ranks of the step's ProfilerStep#N window in the files; a replay moves it by what it changes
+in the graph's windows (on GPU ranks, the span of the kernels a step launched).
 
 Critical path: from the rank whose step ends last, back along whichever edge set each time -- the
 rank's own previous work, or the last arrival at a collective (a switch of rank) -- to the step's
@@ -85,6 +86,7 @@ class Graph:
     last_arrival: np.ndarray  # code -> measured last arrival (ns)
     stage: dict[int, int]  # rank -> pipeline stage (0 without a plan)
     dropped_overlapped: int = 0
+    files_windows: pd.DataFrame | None = None  # the files' ProfilerStep windows (Traces.step_windows)
 
 
 @dataclass
@@ -190,6 +192,7 @@ def build_graph(
         last_arrival=last,
         stage=stage or {r: 0 for r in chains},
         dropped_overlapped=dropped,
+        files_windows=traces.step_windows,
     )
 
 

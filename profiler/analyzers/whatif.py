@@ -4,10 +4,11 @@
 
 `out` is `python -m profiler whatif --json`'s object:
     step                   the traced step measured and replayed, or None: every step, and then
-    measured_step_time_s   the trace's own step (steps.step_time_s: the mean rank window of `step`,
-                           else its median over the traced steps)
-    predicted_step_time_s  the same, of the replayed windows; equal to the measured one when no
-                           scenario is given (the replay reproduces the trace exactly)
+    measured_step_time_s   the trace's own step (steps.measured_step_s: the mean over ranks of `step`'s
+                           ProfilerStep#N range in the files, else its median over the traced steps)
+    predicted_step_time_s  the measured step plus what the replay changes in the step's windows; equal
+                           to the measured one when no scenario is given (the replay reproduces the
+                           trace exactly)
     change_pct             predicted vs measured
     measured_phases / predicted_phases   per rank and step, averaged: work_s, wait_s and transfer_s
                            per dimension -- they add up to the step
@@ -38,7 +39,7 @@ import pandas as pd
 
 from profiler.analyzers import bubble
 from profiler.analyzers.replay import Graph, Replay, Scenario, critical_path, phases, replay, step_windows
-from profiler.analyzers.steps import step_time_s
+from profiler.analyzers.steps import measured_step_s, step_time_s
 
 
 def _phase_summary(ph: pd.DataFrame) -> dict[str, Any]:
@@ -139,8 +140,10 @@ def whatif(
     if step is not None and not (measured_w["step"] == step).any():
         have = sorted({int(s) for s in measured_w["step"]})
         raise StepNotTraced(f"step {step} is not in these traces; their steps: {', '.join(map(str, have)) or 'none'}")
-    m_step = step_time_s(measured_w, step) or 0.0
-    p_step = step_time_s(predicted_w, step) or 0.0
+    # the files' step (steps.measured_step_s), moved by what the replay changes in the graph's windows
+    m_graph, p_graph = step_time_s(measured_w, step) or 0.0, step_time_s(predicted_w, step) or 0.0
+    m_step = measured_step_s(graph.files_windows, measured_w, step) or m_graph
+    p_step = max(m_step + (p_graph - m_graph), 0.0)
     m_ph, p_ph = _phase_summary(phases(graph)), _phase_summary(phases(graph, rp))
     applied: list[dict] = []
     for rank, speed in scenario.rank_speed.items():
@@ -203,8 +206,8 @@ def whatif(
     step = _median_step(graph) if step is None else step
     out = {
         "step": chosen,
-        "measured_step_time_s": round(m_step, 6),
-        "predicted_step_time_s": round(p_step, 6),
+        "measured_step_time_s": round(m_step, 9),
+        "predicted_step_time_s": round(p_step, 9),
         "change_pct": round((p_step / m_step - 1) * 100, 2) if m_step else None,
         "measured_phases": m_ph,
         "predicted_phases": p_ph,

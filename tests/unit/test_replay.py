@@ -288,3 +288,18 @@ def test_whatif_of_one_step_measures_that_step(tmp_path):
 
     assert whatif_cli([str(tmp_path), "--step", "5", "--no-cache"]) == 0
     assert whatif_cli([str(tmp_path), "--step", "9", "--no-cache"]) == 2
+
+
+def test_the_measured_step_is_the_files_profilerstep_range_not_the_kernel_span(tmp_path):
+    """GPU ranks whose kernels fill 600 us of a 1,000 us ProfilerStep: the measured step is the files'
+    range on the headline and in the what-if alike, and an empty scenario predicts it unchanged."""
+    from profiler.analyzers.steps import measured_step_s
+
+    for rank, t in enumerate(ts.gpu_pair()):
+        ts.write(tmp_path / f"rank{rank}_trace.json", t)
+    a = TraceAnalysis.load(tmp_path, cache=False)
+    assert (a.breakdown["end_ns"] - a.breakdown["start_ns"] < 1_000_000).all()  # the kernels' span inside it
+    assert measured_step_s(a.traces.step_windows, a.breakdown) == pytest.approx(1e-3)
+    out = whatif(a.graph)
+    assert out["measured_step_time_s"] == pytest.approx(1e-3)
+    assert out["predicted_step_time_s"] == pytest.approx(1e-3)
