@@ -108,9 +108,8 @@ def _details(s: TraceSet) -> None:
         if v
     ]
     st.markdown(" · ".join(str(f) for f in facts))
-    when = " → ".join(t.replace("T", " ")[:19] for t in (s.started_at, s.finished_at) if t)
-    if when:
-        st.caption(f"{'uploaded' if s.kind == 'upload' else 'ran'} {when} · {md(s.path)}")
+    if s.when:
+        st.caption(f"{s.when} · {md(s.path)}")
     if s.status in run_status.ACTIVE:
         run_status.live_progress(s.id)
         if s.job is not None and jobs.alive(s.job):

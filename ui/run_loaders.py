@@ -300,12 +300,13 @@ def step_tables(key: tuple, step: int) -> dict:
     out = {
         "breakdown": run_data.breakdown_table(b.bd, step),
         "parts": run_data.breakdown_parts(b.bd, step),
-        "dims": run_data.dim_table(b.by_dim, step),
+        "dims": run_data.dim_table(b.by_dim, step, b.table),
+        "counts": run_data.collective_counts(b.table, step),
         "skew": run_data.skew_table(b.inst, b.inst_steps, step),
         "stragglers": run_data.straggler_table(b.strag, b.inst_steps, step).head(20),
     }
     out["labels"] = run_data.straggler_labels(out["stragglers"])
-    out["summary"] = run_data.step_summary(out["breakdown"], out["dims"], out["skew"])
+    out["summary"] = run_data.step_summary(out["breakdown"], out["skew"], out["counts"])
     moved = b.offsets[b.offsets["offset_ns"] != 0]
     out["clock_note"] = (
         f"Clocks of {len(moved)} ranks shifted onto rank {int(b.offsets['rank'].min())}'s clock "

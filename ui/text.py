@@ -39,3 +39,8 @@ def rank_span(ranks) -> str:
     if len(ranks) <= 8:
         return "ranks " + ", ".join(f"{r:,}" for r in ranks)
     return f"ranks {ranks[0]:,} … {ranks[-1]:,} ({len(ranks):,})"
+
+
+def plural(n: int, noun: str) -> str:
+    """'1 collective', '2 collectives', '1,024 ranks'."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"

@@ -93,6 +93,17 @@ class TraceSet:
         return plan.label() if plan is not None else "no plan"
 
     @property
+    def when(self) -> str:
+        """When it ran, in words that fit its state: 'uploaded T', 'ran T → T', and 'started T, still
+        running' for a job that has not ended (it has not 'ran')."""
+        start, end = (t.replace("T", " ")[:19] for t in (self.started_at, self.finished_at))
+        if self.kind == "upload":
+            return f"uploaded {start}" if start else ""
+        if self.status in ("starting", "running"):
+            return f"started {start}, still {self.status}" if start else f"still {self.status}"
+        return f"ran {' → '.join(t for t in (start, end) if t)}" if start or end else ""
+
+    @property
     def label(self) -> str:
         """The picker's line (no status: it changes while the picker is open; the badge shows it)."""
         ranks = f"{self.world_size} ranks" if self.world_size else "ranks unknown"

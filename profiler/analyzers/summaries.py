@@ -242,27 +242,49 @@ def straggler_labels(worst: pd.DataFrame) -> dict[str, str]:
     }
 
 
-def step_summary(breakdown: pd.DataFrame, dims: pd.DataFrame, skew: pd.DataFrame) -> dict:
-    """Headline numbers of a step: collectives (all ranks), mean exposed share, worst arrival skew (ms)."""
+def collective_counts(table: pd.DataFrame, step: int) -> dict:
+    """The collectives of `step` (ALL: every step), each counted once across the ranks that took part
+    (an instance: the same call on every rank of its group), not calls x ranks: collectives, and of
+    them `world` (spanning every rank, no dimension known) and `unknown` (no evidence at all)."""
+    rows = step_rows(table, step)
+    if not len(rows):
+        return {"collectives": 0, "world": 0, "unknown": 0}
+    first = rows.drop_duplicates("instance")
+    source = first["dim_source"].astype(str)
     return {
-        "collectives": int(dims["collectives"].sum()) if len(dims) else 0,
+        "collectives": len(first),
+        "world": int((source == "group_size").sum()),
+        "unknown": int((source == "unknown").sum()),
+    }
+
+
+def step_summary(breakdown: pd.DataFrame, skew: pd.DataFrame, counts: dict) -> dict:
+    """Headline numbers of a step: collectives (collective_counts: each once across ranks), mean exposed
+    share, worst arrival skew (ms)."""
+    return {
+        "collectives": counts["collectives"],
         "exposed_share": float(breakdown["exposed share"].mean()) if len(breakdown) else None,
         "worst_skew_ms": float(skew["max skew ms"].max()) if len(skew) else None,
     }
 
 
-def dim_table(by_dim: pd.DataFrame, step: int) -> pd.DataFrame:
-    """Per parallel dimension, over all ranks: collectives, bytes, comm and exposed ms (summed over ranks)."""
+def dim_table(by_dim: pd.DataFrame, step: int, table: pd.DataFrame) -> pd.DataFrame:
+    """Per parallel dimension: collectives (each once across ranks, as collective_counts), calls on all
+    ranks, bytes, comm and exposed ms (summed over ranks)."""
     rows = step_rows(by_dim, step)
     g = rows.groupby("dim", observed=True)[["count", "bytes", "comm_ns", "exposed_comm_ns"]].sum()
+    calls = step_rows(table, step)
+    once = calls.drop_duplicates("instance").groupby(calls["dim"].astype(str).rename("dim")).size()
     return (
         pd.DataFrame(
             {
-                "collectives": g["count"],
+                "collectives": once.reindex(g.index.astype(str)).fillna(0).astype("int64").to_numpy(),
+                "calls (all ranks)": g["count"],
                 "bytes": g["bytes"],
                 "comm ms (all ranks)": g["comm_ns"] / 1e6,
                 "exposed ms (all ranks)": g["exposed_comm_ns"] / 1e6,
-            }
+            },
+            index=g.index,
         )
         .round(3)
         .reset_index()

@@ -203,6 +203,8 @@ def test_run_a_job_page_starts_the_job_and_shows_it(tmp_path, fake, monkeypatch)
     )
     at = page_test("pages/run_job.py")
     assert not at.exception and "No jobs started from the dashboard yet." in [c.value for c in at.caption]
+    batch = at.number_input(key="job.global_batch")  # empty, saying what it defaults to: never "0"
+    assert batch.value is None and "dp × micro × pp" in batch.proto.placeholder
     at.number_input(key="job.tp").set_value(3)
     at.button[0].click().run()  # the form's submit button
     assert not at.exception
@@ -217,7 +219,7 @@ def test_run_a_job_page_starts_the_job_and_shows_it(tmp_path, fake, monkeypatch)
     assert at.query_params["run"] == job.name
     command = " ".join(job.argv)
     assert "--model tiny --dp 2 --tp 2 --pp 2 --cp 1 --sp" in command and "--steps 4" in command
-    assert "--cp-kind ring" in command
+    assert "--cp-kind ring" in command and "--global-batch" not in command
     assert _wait(lambda: jobs.refresh(job).returncode == 0)
     at.run()
     assert any(job.name in m.value and "completed" in m.value for m in at.markdown)

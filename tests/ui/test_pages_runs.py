@@ -291,7 +291,8 @@ def test_timeline_of_a_set_too_big_for_one_gantt_shows_all_ranks_first(runs):
 
 
 def test_timeline_says_when_no_evidence_names_the_dimension(runs):
-    """A plain DDP job's whole-world all-reduce, no plan: 'world', and the page says what would label it."""
+    """A plain DDP job's whole-world all-reduce, no plan: 'world', and the page says what would label it
+    (one collective, counted once across its two ranks)."""
     from tests.support import trace_samples as ts
 
     for rank in (0, 1):
@@ -301,7 +302,7 @@ def test_timeline_says_when_no_evidence_names_the_dimension(runs):
         ts.write(runs / "ddp" / "traces" / f"rank{rank}_trace.json.gz", t)
     at = _ok(page_test("pages/timeline.py", {"run": "ddp"}))
     assert any(
-        "tell the parallel dimension of 2 collectives: 2 span all ranks ('world')" in c.value for c in at.caption
+        "tell the parallel dimension of 1 collective: 1 spans all ranks ('world')" in c.value for c in at.caption
     )
     detail = vega_charts(at)[1].frame()
     comm = detail[detail["lane"] == "comm"]
@@ -631,6 +632,44 @@ def test_plan_pages_take_the_gpu_from_the_traces(runs, gpu, memory, cluster, gpu
     if gpumem:
         assert any("ParaScope has no cluster of it" in i.value for i in at.info)
         assert any("the job's own (from its traces)" in c.value for c in at.sidebar.caption)
+
+
+def test_timeline_counts_each_collective_once_across_its_ranks(runs):
+    """The headline's Collectives and the per-dimension table count a collective once, however many
+    ranks took part (an instance), not its calls times its ranks."""
+    from profiler import TraceAnalysis
+
+    install_run(runs, "alpha")
+    table = TraceAnalysis.load(runs / "alpha", cache=False).collectives
+    at = _ok(page_test("pages/timeline.py", {"run": "alpha", "tl_step": "2"}))
+    rows = table[table["step"] == 2]
+    (shown,) = [m.value for m in at.metric if m.label == "Collectives"]
+    assert shown == f"{rows['instance'].nunique():,}" and rows["instance"].nunique() < len(rows)
+    dims = next(d.value for d in at.dataframe if "calls (all ranks)" in d.value.columns).set_index("dim")
+    for dim, calls in rows.groupby(rows["dim"].astype(str)):
+        assert dims.loc[dim, "collectives"] == calls["instance"].nunique()
+        assert dims.loc[dim, "calls (all ranks)"] == len(calls)
+
+
+def test_home_says_a_running_job_started_not_ran(runs):
+    from ui.trace_sets import TraceSet
+
+    run = TraceSet(id="r", kind="run", name="r", path=runs, status="running", started_at="2026-01-02T07:53:06")
+    assert run.when == "started 2026-01-02 07:53:06, still running"
+    done = TraceSet(
+        id="r",
+        kind="run",
+        name="r",
+        path=runs,
+        status="completed",
+        started_at="2026-01-02T07:53:06",
+        finished_at="2026-01-02T07:55:00",
+    )
+    assert done.when == "ran 2026-01-02 07:53:06 → 2026-01-02 07:55:00"
+    install_run(runs, "live", status="running", started_at="2026-01-02T07:53:06")
+    at = _ok(page_test("pages/home.py", {"run": "live"}))
+    assert any(c.value.startswith("started 2026-01-02 07:53:06, still running") for c in at.caption)
+    assert not any(c.value.startswith("ran ") for c in at.caption)
 
 
 def test_timeline_measures_the_step_it_shows(runs):
