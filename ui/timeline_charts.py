@@ -83,7 +83,8 @@ def overview_classes(frame: pd.DataFrame) -> list[str]:
 
 def critical_path_layers(path: pd.DataFrame, links: pd.DataFrame, span: tuple[float, float], n: int) -> list[alt.Chart]:
     """The cross-rank critical path over a Gantt: a dark rule along each segment on its rank's row
-    (profiler.analyzers.whatif_tables.path_frame) and a vertical hop where the path changes rank (path_links)."""
+    (profiler.analyzers.whatif_tables.path_frame), dotted where the rank was idle (no kernel, no host
+    code), and a vertical hop where the path changes rank (path_links)."""
     seg = (
         alt.Chart(path)
         .mark_rule(color=PATH_COLOR, strokeWidth=3, opacity=0.9)
@@ -91,6 +92,7 @@ def critical_path_layers(path: pd.DataFrame, links: pd.DataFrame, span: tuple[fl
             x=_x(span, OVERVIEW_X),  # the Gantt's own axis title: Vega appends a different one to it
             x2=alt.X2("end_ms"),
             y=_rank_y(n),
+            strokeDash=alt.condition("datum.kind == 'idle'", alt.value([2, 3]), alt.value([1, 0])),
             tooltip=[
                 alt.Tooltip("rank:O"),
                 alt.Tooltip("category:N", title="on the path"),

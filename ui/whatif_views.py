@@ -69,9 +69,10 @@ def path_caption(x: dict, n_ranks: int, hops: int, every_step: bool) -> str:
         else ""
     )
     return (
-        f"The chain of work and transfers that ends the step: {where}. A collective ends after its last "
-        "participant arrives, so the path jumps to that rank (the dashed hops on the overview); in between it "
-        f"follows the rank's own work. Drawn in pink over the overview above.{past}"
+        f"The chain of ranks' own time and transfers that ends the step: {where}. A collective ends after its "
+        "last participant arrives, so the path jumps to that rank (the dashed hops on the overview); in between "
+        "it follows the rank's own time: compute (its device busy), host (its CPU alone) or idle (neither, "
+        f"dotted). Drawn in pink over the overview above.{past}"
     )
 
 

@@ -10,14 +10,15 @@
                            to the measured one when no scenario is given (the replay reproduces the
                            trace exactly)
     change_pct             predicted vs measured
-    measured_phases / predicted_phases   per rank and step, averaged: work_s, wait_s and transfer_s
-                           per dimension -- they add up to the step
+    measured_phases / predicted_phases   per rank and step, averaged: work_s (the rank's own time) split
+                           into compute_s (its device busy), host_s (its CPU alone) and idle_s (neither),
+                           wait_s and transfer_s per dimension -- they add up to the step
     scenarios              what was applied (rank speed factors per step, link factors, hidden dims,
                            microbatches), each with what it assumes; a link or overlap one also with
                            `ops` (the traced ops it applies to) and, when that is 0, `note` (why)
     changed                sentences: what moved, largest first
     critical_path          of `step` (else the measured step closest to the median) and of its replay: length_s,
-                           by_category (work, comm:<dim>), ranks, segments
+                           by_category (compute, host, idle, comm:<dim>), ranks, segments
     pipeline               per stage (pp > 1): work, bubble, p2p wait and transfer (ms), the bubble's
                            and the p2p wait's fractions of the work apart, beside (p-1)/(v m) -- bubble.py
     cut_dependencies, overlapped_left_out   the replay's honesty counters
@@ -38,13 +39,22 @@ import numpy as np
 import pandas as pd
 
 from profiler.analyzers import bubble
-from profiler.analyzers.replay import Graph, Replay, Scenario, critical_path, phases, replay, step_windows
+from profiler.analyzers.replay import (
+    OWN_KINDS,
+    Graph,
+    Replay,
+    Scenario,
+    critical_path,
+    phases,
+    replay,
+    step_windows,
+)
 from profiler.analyzers.steps import measured_step_s, step_time_s
 
 
 def _phase_summary(ph: pd.DataFrame) -> dict[str, Any]:
     if not len(ph):
-        return {"window_s": 0.0, "work_s": 0.0, "wait_s": 0.0, "transfer_s": {}}
+        return {"window_s": 0.0, "work_s": 0.0, **{f"{k}_s": 0.0 for k in OWN_KINDS}, "wait_s": 0.0, "transfer_s": {}}
     mean = ph.drop(columns=["rank", "step"]).mean()
     transfer = {
         c[len("transfer_") : -3]: round(float(mean[c]) / 1e9, 6) for c in ph.columns if c.startswith("transfer_")
@@ -52,6 +62,7 @@ def _phase_summary(ph: pd.DataFrame) -> dict[str, Any]:
     return {
         "window_s": round(float(mean["window_ns"]) / 1e9, 6),
         "work_s": round(float(mean["work_ns"]) / 1e9, 6),
+        **{f"{k}_s": round(float(mean[f"{k}_ns"]) / 1e9, 6) for k in OWN_KINDS},
         "wait_s": round(float(mean["wait_ns"]) / 1e9, 6),
         "transfer_s": transfer,
     }
@@ -66,10 +77,11 @@ def _median_step(g: Graph) -> int | None:
 
 
 def path_summary(path: pd.DataFrame) -> dict[str, Any]:
-    """A critical path's length, its time per category (work, comm:<dim>), the ranks it visits."""
+    """A critical path's length, its time per category (compute, host, idle, comm:<dim>), the ranks it
+    visits."""
     if not len(path):
         return {"length_s": 0.0, "by_category": {}, "ranks": [], "segments": 0, "rank_switches": 0}
-    cat = np.where(path["kind"] == "work", "work", "comm:" + path["dim"].astype(str))
+    cat = np.where(path["kind"] == "comm", "comm:" + path["dim"].astype(str), path["kind"].astype(str))
     by = path.groupby(cat)["dur_ns"].sum().sort_values(ascending=False)
     ranks = path["rank"].to_numpy()
     return {
@@ -86,7 +98,8 @@ def _changed(measured: dict, predicted: dict, m_step: float, p_step: float) -> l
     out = []
     if m_step:
         out.append(f"step {m_step * 1e3:,.2f} → {p_step * 1e3:,.2f} ms ({(p_step / m_step - 1) * 100:+.1f}%)")
-    deltas = [("work", measured["work_s"], predicted["work_s"]), ("wait", measured["wait_s"], predicted["wait_s"])]
+    deltas = [(k, measured[f"{k}_s"], predicted[f"{k}_s"]) for k in OWN_KINDS]
+    deltas.append(("wait", measured["wait_s"], predicted["wait_s"]))
     for dim in sorted(set(measured["transfer_s"]) | set(predicted["transfer_s"])):
         deltas.append((f"{dim} transfer", measured["transfer_s"].get(dim, 0.0), predicted["transfer_s"].get(dim, 0.0)))
     for name, a, b in sorted(deltas, key=lambda d: -abs(d[2] - d[1])):

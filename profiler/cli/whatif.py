@@ -110,7 +110,7 @@ def _text(out: dict) -> str:
     lines = [
         f"measured step  {out['measured_step_time_s'] * 1e3:,.2f} ms   ("
         + ("median over traced steps" if out["step"] is None else f"step {out['step']}")
-        + " of the mean rank window)",
+        + " of the mean over ranks of the files' ProfilerStep range)",
         f"predicted step {out['predicted_step_time_s'] * 1e3:,.2f} ms"
         + (f"   ({out['change_pct']:+.1f}%)" if out["change_pct"] is not None else ""),
     ]

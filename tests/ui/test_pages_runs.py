@@ -233,7 +233,8 @@ def test_timeline_draws_every_rank_by_dimension(runs):
     install_run(runs, "alpha")
     at = _ok(page_test("pages/timeline.py", {"run": "alpha"}))
     overview, detail, parts, phases, heat = vega_charts(at)
-    o, d = overview.frame(), detail.frame()
+    o = next(f for f in overview.datasets.values() if "busy_ms" in f)  # the Gantt's, not the path's layer
+    d = detail.frame()
     assert sorted(o["rank"].unique()) == [0, 1, 2, 3] and sorted(d["rank"].unique()) == [0, 1, 2, 3]
     assert set(d["lane"]) == {"compute", "comm"}
     comm = d[d["lane"] == "comm"]
@@ -254,7 +255,8 @@ def test_timeline_draws_every_rank_by_dimension(runs):
     # the critical path: drawn over the overview, its time per category adds up to its length
     assert "rule" in overview.marks() and "#d6336c" in overview.text()
     on_path = at.dataframe[4].value
-    assert set(on_path["category"]) <= {"work", "comm: sp", "comm: dp", "comm: tp"} and on_path["ms"].gt(0).all()
+    assert set(on_path["category"]) <= {"compute", "host", "idle", "comm: sp", "comm: dp", "comm: tp"}
+    assert on_path["ms"].gt(0).all()
     # ... to within 1 us: the path's ops are on aligned clocks (ns offsets per host), so consecutive ops
     # of two ranks may overlap by a few hundred ns (seen: 0.3 us of a 0.3 s path)
     length_ms = float(on_path["ms"].iloc[0] / on_path["share"].iloc[0])

@@ -136,11 +136,11 @@ def test_a_scenario_that_touches_no_op_says_so(pair):
 
 def test_critical_path_follows_the_last_arrival(pair):
     path = critical_path(pair.graph, replay(pair.graph), 2)
-    # rank 1 arrived last: its work, the transfer after its arrival, its work after
+    # rank 1 arrived last: its compute, the transfer after its arrival, its compute after
     assert list(zip(path["rank"], path["kind"], path["dur_ns"] // 1000)) == [
-        (1, "work", 600),
+        (1, "compute", 600),
         (1, "comm", 100),
-        (1, "work", 300),
+        (1, "compute", 300),
     ]
     # with rank 1 fast, rank 0's work is on the path before the transfer
     fast = replay(pair.graph, Scenario(rank_speed={1: 10.0}))
@@ -155,7 +155,7 @@ def test_whatif_object(pair):
     assert out["measured_step_time_s"] == pytest.approx(1e-3) and out["predicted_step_time_s"] == pytest.approx(7.5e-4)
     assert out["change_pct"] == pytest.approx(-25.0)
     assert out["scenarios"][0]["work_factor_by_step"] == {"2": pytest.approx(2 / 3, abs=1e-4)}
-    assert out["critical_path"]["measured"]["by_category"] == {"work": 9e-4, "comm:dp": 1e-4}
+    assert out["critical_path"]["measured"]["by_category"] == {"compute": 9e-4, "comm:dp": 1e-4}
     assert out["pipeline"] == [] and out["cut_dependencies"] == 0
 
 
@@ -303,3 +303,28 @@ def test_the_measured_step_is_the_files_profilerstep_range_not_the_kernel_span(t
     out = whatif(a.graph)
     assert out["measured_step_time_s"] == pytest.approx(1e-3)
     assert out["predicted_step_time_s"] == pytest.approx(1e-3)
+
+
+def test_idle_and_host_time_on_the_path_are_not_compute(tmp_path):
+    """GPU ranks (ts.gpu_pair): a compute kernel [100, 400), the all-reduce kernel to 600, a copy
+    [650, 700). Between the all-reduce and the copy the GPU runs nothing: idle, not work. A host-only
+    stretch (CPU operators, no kernel) is 'host'. The what-if's phases split the same way."""
+    pairs = ts.gpu_pair()
+    for rank, t in enumerate(pairs):
+        t["traceEvents"].append(ts.cpu("aten::index_select", ts.EPOCH_US + 605, 20))  # host code, the GPU idle
+        ts.write(tmp_path / f"rank{rank}_trace.json", t)
+    a = TraceAnalysis.load(tmp_path, cache=False)
+    path = critical_path(a.graph, replay(a.graph), 1)
+    own = path[path["kind"] != "comm"]
+    assert set(own["kind"]) == {"compute", "host", "idle"}
+    assert (own["dur_ns"] > 0).all() and path["dur_ns"].sum() == path["end_ns"].max() - path["start_ns"].min()
+    by = path.groupby("kind")["dur_ns"].sum() // 1000
+    assert by["host"] == 20 and by["idle"] == 30  # [605, 625) host, [600, 605) and [625, 650) idle
+    ph = phases(a.graph).set_index("rank")
+    assert (ph["compute_ns"] + ph["host_ns"] + ph["idle_ns"] == ph["work_ns"]).all()
+    assert (ph["idle_ns"] >= 30_000).all() and (ph["host_ns"] == 20_000).all()
+    out = whatif(a.graph)
+    cats = out["critical_path"]["measured"]["by_category"]
+    assert "work" not in cats and cats["idle"] == pytest.approx(30e-6)
+    m = out["measured_phases"]
+    assert m["compute_s"] + m["host_s"] + m["idle_s"] == pytest.approx(m["work_s"])
