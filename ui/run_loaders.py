@@ -307,6 +307,7 @@ def step_tables(key: tuple, step: int) -> dict:
     }
     out["labels"] = run_data.straggler_labels(out["stragglers"])
     out["summary"] = run_data.step_summary(out["breakdown"], out["skew"], out["counts"])
+    out["skew"] = out["skew"].rename(columns=lambda c: c.replace("_", " "))  # the table's headers
     moved = b.offsets[b.offsets["offset_ns"] != 0]
     out["clock_note"] = (
         f"Clocks of {len(moved)} ranks shifted onto rank {int(b.offsets['rank'].min())}'s clock "

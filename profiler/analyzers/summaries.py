@@ -172,25 +172,26 @@ def instance_steps(table: pd.DataFrame) -> pd.Series:
     return table.groupby("instance", observed=True)["step"].first() if len(table) else pd.Series(dtype="int64")
 
 
+SKEW_COLUMNS = [
+    "dim",
+    "op",
+    "instances",
+    "median_skew_ms",
+    "p95_skew_ms",
+    "max_skew_ms",
+    "most_often_late_rank",
+    "times_late",
+]
+
+
 def skew_table(inst: pd.DataFrame, steps: pd.Series, step: int) -> pd.DataFrame:
-    """Arrival skew per (dim, op) over the instances seen on 2+ ranks: count, median, p95 and max skew in
-    ms, and the rank most often last to arrive."""
+    """Arrival skew per (dim, op) over the instances seen on 2+ ranks (SKEW_COLUMNS): instances, median,
+    p95 and max skew in ms, the rank most often last to arrive and how many times it was."""
     rows = inst[inst["n_ranks"] >= 2]
     if step != ALL:
         rows = rows[rows["instance"].map(steps) == step]
     if rows.empty:
-        return pd.DataFrame(
-            columns=[
-                "dim",
-                "op",
-                "instances",
-                "median skew ms",
-                "p95 skew ms",
-                "max skew ms",
-                "most often late",
-                "times late",
-            ]
-        )
+        return pd.DataFrame(columns=SKEW_COLUMNS)
     rows = rows.assign(skew_ms=rows["skew_ns"] / 1e6)
     g = rows.groupby(["dim", "op"], observed=True)
     late = g["late_rank"].agg(lambda s: s.value_counts().idxmax())
@@ -198,14 +199,14 @@ def skew_table(inst: pd.DataFrame, steps: pd.Series, step: int) -> pd.DataFrame:
     out = pd.DataFrame(
         {
             "instances": g.size(),
-            "median skew ms": g["skew_ms"].median(),
-            "p95 skew ms": g["skew_ms"].quantile(0.95),
-            "max skew ms": g["skew_ms"].max(),
-            "most often late": late,
-            "times late": times,
+            "median_skew_ms": g["skew_ms"].median(),
+            "p95_skew_ms": g["skew_ms"].quantile(0.95),
+            "max_skew_ms": g["skew_ms"].max(),
+            "most_often_late_rank": late,
+            "times_late": times,
         }
     )
-    return out.round(3).reset_index().sort_values("max skew ms", ascending=False, ignore_index=True)
+    return out.round(3).reset_index().sort_values("max_skew_ms", ascending=False, ignore_index=True)
 
 
 def straggler_table(strag: pd.DataFrame, steps: pd.Series, step: int) -> pd.DataFrame:
@@ -264,7 +265,7 @@ def step_summary(breakdown: pd.DataFrame, skew: pd.DataFrame, counts: dict) -> d
     return {
         "collectives": counts["collectives"],
         "exposed_share": float(breakdown["exposed share"].mean()) if len(breakdown) else None,
-        "worst_skew_ms": float(skew["max skew ms"].max()) if len(skew) else None,
+        "worst_skew_ms": float(skew["max_skew_ms"].max()) if len(skew) else None,
     }
 
 

@@ -174,11 +174,11 @@ def test_skew_table_and_metrics_summary():
             "dim": "tp",
             "op": "all_reduce",
             "instances": 2,
-            "median skew ms": 2.0,
-            "p95 skew ms": pytest.approx(2.9),
-            "max skew ms": 3.0,
-            "most often late": 1,
-            "times late": 2,
+            "median_skew_ms": 2.0,
+            "p95_skew_ms": pytest.approx(2.9),
+            "max_skew_ms": 3.0,
+            "most_often_late_rank": 1,
+            "times_late": 2,
         }
     ]
     head = run_data.metrics_summary(
