@@ -5,7 +5,7 @@ links into the pages that read it. A fresh install starts a small real demo run.
 import streamlit as st
 
 from parallel.core.specs import CLUSTERS, MODELS
-from profiler.analyzers.summaries import metrics_summary
+from profiler.analyzers.aggregates import metrics_summary
 from runfiles.rundir import flight_dir
 from ui import calibration_data, calibration_views, demo, jobs, run_loaders, run_status, selection, trace_sets
 from ui.routing import ensure_navigation

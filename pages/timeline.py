@@ -4,10 +4,11 @@ its ranks, the arrival skew and stragglers, the per-rank breakdown, and download
 
 import streamlit as st
 
+from profiler.analyzers.aggregates import ALL
 from profiler.analyzers.steps import STEP_DEFINITION, STEPS_DEFINITION, measured_step_s
-from profiler.analyzers.summaries import ALL, HEAT_VALUES, slowest_ranks
 from ui import run_loaders, run_status, selection, timeline_charts, whatif_views
 from ui.routing import ensure_navigation
+from ui.run_tables import HEAT_VALUES, slowest_ranks
 from ui.text import md, plural
 from ui.trace_sets import TraceSet
 

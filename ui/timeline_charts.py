@@ -1,4 +1,4 @@
-"""Altair chart builders for the Collective timeline page (frames of profiler.analyzers.summaries in).
+"""Altair chart builders for the Collective timeline page (frames of ui.run_tables in).
 
     gantt_overview_chart(frame, window=(a, b))   # every rank, coarse; drag to brush a time window
     gantt_detail_chart(frame, window=(a, b))     # the window in detail; click a collective to highlight
@@ -15,7 +15,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from profiler.analyzers.summaries import PARTS
+from ui.run_tables import PARTS
 from ui.theme import ACTIVITY_COLORS, scale
 
 PATH_COLOR = "#d6336c"  # the critical path: a colour no activity uses
@@ -83,7 +83,7 @@ def overview_classes(frame: pd.DataFrame) -> list[str]:
 
 def critical_path_layers(path: pd.DataFrame, links: pd.DataFrame, span: tuple[float, float], n: int) -> list[alt.Chart]:
     """The cross-rank critical path over a Gantt: a dark rule along each segment on its rank's row
-    (profiler.analyzers.whatif_tables.path_frame), dotted where the rank was idle (no kernel, no host
+    (ui.whatif_tables.path_frame), dotted where the rank was idle (no kernel, no host
     code), and a vertical hop where the path changes rank (path_links)."""
     seg = (
         alt.Chart(path)

@@ -267,7 +267,7 @@ MEMORY_SAME = 0.05  # a GPU's reported memory this close to its cluster preset's
 def plan_params(s: TraceSet, plan: Plan | None = None, device: dict | None = None) -> dict[str, str] | None:
     """Query params that open the set's plan (or `plan`, e.g. the layout inferred from its traces) on
     the plan pages (Topology, Activation memory, TP scaling): its model and cluster when they are
-    presets (else the dashboard's defaults), nodes from its hosts. `device` (summaries.job_device: the
+    presets (else the dashboard's defaults), nodes from its hosts. `device` (aggregates.job_device: the
     GPU its traces report) picks the cluster built of that GPU when the set names none, and its memory
     per GPU. None when the set has no plan."""
     plan = plan or s.plan_obj

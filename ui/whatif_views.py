@@ -6,10 +6,10 @@ from __future__ import annotations
 import streamlit as st
 
 from parallel.core.comm import DIMS
-from profiler.analyzers import whatif_tables as whatif_data
+from profiler.analyzers.aggregates import ALL
 from profiler.analyzers.steps import STEP_DEFINITION, STEPS_DEFINITION
-from profiler.analyzers.summaries import ALL
 from ui import run_loaders, whatif_charts
+from ui import whatif_tables as whatif_data
 
 MEDIAN = "median of its peers"
 

@@ -160,16 +160,6 @@ def _sizes_from_instances(table: pd.DataFrame, traces: Traces) -> None:
     table.loc[table.index[rows], "busbw_gbps"] = table["algbw_gbps"].iloc[rows].to_numpy() * factors
 
 
-BACKWARD_MARKERS = ("Backward", "autograd::engine::evaluate_function")  # autograd's node and engine names
-
-
-def _trains(traces: Traces) -> bool:
-    """Whether the job runs backward passes (autograd's events in the first rank's trace)."""
-    names = traces.rank_events(traces.rank_ids[0])["name"]
-    cats = names.cat.categories if hasattr(names, "cat") else pd.Index(names.unique())
-    return bool(cats.astype(str).str.contains("|".join(BACKWARD_MARKERS), regex=True).any())
-
-
 def _label_world(table: pd.DataFrame, traces: Traces, plan) -> None:
     """Collectives still 'unknown' whose group is every rank of the job: the plan's dimension when it
     has one spanning the world (dp 8 alone, tp 2 alone: dim_source 'plan'), else 'world' (dim_source

@@ -356,10 +356,10 @@ def test_analyze_json_carries_what_the_run_pages_show(pair):
 def test_a_collective_without_a_group_is_named_by_its_op(tmp_path):
     """A gloo all-reduce whose trace names no group: its instance is 'all_reduce#0' on both ranks (no
     placeholder), its group reads 'unknown' in the Gantt, the picker and the critical path."""
-    from profiler.analyzers import summaries as sm
     from profiler.analyzers.front import TraceAnalysis
-    from profiler.analyzers.whatif_tables import op_label
     from tests.support import trace_samples as ts
+    from ui import run_tables as sm
+    from ui.whatif_tables import op_label
 
     for rank in (0, 1):
         ts.write(tmp_path / f"rank{rank}_trace.json", ts.gloo_cpu(rank, 2))

@@ -235,6 +235,8 @@ UI_PLUMBING = {
     "ui.calibration_data": "the calibration file of the runs folder and which sets it uses",
     "ui.text": "Markdown escaping",
     "ui.demo": "starting the demo run",
+    "ui.run_tables": "the analyzers' frames as the run pages' table headers and chart marks (ms, labels)",
+    "ui.whatif_tables": "the what-if's and critical path's results as the timeline's tables and marks",
 }
 
 

@@ -255,7 +255,7 @@ def test_whatif_of_one_step_measures_that_step(tmp_path):
     a step the traces lack is refused with their steps."""
     from profiler.analyzers.steps import step_time_s
     from profiler.analyzers.whatif import StepNotTraced
-    from profiler.analyzers.whatif_tables import path_extent, path_frame
+    from ui.whatif_tables import path_extent, path_frame
 
     for rank in (0, 1):
         events = [
