@@ -6,8 +6,9 @@ import streamlit as st
 
 from parallel.core.specs import CLUSTERS, MODELS
 from profiler.analyzers.aggregates import metrics_summary
+from profiler.collect import jobs
 from runfiles.rundir import flight_dir
-from ui import calibration_data, calibration_views, demo, jobs, run_loaders, run_status, selection, trace_sets
+from ui import calibration_data, calibration_views, demo, run_loaders, run_status, selection, trace_sets
 from ui.routing import ensure_navigation
 from ui.text import md
 from ui.trace_sets import TraceSet

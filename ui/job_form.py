@@ -14,7 +14,7 @@ import streamlit as st
 from parallel.core.plan import CP_KINDS, RECOMPUTE, SCHEDULES
 from parallel.core.specs import MODELS
 from parallel.core.topology import DEFAULT_ORDER, ORDERS
-from ui.jobs import flags_of
+from profiler.collect.jobs import flags_of
 
 K = "job."
 DEFAULTS = {

@@ -7,7 +7,7 @@ progress, by id. An id is what the `run` query parameter holds, so a copied URL 
 
 Where: runs under $PARASCOPE_RUNS (default ./runs), uploads under $PARASCOPE_UPLOADS (default
 ./uploads). A run's state is runfiles.runs.read_run's (its run.json, written by `python -m profiler
-run`), corrected by its job record (ui.jobs) when the dashboard started it: a process that is gone
+run`), corrected by its job record (profiler.collect.jobs) when the dashboard started it: a process that is gone
 while run.json still says running (or never wrote one) is a failed run, or a cancelled one.
 
 Pure: stdlib, parallel/ and runfiles.runs (no streamlit, no torch).
@@ -23,8 +23,8 @@ from parallel.core.devices import cluster_for_device
 from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, MODELS, SpecError
 from parallel.review.urls import DEFAULT_PARAMS, plan_to_params
+from profiler.collect import jobs as jobs_mod
 from runfiles.rundir import read_json
-from ui import jobs as jobs_mod
 
 UPLOAD = "upload:"
 STATUSES = (

@@ -1,4 +1,4 @@
-"""ui.jobs with real processes: start in a process group of its own, exit codes recorded, cancel kills
+"""profiler.collect.jobs with real processes: start in a process group of its own, exit codes recorded, cancel kills
 the whole group, two jobs at once; and how ui.trace_sets reads a job's state next to its run.json.
 The "profiler" here is a small Python script that writes run.json as `python -m profiler run` does;
 the Run-a-job page is driven through AppTest with that script in place of the real command.
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from profiler.collect import jobs
 from tests.support.apptest import page_test
-from ui import jobs, trace_sets
+from ui import trace_sets
 
 FAKE = textwrap.dedent("""
     # A stand-in for `python -m profiler run ... --out DIR`: run.json as the job advances.
@@ -242,7 +243,7 @@ def _group_gone(pgid: int) -> bool:
 
 @pytest.mark.slow
 def test_a_real_profile_run_from_the_dashboard_fills_the_timeline(tmp_path, monkeypatch):
-    """`python -m profiler run` through ui.jobs: progress while it runs, then a completed run whose
+    """`python -m profiler run` through profiler.collect.jobs: progress while it runs, then a completed run whose
     traces the Collective timeline draws."""
     _real_profiler()
     runs = tmp_path / "runs"

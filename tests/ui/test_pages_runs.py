@@ -22,8 +22,9 @@ import pandas as pd
 import pytest
 
 from parallel.core.specs import CLUSTERS
+from profiler.collect import jobs
 from tests.support.apptest import ROOT, page_test, vega_charts
-from ui import jobs, trace_sets
+from ui import trace_sets
 
 SAMPLE = ROOT / ".cache" / "test-runs" / "profiler-dp2-tp2-sp-v3"  # v3: metrics.json with model_state_bytes
 SAMPLE_PLAN = {

@@ -267,7 +267,7 @@ def test_timeline_chart_specs():
 
 def test_run_modules_import_neither_streamlit_nor_torch():
     pure = [
-        "ui.jobs",
+        "profiler.collect.jobs",
         "ui.trace_sets",
         "ui.uploads",
         "profiler.analyzers.aggregates",

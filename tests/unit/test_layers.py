@@ -231,7 +231,6 @@ UI_PLUMBING = {
     "ui": "the package",
     "ui.trace_sets": "the runs and uploaded sets on disk, by id",
     "ui.uploads": "checking and storing an upload (the loader checks each file)",
-    "ui.jobs": "the dashboard's background job records",
     "ui.calibration_data": "the calibration file of the runs folder and which sets it uses",
     "ui.text": "Markdown escaping",
     "ui.demo": "starting the demo run",
