@@ -52,3 +52,8 @@ def bytes_text(n: float) -> str:
         if abs(n) >= size:
             return f"{n / size:,.3g} {unit}" if abs(n) < 100 * size else f"{n / size:,.0f} {unit}"
     return f"{n:,.0f} B"
+
+
+def plural(n: int, noun: str) -> str:
+    """'1 collective', '2 collectives', '1,024 ranks'."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
