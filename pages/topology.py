@@ -3,8 +3,8 @@ dimension's groups drawn on their links and what moves under another rank order.
 
 import streamlit as st
 
+from parallel.core.rank_grid import max_window_nodes, same_order
 from parallel.core.topology import DEFAULT_ORDER, DIMS, ORDERS
-from parallel.core.topology_views import max_window_nodes, same_order
 from ui import loaders, run_views, topology_charts
 from ui.plan_form import PlanChoice, plan_form
 from ui.routing import ensure_navigation

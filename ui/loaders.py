@@ -9,9 +9,9 @@ from pathlib import Path
 import streamlit as st
 
 from parallel.core import long_context as long_context_data
-from parallel.core import memory_views as memory_data
+from parallel.core import memory_sweeps as memory_data
+from parallel.core import rank_grid as topology_data
 from parallel.core import scaling
-from parallel.core import topology_views as topology_data
 from parallel.core.memory import ActivationOptions, activation_bytes_per_layer
 from parallel.core.perf import PerfOptions
 from parallel.core.plan import Plan

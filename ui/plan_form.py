@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import streamlit as st
 
 from parallel.core.plan import PLAN_FIELDS, Plan, parse_value
+from parallel.core.rank_grid import same_order
 from parallel.core.specs import CLUSTERS, MODELS, Cluster, GiB, Model, SpecError
 from parallel.core.topology import ORDERS
-from parallel.core.topology_views import same_order
 from parallel.core.validate import nearest_computable
 from parallel.review.urls import (
     DEFAULT_PARAMS,

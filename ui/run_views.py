@@ -6,7 +6,7 @@
                                        # commbench results) for busbw_chart's `measured`
 
 Each draws nothing unless a set is named, and says why when it cannot draw (no traces yet, a plan
-of another size, no metrics.json). Widgets -> cached loaders -> profiler.analyzers.summaries -> chart builders.
+of another size, no metrics.json). Widgets -> cached loaders -> profiler.analyzers.aggregates and ui.run_tables -> chart builders.
 """
 
 from __future__ import annotations
@@ -17,15 +17,16 @@ import pandas as pd
 import streamlit as st
 
 from parallel.core.devices import cluster_for_device
-from parallel.core.memory_views import MetricsError, bytes_text, measured_vs_predicted, model_state_vs_predicted
+from parallel.core.memory_sweeps import MetricsError, measured_vs_predicted, model_state_vs_predicted
+from parallel.core.rank_grid import with_rank_values
 from parallel.core.specs import CLUSTERS, MODELS, GiB
-from parallel.core.topology_views import with_rank_values
-from profiler.analyzers import summaries as run_data
-from profiler.analyzers.summaries import RANK_VALUES, metrics_summary
+from profiler.analyzers import aggregates
+from profiler.analyzers.aggregates import metrics_summary
 from ui import memory_charts, run_loaders, topology_charts, trace_sets
 from ui.plan_form import PlanChoice
+from ui.run_tables import RANK_VALUES
 from ui.selection import KEY, PAGES
-from ui.text import md
+from ui.text import bytes_text, md
 from ui.trace_sets import TraceSet
 
 
@@ -314,7 +315,7 @@ def tp_measured(choice: PlanChoice) -> pd.DataFrame | None:
         if up is not None:
             found[up.name] = _json(up.getvalue())
         for name, data in found.items():
-            bench = run_data.commbench_points(data) if isinstance(data, dict) else None
+            bench = aggregates.commbench_points(data) if isinstance(data, dict) else None
             if bench is None or bench.empty:
                 st.warning(f"{md(name)}: no all_reduce rows with a group size and busbw (is it commbench's JSON?)")
                 continue

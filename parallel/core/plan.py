@@ -424,6 +424,8 @@ class Plan:
                 f"dp×tp×pp×cp = {self.dp}×{self.tp}×{self.pp}×{self.cp} = {self.world_size:,} GPUs; "
                 f"plans are limited to {MAX_WORLD_SIZE:,}"
             )
+        if self.cp == 1 and self.cp_kind != CP_KINDS[0]:  # no exchange at cp 1: one spelling of the plan
+            object.__setattr__(self, "cp_kind", CP_KINDS[0])
         if self.recompute_layers is not None and self.recompute != "full":
             raise SpecError(f"Plan.recompute_layers needs recompute 'full', got {self.recompute!r}")
         try:

@@ -408,7 +408,9 @@ def test_an_uploaded_set_is_labelled_from_evidence_only(server, browser, dashboa
     bare = _upload(uploads, "ddp-bare", 4)
     planned = _upload(uploads, "ddp-planned", 4, dp=4, global_batch=4)
     body = _body(browser, f"{server}/timeline?run={bare}")
-    assert "4 span all ranks ('world')" in body and "give the job's plan or launch script" in body
+    assert (
+        "1 spans all ranks ('world')" in body and "give the job's plan or launch script" in body
+    )  # once, not x4 ranks
     body = _body(browser, f"{server}/topology?run={bare}")
     assert "ddp-bare came without a plan" in body and "this is a guess, DP4" in body
     assert "names no model ParaScope knows" in body and "stand-in" in body
