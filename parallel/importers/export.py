@@ -128,8 +128,10 @@ def megatron_script(plan: Plan, model: Model, *, gpus_per_node: int = 8) -> tupl
     for name in ("first_stage_layers", "last_stage_layers"):
         if getattr(p, name) is not None:
             flags.append(f"{_flag(name)} {getattr(p, name)}")
-    backend = {"fused": "fused", "fa2": "flash", "unfused": "unfused"}[p.attention]
-    flags.append(f"{_flag('attention')} {backend}")
+    if p.attention == "fa2":  # the flash-attn package: Megatron-LM's local implementation (importers.megatron)
+        flags += [f"{_flag('attention', 2)} local", _flag("attention", 1)]
+    else:  # Transformer Engine: cuDNN's fused kernel, or its unfused attention
+        flags.append(f"{_flag('attention', 0)} {p.attention}")
     dropout = model.dropout if p.dropout is None else p.dropout
     rate = DROPOUT_RATE if dropout else 0
     flags += [f"{_flag('dropout', 0)} {rate}", f"{_flag('dropout', 1)} {rate}"]
