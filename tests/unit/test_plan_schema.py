@@ -214,3 +214,14 @@ def test_a_field_declared_once_reaches_every_door():
             assert door(plan) == plan, (spec.name, door.__name__)
         kept = getattr(plan, spec.name)  # (the plan's one spelling: cp_kind is the default at cp 1)
         assert plan_values(plan, "url", changed_only=True).get(spec.knob.url) == kept or kept == spec.default
+
+
+def test_the_schema_document_is_the_declarations():
+    """docs/plan-schema.md's table is generated from the declarations: a field added, renamed or
+    re-defaulted without regenerating it fails here (regenerate: schema_table(PLAN_FIELDS))."""
+    from pathlib import Path
+
+    from parallel.core.plan_schema import schema_table
+
+    doc = (Path(__file__).parents[2] / "docs" / "plan-schema.md").read_text()
+    assert schema_table(PLAN_FIELDS) in doc
