@@ -140,7 +140,8 @@ def lab_sweep_section() -> None:
 ensure_navigation()
 st.title("TP scaling")
 run_views.adopt_run_plan()  # ?run= without a plan: start from the set's (or its traces') layout
-scaling_choice = plan_form()
+scaling_choice = plan_form(ask_model=run_views.model_question())
+run_views.adoption_note()  # the layout or GPU the plan took from the set, if it did
 if scaling_choice.computable:
     tp_scaling_page(scaling_choice)
 lab_sweep_section()

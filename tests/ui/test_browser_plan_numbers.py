@@ -1,7 +1,8 @@
 """One plan, the same numbers on every page, in a real browser: a plan opened from a Plan review card, from a
 copied link, and from a search row shows the same memory per GPU and step time on Topology, Activation
 memory, TP scaling, Long context and Plan review (the plan form's headline, ui.loaders.plan_numbers, beside
-the review's cards, ui.review_charts.plan_cards: one report, one format).
+the review's cards, ui.review_charts.plan_cards: one report, one format). And a job whose model is unknown
+(an uploaded set) shows no plan's numbers at all until its model is picked.
 
 Uses tests/ui/test_browser.py's server and Chromium (Debian's, through Playwright's Python API).
 
@@ -14,6 +15,7 @@ import re
 
 import pytest
 
+from tests.support.upload_sets import write_upload
 from tests.ui import test_browser as tb
 
 pytestmark = pytest.mark.slow
@@ -30,13 +32,14 @@ STEP = re.compile(r"^[\d,]+\.\d{3} s$")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("plan-numbers")
-    env = {
-        "PARASCOPE_RUNS": str(root / "runs"),
-        "PARASCOPE_UPLOADS": str(root / "uploads"),
-        "PARASCOPE_DATA": str(root / "data"),
-    }
+def uploads(tmp_path_factory):
+    return tmp_path_factory.mktemp("plan-numbers") / "uploads"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, uploads):
+    root = uploads.parent
+    env = {"PARASCOPE_RUNS": str(root / "runs"), "PARASCOPE_UPLOADS": str(uploads), "PARASCOPE_DATA": str(root)}
     with tb._streamlit(tmp_path_factory, env=env) as url:
         yield url
 
@@ -148,5 +151,37 @@ def test_a_search_row_sent_to_compare_shows_the_same_numbers(server, browser):
         for title, href in links.items():
             _open(page, f"{server}/{href.lstrip('/')}")
             assert _numbers(page) == want, f"{title} opened from the search row's link"
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("path", ["topology", "activation_memory", "tp_scaling"])
+def test_an_upload_of_an_unknown_model_asks_for_it_before_any_number(server, browser, uploads, path):
+    """Eight V100 ranks of a job that names no model (a DLRM): the page's first words ask for the model,
+    no memory, step time or memory error of a stand-in appears; picking one brings the plan's numbers."""
+    if not (uploads / "dlrm").exists():
+        write_upload(uploads, "dlrm")
+    context, page = _new_page(browser)
+    try:
+        _open(page, f"{server}/{path}?run=upload:dlrm")
+        main = page.locator('[data-testid="stMain"]').inner_text()
+        _, first = [line for line in main.splitlines() if line.strip()][:2]
+        assert first.startswith("Which model did this job train? dlrm names no model ParaScope knows"), first
+        assert "model=" not in page.url and "dp=8" in page.url  # the job's layout, no stand-in model
+        assert page.locator('[data-testid="stAlertContentError"]').count() == 0
+        assert "exceeds the GPU" not in main and "gpt3-175b" not in main
+        assert (
+            page.locator('[data-testid="stMetricLabel"]', has_text=re.compile("memory|step time|MFU", re.I)).count()
+            == 0
+        )
+        if path != "tp_scaling":
+            return
+        page.locator('[data-testid="stSelectbox"]', has_text="The job's model").click()
+        page.get_by_role("option", name="llama3-8b").first.click()
+        page.wait_for_function("() => location.search.includes('model=llama3-8b')", timeout=tb.PAGE_TIMEOUT_MS)
+        tb._wait_for_script(page)
+        _no_exception(page)
+        _numbers(page)  # the picked model's memory per GPU and step time, in their format
+        assert "Which model did this job train?" not in page.locator('[data-testid="stMain"]').inner_text()
     finally:
         context.close()
