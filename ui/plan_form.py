@@ -31,9 +31,12 @@ from parallel.core.specs import CLUSTERS, MODELS, Cluster, GiB, Model, SpecError
 from parallel.core.topology import ORDERS
 from parallel.core.validate import nearest_computable
 from parallel.review.urls import (
+    ASSUMPTION_KEYS,
     DEFAULT_PARAMS,
     KEYS,
     PLAN_KEYS,
+    assumption_of,
+    assumption_params,
     gpu_memory_gib,
     plan_from_params,
     plan_to_params,
@@ -82,6 +85,11 @@ def _widget_values(params: dict[str, str]) -> dict[str, object]:
         "cluster": params["cluster"],
         "nodes": int(params["nodes"]),
         "gpn": int(params["gpn"]),
+        # the step model's assumptions, as Plan review's "Modelling assumptions" (absent: the model's own)
+        "compute": "mfu" if params.get("mfu") else "device",
+        "mfu": float(params.get("mfu") or 0.5),
+        "dp_fixed": bool(params.get("dp_overlap")),
+        "dp_overlap": float(params.get("dp_overlap") or 0.0),
     }
     for key, spec in _SPEC.items():
         value = getattr(plan, spec.name)
@@ -99,7 +107,7 @@ def _adopt_url(model_unknown: bool) -> list[str]:
     take their defaults, but no model when `model_unknown`); the messages of its bad values. Otherwise
     keep the widgets' values, re-asserted so that they survive a page switch (widget state is per page)."""
     ss = st.session_state
-    url = {k: st.query_params[k] for k in KEYS if k in st.query_params}
+    url = {k: st.query_params[k] for k in (*KEYS, *ASSUMPTION_KEYS) if k in st.query_params}
     written = ss.get(_WRITTEN)
     if url and (written is None or any(written.get(k) != v for k, v in url.items()) or set(url) - set(written)):
         good, errors = usable_params(url)
@@ -111,6 +119,13 @@ def _adopt_url(model_unknown: bool) -> list[str]:
         params = plan_to_params(model.name, cluster.name, cluster.nodes, plan, cluster.gpus_per_node)
         if plan.order not in ORDERS:  # a valid order the form does not list: the listed one equal to it
             params["order"] = next((o for o in ORDERS if same_order(o, plan.order)), DEFAULT_PARAMS["order"])
+        for key in ASSUMPTION_KEYS:
+            if key in url:
+                try:
+                    assumption_of(key, url[key])
+                    params[key] = url[key]
+                except SpecError as err:
+                    errors.append(str(err))
         _set_widgets(params)
         if model_unknown and "model" not in url:
             ss[_PREFIX + "model"] = None
@@ -196,6 +211,7 @@ def _widgets() -> dict[str, str]:
             for key, spec in _SPEC.items():
                 if key not in _MAIN and spec.knob.group == group:
                     _field_widget(st, key)
+    _assumption_widgets(sb)
     ss = st.session_state
     values = {}
     for key, spec in _SPEC.items():
@@ -217,7 +233,35 @@ def _widgets() -> dict[str, str]:
         params = plan_to_params(place["model"], place["cluster"], int(place["nodes"]), plan, int(place["gpn"]))
     if model is None:  # no stand-in's name in the URL: a copied link still asks for the model
         del params["model"]
-    return params
+    mfu = float(ss[k + "mfu"]) if ss[k + "compute"] == "mfu" else None
+    return {**params, **assumption_params(mfu, float(ss[k + "dp_overlap"]) if ss[k + "dp_fixed"] else None)}
+
+
+def _assumption_widgets(sb) -> None:
+    """The step model's assumptions, as Plan review's: its links carry them (`mfu`, `dp_overlap`)."""
+    k = _PREFIX
+    with sb.expander("Modelling assumptions"):
+        compute = st.radio(
+            "Compute",
+            ["device", "mfu"],
+            key=k + "compute",
+            format_func={"device": "per operator, on the device", "mfu": "one MFU for everything"}.get,
+            help="per operator: each GEMM, the attention core and the element-wise traffic timed from its shape "
+            "on the cluster's GPU (parallel.core.compute); one MFU: every FLOP at this fraction of the GPU's peak",
+        )
+        st.slider("MFU", 0.1, 1.0, step=0.05, key=k + "mfu", disabled=compute != "mfu")
+        fixed = st.toggle(
+            "Fixed DP overlap", key=k + "dp_fixed", help="off: the plan's own grad-reduce / param-gather overlap"
+        )
+        st.slider(
+            "DP overlap",
+            0.0,
+            1.0,
+            step=0.05,
+            key=k + "dp_overlap",
+            disabled=not fixed,
+            help="fraction of gradient reduction hidden behind backward",
+        )
 
 
 def _model_text(name: str) -> str:
@@ -259,7 +303,7 @@ def plan_form(activations: dict | None = None, *, ask_model: str | None = None) 
     url_errors += _gpu_memory(params)
     if any(st.query_params.get(k) != v for k, v in params.items()):
         st.query_params.update(params)
-    for key in KEYS:  # a field back at its default leaves the link
+    for key in (*KEYS, *ASSUMPTION_KEYS):  # a field back at its default leaves the link
         if key not in params and key in st.query_params:
             del st.query_params[key]
     st.session_state[_WRITTEN] = params
