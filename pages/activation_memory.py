@@ -112,6 +112,7 @@ def _toggled() -> dict:
 ensure_navigation()
 st.title("Activation memory")
 run_views.adopt_run_plan()  # ?run= without a plan: start from the set's (or its traces') layout
-memory_choice = plan_form(_toggled())
+memory_choice = plan_form(_toggled(), ask_model=run_views.model_question())
+run_views.adoption_note()  # the layout or GPU the plan took from the set, if it did
 if memory_choice.computable:
     activation_memory_page(memory_choice)

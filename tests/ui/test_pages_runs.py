@@ -406,8 +406,9 @@ def test_topology_of_a_set_without_a_plan_starts_from_its_inferred_layout(runs):
     at = _ok(page_test("pages/topology.py", {"run": "ddp"}))
     assert at.query_params["dp"] == "2" and at.query_params["tp"] == "1"
     assert any("this is a guess, DP2" in i.value for i in at.info)
-    # no model named either: the stand-in preset is said to be one, never shown as the job's
-    assert any("names no model ParaScope knows" in i.value and "stand-in" in i.value for i in at.info)
+    # no model named either: the page asks for it first and shows no preset's numbers as the job's
+    assert "ddp names no model ParaScope knows" in at.warning[0].value and "model" not in at.query_params
+    assert not any(m.label == "Memory per GPU" for m in at.metric)
 
 
 def test_activation_memory_shows_measured_beside_predicted(runs):
@@ -627,6 +628,8 @@ def test_plan_pages_take_the_gpu_from_the_traces(runs, gpu, memory, cluster, gpu
         data["deviceProperties"] = [{"id": 0, "name": gpu, "totalGlobalMem": memory}]
         ts.write(runs / "gpujob" / "traces" / f"rank{rank}_trace.json.gz", data)
     at = _ok(page_test("pages/activation_memory.py", {"run": "gpujob"}))
+    assert "gpujob names no model ParaScope knows" in at.warning[0].value  # asked first; then picked
+    at.selectbox(key="plan_ask_model").select("gpt3-22b").run()
     assert at.query_params["cluster"] == cluster
     assert at.query_params.get("gpumem") == gpumem
     assert any(f"deviceProperties name the GPU: {gpu}, {memory / 2**30:,.1f} GiB" in i.value for i in at.info)

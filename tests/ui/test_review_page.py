@@ -74,7 +74,8 @@ def test_compare_draws_every_chart_with_one_row_per_plan_and_component():
 def test_links_open_each_plan_in_the_plan_pages():
     at = ok(page_test(PAGE, SMALL))
     links = at.get("page_link")
-    assert len(links) == 3 * 3
+    assert len(links) == 3 * 4  # Topology, Activation memory, TP scaling, Long context per plan
+    assert [link.proto.label for link in links][-1] == "Long context"
     topo = [link.proto for link in links if link.proto.label == "Topology"]
     assert "dp=2&tp=4&pp=2&sp=1&gb=64&zero=1&recompute=selective" in topo[1].query_string
     assert "model=gpt3-22b&cluster=dgx-h100&nodes=2" in topo[1].query_string
