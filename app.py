@@ -12,6 +12,7 @@ st.set_page_config(page_title="ParaScope", layout="wide")
 run_pages = [
     st.Page("pages/home.py", title="Home", default=True),
     st.Page("pages/timeline.py", title="Collective timeline"),
+    st.Page("pages/replan.py", title="Re-plan"),
     st.Page("pages/run_job.py", title="Run a job"),
     st.Page("pages/upload.py", title="Upload"),
     st.Page("pages/hang.py", title="Why did it hang"),

@@ -42,7 +42,7 @@ def timed(fn, repeat: int = 1):
 
 
 def step_span(bd, offsets, step: int) -> tuple[int, int]:
-    """As profiler.analyzers.summaries.step_span: the step's first start and last end over all ranks, aligned."""
+    """As ui.run_tables.step_span: the step's first start and last end over all ranks, aligned."""
     off = bd["rank"].map(dict(zip(offsets["rank"], offsets["offset_ns"]))).fillna(0).astype("int64")
     rows = bd.assign(start_ns=bd["start_ns"] + off, end_ns=bd["end_ns"] + off)
     rows = rows[rows["step"] == step]

@@ -3,11 +3,13 @@ and per GPU, by recompute mode, against sequence length and against TP; model st
 
 import streamlit as st
 
-from parallel.core.memory_views import SCOPES, SP_LABEL, bytes_text, capacity_drawn
+from parallel.core.memory_sweeps import SCOPES, SP_LABEL
 from parallel.core.specs import GiB
 from ui import loaders, memory_charts, run_views
+from ui.memory_charts import capacity_drawn
 from ui.plan_form import PlanChoice, plan_form
 from ui.routing import ensure_navigation
+from ui.text import bytes_text
 
 
 def activation_memory_page(choice: PlanChoice) -> None:
@@ -110,6 +112,7 @@ def _toggled() -> dict:
 ensure_navigation()
 st.title("Activation memory")
 run_views.adopt_run_plan()  # ?run= without a plan: start from the set's (or its traces') layout
-memory_choice = plan_form(_toggled())
+memory_choice = plan_form(_toggled(), ask_model=run_views.model_question())
+run_views.adoption_note()  # the layout or GPU the plan took from the set, if it did
 if memory_choice.computable:
     activation_memory_page(memory_choice)

@@ -5,9 +5,10 @@ links into the pages that read it. A fresh install starts a small real demo run.
 import streamlit as st
 
 from parallel.core.specs import CLUSTERS, MODELS
-from profiler.analyzers.summaries import metrics_summary
+from profiler.analyzers.aggregates import metrics_summary
+from profiler.collect import jobs
 from runfiles.rundir import flight_dir
-from ui import calibration_data, calibration_views, demo, jobs, run_loaders, run_status, selection, trace_sets
+from ui import calibration_data, calibration_views, demo, run_loaders, run_status, selection, trace_sets
 from ui.routing import ensure_navigation
 from ui.text import md
 from ui.trace_sets import TraceSet
@@ -108,9 +109,8 @@ def _details(s: TraceSet) -> None:
         if v
     ]
     st.markdown(" · ".join(str(f) for f in facts))
-    when = " → ".join(t.replace("T", " ")[:19] for t in (s.started_at, s.finished_at) if t)
-    if when:
-        st.caption(f"{'uploaded' if s.kind == 'upload' else 'ran'} {when} · {md(s.path)}")
+    if s.when:
+        st.caption(f"{s.when} · {md(s.path)}")
     if s.status in run_status.ACTIVE:
         run_status.live_progress(s.id)
         if s.job is not None and jobs.alive(s.job):

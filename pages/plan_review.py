@@ -57,6 +57,7 @@ PAGES = (
     ("pages/topology.py", "Topology"),
     ("pages/activation_memory.py", "Activation memory"),
     ("pages/tp_scaling.py", "TP scaling"),
+    ("pages/long_context.py", "Long context"),
 )
 
 

@@ -4,11 +4,12 @@ its ranks, the arrival skew and stragglers, the per-rank breakdown, and download
 
 import streamlit as st
 
-from profiler.analyzers.steps import STEP_DEFINITION, STEPS_DEFINITION, step_time_s
-from profiler.analyzers.summaries import ALL, HEAT_VALUES, slowest_ranks
+from profiler.analyzers.aggregates import ALL
+from profiler.analyzers.steps import STEP_DEFINITION, STEPS_DEFINITION, measured_step_s
 from ui import run_loaders, run_status, selection, timeline_charts, whatif_views
 from ui.routing import ensure_navigation
-from ui.text import md
+from ui.run_tables import HEAT_VALUES, slowest_ranks
+from ui.text import md, plural
 from ui.trace_sets import TraceSet
 
 BRUSH_KEY, WINDOW = "tl_brush", "win"  # the overview chart's selection; the window's query parameter
@@ -77,7 +78,7 @@ def timeline_page(s: TraceSet) -> None:
         return
     step, first, highlight, tables = _pickers(key, a)
     ranks = a.traces.rank_ids
-    _headline(a, tables["summary"], step)
+    _headline(a, tables["summary"], tables["counts"], step)
     if len(ranks) > run_loaders.MAX_GANTT_RANKS:  # too many for one Gantt: the all-ranks picture first
         _all_ranks(key, len(ranks))
     path = _gantts(key, step, first, ranks, highlight)
@@ -172,7 +173,7 @@ def _wanted_step(steps: list[str]) -> None:
     )
 
 
-def _headline(a, head: dict, step: int) -> None:
+def _headline(a, head: dict, counts: dict, step: int) -> None:
     ranks, world = a.traces.rank_ids, a.traces.world_size
     m = st.columns(5)
     m[0].metric(
@@ -180,7 +181,7 @@ def _headline(a, head: dict, step: int) -> None:
         f"{len(ranks):,}" if len(ranks) >= world else f"{len(ranks):,} of {world:,}",
         help=f"ranks traced, of the job's world size {world:,}",
     )
-    measured = step_time_s(a.bd, None if step == ALL else step)
+    measured = measured_step_s(a.traces.step_windows, a.bd, None if step == ALL else step)
     m[4].metric(
         "Measured step",
         "—" if measured is None else f"{measured * 1e3:,.2f} ms",
@@ -188,7 +189,11 @@ def _headline(a, head: dict, step: int) -> None:
         if step == ALL
         else f"step {step if step != -1 else '(the whole trace)'}: {STEP_DEFINITION}",
     )
-    m[1].metric("Collectives", f"{head['collectives']:,}", help="collective calls on all ranks in the chosen steps")
+    m[1].metric(
+        "Collectives",
+        f"{head['collectives']:,}",
+        help="collectives in the chosen steps, each counted once across the ranks that took part",
+    )
     m[2].metric(
         "Exposed communication",
         "—" if head["exposed_share"] is None else f"{head['exposed_share']:.0%}",
@@ -199,13 +204,12 @@ def _headline(a, head: dict, step: int) -> None:
         "—" if head["worst_skew_ms"] is None else f"{head['worst_skew_ms']:,.2f} ms",
         help="last start − first start of one collective instance across its group",
     )
-    sources = a.table["dim_source"].astype(str)
-    world, unknown = int((sources == "group_size").sum()), int((sources == "unknown").sum())
+    world, unknown = counts["world"], counts["unknown"]
     if world or unknown:
         st.caption(
-            f"No plan or group names tell the parallel dimension of {world + unknown:,} collectives: "
-            + (f"{world:,} span all ranks ('world'), " if world else "")
-            + (f"{unknown:,} are 'unknown', " if unknown else "")
+            f"No plan or group names tell the parallel dimension of {plural(world + unknown, 'collective')}: "
+            + (f"{world:,} {'spans' if world == 1 else 'span'} all ranks ('world'), " if world else "")
+            + (f"{unknown:,} {'is' if unknown == 1 else 'are'} 'unknown', " if unknown else "")
             + "give the job's plan or launch script (Upload, or `profiler analyze --plan`) to label them."
         )
 

@@ -3,8 +3,8 @@ dimension's groups drawn on their links and what moves under another rank order.
 
 import streamlit as st
 
+from parallel.core.rank_grid import max_window_nodes, same_order
 from parallel.core.topology import DEFAULT_ORDER, DIMS, ORDERS
-from parallel.core.topology_views import max_window_nodes, same_order
 from ui import loaders, run_views, topology_charts
 from ui.plan_form import PlanChoice, plan_form
 from ui.routing import ensure_navigation
@@ -109,6 +109,7 @@ def topology_page(choice: PlanChoice) -> None:
 ensure_navigation()
 st.title("Topology")
 run_views.adopt_run_plan()  # ?run= without a plan: start from the set's (or its traces') layout
-topology_choice = plan_form()
-if topology_choice.computable:
+topology_choice = plan_form(ask_model=run_views.model_question())
+run_views.adoption_note()  # the layout or GPU the plan took from the set, if it did
+if topology_choice.computable or not topology_choice.model_known:  # the layout needs no model
     topology_page(topology_choice)

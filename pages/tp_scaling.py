@@ -20,37 +20,23 @@ def _gbps(bytes_per_s: float) -> str:
     return f"{gb:,.0f} GB/s" if gb >= 10 else f"{gb:.2g} GB/s"
 
 
+def _compute_text(params: dict[str, str]) -> str:
+    mfu = params.get("mfu")
+    return (
+        f"every operator at {float(mfu):.0%} MFU" if mfu else "each operator timed from its shape on the cluster's GPU"
+    )
+
+
 def tp_scaling_page(choice: PlanChoice) -> None:
     model, cluster, plan = choice.model, choice.cluster, choice.plan
-    c1, c2 = st.columns([2, 2])
-    compute = c1.radio(
-        "Compute",
-        ["device", "mfu"],
-        key="tps_compute",
-        bind="query-params",
-        format_func={"device": "per operator, on the device", "mfu": "one MFU for everything"}.get,
-        help="per operator: each GEMM, the attention core and the element-wise traffic timed from its shape on "
-        "the cluster's GPU (small TP shards run further from peak)",
-    )
-    mfu = c2.slider(
-        "MFU",
-        min_value=0.1,
-        max_value=0.9,
-        value=0.5,
-        step=0.05,
-        key="tps_mfu",
-        bind="query-params",
-        disabled=compute != "mfu",
-        help="fraction of the GPU's peak FLOP/s every operator reaches",
-    )
-    view = loaders.scaling_view(choice.params, mfu if compute == "mfu" else None)
+    view = loaders.scaling_view(choice.params)  # compute: the sidebar's Modelling assumptions
     gpn = cluster.gpus_per_node
     st.caption(
         f"{model.name}: one layer, micro batch {plan.micro_batch} × {model.seq_len} tokens, recompute "
         f"{plan.recompute}, on {cluster.name} ({gpn} GPUs per node: {cluster.intra.name} "
         f"{_gbps(cluster.intra.bandwidth_bytes_per_s)} inside, {cluster.inter.name} "
         f"{_gbps(cluster.inter.bandwidth_bytes_per_s)} across, per GPU per direction). "
-        f"TP > {gpn} leaves the node."
+        f"TP > {gpn} leaves the node. Compute: {_compute_text(choice.params)} (the sidebar's Modelling assumptions)."
     )
     if view["notes"]:  # one box, not one per TP degree: a small model can leave out half the sweep
         st.info("\n".join(f"- {note}" for note in view["notes"]))
@@ -140,7 +126,8 @@ def lab_sweep_section() -> None:
 ensure_navigation()
 st.title("TP scaling")
 run_views.adopt_run_plan()  # ?run= without a plan: start from the set's (or its traces') layout
-scaling_choice = plan_form()
+scaling_choice = plan_form(ask_model=run_views.model_question())
+run_views.adoption_note()  # the layout or GPU the plan took from the set, if it did
 if scaling_choice.computable:
     tp_scaling_page(scaling_choice)
 lab_sweep_section()

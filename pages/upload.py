@@ -11,7 +11,7 @@ from parallel.core.specs import MODELS, SpecError
 from parallel.core.topology import DEFAULT_ORDER, ORDERS
 from ui import selection, trace_sets, uploads
 from ui.routing import ensure_navigation
-from ui.text import md, rank_span
+from ui.text import md
 
 NO_PLAN, PLAN_FILE, PLAN_DEGREES = "none", "plan file", "degrees"
 
@@ -90,7 +90,7 @@ def _store(checked: uploads.Checked, name: str, plan, model) -> None:
         return
     set_id = trace_sets.UPLOAD + path.name
     selection.select(set_id)
-    st.success(f"Stored **{md(path.name)}**: {len(checked.accepted)} file(s), {rank_span(checked.ranks)}.")
+    st.success(f"Stored **{md(path.name)}**: {checked.kept()}.")
     c1, c2 = st.columns(2)
     c1.page_link(
         selection.PAGES["timeline"],
@@ -130,8 +130,8 @@ def upload_page() -> None:
         st.warning("No file could be read as a trace; nothing to store.")
         return
     st.success(
-        f"Kept {len(checked.accepted)} file(s): {rank_span(checked.ranks)} of a job of world "
-        f"size {checked.world_size}." + (f" {len(checked.rejected)} rejected (above)." if checked.rejected else "")
+        f"Kept {checked.kept()} of a job of world size {checked.world_size}."
+        + (f" {len(checked.rejected)} rejected (above)." if checked.rejected else "")
     )
     st.dataframe(checked.rows(), hide_index=True, column_config={"MB": st.column_config.NumberColumn(format="%.2f")})
     missing = (checked.world_size or 0) - len({r for r in checked.ranks if r < (checked.world_size or 0)})

@@ -14,7 +14,7 @@ import streamlit as st
 from parallel.core.plan import CP_KINDS, RECOMPUTE, SCHEDULES
 from parallel.core.specs import MODELS
 from parallel.core.topology import DEFAULT_ORDER, ORDERS
-from ui.jobs import flags_of
+from profiler.collect.jobs import flags_of
 
 K = "job."
 DEFAULTS = {
@@ -25,7 +25,7 @@ DEFAULTS = {
     "cp": 1,
     "sp": True,
     "micro_batch": 1,
-    "global_batch": 0,
+    "global_batch": None,  # empty: dp × micro batch × pp, as `profiler run` takes it
     "vpp": 1,
     "zero": 0,
     "recompute": "none",
@@ -74,7 +74,16 @@ def job_form() -> tuple[list[str], str] | None:
         cols[4].toggle("SP", key=K + "sp", help="Megatron sequence parallelism (needs TP > 1)")
         cols = st.columns(5)
         _int(cols[0], "Micro batch", "micro_batch")
-        _int(cols[1], "Global batch", "global_batch", lo=0, hi=10**6, help="0: dp × micro batch × pp")
+        cols[1].number_input(
+            "Global batch",
+            min_value=1,
+            max_value=10**6,
+            step=1,
+            key=K + "global_batch",
+            value=None,
+            placeholder="dp × micro × pp",
+            help="empty: dp × micro batch × pp",
+        )
         _int(cols[2], "vpp", "vpp", hi=64, help="virtual pipeline stages per rank (interleaved 1F1B)")
         cols[3].selectbox(
             "ZeRO",
@@ -145,8 +154,6 @@ def job_form() -> tuple[list[str], str] | None:
     if not submitted:
         return None
     values = {key: ss.get(K + key) for key in DEFAULTS}
-    if not values["global_batch"]:
-        values["global_batch"] = None
     flags = flags_of(values)
     plan = f"{values['model']} DP{values['dp']} TP{values['tp']}{'+SP' if values['sp'] else ''} PP{values['pp']}" + (
         f" CP{values['cp']}" + ("" if values["cp_kind"] == "allgather" else f" {values['cp_kind']}")

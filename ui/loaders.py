@@ -9,16 +9,15 @@ from pathlib import Path
 import streamlit as st
 
 from parallel.core import long_context as long_context_data
-from parallel.core import memory_views as memory_data
+from parallel.core import memory_sweeps as memory_data
+from parallel.core import rank_grid as topology_data
 from parallel.core import scaling
-from parallel.core import topology_views as topology_data
 from parallel.core.memory import ActivationOptions, activation_bytes_per_layer
-from parallel.core.perf import PerfOptions
 from parallel.core.plan import Plan
-from parallel.core.report import plan_report
+from parallel.core.report import Options, plan_report
 from parallel.core.specs import Cluster, Model, SpecError
 from parallel.core.validate import check
-from parallel.review.urls import plan_from_params
+from parallel.review.urls import perf_of_params, plan_from_params
 from runfiles.rundir import load_json_object
 from ui.theme import link_names, link_words
 
@@ -39,10 +38,10 @@ def verdict(params: dict[str, str], act_bytes: int = 0) -> dict:
 @st.cache_data(show_spinner=False, max_entries=512)
 def plan_numbers(params: dict[str, str]) -> dict:
     """The plan's memory per GPU (bytes, the most loaded stage) and step time (s) as `python -m parallel
-    plan` and Plan review give them (parallel.core.report.plan_report, default assumptions); None where
-    the plan cannot be computed."""
+    plan` and Plan review give them (parallel.core.report.plan_report, under the URL's assumptions: `mfu`,
+    `dp_overlap`, else the model's own); None where the plan cannot be computed."""
     model, cluster, plan = inputs(params)
-    rep = plan_report(plan, model, cluster)
+    rep = plan_report(plan, model, cluster, Options(perf=perf_of_params(params)))
     memory = rep["memory_per_gpu_bytes"]
     return {
         "memory_per_gpu_bytes": None if memory is None else memory["total"],
@@ -108,14 +107,14 @@ def memory_view(params: dict[str, str], act_bytes: int, scope: str) -> dict:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def scaling_view(params: dict[str, str], mfu: float | None = None) -> dict:
+def scaling_view(params: dict[str, str]) -> dict:
     """parallel.core.scaling.tp_scaling for the plan's model and cluster under the plan's per-rank
     settings (micro batch, recompute, attention, TP overlap; compute per operator on the cluster's
-    device, or at `mfu`): frame (the prediction), table, highlights (SP as the plan has it) and notes
-    (TP degrees left out, and why)."""
+    device, or at the URL's `mfu`): frame (the prediction), table, highlights (SP as the plan has it)
+    and notes (TP degrees left out, and why)."""
     model, cluster, plan = inputs(params)
     names = link_words(cluster)
-    df = scaling.tp_scaling(model, cluster, plan=plan, perf=PerfOptions(mfu=mfu))
+    df = scaling.tp_scaling(model, cluster, plan=plan, perf=perf_of_params(params))
     return {
         "frame": df,
         "table": scaling.summary_table(df, names),

@@ -1,4 +1,4 @@
-"""Altair chart builders for the Activation-memory page (frames of parallel.core.memory_views in, charts out).
+"""Altair chart builders for the Activation-memory page (frames of parallel.core.memory_sweeps in, charts out).
 
 Stacked bars: one segment per component of parallel.core.memory, coloured by the paper's group
 (attention / MLP / LayerNorm-dropout-residual), without SP beside with SP. Pure: altair, pandas.
@@ -9,16 +9,10 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from parallel.core.memory_views import (
-    GROUPS,
-    MODEL_STATE_KINDS,
-    SP_LABEL,
-    STATE_KINDS,
-    capacity_drawn,
-    stage_unit,
-    with_units,
-)
+from parallel.core.memory_sweeps import GROUPS, MODEL_STATE_KINDS, SP_LABEL, STATE_KINDS
 from parallel.core.plan import RECOMPUTE
+from parallel.core.specs import GiB
+from ui.text import MiB
 from ui.theme import GROUP_COLORS, MEMORY_COLORS, scale
 
 _SP_ORDER = [SP_LABEL[False], SP_LABEL[True]]
@@ -226,3 +220,20 @@ def model_state_chart(df: pd.DataFrame) -> alt.FacetChart:
         .facet(column=alt.Column("kind:N", title=None, sort=list(MODEL_STATE_KINDS)))
         .resolve_scale(y="independent")
     )
+
+
+def stage_unit(df: pd.DataFrame) -> str:
+    """GiB for real models, MiB when even the fullest stage holds under 1 GiB (frame of stage_memory)."""
+    return "GiB" if len(df) and df["total_bytes"].max() >= GiB else "MiB"
+
+
+def capacity_drawn(df: pd.DataFrame) -> bool:
+    """Whether the GPU's memory belongs on the stage chart: not when the fullest stage uses under 2 %
+    of it, since the bars would flatten to nothing under the line (frame of stage_memory)."""
+    return bool(len(df)) and df["total_bytes"].max() >= 0.02 * df["capacity_bytes"].max()
+
+
+def with_units(df: pd.DataFrame, unit: str, *columns: str) -> pd.DataFrame:
+    """`df` with each bytes column also in `unit` ('MiB' or 'GiB'): column name '<col>_<unit>'."""
+    div = {"MiB": MiB, "GiB": GiB}[unit]
+    return df.assign(**{f"{c}_{unit}": df[c] / div for c in columns})

@@ -4,12 +4,19 @@
     if choice.computable:
         my_page(choice)            # choice.params (plain strings: cache keys), .model, .cluster, .plan
 
+    choice = plan_form(ask_model=run_views.model_question())   # a job whose model is unknown:
+    choice.model_known             # False until the user picks one; then nothing depends on a stand-in
+
 State: the widgets (keys `plan.<param>` in st.session_state) are the truth while the user edits;
 each run re-asserts them so they survive page switches (widget state is per page otherwise) and
 writes the full plan into `st.query_params` (parallel.review.urls' keys, all of them). A URL whose plan
 differs from what this session last wrote — a shared link, or one edited by hand — is adopted into
 the widgets; a bad value in it is shown with the plan model's message (never a traceback) and
 its key takes the default.
+
+A job whose model ParaScope does not know (an uploaded trace set, `?run=upload:NAME`) opens without a
+`model` in the URL: the form then asks for the model first, at the top of the page, and shows no memory,
+time or verdict until one is picked (the plan's layout, which needs no model, stays usable).
 """
 
 from __future__ import annotations
@@ -19,14 +26,17 @@ from dataclasses import dataclass
 import streamlit as st
 
 from parallel.core.plan import PLAN_FIELDS, Plan, parse_value
+from parallel.core.rank_grid import same_order
 from parallel.core.specs import CLUSTERS, MODELS, Cluster, GiB, Model, SpecError
 from parallel.core.topology import ORDERS
-from parallel.core.topology_views import same_order
 from parallel.core.validate import nearest_computable
 from parallel.review.urls import (
+    ASSUMPTION_KEYS,
     DEFAULT_PARAMS,
     KEYS,
     PLAN_KEYS,
+    assumption_of,
+    assumption_params,
     gpu_memory_gib,
     plan_from_params,
     plan_to_params,
@@ -45,6 +55,7 @@ _SECTIONS = {  # the schema's groups (Knob.group) as the form's expanders
     "stages": "Uneven pipeline stages",
 }
 _UNSET = "default"  # an optional field's "not set" choice in a selectbox
+_ASK = "plan_ask_model"  # the main area's model picker, drawn while the job's model is unknown
 
 
 @dataclass(frozen=True)
@@ -55,23 +66,30 @@ class PlanChoice:
     plan: Plan
     errors: tuple[str, ...]
     warnings: tuple[str, ...]
-    computable: bool  # False when the model cannot be split this way: nothing can be drawn
+    computable: bool  # False when the model cannot be split this way (or is unknown): nothing can be drawn
+    model_known: bool = True  # False: the job's model is unknown and none is picked; `model` is a placeholder
 
     @property
     def label(self) -> str:
         c = self.cluster
         memory = f" of {c.gpu_memory_bytes / GiB:,.1f} GiB" if "gpumem" in self.params else ""
-        return f"{self.model.name} on {c.name} {c.nodes}×{c.gpus_per_node} GPUs{memory} · {self.plan.label()}"
+        model = self.model.name if self.model_known else "model unknown"
+        return f"{model} on {c.name} {c.nodes}×{c.gpus_per_node} GPUs{memory} · {self.plan.label()}"
 
 
 def _widget_values(params: dict[str, str]) -> dict[str, object]:
     """Query-param strings (a whole plan, as plan_to_params writes it) -> the widgets' typed values."""
     _, _, plan = plan_from_params(params)
     out: dict[str, object] = {
-        "model": params["model"],
+        "model": params.get("model"),  # None: the job's model is unknown (see plan_form's ask_model)
         "cluster": params["cluster"],
         "nodes": int(params["nodes"]),
         "gpn": int(params["gpn"]),
+        # the step model's assumptions, as Plan review's "Modelling assumptions" (absent: the model's own)
+        "compute": "mfu" if params.get("mfu") else "device",
+        "mfu": float(params.get("mfu") or 0.5),
+        "dp_fixed": bool(params.get("dp_overlap")),
+        "dp_overlap": float(params.get("dp_overlap") or 0.0),
     }
     for key, spec in _SPEC.items():
         value = getattr(plan, spec.name)
@@ -84,12 +102,12 @@ def _set_widgets(params: dict[str, str]) -> None:
         st.session_state[_PREFIX + key] = value
 
 
-def _adopt_url() -> list[str]:
+def _adopt_url(model_unknown: bool) -> list[str]:
     """Put a newly opened or hand-edited URL's plan into the widgets (its usable keys; missing keys
-    take their defaults); the messages of its bad values. Otherwise keep the widgets' values,
-    re-asserted so that they survive a page switch (widget state is per page)."""
+    take their defaults, but no model when `model_unknown`); the messages of its bad values. Otherwise
+    keep the widgets' values, re-asserted so that they survive a page switch (widget state is per page)."""
     ss = st.session_state
-    url = {k: st.query_params[k] for k in KEYS if k in st.query_params}
+    url = {k: st.query_params[k] for k in (*KEYS, *ASSUMPTION_KEYS) if k in st.query_params}
     written = ss.get(_WRITTEN)
     if url and (written is None or any(written.get(k) != v for k, v in url.items()) or set(url) - set(written)):
         good, errors = usable_params(url)
@@ -101,11 +119,22 @@ def _adopt_url() -> list[str]:
         params = plan_to_params(model.name, cluster.name, cluster.nodes, plan, cluster.gpus_per_node)
         if plan.order not in ORDERS:  # a valid order the form does not list: the listed one equal to it
             params["order"] = next((o for o in ORDERS if same_order(o, plan.order)), DEFAULT_PARAMS["order"])
+        for key in ASSUMPTION_KEYS:
+            if key in url:
+                try:
+                    assumption_of(key, url[key])
+                    params[key] = url[key]
+                except SpecError as err:
+                    errors.append(str(err))
         _set_widgets(params)
+        if model_unknown and "model" not in url:
+            ss[_PREFIX + "model"] = None
         return errors
     fallback = _widget_values(written or DEFAULT_PARAMS)
     for key, value in fallback.items():
         ss[_PREFIX + key] = ss[_PREFIX + key] if _PREFIX + key in ss else value
+    if ss[_PREFIX + "model"] is None and not model_unknown:  # left a job's page for plain planning
+        ss[_PREFIX + "model"] = DEFAULT_PARAMS["model"]
     return []
 
 
@@ -158,7 +187,8 @@ def _widgets() -> dict[str, str]:
         "Model",
         list(MODELS),
         key=k + "model",
-        format_func=lambda n: f"{n} ({MODELS[n].layers} layers, h {MODELS[n].hidden})",
+        format_func=_model_text,
+        placeholder="unknown: pick the job's model",
     )
     c0, c1, c2 = sb.columns([4, 2, 2])
     c0.selectbox("Cluster", list(CLUSTERS), key=k + "cluster")
@@ -183,13 +213,15 @@ def _widgets() -> dict[str, str]:
             for key, spec in _SPEC.items():
                 if key not in _MAIN and spec.knob.group == group:
                     _field_widget(st, key)
+    _assumption_widgets(sb)
     ss = st.session_state
     values = {}
     for key, spec in _SPEC.items():
         value = ss[k + key]
         values[key] = None if value == _UNSET or (value is None and spec.kind == "opt_int") else value
+    model = ss[k + "model"]  # None: the job's model is unknown
     place = {
-        "model": ss[k + "model"],
+        "model": model or DEFAULT_PARAMS["model"],
         "cluster": ss[k + "cluster"],
         "nodes": str(int(ss[k + "nodes"])),
         "gpn": str(int(ss[k + "gpn"])),
@@ -198,8 +230,44 @@ def _widgets() -> dict[str, str]:
         plan = Plan(**{_SPEC[key].name: parse_value(_SPEC[key], v) for key, v in values.items()})
     except SpecError as err:  # each widget offers legal values only; some combinations are not
         st.sidebar.error(md(err))
-        return {**place, **{key: value for key, value in DEFAULT_PARAMS.items() if key in PLAN_KEYS}}
-    return plan_to_params(place["model"], place["cluster"], int(place["nodes"]), plan, int(place["gpn"]))
+        params = {**place, **{key: value for key, value in DEFAULT_PARAMS.items() if key in PLAN_KEYS}}
+    else:
+        params = plan_to_params(place["model"], place["cluster"], int(place["nodes"]), plan, int(place["gpn"]))
+    if model is None:  # no stand-in's name in the URL: a copied link still asks for the model
+        del params["model"]
+    mfu = float(ss[k + "mfu"]) if ss[k + "compute"] == "mfu" else None
+    return {**params, **assumption_params(mfu, float(ss[k + "dp_overlap"]) if ss[k + "dp_fixed"] else None)}
+
+
+def _assumption_widgets(sb) -> None:
+    """The step model's assumptions, as Plan review's: its links carry them (`mfu`, `dp_overlap`)."""
+    k = _PREFIX
+    with sb.expander("Modelling assumptions"):
+        compute = st.radio(
+            "Compute",
+            ["device", "mfu"],
+            key=k + "compute",
+            format_func={"device": "per operator, on the device", "mfu": "one MFU for everything"}.get,
+            help="per operator: each GEMM, the attention core and the element-wise traffic timed from its shape "
+            "on the cluster's GPU (parallel.core.compute); one MFU: every FLOP at this fraction of the GPU's peak",
+        )
+        st.slider("MFU", 0.1, 1.0, step=0.05, key=k + "mfu", disabled=compute != "mfu")
+        fixed = st.toggle(
+            "Fixed DP overlap", key=k + "dp_fixed", help="off: the plan's own grad-reduce / param-gather overlap"
+        )
+        st.slider(
+            "DP overlap",
+            0.0,
+            1.0,
+            step=0.05,
+            key=k + "dp_overlap",
+            disabled=not fixed,
+            help="fraction of gradient reduction hidden behind backward",
+        )
+
+
+def _model_text(name: str) -> str:
+    return f"{name} ({MODELS[name].layers} layers, h {MODELS[name].hidden})"
 
 
 def _gpu_memory(params: dict[str, str]) -> list[str]:
@@ -224,17 +292,20 @@ def _gpu_memory(params: dict[str, str]) -> list[str]:
     return []
 
 
-def plan_form(activations: dict | None = None) -> PlanChoice:
+def plan_form(activations: dict | None = None, *, ask_model: str | None = None) -> PlanChoice:
     """Sidebar form + URL sync; shows the plan's memory per GPU and step time (as Plan review and `python
     -m parallel plan` give them) and its errors and warnings at the top of the page. `activations`:
     loaders.verdict's act_bytes, when the page draws its numbers with another bytes per activation than
-    the model's (its memory check then uses the same)."""
-    url_errors = _adopt_url()
+    the model's (its memory check then uses the same). `ask_model`: why the job's model is unknown
+    (ui.run_views.model_question); until a model is picked the form asks for it first and shows no
+    number, error or warning that would come from a stand-in (choice.model_known is False)."""
+    url_errors = _adopt_url(ask_model is not None)
     params = _widgets()
+    known = "model" in params
     url_errors += _gpu_memory(params)
     if any(st.query_params.get(k) != v for k, v in params.items()):
         st.query_params.update(params)
-    for key in KEYS:  # a field back at its default leaves the link
+    for key in (*KEYS, *ASSUMPTION_KEYS):  # a field back at its default leaves the link
         if key not in params and key in st.query_params:
             del st.query_params[key]
     st.session_state[_WRITTEN] = params
@@ -244,12 +315,24 @@ def plan_form(activations: dict | None = None) -> PlanChoice:
         st.error(f"This plan cannot be built: {md(err)}. Showing the default plan.")
         params = dict(DEFAULT_PARAMS)
         model, cluster, plan = plan_from_params(params)
-    verdict = loaders.verdict(params, **(activations or {}))
+    if known:
+        verdict = loaders.verdict(params, **(activations or {}))
+    else:  # a stand-in's memory check or split errors would read as the job's
+        verdict = {"errors": [], "warnings": [], "computable": False}
     choice = PlanChoice(
-        params, model, cluster, plan, tuple(verdict["errors"]), tuple(verdict["warnings"]), verdict["computable"]
+        params,
+        model,
+        cluster,
+        plan,
+        tuple(verdict["errors"]),
+        tuple(verdict["warnings"]),
+        verdict["computable"],
+        model_known=known,
     )
     st.sidebar.button("Reset to the default plan", on_click=_reset, width="stretch", key="plan_reset")
     st.sidebar.caption("The URL holds this plan: copy it to share the view.")
+    if not known:
+        _ask_for_model(ask_model or "The job's model is unknown.")
     st.caption(choice.label)
     if choice.computable:
         _plan_numbers(params)
@@ -268,9 +351,31 @@ def plan_form(activations: dict | None = None) -> PlanChoice:
             )
     for message in choice.warnings:
         st.warning(md(message))
-    if not choice.computable:
+    if known and not choice.computable:
         _offer_fixes(model, cluster, plan)
     return choice
+
+
+def _pick_model() -> None:
+    st.session_state[_PREFIX + "model"] = st.session_state[_ASK]
+
+
+def _ask_for_model(why: str) -> None:
+    """The page's first words while the job's model is unknown, and the picker that ends it."""
+    st.warning(
+        f"**Which model did this job train?** {md(why)} Memory per GPU, step time and what fits depend on the "
+        "model, so this page shows none of them until you pick it, below or in the sidebar (the closest preset "
+        "if it is none of them)."
+    )
+    st.selectbox(
+        "The job's model",
+        list(MODELS),
+        index=None,
+        key=_ASK,
+        on_change=_pick_model,
+        format_func=_model_text,
+        placeholder="Pick the job's model",
+    )
 
 
 def _plan_numbers(params: dict[str, str]) -> None:

@@ -26,11 +26,12 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from profiler.analyzers import summaries as run_data
-from profiler.analyzers import whatif_tables as whatif_data
+from profiler.analyzers import aggregates
 from profiler.analyzers.front import TraceAnalysis
 from profiler.traces.model import node_of_ranks
 from runfiles.rundir import METRICS_JSON, read_json
+from ui import run_tables
+from ui import whatif_tables as whatif_data
 from ui.text import md
 from ui.trace_sets import TraceSet
 
@@ -115,8 +116,8 @@ def analysis(key: tuple) -> Analysis:
     return Analysis(
         front=front,
         strag=front.stragglers(top=None),
-        steps=run_data.steps_of(front.breakdown),
-        inst_steps=run_data.instance_steps(front.collectives),
+        steps=run_tables.steps_of(front.breakdown),
+        inst_steps=aggregates.instance_steps(front.collectives),
     )
 
 
@@ -246,9 +247,9 @@ def _cancel(key: tuple) -> None:
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def heat(key: tuple) -> pd.DataFrame:
-    """Every rank x step: step time, exposed communication, arrival lateness (run_data.rank_step_heat)."""
+    """Every rank x step: step time, exposed communication, arrival lateness (aggregates.rank_step_heat)."""
     b = analysis(key)
-    return run_data.rank_step_heat(b.bd, b.front.per_rank_wait, b.inst_steps)
+    return aggregates.rank_step_heat(b.bd, b.front.per_rank_wait, b.inst_steps)
 
 
 def _budget(total: int, ranks: int, lo: int, hi: int) -> int:
@@ -262,12 +263,12 @@ def _ranks(b: Analysis, first_rank: int) -> list[int]:
 @st.cache_data(show_spinner=False, max_entries=32)
 def overview_view(key: tuple, step: int, first_rank: int) -> dict:
     """The whole of `step` for ranks [first_rank, first_rank + MAX_GANTT_RANKS), coarse: frame (columns
-    run_data.OVERVIEW_COLUMNS), span (0, step length in ms), t0_ns (the step's start), ranks."""
+    run_tables.OVERVIEW_COLUMNS), span (0, step length in ms), t0_ns (the step's start), ranks."""
     b = analysis(key)
-    t0, t1 = run_data.step_span(b.bd, b.offsets, step)
+    t0, t1 = run_tables.step_span(b.bd, b.offsets, step)
     ranks = _ranks(b, first_rank)
     rects = b.front.timeline(ranks=ranks, start_ns=t0, end_ns=t1, max_rects=_budget(OVERVIEW_RECTS, len(ranks), 8, 60))
-    frame = run_data.gantt_frame(rects, b.table, t0_ns=t0)[run_data.OVERVIEW_COLUMNS]
+    frame = run_tables.gantt_frame(rects, b.table, t0_ns=t0)[run_tables.OVERVIEW_COLUMNS]
     return {"frame": frame, "span": (0.0, (t1 - t0) / 1e6), "t0_ns": t0, "ranks": ranks}
 
 
@@ -276,7 +277,7 @@ def detail_view(key: tuple, step: int, window: tuple[float, float] | None, first
     """`window` of `step` (ms from the step's start, clipped to it; None: the whole step) in detail,
     within the detail budget (timeline's level of detail): frame, window (None when the whole step)."""
     b = analysis(key)
-    t0, t1 = run_data.step_span(b.bd, b.offsets, step)
+    t0, t1 = run_tables.step_span(b.bd, b.offsets, step)
     span = (0.0, (t1 - t0) / 1e6)
     if window is not None:
         lo, hi = max(span[0], window[0]), min(span[1], window[1])
@@ -289,7 +290,7 @@ def detail_view(key: tuple, step: int, window: tuple[float, float] | None, first
         end_ns=t0 + int(w[1] * 1e6),
         max_rects=_budget(DETAIL_RECTS, len(ranks), 20, 400),
     )
-    return {"frame": run_data.gantt_frame(rects, b.table, t0_ns=t0), "window": window}
+    return {"frame": run_tables.gantt_frame(rects, b.table, t0_ns=t0), "window": window}
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -298,14 +299,16 @@ def step_tables(key: tuple, step: int) -> dict:
     (dim, op), the worst stragglers."""
     b = analysis(key)
     out = {
-        "breakdown": run_data.breakdown_table(b.bd, step),
-        "parts": run_data.breakdown_parts(b.bd, step),
-        "dims": run_data.dim_table(b.by_dim, step),
-        "skew": run_data.skew_table(b.inst, b.inst_steps, step),
-        "stragglers": run_data.straggler_table(b.strag, b.inst_steps, step).head(20),
+        "breakdown": run_tables.breakdown_table(b.bd, step),
+        "parts": run_tables.breakdown_parts(b.bd, step),
+        "dims": run_tables.dim_table(b.by_dim, step, b.table),
+        "counts": aggregates.collective_counts(b.table, step),
+        "skew": aggregates.skew_table(b.inst, b.inst_steps, step),
+        "stragglers": run_tables.straggler_table(b.strag, b.inst_steps, step).head(20),
     }
-    out["labels"] = run_data.straggler_labels(out["stragglers"])
-    out["summary"] = run_data.step_summary(out["breakdown"], out["dims"], out["skew"])
+    out["labels"] = run_tables.straggler_labels(out["stragglers"])
+    out["summary"] = run_tables.step_summary(out["breakdown"], out["skew"], out["counts"])
+    out["skew"] = out["skew"].rename(columns=lambda c: c.replace("_", " "))  # the table's headers
     moved = b.offsets[b.offsets["offset_ns"] != 0]
     out["clock_note"] = (
         f"Clocks of {len(moved)} ranks shifted onto rank {int(b.offsets['rank'].min())}'s clock "
@@ -319,7 +322,7 @@ def step_tables(key: tuple, step: int) -> dict:
 @st.cache_data(show_spinner=False, max_entries=16)
 def rank_values(key: tuple) -> pd.DataFrame:
     b = analysis(key)
-    return run_data.rank_values(b.bd, b.table, b.inst)
+    return run_tables.rank_values(b.bd, b.table, b.inst)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -333,14 +336,14 @@ def layout(key: tuple):
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def device(key: tuple) -> dict | None:
-    """The GPU the set ran on (profiler.analyzers.summaries.job_device)."""
-    return run_data.job_device(analysis(key).traces.ranks)
+    """The GPU the set ran on (profiler.analyzers.aggregates.job_device)."""
+    return aggregates.job_device(analysis(key).traces.ranks)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def tp_measured(key: tuple) -> pd.DataFrame:
     b = analysis(key)
-    return run_data.tp_measured(b.table, node_of_ranks(b.traces.run, b.traces.hosts()))
+    return aggregates.tp_measured(b.table, node_of_ranks(b.traces.run, b.traces.hosts()))
 
 
 def perfetto_bytes(key: tuple) -> bytes:
@@ -379,9 +382,9 @@ def critical_path(key: tuple, step: int) -> dict:
 
     b = analysis(key)
     g = b.front.graph
-    t0, t1 = run_data.step_span(b.bd, b.offsets, step)
+    t0, t1 = run_tables.step_span(b.bd, b.offsets, step)
     rp = replay(g)
-    steps = b.steps if step == run_data.ALL else [step]
+    steps = b.steps if step == aggregates.ALL else [step]
     path = pd.concat([path_of(g, rp, s) for s in steps], ignore_index=True)
     frame = whatif_data.path_frame(path, t0)
     return {

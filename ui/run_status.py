@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import jobs, trace_sets
+from profiler.collect import jobs
+from ui import trace_sets
 from ui.text import md
 from ui.trace_sets import TraceSet
 

@@ -1,12 +1,15 @@
 """Measured data of a run on the plan pages, when the URL names one (`?run=`, from Home's links):
 
+    adopt_run_plan()                   # ?run= and no plan: start from the set's plan (or its layout)
+    plan_form(ask_model=model_question())  # the set's model unknown: the form asks for it first
+    adoption_note()                    # under the form: what the adopted plan stands on
     topology_measured(choice, cells)   # Topology: the rank grid coloured by a measured per-rank value
     memory_measured(choice)            # Activation memory: metrics.json's measured bytes beside predicted
     tp_measured(choice)                # TP scaling: measured busbw points (traces' TP-group collectives,
                                        # commbench results) for busbw_chart's `measured`
 
 Each draws nothing unless a set is named, and says why when it cannot draw (no traces yet, a plan
-of another size, no metrics.json). Widgets -> cached loaders -> profiler.analyzers.summaries -> chart builders.
+of another size, no metrics.json). Widgets -> cached loaders -> profiler.analyzers.aggregates and ui.run_tables -> chart builders.
 """
 
 from __future__ import annotations
@@ -17,15 +20,16 @@ import pandas as pd
 import streamlit as st
 
 from parallel.core.devices import cluster_for_device
-from parallel.core.memory_views import MetricsError, bytes_text, measured_vs_predicted, model_state_vs_predicted
+from parallel.core.memory_sweeps import MetricsError, measured_vs_predicted, model_state_vs_predicted
+from parallel.core.rank_grid import with_rank_values
 from parallel.core.specs import CLUSTERS, MODELS, GiB
-from parallel.core.topology_views import with_rank_values
-from profiler.analyzers import summaries as run_data
-from profiler.analyzers.summaries import RANK_VALUES, metrics_summary
+from profiler.analyzers import aggregates
+from profiler.analyzers.aggregates import metrics_summary
 from ui import memory_charts, run_loaders, topology_charts, trace_sets
 from ui.plan_form import PlanChoice
+from ui.run_tables import RANK_VALUES
 from ui.selection import KEY, PAGES
-from ui.text import md
+from ui.text import bytes_text, md
 from ui.trace_sets import TraceSet
 
 
@@ -46,7 +50,8 @@ PLAN_KEYS = ("model", "dp", "tp", "pp")
 def adopt_run_plan() -> None:
     """A plan page opened with ?run= and no plan in the URL starts from the set's plan; a set that came
     without one, from the layout its process groups show, else from a guess of its world size, and
-    says which. Once per set: afterwards the sidebar is the user's."""
+    says which. A set whose model is no preset gets no model in the URL (no stand-in): the plan form
+    asks for it (model_question). Once per set: afterwards the sidebar is the user's."""
     s = _named_set()
     if s is None or any(k in st.query_params for k in PLAN_KEYS):
         return
@@ -64,7 +69,7 @@ def adopt_run_plan() -> None:
             guess = None if s.plan_obj else run_loaders.layout(run_loaders.set_key(s))
         except TraceError:
             return  # the measured section below says why the traces cannot be read
-    params = trace_sets.plan_params(s, guess.plan if guess else None, device)
+    params = _set_params(s, guess.plan if guess else None, device)
     if guess is not None:
         label = guess.plan.label()
         note = (
@@ -73,18 +78,33 @@ def adopt_run_plan() -> None:
             else f"{s.name} came without a plan and {guess.evidence}: this is a guess, {label} over its "
             f"{guess.plan.world_size} ranks. Set the real layout in the sidebar."
         )
-    if params and s.model not in MODELS:  # never show a preset's numbers as the job's without saying so
-        stand_in = (
-            f"{s.name} names no model ParaScope knows{f' ({s.model})' if s.model else ''}: the plan pages show "
-            f"{params['model']} as a stand-in, and its memory and time are that model's, not the job's. Pick the "
-            "job's model in the sidebar (or upload the job's launch script with the traces)."
-        )
-        note = f"{note} {stand_in}" if note else stand_in
     if params and device and s.cluster not in CLUSTERS:
         note = f"{note} {_device_note(device, params)}" if note else _device_note(device, params)
     if params:
         st.query_params.update(params)
         st.session_state[ADOPTED] = (s.id, note)
+
+
+def _set_params(s: TraceSet, plan=None, device: dict | None = None) -> dict[str, str] | None:
+    """trace_sets.plan_params without a stand-in model: a set whose model is no preset opens with no
+    `model` in the URL, and the plan form asks for it (model_question)."""
+    params = trace_sets.plan_params(s, plan, device)
+    if params and s.model not in MODELS:
+        del params["model"]
+    return params
+
+
+def model_question() -> str | None:
+    """Why the job's model must be asked for, while the URL names a set whose model ParaScope does not
+    know and no model has been picked (none in the URL); None otherwise. For plan_form's ask_model."""
+    if "model" in st.query_params:
+        return None
+    s = _named_set()
+    if s is None or s.model in MODELS:
+        return None
+    named = f" (its plan calls it {s.model})" if s.model else ""
+    hint = "; the job's launch script, uploaded with its traces, names it" if s.kind == "upload" else ""
+    return f"{s.name} names no model ParaScope knows{named}{hint}."
 
 
 def _device_note(device: dict, params: dict[str, str]) -> str:
@@ -94,16 +114,19 @@ def _device_note(device: dict, params: dict[str, str]) -> str:
     others = f" (and {', '.join(device['others'])} on other ranks)" if device["others"] else ""
     if cluster_for_device(device["name"]) == params["cluster"]:
         return f"Its traces' deviceProperties name the GPU: {said}{others}, so the plan pages use {params['cluster']}."
-    gpumem = f", with the job's {float(params['gpumem']):,.1f} GiB per GPU" if "gpumem" in params else ""
+    gpumem = ", with the job's memory per GPU" if "gpumem" in params else ""
     return (
         f"Its traces' deviceProperties name the GPU: {said}{others}. ParaScope has no cluster of it: the plan "
         f"pages use {params['cluster']}'s links and FLOP/s{gpumem}."
     )
 
 
-def _adopted_note(s: TraceSet) -> None:
+def adoption_note() -> None:
+    """What the plan in the sidebar stands on, under the plan form, when it came from the URL's set: a
+    layout inferred or guessed from its traces, the GPU they name."""
+    s = _named_set()
     done = st.session_state.get(ADOPTED)
-    if done and done[0] == s.id and done[1]:
+    if s is not None and done and done[0] == s.id and done[1]:
         st.info(md(done[1]))
 
 
@@ -113,7 +136,6 @@ def _header(s: TraceSet, what: str) -> None:
     c2.button(
         "Hide", key=f"hide_measured_{what}", on_click=_forget, help="plan without the run (drops ?run= from the URL)"
     )
-    _adopted_note(s)
 
 
 def _same_size(s: TraceSet, choice: PlanChoice) -> bool:
@@ -122,7 +144,7 @@ def _same_size(s: TraceSet, choice: PlanChoice) -> bool:
             f"{s.name} ran on {s.world_size} ranks ({s.plan_label}) but the plan in the sidebar has "
             f"{choice.plan.world_size}; open the run's own plan to compare rank by rank."
         )
-        params = trace_sets.plan_params(s)
+        params = _set_params(s)
         if params:
             st.page_link(
                 PAGES["topology"],
@@ -314,7 +336,7 @@ def tp_measured(choice: PlanChoice) -> pd.DataFrame | None:
         if up is not None:
             found[up.name] = _json(up.getvalue())
         for name, data in found.items():
-            bench = run_data.commbench_points(data) if isinstance(data, dict) else None
+            bench = aggregates.commbench_points(data) if isinstance(data, dict) else None
             if bench is None or bench.empty:
                 st.warning(f"{md(name)}: no all_reduce rows with a group size and busbw (is it commbench's JSON?)")
                 continue

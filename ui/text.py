@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import re
 
+from parallel.core.specs import GiB
+
+MiB = 2**20
+
 # What can start Markdown or a Streamlit directive inside a line: emphasis, code, links and images,
 # HTML, LaTeX, tables, strikethrough. Other punctuation stays as it is, so messages read the same.
 _INLINE = re.compile(r"([\\`*_\[\]<>!$|~])")
@@ -39,3 +43,17 @@ def rank_span(ranks) -> str:
     if len(ranks) <= 8:
         return "ranks " + ", ".join(f"{r:,}" for r in ranks)
     return f"ranks {ranks[0]:,} … {ranks[-1]:,} ({len(ranks):,})"
+
+
+def bytes_text(n: float) -> str:
+    """12.5 MiB, 3.1 GiB, 96 KiB: a metric's value in the unit that keeps it readable (a tiny model's
+    layer is a few hundred KiB, which '0 MiB' hid)."""
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
+        if abs(n) >= size:
+            return f"{n / size:,.3g} {unit}" if abs(n) < 100 * size else f"{n / size:,.0f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def plural(n: int, noun: str) -> str:
+    """'1 collective', '2 collectives', '1,024 ranks'."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"

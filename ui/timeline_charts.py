@@ -1,4 +1,4 @@
-"""Altair chart builders for the Collective timeline page (frames of profiler.analyzers.summaries in).
+"""Altair chart builders for the Collective timeline page (frames of ui.run_tables in).
 
     gantt_overview_chart(frame, window=(a, b))   # every rank, coarse; drag to brush a time window
     gantt_detail_chart(frame, window=(a, b))     # the window in detail; click a collective to highlight
@@ -15,7 +15,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from profiler.analyzers.summaries import PARTS
+from ui.run_tables import PARTS
 from ui.theme import ACTIVITY_COLORS, scale
 
 PATH_COLOR = "#d6336c"  # the critical path: a colour no activity uses
@@ -83,7 +83,8 @@ def overview_classes(frame: pd.DataFrame) -> list[str]:
 
 def critical_path_layers(path: pd.DataFrame, links: pd.DataFrame, span: tuple[float, float], n: int) -> list[alt.Chart]:
     """The cross-rank critical path over a Gantt: a dark rule along each segment on its rank's row
-    (profiler.analyzers.whatif_tables.path_frame) and a vertical hop where the path changes rank (path_links)."""
+    (ui.whatif_tables.path_frame), dotted where the rank was idle (no kernel, no host
+    code), and a vertical hop where the path changes rank (path_links)."""
     seg = (
         alt.Chart(path)
         .mark_rule(color=PATH_COLOR, strokeWidth=3, opacity=0.9)
@@ -91,6 +92,7 @@ def critical_path_layers(path: pd.DataFrame, links: pd.DataFrame, span: tuple[fl
             x=_x(span, OVERVIEW_X),  # the Gantt's own axis title: Vega appends a different one to it
             x2=alt.X2("end_ms"),
             y=_rank_y(n),
+            strokeDash=alt.condition("datum.kind == 'idle'", alt.value([2, 3]), alt.value([1, 0])),
             tooltip=[
                 alt.Tooltip("rank:O"),
                 alt.Tooltip("category:N", title="on the path"),

@@ -1,4 +1,4 @@
-"""Altair chart builders for the Topology page; each takes frames of parallel.core.topology_views, returns a chart.
+"""Altair chart builders for the Topology page; each takes frames of parallel.core.rank_grid, returns a chart.
 
 Layout: nodes along x, local GPUs along y (GPU 0 at the top), one cell per GPU. Cell geometry is
 computed in the browser (Vega `calculate`), so the data sent is one short row per GPU.
@@ -165,7 +165,7 @@ def gpu_grid_chart(
 
 
 def rank_values_chart(cells: pd.DataFrame, column: str, *, title: str, fmt: str = ",.3g") -> alt.Chart:
-    """The GPU grid coloured by a measured per-rank value (parallel.core.topology_views.with_rank_values);
+    """The GPU grid coloured by a measured per-rank value (parallel.core.rank_grid.with_rank_values);
     ranks without a measurement are grey. The hook for runs: exposed communication, busbw, ..."""
     return (
         _cells_base(cells)

@@ -7,7 +7,7 @@ progress, by id. An id is what the `run` query parameter holds, so a copied URL 
 
 Where: runs under $PARASCOPE_RUNS (default ./runs), uploads under $PARASCOPE_UPLOADS (default
 ./uploads). A run's state is runfiles.runs.read_run's (its run.json, written by `python -m profiler
-run`), corrected by its job record (ui.jobs) when the dashboard started it: a process that is gone
+run`), corrected by its job record (profiler.collect.jobs) when the dashboard started it: a process that is gone
 while run.json still says running (or never wrote one) is a failed run, or a cancelled one.
 
 Pure: stdlib, parallel/ and runfiles.runs (no streamlit, no torch).
@@ -23,8 +23,8 @@ from parallel.core.devices import cluster_for_device
 from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, MODELS, SpecError
 from parallel.review.urls import DEFAULT_PARAMS, plan_to_params
+from profiler.collect import jobs as jobs_mod
 from runfiles.rundir import read_json
-from ui import jobs as jobs_mod
 
 UPLOAD = "upload:"
 STATUSES = (
@@ -91,6 +91,17 @@ class TraceSet:
     def plan_label(self) -> str:
         plan = self.plan_obj
         return plan.label() if plan is not None else "no plan"
+
+    @property
+    def when(self) -> str:
+        """When it ran, in words that fit its state: 'uploaded T', 'ran T → T', and 'started T, still
+        running' for a job that has not ended (it has not 'ran')."""
+        start, end = (t.replace("T", " ")[:19] for t in (self.started_at, self.finished_at))
+        if self.kind == "upload":
+            return f"uploaded {start}" if start else ""
+        if self.status in ("starting", "running"):
+            return f"started {start}, still {self.status}" if start else f"still {self.status}"
+        return f"ran {' → '.join(t for t in (start, end) if t)}" if start or end else ""
 
     @property
     def label(self) -> str:
@@ -256,7 +267,7 @@ MEMORY_SAME = 0.05  # a GPU's reported memory this close to its cluster preset's
 def plan_params(s: TraceSet, plan: Plan | None = None, device: dict | None = None) -> dict[str, str] | None:
     """Query params that open the set's plan (or `plan`, e.g. the layout inferred from its traces) on
     the plan pages (Topology, Activation memory, TP scaling): its model and cluster when they are
-    presets (else the dashboard's defaults), nodes from its hosts. `device` (summaries.job_device: the
+    presets (else the dashboard's defaults), nodes from its hosts. `device` (aggregates.job_device: the
     GPU its traces report) picks the cluster built of that GPU when the set names none, and its memory
     per GPU. None when the set has no plan."""
     plan = plan or s.plan_obj

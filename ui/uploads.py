@@ -65,6 +65,14 @@ class Checked:
     def ranks(self) -> list[int]:
         return sorted(r for a in self.accepted for r in a.ranks)
 
+    def kept(self) -> str:
+        """What was kept, counted as traces (one per rank) and the files that held them: 'Kept 8 rank
+        traces (ranks 0–7) from 1 file', not 'Kept 1 file(s)' for an archive of 8."""
+        n, files = len(self.ranks), len(self.accepted)
+        traces = f"{n:,} rank trace{'s' if n != 1 else ''}"
+        held = "" if files == n else f" from {files:,} file{'s' if files != 1 else ''}"
+        return f"{traces} ({rank_span(self.ranks)}){held}"
+
     def rows(self) -> list[dict]:
         """The accepted files as table rows."""
         return [

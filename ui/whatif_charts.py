@@ -1,6 +1,6 @@
 """Charts of the what-if section: measured vs predicted phases, and the pipeline's bubble vs P2P wait.
 
-Pure chart builders: a DataFrame in (profiler.analyzers.whatif_tables), an `alt.Chart` out.
+Pure chart builders: a DataFrame in (ui.whatif_tables), an `alt.Chart` out.
 """
 
 from __future__ import annotations

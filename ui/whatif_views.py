@@ -6,10 +6,10 @@ from __future__ import annotations
 import streamlit as st
 
 from parallel.core.comm import DIMS
-from profiler.analyzers import whatif_tables as whatif_data
+from profiler.analyzers.aggregates import ALL
 from profiler.analyzers.steps import STEP_DEFINITION, STEPS_DEFINITION
-from profiler.analyzers.summaries import ALL
 from ui import run_loaders, whatif_charts
+from ui import whatif_tables as whatif_data
 
 MEDIAN = "median of its peers"
 
@@ -69,9 +69,10 @@ def path_caption(x: dict, n_ranks: int, hops: int, every_step: bool) -> str:
         else ""
     )
     return (
-        f"The chain of work and transfers that ends the step: {where}. A collective ends after its last "
-        "participant arrives, so the path jumps to that rank (the dashed hops on the overview); in between it "
-        f"follows the rank's own work. Drawn in pink over the overview above.{past}"
+        f"The chain of ranks' own time and transfers that ends the step: {where}. A collective ends after its "
+        "last participant arrives, so the path jumps to that rank (the dashed hops on the overview); in between "
+        "it follows the rank's own time: compute (its device busy), host (its CPU alone) or idle (neither, "
+        f"dotted). Drawn in pink over the overview above.{past}"
     )
 
 
@@ -132,7 +133,7 @@ def whatif_section(key: tuple, ranks: list[int], step: int) -> None:
         st.caption(
             "Per stage: work, the schedule's own bubble (warm-up and cool-down idle, at most (p−1)/(v·m) of the "
             "work), P2P wait beyond it (a late peer), and P2P transfer — from matched send/recv pairs on both ranks. "
-            "Measured bubble % = pipeline idle / work, beside the theory."
+            "Bubble % = the bubble / work, beside the theory; P2P wait % = the wait beyond it / work."
         )
         st.altair_chart(whatif_charts.pipeline_chart(table))
         st.dataframe(table, hide_index=True)

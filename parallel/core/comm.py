@@ -191,11 +191,6 @@ def _layout_cached(
     return True, int((groups.shape[1] // spans[crossing]).min())
 
 
-def _link_of(plan: Plan, cluster: Cluster, dims: tuple[str, ...]) -> str:
-    """'inter' if any group over `dims` spans NVLink domains."""
-    return "inter" if _layout_of(plan, cluster, dims)[0] else "intra"
-
-
 def _layouts(plan: AnyPlan, cluster: Cluster, dims: tuple[str, ...]) -> tuple[Any, Any]:
     """_layout_of for one plan, or per row of a PlanColumns (each distinct (dp, tp, pp, cp) -- with ep
     for the EP groups -- laid out once)."""
@@ -619,50 +614,6 @@ def comm_per_step(model: Model, plan: Plan, cluster: Cluster, opts: CommOptions 
     return rows
 
 
-def _hide(out: dict, hidden: dict, hide: dict | None) -> dict:
-    """Add the terms run beside a computation, less the seconds of that computation (`hide`)."""
-    for (dim, by), seconds in hidden.items():
-        out[dim] = out.get(dim, 0.0) + maximum(seconds - (hide or {}).get(by, 0.0), 0.0)
-    return out
-
-
-def exposed_seconds_by_dim(
-    model: Model, plan: AnyPlan, cluster: Cluster, opts: CommOptions = CommOptions(), hide: dict | None = None
-) -> dict:
-    """{tp, sp, cp, ep, pp, dp: seconds not overlapped} -- arrays for a PlanColumns. `hide`: seconds of
-    the computations that terms run beside ({"attention": s}); such a term is exposed for what exceeds them."""
-    out: dict[str, Any] = {d: 0.0 for d in DIMS}
-    hidden: dict[tuple[str, str], Any] = {}
-    links: dict[tuple[str, ...], Any] = {}
-    for t in comm_terms(model, plan, opts):
-        if t.overlapped:
-            continue
-        if t.group not in links:
-            links[t.group] = _layouts(plan, cluster, t.group)
-        seconds = term_seconds(t, cluster, *links[t.group][:1], on_last_stage(t, plan), links[t.group][1])
-        if t.hidden_by:
-            hidden[(t.dim, t.hidden_by)] = hidden.get((t.dim, t.hidden_by), 0.0) + seconds
-        else:
-            out[t.dim] = out[t.dim] + seconds
-    return _hide(out, hidden, hide)
-
-
 def bytes_per_step(rows: list[dict], dim: str) -> float:
     """Bytes one GPU moves per step in `dim`'s collectives (comm_per_step's rows: calls x bytes per call)."""
     return float(sum(r["calls"] * r["bytes_per_call"] for r in rows if r["dim"] == dim))
-
-
-def seconds_by_dim(rows: list[dict], *, exposed_only: bool = False, hide: dict | None = None) -> dict[str, float]:
-    """Seconds per dimension of comm_per_step's rows; `exposed_only`: without the overlapped rows,
-    and the rows run beside a computation less that computation's seconds (`hide`)."""
-    out: dict[str, float] = {}
-    hidden: dict[tuple[str, str], float] = {}
-    for row in rows:
-        if exposed_only and row["overlapped"]:
-            continue
-        if exposed_only and row.get("hidden_by"):
-            key = (row["dim"], row["hidden_by"])
-            hidden[key] = hidden.get(key, 0.0) + row["seconds"]
-            continue
-        out[row["dim"]] = out.get(row["dim"], 0.0) + row["seconds"]
-    return _hide(out, hidden, hide)

@@ -75,8 +75,9 @@ ATTN_D_HALF = {"fused": 43, "fa2": 22}  # ... and with the head dim as d / (d + 
 # alone on one GPU (bench/gpu_kernels.py's isolated measurements): communication kernels co-running
 # on the SMs and HBM, the node's shared power and cooling, the framework's glue kernels between the
 # ones listed here. One number for every device and framework, set by the published runs
-# (bench/published.py --loso: 45 dense runs of seven sources, 7.0% mean |error| with it; each source
-# held out in turn, the others' fit predicts it at 0.1-13.8% mean). `profiler calibrate` fits a job's own.
+# (bench/published.py --loso: 59 dense and Blackwell runs of nine sources fit 0.81, 6.1% mean |error|;
+# each source held out in turn, the others' fit predicts it at 1.1-14.7% mean). `profiler calibrate`
+# fits a job's own.
 JOB_EFFICIENCY = 0.82
 CE_BYTES = 16  # fp32 cross entropy per logit beyond its two A-byte reads/writes (4 fp32 passes)
 ADAM_BYTES = (

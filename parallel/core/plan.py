@@ -201,7 +201,10 @@ class Plan:
         choices=(0, 1, 2, 3),
         column="ZeRO",
         token=lambda p: f"ZeRO-{p.zero}" if p.zero else "",
-        megatron=("--use-distributed-optimizer (1)",),
+        megatron=(
+            "--use-distributed-optimizer (1)",
+            "--data-parallel-sharding-strategy optim_grads (2), optim_grads_params (3)",
+        ),
         torchtitan=("parallelism.data_parallel_shard_degree > 1 (FSDP2: 3)",),
     )
     recompute: str = knob(
@@ -506,6 +509,8 @@ class Plan:
             )
         if self.capacity_pad and self.capacity_factor is None:  # Megatron-core asserts the same
             raise SpecError("Plan.capacity_pad needs a capacity_factor (--moe-expert-capacity-factor)")
+        if self.cp == 1 and self.cp_kind != CP_KINDS[0]:  # no exchange at cp 1: one spelling of the plan
+            object.__setattr__(self, "cp_kind", CP_KINDS[0])
         if self.recompute_layers is not None and self.recompute != "full":
             raise SpecError(f"Plan.recompute_layers needs recompute 'full', got {self.recompute!r}")
         try:

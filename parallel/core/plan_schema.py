@@ -114,3 +114,37 @@ def value_error(spec: FieldSpec, value: Any) -> str | None:
     if k.hi is not None and value > k.hi:
         return f"must be at most {k.hi:,}"
     return None
+
+
+def schema_table(specs: tuple[FieldSpec, ...]) -> str:
+    """The declared fields as a Markdown table (docs/plan-schema.md holds it; a test keeps them equal)."""
+
+    def cell(text: object) -> str:
+        return str(text).replace("|", "\\|")
+
+    rows = [
+        "| field | kind | default | CLI flag | URL key | editor column | Megatron-LM | torchtitan | what |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in specs:
+        k = s.knob
+        kind = f"{k.kind}: {', '.join(map(str, k.choices))}" if k.choices else k.kind
+        rows.append(
+            "| "
+            + " | ".join(
+                cell(x)
+                for x in (
+                    f"`{s.name}`",
+                    kind,
+                    "unset" if s.default is None else s.default,
+                    f"`{k.flag}`",
+                    f"`{k.url}`",
+                    k.column,
+                    ", ".join(k.megatron) or "—",
+                    ", ".join(k.torchtitan) or "—",
+                    k.help,
+                )
+            )
+            + " |"
+        )
+    return "\n".join(rows) + "\n"

@@ -31,8 +31,9 @@ the plan, read as Megatron-LM's `arguments.py` reads them:
 * `--swiglu` -> the llama architecture (gated MLP; ffn default int(8h/3/64)·64), else gpt.
 * `--cp-comm-type p2p|a2a|allgather|a2a+p2p` (default p2p) -> the plan's cp_kind ring | ulysses |
   allgather | ring (hierarchical, noted).
-* `--attention-backend flash|fused|auto` or `--use-flash-attn` -> no s² scores kept; both dropouts
-  0 -> no dropout masks (modelling hints, `Imported.options`).
+* `--transformer-impl`, `--attention-backend` and `--use-flash-attn` -> the attention kernel
+  (attention_kernel: Transformer Engine's fused kernel unless local or unfused); both dropouts 0 ->
+  no dropout masks.
 
 Flags that change nothing in the plan model (optimizer, data, logging, ...) are recognised and
 dropped; any other flag is listed in `unknown`. Pure: stdlib only.
@@ -90,6 +91,7 @@ USED = {  # flag -> (type, key)
     "--use-tp-pp-dp-mapping": ("true", "tp_pp_dp"),
     "--attention-backend": ("str", "attention_backend"),
     "--use-flash-attn": ("true", "flash"),
+    "--transformer-impl": ("str", "transformer_impl"),
     "--attention-dropout": ("float", "attention_dropout"),
     "--hidden-dropout": ("float", "hidden_dropout"),
     "--tokenizer-type": ("str", "tokenizer"),
@@ -140,7 +142,7 @@ IGNORED = re.compile(
     r"--(lr|min-lr|adam-|weight-decay|start-weight|end-weight|clip-grad|init-method|data-|split|tokenizer-|save|load|"
     r"log-|eval-|tensorboard|wandb|train-|seed|exit-|ckpt-|profile|use-pytorch-profiler|num-workers|dataloader|mock-data|"
     r"use-mcore|use-legacy|distributed-|loss-scale|initial-loss-scale|hysteresis|no-|fp8-|rotary-|apply-|manual-gc|"
-    r"empty-unused|transformer-impl|optimizer|sgd-|decoupled-|cross-entropy|calculate-per-token|grad-reduce-in|bias-|"
+    r"empty-unused|optimizer|sgd-|decoupled-|cross-entropy|calculate-per-token|grad-reduce-in|bias-|"
     r"masked-softmax|attention-softmax|accumulate-allreduce|DDP-impl|rerun-|tiktoken|use-checkpoint-args|finetune|"
     r"vocab-extra|moe-|position-embedding-type|add-bias|add-qkv-bias|qk-layernorm|"
     r"use-rotary|timing-log|override-opt|use-cpu-init|use-contiguous|log_|micro-batch-size-|"
@@ -630,17 +632,40 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         if key in get:
             r.notes.append(f"line {line[key]}: {text}")
     options = {}
-    backend = get.get("attention_backend")
-    if backend in ("unfused", "local"):  # the s x s scores materialised
-        plan["attention"] = "unfused"
-    if get.get("flash") or backend in ("flash", "fused", "auto"):
-        # flash: the flash-attn package (FlashAttention-2); fused / auto: cuDNN through Transformer Engine
-        plan["attention"] = "fa2" if get.get("flash") or backend == "flash" else "fused"
+    attention, why = attention_kernel(get.get("transformer_impl"), get.get("attention_backend"), get.get("flash"))
+    if attention:
+        plan["attention"] = attention
+        r.notes.append(why)
     if _no_dropout(get):
         plan["dropout"] = False
     if get.get("no_swiglu_fusion") and get.get("swiglu"):
         options["swiglu"] = "unfused"
     return plan, options
+
+
+def attention_kernel(impl: str | None, backend: str | None, flash: bool | None) -> tuple[str | None, str]:
+    """The attention kernel Megatron-LM runs (Plan.attention) and why, from --transformer-impl
+    (default transformer_engine), --attention-backend (default auto) and --use-flash-attn; None where
+    the flags leave the plan's default.
+
+    Under Transformer Engine every backend but unfused/local is a fused kernel: auto and fused run
+    cuDNN's flash attention, which TE picks over FlashAttention on Hopper and later ("Select
+    FusedAttention on sm90", DotProductAttention since TE 1.4); flash runs FlashAttention-3 on Hopper
+    where installed (Shah et al. 2024: within ~10% of cuDNN); --use-flash-attn changes nothing there
+    (it selects the flash-attn package only for the local implementation). On an A100 the fused
+    kernel is FlashAttention-2 class: the device table gives both one rate. With --transformer-impl
+    local, --use-flash-attn runs the flash-attn package (FlashAttention-2), else the scores are
+    materialised."""
+    if impl == "local" or backend == "local":
+        if flash:
+            return "fa2", "--transformer-impl local --use-flash-attn: the flash-attn package (FlashAttention-2)"
+        return "unfused", "local attention: the s x s scores materialised (Megatron-LM's own softmax)"
+    if backend == "unfused":
+        return "unfused", "--attention-backend unfused: Transformer Engine's unfused attention (s x s scores kept)"
+    if backend in ("flash", "fused", "auto") or flash:
+        kernel = {"flash": "FlashAttention-3 on Hopper"}.get(backend, "cuDNN's fused flash attention")
+        return "fused", f"Transformer Engine attention ({backend or 'auto'}): {kernel}, priced as the fused kernel"
+    return None, ""
 
 
 def _vpp_from_layers_per_stage(r: _Reader, get: dict, line: dict, layers: int, pp: int) -> int:

@@ -53,8 +53,8 @@ def refit_review(plans: tuple[NamedPlan, ...], model: Model, cluster: Cluster) -
         plan = refit_plan(named.plan, cluster.gpus)
         change = ""
         if plan != named.plan:
-            change = f"DP {named.plan.dp} -> {plan.dp} for {cluster.gpus:,} GPUs" + (
-                f", global batch {named.plan.global_batch} -> {plan.global_batch}"
+            change = f"DP {named.plan.dp} → {plan.dp} for {cluster.gpus:,} GPUs" + (
+                f", global batch {named.plan.global_batch} → {plan.global_batch}"
                 if plan.global_batch != named.plan.global_batch
                 else ""
             )

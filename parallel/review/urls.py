@@ -122,6 +122,28 @@ def plan_from_params(params: Mapping) -> tuple[Model, Cluster, Plan]:
     return model, cluster.with_nodes(nodes), plan
 
 
+# The step model's assumptions (parallel.core.perf.PerfOptions) in a URL, Plan review's and the plan pages'
+# alike: absent = the model's own (each operator timed on the device; each plan's own overlap flags).
+ASSUMPTION_KEYS = ("mfu", "dp_overlap")
+_ASSUMPTION_BOUNDS = {"mfu": (0.01, 1.0), "dp_overlap": (0.0, 1.0)}
+
+
+def assumption_of(key: str, text: str) -> float:
+    """One assumption's URL value: `mfu` a flat MFU, `dp_overlap` the share of DP communication hidden."""
+    return _float(key, text, *_ASSUMPTION_BOUNDS[key])
+
+
+def perf_of_params(params: Mapping) -> PerfOptions:
+    """The PerfOptions a URL's assumptions name (SpecError on a bad one)."""
+    return PerfOptions(**{key: assumption_of(key, text) for key in ASSUMPTION_KEYS if (text := _value(params, key))})
+
+
+def assumption_params(mfu: float | None, dp_overlap: float | None) -> dict[str, str]:
+    """The URL keys of the assumptions that are set."""
+    values = {"mfu": mfu, "dp_overlap": dp_overlap}
+    return {key: f"{values[key]:g}" for key in ASSUMPTION_KEYS if values[key] is not None}
+
+
 def gpu_memory_gib(text: str) -> float:
     """The `gpumem` URL value: GiB per GPU, a positive number up to MAX_GPU_MEMORY_GIB."""
     try:
@@ -305,8 +327,7 @@ def review_to_params(s: ReviewState) -> dict[str, str | list[str]]:
             "s_zero": ",".join(map(str, s.zero)),
             "s_recompute": ",".join(s.recompute),
             "s_top": str(s.top),
-            **({} if s.mfu is None else {"mfu": f"{s.mfu:g}"}),
-            **({} if s.dp_overlap is None else {"dp_overlap": f"{s.dp_overlap:g}"}),
+            **assumption_params(s.mfu, s.dp_overlap),
         }
     )
     return out
@@ -386,8 +407,8 @@ def review_from_params(params: Mapping) -> ReviewState:
         zero=zero,
         recompute=recompute,
         top=opt_int("s_top") or d.top,
-        mfu=_float("mfu", get("mfu"), 0.01, 1) if get("mfu") else None,
-        dp_overlap=_float("dp_overlap", get("dp_overlap"), 0, 1) if get("dp_overlap") else None,
+        mfu=assumption_of("mfu", get("mfu")) if get("mfu") else None,
+        dp_overlap=assumption_of("dp_overlap", get("dp_overlap")) if get("dp_overlap") else None,
     )
 
 
@@ -446,11 +467,12 @@ def plans_from_rows(rows: Any) -> tuple[tuple, list[str]]:
 
 def plan_page_params(s: ReviewState, named: NamedPlan) -> dict[str, str] | None:
     """Query params that open `named` in the plan pages (Topology, Activation memory, TP scaling, Long
-    context), or None when its model is not a preset (those pages take preset names)."""
+    context) under the review's assumptions, or None when its model is not a preset (those pages take
+    preset names)."""
     model = named.model_or(s.model)
     if MODELS.get(model.name) != model:
         return None
-    return plan_to_params(model.name, s.cluster, s.nodes, named.plan)
+    return {**plan_to_params(model.name, s.cluster, s.nodes, named.plan), **assumption_params(s.mfu, s.dp_overlap)}
 
 
 def review_of(s: ReviewState, *, author: str = "", created: str = "", notes: tuple = ()) -> Review:

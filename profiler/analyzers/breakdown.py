@@ -31,11 +31,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from profiler.analyzers.breakdown_cpu import cpu_breakdowns
 from profiler.analyzers.collectives import collectives
 from profiler.analyzers.labels import PlanLike
 from profiler.analyzers.steps import step_of, step_windows
 from profiler.traces import intervals as iv
-from profiler.traces.loader import map_rank_tasks
+from profiler.traces.loader import map_part_tasks
 from profiler.traces.model import Traces, event_arrays, rank_columns
 from profiler.traces.patterns import KINDS
 from profiler.traces.store import PartStore
@@ -200,9 +201,9 @@ def breakdowns(
     by_rank, no_rows = rank_columns(rows, fields)
     w_by_rank, no_windows = rank_columns(windows, _WINDOW_FIELDS)
     out, dims = [], []
-    tasks = map_rank_tasks(
+    tasks = map_part_tasks(
         traces,
-        _rank_breakdown,
+        _ranks_breakdown,
         lambda r: (by_rank.get(r, no_rows), w_by_rank.get(r, no_windows)),
         workers=workers,
         scheduler=scheduler,
@@ -226,6 +227,47 @@ def breakdowns(
 
 
 _WINDOW_FIELDS = ("step", "start_ns", "end_ns")
+
+
+def _ranks_breakdown(store: PartStore, rank_args: list[tuple]):
+    """The breakdown and comm_by_dim rows of the ranks of one part (rank_args: (rank, gpu, rows,
+    windows) each), in rank order: a task (loader.map_part_tasks). CPU-only ranks are computed
+    together, as columns (breakdown_cpu), when there are several; GPU ranks rank by rank."""
+    cpu = [x for x in rank_args if not x[1]]
+    done: dict[int, tuple[list, list]] = {}
+    if len(cpu) > 1:
+        together = _cpu_together(store, cpu)
+        if together is not None:
+            bd, dims = together
+            for row in bd:
+                done.setdefault(row[0], ([], []))[0].append(row)
+            for row in dims:
+                done.setdefault(row[0], ([], []))[1].append(row)
+            for x in cpu:
+                done.setdefault(x[0], ([], []))
+    out, dims = [], []
+    for x in rank_args:
+        rows, dim_rows = done[x[0]] if x[0] in done else _rank_breakdown(store, *x)
+        out += rows
+        dims += dim_rows
+    return out, dims
+
+
+def _cpu_together(store: PartStore, cpu: list[tuple]):
+    """breakdown_cpu.cpu_breakdowns of these CPU-only ranks, read as one table; None when it declines."""
+    ranks = [x[0] for x in cpu]
+    events, _, starts = store.arrow_of(ranks)
+    a = event_arrays(events)
+    at = np.repeat(np.arange(len(ranks)), np.diff(np.r_[starts, len(events)]))
+
+    def joined(pieces: list[dict], fields) -> dict:
+        cols = {c: np.concatenate([np.asarray(p[c]) for p in pieces]) for c in fields}
+        cols["at"] = np.repeat(np.arange(len(pieces)), [len(p[fields[0]]) for p in pieces])
+        return cols
+
+    rows = joined([x[2] for x in cpu], ("start_ns", "end_ns", "issue_ns", "dim", "bytes"))
+    windows = joined([x[3] for x in cpu], _WINDOW_FIELDS)
+    return cpu_breakdowns(a, at, ranks, rows, windows)
 
 
 def _rank_breakdown(store: PartStore, rank: int, gpu: bool, rows: dict, windows: dict):

@@ -14,10 +14,12 @@ graph's measured times (replay.build_graph: each op's wait ends at its last part
                       GPipe and 1F1B idle (p - 1) forward-backward slots per step, interleaved 1/v of it)
     bubble_ns         min(pipeline_idle, expected): the warm-up/cool-down idle
     p2p_wait_ns       pipeline_idle - bubble: idle beyond the schedule's, a peer that was late
-    bubble_fraction   pipeline_idle / work: the measured bubble, beside theory (p - 1)/(v m)
+    bubble_fraction   bubble / work: the schedule's bubble, beside theory (p - 1)/(v m) (never above it)
+    p2p_wait_fraction p2p_wait / work: the rest of the pipeline idle, apart from the bubble
+    idle_fraction     pipeline_idle / work = bubble_fraction + p2p_wait_fraction
 
-Uniform stages give bubble_fraction near theory and p2p_wait near 0; one slow stage shows up as
-p2p_wait on the others. Assumes the stage's work is its forward and backward (the optimizer and the
+Uniform stages give a bubble near theory and p2p_wait near 0; one slow stage shows up as p2p_wait on
+the others. Assumes the stage's work is its forward and backward (the optimizer and the
 loss are a few percent of a step on the runs checked).
 
 Pure: numpy, pandas.
@@ -43,6 +45,8 @@ COLUMNS = [
     "bubble_ns",
     "p2p_wait_ns",
     "bubble_fraction",
+    "p2p_wait_fraction",
+    "idle_fraction",
     "theory_fraction",
 ]
 
@@ -95,7 +99,9 @@ def pipeline_phases(g: Graph, *, pp: int, vpp: int, microbatches: int) -> pd.Dat
                     "expected_bubble_ns": expected,
                     "bubble_ns": bubble,
                     "p2p_wait_ns": idle - bubble,
-                    "bubble_fraction": idle / work if work else np.nan,
+                    "bubble_fraction": bubble / work if work else np.nan,
+                    "p2p_wait_fraction": (idle - bubble) / work if work else np.nan,
+                    "idle_fraction": idle / work if work else np.nan,
                     "theory_fraction": theory,
                 }
             )
@@ -114,6 +120,7 @@ def per_stage(table: pd.DataFrame) -> pd.DataFrame:
                 "p2p_wait_ms",
                 "p2p_transfer_ms",
                 "bubble_fraction",
+                "p2p_wait_fraction",
                 "theory_fraction",
             ]
         )
@@ -125,7 +132,8 @@ def per_stage(table: pd.DataFrame) -> pd.DataFrame:
             "bubble_ms": g["bubble_ns"].mean() / 1e6,
             "p2p_wait_ms": g["p2p_wait_ns"].mean() / 1e6,
             "p2p_transfer_ms": g["p2p_transfer_ns"].mean() / 1e6,
-            "bubble_fraction": g["pipeline_idle_ns"].sum() / g["work_ns"].sum().clip(lower=1),
+            "bubble_fraction": g["bubble_ns"].sum() / g["work_ns"].sum().clip(lower=1),
+            "p2p_wait_fraction": g["p2p_wait_ns"].sum() / g["work_ns"].sum().clip(lower=1),
             "theory_fraction": g["theory_fraction"].first(),
         }
     )

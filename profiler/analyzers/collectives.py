@@ -43,8 +43,8 @@ import pyarrow as pa
 
 from parallel.core.comm import bus_factor
 from profiler.analyzers.labels import P2P_OPS, DimLabeler, PlanLike, plan_of
-from profiler.analyzers.steps import step_of, step_windows
-from profiler.traces.loader import map_rank_tasks
+from profiler.analyzers.steps import step_windows
+from profiler.traces.loader import map_part_tasks
 from profiler.traces.model import COMM_ARG_FIELDS, Traces, rank_columns
 from profiler.traces.patterns import KINDS, OPS, RECORD_PARAM_COMMS, dtype_bytes, normalize_op
 from profiler.traces.store import PartStore
@@ -107,10 +107,11 @@ def collectives(
     windows, empty_w = rank_columns(sw, _WINDOW_FIELDS)
     pg_of, empty_pg = rank_columns(pg, _PG_FIELDS)
     parts, not_collectives = [], Counter()
-    tasks = map_rank_tasks(
+    tasks = map_part_tasks(
         traces,
-        _rank_table,
-        lambda r: (plan, pg_of.get(r, empty_pg), windows.get(r, empty_w)),
+        _ranks_table,
+        lambda r: (pg_of.get(r, empty_pg), windows.get(r, empty_w)),
+        plan,
         workers=workers,
         scheduler=scheduler,
         preload=__name__,
@@ -122,7 +123,11 @@ def collectives(
     if not parts:
         table = pd.DataFrame({c: pd.Series(dtype=_DTYPES.get(c, "object")) for c in COLUMNS})
     else:  # one frame of all ranks' columns: a frame per rank and a concat of them cost ~5x more
-        table = pd.DataFrame({c: _joined([p[c] for p in parts]) for c in COLUMNS}).astype(_DTYPES)
+        table = pd.DataFrame({c: _joined([p[c] for p in parts]) for c in COLUMNS})
+        ranks = table["rank"].to_numpy()
+        if len(ranks) > 1 and (np.diff(ranks) < 0).any():  # parts of interleaved ranks: rank order
+            table = table.iloc[np.argsort(ranks, kind="stable")].reset_index(drop=True)
+        table = table.astype(_DTYPES)
         _sizes_from_instances(table, traces)
         _label_world(table, traces, plan)
     table.attrs["not_collectives"] = dict(not_collectives)  # CPU comm events that are no collective
@@ -155,16 +160,6 @@ def _sizes_from_instances(table: pd.DataFrame, traces: Traces) -> None:
     table.loc[table.index[rows], "busbw_gbps"] = table["algbw_gbps"].iloc[rows].to_numpy() * factors
 
 
-BACKWARD_MARKERS = ("Backward", "autograd::engine::evaluate_function")  # autograd's node and engine names
-
-
-def _trains(traces: Traces) -> bool:
-    """Whether the job runs backward passes (autograd's events in the first rank's trace)."""
-    names = traces.rank_events(traces.rank_ids[0])["name"]
-    cats = names.cat.categories if hasattr(names, "cat") else pd.Index(names.unique())
-    return bool(cats.astype(str).str.contains("|".join(BACKWARD_MARKERS), regex=True).any())
-
-
 def _label_world(table: pd.DataFrame, traces: Traces, plan) -> None:
     """Collectives still 'unknown' whose group is every rank of the job: the plan's dimension when it
     has one spanning the world (dp 8 alone, tp 2 alone: dim_source 'plan'), else 'world' (dim_source
@@ -189,35 +184,35 @@ _KIND_NAMES = np.array(KINDS, dtype=object)
 _OP_NAMES = np.array([*OPS, None], dtype=object)  # code -1 (no op) -> None
 
 
-def _event_columns(store: PartStore, rank: int) -> dict[str, np.ndarray]:
-    """The rank's events of _KINDS as plain columns (row: the event's row in the rank; kind, op and
-    name as Python strings): read from the Arrow partition, only those rows, no pandas frame -- the
-    collectives need a few % of a rank's events, and per-rank frames cost more than the rows."""
-    table = store.arrow(rank, "events")
+def _event_columns(table: pa.Table, starts: np.ndarray) -> dict[str, np.ndarray]:
+    """The events of _KINDS of several ranks' tables laid end to end (`starts`: where each rank's rows
+    begin) as plain columns (row: the event's row in the joined table; at: the index of its rank; kind,
+    op and name as Python strings): only those rows, no pandas frame -- the collectives need a few % of
+    a rank's events, and per-rank frames cost more than the rows."""
     rows = np.flatnonzero(np.isin(table.column("kind").to_numpy(), [KINDS.index(k) for k in _KINDS]))
     sub = table.take(pa.array(rows))
     cols = {c: sub.column(c).to_numpy() for c in ("ts_ns", "dur_ns", "pid", "tid", "correlation", "external_id")}
     cols["row"] = rows
+    cols["at"] = np.searchsorted(starts, rows, side="right") - 1
     cols["kind"] = _KIND_NAMES[sub.column("kind").to_numpy()]
     cols["op"] = _OP_NAMES[sub.column("op").to_numpy()]
-    name = sub.column("name").combine_chunks()  # one DictionaryArray (empty when no row is a comm event)
+    name = sub.column("name")
+    name = name.unify_dictionaries().combine_chunks() if isinstance(name, pa.ChunkedArray) else name
+    if isinstance(name, pa.ChunkedArray):  # no chunk at all: no row is a comm event
+        cols["name"] = np.array([], dtype=object)
+        return cols
     words = name.dictionary.to_numpy(zero_copy_only=False).astype(object)
     cols["name"] = words[name.indices.to_numpy()] if len(words) else np.array([], dtype=object)
     return cols
 
 
-def _comm_meta(store: PartStore, rank: int) -> dict[int, dict]:
-    """event row -> its comm args (None where not recorded), from the rank's Arrow comm table."""
-    table = store.arrow(rank, "comm")
+def _comm_meta(table: pa.Table, starts: np.ndarray) -> dict[int, dict]:
+    """joined event row -> its comm args (None where not recorded), from the ranks' Arrow comm tables
+    laid end to end (`starts`: where each rank's rows begin in the joined events)."""
     fields = list(META_FIELDS)
     values = [table.column(c).to_pylist() for c in fields]
-    return {e: dict(zip(fields, vals)) for e, *vals in zip(table.column("event").to_pylist(), *values)}
-
-
-def _rows_of(store, rank: int, gpu: bool, labels: dict, not_collectives: Counter) -> list[dict]:
-    """The rows of one rank, read from its partition."""
-    cols = _event_columns(store, rank)
-    return _rank_rows(cols, rank, _comm_meta(store, rank), labels, gpu=gpu, not_collectives=not_collectives)
+    events = table.column("event").to_numpy() + starts[table.column("at").to_numpy()]
+    return {e: dict(zip(fields, vals)) for e, *vals in zip(events.tolist(), *values)}
 
 
 # Per process (the caller's or a worker's): ps.comm name -> label (every rank of a group has the same
@@ -230,30 +225,59 @@ _WINDOW_FIELDS = ("start_ns", "end_ns", "step")
 _PG_FIELDS = ("rank", "pg_name", "ranks", "pg_desc", "pg_size")
 
 
-def _rank_table(store: PartStore, rank: int, gpu: bool, plan, pg: dict, windows: dict):
-    """One rank's finished part of the table (its columns: lists and arrays; {} when it has no
-    collectives) and its CPU comm events that are no collective: a task
-    (loader.map_rank_tasks) that runs in a worker process or on a Dask worker as well as here.
-    `pg` and `windows`: the rank's pg_config rows and step windows as columns (rank_columns)."""
+def _ranks_table(store: PartStore, rank_args: list[tuple], plan):
+    """The finished part of the table of several ranks, each rank's rows from its own events alone
+    (their columns, ranks in the order given; {} when none has a collective) and their CPU comm events
+    that are no collective: a task (loader.map_part_tasks) that runs in a worker process or on a Dask
+    worker as well as here. `rank_args`: (rank, gpu, pg, windows) per rank -- its pg_config rows and
+    step windows as columns (rank_columns). The ranks' events are read as one table, so a part of
+    hundreds of small ranks costs a few array operations, not a few hundred."""
     skipped: Counter = Counter()
-    rows = _rows_of(store, rank, gpu, _LABELS, skipped)
+    ranks = [a[0] for a in rank_args]
+    events, comm, starts = store.arrow_of(ranks)
+    cols = _event_columns(events, starts)
+    rows = _rank_rows(cols, ranks, [a[1] for a in rank_args], starts, _comm_meta(comm, starts), _LABELS, skipped)
     if not rows:
         return {}, dict(skipped)
+    rows.sort(key=lambda r: r["rank"])  # rank by rank (stable: each rank's rows in their own order)
     key = repr(plan)
     if key not in _LABELERS:
         _LABELERS.clear()
         _LABELERS[key] = DimLabeler(plan)
-    cols = {c: [r[c] for r in rows] for c in _ROW_FIELDS}
-    order = np.argsort(windows["start_ns"], kind="stable")
-    cols["step"] = step_of(
-        np.asarray(cols["issue_ns"], dtype=np.int64),
-        *(np.asarray(windows[c], dtype=np.int64)[order] for c in _WINDOW_FIELDS),
+    out = {c: [r[c] for r in rows] for c in _ROW_FIELDS}
+    out["step"] = _steps(
+        np.asarray(out["rank"], dtype=np.int64), np.asarray(out["issue_ns"], dtype=np.int64), rank_args
     )
-    cols.update(_label(rows, pg, _LABELERS[key]))
+    pg = {f: np.concatenate([np.asarray(a[2][f], dtype=object) for a in rank_args]) for f in _PG_FIELDS}
+    out.update(_label(rows, pg, _LABELERS[key]))
     # int columns as arrays here, in the worker: the caller joins 1,000s of ranks' pieces with one
     # concatenate instead of converting lists of Python ints (~30 ms a column at 1,024 ranks)
-    ints = {c: np.asarray(cols[c], dtype=np.int64) for c in COLUMNS if _DTYPES.get(c) == "int64"}
-    return {c: ints[c] if c in ints else cols[c] for c in COLUMNS}, dict(skipped)
+    ints = {c: np.asarray(out[c], dtype=np.int64) for c in COLUMNS if _DTYPES.get(c) == "int64"}
+    return {c: ints[c] if c in ints else out[c] for c in COLUMNS}, dict(skipped)
+
+
+def _steps(rank: np.ndarray, issue: np.ndarray, rank_args: list[tuple]) -> np.ndarray:
+    """The step of each row (rank, issue time): its rank's window holding the time, -1 if none
+    (steps.step_of for many ranks at once). Windows and rows are sorted together by (rank, time),
+    a window before a row at the same time; a row's window is the last window before it, when it is
+    of the row's rank and still open at the time."""
+    w_rank = np.concatenate([np.full(len(a[3]["step"]), a[0], dtype=np.int64) for a in rank_args])
+    w = {c: np.concatenate([np.asarray(a[3][c], dtype=np.int64) for a in rank_args]) for c in _WINDOW_FIELDS}
+    out = np.full(len(issue), -1, dtype=np.int64)
+    if not len(w_rank) or not len(issue):
+        return out
+    order = np.lexsort((w["start_ns"], w_rank))
+    w_rank, starts, ends, steps = w_rank[order], w["start_ns"][order], w["end_ns"][order], w["step"][order]
+    n = len(w_rank)
+    kind = np.r_[np.zeros(n, np.int8), np.ones(len(issue), np.int8)]
+    both = np.lexsort((kind, np.r_[starts, issue], np.r_[w_rank, rank]))
+    last = np.maximum.accumulate(np.where(both < n, both, -1))  # the latest window at each position
+    i = np.empty(len(issue), dtype=np.int64)
+    i[both[both >= n] - n] = last[both >= n]
+    ok = i >= 0
+    ok[ok] = (w_rank[i[ok]] == rank[ok]) & (issue[ok] < ends[i[ok]])
+    out[ok] = steps[i[ok]]
+    return out
 
 
 def _joined(pieces: list) -> Any:
@@ -315,20 +339,21 @@ _DTYPES = {
 
 
 def _roots(cpu: dict[str, np.ndarray]) -> dict[int, _Root]:
-    """Outermost CPU comm event of each nest, per thread, with its members (`cpu`: _event_columns)."""
+    """Outermost CPU comm event of each nest, per thread of each rank, with its members (`cpu`:
+    _event_columns; a root's `tid` is (rank index, pid, tid))."""
     roots: dict[int, _Root] = {}
-    pid, tid = cpu["pid"], cpu["tid"]
+    at, pid, tid = cpu["at"], cpu["pid"], cpu["tid"]
     ts = cpu["ts_ns"]
     end = ts + cpu["dur_ns"]
-    order = np.lexsort((-end, ts, tid, pid))  # per thread, by start, the enclosing event first
+    order = np.lexsort((-end, ts, tid, pid, at))  # per thread, by start, the enclosing event first
     names = cpu["name"][order].tolist()
-    rows, pid, tid = cpu["row"][order].tolist(), pid[order].tolist(), tid[order].tolist()
+    rows, at, pid, tid = cpu["row"][order].tolist(), at[order].tolist(), pid[order].tolist(), tid[order].tolist()
     ts, end = ts[order].tolist(), end[order].tolist()  # plain ints: the loop below is per event
     stack: list[tuple[int, int]] = []  # (end, root row) of open events on the current thread
     thread = None
-    for row, p, t, start, stop, name in zip(rows, pid, tid, ts, end, names):
-        if (p, t) != thread:
-            thread, stack = (p, t), []
+    for row, k, p, t, start, stop, name in zip(rows, at, pid, tid, ts, end, names):
+        if (k, p, t) != thread:
+            thread, stack = (k, p, t), []
         while stack and start >= stack[-1][0]:
             stack.pop()
         if stack:
@@ -336,7 +361,7 @@ def _roots(cpu: dict[str, np.ndarray]) -> dict[int, _Root]:
             root.members.append(row)
             root.worker &= name.startswith("gloo:")
         else:
-            roots[row] = _Root(row, (p, t), start, stop, name, [row], name.startswith("gloo:"))
+            roots[row] = _Root(row, (k, p, t), start, stop, name, [row], name.startswith("gloo:"))
         # A child never outlives its parent: gloo records an async op (gloo:send, gloo:recv) on the
         # caller's thread with the duration of the whole transfer, past the call that issued it;
         # clipped, it cannot swallow the next call (e.g. the recv a pipeline waits on) into this nest.
@@ -440,9 +465,18 @@ def _select(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarr
 
 
 def _rank_rows(
-    sub: dict[str, np.ndarray], rank: int, meta: dict, labels: dict, *, gpu: bool, not_collectives: Counter
+    sub: dict[str, np.ndarray],
+    ranks: list[int],
+    gpus: list[bool],
+    starts: np.ndarray,
+    meta: dict,
+    labels: dict,
+    not_collectives: Counter,
 ) -> list[dict]:
-    """The rows of one rank; `sub`: its events of _KINDS as columns (_event_columns)."""
+    """The rows of several ranks, each from its own events; `sub`: their events of _KINDS as columns
+    (_event_columns: `row` in the joined table, `at` the index of its rank in `ranks`), `gpus` whether
+    each rank is a GPU rank, `starts` where each rank's rows begin. Keys of threads, launches and
+    External ids carry the rank's index, so one pass serves every rank; gloo workers pair per rank."""
     kind = sub["kind"]
     is_cpu = (kind == "ps_comm") | (kind == "cpu_comm")
     cpu = _select(sub, is_cpu)
@@ -456,43 +490,52 @@ def _rank_rows(
     for tid, rs in per_thread.items():
         rs.sort(key=lambda r: r.start)
         thread_roots[tid] = (np.array([r.start for r in rs], dtype=np.int64), rs)
-    by_ext = {x: row for row, x in zip(cpu["row"].tolist(), cpu["external_id"].tolist()) if x >= 0}
+    by_ext = {
+        (k, x): row for row, k, x in zip(cpu["row"].tolist(), cpu["at"].tolist(), cpu["external_id"].tolist()) if x >= 0
+    }
     member_root = {m: r for r in roots.values() for m in r.members}
+    first = starts.tolist()
     out = []
-    if gpu:
-        runtime = _select(sub, (kind == "runtime") & (sub["correlation"] >= 0))
+    gpu_at = np.asarray(gpus, dtype=bool)
+    if gpu_at.any():
+        on_gpu = gpu_at[sub["at"]] if len(sub["at"]) else np.zeros(0, dtype=bool)
+        runtime = _select(sub, on_gpu & (kind == "runtime") & (sub["correlation"] >= 0))
         launch = dict(
             zip(
-                runtime["correlation"].tolist(),
+                zip(runtime["at"].tolist(), runtime["correlation"].tolist()),
                 zip(runtime["pid"].tolist(), runtime["tid"].tolist(), runtime["ts_ns"].tolist()),
             )
         )
-        kernels = _select(sub, kind == "comm")
-        for row, corr, ext, ts, dur, tid, name, kop in zip(
+        kernels = _select(sub, on_gpu & (kind == "comm"))
+        for row, k, corr, ext, ts, dur, tid, name, kop in zip(
             *(
                 kernels[c].tolist()
-                for c in ("row", "correlation", "external_id", "ts_ns", "dur_ns", "tid", "name", "op")
+                for c in ("row", "at", "correlation", "external_id", "ts_ns", "dur_ns", "tid", "name", "op")
             )
         ):
             root, issue = None, int(ts)
-            if corr >= 0 and corr in launch:
-                lpid, ltid, lts = launch[corr]
+            if corr >= 0 and (k, corr) in launch:
+                lpid, ltid, lts = launch[(k, corr)]
                 issue = int(lts)
-                starts, rs = thread_roots.get((lpid, ltid), (None, None))
-                if starts is not None:
-                    i = int(np.searchsorted(starts, lts, side="right")) - 1
+                starts_of, rs = thread_roots.get((k, lpid, ltid), (None, None))
+                if starts_of is not None:
+                    i = int(np.searchsorted(starts_of, lts, side="right")) - 1
                     if i >= 0 and lts <= rs[i].end:
                         root = rs[i]
-            if root is None and ext >= 0 and ext in by_ext:
-                root = member_root.get(by_ext[ext])
+            if root is None and ext >= 0 and (k, ext) in by_ext:
+                root = member_root.get(by_ext[(k, ext)])
             if root is not None:
                 root.kernels += 1
-                if corr < 0 or corr not in launch:
+                if corr < 0 or (k, corr) not in launch:
                     issue = root.start
             md = _merge_meta(meta, [row] + (root.members if root else []))
             op = _pick_op(root, md, kop)
-            out.append(_row(rank, row, "kernel", name, ts, ts + dur, issue, tid, root, md, op))
-    _pair_workers(roots)
+            out.append(_row(ranks[k], first[k], row, "kernel", name, ts, ts + dur, issue, tid, root, md, op))
+    per_rank: dict[int, dict[int, _Root]] = {}
+    for row, r in roots.items():
+        per_rank.setdefault(r.tid[0], {})[row] = r
+    for rank_roots in per_rank.values():
+        _pair_workers(rank_roots)
     for r in roots.values():
         if r.kernels or (r.worker and r.paired >= 0):
             continue
@@ -503,7 +546,10 @@ def _rank_rows(
         paired = roots.get(r.paired)
         end = max(r.end, paired.end) if paired else r.end
         md = _merge_meta(meta, members + (paired.members if paired else []))
-        out.append(_row(rank, r.row, "cpu", r.name, r.start, end, r.start, -1, r, md, _pick_op(r, md, None)))
+        k = r.tid[0]
+        out.append(
+            _row(ranks[k], first[k], r.row, "cpu", r.name, r.start, end, r.start, -1, r, md, _pick_op(r, md, None))
+        )
     return out
 
 
@@ -529,7 +575,9 @@ def _pick_op(root: _Root | None, md: dict, kernel_op) -> str:
     return kernel_op if isinstance(kernel_op, str) else "other"
 
 
-def _row(rank, row, source, name, start, end, issue, stream, root: _Root | None, md: dict, op: str) -> dict:
+def _row(rank, first, row, source, name, start, end, issue, stream, root: _Root | None, md: dict, op: str) -> dict:
+    """A row of `rank`, whose events begin at row `first` of the joined table (event, cpu_event: rows
+    of the rank's own events; unit: the call, unique in the joined table)."""
     label = root.label if root is not None else None
     return {
         "rank": rank,
@@ -541,8 +589,8 @@ def _row(rank, row, source, name, start, end, issue, stream, root: _Root | None,
         "dur_ns": end - start,
         "issue_ns": issue,
         "stream": stream,
-        "event": int(row),
-        "cpu_event": root.row if root is not None else -1,
+        "event": int(row) - first,
+        "cpu_event": root.row - first if root is not None else -1,
         "unit": root.row if root is not None else -1 - row,
         "label": label,
         **md,
@@ -643,9 +691,11 @@ def _ordinal_seq(cols: dict, rows: list[dict]) -> None:
     """Where no seq was recorded: the order of issue within the rank's group (its pg name; else the
     op), counting each call once (a call's rows share its `unit`); then `instance`: the same call on
     every rank of its group is group (or pg name, or op) # seq: '0,1#3', 'pg:5#3', 'all_to_all#3' (a
-    call whose group the trace does not say: the op's calls in order). In place on `cols` (one rank's)."""
+    call whose group the trace does not say: the op's calls in order). In place on `cols` (rows of
+    one or more ranks, each rank counted on its own)."""
     keys = [g if g != "" else (f"pg:{r['pg_name']}" if r["pg_name"] else r["op"]) for g, r in zip(cols["group"], rows)]
     seq, source = cols["seq"], cols["seq_source"]
+    keys = [(r["rank"], k) for r, k in zip(rows, keys)]  # counted per rank
     calls: dict[tuple, int] = {}  # (key, unit) -> the call's first issue, in order of first appearance
     for i in (i for i, s in enumerate(seq) if s < 0):
         call = (keys[i], rows[i]["unit"])
@@ -660,4 +710,4 @@ def _ordinal_seq(cols: dict, rows: list[dict]) -> None:
         if s < 0:
             seq[i] = ordinal[(keys[i], rows[i]["unit"])]
             source[i] = "order"
-    cols["instance"] = [f"{k}#{s}" for k, s in zip(keys, seq)]
+    cols["instance"] = [f"{k}#{s}" for (_, k), s in zip(keys, seq)]

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from parallel.core.plan import Plan
-from profiler.analyzers import bubble
+from profiler.analyzers import aggregates, bubble
 from profiler.analyzers.breakdown import breakdowns
 from profiler.analyzers.collectives import collectives
 from profiler.analyzers.export import export_collectives, export_perfetto
@@ -212,13 +212,12 @@ class TraceAnalysis:
         ms, exposed ms, arrival lateness), skew (per dim and op over all steps: count, median / p95 / max
         arrival skew ms) and tp_measured (TP-group collectives by group size, SP and link: the TP-scaling
         overlay's measured cost)."""
-        from profiler.analyzers import summaries
         from profiler.traces.model import node_of_ranks
 
-        steps = summaries.instance_steps(self.collectives)
-        heat = summaries.rank_step_heat(self.breakdown, self.per_rank_wait, steps)
-        skew = summaries.skew_table(self.instances, steps, summaries.ALL)
-        tp = summaries.tp_measured(self.collectives, node_of_ranks(self.traces.run, self.traces.hosts()))
+        steps = aggregates.instance_steps(self.collectives)
+        heat = aggregates.rank_step_heat(self.breakdown, self.per_rank_wait, steps)
+        skew = aggregates.skew_table(self.instances, steps, aggregates.ALL)
+        tp = aggregates.tp_measured(self.collectives, node_of_ranks(self.traces.run, self.traces.hosts()))
         return {
             name: _records(frame) for name, frame in (("rank_step_heat", heat), ("skew", skew), ("tp_measured", tp))
         }

@@ -11,7 +11,7 @@ Sources, first found wins: the plan -- given, a launch script or plan file, the 
 run.json, an upload's plan.json, else the layout the process groups imply (analyzers.layout); the
 model -- given (a Model or a preset name), the launch script, run.json, the upload's plan.json, else
 the recorded GEMM and attention shapes (analyzers.shapes); the device and its memory -- the traces'
-deviceProperties (summaries.job_device); nodes -- host names (traces.hosts). Facts the shapes show are
+deviceProperties (aggregates.job_device); nodes -- host names (traces.hosts). Facts the shapes show are
 reported in `inferred` even when the model came from a file, so the two can be compared.
 
 A set whose recorded GEMMs have no attention beside them, or whose operators are a recommendation
@@ -32,10 +32,10 @@ from parallel.core.devices import cluster_for_device
 from parallel.core.plan import Plan
 from parallel.core.specs import MODELS, Model, SpecError
 from parallel.importers import ImportFailed, import_text
+from profiler.analyzers.aggregates import job_device
 from profiler.analyzers.front import TraceAnalysis
 from profiler.analyzers.layout import infer_layout
 from profiler.analyzers.shapes import Fact, model_from_shapes
-from profiler.analyzers.summaries import job_device
 from profiler.traces.model import Traces, node_of_ranks
 
 RECOMMENDER_OP = re.compile(r"fbgemm::.*embedding|embedding_bag|split_embedding", re.IGNORECASE)

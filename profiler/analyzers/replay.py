@@ -29,8 +29,9 @@ changed by the scenario:
 With no scenario the replay reproduces the measured times exactly. A dependency the clocks make
 circular (misaligned hosts) is cut, counted in `Replay.cut`, and the op keeps its own duration.
 
-The step time, one definition everywhere (steps.steady_step_s): the median over traced steps of the
-mean over ranks of the step's window, here of the replayed windows.
+The step time, one definition everywhere (steps.measured_step_s): the median over traced steps of the
+mean over ranks of the step's ProfilerStep#N window in the files; a replay moves it by what it changes
+in the graph's windows (on GPU ranks, the span of the kernels a step launched).
 
 Critical path: from the rank whose step ends last, back along whichever edge set each time -- the
 rank's own previous work, or the last arrival at a collective (a switch of rank) -- to the step's
@@ -46,10 +47,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from profiler.analyzers.breakdown import cpu_compute
 from profiler.traces import intervals as iv
 from profiler.traces.model import Traces, link_tier
+from profiler.traces.patterns import KINDS
 
 START, OP, END = 0, 1, 2  # node kinds
+OWN_KINDS = ("compute", "host", "idle")  # a rank's own time: its device busy, its host only, neither
 OVERLAPPED = 0.5  # a GPU comm kernel at least this much under compute does not block its rank
 PATH_COLUMNS = ["step", "rank", "kind", "dim", "op", "instance", "start_ns", "end_ns", "dur_ns"]
 
@@ -85,6 +89,28 @@ class Graph:
     last_arrival: np.ndarray  # code -> measured last arrival (ns)
     stage: dict[int, int]  # rank -> pipeline stage (0 without a plan)
     dropped_overlapped: int = 0
+    files_windows: pd.DataFrame | None = None  # the files' ProfilerStep windows (Traces.step_windows)
+    traces: Traces | None = None  # for a rank's busy sets (own_time), read when first asked for
+    offsets: dict[int, int] = field(default_factory=dict)  # rank -> its clock offset (ns)
+    _busy: dict = field(default_factory=dict)
+
+    def busy(self, rank: int) -> tuple[iv.Intervals, iv.Intervals]:
+        """(device, host) busy sets of a rank on the aligned clock: on a GPU rank its kernels (any
+        stream) and its CPU operators and launches; on a CPU-only rank its CPU compute (breakdown's:
+        operators minus the thread's collective calls), host empty."""
+        if rank not in self._busy:
+            self._busy[rank] = _busy_sets(self.traces, rank, self.offsets.get(rank, 0))
+        return self._busy[rank]
+
+    def own_time(self, rank: int, lo: int, hi: int) -> list[tuple[str, int, int]]:
+        """The rank's measured time [lo, hi) outside its ops, split in time order into OWN_KINDS pieces:
+        'compute' under its device work, 'host' on its CPU with the device idle, 'idle' neither."""
+        if hi <= lo:
+            return []
+        if self.traces is None:
+            return [("compute", lo, hi)]
+        device, host = self.busy(rank)
+        return _own_pieces(device, host, lo, hi)
 
 
 @dataclass
@@ -109,6 +135,69 @@ def _gpu_overlapped(traces: Traces, rank: int, rows: pd.DataFrame) -> np.ndarray
         if e > s:
             out[i] = iv.length(iv.clip(busy, int(s - o), int(e - o))) >= OVERLAPPED * (e - s)
     return out
+
+
+_DEVICE = [KINDS.index(k) for k in ("compute", "comm", "memcpy", "memset")]
+_HOST = [KINDS.index(k) for k in ("cpu_op", "runtime")]
+
+
+def _busy_sets(traces: Traces, rank: int, offset: int) -> tuple[iv.Intervals, iv.Intervals]:
+    a = traces.rank_arrays(rank)
+    ts, end = a["ts"] + offset, a["end"] + offset
+    if traces.device_of(rank) == "gpu":
+        dev, host = np.isin(a["kind"], _DEVICE), np.isin(a["kind"], _HOST)
+        return iv.union(ts[dev], end[dev]), iv.union(ts[host], end[host])
+    s, e = cpu_compute(a, 0, len(ts))
+    return (s + offset, e + offset), iv.EMPTY
+
+
+JOIN_NS = 20_000  # gaps within a busy set shorter than this (or 1% of the span split) count as busy
+
+
+def _closed(busy: iv.Intervals, join: int) -> iv.Intervals:
+    """`busy` with its gaps shorter than `join` filled."""
+    s, e = busy
+    if len(s) < 2:
+        return busy
+    keep = np.r_[True, (s[1:] - e[:-1]) >= join]
+    first = np.flatnonzero(keep)
+    return s[first], np.maximum.reduceat(e, first)
+
+
+def _own_pieces(device: iv.Intervals, host: iv.Intervals, lo: int, hi: int) -> list[tuple[str, int, int]]:
+    """[lo, hi) cut into (kind, start, end) pieces in time order: compute where `device` covers it, host
+    where only `host` does, idle elsewhere; touching pieces of one kind joined. Gaps shorter than
+    JOIN_NS or 1% of [lo, hi) inside a busy set are counted busy: the microseconds between one
+    operator and the next are the rank at work, and a path of thousands of slivers says nothing more."""
+    join = max(JOIN_NS, (hi - lo) // 100)
+    dev = _closed(iv.clip(device, lo, hi), join)
+    only_host = iv.minus(_closed(iv.clip(host, lo, hi), join), dev)
+    marks = [(int(s), int(e), "compute") for s, e in zip(*dev)] + [(int(s), int(e), "host") for s, e in zip(*only_host)]
+    out: list[tuple[str, int, int]] = []
+    at = lo
+    for s, e, kind in sorted(marks):
+        if s > at:
+            out.append(("idle", at, s))
+        out.append((kind, s, e))
+        at = max(at, e)
+    if at < hi:
+        out.append(("idle", at, hi))
+    joined: list[tuple[str, int, int]] = []
+    for kind, s, e in out:
+        if joined and joined[-1][0] == kind and joined[-1][2] >= s:
+            joined[-1] = (kind, joined[-1][1], max(e, joined[-1][2]))
+        else:
+            joined.append((kind, s, e))
+    return joined
+
+
+def _mapped(pieces: list[tuple[str, int, int]], lo_m: int, hi_m: int, lo: int, hi: int) -> list[tuple[str, int, int]]:
+    """Measured pieces of [lo_m, hi_m) laid over the replayed [lo, hi) in proportion (a replay that
+    stretches or shrinks a rank's own time keeps its mix of compute, host and idle)."""
+    if (lo_m, hi_m) == (lo, hi) or hi_m <= lo_m:
+        return pieces if (lo_m, hi_m) == (lo, hi) else [("idle", lo, hi)]  # no measured time to split
+    k = (hi - lo) / (hi_m - lo_m)
+    return [(kind, lo + int(round((s - lo_m) * k)), lo + int(round((e - lo_m) * k))) for kind, s, e in pieces]
 
 
 def build_graph(
@@ -190,6 +279,9 @@ def build_graph(
         last_arrival=last,
         stage=stage or {r: 0 for r in chains},
         dropped_overlapped=dropped,
+        files_windows=traces.step_windows,
+        traces=traces,
+        offsets=off,
     )
 
 
@@ -201,17 +293,20 @@ def op_wait(ch: Chain, i: int, a: np.ndarray, e: np.ndarray, last: np.ndarray) -
     return min(int(e[i] - a[i]), max(0, int(last[int(ch.inst[i])]) - int(a[i])))
 
 
-def _step_parts(ch: Chain, i0: int, j: int, a: np.ndarray, e: np.ndarray, last: np.ndarray):
+def _step_parts(ch: Chain, i0: int, j: int, a: np.ndarray, e: np.ndarray, last: np.ndarray, gaps: list | None = None):
     """(work_ns, [(node i, wait_ns, transfer_ns) per op]) of the step from START node i0 to END node j:
     the rank's time split so that the parts add up to the window even where its ops overlap (async
     collectives on a backend's own threads, as gloo's): each op counts only past the time already
     covered by the ops before it, its wait first (until the last arrival), and work is the time no op
-    covers."""
+    covers -- the rank's own time (`gaps`, when given, gets each piece of it: (node i, start, end))."""
     front = int(a[i0])  # the time covered so far
     work, ops = 0, []
     for i in range(i0 + 1, j + 1):
         ai, ei = int(a[i]), int(e[i])
-        work += max(0, ai - front)
+        if ai > front:
+            work += ai - front
+            if gaps is not None:
+                gaps.append((i, front, ai))
         if ch.kind[i] == OP:
             lo = max(ai, front)
             seen = max(0, ei - lo)  # the op's time not already covered
@@ -220,6 +315,31 @@ def _step_parts(ch: Chain, i0: int, j: int, a: np.ndarray, e: np.ndarray, last: 
             ops.append((i, wait, seen - wait))
         front = max(front, ai, ei)
     return work, ops
+
+
+def _own_split(g: Graph, rank: int, measured: list, replayed: list) -> dict[str, int]:
+    """ns of OWN_KINDS in a step's replayed own-time pieces (i, lo, hi), each split as the measured
+    piece before the same node was (Graph.own_time), in proportion; a piece the measurement lacks
+    takes the measured step's overall mix."""
+    by_node = {i: (lo, hi) for i, lo, hi in measured}
+    out = dict.fromkeys(OWN_KINDS, 0)
+    split = {i: g.own_time(rank, lo, hi) for i, (lo, hi) in by_node.items()}
+    total = dict.fromkeys(OWN_KINDS, 0)
+    for pieces in split.values():
+        for kind, s, e in pieces:
+            total[kind] += e - s
+    whole = sum(total.values())
+    for i, lo, hi in replayed:
+        if i in by_node:
+            pieces = _mapped(split[i], *by_node[i], lo, hi)
+            for kind, s, e in pieces:
+                out[kind] += e - s
+        elif whole:
+            for kind in OWN_KINDS:
+                out[kind] += int(round((hi - lo) * total[kind] / whole))
+        else:
+            out["idle"] += hi - lo
+    return out
 
 
 def work_per_step(g: Graph) -> pd.DataFrame:
@@ -367,9 +487,11 @@ def step_windows(g: Graph, rp: Replay | None = None) -> pd.DataFrame:
 
 
 def phases(g: Graph, rp: Replay | None = None) -> pd.DataFrame:
-    """One row per (rank, step): work_ns, wait_ns (blocked until the last arrival), transfer_ns per op
-    (column transfer_<dim>_ns), measured or replayed; work + wait + transfers = the window, also where
-    a rank's ops overlap (_step_parts)."""
+    """One row per (rank, step): work_ns (the rank's own time, split into compute_ns, host_ns and idle_ns:
+    under its device work, on its host alone, neither -- Graph.own_time), wait_ns (blocked until the last
+    arrival), transfer_ns per op (column transfer_<dim>_ns), measured or replayed; work + wait +
+    transfers = the window, also where a rank's ops overlap (_step_parts). A replayed rank's own time
+    keeps its measured mix of compute, host and idle."""
     rows = []
     for rank, ch in g.chains.items():
         a = ch.a if rp is None else rp.a[rank]
@@ -378,8 +500,14 @@ def phases(g: Graph, rp: Replay | None = None) -> pd.DataFrame:
         dims = g.instances["dim"].to_numpy() if len(g.instances) else np.empty(0, object)
         for i0 in np.flatnonzero(ch.kind == START):
             j = i0 + int(np.argmax(ch.kind[i0:] == END))
-            work, ops = _step_parts(ch, i0, j, a, e, last)
+            gaps: list = []
+            work, ops = _step_parts(ch, i0, j, a, e, last, gaps)
+            measured = gaps
+            if rp is not None:
+                measured = []
+                _step_parts(ch, i0, j, ch.a, ch.e, g.last_arrival, measured)
             row = {"rank": rank, "step": int(ch.step[i0]), "window_ns": int(a[j] - a[i0]), "work_ns": work}
+            row.update({f"{k}_ns": v for k, v in _own_split(g, rank, measured, gaps).items()})
             row["wait_ns"] = sum(w for _, w, _ in ops)
             for i, _, x in ops:
                 key = f"transfer_{dims[int(ch.inst[i])]}_ns"
@@ -393,8 +521,11 @@ def phases(g: Graph, rp: Replay | None = None) -> pd.DataFrame:
 
 
 def critical_path(g: Graph, rp: Replay, step: int) -> pd.DataFrame:
-    """The segments on the step's critical path, earliest first (PATH_COLUMNS): kind 'work' (a rank's
-    own time) or 'comm' (a transfer, after the last arrival); their durations add up to the path."""
+    """The segments on the step's critical path, earliest first (PATH_COLUMNS): kind 'comm' (a transfer,
+    after the last arrival) or a rank's own time between its ops, split as OWN_KINDS -- 'compute' (its
+    device busy), 'host' (its CPU busy, the device not), 'idle' (neither): a gap with no kernels is
+    idle, not work (Graph.own_time; a replayed gap keeps its measured mix). The durations add up to
+    the path."""
     ends = [
         (int(rp.a[r][i]), r, int(i))
         for r, ch in g.chains.items()
@@ -439,7 +570,10 @@ def critical_path(g: Graph, rp: Replay, step: int) -> pd.DataFrame:
         if ch.kind[i] == START or i == 0 or A[i] <= floor:
             break
         if A[i] > E[i - 1]:
-            add(r, "work", -1, int(E[i - 1]), int(A[i]))
+            lo_m, hi_m = int(ch.e[i - 1]), int(ch.a[i])
+            pieces = _mapped(g.own_time(r, lo_m, hi_m), lo_m, hi_m, int(E[i - 1]), int(A[i]))
+            for kind, lo, hi in reversed(pieces):  # latest first: the path is walked backwards
+                add(r, kind, -1, lo, hi)
         i -= 1
     out = pd.DataFrame(segs[::-1], columns=["rank", "kind", "dim", "op", "instance", "start_ns", "end_ns"])
     out.insert(0, "step", step)

@@ -44,8 +44,21 @@ def step_of(times: np.ndarray, starts: np.ndarray, ends: np.ndarray, steps: np.n
     return out
 
 
-STEP_DEFINITION = "the mean over ranks of the step's window (its ProfilerStep#N range on each rank)"
+STEP_DEFINITION = (
+    "the mean over ranks of the step's window: its ProfilerStep#N range in each rank's trace file "
+    "(a trace without ProfilerStep: its first to last event)"
+)
 STEPS_DEFINITION = f"every step: the median over the traced steps of {STEP_DEFINITION.replace('the step', 'each step')}"
+
+
+def measured_step_s(files: pd.DataFrame | None, fallback: pd.DataFrame, step: int | None = None) -> float | None:
+    """The measured step, STEP_DEFINITION, wherever it is shown (the timeline's headline, what-if): the
+    files' ProfilerStep#N windows (Traces.step_windows: rank, step, start_ns, end_ns) -- not a GPU's kernel
+    span inside them, nor the span over all ranks; a set without ProfilerStep (or without `step`) takes
+    `fallback`'s windows (the breakdown's: the whole trace per rank). step_time_s of them."""
+    if files is not None and len(files) and (step is None or (files["step"] == step).any()):
+        return step_time_s(files, step)
+    return step_time_s(fallback, step)
 
 
 def steady_step_s(windows: pd.DataFrame) -> float | None:

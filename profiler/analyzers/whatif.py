@@ -4,21 +4,23 @@
 
 `out` is `python -m profiler whatif --json`'s object:
     step                   the traced step measured and replayed, or None: every step, and then
-    measured_step_time_s   the trace's own step (steps.step_time_s: the mean rank window of `step`,
-                           else its median over the traced steps)
-    predicted_step_time_s  the same, of the replayed windows; equal to the measured one when no
-                           scenario is given (the replay reproduces the trace exactly)
+    measured_step_time_s   the trace's own step (steps.measured_step_s: the mean over ranks of `step`'s
+                           ProfilerStep#N range in the files, else its median over the traced steps)
+    predicted_step_time_s  the measured step plus what the replay changes in the step's windows; equal
+                           to the measured one when no scenario is given (the replay reproduces the
+                           trace exactly)
     change_pct             predicted vs measured
-    measured_phases / predicted_phases   per rank and step, averaged: work_s, wait_s and transfer_s
-                           per dimension -- they add up to the step
+    measured_phases / predicted_phases   per rank and step, averaged: work_s (the rank's own time) split
+                           into compute_s (its device busy), host_s (its CPU alone) and idle_s (neither),
+                           wait_s and transfer_s per dimension -- they add up to the step
     scenarios              what was applied (rank speed factors per step, link factors, hidden dims,
                            microbatches), each with what it assumes; a link or overlap one also with
                            `ops` (the traced ops it applies to) and, when that is 0, `note` (why)
     changed                sentences: what moved, largest first
     critical_path          of `step` (else the measured step closest to the median) and of its replay: length_s,
-                           by_category (work, comm:<dim>), ranks, segments
-    pipeline               per stage (pp > 1): work, bubble, p2p wait and transfer (ms), bubble
-                           fraction beside (p-1)/(v m) -- bubble.py
+                           by_category (compute, host, idle, comm:<dim>), ranks, segments
+    pipeline               per stage (pp > 1): work, bubble, p2p wait and transfer (ms), the bubble's
+                           and the p2p wait's fractions of the work apart, beside (p-1)/(v m) -- bubble.py
     cut_dependencies, overlapped_left_out   the replay's honesty counters
 
 More microbatches (`microbatches=M`, same global batch, so each is smaller): the pipeline's schedule
@@ -37,13 +39,22 @@ import numpy as np
 import pandas as pd
 
 from profiler.analyzers import bubble
-from profiler.analyzers.replay import Graph, Replay, Scenario, critical_path, phases, replay, step_windows
-from profiler.analyzers.steps import step_time_s
+from profiler.analyzers.replay import (
+    OWN_KINDS,
+    Graph,
+    Replay,
+    Scenario,
+    critical_path,
+    phases,
+    replay,
+    step_windows,
+)
+from profiler.analyzers.steps import measured_step_s, step_time_s
 
 
 def _phase_summary(ph: pd.DataFrame) -> dict[str, Any]:
     if not len(ph):
-        return {"window_s": 0.0, "work_s": 0.0, "wait_s": 0.0, "transfer_s": {}}
+        return {"window_s": 0.0, "work_s": 0.0, **{f"{k}_s": 0.0 for k in OWN_KINDS}, "wait_s": 0.0, "transfer_s": {}}
     mean = ph.drop(columns=["rank", "step"]).mean()
     transfer = {
         c[len("transfer_") : -3]: round(float(mean[c]) / 1e9, 6) for c in ph.columns if c.startswith("transfer_")
@@ -51,6 +62,7 @@ def _phase_summary(ph: pd.DataFrame) -> dict[str, Any]:
     return {
         "window_s": round(float(mean["window_ns"]) / 1e9, 6),
         "work_s": round(float(mean["work_ns"]) / 1e9, 6),
+        **{f"{k}_s": round(float(mean[f"{k}_ns"]) / 1e9, 6) for k in OWN_KINDS},
         "wait_s": round(float(mean["wait_ns"]) / 1e9, 6),
         "transfer_s": transfer,
     }
@@ -65,10 +77,11 @@ def _median_step(g: Graph) -> int | None:
 
 
 def path_summary(path: pd.DataFrame) -> dict[str, Any]:
-    """A critical path's length, its time per category (work, comm:<dim>), the ranks it visits."""
+    """A critical path's length, its time per category (compute, host, idle, comm:<dim>), the ranks it
+    visits."""
     if not len(path):
         return {"length_s": 0.0, "by_category": {}, "ranks": [], "segments": 0, "rank_switches": 0}
-    cat = np.where(path["kind"] == "work", "work", "comm:" + path["dim"].astype(str))
+    cat = np.where(path["kind"] == "comm", "comm:" + path["dim"].astype(str), path["kind"].astype(str))
     by = path.groupby(cat)["dur_ns"].sum().sort_values(ascending=False)
     ranks = path["rank"].to_numpy()
     return {
@@ -85,7 +98,8 @@ def _changed(measured: dict, predicted: dict, m_step: float, p_step: float) -> l
     out = []
     if m_step:
         out.append(f"step {m_step * 1e3:,.2f} → {p_step * 1e3:,.2f} ms ({(p_step / m_step - 1) * 100:+.1f}%)")
-    deltas = [("work", measured["work_s"], predicted["work_s"]), ("wait", measured["wait_s"], predicted["wait_s"])]
+    deltas = [(k, measured[f"{k}_s"], predicted[f"{k}_s"]) for k in OWN_KINDS]
+    deltas.append(("wait", measured["wait_s"], predicted["wait_s"]))
     for dim in sorted(set(measured["transfer_s"]) | set(predicted["transfer_s"])):
         deltas.append((f"{dim} transfer", measured["transfer_s"].get(dim, 0.0), predicted["transfer_s"].get(dim, 0.0)))
     for name, a, b in sorted(deltas, key=lambda d: -abs(d[2] - d[1])):
@@ -139,8 +153,10 @@ def whatif(
     if step is not None and not (measured_w["step"] == step).any():
         have = sorted({int(s) for s in measured_w["step"]})
         raise StepNotTraced(f"step {step} is not in these traces; their steps: {', '.join(map(str, have)) or 'none'}")
-    m_step = step_time_s(measured_w, step) or 0.0
-    p_step = step_time_s(predicted_w, step) or 0.0
+    # the files' step (steps.measured_step_s), moved by what the replay changes in the graph's windows
+    m_graph, p_graph = step_time_s(measured_w, step) or 0.0, step_time_s(predicted_w, step) or 0.0
+    m_step = measured_step_s(graph.files_windows, measured_w, step) or m_graph
+    p_step = max(m_step + (p_graph - m_graph), 0.0)
     m_ph, p_ph = _phase_summary(phases(graph)), _phase_summary(phases(graph, rp))
     applied: list[dict] = []
     for rank, speed in scenario.rank_speed.items():
@@ -203,8 +219,8 @@ def whatif(
     step = _median_step(graph) if step is None else step
     out = {
         "step": chosen,
-        "measured_step_time_s": round(m_step, 6),
-        "predicted_step_time_s": round(p_step, 6),
+        "measured_step_time_s": round(m_step, 9),
+        "predicted_step_time_s": round(p_step, 9),
         "change_pct": round((p_step / m_step - 1) * 100, 2) if m_step else None,
         "measured_phases": m_ph,
         "predicted_phases": p_ph,

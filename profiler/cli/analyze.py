@@ -10,7 +10,9 @@ With --json, one object (a contract other tools read):
     per_rank [{rank, compute_us, comm_us, exposed_comm_us, idle_us}]   summed over steps
     stragglers [{op, dim, seq, late_rank, skew_us}]   the largest arrival skews (--top)
     rank_step_heat [{rank, step, step_ms, exposed_ms, late_ms, ...}]   every rank x step (the timeline's heat map)
-    skew [{dim, op, instances, median / p95 / max skew ms, most often late, times late}]   all steps
+    skew [{dim, op, instances, median_skew_ms, p95_skew_ms, max_skew_ms, most_often_late_rank, times_late}]
+        all steps
+Every key is snake_case with its unit in the name: docs/json-output.md lists them.
     tp_measured [{tp, sp, link, op, n, bytes, busbw_gbps, busbw_bytes_per_s}]   TP-group collectives
 
 PATH is a run directory, a folder, trace files, or a .zip/.tar.gz. --plan takes a Plan JSON (or a

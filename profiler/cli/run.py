@@ -8,7 +8,11 @@
     python -m profiler run --dp 2 --tp 2 --steps 4 --lab                   # both nodes of the lab
 
 The plan, model, cluster and training flags are `python -m parallel train`'s; see run_args.py for
-the rest. Writes DIR/run.json (progress while it runs; see supervisor.py for its keys), one Kineto
+the rest. `--plan FILE` takes the plan from a plan JSON (bare, or {"plan", "model"} as `profiler
+replan --json` and `parallel search --json` rows carry it; a Megatron-LM script or torchtitan TOML
+too): its fields become the plan flags, written before the others so a flag given beside it wins;
+the file's model is the job's unless --model is given (a preset, by name). The engine decides
+attention and dropout itself (parallel.core.engine_plan): the file's are not flags here. Writes DIR/run.json (progress while it runs; see supervisor.py for its keys), one Kineto
 trace per rank in DIR/traces/, DIR/metrics.json and DIR/logs/rank{r}.log (layout: rundir.py).
 Without --out, DIR is a new `<UTC time>-<plan>` directory under $PARASCOPE_RUNS (default ./runs).
 
@@ -30,6 +34,10 @@ import signal
 import sys
 from pathlib import Path
 
+from parallel.core.engine_plan import ENGINE_PLAN_FLAGS
+from parallel.core.plan import PLAN_FIELDS, plan_values
+from parallel.core.specs import MODELS, SpecError
+from parallel.importers import import_plan
 from profiler.collect.launchers import (
     RUN_MARKER,
     AgentLauncher,
@@ -137,8 +145,52 @@ def supervise(spec: RunSpec, run_dir: Path, record: dict, lab=None) -> dict:
     return sup.finish(outcome)
 
 
+def plan_file_flags(path: str, *, model_given: bool) -> list[str]:
+    """The plan flags (and --model) of the plan in `path`; SpecError (ImportFailed) in one line."""
+    imported = import_plan(path)
+    values = plan_values(imported.plan)
+    flags: list[str] = []
+    for spec in PLAN_FIELDS:
+        value = values[spec.name]
+        if spec.name not in ENGINE_PLAN_FLAGS or value is None:
+            continue
+        if isinstance(value, bool):
+            flags.append(spec.knob.flag if value else "--no-" + spec.knob.flag[2:])
+        else:
+            flags += [spec.knob.flag, str(value)]
+    if imported.model is not None and not model_given:
+        if MODELS.get(imported.model.name) != imported.model:
+            raise SpecError(f"--plan {path}: its model {imported.model.name} is no preset; give --model")
+        flags += ["--model", imported.model.name]
+    return flags
+
+
+def _with_plan_file(argv: list[str]) -> list[str]:
+    """argv with `--plan FILE` replaced by the file's plan flags, put first (a flag given beside it wins)."""
+    rest, path = [], None
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--plan" and i + 1 < len(argv):
+            path, i = argv[i + 1], i + 2
+            continue
+        if argv[i].startswith("--plan="):
+            path = argv[i].partition("=")[2]
+        else:
+            rest.append(argv[i])
+        i += 1
+    if path is None:
+        return argv
+    given = any(a == "--model" or a.startswith("--model=") for a in rest)
+    return plan_file_flags(path, model_given=given) + rest
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        argv = _with_plan_file(argv)
+    except SpecError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     spec, errors, warnings = parse_run(argv)
     if spec is not None and not errors and (too_many := local_ranks_error(spec, spec.max_local_ranks)):
         errors = [too_many]

@@ -110,7 +110,7 @@ def _text(out: dict) -> str:
     lines = [
         f"measured step  {out['measured_step_time_s'] * 1e3:,.2f} ms   ("
         + ("median over traced steps" if out["step"] is None else f"step {out['step']}")
-        + " of the mean rank window)",
+        + " of the mean over ranks of the files' ProfilerStep range)",
         f"predicted step {out['predicted_step_time_s'] * 1e3:,.2f} ms"
         + (f"   ({out['change_pct']:+.1f}%)" if out["change_pct"] is not None else ""),
     ]
@@ -132,12 +132,14 @@ def _text(out: dict) -> str:
     if out["pipeline"]:
         lines += [
             "",
-            f"  {'stage':>5}{'work':>10}{'bubble':>10}{'p2p wait':>10}{'p2p xfer':>10}{'bubble %':>10}{'theory %':>10}",
+            f"  {'stage':>5}{'work':>10}{'bubble':>10}{'p2p wait':>10}{'p2p xfer':>10}{'bubble %':>10}"
+            f"{'wait %':>10}{'theory %':>10}",
         ]
         for r in out["pipeline"]:
             lines.append(
                 f"  {r['stage']:>5}{r['work_ms']:>10,.1f}{r['bubble_ms']:>10,.1f}{r['p2p_wait_ms']:>10,.1f}"
-                f"{r['p2p_transfer_ms']:>10,.1f}{r['bubble_fraction'] * 100:>10,.1f}{r['theory_fraction'] * 100:>10,.1f}"
+                f"{r['p2p_transfer_ms']:>10,.1f}{r['bubble_fraction'] * 100:>10,.1f}"
+                f"{r['p2p_wait_fraction'] * 100:>10,.1f}{r['theory_fraction'] * 100:>10,.1f}"
             )
     return "\n".join(lines)
 

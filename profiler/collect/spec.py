@@ -94,6 +94,13 @@ def parser() -> argparse.ArgumentParser:
         elif action.dest == "timeout":
             action.help = "process-group timeout in seconds: a collective a peer never joins fails after it"
     g = p.add_argument_group("profiler")
+    g.add_argument(  # read by profiler.cli.run before this parser: its fields become the plan flags
+        "--plan",
+        metavar="FILE",
+        default=None,
+        help="a plan JSON (a `profiler replan --json` or `parallel search --json` row's plan): its fields as the "
+        "plan flags; a flag given beside it wins",
+    )
     g.add_argument("--wait", type=int, default=1, help="steps before tracing starts (default 1)")
     g.add_argument("--warmup", type=int, default=1, help="steps traced but dropped (default 1)")
     g.add_argument("--active", type=int, default=None, help="steps recorded (default: the rest)")
@@ -238,6 +245,8 @@ def parse_run(argv) -> tuple[RunSpec | None, list[str], list[str]]:
     """(spec, errors, warnings) from the command line, without importing torch."""
     argv = list(argv)
     args = parser().parse_args(argv)
+    if args.plan is not None:  # profiler.cli.run replaces --plan FILE by its flags before parsing
+        return None, ["--plan FILE is read by `python -m profiler run`: give the plan's flags here"], []
     cfg, errors, warnings = config_from_namespace(args)
     if cfg is None:
         return None, errors, warnings

@@ -1,8 +1,8 @@
 """The cache of loaded trace sets: one columnar store (profiler.traces.store) per input, keyed by
 the content hash of the input files.
 
-Layout: ``<cache dir>/<key>/meta.json`` (the small tables, the run.json, rank -> part and each part
-file's size) beside the parts' Arrow IPC files. The loader writes the parts into a temporary
+Layout: ``<cache dir>/<key>/meta.json`` (the small tables, the run.json, rank -> part, each part
+file's size, and a batch part's row ranges per rank) beside the parts' Arrow IPC files. The loader writes the parts into a temporary
 ``.tmp-*`` folder of the cache dir; `publish` writes meta.json last and renames the folder into
 place, so a reader never sees half an entry. Opening an entry checks every part file's size and
 Arrow magic (12 bytes each); an unreadable or damaged entry is ignored (and rebuilt), never an error.
@@ -41,9 +41,11 @@ def read(cache_dir: Path, key: str) -> Traces | None:
         meta = orjson.loads((entry / "meta.json").read_bytes())
         parts = {int(r): str(p) for r, p in meta["parts"].items()}
         sizes = {int(r): [int(x) for x in v] for r, v in meta["sizes"].items()}
+        rows = {int(r): tuple(int(x) for x in v) for r, v in meta.get("rows", {}).items()}
+        files = {(parts[r], tuple(pair)) for r, pair in sizes.items()}  # a batch part: checked once
         if set(sizes) != set(parts) or not all(
-            intact(entry / f"{parts[r]}.{kind}.arrow", size)
-            for r, pair in sizes.items()
+            intact(entry / f"{part}.{kind}.arrow", size)
+            for part, pair in files
             for kind, size in zip(("events", "comm"), pair)
         ):
             return None
@@ -55,7 +57,7 @@ def read(cache_dir: Path, key: str) -> Traces | None:
             if col in frame:
                 frame[col] = frame[col].astype(dtype)
     return Traces(
-        store=PartStore(parts, folder=entry),
+        store=PartStore(parts, folder=entry, rows=rows),
         part_sizes=sizes,
         source=meta["source"],
         run=meta["run"],
@@ -133,6 +135,7 @@ def publish(folder: Path, cache_dir: Path, traces: Traces) -> Path | None:
         "run": traces.run,
         "parts": {str(r): p for r, p in traces.store.parts.items()},
         "sizes": {str(r): s for r, s in traces.part_sizes.items()},
+        "rows": {str(r): list(v) for r, v in traces.store.rows.items()},
         "tables": {n: {c: _plain(t[c]) for c in t.columns} for n, t in tables.items()},
         "dtypes": {n: {c: str(t[c].dtype) for c in t.columns} for n, t in tables.items()},
     }

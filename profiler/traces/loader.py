@@ -11,7 +11,7 @@ The rank of a file is `distributedInfo.rank`, else the number in its name (`rank
 `rank-3.json.gz`, `trace_8_rank_3.json`), else `ranks={"name.json": 3}`; a file without any of them
 is a RankError that says so.
 
-Each file is parsed by one task (`parse_part`): decompressed as a stream, decoded in chunks
+Each file is parsed by one task (`parse_part`; small files a batch to a task, `parse_batch`): decompressed as a stream, decoded in chunks
 (profiler.traces.kineto.parse_stream) and written as its own Arrow partition (profiler.traces.store)
 before the next file is taken; only a summary (metadata, thread names, step windows, what was
 skipped) comes back. So the peak memory of a load is the files in flight -- one per worker, and
@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from parallel.core.plan import MAX_WORLD_SIZE
@@ -57,8 +58,8 @@ from profiler.traces.errors import (
 from profiler.traces.kineto import RankPart, parse_stream
 from profiler.traces.model import COMM_ARG_FIELDS, SHAPE_COLUMNS, Traces
 from profiler.traces.patterns import KINDS, profiler_step
-from profiler.traces.sources import Limits, TraceSet, open_source, rank_from_name, resolve, stream
-from profiler.traces.store import PartStore, part_tables, write_table
+from profiler.traces.sources import Limits, Member, TraceSet, open_source, rank_from_name, resolve, stream
+from profiler.traces.store import PartStore, batch_tables, write_table
 
 LOADER_VERSION = "5"  # bump when the tables change: it is part of the cache key
 Progress = Callable[[int, int, str], None]  # (files done, files in all, the file just done)
@@ -155,32 +156,98 @@ def parse_part(index: int, name: str, source: Any, limits: Limits, folder: str |
     partition `part-<index>` into `folder` (None: return the Arrow tables instead). Returns the file's
     summary: everything the set's small tables need, nothing per event. Runs in a worker process or on
     a Dask worker; raises TraceError for a file that cannot be a trace."""
-    read = [0]
+    return parse_batch([(index, name, source)], limits, folder)[0]
 
-    def counted(pieces):
-        for piece in pieces:
-            read[0] += len(piece)
-            yield piece
 
-    with _gc_paused():
-        with open_source(source) as f:
-            part = parse_stream(counted(stream(f, name, limits)), name)
-        events, comm = part_tables(part.columns, part.names, part.cats, part.comm_args, COMM_ARG_FIELDS)
-        summary = _summary(part, index, len(events))
+def parse_batch(items: list[tuple[int, str, Any]], limits: Limits, folder: str | None) -> list[dict]:
+    """parse_part for each (index, name, source) of a batch of small files, written as one partition
+    named after the first (each summary's `rows`: its file's rows in it): one task, one pair of Arrow
+    files and one open for a batch, where per-file tasks and parts cost more than the parse of a
+    file of a few events. A batch of one file is parse_part's partition exactly (no `rows`)."""
+    summaries, files = [], []
+    for index, name, source in items:
+        read = [0]
+
+        def counted(chunks, read=read):
+            for chunk in chunks:
+                read[0] += len(chunk)
+                yield chunk
+
+        with _gc_paused():
+            with open_source(source) as f:
+                part = parse_stream(counted(stream(f, name, limits)), name)
+            summary = _summary(part, index, len(part.columns["ts_ns"]))
+            files.append((part.columns, part.names, part.cats, part.comm_args))
+            del part
         summary["bytes"] = read[0]
-        del part
-    stem = f"part-{index:06d}"
+        summaries.append(summary)
+    stem = f"part-{items[0][0]:06d}"
+    with _gc_paused():
+        events, comm, rows = batch_tables(files, COMM_ARG_FIELDS)
+    del files
+    if len(summaries) > 1:
+        for summary, span in zip(summaries, rows):
+            summary["rows"] = span
+    for summary in summaries:
+        summary["part"] = stem
     if folder is None:
-        summary["tables"] = (events, comm)
-        return summary
-    summary["sizes"] = [write_table(events, Path(folder) / f"{stem}.events.arrow")]
-    summary["sizes"].append(write_table(comm, Path(folder) / f"{stem}.comm.arrow"))
-    return summary
+        summaries[0]["tables"] = (events, comm)  # the batch's tables, once
+        return summaries
+    sizes = [write_table(events, Path(folder) / f"{stem}.events.arrow")]
+    sizes.append(write_table(comm, Path(folder) / f"{stem}.comm.arrow"))
+    for summary in summaries:
+        summary["sizes"] = sizes
+    return summaries
+
+
+# Files smaller than this are parsed and stored in batches: up to BATCH_FILES of them, BATCH_BYTES in
+# all (as stored: a batch's decoded tables stay well under the memory one large file's parse takes).
+BATCH_BYTES = 1 << 20
+BATCH_FILES = 256
+
+
+def _size_hint(source: Any) -> int | None:
+    """The bytes `source` holds as stored (a file's size, a member's), None when not known cheaply."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return len(source)
+    if isinstance(source, Member):
+        return source.size if source.size > 0 else None
+    try:
+        return Path(source).stat().st_size
+    except OSError:
+        return None
+
+
+def _batches(jobs, total: int) -> Iterator[list[tuple[int, str, Any]]]:
+    """The (index, name, source) jobs in batches of small files (BATCH_BYTES, BATCH_FILES), each batch
+    at most an eighth of the set so several workers get work; a large or unsized file alone. The
+    batches depend on the files only, never on the workers: every way of loading a set stores it alike."""
+    cap = max(1, min(BATCH_FILES, total // 8))
+    batch: list = []
+    held = 0
+    for job in jobs:
+        size = _size_hint(job[2])
+        if size is None or size >= BATCH_BYTES or cap == 1:
+            if batch:
+                yield batch
+                batch, held = [], 0
+            yield [job]
+            continue
+        if batch and (len(batch) >= cap or held + size > BATCH_BYTES):
+            yield batch
+            batch, held = [], 0
+        batch.append(job)
+        held += size
+    if batch:
+        yield batch
+
+
+_GPU_KINDS = [KINDS.index(k) for k in ("compute", "comm", "memcpy", "memset")]
 
 
 def _summary(part: RankPart, index: int, n: int) -> dict:
     kinds = part.columns["kind"]
-    gpu = pd.Series(kinds).isin([KINDS.index(k) for k in ("compute", "comm", "memcpy", "memset")]).to_numpy()
+    gpu = np.isin(kinds, _GPU_KINDS)
     device_name = device_memory = None
     if gpu.any():
         pid = Counter(part.columns["pid"][gpu].tolist()).most_common(1)[0][0]
@@ -194,7 +261,6 @@ def _summary(part: RankPart, index: int, n: int) -> dict:
     meta = {k: v for k, v in part.meta.items() if k not in ("device_names", "device_memory")}
     return {
         "index": index,
-        "part": f"part-{index:06d}",
         "source": part.source,
         "meta": meta,
         "device": "gpu" if gpu.any() else "cpu",
@@ -255,13 +321,15 @@ def _parse_all(found: TraceSet, folder: Path | None, *, workers, scheduler, prog
     with _spill_folder(target) as spill:
         jobs = ((i, name, source) for i, (name, source) in enumerate(found.sources(spill)))
         n_workers = max(1, int(workers))
+        batches = _batches(jobs, total)
         if scheduler:
-            _on_dask(scheduler, jobs, found.limits, target, finished)
+            _on_dask(scheduler, batches, found.limits, target, finished)
         elif n_workers == 1 or total <= 1:
-            for index, name, source in jobs:
-                finished(parse_part(index, name, source, found.limits, target))
+            for batch in batches:
+                for summary in parse_batch(batch, found.limits, target):
+                    finished(summary)
         else:
-            _on_processes(min(n_workers, total), jobs, found.limits, target, finished)
+            _on_processes(min(n_workers, total), batches, found.limits, target, finished)
     out.sort(key=lambda s: s["index"])
     tables = {s["part"]: s.pop("tables") for s in out if "tables" in s}
     return out, tables
@@ -315,23 +383,25 @@ def process_pool(n: int, preload: str = __name__) -> Any:
     return ProcessPoolExecutor(max_workers=n, mp_context=ctx)
 
 
-def _on_processes(n: int, jobs, limits: Limits, folder: str | None, finished) -> None:
-    """A pool of `n` worker processes, at most 2n files queued (bounded memory for archive members)."""
+def _on_processes(n: int, batches, limits: Limits, folder: str | None, finished) -> None:
+    """A pool of `n` worker processes, at most 2n batches queued (bounded memory for archive members)."""
     from concurrent.futures import FIRST_COMPLETED, wait
 
     with _pool(n, __name__) as pool:
         pending: set = set()
         try:
-            for index, name, source in jobs:
-                pending.add(pool.submit(parse_part, index, name, source, limits, folder))
+            for batch in batches:
+                pending.add(pool.submit(parse_batch, batch, limits, folder))
                 if len(pending) >= 2 * n:
                     done, pending = wait(pending, return_when=FIRST_COMPLETED)
                     for f in done:
-                        finished(f.result())
+                        for summary in f.result():
+                            finished(summary)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for f in done:
-                    finished(f.result())
+                    for summary in f.result():
+                        finished(summary)
         except BaseException:
             # cancelled or failed: drop the queued files and let the running ones finish before the
             # caller removes the folder they write into (the pool may be shared: it stays up)
@@ -367,12 +437,46 @@ def map_rank_tasks(
     scheduler: str | None = None,
     preload: str = __name__,
 ) -> Any:
-    """`task(store, rank, gpu, *per_rank(rank))` for every rank of `traces`, in rank order (map_ranks):
-    each task gets only its rank's part of the store (PartStore.only), so a worker process or a Dask
-    task opens its own partition; parts held in memory are worked on here."""
+    """`task(store, rank, gpu, *per_rank(rank))` for every rank of `traces`, in rank order; the ranks
+    of one part are one task (map_part_tasks)."""
+    parts = map_part_tasks(traces, _each_rank, per_rank, task, workers=workers, scheduler=scheduler, preload=preload)
+    for outs in parts:
+        yield from outs
+
+
+def _each_rank(store, rank_args: list[tuple], task: Callable) -> list:
+    return [task(store, *a) for a in rank_args]
+
+
+def part_groups(traces: Traces) -> list[list[int]]:
+    """The set's ranks grouped by the part that holds them (a batch of small files: many; else one),
+    ascending within a group, groups by their first rank."""
+    by_part: dict[str, list[int]] = {}
+    for r in traces.rank_ids:
+        by_part.setdefault(traces.store.parts[r], []).append(r)
+    return sorted(by_part.values())
+
+
+def map_part_tasks(
+    traces: Traces,
+    task: Callable,
+    per_rank: Callable[[int], tuple],
+    *extra: Any,
+    workers: int = 1,
+    scheduler: str | None = None,
+    preload: str = __name__,
+) -> Any:
+    """`task(store, [(rank, gpu, *per_rank(rank)) for its ranks], *extra)` for each group of ranks that
+    share a part (part_groups), in order: a task works on its ranks' columns together, opening their
+    part once (a part of hundreds of small ranks is one read and a few array operations, not hundreds).
+    Each task gets only its ranks' part of the store (PartStore.narrowed), so a worker process or a
+    Dask task opens its own partition; parts held in memory are worked on here (map_ranks)."""
     store = traces.store
-    args = [(store.only(r), r, traces.device_of(r) == "gpu", *per_rank(r)) for r in traces.rank_ids]
     on_disk = store.on_disk
+    args = [
+        (store.narrowed(ranks), [(r, traces.device_of(r) == "gpu", *per_rank(r)) for r in ranks], *extra)
+        for ranks in part_groups(traces)
+    ]
     return map_ranks(
         task, args, workers=workers if on_disk else 1, scheduler=scheduler if on_disk else None, preload=preload
     )
@@ -391,7 +495,7 @@ def dask_client(address: str) -> Any:  # a distributed.Client (imported only whe
         raise TraceError(f"cannot reach the Dask scheduler at {address} ({err})") from None
 
 
-def _on_dask(address: str, jobs, limits: Limits, folder: str | None, finished) -> None:
+def _on_dask(address: str, batches, limits: Limits, folder: str | None, finished) -> None:
     """The same tasks on a Dask distributed cluster: `address` is its scheduler (tcp://HOST:PORT)."""
     from distributed import as_completed
 
@@ -399,14 +503,14 @@ def _on_dask(address: str, jobs, limits: Limits, folder: str | None, finished) -
         n = max(1, len(client.scheduler_info().get("workers", {})))
         queue = as_completed(loop=client.loop)
         try:
-            for index, name, source in jobs:
-                queue.add(
-                    client.submit(parse_part, index, name, source, limits, folder, key=f"parse-{index}", pure=False)
-                )
+            for batch in batches:
+                queue.add(client.submit(parse_batch, batch, limits, folder, key=f"parse-{batch[0][0]}", pure=False))
                 if queue.count() >= 2 * n:
-                    finished(next(queue).result())
+                    for summary in next(queue).result():
+                        finished(summary)
             for future in queue:
-                finished(future.result())
+                for summary in future.result():
+                    finished(summary)
         except BaseException:
             client.cancel(list(queue.futures))
             raise
@@ -490,7 +594,7 @@ def assemble(
     rank pointed at its partition."""
     assigned = _assign_ranks(parts, ranks)
     _check_job(parts, assigned)
-    rank_rows, pg_rows, thread_rows, skip_rows, step_rows, shape_rows, where = [], [], [], [], [], [], {}
+    rank_rows, pg_rows, thread_rows, skip_rows, step_rows, shape_rows, where, rows = [], [], [], [], [], [], {}, {}
     for part, (rank, rank_from) in zip(parts, assigned):
         rank_rows.append(_rank_row(part, rank, rank_from))
         pg_rows += [_pg_row(rank, pg) for pg in part["meta"]["pg_config"]]
@@ -499,7 +603,11 @@ def assemble(
         step_rows += [(rank, *s) for s in part["steps"]]
         shape_rows += [(rank, *s) for s in part["meta"].get("shapes", ())]
         where[rank] = (part["part"], part.get("sizes"))
-    store = PartStore({r: p for r, (p, _) in where.items()}, folder=folder if not tables else None, tables=tables)
+        if "rows" in part:
+            rows[rank] = part["rows"]
+    store = PartStore(
+        {r: p for r, (p, _) in where.items()}, folder=folder if not tables else None, tables=tables, rows=rows
+    )
     return Traces(
         ranks=pd.DataFrame(rank_rows)
         .sort_values("rank", ignore_index=True)

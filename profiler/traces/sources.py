@@ -397,7 +397,7 @@ def _zip_members(path: Path, limits: Limits) -> Iterator[tuple[str, Member]]:
                     f"{path.name}: members add up to more than {limits.max_total_bytes:,} bytes", path=str(path)
                 )
             # the declared size bounds what the member's stream gives (zipfile reads no further)
-            yield label, Member(str(path), label, inner=info.filename)
+            yield label, Member(str(path), label, inner=info.filename, size=info.file_size)
 
 
 _COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")  # gzip, bzip2, xz: a tar only readable front to back

@@ -1,4 +1,4 @@
-"""ui.jobs with real processes: start in a process group of its own, exit codes recorded, cancel kills
+"""profiler.collect.jobs with real processes: start in a process group of its own, exit codes recorded, cancel kills
 the whole group, two jobs at once; and how ui.trace_sets reads a job's state next to its run.json.
 The "profiler" here is a small Python script that writes run.json as `python -m profiler run` does;
 the Run-a-job page is driven through AppTest with that script in place of the real command.
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from profiler.collect import jobs
 from tests.support.apptest import page_test
-from ui import jobs, trace_sets
+from ui import trace_sets
 
 FAKE = textwrap.dedent("""
     # A stand-in for `python -m profiler run ... --out DIR`: run.json as the job advances.
@@ -203,6 +204,8 @@ def test_run_a_job_page_starts_the_job_and_shows_it(tmp_path, fake, monkeypatch)
     )
     at = page_test("pages/run_job.py")
     assert not at.exception and "No jobs started from the dashboard yet." in [c.value for c in at.caption]
+    batch = at.number_input(key="job.global_batch")  # empty, saying what it defaults to: never "0"
+    assert batch.value is None and "dp × micro × pp" in batch.proto.placeholder
     at.number_input(key="job.tp").set_value(3)
     at.button[0].click().run()  # the form's submit button
     assert not at.exception
@@ -217,7 +220,7 @@ def test_run_a_job_page_starts_the_job_and_shows_it(tmp_path, fake, monkeypatch)
     assert at.query_params["run"] == job.name
     command = " ".join(job.argv)
     assert "--model tiny --dp 2 --tp 2 --pp 2 --cp 1 --sp" in command and "--steps 4" in command
-    assert "--cp-kind ring" in command
+    assert "--cp-kind ring" in command and "--global-batch" not in command
     assert _wait(lambda: jobs.refresh(job).returncode == 0)
     at.run()
     assert any(job.name in m.value and "completed" in m.value for m in at.markdown)
@@ -240,7 +243,7 @@ def _group_gone(pgid: int) -> bool:
 
 @pytest.mark.slow
 def test_a_real_profile_run_from_the_dashboard_fills_the_timeline(tmp_path, monkeypatch):
-    """`python -m profiler run` through ui.jobs: progress while it runs, then a completed run whose
+    """`python -m profiler run` through profiler.collect.jobs: progress while it runs, then a completed run whose
     traces the Collective timeline draws."""
     _real_profiler()
     runs = tmp_path / "runs"

@@ -99,6 +99,19 @@ def test_lab_job_without_root_says_so():
     assert done.returncode == 2 and "needs root" in done.stderr and "CAP_SYS_ADMIN" in done.stderr, done.stderr
 
 
+def test_quick_sweeps_commbench_sizes_are_transfer_bound_across_the_link():
+    """The quick sweep fits the inter link from sizes whose transfer at the tests' rate dominates the
+    few ms of scheduling on two busy cores (commbench's own quick sizes start at 1 KiB)."""
+    from profiler.cli import tpsweep
+
+    spec, errors = tpsweep.parse(["--lab", "--quick", "--lab-prefix=pslx-"])
+    assert not errors
+    cb, errors = parse_commbench(["--lab", "--nproc=2", *spec.commbench_args])
+    assert not errors and cb.quick
+    assert cb.sizes == (128 * 2**10, 512 * 2**10, 2 * 2**20)
+    assert min(cb.sizes) / RATE > 0.02  # seconds a transfer of the smallest size takes across the link
+
+
 def test_tpsweep_needs_lab_flag():
     done = profiler("tpsweep", "--quick", timeout=60)
     assert done.returncode == 2 and "pass --lab" in done.stderr
@@ -213,7 +226,18 @@ def test_tpsweep_quick_writes_its_json_and_the_page_shows_it(lab_prefix, tmp_pat
     cb = json.loads((out / "commbench.json").read_text())
     assert set(cb["links"]) == {"intra", "inter"} and cb["lab"]["prefix"] == lab_prefix
     intra_bw, inter_bw = (cb["links"][k]["bandwidth_bytes_per_s"] for k in ("intra", "inter"))
-    assert inter_bw is not None  # the shaped link's time grows with size
+    # what the shaped link guarantees: an all_reduce of S bytes with members on both nodes moves at least S
+    # bytes each way across it, so its calls take S over the rate, however busy the machine is (half of
+    # that asserted: a rank that enters a call late finds part of its bytes already across)
+    burst, _ = lab.shaper_sizes(RATE)
+    across = [r for r in cb["results"] if r["link"] == "inter" and r["op"] == "all_reduce"]
+    assert {r["bytes"] for r in across} == {128 * 2**10, 512 * 2**10, 2 * 2**20}  # every size transfer-bound
+    for r in across:
+        if r["bytes"] >= 512 * 2**10:  # 0.5 x 64 ms and more, where loopback would take ~1 ms
+            assert r["time_us"] * 1e-6 >= 0.5 * (r["bytes"] - burst) / RATE, r
+    # fitted from those sizes (the sweep measures again when load swamped them: `attempts`)
+    assert 1 <= sweep["commbench"]["attempts"] <= 3
+    assert inter_bw is not None, cb["links"]
     # loopback on two busy cores can time flat over the quick sizes: no bandwidth fitted (the table says so)
     assert intra_bw is None or inter_bw < intra_bw
     assert sweep["commbench"]["links"] == cb["links"]

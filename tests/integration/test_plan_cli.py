@@ -37,7 +37,7 @@ def test_issue_example_json_contract(capsys):
     assert KEYS <= set(rep)
     assert rep["world_size"] == 512 and len(rep["ranks"]) == 512
     assert set(rep["memory_per_gpu_bytes"]) == {"params", "grads", "optimizer", "activations", "total"}
-    assert rep["ranks"][9] == {"rank": 9, "node": 1, "local_rank": 1, "dp": 1, "pp": 0, "cp": 0, "tp": 1}
+    assert rep["ranks"][9] == {"rank": 9, "node": 1, "local_rank": 1, "domain": 1, "dp": 1, "pp": 0, "cp": 0, "tp": 1}
     assert set(rep["groups"]) == {"tp", "pp", "dp", "cp"}
     assert rep["groups"]["tp"][0] == {"ranks": list(range(8)), "nodes": [0], "link": "intra"}
     assert rep["groups"]["pp"][0]["link"] == "inter"
@@ -77,7 +77,7 @@ def test_uncomputable_plan_gives_nulls_not_numbers(capsys):
         (["--model", "gpt9"], "unknown model preset 'gpt9'"),
         (["--layers", "4", "--hidden", "64"], "missing --heads --seq-len --vocab"),
         (["--model", "tiny", "--cluster", "dgx-z"], "unknown cluster preset"),
-        (["--model", "tiny", "--dp", "0"], "Plan.dp must be a positive integer"),
+        (["--model", "tiny", "--dp", "0"], "--dp 0 must be a positive integer"),
         (["--model", "tiny", "--mfu", "2"], "--mfu must be in [0.001, 1]"),
         (["--model", "tiny", "--links", "/nonexistent.json"], "not a commbench result"),
     ],

@@ -206,7 +206,8 @@ def test_calibrate_reads_a_trace_folders_plan_and_model_from_what_users_have(tmp
     script.write_text(
         "torchrun pretrain_gpt.py --tensor-model-parallel-size 2 --sequence-parallel --num-layers 4 "
         "--hidden-size 64 --num-attention-heads 4 --ffn-hidden-size 256 --seq-length 64 "
-        "--max-position-embeddings 64 --micro-batch-size 1 --global-batch-size 2 --vocab-size 512\n"
+        "--max-position-embeddings 64 --micro-batch-size 1 --global-batch-size 2 --vocab-size 512 "
+        "--attention-dropout 0 --hidden-dropout 0\n"
     )
     upload = tmp_path / "upload"  # as the Upload page stores a set: its traces and plan.json
     shutil.copytree(sample_run() / "traces", upload / "traces")
@@ -223,8 +224,10 @@ def test_calibrate_reads_a_trace_folders_plan_and_model_from_what_users_have(tmp
         return cal["sources"][0]["plan"], cal["layer_fixed_s"], cal["flop_s"], cal["beta_s_per_byte"]
 
     own = fitted(str(bare), f"--plan={sample_run() / 'run.json'}")
-    assert own[0] == "DP2 TP2+SP PP1 mb1"
-    assert fitted(str(bare), f"--plan={script}") == own
+    assert own[0] == "DP2 TP2+SP attn-unfused no-dropout"  # the plan as the engine ran it
+    # the script says what a user would: no dropout, its framework's attention; the fit is the engine's
+    from_script = fitted(str(bare), f"--plan={script}")
+    assert from_script[0] == "DP2 TP2+SP no-dropout" and from_script[1:] == own[1:]
     assert fitted(str(upload)) == own
     assert fitted(str(bare), f"--plan={plan_file}", f"--model={model_file}") == own
 

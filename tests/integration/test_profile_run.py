@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
+from parallel.core.engine_plan import engine_plan
 from parallel.core.plan import Plan
 from profiler.traces import intervals as iv
 from runfiles.annotations import parse_comm, parse_phase
@@ -82,7 +83,8 @@ def test_run_json_is_complete(run_dir):
     run = json.loads((run_dir / "run.json").read_text())
     assert set(run) == RUN_KEYS  # no `error` on success
     assert run["status"] == "completed" and run["progress"] == {"step": STEPS, "steps": STEPS}
-    assert Plan.from_dict(run["plan"]) == Plan(tp=2, sp=True, cp=2, pp=2, global_batch=MICROBATCHES)
+    want = engine_plan(Plan(tp=2, sp=True, cp=2, pp=2, global_batch=MICROBATCHES), dropout=0.0)
+    assert Plan.from_dict(run["plan"]) == want  # as the engine runs it: its own attention, no dropout
     assert run["model"]["name"] == "tiny" and run["cluster"]["name"] == "local-cpu"
     assert run["world_size"] == 8 and run["nodes"] == 1 and run["launcher"] == "local"
     assert sorted(run["hosts"], key=int) == [str(r) for r in range(8)]

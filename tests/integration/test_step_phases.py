@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from profiler import TraceAnalysis, TraceError
-from profiler.analyzers import summaries as run_data
 from profiler.collect.demo import DEMO_FLAGS
 from tests.conftest import run_module
+from ui import run_tables
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_phases_add_up_to_every_step(demo_run):
         by_dim = a.comm_by_dim.merge(bd[["rank", "step", "window_ns"]], on=["rank", "step"])
         assert (by_dim["exposed_comm_ns"] <= by_dim["comm_ns"]).all()
         assert (by_dim["comm_ns"] <= by_dim["window_ns"]).all(), source
-        values = run_data.rank_values(bd, a.collectives, a.instances)
+        values = run_tables.rank_values(bd, a.collectives, a.instances)
         for col in ("exposed_comm_ms", "comm_ms", "compute_ms", "idle_ms"):
             assert (values[col] <= values["step_ms"] + 1e-9).all(), (source, col)
         checked += 1

@@ -59,7 +59,10 @@ def test_whatif_removes_an_injected_straggler(tmp_path):
     assert same["predicted_step_time_s"] == pytest.approx(same["measured_step_time_s"], rel=0.03)
     fixed = _whatif(slow, "--rank-speed=1=median")
     measured = _whatif(base)["measured_step_time_s"]
-    assert same["measured_step_time_s"] > 1.2 * measured  # 4 microbatches x 40 ms: the straggler is real
+    # 4 microbatches x 40 ms of wall-clock sleep on rank 1, which every rank waits for at the gradient
+    # all-reduce: a floor however loaded the machine is (comparing against the other run is not: load
+    # can slow either run by more than the sleep)
+    assert same["measured_step_time_s"] >= 0.160
     # within the run: what the what-if takes off the step is the injected sleep (4 x 40 ms; a quiet run
     # here: 179 ms) -- a wall-clock sleep, so it holds however loaded the machine is
     removed = same["measured_step_time_s"] - fixed["predicted_step_time_s"]
@@ -70,7 +73,8 @@ def test_whatif_removes_an_injected_straggler(tmp_path):
     (sc,) = fixed["scenarios"]
     assert sc["kind"] == "rank_speed" and all(0 < f < 1 for f in sc["work_factor_by_step"].values())
     path = same["critical_path"]["measured"]
-    assert 1 in path["ranks"] and path["by_category"]["work"] > 0.5 * path["length_s"]  # the slow rank's work
+    own = sum(v for k, v in path["by_category"].items() if not k.startswith("comm:"))  # compute, host, idle
+    assert 1 in path["ranks"] and own > 0.5 * path["length_s"]  # the slow rank's own time
 
 
 def test_pipeline_bubble_near_theory_and_a_slow_stage_is_p2p_wait(tmp_path):

@@ -321,13 +321,13 @@ def test_plan_pages_share_the_plan_through_the_url(server, browser):
         )
         _wait_for_script(page)
         body = page.inner_text("body")
-        assert "gpt3-22b on dgx-h100 2×8 GPUs · DP2 TP2+SP PP4" in body
+        assert "gpt3-22b on dgx-h100 2×8 GPUs · DP2 TP2 PP4 gb64" in body
         assert "DP coordinate" in body and "PP group link" in body  # the view's choices came from the URL
-        assert "sp=1" in page.url and "order=" in page.url  # the whole plan is written back
+        assert "cluster=dgx-h100" in page.url and "gpn=8" in page.url  # the link's plan, placed, is written back
         page.get_by_role("link", name="Activation memory").click()
         page.wait_for_function("() => location.pathname.endsWith('/activation_memory')", timeout=PAGE_TIMEOUT_MS)
         _wait_for_script(page)
-        assert "DP2 TP2+SP PP4" in page.inner_text("body")
+        assert "DP2 TP2 PP4 gb64" in page.inner_text("body")
         assert "dp=2" in page.url and "tp=2" in page.url
     finally:
         page.close()
@@ -346,7 +346,7 @@ def test_shared_link_on_a_fresh_server_keeps_the_navigation(tmp_path_factory, br
             _wait_for_script(page)
             nav = page.locator('[data-testid="stSidebarNav"]').inner_text(timeout=PAGE_TIMEOUT_MS)
             assert "Topology" in nav and "topology" not in nav.split()  # app.py's titles, not file names
-            assert "DP2 TP2+SP PP4" in page.inner_text("body")
+            assert "DP2 TP2 PP4 gb64" in page.inner_text("body")
         finally:
             page.close()
 
@@ -408,15 +408,17 @@ def test_an_uploaded_set_is_labelled_from_evidence_only(server, browser, dashboa
     bare = _upload(uploads, "ddp-bare", 4)
     planned = _upload(uploads, "ddp-planned", 4, dp=4, global_batch=4)
     body = _body(browser, f"{server}/timeline?run={bare}")
-    assert "4 span all ranks ('world')" in body and "give the job's plan or launch script" in body
+    assert (
+        "1 spans all ranks ('world')" in body and "give the job's plan or launch script" in body
+    )  # once, not x4 ranks
     body = _body(browser, f"{server}/topology?run={bare}")
     assert "ddp-bare came without a plan" in body and "this is a guess, DP4" in body
-    assert "names no model ParaScope knows" in body and "stand-in" in body
+    assert "names no model ParaScope knows" in body and "Which model did this job train?" in body
     body = _body(browser, f"{server}/timeline?run={planned}")
     assert "span all ranks ('world')" not in body and "tell the parallel dimension" not in body
     body = _body(browser, f"{server}/topology?run={planned}")
     assert "tiny on" in body and "DP4" in body
-    assert "came without a plan" not in body and "stand-in" not in body
+    assert "came without a plan" not in body and "Which model did this job train?" not in body
 
 
 def test_a_ten_thousand_rank_upload_loads_with_progress_while_the_server_answers(server, browser, dashboard_data):

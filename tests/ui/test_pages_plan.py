@@ -182,7 +182,7 @@ def test_tp_scaling_hides_sp_comm_under_the_gemms_inside_a_node_only():
     assert after[("TP + SP", 8)] < 0.5 * exposed[("TP + SP", 8)]  # NVLink: mostly under the GEMMs
     assert after[("TP + SP", 16)] == pytest.approx(exposed[("TP + SP", 16)])  # across nodes: exposed as before
     assert after[("TP without SP", 8)] == pytest.approx(exposed[("TP without SP", 8)])  # works on SP's collectives
-    at.radio(key="tps_compute").set_value("mfu").run()
+    at.radio(key="plan.compute").set_value("mfu").run()  # the sidebar's Modelling assumptions
     flat = _part_seconds(vega_charts(_ok(at))[0].frame(), "compute")
     device = _part_seconds(df, "compute")
     assert flat[("TP without SP", 1)] != pytest.approx(device[("TP without SP", 1)])

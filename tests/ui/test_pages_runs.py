@@ -22,8 +22,9 @@ import pandas as pd
 import pytest
 
 from parallel.core.specs import CLUSTERS
+from profiler.collect import jobs
 from tests.support.apptest import ROOT, page_test, vega_charts
-from ui import jobs, trace_sets
+from ui import trace_sets
 
 SAMPLE = ROOT / ".cache" / "test-runs" / "profiler-dp2-tp2-sp-v3"  # v3: metrics.json with model_state_bytes
 SAMPLE_PLAN = {
@@ -233,7 +234,8 @@ def test_timeline_draws_every_rank_by_dimension(runs):
     install_run(runs, "alpha")
     at = _ok(page_test("pages/timeline.py", {"run": "alpha"}))
     overview, detail, parts, phases, heat = vega_charts(at)
-    o, d = overview.frame(), detail.frame()
+    o = next(f for f in overview.datasets.values() if "busy_ms" in f)  # the Gantt's, not the path's layer
+    d = detail.frame()
     assert sorted(o["rank"].unique()) == [0, 1, 2, 3] and sorted(d["rank"].unique()) == [0, 1, 2, 3]
     assert set(d["lane"]) == {"compute", "comm"}
     comm = d[d["lane"] == "comm"]
@@ -254,7 +256,8 @@ def test_timeline_draws_every_rank_by_dimension(runs):
     # the critical path: drawn over the overview, its time per category adds up to its length
     assert "rule" in overview.marks() and "#d6336c" in overview.text()
     on_path = at.dataframe[4].value
-    assert set(on_path["category"]) <= {"work", "comm: sp", "comm: dp", "comm: tp"} and on_path["ms"].gt(0).all()
+    assert set(on_path["category"]) <= {"compute", "host", "idle", "comm: sp", "comm: dp", "comm: tp"}
+    assert on_path["ms"].gt(0).all()
     # ... to within 1 us: the path's ops are on aligned clocks (ns offsets per host), so consecutive ops
     # of two ranks may overlap by a few hundred ns (seen: 0.3 us of a 0.3 s path)
     length_ms = float(on_path["ms"].iloc[0] / on_path["share"].iloc[0])
@@ -291,7 +294,8 @@ def test_timeline_of_a_set_too_big_for_one_gantt_shows_all_ranks_first(runs):
 
 
 def test_timeline_says_when_no_evidence_names_the_dimension(runs):
-    """A plain DDP job's whole-world all-reduce, no plan: 'world', and the page says what would label it."""
+    """A plain DDP job's whole-world all-reduce, no plan: 'world', and the page says what would label it
+    (one collective, counted once across its two ranks)."""
     from tests.support import trace_samples as ts
 
     for rank in (0, 1):
@@ -301,7 +305,7 @@ def test_timeline_says_when_no_evidence_names_the_dimension(runs):
         ts.write(runs / "ddp" / "traces" / f"rank{rank}_trace.json.gz", t)
     at = _ok(page_test("pages/timeline.py", {"run": "ddp"}))
     assert any(
-        "tell the parallel dimension of 2 collectives: 2 span all ranks ('world')" in c.value for c in at.caption
+        "tell the parallel dimension of 1 collective: 1 spans all ranks ('world')" in c.value for c in at.caption
     )
     detail = vega_charts(at)[1].frame()
     comm = detail[detail["lane"] == "comm"]
@@ -402,8 +406,9 @@ def test_topology_of_a_set_without_a_plan_starts_from_its_inferred_layout(runs):
     at = _ok(page_test("pages/topology.py", {"run": "ddp"}))
     assert at.query_params["dp"] == "2" and at.query_params["tp"] == "1"
     assert any("this is a guess, DP2" in i.value for i in at.info)
-    # no model named either: the stand-in preset is said to be one, never shown as the job's
-    assert any("names no model ParaScope knows" in i.value and "stand-in" in i.value for i in at.info)
+    # no model named either: the page asks for it first and shows no preset's numbers as the job's
+    assert "ddp names no model ParaScope knows" in at.warning[0].value and "model" not in at.query_params
+    assert not any(m.label == "Memory per GPU" for m in at.metric)
 
 
 def test_activation_memory_shows_measured_beside_predicted(runs):
@@ -623,6 +628,8 @@ def test_plan_pages_take_the_gpu_from_the_traces(runs, gpu, memory, cluster, gpu
         data["deviceProperties"] = [{"id": 0, "name": gpu, "totalGlobalMem": memory}]
         ts.write(runs / "gpujob" / "traces" / f"rank{rank}_trace.json.gz", data)
     at = _ok(page_test("pages/activation_memory.py", {"run": "gpujob"}))
+    assert "gpujob names no model ParaScope knows" in at.warning[0].value  # asked first; then picked
+    at.selectbox(key="plan_ask_model").select("gpt3-22b").run()
     assert at.query_params["cluster"] == cluster
     assert at.query_params.get("gpumem") == gpumem
     assert any(f"deviceProperties name the GPU: {gpu}, {memory / 2**30:,.1f} GiB" in i.value for i in at.info)
@@ -631,6 +638,44 @@ def test_plan_pages_take_the_gpu_from_the_traces(runs, gpu, memory, cluster, gpu
     if gpumem:
         assert any("ParaScope has no cluster of it" in i.value for i in at.info)
         assert any("the job's own (from its traces)" in c.value for c in at.sidebar.caption)
+
+
+def test_timeline_counts_each_collective_once_across_its_ranks(runs):
+    """The headline's Collectives and the per-dimension table count a collective once, however many
+    ranks took part (an instance), not its calls times its ranks."""
+    from profiler import TraceAnalysis
+
+    install_run(runs, "alpha")
+    table = TraceAnalysis.load(runs / "alpha", cache=False).collectives
+    at = _ok(page_test("pages/timeline.py", {"run": "alpha", "tl_step": "2"}))
+    rows = table[table["step"] == 2]
+    (shown,) = [m.value for m in at.metric if m.label == "Collectives"]
+    assert shown == f"{rows['instance'].nunique():,}" and rows["instance"].nunique() < len(rows)
+    dims = next(d.value for d in at.dataframe if "calls (all ranks)" in d.value.columns).set_index("dim")
+    for dim, calls in rows.groupby(rows["dim"].astype(str)):
+        assert dims.loc[dim, "collectives"] == calls["instance"].nunique()
+        assert dims.loc[dim, "calls (all ranks)"] == len(calls)
+
+
+def test_home_says_a_running_job_started_not_ran(runs):
+    from ui.trace_sets import TraceSet
+
+    run = TraceSet(id="r", kind="run", name="r", path=runs, status="running", started_at="2026-01-02T07:53:06")
+    assert run.when == "started 2026-01-02 07:53:06, still running"
+    done = TraceSet(
+        id="r",
+        kind="run",
+        name="r",
+        path=runs,
+        status="completed",
+        started_at="2026-01-02T07:53:06",
+        finished_at="2026-01-02T07:55:00",
+    )
+    assert done.when == "ran 2026-01-02 07:53:06 → 2026-01-02 07:55:00"
+    install_run(runs, "live", status="running", started_at="2026-01-02T07:53:06")
+    at = _ok(page_test("pages/home.py", {"run": "live"}))
+    assert any(c.value.startswith("started 2026-01-02 07:53:06, still running") for c in at.caption)
+    assert not any(c.value.startswith("ran ") for c in at.caption)
 
 
 def test_timeline_measures_the_step_it_shows(runs):

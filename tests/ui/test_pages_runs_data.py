@@ -1,4 +1,4 @@
-"""The run pages' data and charts without Streamlit: profiler.analyzers.summaries on hand-made analyzer frames (exact
+"""The run pages' data and charts without Streamlit: profiler.analyzers.aggregates and ui.run_tables on hand-made analyzer frames (exact
 numbers), ui.timeline_charts specs via chart.to_dict(), and the purity of the run modules."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler.analyzers import summaries as run_data
+from profiler.analyzers import aggregates
 from tests.support.apptest import ROOT
-from ui import timeline_charts
+from ui import run_tables, timeline_charts
 
 MS = 1_000_000
 
@@ -63,21 +63,21 @@ BD = _bd(
 
 
 def test_breakdown_parts_stack_to_the_window():
-    parts = run_data.breakdown_parts(BD, 1)
+    parts = run_tables.breakdown_parts(BD, 1)
     totals = parts.groupby("rank")["ms"].sum()
     assert totals.to_dict() == {0: 10.0, 1: 11.0}
     r1 = parts[parts["rank"] == 1].set_index("part")["ms"]
     assert r1["compute"] == 4 and r1["comm exposed"] == 6 and r1["memory copies"] == 1 and r1["idle"] == 0
-    assert run_data.breakdown_parts(BD, run_data.ALL).groupby("rank")["ms"].sum().to_dict() == {0: 20.0, 1: 20.0}
+    assert run_tables.breakdown_parts(BD, aggregates.ALL).groupby("rank")["ms"].sum().to_dict() == {0: 20.0, 1: 20.0}
 
 
 def test_breakdown_table_and_rank_values():
-    table = run_data.breakdown_table(BD, 2)
+    table = run_tables.breakdown_table(BD, 2)
     assert list(table["rank"]) == [0, 1] and list(table["exposed comm ms"]) == [0.0, 3.0]
     assert table["exposed share"].round(3).tolist() == [0.0, round(3 / 9, 3)]
     coll = pd.DataFrame({"rank": [0, 0, 1], "busbw_gbps": [1.0, 3.0, np.nan]})
     inst = pd.DataFrame({"late_rank": [1, 1, 0, -1]})
-    values = run_data.rank_values(BD, coll, inst)
+    values = run_tables.rank_values(BD, coll, inst)
     assert values.loc[1, "exposed_comm_ms"] == 4.5 and values.loc[0, "busbw_gbps"] == 2.0
     assert np.isnan(values.loc[1, "busbw_gbps"]) and values["late_count"].tolist() == [1, 2]
 
@@ -86,12 +86,12 @@ def test_breakdown_table_and_rank_values():
     "step, offsets, span",
     [
         (1, None, (0, 12 * MS)),
-        (run_data.ALL, None, (0, 21 * MS)),
+        (aggregates.ALL, None, (0, 21 * MS)),
         (2, pd.DataFrame({"rank": [0, 1], "offset_ns": [0, -2 * MS]}), (10 * MS, 20 * MS)),  # rank 1: 10-19
     ],
 )
 def test_step_span_on_the_aligned_clock(step, offsets, span):
-    assert run_data.step_span(BD, offsets, step) == span
+    assert run_tables.step_span(BD, offsets, step) == span
 
 
 def test_gantt_frame_times_groups_and_busbw():
@@ -112,7 +112,7 @@ def test_gantt_frame_times_groups_and_busbw():
         }
     )
     table = pd.DataFrame({"rank": [0, 1], "instance": ["0,1#3", "0,1#3"], "busbw_gbps": [2.5, 1.5]})
-    g = run_data.gantt_frame(rects, table, t0_ns=5 * MS)
+    g = run_tables.gantt_frame(rects, table, t0_ns=5 * MS)
     assert g["start_ms"].tolist() == [0.0, 1.0, 1.0, 3.0] and g["end_ms"].tolist() == [1.0, 3.0, 4.0, 4.0]
     assert g["start_ms"].dtype == "float32" and g["rank"].dtype == "int32"  # narrow: this goes to the browser
     assert g["category"].astype(str).tolist() == ["compute", "tp", "tp", "unknown"]
@@ -135,7 +135,7 @@ def test_tp_measured_by_group_size_and_link():
         }
     )
     node = {0: "a", 1: "a", 2: "a", 9: "b"}
-    m = run_data.tp_measured(table, node).set_index(["tp", "sp", "link", "op"])
+    m = aggregates.tp_measured(table, node).set_index(["tp", "sp", "link", "op"])
     # links in the plan model's words: the page names them for its cluster (theme.link_names)
     assert m.loc[(2, False, "intra", "all_reduce"), "busbw_bytes_per_s"] == 2e9  # the median of 1 and 3 GB/s
     assert m.loc[(2, False, "inter", "all_reduce"), "n"] == 1
@@ -151,9 +151,9 @@ def test_commbench_points_take_the_largest_all_reduce_message():
             {"op": "all_to_all", "nranks": 4, "bytes": 1 << 24, "busbw_gbps": 3.0},
         ]
     }
-    points = run_data.commbench_points(data)
+    points = aggregates.commbench_points(data)
     assert points[["tp", "link", "busbw_bytes_per_s"]].values.tolist() == [[4, "intra", 7e9]]
-    assert run_data.commbench_points({"results": []}).empty and run_data.commbench_points({}).empty
+    assert aggregates.commbench_points({"results": []}).empty and aggregates.commbench_points({}).empty
 
 
 def test_skew_table_and_metrics_summary():
@@ -168,20 +168,20 @@ def test_skew_table_and_metrics_summary():
         }
     )
     steps = pd.Series({"a": 1, "b": 1, "c": 2, "d": 1})
-    skew = run_data.skew_table(inst, steps, 1)
+    skew = aggregates.skew_table(inst, steps, 1)
     assert skew.to_dict("records") == [
         {
             "dim": "tp",
             "op": "all_reduce",
             "instances": 2,
-            "median skew ms": 2.0,
-            "p95 skew ms": pytest.approx(2.9),
-            "max skew ms": 3.0,
-            "most often late": 1,
-            "times late": 2,
+            "median_skew_ms": 2.0,
+            "p95_skew_ms": pytest.approx(2.9),
+            "max_skew_ms": 3.0,
+            "most_often_late_rank": 1,
+            "times_late": 2,
         }
     ]
-    head = run_data.metrics_summary(
+    head = aggregates.metrics_summary(
         {
             "step_time_s": [5.0, 1.0, 2.0, 3.0],
             "loss": [6.0, 5.5],
@@ -197,14 +197,14 @@ def test_skew_table_and_metrics_summary():
         "state_error_pct": None,  # a run from before model-state measurement
     }
     state = {"params": 100, "grads": 100, "optimizer": 200}
-    head = run_data.metrics_summary(
+    head = aggregates.metrics_summary(
         {
             "model_state_bytes": {"0": state, "1": {**state, "optimizer": 190}},
             "predicted_model_state_bytes": {"0": state, "1": state},
         }
     )
     assert head["state_error_pct"] == pytest.approx(5.0) and head["act_error_pct"] is None
-    assert run_data.metrics_summary(None)["step_time_s"] is None
+    assert aggregates.metrics_summary(None)["step_time_s"] is None
 
 
 def test_timeline_chart_specs():
@@ -228,14 +228,15 @@ def test_timeline_chart_specs():
         }
     )
     over = timeline_charts.gantt_overview_chart(
-        frame[run_data.OVERVIEW_COLUMNS], span=(0.0, 2.0), window=(0.5, 1.5)
+        frame[run_tables.OVERVIEW_COLUMNS], span=(0.0, 2.0), window=(0.5, 1.5)
     ).to_dict()
     rects, box = over["layer"]
     fields = {t["field"] for t in rects["encoding"]["tooltip"]}
-    assert fields <= set(run_data.OVERVIEW_COLUMNS) | {"dur_ms"}  # computed in the browser
+    assert fields <= set(run_tables.OVERVIEW_COLUMNS) | {"dur_ms"}  # computed in the browser
     assert box["mark"]["strokeDash"] == [4, 3]  # the detail window, outlined
     assert (
-        "layer" not in timeline_charts.gantt_overview_chart(frame[run_data.OVERVIEW_COLUMNS], span=(0.0, 2.0)).to_dict()
+        "layer"
+        not in timeline_charts.gantt_overview_chart(frame[run_tables.OVERVIEW_COLUMNS], span=(0.0, 2.0)).to_dict()
     )
     assert {k: v for k, v in over["params"][0].items() if k != "views"} == {
         "name": "brush",
@@ -259,13 +260,21 @@ def test_timeline_chart_specs():
     assert (
         "busbw_gbps" not in hover[0] and {"bytes", "group", "busbw_gbps"} <= hover[1]
     )  # no empty comm fields on compute
-    parts = run_data.breakdown_parts(BD, 1)
+    parts = run_tables.breakdown_parts(BD, 1)
     bar = timeline_charts.breakdown_chart(parts).to_dict()
     assert bar["encoding"]["y"]["stack"] == "zero" and bar["mark"]["type"] == "bar"
 
 
 def test_run_modules_import_neither_streamlit_nor_torch():
-    pure = ["ui.jobs", "ui.trace_sets", "ui.uploads", "profiler.analyzers.summaries", "ui.timeline_charts", "ui.demo"]
+    pure = [
+        "profiler.collect.jobs",
+        "ui.trace_sets",
+        "ui.uploads",
+        "profiler.analyzers.aggregates",
+        "ui.run_tables",
+        "ui.timeline_charts",
+        "ui.demo",
+    ]
     code = (
         "import sys\n"
         + "".join(f"import {m}\n" for m in pure)

@@ -74,7 +74,8 @@ def test_compare_draws_every_chart_with_one_row_per_plan_and_component():
 def test_links_open_each_plan_in_the_plan_pages():
     at = ok(page_test(PAGE, SMALL))
     links = at.get("page_link")
-    assert len(links) == 3 * 3
+    assert len(links) == 3 * 4  # Topology, Activation memory, TP scaling, Long context per plan
+    assert [link.proto.label for link in links][-1] == "Long context"
     topo = [link.proto for link in links if link.proto.label == "Topology"]
     assert "dp=2&tp=4&pp=2&sp=1&gb=64&zero=1&recompute=selective" in topo[1].query_string
     assert "model=gpt3-22b&cluster=dgx-h100&nodes=2" in topo[1].query_string
@@ -257,3 +258,24 @@ def test_search_marks_plans_the_model_cannot_tell_apart_and_explains_the_first()
     step = table.iloc[0]
     assert step[""] == "step" and step["#2 − #1"] == pytest.approx(step["#2"] - step["#1"], abs=2e-3)
     assert step["#1"] == pytest.approx(rows["step (s)"].iloc[0], abs=1e-3)
+
+
+def test_switching_model_and_cluster_refits_the_plans_and_retitles_the_review():
+    """The default review (GPT-3 175B on 64 DGX H100 nodes) switched to Llama-3 70B on 8 nodes: the page
+    is retitled and each plan re-fitted to the 64 GPUs (its DP absorbs the change); on 4 nodes no DP
+    can, so the cards say why instead of showing a step time."""
+    at = ok(page_test(PAGE))
+    assert at.title[0].value == "Plan review: gpt3-175b on 64 dgx-h100 nodes"
+    at.selectbox(key="rv.model").set_value("llama3-70b").run()
+    at.number_input(key="rv.nodes").set_value(8).run()
+    ok(at)
+    assert at.title[0].value == "Plan review: llama3-70b on 8 dgx-h100 nodes"
+    text = " ".join(m.value for m in at.markdown)
+    assert "DP 8 → 1 for 64 GPUs" in text
+    assert len([m for m in at.metric if m.label == "step time"]) == 2  # both fit: both priced
+    at.number_input(key="rv.nodes").set_value(4).run()
+    ok(at)
+    text = " ".join(m.value for m in at.markdown)
+    assert "does not fit" in text and at.title[0].value == "Plan review: llama3-70b on 4 dgx-h100 nodes"
+    assert not [m for m in at.metric if m.label == "step time"]  # no forecast for a plan that cannot run
+    assert any("32 GPUs" in e.value for e in at.error)

@@ -11,14 +11,15 @@ import sys
 import pandas as pd
 import pytest
 
-from parallel.core import memory_views as memory_data
-from parallel.core import topology_views as topology_data
+from parallel.core import memory_sweeps as memory_data
+from parallel.core import rank_grid as topology_data
 from parallel.core.memory import ActivationOptions, activation_bytes_per_stage
 from parallel.core.plan import Plan
 from parallel.core.scaling import tp_scaling
 from parallel.core.specs import CLUSTERS, MODELS
 from parallel.core.topology import Topology
 from ui import memory_charts, scaling_charts, topology_charts
+from ui.text import bytes_text
 
 GPT175, H100 = MODELS["gpt3-175b"], CLUSTERS["dgx-h100"]
 PLAN = Plan(dp=8, tp=8, pp=8, sp=True, global_batch=1536)
@@ -100,7 +101,7 @@ def test_an_exact_match_keeps_a_readable_error_axis():
     ],
 )
 def test_bytes_text(n, text):
-    assert memory_data.bytes_text(n) == text
+    assert bytes_text(n) == text
 
 
 def test_a_tiny_model_stage_chart_is_in_mib_without_the_capacity_line():
@@ -261,8 +262,8 @@ def test_moved_ranks_between_orders():
 PURE = [
     "parallel.core.scaling",
     "parallel.review.urls",
-    "parallel.core.topology_views",
-    "parallel.core.memory_views",
+    "parallel.core.rank_grid",
+    "parallel.core.memory_sweeps",
     "ui.topology_charts",
     "ui.memory_charts",
     "ui.scaling_charts",
@@ -283,7 +284,7 @@ def test_pure_modules_import_neither_streamlit_nor_torch():
 
 def test_node_overview_names_a_one_gpu_node_by_its_rank():
     """a node of one GPU read "ranks 3–3"."""
-    from parallel.core.topology_views import node_overview
+    from parallel.core.rank_grid import node_overview
 
     one = node_overview(Topology(dp=4, pp=1, cp=1, tp=1, gpus_per_node=1), "dp")
     assert list(one["ranks"]) == ["0", "1", "2", "3"]

@@ -130,7 +130,7 @@ def test_upload_page_keeps_good_files_rejects_bad_ones_and_stores_the_set(dirs, 
     assert not at.exception, [e.value for e in at.exception]
     errors = [e.value for e in at.error]
     assert len(errors) == 4 and any(e.startswith("Rejected **broken.json**: is not valid JSON") for e in errors)
-    assert "Kept 4 file(s): ranks 0–3 of a job of world size 4. 4 rejected" in at.success[0].value
+    assert "Kept 4 rank traces (ranks 0–3) of a job of world size 4. 4 rejected" in at.success[0].value
     assert list(at.dataframe[0].value["file"]) == [n for n, _ in good]
     at.radio(key="up_plan").set_value("degrees").run()
     at.number_input(key="up_dp").set_value(2)
@@ -157,6 +157,18 @@ def test_upload_page_keeps_good_files_rejects_bad_ones_and_stores_the_set(dirs, 
     # storing again under the same name is refused
     at.button(key="up_store").click().run()
     assert any("already exists" in e.value for e in at.error)
+
+
+def test_an_archive_is_counted_by_the_rank_traces_it_holds(dirs, good):
+    """A zip of 4 traces: 4 rank traces kept from 1 file, not '1 file(s)'."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in good:
+            zf.writestr(name, data)
+    at = page_test("pages/upload.py")
+    at.file_uploader(key="up_files").set_value([("job.zip", buf.getvalue(), "application/zip")]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.success[0].value == "Kept 4 rank traces (ranks 0–3) from 1 file of a job of world size 4."
 
 
 def test_upload_page_with_nothing_readable(dirs):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,7 @@ from profiler.analyzers.export import export_collectives, export_perfetto
 from profiler.analyzers.matching import clock_offsets, instances, per_rank_wait, stragglers
 from profiler.analyzers.timeline import timeline
 from profiler.traces.errors import PlanMismatchError
+from tests.conftest import ROOT
 from tests.support import trace_samples as ts
 
 US = 1000  # ns
@@ -345,7 +347,7 @@ def test_analyze_json_carries_what_the_run_pages_show(pair):
     assert late[1] == pytest.approx(0.05) and late[0] == pytest.approx(0.0)  # rank 1 arrives 50 us late
     (skew,) = summary["skew"]
     assert (skew["dim"], skew["op"], skew["instances"]) == ("tp", "all_reduce", 1)
-    assert skew["max skew ms"] == pytest.approx(0.05)
+    assert skew["max_skew_ms"] == pytest.approx(0.05) and skew["most_often_late_rank"] == 1
     (tp,) = summary["tp_measured"]
     assert (tp["tp"], tp["op"]) == (2, "all_reduce") and tp["busbw_bytes_per_s"] > 0
     json.dumps(summary)  # plain JSON throughout
@@ -354,10 +356,10 @@ def test_analyze_json_carries_what_the_run_pages_show(pair):
 def test_a_collective_without_a_group_is_named_by_its_op(tmp_path):
     """A gloo all-reduce whose trace names no group: its instance is 'all_reduce#0' on both ranks (no
     placeholder), its group reads 'unknown' in the Gantt, the picker and the critical path."""
-    from profiler.analyzers import summaries as sm
     from profiler.analyzers.front import TraceAnalysis
-    from profiler.analyzers.whatif_tables import op_label
     from tests.support import trace_samples as ts
+    from ui import run_tables as sm
+    from ui.whatif_tables import op_label
 
     for rank in (0, 1):
         ts.write(tmp_path / f"rank{rank}_trace.json", ts.gloo_cpu(rank, 2))
@@ -381,3 +383,39 @@ def test_a_collective_without_a_group_is_named_by_its_op(tmp_path):
     assert sm.straggler_labels(worst) == {
         "all_to_all#1": "world all_to_all · group unknown · #1 · skew 0.50 ms · late rank 3"
     }
+
+
+SNAKE_WITH_UNITS = re.compile(r"[a-z][a-z0-9]*(_[a-z0-9]+)*")
+
+
+def _keys(value, seen: set, *, skip: tuple[str, ...] = ()) -> set:
+    """Every key of every object in a JSON value (the keys under `skip` are data, not schema)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            seen.add(k)
+            if k not in skip:
+                _keys(v, seen, skip=skip)
+    elif isinstance(value, list):
+        for v in value:
+            _keys(v, seen, skip=skip)
+    return seen
+
+
+def test_profiler_json_keys_are_snake_case_and_documented(pair):
+    """`profiler analyze --json` and `profiler whatif --json`: one key style, every key listed in
+    docs/json-output.md's profiler section."""
+    from profiler.analyzers.front import TraceAnalysis
+    from profiler.analyzers.replay import Scenario
+    from profiler.analyzers.whatif import whatif
+
+    a = TraceAnalysis(pair)
+    keys = _keys(a.summary(), set())
+    keys |= _keys(
+        whatif(a.graph, Scenario(rank_speed={1: "median"})),
+        set(),
+        skip=("by_category", "transfer_s", "work_factor_by_step"),
+    )
+    assert {k for k in keys if not SNAKE_WITH_UNITS.fullmatch(k)} == set()
+    doc = (ROOT / "docs" / "json-output.md").read_text()
+    section = doc.split("## profiler", 1)[1].split("\n## ", 1)[0]
+    assert {k for k in keys if f"`{k}`" not in section} == set()

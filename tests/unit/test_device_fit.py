@@ -160,7 +160,7 @@ def test_job_device_from_device_properties(tmp_path):
     """ranks.device_memory is the totalGlobalMem of the GPU each rank's kernels ran on; job_device
     names the set's GPU, its memory and the other GPUs seen."""
     from profiler import load_traces
-    from profiler.analyzers.summaries import job_device
+    from profiler.analyzers.aggregates import job_device
     from tests.support import trace_samples as ts
 
     for rank, data in enumerate(ts.gpu_pair()):

@@ -133,10 +133,10 @@ def test_a_runs_json_files_are_read_bounded_and_must_be_objects(tmp_path):
     """Every reader of a run's JSON files (run.json, metrics.json, a job record, a sweep, an upload's
     manifest) goes through one bounded reader: a file past the bound, a non-object or broken JSON is a
     one-line ValueError (or None where a poll reads it again), never a whole-file read or a crash."""
+    from profiler.collect import jobs
     from profiler.lab import sweep_views as sweep_data
     from runfiles.metrics import load_metrics
     from runfiles.rundir import MAX_RUN_JSON_BYTES, load_json_object, read_json
-    from ui import jobs
     from ui.trace_sets import read_upload
 
     path = tmp_path / "metrics.json"

@@ -231,10 +231,11 @@ UI_PLUMBING = {
     "ui": "the package",
     "ui.trace_sets": "the runs and uploaded sets on disk, by id",
     "ui.uploads": "checking and storing an upload (the loader checks each file)",
-    "ui.jobs": "the dashboard's background job records",
     "ui.calibration_data": "the calibration file of the runs folder and which sets it uses",
     "ui.text": "Markdown escaping",
     "ui.demo": "starting the demo run",
+    "ui.run_tables": "the analyzers' frames as the run pages' table headers and chart marks (ms, labels)",
+    "ui.whatif_tables": "the what-if's and critical path's results as the timeline's tables and marks",
 }
 
 

@@ -136,11 +136,11 @@ def test_a_scenario_that_touches_no_op_says_so(pair):
 
 def test_critical_path_follows_the_last_arrival(pair):
     path = critical_path(pair.graph, replay(pair.graph), 2)
-    # rank 1 arrived last: its work, the transfer after its arrival, its work after
+    # rank 1 arrived last: its compute, the transfer after its arrival, its compute after
     assert list(zip(path["rank"], path["kind"], path["dur_ns"] // 1000)) == [
-        (1, "work", 600),
+        (1, "compute", 600),
         (1, "comm", 100),
-        (1, "work", 300),
+        (1, "compute", 300),
     ]
     # with rank 1 fast, rank 0's work is on the path before the transfer
     fast = replay(pair.graph, Scenario(rank_speed={1: 10.0}))
@@ -155,7 +155,7 @@ def test_whatif_object(pair):
     assert out["measured_step_time_s"] == pytest.approx(1e-3) and out["predicted_step_time_s"] == pytest.approx(7.5e-4)
     assert out["change_pct"] == pytest.approx(-25.0)
     assert out["scenarios"][0]["work_factor_by_step"] == {"2": pytest.approx(2 / 3, abs=1e-4)}
-    assert out["critical_path"]["measured"]["by_category"] == {"work": 9e-4, "comm:dp": 1e-4}
+    assert out["critical_path"]["measured"]["by_category"] == {"compute": 9e-4, "comm:dp": 1e-4}
     assert out["pipeline"] == [] and out["cut_dependencies"] == 0
 
 
@@ -205,6 +205,14 @@ def test_pipeline_bubble_vs_p2p_wait_by_hand(tmp_path, late, expect):
     assert got == expect
     assert (t["theory_fraction"] == 0.5).all() and (t["p2p_transfer_ns"] == 40_000).all()  # 4 ops x 10 us
     assert t.loc[0, "bubble_fraction"] == pytest.approx(expect[0][1] / expect[0][0])
+    for s in (0, 1):  # the bubble and the P2P wait apart, each over the stage's work
+        work, idle, bubble_us, wait = expect[s]
+        assert t.loc[s, "bubble_fraction"] == pytest.approx(bubble_us / work)
+        assert t.loc[s, "p2p_wait_fraction"] == pytest.approx(wait / work)
+        assert t.loc[s, "idle_fraction"] == pytest.approx(idle / work)
+    stage = bubble.per_stage(t.reset_index()).set_index("stage")
+    assert stage.loc[1, "bubble_fraction"] * stage.loc[1, "work_ms"] == pytest.approx(stage.loc[1, "bubble_ms"])
+    assert stage.loc[1, "p2p_wait_fraction"] * stage.loc[1, "work_ms"] == pytest.approx(stage.loc[1, "p2p_wait_ms"])
 
 
 @pytest.mark.skipif(not SHARED_TRACES.is_dir(), reason="needs ../shared/traces")
@@ -247,7 +255,7 @@ def test_whatif_of_one_step_measures_that_step(tmp_path):
     a step the traces lack is refused with their steps."""
     from profiler.analyzers.steps import step_time_s
     from profiler.analyzers.whatif import StepNotTraced
-    from profiler.analyzers.whatif_tables import path_extent, path_frame
+    from ui.whatif_tables import path_extent, path_frame
 
     for rank in (0, 1):
         events = [
@@ -280,3 +288,43 @@ def test_whatif_of_one_step_measures_that_step(tmp_path):
 
     assert whatif_cli([str(tmp_path), "--step", "5", "--no-cache"]) == 0
     assert whatif_cli([str(tmp_path), "--step", "9", "--no-cache"]) == 2
+
+
+def test_the_measured_step_is_the_files_profilerstep_range_not_the_kernel_span(tmp_path):
+    """GPU ranks whose kernels fill 600 us of a 1,000 us ProfilerStep: the measured step is the files'
+    range on the headline and in the what-if alike, and an empty scenario predicts it unchanged."""
+    from profiler.analyzers.steps import measured_step_s
+
+    for rank, t in enumerate(ts.gpu_pair()):
+        ts.write(tmp_path / f"rank{rank}_trace.json", t)
+    a = TraceAnalysis.load(tmp_path, cache=False)
+    assert (a.breakdown["end_ns"] - a.breakdown["start_ns"] < 1_000_000).all()  # the kernels' span inside it
+    assert measured_step_s(a.traces.step_windows, a.breakdown) == pytest.approx(1e-3)
+    out = whatif(a.graph)
+    assert out["measured_step_time_s"] == pytest.approx(1e-3)
+    assert out["predicted_step_time_s"] == pytest.approx(1e-3)
+
+
+def test_idle_and_host_time_on_the_path_are_not_compute(tmp_path):
+    """GPU ranks (ts.gpu_pair): a compute kernel [100, 400), the all-reduce kernel to 600, a copy
+    [650, 700). Between the all-reduce and the copy the GPU runs nothing: idle, not work. A host-only
+    stretch (CPU operators, no kernel) is 'host'. The what-if's phases split the same way."""
+    pairs = ts.gpu_pair()
+    for rank, t in enumerate(pairs):
+        t["traceEvents"].append(ts.cpu("aten::index_select", ts.EPOCH_US + 605, 20))  # host code, the GPU idle
+        ts.write(tmp_path / f"rank{rank}_trace.json", t)
+    a = TraceAnalysis.load(tmp_path, cache=False)
+    path = critical_path(a.graph, replay(a.graph), 1)
+    own = path[path["kind"] != "comm"]
+    assert set(own["kind"]) == {"compute", "host", "idle"}
+    assert (own["dur_ns"] > 0).all() and path["dur_ns"].sum() == path["end_ns"].max() - path["start_ns"].min()
+    by = path.groupby("kind")["dur_ns"].sum() // 1000
+    assert by["host"] == 20 and by["idle"] == 30  # [605, 625) host, [600, 605) and [625, 650) idle
+    ph = phases(a.graph).set_index("rank")
+    assert (ph["compute_ns"] + ph["host_ns"] + ph["idle_ns"] == ph["work_ns"]).all()
+    assert (ph["idle_ns"] >= 30_000).all() and (ph["host_ns"] == 20_000).all()
+    out = whatif(a.graph)
+    cats = out["critical_path"]["measured"]["by_category"]
+    assert "work" not in cats and cats["idle"] == pytest.approx(30e-6)
+    m = out["measured_phases"]
+    assert m["compute_s"] + m["host_s"] + m["idle_s"] == pytest.approx(m["work_s"])

@@ -1,7 +1,8 @@
 """The Collective timeline's critical-path and what-if tables, shaped for charts and tables (no Streamlit).
 
     path_frame(path, t0_ns)      the critical path's segments in ms from the step's start: one rule per
-                                 segment on its rank's row (kind work | comm, category: work or the dim)
+                                 segment on its rank's row (kind compute | host | idle | comm, category:
+                                 the kind, or comm and the dim)
     path_links(frame)            the vertical hops where the path changes rank (a collective's last
                                  arrival on another rank set its end)
     path_categories(path)        time on the path per category, with its share
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from profiler.analyzers.replay import Scenario
+from profiler.analyzers.replay import OWN_KINDS, Scenario
 
 PATH_FRAME_COLUMNS = ["rank", "start_ms", "end_ms", "dur_ms", "kind", "category", "label"]
 LINK_COLUMNS = ["at_ms", "from_rank", "to_rank"]
@@ -40,8 +41,8 @@ def path_frame(path: pd.DataFrame, t0_ns: int) -> pd.DataFrame:
             "end_ms": (path["end_ns"] - t0_ns) / 1e6,
             "dur_ms": path["dur_ns"] / 1e6,
             "kind": kind,
-            "category": kind.where(kind == "work", "comm: " + dim),
-            "label": kind.where(kind == "work", op_label(path["op"], path["instance"])),
+            "category": kind.where(kind != "comm", "comm: " + dim),
+            "label": kind.where(kind != "comm", op_label(path["op"], path["instance"])),
         }
     ).reset_index(drop=True)
 
@@ -106,7 +107,8 @@ def phase_rows(out: dict) -> pd.DataFrame:
     rows = []
     for which in ("measured", "predicted"):
         ph = out[f"{which}_phases"]
-        rows.append({"which": which, "phase": "work", "ms": ph["work_s"] * 1e3})
+        for kind in OWN_KINDS:  # the rank's own time: device busy, host alone, idle
+            rows.append({"which": which, "phase": kind, "ms": ph[f"{kind}_s"] * 1e3})
         rows.append({"which": which, "phase": "wait", "ms": ph["wait_s"] * 1e3})
         for dim, s in sorted(ph["transfer_s"].items()):
             rows.append({"which": which, "phase": f"{dim} transfer", "ms": s * 1e3})
@@ -130,6 +132,7 @@ def pipeline_table(out: dict) -> pd.DataFrame:
     if rows.empty:
         return rows
     rows["bubble %"] = rows.pop("bubble_fraction") * 100
+    rows["P2P wait %"] = rows.pop("p2p_wait_fraction") * 100
     rows["(p−1)/(v·m) %"] = rows.pop("theory_fraction") * 100
     return rows.rename(
         columns={

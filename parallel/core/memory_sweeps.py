@@ -1,4 +1,5 @@
-"""Tables behind the Activation-memory page: parallel.core.memory's components, with and without SP.
+"""parallel.core.memory's activation components swept: with and without SP, by recompute mode, against
+sequence length and against TP, model states by pipeline stage.
 
 Long-form frames (one row per bar segment) for Altair: per layer and per GPU, by recompute mode,
 against sequence length and against TP, model states by pipeline stage; and a run's measured
@@ -25,7 +26,7 @@ from parallel.core.memory import (
     memory_per_stage,
 )
 from parallel.core.plan import RECOMPUTE, Plan
-from parallel.core.specs import GiB, Model
+from parallel.core.specs import Model
 from parallel.core.validate import _shape_errors
 
 MiB = 2**20
@@ -128,32 +129,6 @@ def stage_memory(model: Model, plan: Plan, opts: ActivationOptions, capacity_byt
                 for k in STATE_KINDS
             ]
     return pd.DataFrame(rows)
-
-
-def bytes_text(n: float) -> str:
-    """12.5 MiB, 3.1 GiB, 96 KiB: a metric's value in the unit that keeps it readable (a tiny model's
-    layer is a few hundred KiB, which '0 MiB' hid)."""
-    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
-        if abs(n) >= size:
-            return f"{n / size:,.3g} {unit}" if abs(n) < 100 * size else f"{n / size:,.0f} {unit}"
-    return f"{n:,.0f} B"
-
-
-def stage_unit(df: pd.DataFrame) -> str:
-    """GiB for real models, MiB when even the fullest stage holds under 1 GiB (frame of stage_memory)."""
-    return "GiB" if len(df) and df["total_bytes"].max() >= GiB else "MiB"
-
-
-def capacity_drawn(df: pd.DataFrame) -> bool:
-    """Whether the GPU's memory belongs on the stage chart: not when the fullest stage uses under 2 %
-    of it, since the bars would flatten to nothing under the line (frame of stage_memory)."""
-    return bool(len(df)) and df["total_bytes"].max() >= 0.02 * df["capacity_bytes"].max()
-
-
-def with_units(df: pd.DataFrame, unit: str, *columns: str) -> pd.DataFrame:
-    """`df` with each bytes column also in `unit` ('MiB' or 'GiB'): column name '<col>_<unit>'."""
-    div = {"MiB": MiB, "GiB": GiB}[unit]
-    return df.assign(**{f"{c}_{unit}": df[c] / div for c in columns})
 
 
 def _by_rank(metrics: dict, key: str) -> pd.Series:
