@@ -302,7 +302,7 @@ class Plan:
         column="dispatcher",
         token=lambda p: f"disp-{p.moe_dispatcher}" if p.moe_dispatcher != "alltoall" and p.ep > 1 else "",
         megatron=("--moe-token-dispatcher-type", "--moe-enable-deepep", "--moe-flex-dispatcher-backend"),
-        torchtitan=("(all-to-all: alltoall)",),
+        torchtitan=("parallelism.expert_parallel_comm_backend (standard: alltoall; deepep, hybridep: flex)",),
     )
     # Expert capacity (Lepikhin et al. 2021, GShard; Megatron-core moe_utils.get_capacity): each expert
     # takes at most ceil(capacity_factor x tokens x top_k / experts) copies and drops the rest; None =

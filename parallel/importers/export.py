@@ -74,6 +74,11 @@ def _megatron_model(model: Model) -> list[str]:
             out.append(f"{f['shared_expert_ffn']} {model.shared_expert_ffn}")
         if "0" in flags:
             out.append(f"{f['moe_freq']} '[{','.join(flags)}]'")
+        if model.router_groups:
+            out += [
+                f"{f['router_groups']} {model.router_groups}",
+                f"{f['router_group_topk']} {model.router_group_topk}",
+            ]
     return out
 
 
@@ -118,6 +123,15 @@ def megatron_script(plan: Plan, model: Model, *, gpus_per_node: int = 8) -> tupl
         flags.append(f"{_flag('ep')} {p.ep}")
     if p.etp is not None:
         flags.append(f"{_flag('etp')} {p.etp}")
+    if model.experts:  # the MoE fields (the importer reads them for a MoE model only)
+        flags.append(f"{_flag('moe_dispatcher', 0)} {p.moe_dispatcher}")
+        flags += [
+            _flag(name) for name in ("grouped_gemm", "ep_overlap", "delay_wgrad", "capacity_pad") if getattr(p, name)
+        ]
+        if p.capacity_factor is not None:
+            flags.append(f"{_flag('capacity_factor')} {p.capacity_factor:g}")
+    else:
+        notes += [f"{name}: no MoE layers in {model.name}" for name in _moe_set(p)]
     comm = next(k for k, v in CP_COMM_TYPES.items() if v == p.cp_kind)  # at cp 1 too: Megatron-LM's default is p2p
     flags.append(f"{_flag('cp_kind')} {comm}")
     if p.tp_overlap and p.tp > 1:
@@ -147,6 +161,14 @@ def megatron_script(plan: Plan, model: Model, *, gpus_per_node: int = 8) -> tupl
     words = _megatron_model(model) + flags
     lines += [f"    {w} \\" for w in words[:-1]] + [f"    {words[-1]}", ""]
     return "\n".join(lines), notes
+
+
+MOE_FIELDS = ("moe_dispatcher", "capacity_factor", "capacity_pad", "grouped_gemm", "ep_overlap", "delay_wgrad")
+
+
+def _moe_set(p: Plan) -> list[str]:
+    """The MoE plan fields `p` sets away from their defaults."""
+    return [name for name in MOE_FIELDS if getattr(p, name) != _SPECS[name].default]
 
 
 def _flavour(model: Model) -> tuple[str, str] | None:
@@ -250,6 +272,13 @@ def torchtitan_toml(plan: Plan, model: Model) -> tuple[str, list[str]]:
         put(torchtitan_keys("ep")[0], p.ep)
     if p.etp is not None:
         put(torchtitan_keys("etp")[0], p.etp)
+    if p.moe_dispatcher == "flex" and model.experts:
+        put(torchtitan_keys("moe_dispatcher")[0], "deepep")
+    notes += [
+        f"{name} {getattr(p, name)}: torchtitan dispatches by all-to-all (or DeepEP), dropless, grouped"
+        for name in _moe_set(p)
+        if not (name == "moe_dispatcher" and p.moe_dispatcher == "flex" and model.experts)
+    ]
     if p.cp > 1:
         method = next((k for k, v in ROTATE_METHODS.items() if v == p.cp_kind), None)
         if method is None:

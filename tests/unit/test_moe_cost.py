@@ -339,3 +339,28 @@ def test_search_rows_with_the_moe_fields_equal_their_plan_reports(base):
         rep = plan_report(plan, MIXTRAL, cluster)
         assert rep["valid"], rep["errors"]
         assert rep["step_time_s"] == pytest.approx(table["step_time_s"].iloc[i], rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        Plan(dp=64, ep=64, global_batch=64, moe_dispatcher="flex", ep_overlap=True, delay_wgrad=True, zero=1),
+        Plan(dp=16, tp=4, sp=True, ep=8, etp=1, global_batch=64, capacity_factor=1.25, capacity_pad=True),
+        Plan(dp=8, ep=8, global_batch=8, moe_dispatcher="allgather", grouped_gemm=False),
+    ],
+    ids=["flex-overlap", "capacity-padded", "allgather-sequential"],
+)
+def test_the_moe_fields_go_out_as_megatron_flags_and_come_back(plan):
+    from parallel.importers.export import megatron_script, torchtitan_toml
+
+    text, notes = megatron_script(plan, V3, gpus_per_node=8)
+    back = import_text(text, "pretrain.sh")
+    assert notes == [] and back.unknown == ()
+    fields = ("moe_dispatcher", "capacity_factor", "capacity_pad", "grouped_gemm", "ep_overlap", "delay_wgrad", "etp")
+    assert {k: getattr(back.plan, k) for k in fields} == {k: getattr(plan, k) for k in fields}
+    assert (back.model.router_groups, back.model.router_group_topk) == (8, 4)
+    toml, toml_notes = torchtitan_toml(plan, V3)  # what torchtitan cannot run is said, never dropped
+    assert ('expert_parallel_comm_backend = "deepep"' in toml) == (plan.moe_dispatcher == "flex")
+    unsaid = {"ep_overlap": True, "delay_wgrad": True, "capacity_factor": 1.25, "grouped_gemm": False}
+    for name, value in {**unsaid, "moe_dispatcher": "allgather"}.items():
+        assert (getattr(plan, name) == value) == any(n.startswith(f"{name} ") for n in toml_notes)
