@@ -237,7 +237,7 @@ def render_text(rep: dict) -> str:
     ]
     t = rep["step_time"]
     exposed = ", ".join(
-        f"{d} {t[f'exposed_{d}_s']:.3f}" for d in ("tp", "sp", "cp", "pp", "dp") if t.get(f"exposed_{d}_s")
+        f"{d} {t[f'exposed_{d}_s']:.3f}" for d in ("tp", "sp", "cp", "ep", "pp", "dp") if t.get(f"exposed_{d}_s")
     )
     if "calibration" in rep:
         out += [

@@ -364,3 +364,12 @@ def test_the_moe_fields_go_out_as_megatron_flags_and_come_back(plan):
     unsaid = {"ep_overlap": True, "delay_wgrad": True, "capacity_factor": 1.25, "grouped_gemm": False}
     for name, value in {**unsaid, "moe_dispatcher": "allgather"}.items():
         assert (getattr(plan, name) == value) == any(n.startswith(f"{name} ") for n in toml_notes)
+
+
+def test_parallel_plan_names_the_exposed_ep_time_in_its_step(capsys):
+    from parallel.cli.plan import main
+
+    argv = "--model mixtral-8x7b --cluster dgx-h100 --nodes 2 --dp 16 --ep 8 --zero 3 --global-batch 64".split()
+    assert main(argv) == 0
+    step = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("step time"))
+    assert "exposed comm (ep " in step
