@@ -39,7 +39,7 @@ def test_issue_example_json_contract(capsys):
     assert set(rep["memory_per_gpu_bytes"]) == {"params", "grads", "optimizer", "activations", "total"}
     assert rep["ranks"][9] == {"rank": 9, "node": 1, "local_rank": 1, "domain": 1, "dp": 1, "pp": 0, "cp": 0, "tp": 1}
     assert set(rep["groups"]) == {"tp", "pp", "dp", "cp"}
-    assert rep["groups"]["tp"][0] == {"ranks": list(range(8)), "nodes": [0], "link": "intra"}
+    assert rep["groups"]["tp"][0] == {"ranks": list(range(8)), "nodes": [0], "domains": [0], "link": "intra"}
     assert rep["groups"]["pp"][0]["link"] == "inter"
     for row in rep["comm_per_step"]:
         assert {"dim", "collective", "calls", "bytes_per_call", "link", "seconds"} <= set(row)
