@@ -50,7 +50,7 @@ def test_issue_example_json_contract(capsys):
     # 175B, TP8+SP: sbh(34/8 + 5as/(ht)) with 2-byte activations
     # flash attention: no s x s scores, an fp32 log-sum-exp per query row and head instead
     assert rep["activation_bytes_per_layer"] == pytest.approx(2048 * 12288 * 34 / 8 + 4 * 96 * 2048 / 8)
-    code, table2 = run_json(capsys, [*EXAMPLE, "--no-flash-attention"])  # Korthikanti et al.'s Table 2
+    code, table2 = run_json(capsys, [*EXAMPLE, "--attention", "unfused"])  # Korthikanti et al.'s Table 2
     assert table2["activation_bytes_per_layer"] == pytest.approx(2048 * 12288 * (34 / 8 + 5 * 96 * 2048 / (12288 * 8)))
 
 

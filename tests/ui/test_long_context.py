@@ -90,7 +90,7 @@ def test_nothing_fits_says_which_term_and_what_would_make_room():
     """GPT-3 175B at 1M tokens: no plan fits, because its learned position table puts the weights
     over the GPU on the first stage; the page says so with the numbers, not a bare 'nothing fits'."""
     gpt = {"model": "gpt3-175b", "cluster": "dgx-h100", "nodes": "64", "dp": "8", "tp": "8", "pp": "8"}
-    at = _ok(page_test("pages/long_context.py", {**gpt, "gb": "1536", "sp": "1", "lc_flash": "true"}))
+    at = _ok(page_test("pages/long_context.py", {**gpt, "gb": "1536", "sp": "1"}))
     (warning,) = [w.value for w in at.warning if "nothing fits" in w.value]
     assert warning.startswith("1,048,576 tokens: nothing fits — the least loaded plan, DP1 TP8+SP")
     assert "learned position table grows with the length" in warning and "GiB parameters" in warning
