@@ -41,7 +41,7 @@ from parallel.review.urls import (
     state_of_review,
     title_of,
 )
-from parallel.search.explain import explain
+from parallel.search.explain import explain, runner_up
 from parallel.search.space import EQUIVALENCE_RULE, Constraints, SearchEmpty, search, shared_text
 from ui import calibration_data, calibration_views, run_loaders, trace_sets
 from ui import review_charts as rc
@@ -545,7 +545,11 @@ def search_base(s: ReviewState) -> Plan:
 def explain_top(s: ReviewState, result) -> None:
     """Why the search's first plan beats its runner-up or a compared plan of the same size."""
     top = result.plan_at(0)
-    against = {"#2": result.plan_at(1)} if len(result.table) > 1 else {}
+    second, ties = runner_up(result.table)  # exact twins (a mirrored stage split) teach nothing
+    against = {}
+    if second is not None:
+        tied = f" (#2-#{second} tie with #1)" if ties > 1 else " (#2 ties with #1)" if ties else ""
+        against[f"#{second + 1}{tied}"] = result.plan_at(second)
     against.update(
         {
             p.name: dataclasses.replace(p.plan, global_batch=s.search_gb)
@@ -564,7 +568,7 @@ def explain_top(s: ReviewState, result) -> None:
             st.warning(f"Cannot compare: {md(err)}")
             return
         st.markdown(md(ex["summary"]))
-        st.dataframe(rc.explain_frame(ex, "#1", other), hide_index=True)
+        st.dataframe(rc.explain_frame(ex, "#1", other.split(" (")[0]), hide_index=True)
 
 
 # ------------------------------------------------------------------ import

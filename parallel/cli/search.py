@@ -24,7 +24,7 @@ from parallel.cli.plan import add_option_args, options_from_args
 from parallel.core.plan import CP_KINDS, PLAN_DEFAULTS, RECOMPUTE, Plan, plan_from_values
 from parallel.core.report import Options
 from parallel.core.specs import Cluster, GiB, Model, SpecError
-from parallel.search.explain import explain, explain_text
+from parallel.search.explain import explain, explain_text, runner_up
 from parallel.search.space import (
     PLAN_KEYS,
     SEARCH_SETS,
@@ -198,13 +198,16 @@ def search_inputs(args: argparse.Namespace) -> tuple[Model, Cluster, Constraints
 
 
 def _explain(result: SearchResult, model: Model, cluster: Cluster, args, constraints: Constraints, options) -> dict:
-    """The top plan against --against, or against the runner-up."""
-    plans = result.table.head(2).to_dict("records")
-    top = plan_of(plans[0], result.base)
+    """The top plan against --against, or against the runner-up: the first plan whose step or memory
+    differs from the top's (exact twins, such as a mirrored stage split, teach nothing)."""
+    table = result.table
+    top = plan_of(table.iloc[0].to_dict(), result.base)
+    second, twins = runner_up(table)
     if args.against:
         other = plan_spec(args.against, result.base)
-    elif len(plans) > 1:
-        other = plan_of(plans[1], result.base)
+    elif second is not None:
+        other = plan_of(table.iloc[second].to_dict(), result.base)
     else:
-        raise SpecError("--explain: only one plan fits; nothing to compare it with (give --against)")
-    return explain(model, cluster, top, other, options, float(result.table["step_time_s"].min()))
+        raise SpecError("--explain: no other plan fits with a different step or memory (give --against)")
+    ex = explain(model, cluster, top, other, options, float(table["step_time_s"].min()))
+    return {**ex, "exact_ties": twins}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from parallel.core.comm import DIMS, crosses_nodes
@@ -250,6 +251,18 @@ def explain(
     }
 
 
+def runner_up(table: pd.DataFrame) -> tuple[int | None, int]:
+    """The row of the first plan after the top whose step (by a millionth) or memory (by a MiB) differs
+    from the top's, and how many plans before it tie with the top (None when none differs): rounding
+    apart, such twins (a mirrored stage split) cost the same."""
+    step = table["step_time_s"].to_numpy()
+    mem = table["memory_per_gpu_bytes"].to_numpy()
+    differs = np.flatnonzero((abs(step[1:] - step[0]) > 1e-6 * step[0]) | (abs(mem[1:] - mem[0]) >= 2**20))
+    if not len(differs):
+        return None, len(table) - 1
+    return int(differs[0]) + 1, int(differs[0])
+
+
 def explain_text(ex: dict) -> str:
     """The side-by-side table and the summary, as text."""
     rows = [(r["part"], r["top_s"], r["other_s"], r["difference_s"]) for r in ex["parts"]]
@@ -258,4 +271,13 @@ def explain_text(ex: dict) -> str:
     w = max(len(r[0]) for r in rows)
     lines = [f"{'':<{w}}  {'top':>10}  {'other':>10}  {'other - top':>11}"]
     lines += [f"{p:<{w}}  {t:>10.3f}  {o:>10.3f}  {d:>+11.3f}" for p, t, o, d in rows]
-    return "\n".join([f"top:   {ex['top']}", f"other: {ex['other']}", "", *lines, "", ex["summary"]])
+    ties = ex.get("exact_ties", 0)
+    verb = "plans tie" if ties > 1 else "plan ties"
+    twins = (
+        [
+            f"({ties} other {verb} with the top: the same step and memory but for rounding, e.g. a mirrored stage split; compared with the first plan that differs)"
+        ]
+        if ties
+        else []
+    )
+    return "\n".join([f"top:   {ex['top']}", f"other: {ex['other']}", *twins, "", *lines, "", ex["summary"]])

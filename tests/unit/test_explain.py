@@ -7,12 +7,13 @@ step over the faster, less one)."""
 
 import re
 
+import pandas as pd
 import pytest
 
 from parallel.core.plan import Plan
 from parallel.core.report import Options
 from parallel.core.specs import CLUSTERS, MODELS
-from parallel.search.explain import contender, differing_terms, explain, verdict, verdict_text
+from parallel.search.explain import contender, differing_terms, explain, runner_up, verdict, verdict_text
 from parallel.search.space import MODEL_ERROR, Constraints, search
 
 L70 = MODELS["llama3-70b"]  # 8,192 tokens: CP counts one more (below 32,768)
@@ -175,3 +176,14 @@ def test_a_slower_plan_given_first_is_named_slower_with_a_positive_percentage():
     assert ex["memory_per_gpu_bytes"]["difference"] == pytest.approx(
         ex["memory_per_gpu_bytes"]["other"] - ex["memory_per_gpu_bytes"]["top"]
     )
+
+
+def test_the_runner_up_skips_exact_twins_of_the_top():
+    """Mirrored stage splits (3/2 and 2/3) cost the same but for rounding: the runner-up the
+    explanation compares with is the first plan whose step or memory differs."""
+    table = pd.DataFrame(
+        {"step_time_s": [1.0, 1.0 + 1e-7, 1.0, 1.2], "memory_per_gpu_bytes": [5e9, 5e9 + 1e3, 6e9, 5e9]},
+    )
+    assert runner_up(table) == (2, 1)
+    assert runner_up(table.iloc[[0, 1]]) == (None, 1)
+    assert runner_up(table.iloc[[0, 3]]) == (1, 0)
