@@ -23,7 +23,7 @@ from parallel.cli.dispatch import prog_name
 from parallel.cli.plan import add_option_args, options_from_args
 from parallel.core.plan import CP_KINDS, PLAN_DEFAULTS, RECOMPUTE, Plan, plan_from_values
 from parallel.core.report import Options
-from parallel.core.specs import Cluster, GiB, Model, SpecError
+from parallel.core.specs import MODELS, TRAINED_GLOBAL_BATCH, Cluster, GiB, Model, SpecError
 from parallel.search.explain import explain, explain_text, runner_up
 from parallel.search.space import (
     PLAN_KEYS,
@@ -45,7 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(parser)
     add_cluster_args(parser)
     parser.add_argument("--gpus", type=int, default=None, help="GPUs to plan for (default: --nodes × GPUs per node)")
-    parser.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
+    parser.add_argument(
+        "--global-batch",
+        type=int,
+        default=None,
+        help="sequences per optimizer step (default: the preset's published training batch, where it has one)",
+    )
     g = parser.add_argument_group("constraints")
     g.add_argument("--headroom", type=float, default=Constraints.headroom, help="fraction of GPU memory kept free")
     for name in ("tp", "pp", "cp", "micro-batch"):
@@ -137,7 +142,9 @@ def cluster_for_gpus(args: argparse.Namespace) -> Cluster:
 
 def render_text(result: SearchResult, model: Model, cluster: Cluster, gb: int, top: int) -> str:
     lines = [
-        f"{model.name} on {cluster.nodes}×{cluster.gpus_per_node} {cluster.name} GPUs, global batch {gb}: "
+        f"{model.name} on {cluster.nodes}×{cluster.gpus_per_node} {cluster.name} GPUs, global batch {gb}"
+        + (" (the model's published training batch)" if TRAINED_GLOBAL_BATCH.get(model.name) == gb else "")
+        + ": "
         f"{len(result.table):,} plans fit ({result.evaluated:,} evaluated in {result.seconds:.2f} s)",
         f"ranking: {result.rule}",
         f"every plan: {shared_text(result.base)} (plan flags change these, e.g. --tp-overlap)",
@@ -192,6 +199,14 @@ def search_inputs(args: argparse.Namespace) -> tuple[Model, Cluster, Constraints
     """The model, cluster, constraints and options the command searches with (bench.search times the same)."""
     model, cluster = model_from_args(args), cluster_for_gpus(args)
     constraints, options = constraints_from_args(args), options_from_args(args)
+    if args.global_batch is None:  # a preset as published (no shape flags) brings its training batch
+        preset = args.model if model == MODELS.get(args.model or "") else ""
+        args.global_batch = TRAINED_GLOBAL_BATCH.get(preset)
+        if args.global_batch is None:
+            raise SpecError(
+                f"--global-batch is required: {model.name} has no published training batch (presets that "
+                f"have one: {', '.join(TRAINED_GLOBAL_BATCH)})"
+            )
     if args.global_batch < 1:
         raise SpecError(f"--global-batch must be at least 1, got {args.global_batch}")
     return model, cluster, constraints, options

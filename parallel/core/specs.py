@@ -721,6 +721,12 @@ MODELS: dict[str, Model] = {
     ),
 }
 
+# The global batch (sequences a step) a preset was trained with, where its authors published it: the
+# search's batch when none is given. Narayanan et al. 2021 (Table 2: 175B at 1536; Table 1: 529.6B
+# at 2520, 1008B at 3072); DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", Sec. 4.2 (ramped from
+# 3072 to 15360 over the first 469B tokens, then 15360).
+TRAINED_GLOBAL_BATCH: dict[str, int] = {"gpt3-175b": 1536, "gpt3-530b": 2520, "gpt3-1t": 3072, "deepseek-v3": 15360}
+
 
 def _node(
     name,

@@ -70,6 +70,15 @@ SEARCH_SETS = {"embedding_in_split": False, "loss_in_split": False, "recompute_l
 LINKS = ("intra", "inter")
 
 
+class TooManyPlans(SpecError):
+    """The candidate space (`total` plans) is past MAX_CANDIDATES; the message says which limits would
+    bring it under."""
+
+    def __init__(self, message: str, total: int):
+        super().__init__(message)
+        self.total = total
+
+
 class SearchEmpty(SpecError):
     """No plan survives the constraints; the message names the one that removed the last candidates."""
 
@@ -89,6 +98,9 @@ class Constraints:
     max_pp: int | None = None
     max_cp: int | None = None
     max_micro_batch: int | None = None
+    # the fewest tokens a CP rank keeps (seq_len / cp): set by the search itself when the whole space is
+    # past MAX_CANDIDATES and no --max-cp was given (narrowed_for_size)
+    min_cp_tokens: int | None = None
     require_sp: bool = False  # every plan with tp > 1 uses sequence parallelism
     zero: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str, ...] = RECOMPUTE
@@ -282,6 +294,11 @@ def _degrees(model: Model, world: int, gb: int, c: Constraints, funnel: list[dic
         (f"max PP {c.max_pp}", lambda tp, pp, cp, dp: c.max_pp is None or pp <= c.max_pp),
         (f"max CP {c.max_cp}", lambda tp, pp, cp, dp: c.max_cp is None or cp <= c.max_cp),
         (
+            f"each CP rank keeps at least {c.min_cp_tokens} tokens of the {m.seq_len} (the whole space was past "
+            f"{MAX_CANDIDATES:,} plans; --max-cp searches more)",
+            lambda tp, pp, cp, dp: c.min_cp_tokens is None or m.seq_len // cp >= c.min_cp_tokens,
+        ),
+        (
             f"tp divides heads {m.heads} and ffn_hidden {m.ffn_hidden}; tp and kv_heads {m.kv_heads} divide one another",
             lambda tp, pp, cp, dp: (
                 m.heads % tp == 0 and m.ffn_hidden % tp == 0 and (m.kv_heads % tp == 0 or tp % m.kv_heads == 0)
@@ -403,10 +420,11 @@ def candidates(
                     if total <= MAX_CANDIDATES:
                         base += [(dp, tp, pp, cp, mb, v, ep, k, first, last, etp, disp) for k in kinds]
     if total > MAX_CANDIDATES:  # refused before the table is built, with the limits that would do
-        raise SpecError(
+        raise TooManyPlans(
             f"more than {MAX_CANDIDATES:,} candidate plans for {world:,} GPUs and global batch {global_batch:,} "
             f"({total:,}); narrow the search: {_narrowing(by_cp, '--max-cp')}{_narrowing(by_mb, '--max-micro-batch')}"
-            "--max-pp, fewer ZeRO stages or recompute modes"
+            "--max-pp, fewer ZeRO stages or recompute modes",
+            total,
         )
     if c.max_micro_batch is not None:
         funnel.append({"constraint": f"max micro batch {c.max_micro_batch} (per layout)", "remaining": n_mb})
@@ -665,6 +683,21 @@ def _gib(x: float) -> str:
     return f"{x / GiB:.1f} GiB"
 
 
+# Past MAX_CANDIDATES the search keeps at least this many tokens on each CP rank (unless --max-cp says
+# otherwise): below it the ring's attention blocks (seq_len / 2cp keys) are too short for a flash kernel
+# to reach its rate (compute.attention_rate: 36% of its long-sequence rate at 512) and CP's exchange
+# cannot hide behind them, so such plans are never among the fastest.
+CP_MIN_TOKENS = 1024
+
+
+def narrowed_for_size(model: Model, c: Constraints) -> Constraints | None:
+    """The constraints with CP_MIN_TOKENS a CP rank, where that is new (no --max-cp, a sequence that
+    CP could cut below it); None when it would not narrow anything."""
+    if c.max_cp is not None or c.min_cp_tokens is not None or model.seq_len < 2 * CP_MIN_TOKENS:
+        return None
+    return dataclasses.replace(c, min_cp_tokens=CP_MIN_TOKENS)
+
+
 MAX_LAYOUT_RANKS = 400_000_000  # layouts x ranks the node-crossing checks lay out (~5 times each): ~30 s on one core
 
 
@@ -686,7 +719,16 @@ def search(
         raise SpecError(f"global batch {global_batch:,} sequences; it must be 1 to {MAX_GLOBAL_BATCH:,}")
     constraints = _for_attention(constraints)
     base = dataclasses.replace(constraints.base, global_batch=global_batch)
-    cands, funnel = candidates(model, world, global_batch, constraints, cluster, options.activations)
+    try:
+        cands, funnel = candidates(model, world, global_batch, constraints, cluster, options.activations)
+    except TooManyPlans as whole:
+        narrowed = narrowed_for_size(model, constraints)
+        if narrowed is None:
+            raise
+        try:
+            cands, funnel = candidates(model, world, global_batch, narrowed, cluster, options.activations)
+        except TooManyPlans:
+            raise whole from None  # its counts are of the space the flags it suggests narrow
     for step in funnel:
         if step["remaining"] == 0:
             raise SearchEmpty(_empty_message(model, cluster, global_batch, funnel, step), funnel)

@@ -225,3 +225,33 @@ def test_repeated_list_values_count_once_and_a_huge_space_is_refused_before_it_i
     monkeypatch.setattr(S, "MAX_CANDIDATES", 1000)
     with pytest.raises(S.SpecError, match=r"more than 1,000 candidate plans for 512 GPUs .* narrow the search"):
         S.search(MODELS["gpt3-175b"], CLUSTERS["dgx-h100"].with_nodes(64), 1536)
+
+
+def test_a_space_past_the_bound_keeps_a_thousand_tokens_a_cp_rank_unless_told(monkeypatch, capsys):
+    """Past MAX_CANDIDATES the search drops CP degrees that leave a rank under CP_MIN_TOKENS tokens and
+    says so in its funnel; with --max-cp it searches what it was told (and refuses past the bound)."""
+    model, cluster = MODELS["llama3-8b"], CLUSTERS["dgx-h100"].with_nodes(8)
+    assert model.seq_len >= 2 * S.CP_MIN_TOKENS
+    whole, _ = S.candidates(model, cluster.gpus, 512, S.Constraints(), cluster)
+    assert (model.seq_len // whole["cp"] < S.CP_MIN_TOKENS).any()
+    monkeypatch.setattr(S, "MAX_CANDIDATES", 1)
+    sizes = []
+    for c in (S.Constraints(), S.Constraints(min_cp_tokens=S.CP_MIN_TOKENS)):
+        with pytest.raises(S.TooManyPlans) as err:
+            S.candidates(model, cluster.gpus, 512, c, cluster)
+        sizes.append(err.value.total)
+    assert sizes[0] > sizes[1]
+    monkeypatch.setattr(S, "MAX_CANDIDATES", sizes[1])  # the whole space is past it, the narrowed one is not
+    result = S.search(model, cluster, 512)
+    assert (model.seq_len // result.table["cp"] >= S.CP_MIN_TOKENS).all() and (result.table["cp"] > 1).any()
+    (rule,) = [f for f in result.funnel if "each CP rank keeps at least" in f["constraint"]]
+    assert f"{S.CP_MIN_TOKENS} tokens of the {model.seq_len}" in rule["constraint"]
+    with pytest.raises(S.TooManyPlans, match="narrow the search"):
+        S.search(model, cluster, 512, S.Constraints(max_cp=64))
+
+
+def test_a_preset_with_a_published_batch_is_searched_at_it(capsys):
+    code, out, _ = run(capsys, "--model gpt3-175b --gpus 512 --top 1".split())
+    assert code == 0 and "global batch 1536 (the model's published training batch)" in out
+    code, _, err = run(capsys, "--model gpt3-175b --layers 48 --gpus 512 --top 1".split())
+    assert code == 2 and "--global-batch is required: " in err and "published training batch" in err
