@@ -71,7 +71,9 @@ NAMED_SHAPES = {
 
 # Mixture-of-experts models a source names: the project's presets (parallel.core.specs.MODELS), each
 # with its sources there (DeepSeek-V3's multi-latent attention and first three dense layers included).
-PRESET_MODELS = {"DEEPSEEKV3": "deepseek-v3", "GPTOSS120B": "gpt-oss-120b", "QWEN330BA3B": "qwen3-30b-a3b"}
+# A source's name matches a preset's with only letters and digits kept ("Qwen3_235B_a22B" is
+# qwen3-235b-a22b); dense models keep the public configs above.
+PRESET_MODELS = {re.sub(r"[^A-Z0-9.]", "", name.upper()): name for name, m in MODELS.items() if m.experts}
 
 # Megatron-Bridge's DeepSeek-V3 pipeline layouts (src/megatron/bridge/recipes/deepseek/deepseek_v3.py,
 # layout_map, at the 25.11 performance summary's commit 00b7660): transformer layers per virtual stage,
