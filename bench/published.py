@@ -141,6 +141,11 @@ class Skip(Exception):
     """A run the bench cannot predict: the message says what it lacks."""
 
 
+# NeMo's long-sequence page: an H100 table (container 24.03) and a B200 one (25.04), each TFLOP/s
+# under NeMo's count of its time
+LONG_SEQUENCE_SOURCES = ("NeMo 24.03 long sequence", "NeMo 25.04 long sequence")
+
+
 def source_of(run: dict) -> str:
     s = run["source"]
     text = " ".join(str(v) for v in s.values() if v)
@@ -149,6 +154,7 @@ def source_of(run: dict) -> str:
         (r"Korthikanti", "Korthikanti 2022"),
         (r"torchtitan", "torchtitan"),
         (r"Megatron-Bridge", "Megatron-Bridge 25.11"),
+        (r"performance_long_sequence.*NeMo ?25\.04", "NeMo 25.04 long sequence"),
         (r"performance_long_sequence", "NeMo 24.03 long sequence"),
         (r"user-guide/24\.12", "NeMo 24.12"),
         (r"NeMo|nemo-framework", "NeMo 24.07"),
@@ -272,7 +278,7 @@ def translate(index: int, run: dict) -> Case:
     if dp * tp * pp * cp != world:
         raise Skip(f"tp×pp×cp = {tp * pp * cp} does not divide the {world} GPUs")
     mb, gb = par.get("micro_batch"), par.get("global_batch")
-    if gb is None and mb is None and source == "NeMo 24.03 long sequence":
+    if gb is None and mb is None and source in LONG_SEQUENCE_SOURCES:
         # the H100 table gives no batch; the B200 table of the same page holds 4M tokens per step at
         # every length (512 x 8K ... 4 x 1M). Per-GPU throughput barely depends on it here: pp = 1 but
         # for the 8K row, whose bubble it makes 1/128
@@ -438,9 +444,11 @@ def _measured(run: dict, model: Model, plan: Plan, source: str) -> tuple[float, 
     if tflops and "eq.3" in kind:  # Narayanan et al. Eq. 3: the whole s x s, plus the recomputed forward
         flops = flops_per_step(model, replace(plan, recompute="full", recompute_layers=None), causal=False)
         return flops["hardware_flops"] / (world * tflops * 1e12), "TFLOP/s/GPU (Eq. 3)"
-    if tflops and "not stated" in kind and source == "NeMo 24.03 long sequence":
+    if tflops and "not stated" in kind and source in LONG_SEQUENCE_SOURCES:
         # NeMo's model FLOPs of that time count the whole s x s: its 24.07 table's tokens/s and TFLOP/s
-        # agree with that count within 0.1% on every row (the causal half is 0.3-12.5% off)
+        # agree with that count within 0.1% on every row (the causal half is 0.3-12.5% off); its
+        # llama3 formula (nemo/utils/flops_formulas.py) kept the whole s x s until NVIDIA/NeMo#14424
+        # (August 2025), after the 25.04 B200 table (May 2025)
         flops = flops_per_step(model, plan, causal=False)["model_flops"]
         return flops / (world * tflops * 1e12), "TFLOP/s/GPU (NeMo's whole-s² model count)"
     if tflops and "hardware" in kind:

@@ -224,3 +224,17 @@ def test_rank_finds_the_runs_plan_and_a_top_plan_no_slower_than_it():
     assert r["gain"] == pytest.approx(case.measured_step_s / r["top_step_s"] - 1)
     lines = published.rank_lines([short], None)
     assert lines[1].split()[0] == "0" and "faster than measured" in lines[-1]
+
+
+def test_the_b200_long_sequence_rows_read_as_nemo_2504_under_its_whole_s2_count():
+    """NeMo's B200 long-sequence table (container 25.04, in bench/data): every row is predicted, under
+    the whole-s x s FLOP count NeMo used until August 2025, and lands within the family goal."""
+    path = Path(published.__file__).parent / "data" / "nemo_25_04_long_sequence_b200.json"
+    rows = []
+    for i, r in enumerate(json.loads(path.read_text())["runs"]):
+        case = published.translate(i, r)
+        assert case.source == "NeMo 25.04 long sequence" and "whole-s²" in case.measured_from
+        rows.append(published.predict(case))
+    assert len(rows) == 8 and {r["family"] for r in rows} == {"long context", "Blackwell"}
+    errors = [abs(r["error"]) for r in rows]
+    assert sum(errors) / len(errors) <= published.GOAL_MEAN and max(errors) <= published.GOAL_WORST
