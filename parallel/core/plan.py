@@ -669,48 +669,13 @@ def plan_values(plan: Plan, style: str = "json", *, changed_only: bool = False) 
     return out
 
 
-@dataclass(frozen=True)
-class PlanColumns:
-    """Many plans at once, one numpy array per field (the same names as Plan), so the plan model's
-    formulas (parallel.core.memory / comm / perf, written with parallel.core.vector) evaluate every
-    candidate of a search in one call. global_batch, order, schedule, main_grads and fp8 are shared
-    by all rows; ep and cp_kind may be shared or one per row."""
+# The fields a PlanColumns always holds one value a row of (arrays); every other plan field is one
+# value shared by all rows or an array, defaulting as Plan declares it (PLAN_FIELDS).
+COLUMN_ARRAYS = ("dp", "tp", "pp", "cp", "sp", "micro_batch", "vpp", "zero", "recompute")
 
-    dp: np.ndarray
-    tp: np.ndarray
-    pp: np.ndarray
-    cp: np.ndarray
-    sp: np.ndarray  # bool
-    micro_batch: np.ndarray
-    vpp: np.ndarray
-    zero: np.ndarray
-    recompute: np.ndarray  # str: none | selective | full
-    global_batch: int = 1
-    order: str = DEFAULT_ORDER
-    schedule: str = "1f1b"
-    main_grads: str = "fp32"
-    fp8: str = "none"
-    ep: Any = 1  # an array, or one degree shared by all rows
-    etp: Any = None  # an array, or one degree shared by all rows; None = each row's tp
-    cp_kind: Any = "allgather"  # an array of CP_KINDS names, or one shared by all rows
-    tp_overlap: bool = False  # the overlaps are shared by all rows (Plan's fields)
-    grad_reduce_overlap: bool = False
-    param_gather_overlap: bool = False
-    p2p_overlap: bool = False
-    # uneven stages: arrays with -1 where a row splits evenly, or None (every row even)
-    first_stage_layers: Any = None
-    last_stage_layers: Any = None
-    embedding_in_split: bool = False
-    loss_in_split: bool = False
-    recompute_layers: int | None = None  # shared by all rows
-    attention: str = "fused"  # shared by all rows (Plan.attention)
-    dropout: bool | None = None  # shared by all rows (Plan.dropout)
-    moe_dispatcher: Any = "alltoall"  # an array of DISPATCHERS names, or one shared by all rows
-    capacity_factor: float | None = None  # the MoE fields below are shared by all rows (Plan's)
-    capacity_pad: bool = False
-    grouped_gemm: bool = True
-    ep_overlap: bool = False
-    delay_wgrad: bool = False
+
+class _PlanColumnsMethods:
+    """What PlanColumns computes from its fields (its fields come from the schema, below)."""
 
     @property
     def flash(self) -> bool:
@@ -785,6 +750,21 @@ class PlanColumns:
             _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
             memo["rows"] = (np.stack(cols, axis=1)[first], inverse.reshape(-1))
         return memo["rows"]
+
+
+PlanColumns = dataclasses.make_dataclass(
+    "PlanColumns",
+    [(name, np.ndarray) for name in COLUMN_ARRAYS]
+    + [(f.name, Any, dataclasses.field(default=f.default)) for f in PLAN_FIELDS if f.name not in COLUMN_ARRAYS],
+    bases=(_PlanColumnsMethods,),
+    frozen=True,
+)
+PlanColumns.__module__ = __name__  # make_dataclass names it in `types` before Python 3.12
+PlanColumns.__doc__ = """Many plans at once, one numpy array per field (the same names and defaults as Plan: generated
+from PLAN_FIELDS), so the plan model's formulas (parallel.core.memory / comm / perf, written with
+parallel.core.vector) evaluate every candidate of a search in one call. COLUMN_ARRAYS hold one value a
+row; every other field is one value shared by all rows (ep, etp, cp_kind, moe_dispatcher and the
+first / last stage layers may also be arrays; first / last: -1 where a row splits evenly)."""
 
 
 def memoized(plan: Plan | PlanColumns, key: Any, compute: Any) -> Any:
