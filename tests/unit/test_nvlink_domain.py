@@ -1,5 +1,6 @@
 """The NVLink domain as a cluster property: the Cluster's rule (whole hosts), the `--nvlink-domain` flag
-of `parallel plan` / `parallel search`, and the `nvl` URL key."""
+of `parallel plan` / `parallel search`, the `nvl` URL key, and the Topology page's domain data
+(parallel.core.rank_grid)."""
 
 import dataclasses
 import json
@@ -8,8 +9,10 @@ import pytest
 
 from parallel.cli import plan as plan_cli
 from parallel.cli import search as search_cli
+from parallel.core import rank_grid
 from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, SpecError
+from parallel.core.topology import placed
 from parallel.review.urls import plan_from_params, plan_to_params, usable_params
 
 DGX, NVL72 = CLUSTERS["dgx-h100"], CLUSTERS["gb200-nvl72"]
@@ -128,3 +131,46 @@ def test_a_url_domain_is_checked_beside_its_hosts():
     assert good == {"cluster": "gb200-nvl72"} and "72 GPUs per NVLink domain" in errors[0]
     with pytest.raises(SpecError, match="nvl=0 must be at least 1"):
         plan_from_params({"nvl": "0"})
+
+
+# ---------------------------------------------------------------- the Topology page's domain data
+
+
+def test_144_gb200_gpus_are_two_racks_of_18_hosts():
+    topo = placed(Plan(dp=144, global_batch=144), NVL72.sized_for(144))
+    spans = rank_grid.domain_spans(topo)
+    assert spans[["domain", "first_node", "last_node", "gpus"]].values.tolist() == [[0, 0, 17, 72], [1, 18, 35, 72]]
+    assert spans["label"].tolist() == [
+        "NVLink domain (rack) 0: nodes 0–17, 72 GPUs",
+        "NVLink domain (rack) 1: nodes 18–35, 72 GPUs",
+    ]
+    assert spans[["x0", "x1"]].values.tolist() == [[-0.5, 17.5], [17.5, 35.5]]
+    window = rank_grid.domain_spans(topo, first_node=10, nodes=10)  # nodes 10-19: both, clipped
+    assert window[["x0", "x1"]].values.tolist() == [[9.5, 17.5], [17.5, 19.5]]
+    assert "2 NVLink domains (racks) of 18 nodes × 4 GPUs = 72 GPUs" in rank_grid.domain_note(topo)
+    cells = rank_grid.gpu_cells(topo, group_dim="dp", compare_order=topo.order)
+    assert cells.loc[cells["node"] == 17, "domain"].eq(0).all() and cells.loc[cells["node"] == 18, "domain"].eq(1).all()
+    assert rank_grid.node_overview(topo, "dp")["domain"].tolist() == [0] * 18 + [1] * 18
+
+
+def test_on_a_dgx_a_domain_is_a_host():
+    topo = placed(Plan(dp=4, tp=8, global_batch=64), DGX.sized_for(32))
+    spans = rank_grid.domain_spans(topo)
+    assert (spans["first_node"] == spans["last_node"]).all() and spans["domain"].tolist() == [0, 1, 2, 3]
+    assert spans["label"].iloc[1] == "NVLink domain 1: node 1, 8 GPUs"
+    assert (
+        rank_grid.domain_note(topo)
+        == "NVLink domain = one node (8 GPUs): a group stays on NVLink only inside its node."
+    )
+
+
+@pytest.mark.parametrize("cluster, link", [(NVL72, "intra"), (dataclasses.replace(NVL72, nvlink_domain=4), "inter")])
+def test_a_group_across_hosts_of_one_rack_is_drawn_on_nvlink(cluster, link):
+    """TP 8 over two 4-GPU trays: NVLink inside a rack; InfiniBand when each tray is its own domain."""
+    topo = placed(Plan(dp=18, tp=8, global_batch=18), cluster.sized_for(144))
+    names = {"intra": "intra", "inter": "inter"}
+    cells = rank_grid.gpu_cells(topo, group_dim="tp", compare_order=topo.order, names=names)
+    paths = rank_grid.group_paths(topo, "tp", names=names)
+    assert set(cells["group_link"]) == set(paths["link"]) == {link}
+    summary = rank_grid.dim_summary(topo, "tp-cp-pp-dp").set_index("dimension")
+    assert summary.loc["TP", "crossing domains"] == (0 if link == "intra" else 18)
