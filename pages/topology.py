@@ -53,12 +53,14 @@ def topology_page(choice: PlanChoice) -> None:
     view = loaders.topology_view(choice.params, color_dim, group_dim, compare, first)
 
     m1, m2, m3 = st.columns(3)
-    m1.metric("GPUs", f"{plan.world_size:,}", help=f"{nodes} nodes × {gpn} GPUs per node")
+    domain = choice.cluster.domain_gpus
+    m1.metric("GPUs", f"{plan.world_size:,}", help=f"{nodes} nodes × {gpn} GPUs per node, {domain} per NVLink domain")
     crossing = view["crossing"][group_dim]
+    inter, intra = choice.cluster.inter.name or "the scale-out link", choice.cluster.intra.name or "the fast link"
     m2.metric(
-        f"{group_dim.upper()} groups crossing nodes",
+        f"{group_dim.upper()} groups crossing NVLink domains",
         f"{crossing:,}",
-        help=f"a group that spans nodes runs its collectives over {choice.cluster.inter.name or 'the inter-node link'}",
+        help=f"a group that spans NVLink domains ({domain} GPUs each) runs its collectives over {inter}",
     )
     if view["compare"]:
         m3.metric(
@@ -82,10 +84,11 @@ def topology_page(choice: PlanChoice) -> None:
     st.subheader(f"GPUs of nodes {lo}–{hi}" if view["overview"] is not None else "Every GPU")
     st.caption(
         f"Cells: GPUs by node (x) and local GPU (y), coloured by {color_dim.upper()} coordinate. "
-        f"Lines: {group_dim.upper()} groups, green on {choice.cluster.intra.name or 'the intra-node link'} inside a node, "
-        f"orange on {choice.cluster.inter.name or 'the inter-node link'} across nodes. "
+        f"Lines: {group_dim.upper()} groups, green on {intra} inside an NVLink domain, "
+        f"orange on {inter} across domains. "
         "Click a GPU to highlight its group, double-click to clear; hover for coordinates."
     )
+    st.caption(view["domain_note"])
     if getattr(plan, group_dim) == 1:
         st.info(
             f"{group_dim.upper()} = 1: every rank is its own {group_dim.upper()} group, so there are no lines to draw. "
@@ -99,6 +102,7 @@ def topology_page(choice: PlanChoice) -> None:
             color_size=getattr(plan, color_dim),
             group_dim=group_dim,
             compare_order=view["compare"],
+            domains=view["domains"],
         )
     )
     st.subheader("Groups per dimension")

@@ -16,6 +16,7 @@ from parallel.core.memory import ActivationOptions, activation_bytes_per_layer
 from parallel.core.plan import Plan
 from parallel.core.report import Options, plan_report
 from parallel.core.specs import Cluster, Model, SpecError
+from parallel.core.topology import placed
 from parallel.core.validate import check
 from parallel.review.urls import perf_of_params, plan_from_params
 from runfiles.rundir import load_json_object
@@ -56,7 +57,7 @@ def topology_view(params: dict[str, str], color_dim: str, group_dim: str, compar
     topology_data.max_window_nodes(gpus_per_node) nodes from `first_node`; `overview` (one row per
     node) only when the cluster is larger than that window."""
     _, cluster, plan = inputs(params)
-    topo = plan.topology(cluster.gpus_per_node)
+    topo = placed(plan, cluster)  # on the cluster's NVLink domains, which decide each group's link
     total = topology_data.node_count(plan.world_size, cluster.gpus_per_node)
     window = min(total, topology_data.max_window_nodes(cluster.gpus_per_node))
     first = max(0, min(first_node, total - window))
@@ -71,6 +72,8 @@ def topology_view(params: dict[str, str], color_dim: str, group_dim: str, compar
             names=link_names(cluster),
         ),
         "paths": topology_data.group_paths(topo, group_dim, first_node=first, nodes=window, names=link_names(cluster)),
+        "domains": topology_data.domain_spans(topo, first_node=first, nodes=window),
+        "domain_note": topology_data.domain_note(topo),
         "overview": topology_data.node_overview(topo, color_dim) if window < total else None,
         "summary": topology_data.dim_summary(topo, compare_order),
         "crossing": {

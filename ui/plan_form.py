@@ -85,6 +85,7 @@ def _widget_values(params: dict[str, str]) -> dict[str, object]:
         "cluster": params["cluster"],
         "nodes": int(params["nodes"]),
         "gpn": int(params["gpn"]),
+        "nvl": int(params["nvl"]) if params.get("nvl") else None,  # None: the preset's domain (or one host)
         # the step model's assumptions, as Plan review's "Modelling assumptions" (absent: the model's own)
         "compute": "mfu" if params.get("mfu") else "device",
         "mfu": float(params.get("mfu") or 0.5),
@@ -116,7 +117,9 @@ def _adopt_url(model_unknown: bool) -> list[str]:
         except SpecError as err:  # each value is good alone, together they are not (e.g. rcl without full)
             errors.append(str(err))
             model, cluster, plan = plan_from_params({k: v for k, v in good.items() if k not in PLAN_KEYS})
-        params = plan_to_params(model.name, cluster.name, cluster.nodes, plan, cluster.gpus_per_node)
+        params = plan_to_params(
+            model.name, cluster.name, cluster.nodes, plan, cluster.gpus_per_node, nvlink_domain=cluster.nvlink_domain
+        )
         if plan.order not in ORDERS:  # a valid order the form does not list: the listed one equal to it
             params["order"] = next((o for o in ORDERS if same_order(o, plan.order)), DEFAULT_PARAMS["order"])
         for key in ASSUMPTION_KEYS:
@@ -140,6 +143,13 @@ def _adopt_url(model_unknown: bool) -> list[str]:
 
 def _fit_nodes(nodes: int) -> None:
     st.session_state[_PREFIX + "nodes"] = nodes
+
+
+def _preset_hosts() -> None:
+    """A picked cluster brings its own hosts and NVLink domain (4 GPUs a host, 72 a domain on an NVL72)."""
+    ss = st.session_state
+    ss[_PREFIX + "gpn"] = CLUSTERS[ss[_PREFIX + "cluster"]].gpus_per_node
+    ss[_PREFIX + "nvl"] = None
 
 
 def _reset() -> None:
@@ -191,7 +201,7 @@ def _widgets() -> dict[str, str]:
         placeholder="unknown: pick the job's model",
     )
     c0, c1, c2 = sb.columns([4, 2, 2])
-    c0.selectbox("Cluster", list(CLUSTERS), key=k + "cluster")
+    c0.selectbox("Cluster", list(CLUSTERS), key=k + "cluster", on_change=_preset_hosts)
     c1.number_input("Nodes", min_value=1, max_value=65536, step=1, key=k + "nodes")
     c2.number_input(
         "Per node",  # "GPUs/node" wrapped to "GPUs/nod e" in the narrow column
@@ -199,7 +209,18 @@ def _widgets() -> dict[str, str]:
         max_value=1024,
         step=1,
         key=k + "gpn",
-        help="GPUs (CPU ranks) per node; the presets have 8",
+        help="GPUs (CPU ranks) per node; picking a cluster sets its own (8 on a DGX, 4 on an NVL72 rack)",
+    )
+    sb.number_input(
+        "NVLink domain (GPUs)",
+        value=None,  # clearable: empty is the cluster's own
+        min_value=1,
+        max_value=1 << 20,
+        step=1,
+        key=k + "nvl",
+        placeholder=f"{own} GPUs" if (own := CLUSTERS[st.session_state[k + "cluster"]].nvlink_domain) else "one node",
+        help="GPUs sharing one NVLink fabric, whole hosts (a multiple of the GPUs per node); "
+        "empty: the cluster's own (72 on an NVL72 rack, else one host)",
     )
     c1, c2 = sb.columns(2)
     for i, key in enumerate(("dp", "tp", "pp", "cp")):
@@ -220,19 +241,25 @@ def _widgets() -> dict[str, str]:
         value = ss[k + key]
         values[key] = None if value == _UNSET or (value is None and spec.kind == "opt_int") else value
     model = ss[k + "model"]  # None: the job's model is unknown
-    place = {
-        "model": model or DEFAULT_PARAMS["model"],
-        "cluster": ss[k + "cluster"],
-        "nodes": str(int(ss[k + "nodes"])),
-        "gpn": str(int(ss[k + "gpn"])),
-    }
+    gpn, domain = int(ss[k + "gpn"]), None if ss[k + "nvl"] is None else int(ss[k + "nvl"])
+    try:  # the hosts and the NVLink domain as the Cluster takes them (a domain is whole hosts)
+        plan_from_params({"cluster": ss[k + "cluster"], "gpn": str(gpn), "nvl": str(domain or "")})
+    except SpecError as err:
+        st.sidebar.error(f"{md(err)}. Using {ss[k + 'cluster']}'s own hosts and NVLink domain.")
+        gpn, domain = CLUSTERS[ss[k + "cluster"]].gpus_per_node, None
     try:
         plan = Plan(**{_SPEC[key].name: parse_value(_SPEC[key], v) for key, v in values.items()})
     except SpecError as err:  # each widget offers legal values only; some combinations are not
         st.sidebar.error(md(err))
-        params = {**place, **{key: value for key, value in DEFAULT_PARAMS.items() if key in PLAN_KEYS}}
-    else:
-        params = plan_to_params(place["model"], place["cluster"], int(place["nodes"]), plan, int(place["gpn"]))
+        plan = plan_from_params(DEFAULT_PARAMS)[2]
+    params = plan_to_params(
+        model or DEFAULT_PARAMS["model"],
+        ss[k + "cluster"],
+        int(ss[k + "nodes"]),
+        plan,
+        gpn,
+        nvlink_domain=domain,
+    )
     if model is None:  # no stand-in's name in the URL: a copied link still asks for the model
         del params["model"]
     mfu = float(ss[k + "mfu"]) if ss[k + "compute"] == "mfu" else None

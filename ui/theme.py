@@ -25,8 +25,11 @@ def link_words(cluster=None) -> tuple[str, str]:
 
 
 def link_names(cluster=None) -> dict[str, str]:
-    """'intra'/'inter' as the legends say them, with the cluster's own link names (link_words)."""
+    """'intra'/'inter' as the legends say them, with the cluster's own link names (link_words); on a
+    cluster whose NVLink domain spans nodes (an NVL72 rack) the fast link reaches past the node."""
     intra, inter = link_words(cluster)
+    if cluster is not None and cluster.domain_gpus > cluster.gpus_per_node:
+        return {"intra": f"{intra} (intra-domain)", "inter": f"{inter} (inter-domain)"}
     return {"intra": f"{intra} (intra-node)", "inter": f"{inter} (inter-node)"}
 
 

@@ -17,6 +17,7 @@ _TOOLTIP = (
     ("rank", "rank"),
     ("node", "node"),
     ("local", "local GPU"),
+    ("domain", "NVLink domain"),
     ("dp", "dp"),
     ("pp", "pp"),
     ("cp", "cp"),
@@ -35,12 +36,13 @@ def _cell_tooltip() -> list[alt.Tooltip]:
     return [alt.Tooltip(f"{field}:Q", title=title) for field, title in _TOOLTIP]
 
 
-def _cells_base(cells: pd.DataFrame) -> alt.Chart:
+def _cells_base(cells: pd.DataFrame, *, top: float = 0.0) -> alt.Chart:
+    """The GPU cells' geometry; `top`: rows of room above GPU 0 (the NVLink domains' labels)."""
     first, last = int(cells["node"].min()), int(cells["node"].max())
     gpn = int(cells["local"].max()) + 1
     # Streamlit fits axes and the legends below into `height` too: leave them ~120 px.
     return (
-        alt.Chart(cells, width="container", height=max(160, gpn * 30) + 120)
+        alt.Chart(cells, width="container", height=max(160, gpn * 30) + 120 + int(30 * top))
         .transform_calculate(
             x0=f"datum.node - {_HALF}",
             x1=f"datum.node + {_HALF}",
@@ -58,8 +60,8 @@ def _cells_base(cells: pd.DataFrame) -> alt.Chart:
             y=alt.Y(
                 "y0:Q",
                 title="local GPU",
-                scale=alt.Scale(domain=[gpn - 0.5, -0.5], nice=False, zero=False),
-                axis=alt.Axis(tickMinStep=1, format="d", grid=False),
+                scale=alt.Scale(domain=[gpn - 0.5, -0.5 - top], nice=False, zero=False),
+                axis=alt.Axis(values=list(range(gpn)), format="d", grid=False),
             ),
             y2=alt.Y2("y1"),
         )
@@ -93,6 +95,42 @@ def _coordinate_color(dim: str, size: int) -> alt.Color:
     )
 
 
+# Above this many NVLink domains in the window their bands go unlabelled (the tooltip names each).
+LABELLED_DOMAINS_MAX = 24
+
+
+def _domain_layers(domains: pd.DataFrame, gpn: int) -> list[alt.Chart]:
+    """Each NVLink domain of several nodes as a band behind its nodes' GPUs, shaded every other
+    domain, with its number above (rank_grid.domain_spans); nothing when every domain is one node."""
+    if domains is None or not (domains["last_node"] > domains["first_node"]).any():
+        return []
+    tooltip = [alt.Tooltip("label:N", title="NVLink domain")]
+    band = (
+        alt.Chart(domains)
+        .transform_calculate(shade="datum.domain % 2", y0="-0.5 - 0.9", y1=f"{gpn - 0.5}")
+        .mark_rect(stroke="#495057", strokeWidth=1.2, strokeDash=[4, 3], color="#adb5bd")
+        .encode(
+            x=alt.X("x0:Q"),
+            x2=alt.X2("x1"),
+            y=alt.Y("y0:Q"),
+            y2=alt.Y2("y1"),
+            fillOpacity=alt.FillOpacityValue(0.08, condition={"test": "datum.shade == 1", "value": 0.22}),
+            tooltip=tooltip,
+        )
+    )
+    if len(domains) > LABELLED_DOMAINS_MAX:
+        return [band]
+    widest = float((domains["x1"] - domains["x0"]).max())
+    text = (
+        alt.Chart(domains)
+        .transform_filter(f"datum.x1 - datum.x0 >= {widest / 2}")  # a rack's sliver at the window's edge: no room
+        .transform_calculate(x="(datum.x0 + datum.x1) / 2", y="-0.5 - 0.45", text="'rack ' + datum.domain")
+        .mark_text(fontSize=11, fontWeight="bold", color="#343a40")
+        .encode(x=alt.X("x:Q"), y=alt.Y("y:Q"), text=alt.Text("text:N"), tooltip=tooltip)
+    )
+    return [band, text]
+
+
 def gpu_grid_chart(
     cells: pd.DataFrame,
     paths: pd.DataFrame,
@@ -101,10 +139,12 @@ def gpu_grid_chart(
     color_size: int,
     group_dim: str,
     compare_order: str | None,
+    domains: pd.DataFrame | None = None,
 ) -> alt.LayerChart:
     """Every GPU of the window coloured by its `color_dim` coordinate, the `group_dim` groups drawn
     (of `color_size` values) as lines coloured by their link, ranks whose coordinates change under `compare_order` marked
-    with a dot. Click a GPU to highlight its group; double-click to clear."""
+    with a dot, each NVLink domain of several nodes (`domains`: rank_grid.domain_spans) as a labelled
+    band around its nodes. Click a GPU to highlight its group; double-click to clear."""
     pick = alt.selection_point(fields=["group"], on="click", clear="dblclick", name="group_pick")
     dim = group_dim.upper()
     tooltip = [
@@ -116,7 +156,8 @@ def gpu_grid_chart(
         "color": _coordinate_color(color_dim, color_size),
         "opacity": alt.OpacityValue(0.25, condition={"param": "group_pick", "value": 1.0}),
     }
-    base = _cells_base(cells)
+    bands = _domain_layers(domains, int(cells["local"].max()) + 1)
+    base = _cells_base(cells, top=1.0 if bands else 0.0)
     layers = []
     if compare_order:
         base = base.transform_calculate(
@@ -161,7 +202,7 @@ def gpu_grid_chart(
             tooltip=[alt.Tooltip("group:Q", title=f"{dim} group"), alt.Tooltip("link:N", title="link")],
         )
     )
-    return alt.layer(cell_layer, links, *layers).resolve_scale(color="independent")
+    return alt.layer(*bands, cell_layer, links, *layers).resolve_scale(color="independent")
 
 
 def rank_values_chart(cells: pd.DataFrame, column: str, *, title: str, fmt: str = ",.3g") -> alt.Chart:

@@ -1,8 +1,9 @@
 """Command-line flags shared by `python -m parallel plan | train | search` and the profiler.
 
 Model: a preset (`--model gpt3-175b`) and/or explicit shape flags, which override the preset.
-Cluster: a preset (`--cluster dgx-h100`), `--nodes` (default: just enough for the plan) and link
-flags, or links fitted by `python -m profiler commbench` (`--links FILE`).
+Cluster: a preset (`--cluster dgx-h100`), `--nodes` (default: just enough for the plan), its hosts
+and NVLink domain (`--gpus-per-node`, `--nvlink-domain`: the Cluster checks that a domain is whole
+hosts) and link flags, or links fitted by `python -m profiler commbench` (`--links FILE`).
 Plan: the degrees and schedule. Each `*_from_args` raises SpecError with a readable message.
 Pure: stdlib only (argparse).
 """
@@ -90,10 +91,19 @@ def add_cluster_args(parser: argparse.ArgumentParser, *, default: str = "dgx-h10
     g.add_argument("--cluster", default=default, help=f"preset: {', '.join(CLUSTERS)}")
     g.add_argument("--nodes", type=int, default=None, help="nodes (default: just enough for the plan)")
     g.add_argument("--gpus-per-node", type=int, default=None)
+    g.add_argument(
+        "--nvlink-domain",
+        type=int,
+        default=None,
+        metavar="N",
+        help="GPUs sharing one NVLink fabric, whole hosts: a multiple of the GPUs per node (default: the "
+        "preset's, 72 on an NVL72 rack; else one host). --gpus-per-node alone keeps the preset's domain "
+        "while it is whole hosts; when it is not, give this too",
+    )
     g.add_argument("--gpu-memory-gb", type=float, default=None, help="GPU memory in GiB")
     g.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 TFLOP/s per GPU")
-    g.add_argument("--intra-bw", type=float, default=None, help="intra-node GB/s per GPU per direction")
-    g.add_argument("--inter-bw", type=float, default=None, help="inter-node GB/s per GPU per direction")
+    g.add_argument("--intra-bw", type=float, default=None, help="GB/s per GPU per direction inside an NVLink domain")
+    g.add_argument("--inter-bw", type=float, default=None, help="GB/s per GPU per direction between domains")
     g.add_argument("--intra-latency-us", type=float, default=None)
     g.add_argument("--inter-latency-us", type=float, default=None)
     g.add_argument(
@@ -132,8 +142,13 @@ def links_from_commbench(path: Path, unmeasured: list[str] | None = None) -> dic
 
 def cluster_from_args(args: argparse.Namespace, world_size: int) -> Cluster:
     c = cluster_preset(args.cluster)
-    if args.gpus_per_node is not None:
-        c = dataclasses.replace(c, gpus_per_node=args.gpus_per_node)
+    domain = getattr(args, "nvlink_domain", None)
+    if args.gpus_per_node is not None or domain is not None:  # the Cluster says if the domain is whole hosts
+        c = dataclasses.replace(
+            c,
+            gpus_per_node=c.gpus_per_node if args.gpus_per_node is None else args.gpus_per_node,
+            nvlink_domain=c.nvlink_domain if domain is None else domain,
+        )
     intra, inter = c.intra, c.inter
     if getattr(args, "links", None):
         unmeasured: list[str] = []
@@ -174,7 +189,7 @@ def launch_cluster(args: argparse.Namespace, world_size: int, *, nnodes: int = 1
     c = cluster_from_args(args, world_size)
     if args.nodes is None and args.gpus_per_node is None:
         nodes = max(int(nnodes), 1)
-        c = dataclasses.replace(c, nodes=nodes, gpus_per_node=-(-world_size // nodes))
+        c = dataclasses.replace(c.launched_as(-(-world_size // nodes)), nodes=nodes)
     return c
 
 

@@ -467,13 +467,18 @@ class Cluster:
     gpu: str = ""
     # GPUs that share one NVLink fabric, a property of the machine, not of the launch: 72 on a
     # GB200/GB300 NVL72 rack (18 hosts of 4 GPUs), 4 on a GB200 NVL4; None = one host (DGX/HGX: 8),
-    # which then follows gpus_per_node when that is changed
+    # which then follows gpus_per_node when that is changed. Whole hosts: a multiple of gpus_per_node.
     nvlink_domain: int | None = None
 
     def __post_init__(self):
         _positive(self, "nodes", "gpus_per_node", "gpu_memory_bytes")
         if self.nvlink_domain is not None:
             _positive(self, "nvlink_domain")
+            if self.nvlink_domain % self.gpus_per_node:
+                raise SpecError(
+                    f"an NVLink domain is whole hosts: {self.name}'s {self.nvlink_domain} GPUs per NVLink domain "
+                    f"is not a multiple of its {self.gpus_per_node} GPUs per node"
+                )
         if not self.peak_flops > 0:
             raise SpecError(f"Cluster.peak_flops must be > 0, got {self.peak_flops!r}")
 
@@ -492,8 +497,17 @@ class Cluster:
     def sized_for(self, world_size: int) -> "Cluster":
         """The cluster with just enough nodes for `world_size` ranks; one partial node when smaller."""
         if world_size < self.gpus_per_node:
-            return dataclasses.replace(self, nodes=1, gpus_per_node=max(world_size, 1))
+            return dataclasses.replace(self.launched_as(max(world_size, 1)), nodes=1)
         return dataclasses.replace(self, nodes=-(-world_size // self.gpus_per_node))
+
+    def launched_as(self, gpus_per_node: int) -> "Cluster":
+        """Hosts of `gpus_per_node` ranks as a launch shapes them (one partial node, every rank of a local
+        run on one machine): the NVLink domain stays while it is whole hosts of that size, else it is
+        one host (None). An explicit host size goes through the constructor instead, which refuses a
+        domain that is not whole hosts."""
+        domain = self.nvlink_domain
+        keep = domain is not None and domain % gpus_per_node == 0
+        return dataclasses.replace(self, gpus_per_node=gpus_per_node, nvlink_domain=domain if keep else None)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

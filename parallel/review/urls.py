@@ -5,6 +5,7 @@ Keys (all values are strings, as in `st.query_params`):
 
     model     preset name (parallel.core.specs.MODELS)        cluster   preset name (parallel.core.specs.CLUSTERS)
     nodes     nodes of the cluster                           gpn       GPUs (CPU ranks) per node (default: the preset's)
+    nvl       GPUs per NVLink domain, whole hosts, when not the preset's (its 72 on an NVL72 rack, else one host)
     gpumem    memory per GPU in GiB, when not the cluster preset's (an uploaded job's GPUs, from its traces)
     the plan  one key per plan field, named by its declaration (parallel.core.plan: dp tp pp cp sp mb gb vpp
               sched zero recompute rcl order grads fp8 ep etp ck tpo gro pgo p2po first last embsplit
@@ -32,7 +33,7 @@ from parallel.core.specs import MODELS, Cluster, GiB, Model, SpecError, cluster_
 from parallel.review.document import NamedPlan, Review
 
 PLAN_KEYS = tuple(spec.knob.url for spec in PLAN_FIELDS)  # the plan's URL keys, in declaration order
-PLACE_KEYS = ("model", "cluster", "nodes", "gpn")  # where the plan runs
+PLACE_KEYS = ("model", "cluster", "nodes", "gpn", "nvl")  # where the plan runs
 KEYS = (*PLACE_KEYS, *PLAN_KEYS)
 ALWAYS = ("dp", "tp", "pp", "gb")  # written into every link, default or not, so a link shows its degrees
 MAX_GPU_MEMORY_GIB = 65536.0
@@ -61,16 +62,21 @@ def plan_to_params(
     plan: Plan,
     gpus_per_node: int | None = None,
     gpu_memory_bytes: int | None = None,
+    nvlink_domain: int | None = None,
 ) -> dict[str, str]:
     """The query parameters of a plan on a cluster, as strings. `gpus_per_node` defaults to the cluster
     preset's (a 4-rank CPU run is one node of 4, not half of a preset's 8); `gpu_memory_bytes`, when
-    given and not the preset's, becomes `gpumem`."""
-    gpn = gpus_per_node or cluster_preset(cluster_name).gpus_per_node
-    memory = {}
-    if gpu_memory_bytes and gpu_memory_bytes != cluster_preset(cluster_name).gpu_memory_bytes:
-        memory["gpumem"] = f"{gpu_memory_bytes / GiB:.4g}"
+    given and not the preset's, becomes `gpumem`; `nvlink_domain` (GPUs), when given and not the one
+    the preset has on hosts of that size, becomes `nvl`."""
+    preset = cluster_preset(cluster_name)
+    gpn = gpus_per_node or preset.gpus_per_node
+    extra = {}
+    if gpu_memory_bytes and gpu_memory_bytes != preset.gpu_memory_bytes:
+        extra["gpumem"] = f"{gpu_memory_bytes / GiB:.4g}"
+    if nvlink_domain and nvlink_domain != (preset.nvlink_domain or gpn):
+        extra["nvl"] = str(int(nvlink_domain))
     place = {"model": model_name, "cluster": cluster_name, "nodes": str(int(nodes)), "gpn": str(int(gpn))}
-    return {**memory, **place, **plan_params_of(plan)}
+    return {**extra, **place, **plan_params_of(plan)}
 
 
 DEFAULT_PARAMS: dict[str, str] = plan_to_params(*OPENING)
@@ -105,11 +111,14 @@ def plan_from_params(params: Mapping) -> tuple[Model, Cluster, Plan]:
     Unknown keys are ignored (pages keep their own view state beside the plan)."""
     model = model_preset(_value(params, "model") or OPENING[0])
     cluster = cluster_preset(_value(params, "cluster") or OPENING[1])
-    if gpn_text := _value(params, "gpn"):
-        gpn = _int("gpn", gpn_text)
-        if gpn < 1:
-            raise SpecError(f"URL parameter gpn={gpn} must be at least 1")
-        cluster = dataclasses.replace(cluster, gpus_per_node=gpn)
+    shape = {}
+    for key, name in (("gpn", "gpus_per_node"), ("nvl", "nvlink_domain")):
+        if text := _value(params, key):
+            shape[name] = _int(key, text)
+            if shape[name] < 1:
+                raise SpecError(f"URL parameter {key}={shape[name]} must be at least 1")
+    if shape:  # the Cluster says whether the NVLink domain is whole hosts
+        cluster = dataclasses.replace(cluster, **shape)
     if mem := _value(params, "gpumem"):
         cluster = dataclasses.replace(cluster, gpu_memory_bytes=int(gpu_memory_gib(mem) * GiB))
     plan = plan_of_params(params)
@@ -165,7 +174,7 @@ def usable_params(params: Mapping) -> tuple[dict[str, str], list[str]]:
             continue
         try:
             if key in PLACE_KEYS:
-                plan_from_params({key: value})
+                _check_place(key, value, good, params)
             else:
                 spec = _BY_URL[key]
                 problem = value_error(spec, parse_value(spec, value, "url"))
@@ -179,6 +188,22 @@ def usable_params(params: Mapping) -> tuple[dict[str, str], list[str]]:
 
 
 _BY_URL = {spec.knob.url: spec for spec in PLAN_FIELDS}
+
+
+def _check_place(key: str, value: str, good: Mapping, params: Mapping) -> None:
+    """SpecError if `key` cannot be used. The hosts and the NVLink domain are one cluster's shape,
+    checked on the link's cluster: `gpn` beside the link's `nvl` (else alone), `nvl` beside the good `gpn`."""
+    if key not in ("gpn", "nvl"):
+        plan_from_params({key: value})
+        return
+    context = {k: good[k] for k in ("cluster", "gpn") if k in good and k != key}
+    domain = _value(params, "nvl") if key == "gpn" else None
+    try:
+        plan_from_params({**context, **({"nvl": domain} if domain else {}), key: value})
+    except SpecError:
+        if not domain:
+            raise
+        plan_from_params({**context, key: value})
 
 
 # ---------------------------------------------------------------- the plan review page's state

@@ -202,6 +202,11 @@ EXTRA_VIEWS = [
         "pages/topology.py",
         "topology?model=gpt3-1t&cluster=dgx-h100&nodes=512&gpn=8&dp=8&tp=8&pp=64&sp=1&mb=1&gb=3072",
     ),
+    (  # 1,024 GB200s: 256 trays of 4 in 15 NVL72 racks, each drawn as a labelled band
+        "topology-gb200-nvl72-1024-gpus",
+        "pages/topology.py",
+        "topology?model=gpt3-175b&cluster=gb200-nvl72&dp=16&tp=8&pp=8&sp=1&gb=1536&topo_groups=DP",
+    ),
     (
         "long_context-llama3-70b",
         "pages/long_context.py",
@@ -275,6 +280,10 @@ def test_page_renders_in_chromium(server, browser, entry):
             body = page.inner_text("body")
             assert "There is no run or uploaded set called" not in body
             assert ("Measured:" in body) == (entry["path"] in PLAN_PAGES_WITH_RUNS)
+        if entry["name"] == "topology-gb200-nvl72-1024-gpus":  # the racks are named, the grid drawn whole
+            body = page.inner_text("body")
+            assert "15 NVLink domains (racks) of 18 nodes × 4 GPUs = 72 GPUs" in body
+            assert "NVLink domain (rack) 0: nodes 0–17, 72 GPUs" in body and "Nodes shown GPU by GPU" not in body
         if entry["name"] == "home-run":  # predicted beside measured, with the error and the phases drawn
             metric = page.locator('[data-testid="stMetric"]', has_text="Predicted step (calibrated)")
             text = metric.inner_text()

@@ -113,6 +113,51 @@ def test_topology_4096_gpus_is_windowed_with_a_node_overview():
     assert not _errors(at)
 
 
+def test_topology_draws_the_nvlink_racks_of_a_gb200_nvl72():
+    """144 GB200s (36 trays of 4) are two NVL72 racks: each drawn as a band around its 18 nodes and named
+    in the caption; a TP 8 group over two trays stays on NVLink, so none crosses a domain."""
+    query = {"model": "gpt3-22b", "cluster": "gb200-nvl72", "dp": "18", "tp": "8", "pp": "1", "gb": "72"}
+    at = _ok(page_test("pages/topology.py", query))
+    assert at.query_params["gpn"] == "4" and "nvl" not in at.query_params  # the preset's hosts and domain
+    notes = [c.value for c in at.caption if "NVLink domain (rack)" in c.value]
+    assert notes and "NVLink domain (rack) 1: nodes 18–35, 72 GPUs" in notes[0]
+    (grid,) = vega_charts(at)
+    bands = [f for f in grid.datasets.values() if "label" in f.columns][0]
+    assert bands[["first_node", "last_node"]].values.tolist() == [[0, 17], [18, 35]]
+    assert {"rect", "text"} <= grid.marks() and '"rack " + datum.domain'.replace('"', "'") in grid.text()
+    paths = [f for f in grid.datasets.values() if "step" in f.columns][0]
+    assert paths.groupby("group")["rank"].apply(lambda r: len(set(r // 4))).eq(2).all()  # each over two trays
+    assert set(paths["link"]) == {link_names(CLUSTERS["gb200-nvl72"])["intra"]} == {"NVLink (intra-domain)"}
+    metric = [m for m in at.metric if m.label == "TP groups crossing NVLink domains"][0]
+    assert metric.value == "0"
+
+
+def test_topology_on_a_dgx_says_a_domain_is_a_node_and_draws_no_bands():
+    at = _ok(page_test("pages/topology.py", SMALL))
+    assert "NVLink domain = one node (8 GPUs): a group stays on NVLink only inside its node." in [
+        c.value for c in at.caption
+    ]
+    (grid,) = vega_charts(at)
+    assert not [f for f in grid.datasets.values() if "label" in f.columns] and "text" not in grid.marks()
+
+
+def test_a_custom_nvlink_domain_rides_in_the_topology_link():
+    """gpn=4&nvl=8 on a DGX H100: TP 8 spans two hosts of one 8-GPU domain, so it stays on NVLink."""
+    query = {**SMALL, "gpn": "4", "nvl": "8", "nodes": "4", "dp": "2", "tp": "8", "pp": "1"}
+    at = _ok(page_test("pages/topology.py", query))
+    assert at.query_params["nvl"] == "8" and at.number_input(key="plan.nvl").value == 8
+    paths = [f for f in vega_charts(at)[0].datasets.values() if "step" in f.columns][0]
+    assert set(paths["link"]) == {"NVLink (intra-domain)"}
+    at.number_input(key="plan.nvl").set_value(None).run()  # back to the cluster's: one host
+    paths = [f for f in vega_charts(_ok(at))[0].datasets.values() if "step" in f.columns][0]
+    assert "nvl" not in at.query_params and set(paths["link"]) == {"InfiniBand (inter-node)"}
+    at.number_input(key="plan.nvl").set_value(6).run()  # not whole 4-GPU hosts: the Cluster's message
+    assert any("an NVLink domain is whole hosts" in e for e in _errors(_ok(at)))
+    at.selectbox(key="plan.cluster").set_value("gb200-nvl72").run()  # a preset brings its hosts and domain
+    assert at.query_params["gpn"] == "4" and "nvl" not in at.query_params and not _errors(_ok(at))
+    assert any("NVLink domain (rack) 0: nodes 0–3, 16 GPUs" in c.value for c in at.caption)
+
+
 def test_activation_memory_stacks_components_with_and_without_sp():
     at = _ok(page_test("pages/activation_memory.py", DEFAULT_PARAMS))
     recompute, stages, seq, tp = vega_charts(at)

@@ -254,7 +254,7 @@ def test_moved_ranks_between_orders():
     moved = topology_data.moved_count(topo, "tp-cp-pp-dp")
     assert 0 < moved < 16
     summary = topology_data.dim_summary(topo, "tp-cp-pp-dp").set_index("dimension")
-    assert summary.loc["DP", "crossing nodes"] == 0 and summary.loc["DP", "crossing under tp-cp-pp-dp"] == 8
+    assert summary.loc["DP", "crossing domains"] == 0 and summary.loc["DP", "crossing under tp-cp-pp-dp"] == 8
 
 
 # ---------------------------------------------------------------- layering

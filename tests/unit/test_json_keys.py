@@ -96,3 +96,15 @@ def test_every_key_is_snake_case_and_documented(name, outputs, capsys):
 def test_a_non_snake_case_key_is_found_at_any_depth():
     doc = {"ok": [{"deep": {"median skew ms": 1}}], "plan": {"Bad": 1}}
     assert {k for k in keys(doc) if not KEY.match(k)} == {"median skew ms", "Bad"}
+
+
+def test_the_cluster_objects_keys_are_its_documented_ones(capsys):
+    """`cluster` is the Cluster's own schema (FOREIGN above); its row in docs/json-output.md names every
+    key, the NVLink domain included, for a DGX (one host: null) and an NVL72 rack alike."""
+    row = next(line for line in parallel_section().splitlines() if line.startswith("| `cluster` |"))
+    for cluster in ("dgx-h100", "gb200-nvl72"):
+        plan_cli.main([*GPT3[:2], "--cluster", cluster, *GPT3[4:], "--json"])
+        doc = json.loads(capsys.readouterr().out)["cluster"]
+        found = {*doc, *doc["intra"], *doc["inter"]}
+        assert found == set(re.findall(r"`(\w+)`", row)) - {"cluster"}
+        assert doc["nvlink_domain"] == (72 if cluster == "gb200-nvl72" else None)
