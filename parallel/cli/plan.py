@@ -209,7 +209,7 @@ def render_text(rep: dict) -> str:
         "",
         "groups:",
         _table(
-            ["dim", "size", "groups", "crossing nodes", "first group"],
+            ["dim", "size", "groups", "crossing domains", "first group"],
             [
                 [d, p[d], rep["group_counts"][d], rep["crossing_groups"][d], g[0]["ranks"][:16]]
                 for d, g in rep["groups"].items()

@@ -235,7 +235,7 @@ def _rows(plan: Plan, rep: dict, model: Model) -> list[tuple[str, str, object]]:
         for link in ("intra", "inter"):  # every pair, so the rows line up across plans (None: no such traffic)
             rows.append(("communication per step (s)", f"{dim.upper()} on {LINK[link]}", per_dim.get((dim, link))))
     crossing = rep.get("crossing_groups") or {}
-    rows += [("groups crossing nodes", d.upper(), crossing.get(d)) for d in ("tp", "cp", "pp", "dp")]
+    rows += [("groups crossing NVLink domains", d.upper(), crossing.get(d)) for d in ("tp", "cp", "pp", "dp")]
     return rows
 
 

@@ -32,7 +32,7 @@ def test_compare_matches_plan_report_and_flags_differences():
         rep = plan_report(p.plan, MODELS["gpt3-175b"], CLUSTER)
         assert t.loc[("time", "step time (s)"), p.name] == rep["step_time_s"]
         assert t.loc[("memory per GPU (GiB)", "total"), p.name] == round(rep["memory_per_gpu_bytes"]["total"] / GiB, 2)
-        assert t.loc[("groups crossing nodes", "TP"), p.name] == rep["crossing_groups"]["tp"]
+        assert t.loc[("groups crossing NVLink domains", "TP"), p.name] == rep["crossing_groups"]["tp"]
         mem = cmp.memory[cmp.memory["plan"] == p.name].set_index("component")["bytes"]
         assert mem.sum() == pytest.approx(rep["memory_per_gpu_bytes"]["total"])
         parts = cmp.time[cmp.time["plan"] == p.name]["seconds"].sum()
