@@ -155,7 +155,7 @@ class Plan:
         torchtitan=("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size"),
     )
     # sequences per optimizer step; a plan given without it takes dp x micro_batch x pp (one
-    # microbatch per pipeline stage: plan_codec.plan_from_values)
+    # microbatch per pipeline stage: plan_from_values)
     global_batch: int = knob(
         1,
         "int",
@@ -577,7 +577,7 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Plan":
-        """A plan from its JSON object (plan_codec.plan_from_values: unknown keys named, missing ones defaulted)."""
+        """A plan from its JSON object (plan_from_values: unknown keys named, missing ones defaulted)."""
         if not isinstance(data, dict):
             raise SpecError(f"a plan must be a JSON object, got {type(data).__name__}")
         return plan_from_values(data, style="json")

@@ -2,9 +2,10 @@
 
 A `Plan` field is written once, in parallel/core/plan.py, as `knob(default, ...)`: the dataclass
 default plus a `Knob` in the field's metadata. Everything that reads or writes a plan -- argparse
-(parallel.cli.args), the dashboard URL and plan codes (parallel.review.url_state), the review page's
-editor, plan JSON, the label, the importers' field names -- is generated from these declarations by
-parallel.core.plan_codec, so adding a field is one edit here plus its cost terms.
+(parallel.cli.args), the dashboard URL and plan codes (parallel.review.urls), the review page's
+editor, plan JSON and the label (parallel.core.plan: plan_from_values, plan_values, Plan.label), the
+exporters' options (parallel.importers.export), PlanColumns' fields -- is generated from these
+declarations, so adding a field is one edit there plus its cost terms.
 
 Pure: stdlib only.
 """
