@@ -29,7 +29,7 @@ from parallel.core.compute import JOB_EFFICIENCY
 from parallel.core.devices import MIN_EFFICIENCY
 from parallel.core.memory import SWIGLU, ActivationOptions
 from parallel.core.perf import PerfOptions
-from parallel.core.plan import plan_from_values
+from parallel.core.plan import plan_from_values, plan_values
 from parallel.core.report import Options, plan_report
 from parallel.core.specs import GiB, Model, SpecError
 
@@ -168,24 +168,19 @@ def _table(headers: list[str], rows: list[list]) -> str:
 
 def render_text(rep: dict) -> str:
     p, m, c = rep["plan"], rep["model"], rep["cluster"]
+    plan = plan_from_values(p)
     padded = Model.from_dict(m).padded_vocab(p["tp"])
     vocab = f"V={m['vocab']}" + (f" (padded to {padded} for tp {p['tp']})" if padded != m["vocab"] else "")
-    overlaps = [k for k in ("tp_overlap", "grad_reduce_overlap", "param_gather_overlap", "p2p_overlap") if p.get(k)]
     out = [
         f"model {m['name']}: L={m['layers']} h={m['hidden']} a={m['heads']} kv={m['kv_heads']} "
         f"ffn={m['ffn_hidden']} s={m['seq_len']} {vocab}",
         f"cluster {c['name']}: {c['nodes']}×{c['gpus_per_node']} GPUs, "
         f"{c['gpu_memory_bytes'] / GiB:.0f} GiB, intra {c['intra']['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, "
         f"inter {c['inter']['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s",
-        f"plan: dp={p['dp']} tp={p['tp']} pp={p['pp']} cp={p['cp']} sp={p['sp']} vpp={p['vpp']} "
-        f"micro_batch={p['micro_batch']} global_batch={p['global_batch']} zero={p['zero']} "
-        f"recompute={p['recompute']} order={p['order']} schedule={p['schedule']}"
-        + (f" ep={p['ep']}" if p.get("ep", 1) > 1 else "")
-        + (f" etp={p['etp']}" if p.get("etp") is not None else "")
-        + (f" main_grads={p['main_grads']}" if p.get("main_grads", "fp32") != "fp32" else "")
-        + (f" fp8={p['fp8']}" if p.get("fp8", "none") != "none" else "")
-        + (f" recompute_layers={p['recompute_layers']}" if p.get("recompute_layers") else "")
-        + (f" overlap={','.join(overlaps)}" if overlaps else ""),
+        # the label, then every field away from its default, as the schema names them (plan JSON's keys)
+        f"plan {plan.label()}: "
+        + " ".join(f"{k}={v}" for k, v in plan_values(plan, changed_only=True).items() if k != "global_batch")
+        + f" global_batch={plan.global_batch}",
         f"world size {rep['world_size']}: {'VALID' if rep['valid'] else 'INVALID'}",
     ]
     out += [f"  error: {e}" for e in rep["errors"]] + [f"  warning: {w}" for w in rep["warnings"]]

@@ -88,7 +88,7 @@ from typing import Any
 
 import numpy as np
 
-from parallel.core.memory import AnyPlan, cp_kind_flags, max_params_per_stage, routed_copies
+from parallel.core.memory import AnyPlan, cp_kind_flags, expert_load, max_params_per_stage, routed_copies
 from parallel.core.plan import Plan, PlanColumns, layers_on_stage, recomputed_share
 from parallel.core.specs import Cluster, Link, Model
 from parallel.core.vector import ceil, is_array, maximum, minimum, where
@@ -377,20 +377,22 @@ def _ep_terms(model: Model, p: AnyPlan, per_layer: Any, fwd_passes: Any) -> list
     act, h, share = model.dtype_bytes, model.hidden, model.moe_share
     etp = p.expert_tp
     copies_bytes = routed_copies(model, p) * h * act
+    # the busiest rank receives expert_load x its share: the exchange ends when its link has
+    received_bytes = copies_bytes * expert_load(model, p)
     tokens_bytes = p.micro_batch * (model.seq_len // p.cp) / p.tp * h * act
     exchange = 2 * fwd_passes + 2  # dispatch + combine forward, both conjugates backward
     sends = ~np.asarray(gathered) if is_array(gathered) else not gathered
     fanout = (flex, model.top_k, model.router_groups, model.router_group_topk)
     return [
-        per_layer("ep", "all_to_all", where(sends, exchange, 0) * share, copies_bytes, ("ep",), p.ep, fanout=fanout),
+        per_layer("ep", "all_to_all", where(sends, exchange, 0) * share, received_bytes, ("ep",), p.ep, fanout=fanout),
         per_layer(
-            "ep", "all_gather", where(sends, fwd_passes + 1, 0) * share, copies_bytes * etp, ("tp",), etp, what="ETP"
+            "ep", "all_gather", where(sends, fwd_passes + 1, 0) * share, received_bytes * etp, ("tp",), etp, what="ETP"
         ),
         per_layer(
             "ep",
             "reduce_scatter",
             where(sends, fwd_passes + 1, 0) * share,
-            copies_bytes * etp,
+            received_bytes * etp,
             ("tp",),
             etp,
             what="ETP",

@@ -260,9 +260,25 @@ def activation_components_bytes(
 
 
 def routed_rows(model: Model, plan: AnyPlan) -> Any:
-    """Routed token copies one rank's experts process per MoE layer and microbatch: the copies its
-    b s_q / t sequence shard's tokens send (routed_copies), all-gathered over the expert-TP group (etp)."""
-    return routed_copies(model, plan) * plan.expert_tp
+    """Routed token copies the busiest rank's experts process per MoE layer and microbatch: the copies
+    its b s_q / t sequence shard's tokens send (routed_copies), all-gathered over the expert-TP group
+    (etp), times the routing's skew (expert_load)."""
+    return routed_copies(model, plan) * plan.expert_tp * expert_load(model, plan)
+
+
+def expert_load(model: Model, plan: AnyPlan) -> Any:
+    """The busiest EP rank's routed copies over the balanced share: Plan.expert_imbalance (1 when
+    balanced), at most ep (every copy on one rank) and, under a capacity factor C, at most C (each
+    expert keeps ceil(C x its balanced share) and drops the rest: moe_utils.get_capacity); with
+    capacity_pad every rank holds exactly its capacity (routed_copies), so 1."""
+    skew = plan.expert_imbalance
+    if skew is None or not model.experts:
+        return 1.0
+    load = np.minimum(skew, plan.ep)
+    c = plan.capacity_factor
+    if c is None:
+        return load
+    return where(plan.capacity_pad, 1.0, np.minimum(load, max(c, 1.0)))
 
 
 def routed_copies(model: Model, plan: AnyPlan) -> Any:

@@ -331,6 +331,23 @@ class Plan:
         megatron=("--moe-pad-expert-input-to-capacity",),
         torchtitan=(),
     )
+    # Routing skew: the token copies the busiest EP rank's experts receive over the balanced share
+    # (max / mean over the EP ranks, as a trace or the router's statistics measure it). None =
+    # balanced, as --moe-router-force-load-balancing runs (the published benchmarks). Every EP rank
+    # waits for the busiest at the combine, so its expert GEMMs, activations and received bytes set
+    # the layer's pace (parallel.core.memory.expert_load)
+    expert_imbalance: float | None = knob(
+        None,
+        "opt_float",
+        "imb",
+        "MoE routing skew: the busiest EP rank's routed tokens over the balanced share (default: balanced)",
+        lo=0,
+        hi=1024,
+        column="imbalance",
+        token=lambda p: f"imb{p.expert_imbalance:g}" if p.expert_imbalance is not None and p.ep > 1 else "",
+        megatron=("(measured routing; --moe-router-force-load-balancing: balanced)",),
+        torchtitan=("(measured routing)",),
+    )
     # The local experts' GEMMs: one grouped GEMM call (TE GroupedLinear / CUTLASS grouped GEMM) or one
     # GEMM per expert in turn (Megatron-core's SequentialMLP without --moe-grouped-gemm)
     grouped_gemm: bool = knob(
@@ -509,6 +526,12 @@ class Plan:
             )
         if self.capacity_pad and self.capacity_factor is None:  # Megatron-core asserts the same
             raise SpecError("Plan.capacity_pad needs a capacity_factor (--moe-expert-capacity-factor)")
+        if self.expert_imbalance is not None and self.expert_imbalance < 1:
+            raise SpecError(
+                f"Plan.expert_imbalance is the busiest rank's share over the mean, at least 1, got {self.expert_imbalance!r}"
+            )
+        if self.expert_imbalance == 1:  # balanced: one spelling of the plan
+            object.__setattr__(self, "expert_imbalance", None)
         if self.cp == 1 and self.cp_kind != CP_KINDS[0]:  # no exchange at cp 1: one spelling of the plan
             object.__setattr__(self, "cp_kind", CP_KINDS[0])
         if self.recompute_layers is not None and self.recompute != "full":

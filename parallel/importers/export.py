@@ -130,6 +130,8 @@ def megatron_script(plan: Plan, model: Model, *, gpus_per_node: int = 8) -> tupl
         ]
         if p.capacity_factor is not None:
             flags.append(f"{_flag('capacity_factor')} {p.capacity_factor:g}")
+        if p.expert_imbalance is not None:
+            notes.append(ROUTING_NOTE.format(p.expert_imbalance))
     else:
         notes += [f"{name}: no MoE layers in {model.name}" for name in _moe_set(p)]
     comm = next(k for k, v in CP_COMM_TYPES.items() if v == p.cp_kind)  # at cp 1 too: Megatron-LM's default is p2p
@@ -163,7 +165,16 @@ def megatron_script(plan: Plan, model: Model, *, gpus_per_node: int = 8) -> tupl
     return "\n".join(lines), notes
 
 
-MOE_FIELDS = ("moe_dispatcher", "capacity_factor", "capacity_pad", "grouped_gemm", "ep_overlap", "delay_wgrad")
+MOE_FIELDS = (
+    "moe_dispatcher",
+    "capacity_factor",
+    "capacity_pad",
+    "grouped_gemm",
+    "ep_overlap",
+    "delay_wgrad",
+    "expert_imbalance",
+)
+ROUTING_NOTE = "expert_imbalance {:g}: the routing's skew, priced into the plan; no launch option sets it"
 
 
 def _moe_set(p: Plan) -> list[str]:
@@ -277,8 +288,11 @@ def torchtitan_toml(plan: Plan, model: Model) -> tuple[str, list[str]]:
     notes += [
         f"{name} {getattr(p, name)}: torchtitan dispatches by all-to-all (or DeepEP), dropless, grouped"
         for name in _moe_set(p)
-        if not (name == "moe_dispatcher" and p.moe_dispatcher == "flex" and model.experts)
+        if name != "expert_imbalance"
+        and not (name == "moe_dispatcher" and p.moe_dispatcher == "flex" and model.experts)
     ]
+    if p.expert_imbalance is not None:
+        notes.append(ROUTING_NOTE.format(p.expert_imbalance))
     if p.cp > 1:
         method = next((k for k, v in ROTATE_METHODS.items() if v == p.cp_kind), None)
         if method is None:

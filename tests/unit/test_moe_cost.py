@@ -13,7 +13,7 @@ import pytest
 from parallel.core.comm import comm_per_step, flex_inter_share
 from parallel.core.compute import expert_gemms, gemm_efficiency, layer_cost
 from parallel.core.devices import cluster_device
-from parallel.core.memory import routed_copies, routed_rows
+from parallel.core.memory import memory_per_gpu_bytes, routed_copies, routed_rows
 from parallel.core.perf import step_time
 from parallel.core.plan import Plan, plan_from_values
 from parallel.core.specs import CLUSTERS, MODELS, SpecError
@@ -373,3 +373,35 @@ def test_parallel_plan_names_the_exposed_ep_time_in_its_step(capsys):
     assert main(argv) == 0
     step = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("step time"))
     assert "exposed comm (ep " in step
+
+
+def test_routing_skew_paces_the_layer_by_the_busiest_ep_rank():
+    """expert_imbalance 1.5: the busiest EP rank's experts get 1.5x the balanced rows (GEMMs, their
+    activations) and 1.5x the dispatched bytes arrive on its link; capped at ep (every copy on one
+    rank) and at the capacity factor (each expert drops past it); padded capacity is balanced."""
+    model, cluster = MODELS["mixtral-8x7b"], H100.with_nodes(4)
+    even = Plan(dp=4, tp=2, pp=4, sp=True, ep=4, global_batch=64)
+    skewed = dataclasses.replace(even, expert_imbalance=1.5)
+    assert routed_rows(model, skewed) == pytest.approx(1.5 * routed_rows(model, even))
+    assert routed_copies(model, skewed) == routed_copies(model, even)  # each rank sends its own share
+    a2a = {p: ep_rows(model, p, cluster, "all_to_all") for p in (even, skewed)}
+    assert a2a[skewed][0]["bytes_per_call"] == pytest.approx(1.5 * a2a[even][0]["bytes_per_call"])
+    (e_fc1, _), (s_fc1, _) = expert_gemms(model, even), expert_gemms(model, skewed)
+    assert s_fc1.m == pytest.approx(1.5 * e_fc1.m)
+    t_even, t_skew = (step_time(model, p, cluster) for p in (even, skewed))
+    assert t_skew["compute_s"] > t_even["compute_s"] and t_skew["step_time_s"] > t_even["step_time_s"]
+    mem = {p: memory_per_gpu_bytes(model, p)["activations"] for p in (even, skewed)}
+    assert mem[skewed] > mem[even]
+    assert routed_rows(model, dataclasses.replace(even, expert_imbalance=9.0)) == pytest.approx(
+        4 * routed_rows(model, even)
+    )  # at most ep x the share
+    capped = dataclasses.replace(skewed, capacity_factor=1.25)
+    assert routed_rows(model, capped) == pytest.approx(
+        1.25 * routed_rows(model, dataclasses.replace(even, capacity_factor=1.25))
+    )
+    padded = dataclasses.replace(capped, capacity_pad=True)
+    assert routed_rows(model, padded) == routed_rows(model, dataclasses.replace(padded, expert_imbalance=None))
+    assert skewed.label().endswith("imb1.5") or " imb1.5" in skewed.label()
+    assert Plan(ep=4, expert_imbalance=1.0).expert_imbalance is None  # balanced: one spelling
+    with pytest.raises(SpecError, match="at least 1"):
+        Plan(expert_imbalance=0.8)
