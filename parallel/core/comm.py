@@ -25,7 +25,9 @@ first stage's terms count only when there is one stage; the calibrated model sum
                 also re-gathers each column-parallel GEMM's sequence-sharded input in backward for
                 the weight gradient (2 more all-gathers per layer), overlapped with the input-gradient
                 GEMM: listed as its own row, marked overlapped.
-    full recompute repeats the forward collectives once more.
+    full recompute repeats the forward collectives once more; selective recompute of a dense layer's
+                MLP ("mlp") its all-gather and reduce-scatter (all-reduce without SP), of a MoE block
+                ("moe") its dispatch and combine.
     The ends of the model, per microbatch (Megatron-LM's VocabParallelEmbedding, output layer and
     vocab-parallel cross entropy; Shoeybi et al. 2019, Sec. 3): the first stage's embedding output is
     all-reduced over TP (reduce-scattered under SP, all-gathered back in backward); the last stage's
@@ -89,7 +91,7 @@ from typing import Any
 import numpy as np
 
 from parallel.core.memory import AnyPlan, cp_kind_flags, expert_load, max_params_per_stage, routed_copies
-from parallel.core.plan import Plan, PlanColumns, layers_on_stage, recomputed_share
+from parallel.core.plan import Plan, PlanColumns, layers_on_stage, recomputed_share, recomputes
 from parallel.core.specs import Cluster, Link, Model
 from parallel.core.vector import ceil, is_array, maximum, minimum, where
 
@@ -281,7 +283,8 @@ def comm_terms(
     s_q = model.seq_len // p.cp
     fwd_passes = 1 + recomputed_share(model.layers, p)  # recomputed layers run their forward again
     tp_bytes = p.micro_batch * s_q * model.hidden * act
-    tp_unit = 2 * fwd_passes + 2
+    # a dense MLP recomputed (selective "mlp") runs its input's gather and output's reduction again
+    tp_unit = 2 * fwd_passes + 2 + where(recomputes(p, "mlp"), 1 - model.moe_share, 0.0)
     # MLA: the attention's column-parallel GEMMs (its up projections) read the latents, not the
     # hidden state, so the collective on the attention's input side -- the forward all-gather under
     # SP and its backward reduce-scatter; without SP the backward all-reduce of the input gradient --
@@ -342,7 +345,8 @@ def comm_terms(
         ),
     ]
     if model.experts:
-        terms += _ep_terms(model, p, per_layer, fwd_passes)
+        # a MoE block recomputed (selective "moe") dispatches and combines its tokens again
+        terms += _ep_terms(model, p, per_layer, fwd_passes + where(recomputes(p, "moe"), 1.0, 0.0))
     if dp is None:
         terms += _dp_terms(model, p, opts)
     return [
@@ -362,7 +366,8 @@ def dispatcher_flags(plan: AnyPlan) -> tuple[Any, Any, Any]:
 
 
 def _ep_terms(model: Model, p: AnyPlan, per_layer: Any, fwd_passes: Any) -> list[CommTerm]:
-    """A MoE layer's token dispatch and combine, forward (again under full recompute) and their
+    """A MoE layer's token dispatch and combine, forward (again under full recompute or a recomputed MoE
+    block) and their
     conjugates backward, per microbatch, as Megatron-core's dispatchers (token_dispatcher.py) run them:
 
     alltoall / flex  the rank's routed copies (routed_copies: b s_q / t tokens x top_k, or the padded

@@ -35,7 +35,10 @@ Transformer Engine run for it, each timed by a roofline on the accelerator (para
         element) and of each output gradient in backward. Backward moves twice the forward's bytes
         (it reads the saved input and the incoming gradient and writes the outgoing one). All at HBM
         bandwidth x memory_efficiency.
-    recomputation: full repeats the layer's forward, selective the attention core's.
+    recomputation: full repeats the layer's forward; selective the forward of each module in
+        plan.recompute_modules (selective_recompute_seconds: the attention core and its score
+        traffic, the separate norms, MLA's up projections and RoPE, the dense MLP, the MoE block,
+        its shared experts, the experts' activation).
     ends of the model: the embedding's gather (first stage), the final norm, the output layer and the
         vocab-parallel cross entropy in fp32 (2A + 16 bytes per logit over forward and backward; last
         stage).
@@ -58,7 +61,7 @@ import numpy as np
 
 from parallel.core.devices import Device
 from parallel.core.memory import ActivationOptions, AnyPlan, cp_kind_flags, has_dropout, routed_copies, routed_rows
-from parallel.core.plan import Plan, PlanColumns, recomputed_share
+from parallel.core.plan import RECOMPUTE_MODULES, Plan, PlanColumns, recomputed_share, recomputes
 from parallel.core.specs import Model
 from parallel.core.vector import minimum, where
 
@@ -407,12 +410,72 @@ def _layer_cost(model: Model, plan: AnyPlan, dev: Device, opts: ActivationOption
     ew_fwd = ew_fwd_bytes / bw + cast / 2 / bw
     ew_bwd = 2 * ew_fwd_bytes / bw + cast / 2 / bw
     selective = plan.recompute == "selective"
+    again = sum(selective_recompute_seconds(model, plan, dev, opts, gemms=(dense, moe), attn=attn).values())
     share = recomputed_share(model.layers, plan)  # full: the recomputed layers' share
-    recompute = where(selective, attn["fwd"] + attn["score_bytes"] / bw, share * (gemm_f + attn["fwd"] + ew_fwd))
+    recompute = where(selective, again, share * (gemm_f + attn["fwd"] + ew_fwd))
     head, embedding = _ends(model, plan, dev, opts)
     # the phases matter only where the EP overlap schedules them
     phases = moe_phases(model, plan, dev, opts, attn=attn, ew=ew) if moe and np.any(plan.ep_overlap) else {}
     return LayerCost(gemm_f, gemm_b, attn["fwd"], attn["bwd"], ew_fwd, ew_bwd, recompute, head, embedding, **phases)
+
+
+MLA_UP_GEMMS = ("q up", "q", "kv up")  # attention_gemms' names of MLA's up projections
+MOE_BLOCK_GEMMS = ("router", "expert fc1", "expert fc2", "shared fc1", "shared fc2")
+
+
+def selective_recompute_seconds(
+    model: Model, plan: AnyPlan, dev: Device, opts: ActivationOptions, *, gemms: tuple, attn: dict
+) -> dict[str, Any]:
+    """Isolated seconds of the forward work selective recomputation runs again in backward, for one
+    layer (the model's average of dense and MoE layers) and microbatch, by kernel class
+    (KERNEL_CLASSES); 0 for a module not in plan.recompute_modules or not in the model. Each is the
+    module's own forward as Megatron-core re-runs it (parallel.core.plan.RECOMPUTE_MODULES):
+      core_attn       the attention core and the traffic of its materialised scores
+      layernorm       the norms that are modules of their own: MLA's input norm on every layer and
+                      a MoE layer's pre-MLP norm (read + write A bytes of h on T/t tokens under SP)
+      mla_up_proj     MLA's up-projection GEMMs (MLA_UP_GEMMS) and RoPE on the query and shared key
+      mlp             a dense layer's fc1 and fc2 and its activation
+      moe             a MoE layer's router, routed and shared experts (MOE_BLOCK_GEMMS) and their
+                      element-wise work (moe_elementwise_bytes); parallel.core.comm repeats its dispatch
+      shared_experts  the shared experts' GEMMs and activation
+      moe_act         the routed experts' activation over their R rows
+    Modules nested in one another (moe_act or shared_experts inside moe) run once more each, as
+    nested checkpoints do. `gemms`: layer_gemms' (dense, moe) lists; `attn`: the attention core's times."""
+    dense, moe = gemms
+    fp8 = plan.fp8 != "none"
+    share = model.moe_share
+    act = opts.act_bytes or model.dtype_bytes
+    t, h, T = plan.tp, model.hidden, _tokens(model, plan)
+    th = T / where(plan.sp, t, 1)
+    bw = dev.hbm_bytes_per_s * dev.memory_efficiency
+    act_rw = 3 * act if model.gated_mlp else 2 * act  # an activation reads its input (SwiGLU: two), writes one
+
+    def forward(lst: list[Gemm], names: tuple[str, ...]) -> Any:
+        return sum((gemm_fwd_bwd_seconds(dev, g, fp8)[0] for g in lst if g.name in names), 0.0)
+
+    rc = {m: recomputes(plan, m) for m in RECOMPUTE_MODULES}
+    norms = (1.0 if model.mla else 0.0) + share  # separate norm modules per layer (the average)
+    rope = 2 * act * T * (model.heads * model.qk_pos_head_dim / t + model.qk_pos_head_dim) if model.mla else 0.0
+    shared_act = act_rw * T * model.shared_expert_ffn / t
+    experts_act = act_rw * routed_rows(model, plan) * model.expert_width / plan.expert_tp
+    parts = {  # module: (gemm, attention, element-wise bytes)
+        "core_attn": (0.0, attn["fwd"], attn["score_bytes"]),
+        "layernorm": (0.0, 0.0, 2 * act * th * h * norms),
+        "mla_up_proj": (forward(dense, MLA_UP_GEMMS), 0.0, rope),
+        "mlp": (forward(dense, ("fc1", "fc2")) * (1 - share), 0.0, act_rw * T * model.ffn_hidden / t * (1 - share)),
+        "moe": (
+            forward(moe, MOE_BLOCK_GEMMS) * share,
+            0.0,
+            moe_elementwise_bytes(model, plan, opts) * share if moe else 0.0,
+        ),
+        "shared_experts": (forward(moe, ("shared fc1", "shared fc2")) * share, 0.0, shared_act * share),
+        "moe_act": (0.0, 0.0, experts_act * share if moe else 0.0),
+    }
+    out = {k: 0.0 for k in KERNEL_CLASSES}
+    for module, (gemm, attention, ew_bytes) in parts.items():
+        for k, v in zip(KERNEL_CLASSES, (gemm, attention, ew_bytes / bw)):
+            out[k] = out[k] + where(rc[module], v, 0.0)
+    return out
 
 
 def moe_phases(
@@ -471,7 +534,7 @@ def kernel_class_seconds(model: Model, plan: Plan, dev: Device, opts: Activation
     """Isolated kernel seconds for one microbatch by the class a trace's kernel names fall in
     (KERNEL_CLASSES): a layer's ("layer": forward, backward and its recomputed forward), the output
     layer's ("head") and the embedding's ("embedding"). Full recomputation repeats the forward's mix;
-    selective recomputes the attention core and its score traffic."""
+    selective recomputes its modules' forward (selective_recompute_seconds)."""
     c = _layer_cost(model, plan, dev, opts)
     fwd = {"gemm": c.gemm_fwd, "attention": c.attn_fwd, "elementwise": c.ew_fwd}
     layer = {
@@ -480,8 +543,10 @@ def kernel_class_seconds(model: Model, plan: Plan, dev: Device, opts: Activation
         "elementwise": c.ew_fwd + c.ew_bwd,
     }
     if plan.recompute == "selective":
-        layer["attention"] += c.attn_fwd
-        layer["elementwise"] += c.recompute - c.attn_fwd
+        attn = attention_core_seconds_per_layer(dev, model, plan, opts)
+        again = selective_recompute_seconds(model, plan, dev, opts, gemms=layer_gemms(model, plan), attn=attn)
+        for k in KERNEL_CLASSES:
+            layer[k] += again[k]
     elif c.recompute:
         total = sum(fwd.values())
         for k in KERNEL_CLASSES:

@@ -48,7 +48,15 @@ from typing import Any
 
 import numpy as np
 
-from parallel.core.plan import Plan, PlanColumns, layers_on_stage, memoized, recomputed_share
+from parallel.core.plan import (
+    RECOMPUTE_MODULES,
+    Plan,
+    PlanColumns,
+    layers_on_stage,
+    memoized,
+    recomputed_share,
+    recomputes,
+)
 from parallel.core.specs import Model
 from parallel.core.vector import is_array, maximum, minimum, where
 
@@ -191,7 +199,25 @@ def activation_components_bytes(
     With A=2, M=1, dropout, f=4h, k=h, cp=1 the sum is Table 2's TP (sp off) and TP+SP rows.
     SwiGLU, measured with saved_tensors_hooks (bytes per s b f at A = 2): GeLU 4, fused 6, unfused
     PyTorch 8 (this formula; megatron-core's unfused path was measured at 10, see README's sources).
-    Selective recompute drops scores, dropout_mask and dropout_output (recomputed in backward).
+    Selective recompute drops what each of plan.recompute_modules saves (Megatron-core's modules,
+    parallel.core.plan.RECOMPUTE_MODULES; the norms as its Transformer Engine layer spec builds them,
+    megatron/core/models/gpt/gpt_layer_specs.py):
+      core_attn       scores, dropout_mask and dropout_output (Korthikanti et al.'s selective recompute)
+      layernorm       the outputs of the norms that are modules of their own, which the next GEMMs
+                      saved as their input (transformer_layer.py discards them after the forward,
+                      CheckpointWithoutOutput): MLA's input norm (A' b s_q h r of qkv_input, A' the
+                      GEMM-input bytes) and a MoE layer's pre-MLP norm (its router's and shared
+                      experts' input); a dense GQA/MHA layer's norms are fused into the next linear
+                      (TELayerNormColumnParallelLinear) and recompute nothing
+      mla_up_proj     MLA's up-projected Q, K and V (attention.qk and attention.v: multi_latent_attention.py
+                      discards them once the attention core has run)
+      mlp             a dense layer's MLP terms (tensor_parallel.checkpoint keeps only its input, the
+                      norm's input, already counted)
+      moe             a MoE layer's MLP terms but its input, the pre-MLP norm's output at A bytes
+                      (moe_layer.py checkpoints the whole block; 0 with layernorm too)
+      shared_experts  the shared experts' act_input and fc2_input rows (their input is the router's)
+      moe_act         the routed experts' fc2_input (experts.py: the activation's output discarded,
+                      recomputed from fc1's output, which stays)
     Full recompute keeps only the layer's input, A b s_q h r (Table 2 lists 2sbh without SP; with SP
     the checkpointed input is the sequence shard, as in Megatron-LM).
 
@@ -214,9 +240,10 @@ def activation_components_bytes(
     layer_input = act * b * s_q * h * r
     if not is_array(full) and full:
         return {"layer_input": layer_input}
+    rc = {m: recomputes(plan, m) for m in RECOMPUTE_MODULES}  # what selective recomputation drops
     scores = act * a * b * s_q * s_kv / t
     flash = plan.flash | ring  # ring attention is blockwise: an online softmax, no s x s tensor
-    keep_scores = np.logical_not(flash) & (plan.recompute != "selective")
+    keep_scores = np.logical_not(flash) & np.logical_not(rc["core_attn"])
     gate = 2 if model.gated_mlp else 1
     gemm_in = 1 if plan.fp8 != "none" else act  # bytes of a saved GEMM input
     proj_in = gemm_in + where(flash & (plan.fp8 != "none"), act, 0)
@@ -225,32 +252,46 @@ def activation_components_bytes(
     # (a GEMM input), sequence-sharded under SP, and the RoPE key shared by the heads (whole)
     latents = (act + gemm_in) * b * s_q * (model.q_lora_rank + model.kv_lora_rank) * r
     latents = latents + act * b * s_q * model.qk_pos_head_dim
+    # a norm's output saved by the GEMMs after it: dropped under layernorm recompute where the norm is a
+    # module of its own (MLA's input norm; the pre-MLP norm of MoE layers only: see the docstring)
+    norm_out = gemm_in * b * s_q * h * r
+    up = np.logical_not(rc["mla_up_proj"] & model.mla)  # MLA's up-projected Q, K, V kept
+    dense_mlp = np.logical_not(rc["mlp"])
     parts = {
         "layernorm": 2 * act * b * s_q * h * r,
-        "attention.qkv_input": gemm_in * b * s_q * h * r + latents,
-        "attention.qk": act * b * (s_q * q / t + kv_tokens * k_local),
+        "attention.qkv_input": where(rc["layernorm"] & model.mla, 0.0, norm_out) + latents,
+        "attention.qk": where(up, act * b * (s_q * q / t + kv_tokens * k_local), 0.0),
         "attention.scores": where(keep_scores, scores, 0.0),
         "attention.dropout_mask": where(keep_scores, mask * a * b * s_q * s_kv / t, 0.0),
         "attention.dropout_output": where(keep_scores & dropout, scores, 0.0),
         "attention.softmax_stats": where(flash, 4 * a * b * s_q / t, 0.0),
-        "attention.v": act * b * kv_tokens * v_local,
+        "attention.v": where(up, act * b * kv_tokens * v_local, 0.0),
         "attention.proj_input": proj_in * b * s_q * model.o_hidden / t,
-        "mlp.fc1_input": gemm_in * b * s_q * h * r,
-        "mlp.act_input": gate * act * b * s_q * f / t,
-        "mlp.fc2_input": (gemm_in + silu_out) * b * s_q * f / t,
+        "mlp.fc1_input": where(dense_mlp, norm_out, 0.0),
+        "mlp.act_input": where(dense_mlp, gate * act * b * s_q * f / t, 0.0),
+        "mlp.fc2_input": where(dense_mlp, (gemm_in + silu_out) * b * s_q * f / t, 0.0),
         "residual.dropout_masks": 2 * mask * b * s_q * h * r,
     }
     if model.experts:  # the MoE layers' share of the layers: routed tokens instead of one MLP
         share = model.moe_share
         routed = routed_rows(model, plan)  # R: the routed token copies this rank holds
         # MLP elements per layer: R rows of expert_ffn / etp, and b s_q rows of the shared experts / t
-        elements = routed * model.expert_width / plan.expert_tp + b * s_q * model.shared_expert_ffn / t
+        routed_el = routed * model.expert_width / plan.expert_tp
+        shared_el = where(rc["shared_experts"], 0.0, b * s_q * model.shared_expert_ffn / t)
+        kept = np.logical_not(rc["moe"])  # the whole MoE block recomputed: only its input stays
+        block_input = where(rc["layernorm"], 0.0, act * b * s_q * h * r)
         moe = {
             # the router's and shared experts' input (the norm's output, as a dense MLP's), the
             # routed copies (whole h on every TP shard of an expert), the router's fp32 probabilities
-            "mlp.fc1_input": gemm_in * b * s_q * h * r + gemm_in * routed * h + 4 * b * s_q * model.experts * r,
-            "mlp.act_input": gate * act * elements,
-            "mlp.fc2_input": (gemm_in + silu_out) * elements,
+            "mlp.fc1_input": where(
+                kept,
+                where(rc["layernorm"], 0.0, norm_out) + gemm_in * routed * h + 4 * b * s_q * model.experts * r,
+                block_input,
+            ),
+            "mlp.act_input": where(kept, gate * act * (routed_el + shared_el), 0.0),
+            "mlp.fc2_input": where(
+                kept, (gemm_in + silu_out) * (where(rc["moe_act"], 0.0, routed_el) + shared_el), 0.0
+            ),
         }
         for key, value in moe.items():
             parts[key] = parts[key] * (1 - share) + value * share

@@ -8,7 +8,7 @@ shared ones; no router), the logits h V (the padded vocabulary) -- plus the atte
 QK^T and scores @ V, 6 q s per token and layer, halved for the causal mask (the "/ 2" Megatron-LM
 added in 2025; Narayanan et al. 2021 Eq. 3 and older logs count the whole s x s: `causal=False`).
 `model_flops` is that (MFU's numerator); `hardware_flops` adds what recomputation runs again (full:
-a layer's forward, selective: the attention core's).
+a layer's forward, selective: its modules', selective_recompute_flops_per_token).
 
 Time -- one microbatch on one GPU of each pipeline stage (parallel.core.plan.stage_layer_counts: the
 first, the middle ones, the last), its layers' compute (parallel.core.compute: GEMMs, attention and
@@ -68,7 +68,7 @@ from parallel.core.comm import (
 from parallel.core.compute import JOB_EFFICIENCY, LayerCost, layer_cost, optimizer_seconds
 from parallel.core.devices import Device, cluster_device
 from parallel.core.memory import ActivationOptions, AnyPlan, max_params_per_stage
-from parallel.core.plan import PlanColumns, recomputed_share, stage_layer_counts
+from parallel.core.plan import PlanColumns, recomputed_share, recomputes, stage_layer_counts
 from parallel.core.specs import Cluster, Model
 from parallel.core.vector import maximum, minimum, where
 
@@ -138,15 +138,41 @@ def flops_per_step(model: Model, plan: AnyPlan, *, causal: bool = True) -> dict[
     model_flops = 3 * tokens * (L * layer_fwd + logits)
     extra = where(
         plan.recompute == "selective",
-        tokens * L * core,
+        tokens * L * selective_recompute_flops_per_token(model, plan, core),
         tokens * L * layer_fwd * recomputed_share(L, plan),
     )
-    passes = 3.0 + where(plan.recompute == "none", 0.0, 1.0)  # forward, backward (2x), a recomputed forward
+    # forward, backward (2x), a recomputed forward (selective: where it recomputes the attention core)
+    again = where(plan.recompute == "selective", where(recomputes(plan, "core_attn"), 1.0, 0.0), 1.0)
+    passes = 3.0 + where(plan.recompute == "none", 0.0, again)
     return {
         "model_flops": model_flops,
         "hardware_flops": model_flops + extra,
         "attention_flops": tokens * L * core * passes,
     }
+
+
+def selective_recompute_flops_per_token(model: Model, plan: AnyPlan, core: Any) -> Any:
+    """Forward FLOPs per token and layer (the average of dense and MoE layers) that selective
+    recomputation runs again, counted as flops_per_step counts them (2 per multiply-add of each GEMM
+    weight a token passes; `core`: the attention core's per token): core_attn the core; mla_up_proj
+    MLA's up projections, (q_l or h) x heads (d + d_r) + kv_l x heads (d + d_v); mlp a dense layer's
+    MLP; moe a MoE layer's top_k routed and shared experts; shared_experts the shared ones. The norms
+    and activations (layernorm, moe_act) are element-wise: no GEMM FLOPs (parallel.core.compute
+    times them)."""
+    share = model.moe_share
+    up = 0
+    if model.mla:
+        up = (model.q_lora_rank or model.hidden) * model.q_hidden
+        up += model.kv_lora_rank * model.heads * (model.head_dim + model.v_head_width)
+    shared = model.mlp_matrix_params(model.shared_expert_ffn)
+    terms = {
+        "core_attn": core,
+        "mla_up_proj": 2 * up,
+        "mlp": 2 * model.mlp_matrix_params(model.ffn_hidden) * (1 - share),
+        "moe": 2 * (model.top_k * model.mlp_matrix_params(model.expert_width) + shared) * share,
+        "shared_experts": 2 * shared * share,
+    }
+    return sum(where(recomputes(plan, m), v, 0.0) for m, v in terms.items())
 
 
 def bubble_fraction(plan: AnyPlan) -> Any:
@@ -162,7 +188,9 @@ def flat_cost(model: Model, plan: AnyPlan, cluster: Cluster, mfu: float) -> Laye
     attn_f = tokens * 2 * model.seq_len * model.attention_core_width / plan.tp / rate  # causal: half of 4 s q
     head = 3 * 2 * tokens * model.hidden * model.padded_vocab(plan.tp) / plan.tp / rate
     share = recomputed_share(model.layers, plan)
-    recompute = where(plan.recompute == "selective", attn_f, share * (gemm_f + attn_f))
+    core = 2 * model.seq_len * model.attention_core_width  # per token, causal (flops_per_step's)
+    selective = tokens * selective_recompute_flops_per_token(model, plan, core) / plan.tp / rate
+    recompute = where(plan.recompute == "selective", selective, share * (gemm_f + attn_f))
     return LayerCost(gemm_f, 2 * gemm_f, attn_f, 2 * attn_f, 0.0, 0.0, recompute, head, 0.0)
 
 

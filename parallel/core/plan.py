@@ -10,6 +10,7 @@ Pure: stdlib only.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -22,6 +23,17 @@ from parallel.core.specs import SpecError
 from parallel.core.topology import DEFAULT_ORDER, Topology, TopologyError, parse_order
 
 RECOMPUTE = ("none", "selective", "full")
+# The submodules selective recomputation may recompute (Megatron-core's TransformerConfig.recompute_modules,
+# megatron/core/transformer/transformer_config.py; its default ["core_attn"]), in its order:
+# core_attn = the attention core (attention.py / transformer_block.py), moe_act = the routed experts'
+# activation function (moe/experts.py, CheckpointWithoutOutput), layernorm = the input and pre-MLP
+# norms that are modules of their own (transformer_layer.py), mla_up_proj = MLA's up projections and
+# RoPE (multi_latent_attention.py), mlp = a dense layer's MLP, moe = a MoE layer's whole MoE block
+# (moe/moe_layer.py), shared_experts = its shared experts. parallel.core.memory drops what each saves,
+# parallel.core.compute runs each forward again. Megatron-core's GatedDeltaNet and hyper-connection
+# modules (gdn_norm_out, gdp_in_proj, gdp_qkv, mhc) belong to layers the plan model does not have.
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+DEFAULT_RECOMPUTE_MODULES = "core_attn"
 SCHEDULES = ("1f1b", "gpipe")
 # Gradient dtype of the accumulation buffer that is reduced and fed to the optimizer (Megatron-LM:
 # fp32 unless --grad-reduce-in-bf16 / --main-grads-dtype bf16; torchtitan: mixed_precision_reduce).
@@ -65,9 +77,26 @@ def _t_cp(p: Any) -> str:
 
 
 def _t_recompute(p: Any) -> str:
-    return (
-        f"rc-{p.recompute}" + (f"{p.recompute_layers}" if p.recompute_layers else "") if p.recompute != "none" else ""
-    )
+    if p.recompute == "none":
+        return ""
+    modules = f"[{p.recompute_modules}]" if p.recompute_modules != DEFAULT_RECOMPUTE_MODULES else ""
+    return f"rc-{p.recompute}" + (f"{p.recompute_layers}" if p.recompute_layers else "") + modules
+
+
+def parse_recompute_modules(text: str) -> str:
+    """The one spelling of a set of recompute modules: names separated by '+', ',' or spaces (Megatron-LM
+    writes `--recompute-modules core_attn moe_act`) -> their RECOMPUTE_MODULES order joined by '+'.
+    SpecError naming an unknown module or an empty set."""
+    names = [n for n in re.split(r"[\s+,]+", text.strip()) if n]
+    unknown = [n for n in names if n not in RECOMPUTE_MODULES]
+    if unknown:
+        raise SpecError(
+            f"recompute module(s) {', '.join(map(repr, unknown))} unknown; the plan model recomputes "
+            f"{', '.join(RECOMPUTE_MODULES)}"
+        )
+    if not names:
+        raise SpecError(f"recompute modules must name at least one of {', '.join(RECOMPUTE_MODULES)}")
+    return "+".join(m for m in RECOMPUTE_MODULES if m in names)
 
 
 def _t_stages(p: Any) -> str:
@@ -217,6 +246,18 @@ class Plan:
         token=_t_recompute,
         megatron=("--recompute-activations", "--recompute-granularity"),
         torchtitan=("activation_checkpoint.mode",),
+    )
+    # With recompute "selective": which submodules (RECOMPUTE_MODULES, '+'-joined); another recompute
+    # mode leaves it at the default (one spelling of the plan)
+    recompute_modules: str = knob(
+        DEFAULT_RECOMPUTE_MODULES,
+        "text",
+        "rcm",
+        "with selective recompute: the modules recomputed, '+'-joined (" + ", ".join(RECOMPUTE_MODULES) + ")",
+        column="rc modules",
+        token=lambda p: "",  # written with the recompute mode: 'rc-selective[moe_act+layernorm]'
+        megatron=("--recompute-modules",),
+        torchtitan=("(per-op or per-block only)",),
     )
     # With recompute "full": recompute only this many layers of each virtual stage chunk, keeping the
     # others' activations (Megatron-LM --recompute-method block --recompute-num-layers N; torchtitan's
@@ -537,6 +578,13 @@ class Plan:
         if self.recompute_layers is not None and self.recompute != "full":
             raise SpecError(f"Plan.recompute_layers needs recompute 'full', got {self.recompute!r}")
         try:
+            modules = parse_recompute_modules(self.recompute_modules) if self.recompute == "selective" else None
+        except SpecError as err:
+            raise SpecError(f"Plan.recompute_modules {self.recompute_modules!r}: {err}") from None
+        object.__setattr__(self, "recompute_modules", modules or DEFAULT_RECOMPUTE_MODULES)
+        if "moe_act" in self.recompute_modules.split("+") and not self.grouped_gemm:  # as Megatron-core checks
+            raise SpecError("recompute module moe_act needs grouped_gemm (--moe-grouped-gemm), as in Megatron-core")
+        try:
             parse_order(self.order)
         except TopologyError as err:
             raise SpecError(str(err)) from None
@@ -851,6 +899,14 @@ def layers_on_stage(layers: int, plan: Plan | PlanColumns, stage: Any) -> Any:
     if isinstance(plan, PlanColumns) or np.ndim(stage):
         return np.where(stage == 0, first, np.where(stage == plan.pp - 1, last, middle))
     return first if stage == 0 else last if stage == plan.pp - 1 else middle
+
+
+def recomputes(plan: Plan | PlanColumns, module: str) -> Any:
+    """Whether selective recomputation recomputes `module` (RECOMPUTE_MODULES): recompute "selective"
+    with the module among plan.recompute_modules (one bool per row for a PlanColumns)."""
+    if module not in RECOMPUTE_MODULES:
+        raise ValueError(f"recompute module must be one of {', '.join(RECOMPUTE_MODULES)}, got {module!r}")
+    return (plan.recompute == "selective") & (module in plan.recompute_modules.split("+"))
 
 
 def recomputed_share(layers: int, plan: Plan | PlanColumns) -> Any:

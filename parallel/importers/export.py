@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from parallel.core.plan import PLAN_FIELDS, Plan
+from parallel.core.plan import DEFAULT_RECOMPUTE_MODULES, PLAN_FIELDS, Plan
 from parallel.core.specs import MODELS, Model
 from parallel.core.topology import DEFAULT_ORDER
 from parallel.importers.megatron import CP_COMM_TYPES, USED
@@ -59,7 +59,18 @@ def _megatron_model(model: Model) -> list[str]:
     ]
     if model.kv_heads != model.heads:
         out += [f["gqa"], f"{f['kv_heads']} {model.kv_heads}"]
-    if model.attention_head_dim is not None:
+    if model.mla:  # the importer's MLA flags (megatron.MLA_FLAGS); Q/K heads are --qk-head-dim wide
+        out.append(f["mla"])
+        for key, value in (
+            ("q_lora_rank", model.q_lora_rank),
+            ("kv_lora_rank", model.kv_lora_rank),
+            ("qk_head_dim", model.head_dim),
+            ("qk_pos_head_dim", model.qk_pos_head_dim),
+            ("v_head_dim", model.v_head_width),
+        ):
+            if value:
+                out.append(f"{f[key]} {value}")
+    elif model.attention_head_dim is not None:
         out.append(f"{f['kv_channels']} {model.attention_head_dim}")
     if model.arch == "llama":
         out += [f["swiglu"], f["untied"], f["no_bias"], f"{f['norm']} RMSNorm"]
@@ -103,8 +114,17 @@ def megatron_script(plan: Plan, model: Model, *, gpus_per_node: int = 8) -> tupl
     elif p.zero in (2, 3):
         strategy = {2: "optim_grads", 3: "optim_grads_params"}[p.zero]
         flags.append(f"{_flag('zero', 1)} {strategy}")
-    if p.recompute == "selective":
+    if p.recompute == "selective" and p.recompute_modules == DEFAULT_RECOMPUTE_MODULES:
         flags.append(_flag("recompute", 0))
+    elif p.recompute == "selective":
+        modules = p.recompute_modules.split("+")
+        if "mla_up_proj" in modules and not model.mla:
+            notes.append(f"recompute module mla_up_proj: {model.name} has no multi-latent attention")
+            modules.remove("mla_up_proj")
+        flags.append(f"{_flag('recompute', 1)} selective")
+        flags.append(f"{_flag('recompute_modules')} {' '.join(modules or [DEFAULT_RECOMPUTE_MODULES])}")
+        if "moe_act" in modules and not model.experts:  # Megatron-core asks for it whatever the model
+            flags.append(_flag("grouped_gemm"))
     elif p.recompute == "full":
         flags.append(f"{_flag('recompute', 1)} full")
         if p.recompute_layers is not None:
@@ -265,7 +285,8 @@ def torchtitan_toml(plan: Plan, model: Model) -> tuple[str, list[str]]:
         notes.append("TP without SP: torchtitan always shards the norms (sequence parallelism)")
     mode_key = torchtitan_keys("recompute")[0]
     if p.recompute == "selective":
-        notes.append("selective recompute (attention core): torchtitan's selective AC checkpoints whole blocks")
+        what = "attention core" if p.recompute_modules == DEFAULT_RECOMPUTE_MODULES else p.recompute_modules
+        notes.append(f"selective recompute ({what}): torchtitan's selective AC checkpoints whole blocks")
     if p.recompute == "full" and p.recompute_layers is not None:
         chunk = max(model.layers // (p.pp * p.vpp), 1)
         every = max(chunk // p.recompute_layers, 1)

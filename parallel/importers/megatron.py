@@ -27,7 +27,11 @@ the plan, read as Megatron-LM's `arguments.py` reads them:
 * overlap: `--tp-comm-overlap`, `--overlap-grad-reduce`, `--overlap-param-gather` and the
   interleaved schedule's P2P (on unless `--no-overlap-p2p-communication`) -> the plan's overlap fields.
 * uneven stages: `--decoder-first/last-pipeline-num-layers`, `--account-for-embedding/loss-in-
-  pipeline-split`; `--recompute-method block --recompute-num-layers N` -> recompute_layers.
+  pipeline-split`, or Megatron-core's `--pipeline-model-parallel-layout` (parallel.importers.
+  pipeline_layout: vpp and the first / last rank's layers; uneven middle ranks refused);
+  `--recompute-method block --recompute-num-layers N` -> recompute_layers.
+* `--recompute-granularity selective --recompute-modules M ...` (and the deprecated
+  `--moe-layer-recompute`: + moe) -> recompute_modules, checked as TransformerConfig checks them.
 * `--swiglu` -> the llama architecture (gated MLP; ffn default int(8h/3/64)·64), else gpt.
 * `--cp-comm-type p2p|a2a|allgather|a2a+p2p` (default p2p) -> the plan's cp_kind ring | ulysses |
   allgather | ring (hierarchical, noted).
@@ -44,10 +48,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from parallel.core.plan import CP_KINDS, Plan
+from parallel.core.plan import CP_KINDS, DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES, Plan
 from parallel.core.specs import MODELS, Model, SpecError
 from parallel.importers.base import Imported, failure
 from parallel.importers.moe_pattern import PatternError, moe_layer_flags
+from parallel.importers.pipeline_layout import LayoutError, parse_layout, plan_split
 from parallel.importers.shell_eval import UNRESOLVED, Reader, ShellError, Word, run
 
 USED = {  # flag -> (type, key)
@@ -85,6 +90,9 @@ USED = {  # flag -> (type, key)
     "--activations-checkpoint-method": ("str", "checkpoint_method"),
     "--recompute-method": ("str", "recompute_method"),
     "--recompute-num-layers": ("int", "recompute_layers"),
+    "--recompute-modules": ("list", "recompute_modules"),
+    "--moe-layer-recompute": ("true", "moe_layer_recompute"),
+    "--pipeline-model-parallel-layout": ("str", "pp_layout"),
     "--use-distributed-optimizer": ("true", "distributed_optimizer"),
     "--use-torch-fsdp2": ("true", "fsdp2"),
     "--data-parallel-sharding-strategy": ("str", "sharding"),
@@ -147,7 +155,7 @@ IGNORED = re.compile(
     r"vocab-extra|moe-|position-embedding-type|add-bias|add-qkv-bias|qk-layernorm|"
     r"use-rotary|timing-log|override-opt|use-cpu-init|use-contiguous|log_|micro-batch-size-|"
     r"keep-fp8|use-precision-aware|main-grads|main-params|exp-avg|ddp-|fp16-lm|fp32-residual|"
-    r"squared-relu|openai-gelu|onnx|recompute-modules|align-|delay-|defer-|check-for|result-rejected|"
+    r"squared-relu|openai-gelu|onnx|align-|delay-|defer-|check-for|result-rejected|"
     r"eod-mask|reset-|cuda-graph|enable-|disable-|te-|nccl-|high-priority|"
     r"deterministic|num-dataset|object-storage|full-validation|timing|barrier|use-dist-ckpt|auto-detect|"
     r"dist-ckpt|async-save|non-persistent|pretrained-checkpoint|tensorboard-dir|use-fused|"
@@ -562,7 +570,8 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
     if sp and tp == 1:
         r.notes.append(f"line {line['sp']}: --sequence-parallel with tp = 1: Megatron-LM turns it off")
         sp = False
-    vpp = get.get("vpp", 1)
+    split = _layout_split(r, get, line, layers, pp) if "pp_layout" in get else {}
+    vpp = split.pop("vpp", get.get("vpp", 1))
     if "layers_per_virtual_stage" in get:
         vpp = _vpp_from_layers_per_stage(r, get, line, layers, pp)
     zero = 1 if get.get("distributed_optimizer") else 0
@@ -581,6 +590,13 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
                 line["recompute"], f"--recompute-granularity must be full or selective, got {get['recompute']!r}"
             )
         recompute = get["recompute"]
+    if get.get("moe_layer_recompute"):  # deprecated: TransformerConfig turns it into selective + "moe"
+        if recompute == "full":
+            raise r.fail(
+                line["moe_layer_recompute"], "--moe-layer-recompute with full recompute (Megatron-core refuses it)"
+            )
+        recompute = "selective"
+    modules = _recompute_modules(r, get, line, recompute)
     recompute_layers = None
     if recompute == "full" and "recompute_layers" in get and get.get("recompute_method") == "block":
         recompute_layers = get["recompute_layers"]
@@ -597,6 +613,7 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         vpp=vpp,
         zero=zero,
         recompute=recompute,
+        recompute_modules=modules,
         order="tp-cp-ep-pp-dp" if get.get("tp_pp_dp") else "tp-cp-ep-dp-pp",
         main_grads="bf16" if get.get("grad_bf16") or get.get("main_grads") in ("bf16", "bfloat16") else "fp32",
         fp8="none",
@@ -615,6 +632,7 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         embedding_in_split=bool(get.get("embedding_in_split")),
         loss_in_split=bool(get.get("loss_in_split")),
     )
+    plan.update(split)
     if get.get("fp8"):
         plan["fp8"] = "weights" if get.get("fp8_params") else "gemm"
         r.notes.append(
@@ -643,6 +661,58 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
     return plan, options
 
 
+# Megatron-core's recompute modules of layers the plan model does not have (transformer_config.py)
+FOREIGN_RECOMPUTE_MODULES = {
+    "gdn_norm_out": "GatedDeltaNet layers",
+    "gdp_in_proj": "GatedDeltaProduct layers",
+    "gdp_qkv": "GatedDeltaProduct layers",
+    "mhc": "hyper-connections",
+}
+
+
+def _recompute_modules(r: _Reader, get: dict, line: dict, recompute: str) -> str:
+    """Plan.recompute_modules from --recompute-modules (default core_attn) and --moe-layer-recompute
+    (which adds moe), checked as Megatron-core's TransformerConfig.__post_init__ checks them: known
+    names; moe_act only with --moe-grouped-gemm, mla_up_proj only with --multi-latent-attention. The
+    list counts only under --recompute-granularity selective (a note otherwise)."""
+    names = list(get.get("recompute_modules") or [DEFAULT_RECOMPUTE_MODULES])
+    if get.get("moe_layer_recompute") and "moe" not in names:
+        names.append("moe")
+        r.notes.append(
+            f"line {line['moe_layer_recompute']}: --moe-layer-recompute: selective recompute of the MoE block"
+        )
+    if "recompute_modules" not in get:
+        return "+".join(names)
+    ln = line["recompute_modules"]
+    if recompute != "selective":
+        r.notes.append(
+            f"line {ln}: --recompute-modules without --recompute-granularity selective: ignored, as Megatron-core does"
+        )
+        return DEFAULT_RECOMPUTE_MODULES
+    foreign = [n for n in names if n in FOREIGN_RECOMPUTE_MODULES]
+    if foreign:
+        raise r.fail(
+            ln,
+            f"--recompute-modules {' '.join(foreign)}: "
+            + ", ".join(f"{n} belongs to {FOREIGN_RECOMPUTE_MODULES[n]}" for n in foreign)
+            + ", which the plan model does not have",
+        )
+    unknown = [n for n in names if n not in RECOMPUTE_MODULES]
+    if unknown:
+        raise r.fail(
+            ln,
+            f"--recompute-modules {' '.join(unknown)}: not a Megatron-core module; it recomputes "
+            f"{', '.join(RECOMPUTE_MODULES + tuple(FOREIGN_RECOMPUTE_MODULES))}",
+        )
+    if "moe_act" in names and not get.get("grouped_gemm"):
+        raise r.fail(ln, "--recompute-modules moe_act needs --moe-grouped-gemm (Megatron-core refuses it without)")
+    if "mla_up_proj" in names and not get.get("mla"):
+        raise r.fail(
+            ln, "--recompute-modules mla_up_proj needs --multi-latent-attention (Megatron-core refuses it without)"
+        )
+    return "+".join(names)
+
+
 def attention_kernel(impl: str | None, backend: str | None, flash: bool | None) -> tuple[str | None, str]:
     """The attention kernel Megatron-LM runs (Plan.attention) and why, from --transformer-impl
     (default transformer_engine), --attention-backend (default auto) and --use-flash-attn; None where
@@ -666,6 +736,34 @@ def attention_kernel(impl: str | None, backend: str | None, flash: bool | None) 
         kernel = {"flash": "FlashAttention-3 on Hopper"}.get(backend, "cuDNN's fused flash attention")
         return "fused", f"Transformer Engine attention ({backend or 'auto'}): {kernel}, priced as the fused kernel"
     return None, ""
+
+
+# the flags Megatron-LM refuses beside --pipeline-model-parallel-layout (arguments.py, validate_args;
+# TransformerConfig.__post_init__): the layout sets the virtual stages and every stage's layers itself
+LAYOUT_EXCLUDES = {
+    "layers_per_virtual_stage": "--num-layers-per-virtual-pipeline-stage",
+    "vpp": "--num-virtual-stages-per-pipeline-rank",
+    "first_stage_layers": "--decoder-first-pipeline-num-layers",
+    "last_stage_layers": "--decoder-last-pipeline-num-layers",
+    "embedding_in_split": "--account-for-embedding-in-pipeline-split",
+    "loss_in_split": "--account-for-loss-in-pipeline-split",
+}
+
+
+def _layout_split(r: _Reader, get: dict, line: dict, layers: int, pp: int) -> dict:
+    """vpp and the first / last stage's layers from --pipeline-model-parallel-layout
+    (parallel.importers.pipeline_layout), refused beside the flags Megatron-LM refuses with it and
+    where the plan cannot express it (uneven middle stages)."""
+    ln = line["pp_layout"]
+    clash = [flag for key, flag in LAYOUT_EXCLUDES.items() if get.get(key)]
+    if clash:
+        raise r.fail(ln, f"--pipeline-model-parallel-layout cannot be set with {', '.join(clash)} (Megatron-LM)")
+    try:
+        fields, notes = plan_split(parse_layout(get["pp_layout"], pp, layers))
+    except LayoutError as err:
+        raise r.fail(ln, str(err)) from None
+    r.notes += [f"line {ln}: {n}" for n in notes]
+    return fields
 
 
 def _vpp_from_layers_per_stage(r: _Reader, get: dict, line: dict, layers: int, pp: int) -> int:

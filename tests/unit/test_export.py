@@ -52,6 +52,21 @@ MEGATRON = [
         Plan(dp=2, tp=8, pp=4, sp=True, vpp=5, p2p_overlap=True, tp_overlap=True, global_batch=64, fp8="gemm"),
     ),
     ("mixtral-8x7b", Plan(dp=8, tp=2, ep=4, etp=1, global_batch=64, param_gather_overlap=True, zero=1, cp=1)),
+    (
+        "deepseek-v3",
+        Plan(
+            dp=8,
+            tp=2,
+            pp=4,
+            sp=True,
+            ep=8,
+            zero=1,
+            global_batch=64,
+            recompute="selective",
+            recompute_modules="moe_act+layernorm+mla_up_proj",
+            last_stage_layers=13,
+        ),
+    ),
 ]
 
 
