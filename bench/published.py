@@ -36,6 +36,7 @@ from parallel.core.perf import PerfOptions, flops_per_step, step_time
 from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, MODELS, Cluster, Model, SpecError
 from parallel.core.validate import check
+from parallel.importers.pipeline_layout import parse_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUNS = ROOT.parent / "shared" / "published_runs.json"
@@ -76,27 +77,22 @@ NAMED_SHAPES = {
 PRESET_MODELS = {re.sub(r"[^A-Z0-9.]", "", name.upper()): name for name, m in MODELS.items() if m.experts}
 
 # Megatron-Bridge's DeepSeek-V3 pipeline layouts (src/megatron/bridge/recipes/deepseek/deepseek_v3.py,
-# layout_map, at the 25.11 performance summary's commit 00b7660): transformer layers per virtual stage,
-# the embedding with the first, the multi-token-prediction layer and the loss after the last.
+# layout_map, at the 25.11 performance summary's commit 00b7660), its lists of layer names written in
+# Megatron-core's layout grammar (parallel.importers.pipeline_layout): the embedding with the first
+# virtual stage, the multi-token-prediction layer and the loss after the last.
 # (2, 4) and (8, 4) are not in that map: (8, 4) is the recipe's own H100 layout "Et|(tt|)*30mL";
 # (2, 4) follows the map's pattern for eight virtual stages, (4, 2) and (8, 1).
+EIGHT_STAGES, SIXTEEN_STAGES = "Et*8|(t*8|)*6t*5mL", "Et*4|(t*4|)*14tmL"
 DEEPSEEK_LAYOUTS = {
-    (4, 1): (16, 16, 16, 13),
-    (8, 1): (8,) * 7 + (5,),
-    (4, 2): (8,) * 7 + (5,),
-    (2, 4): (8,) * 7 + (5,),
-    (16, 1): (4,) * 15 + (1,),
-    (8, 2): (4,) * 15 + (1,),
-    (4, 4): (4,) * 15 + (1,),
-    (8, 4): (1,) + (2,) * 30 + (0,),
+    (4, 1): "Et*16|t*16|t*16|t*13mL",
+    (8, 1): EIGHT_STAGES,
+    (4, 2): EIGHT_STAGES,
+    (2, 4): EIGHT_STAGES,
+    (16, 1): SIXTEEN_STAGES,
+    (8, 2): SIXTEEN_STAGES,
+    (4, 4): SIXTEEN_STAGES,
+    (8, 4): "Et|(tt|)*30mL",
 }
-
-
-def layout_stage_layers(layout: tuple[int, ...], pp: int) -> tuple[int, int]:
-    """(first, last) pipeline rank's transformer layers under a layout of virtual stages: rank r holds
-    virtual stages r, r + pp, r + 2 pp, ... (Megatron-core's interleaved assignment)."""
-    ranks = [sum(layout[r::pp]) for r in range(pp)]
-    return ranks[0], ranks[-1]
 
 
 def nvl72_domain(world: int, gpus_per_tray: int = 4, trays_per_rack: int = 18) -> int:
@@ -356,13 +352,14 @@ def translate(index: int, run: dict) -> Case:
     if model.name == "deepseek-v3" and pp > 1 and layout is None:
         raise Skip(f"no pipeline layout known for DeepSeek-V3 at pp {pp} × vp {vp}")
     if layout:
-        first, last = layout_stage_layers(layout, pp)
+        ranks = parse_layout(layout, pp, model.layers).rank_layers()
+        first, last = ranks[0], ranks[-1]
         split = {"first_stage_layers": first, "last_stage_layers": last}
         notes.append(
             f"Megatron-Bridge's DeepSeek-V3 pipeline layout for pp {pp} × vp {vp}: {first} layers on the first "
             f"rank, {last} on the last (with the MTP layer and the loss, not modelled: the last rank stays "
-            "the lighter), the rest even; recompute_modules (mla_up_proj / moe_act: the up projections' or "
-            "the expert activation's forward again, a few % of a layer) not modelled"
+            "the lighter), the rest even; the recipe's recompute_modules (mla_up_proj / moe_act: the up "
+            "projections' or the expert activation's forward again, a few % of a layer) not set here"
         )
     elif pp > 1 and model.layers % (pp * vp):
         why = {

@@ -11,6 +11,7 @@ import pytest
 from bench import gpu_kernels, published
 from parallel.core import compute
 from parallel.core.devices import DEVICES
+from parallel.importers.pipeline_layout import parse_layout
 
 RUNS = Path(__file__).resolve().parents[3] / "shared" / "published_runs.json"
 
@@ -147,18 +148,12 @@ def test_deepseek_v3_is_the_mla_preset_with_its_recipe_pipeline_layout():
         published.translate(0, run(**{**ds, "parallel": {**ds["parallel"], "pp": 2, "vp": 2}}))
 
 
-@pytest.mark.parametrize(
-    "layout,pp,ranks",
-    [
-        ((4,) * 15 + (1,), 4, (16, 13)),  # virtual stages 0, 4, 8, 12 on rank 0; 3, 7, 11, 15 on rank 3
-        ((1,) + (2,) * 30 + (0,), 8, (7, 6)),  # "Et|(tt|)*30mL"
-        ((8,) * 7 + (5,), 2, (32, 29)),
-        ((16, 16, 16, 13), 4, (16, 13)),
-    ],
-)
-def test_layout_stage_layers_sums_each_ranks_virtual_stages(layout, pp, ranks):
-    assert published.layout_stage_layers(layout, pp) == ranks
-    assert sum(layout) == 61  # DeepSeek-V3's layers, each placed once
+@pytest.mark.parametrize("key,ranks", [((4, 4), (16, 13)), ((8, 4), (7, 6)), ((2, 4), (32, 29)), ((4, 1), (16, 13))])
+def test_deepseek_layouts_parse_to_each_ranks_layers(key, ranks):
+    """Rank r holds virtual stages r, r + pp, ...: (4, 4)'s E+4 | 4 x 14 | 1+mtp+loss gives rank 0 stages
+    0, 4, 8, 12 (4 x 4) and rank 3 stages 3, 7, 11, 15 (4 + 4 + 4 + 1)."""
+    layout = parse_layout(published.DEEPSEEK_LAYOUTS[key], key[0], 61)  # DeepSeek-V3's layers, each once
+    assert (layout.rank_layers()[0], layout.rank_layers()[-1]) == ranks and layout.vpp == key[1]
 
 
 @pytest.mark.parametrize("world,domain", [(8, 8), (64, 64), (72, 72), (256, 64), (128, 64), (96, 48), (576, 72)])
