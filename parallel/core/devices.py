@@ -21,6 +21,10 @@ multiprocessor count, and what real kernels reach of them:
                           H200); PyTorch made cuDNN SDPA opt-in from 2.5 to 2.9 (pytorch/pytorch#138522)
     memory_efficiency     the fraction of HBM bandwidth element-wise kernels stream at: 0.76 on the
                           H200 (copy, add, GeLU, LayerNorm, SiLU x mul: 0.59-0.91, geometric mean)
+    host_link_bytes_per_s the link to host memory, per direction (activation offloading's copies):
+                          PCIe x16 (the datasheets' "PCIe Gen5: 128 GB/s", "Gen4: 64 GB/s", both
+                          directions) at PCIE_PAYLOAD of its raw rate, or Grace-Blackwell's NVLink-C2C
+                          (GB200 / GB300 NVL72 datasheets: 900 GB/s, both directions)
 
 Where a preset's value rests on another device's measurement it says so.
 
@@ -54,6 +58,7 @@ class Device:
     memory_efficiency: float = 0.76
     source: str = ""
     fa2_efficiency: float | None = None  # None: the fused kernel's (where FlashAttention-2 is the best there is)
+    host_link_bytes_per_s: float = 0.0  # to host memory, per direction; 0: unknown (PCIE_GEN5 assumed)
 
     def __post_init__(self):
         if self.fa2_efficiency is None:
@@ -64,6 +69,11 @@ class Device:
         for name in ("gemm_efficiency", "attention_efficiency", "memory_efficiency"):
             if not MIN_EFFICIENCY <= getattr(self, name) <= 1:
                 raise SpecError(f"Device.{name} must be in [{MIN_EFFICIENCY}, 1], got {getattr(self, name)!r}")
+
+    @property
+    def host_link(self) -> float:
+        """Bytes per second each way to host memory: the preset's, else PCIe Gen5's (PCIE_GEN5)."""
+        return self.host_link_bytes_per_s or PCIE_GEN5
 
     def peak(self, fp8: bool) -> float:
         """The dense tensor-core peak GEMMs of that precision run against (fp8 falls back to bf16)."""
@@ -92,6 +102,13 @@ class Device:
         return _from_dict(cls, data)
 
 
+# Host links, per direction. PCIe x16 carries 64 GB/s (Gen5) or 32 GB/s (Gen4) raw each way; pinned
+# host copies move about 55 GB/s of it on Gen5 (PCIE_PAYLOAD: 128b/130b coding and TLP headers): an
+# estimate, not a measurement of ours. NVLink-C2C: the GB200 / GB300 datasheets' 900 GB/s, both ways.
+PCIE_PAYLOAD = 55 / 64
+PCIE_GEN5 = 64 * GB * PCIE_PAYLOAD
+PCIE_GEN4 = 32 * GB * PCIE_PAYLOAD
+NVLINK_C2C = 450 * GB
 MAMF = "MAMF: stas00/ml-engineering compute/accelerator/README.md"
 MEASURED = "bench/gpu_kernels.py on an H200"
 BURST_TO_SUSTAINED = {"bf16": 0.729 / 0.803, "fp8": 0.718 / 0.734}  # H200: measured main loop / MAMF
@@ -116,6 +133,7 @@ DEVICES: dict[str, Device] = {
         0.65,
         0.76,
         f"NVIDIA A100 datasheet; {MAMF} (A100 SXM 86.9%); FlashAttention-2 (Dao 2023) Fig. 6; {MEASURED} ratios",
+        host_link_bytes_per_s=PCIE_GEN4,
     ),
     "a100-sxm-80gb": Device(
         "a100-sxm-80gb",
@@ -129,6 +147,7 @@ DEVICES: dict[str, Device] = {
         0.65,
         0.76,
         f"NVIDIA A100 datasheet; {MAMF} (A100 SXM 86.9%); FlashAttention-2 (Dao 2023) Fig. 6; {MEASURED} ratios",
+        host_link_bytes_per_s=PCIE_GEN4,
     ),
     # NVIDIA H100 datasheet (SXM5): 989 TFLOP/s dense bf16, 1,979 fp8; 80 GB HBM3 at 3.35 TB/s; 132
     # SMs. Kernel efficiencies: the H200's, the same chip (its clocks and tensor cores), measured.
@@ -145,6 +164,7 @@ DEVICES: dict[str, Device] = {
         0.76,
         f"NVIDIA H100 datasheet; kernel efficiencies {MEASURED} (the same Hopper chip)",
         fa2_efficiency=0.284,
+        host_link_bytes_per_s=PCIE_GEN5,
     ),
     # NVIDIA H200 datasheet: H100's tensor cores with 141 GB HBM3e at 4.8 TB/s.
     "h200-sxm": Device(
@@ -160,6 +180,7 @@ DEVICES: dict[str, Device] = {
         0.76,
         f"NVIDIA H200 datasheet; kernel efficiencies {MEASURED}",
         fa2_efficiency=0.284,
+        host_link_bytes_per_s=PCIE_GEN5,
     ),
     # NVIDIA HGX B200: 2.25 PFLOP/s dense bf16, 4.5 fp8; 180 GB HBM3e at 8 TB/s; 148 SMs. MAMF bf16
     # 1,745 (77.6%), fp8 3,432.5 (76.3%). Attention and memory: Hopper's measured fractions.
@@ -175,6 +196,7 @@ DEVICES: dict[str, Device] = {
         0.493,
         0.76,
         f"NVIDIA HGX B200 datasheet; {MAMF} (B200 bf16 77.6%, fp8 76.3%); attention as Hopper's",
+        host_link_bytes_per_s=PCIE_GEN5,
     ),
     # NVIDIA GB200 NVL72: 2.5 PFLOP/s dense bf16, 5 fp8 per GPU; 186 GB HBM3e at 8 TB/s. MAMF bf16
     # 1,822 (72.9%), fp8 3,615.6 (72.3%).
@@ -190,6 +212,7 @@ DEVICES: dict[str, Device] = {
         0.493,
         0.76,
         f"NVIDIA GB200 NVL72 datasheet; {MAMF} (GB200 bf16 72.9%, fp8 72.3%); attention as Hopper's",
+        host_link_bytes_per_s=NVLINK_C2C,
     ),
     # NVIDIA GB300 NVL72 (Blackwell Ultra): 2.5 PFLOP/s dense bf16, 5 fp8; 288 GB HBM3e at 8 TB/s;
     # 160 SMs. MAMF of B300 (bf16 78.6%, fp8 74.5%), the same chip.
@@ -205,6 +228,7 @@ DEVICES: dict[str, Device] = {
         0.493,
         0.76,
         f"NVIDIA GB300 NVL72 datasheet; {MAMF} (B300 bf16 78.6%, fp8 74.5%); attention as Hopper's",
+        host_link_bytes_per_s=NVLINK_C2C,
     ),
     # AMD Instinct MI300X datasheet: 1,307.4 TFLOP/s dense bf16, 2,614.9 fp8; 192 GB HBM3 at 5.3
     # TB/s; 304 CUs. MAMF bf16 668.4 (51.4%, ROCm 6.3); fp8, attention and memory fractions assumed.
@@ -220,6 +244,7 @@ DEVICES: dict[str, Device] = {
         0.3,
         0.7,
         f"AMD MI300X datasheet; {MAMF} (MI300X bf16 51.4%); fp8, attention and memory assumed",
+        host_link_bytes_per_s=PCIE_GEN5,
     ),
 }
 

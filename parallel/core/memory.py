@@ -54,6 +54,7 @@ from parallel.core.plan import (
     PlanColumns,
     layers_on_stage,
     memoized,
+    offloaded_modules,
     recomputed_share,
     recomputes,
 )
@@ -300,6 +301,48 @@ def activation_components_bytes(
     return {**{k: where(full, 0.0, v) for k, v in parts.items()}, "layer_input": where(full, layer_input, 0.0)}
 
 
+def offloaded_bytes_per_layer(model: Model, plan: AnyPlan, opts: ActivationOptions = ActivationOptions()) -> dict:
+    """Bytes of ONE layer's saved activations for ONE microbatch that fine-grained activation offloading
+    moves to host memory, by module of plan.offload_modules (OFFLOAD_MODULES; {} when none). Megatron-
+    core offloads what a module's region saves for backward (megatron/core/pipeline_parallel/
+    fine_grained_activation_offload.py: saved_tensors_hooks around the module), in the terms of
+    activation_components_bytes (after recomputation: what a recomputed module no longer saves is not
+    offloaded), the norms as Transformer Engine's layer spec builds them:
+      attn_norm   the input norm's input, A b s_q h r, where the norm is a module (MLA); else 0
+      qkv_linear  attention.qkv_input (MLA: the down and up projections' inputs and latents), and for
+                  GQA / MHA the fused norm's input too (TELayerNormColumnParallelLinear saves it)
+      core_attn   Q, K, V, the scores and masks where kept, the softmax statistics
+      attn_proj   attention.proj_input
+      mlp_norm    the pre-MLP norm's input on the MoE layers (a dense layer's is fused into fc1)
+      expert_fc1  the routed copies, A' R h, on the MoE layers (0 when the MoE block is recomputed)
+      moe_act     the experts' activation input, g A R f_e / etp, likewise
+    Tensors under Megatron-core's min_offloaded_tensor_size (1M elements) are not skipped here."""
+    modules = offloaded_modules(plan)
+    if not modules:
+        return {}
+    parts = activation_components_bytes(model, plan, opts)
+    act, s_q, _ = _sizes(model, plan, opts)
+    r = where(plan.sp, 1 / plan.tp, 1.0)
+    live = where(plan.recompute == "full", 0.0, 1.0)  # full recompute keeps only each layer's input
+    norm_in = act * plan.micro_batch * s_q * model.hidden * r * live
+    share = model.moe_share
+    experts = where(recomputes(plan, "moe"), 0.0, share) * live
+    gemm_in = 1 if plan.fp8 != "none" else act
+    routed = routed_rows(model, plan)
+    gate = 2 if model.gated_mlp else 1
+    core = ("qk", "v", "scores", "dropout_mask", "dropout_output", "softmax_stats")
+    out = {
+        "attn_norm": norm_in if model.mla else 0.0,
+        "qkv_linear": parts.get("attention.qkv_input", 0.0) + (0.0 if model.mla else norm_in),
+        "core_attn": sum(parts.get(f"attention.{k}", 0.0) for k in core),
+        "attn_proj": parts.get("attention.proj_input", 0.0),
+        "mlp_norm": norm_in * share,
+        "expert_fc1": experts * gemm_in * routed * model.hidden,
+        "moe_act": experts * gate * act * routed * model.expert_width / plan.expert_tp,
+    }
+    return {m: out[m] for m in modules}
+
+
 def routed_rows(model: Model, plan: AnyPlan) -> Any:
     """Routed token copies the busiest rank's experts process per MoE layer and microbatch: the copies
     its b s_q / t sequence shard's tokens send (routed_copies), all-gathered over the expert-TP group
@@ -517,11 +560,16 @@ def activation_bytes_per_stage(
     layers_per_chunk = layers_on_stage(model.layers, plan, stage) / plan.vpp
     chunks = inflight_chunks(plan, stage)
     per_layer = activation_bytes_per_layer(model, plan, opts)
+    offloaded = sum(offloaded_bytes_per_layer(model, plan, opts).values())
     if plan.recompute_layers is not None:  # the layers not recomputed keep everything
         share = recomputed_share(model.layers, plan)
-        kept = activation_bytes_per_layer(model, _without_recompute(plan), opts)
+        unrecomputed = _without_recompute(plan)
+        kept = activation_bytes_per_layer(model, unrecomputed, opts)
         per_layer = share * per_layer + (1 - share) * kept
-    total = per_layer * layers_per_chunk * chunks
+        offloaded = share * offloaded + (1 - share) * sum(offloaded_bytes_per_layer(model, unrecomputed, opts).values())
+    # offloaded tensors leave the device but for one layer's (the one being copied out or back in:
+    # Megatron-core keeps the last groups before backward on the device and reloads a layer ahead)
+    total = (per_layer - offloaded) * layers_per_chunk * chunks + offloaded
     first = first_stage_extra_bytes(model, plan, opts) * embedding_chunks(plan)
     total = total + where(stage == 0, first, 0.0)
     return total + where(stage == plan.pp - 1, last_stage_extra_bytes(model, plan, opts), 0.0)

@@ -26,6 +26,9 @@ output layer and loss on the last) plus the communication on its critical path:
                 schedule pairs it with (ep_exposed_seconds).
     PP          a microbatch's sends and receives, exposed unless plan.p2p_overlap (the interleaved
                 schedule's overlapped P2P).
+    offload     plan.offload_modules' bytes (parallel.core.memory.offloaded_bytes_per_layer) copied to
+                host memory in forward and back in backward over the device's host link, each way on
+                its own stream (offload_exposed_seconds): only what one layer's compute cannot hide.
 
 The pipeline (1F1B, GPipe, interleaved; Narayanan et al. 2021 Sec. 2.2) runs m microbatches at the
 pace of its slowest stage, and its fill and drain pass once through every other stage: m t_max +
@@ -67,8 +70,8 @@ from parallel.core.comm import (
 )
 from parallel.core.compute import JOB_EFFICIENCY, LayerCost, layer_cost, optimizer_seconds
 from parallel.core.devices import Device, cluster_device
-from parallel.core.memory import ActivationOptions, AnyPlan, max_params_per_stage
-from parallel.core.plan import PlanColumns, recomputed_share, recomputes, stage_layer_counts
+from parallel.core.memory import ActivationOptions, AnyPlan, max_params_per_stage, offloaded_bytes_per_layer
+from parallel.core.plan import PlanColumns, offloaded_modules, recomputed_share, recomputes, stage_layer_counts
 from parallel.core.specs import Cluster, Model
 from parallel.core.vector import maximum, minimum, where
 
@@ -175,6 +178,22 @@ def selective_recompute_flops_per_token(model: Model, plan: AnyPlan, core: Any) 
     return sum(where(recomputes(plan, m), v, 0.0) for m, v in terms.items())
 
 
+def offload_exposed_seconds(
+    model: Model, plan: AnyPlan, cluster: Cluster, perf: PerfOptions, acts: ActivationOptions, cost: LayerCost
+) -> Any:
+    """Seconds per layer and microbatch that fine-grained activation offloading adds: each layer's
+    offloaded bytes cross the host link (Device.host_link, per direction) once in forward (device to
+    host) and once in backward (host to device). Assumption: Megatron-core's manager starts a layer's
+    copy when its module's forward ends and reloads a layer ahead in backward, on streams of their
+    own, so each copy runs under one layer's compute -- the next layer's forward, the previous one's
+    backward -- and only the rest is exposed; the GPUs of a node do not contend for host bandwidth.
+    0 on a flat (MFU or CPU) cost model."""
+    if not offloaded_modules(plan) or perf.mfu is not None or cluster.device == "cpu":
+        return 0.0
+    copy = sum(offloaded_bytes_per_layer(model, plan, acts).values()) / device_of(cluster, perf).host_link
+    return maximum(copy - cost.fwd, 0.0) + maximum(copy - cost.bwd, 0.0)
+
+
 def bubble_fraction(plan: AnyPlan) -> Any:
     """(p - 1)/(v m): idle time of the pipeline relative to its ideal time (equal stages)."""
     return where(plan.pp == 1, 0.0, (plan.pp - 1) / (plan.vpp * maximum(plan.microbatches, 1)))
@@ -275,6 +294,7 @@ def step_time(
         **{f"exposed_{d}_s": exposed[d] for d in DIMS},
         **{f"hidden_{d}_s": hidden[d] for d in DIMS},
         "optimizer_s": optimizer,
+        "offload_exposed_s": core["offload"],
         "model_flops": flops["model_flops"],
         "hardware_flops": flops["hardware_flops"],
         "mfu": flops["model_flops"] / (step * plan.world_size * cluster.peak_flops),
@@ -324,8 +344,9 @@ def _pipeline(
     per_layer = _layer_comm(plan, cost, units, crosses_nodes(plan, cluster, ("tp",)), model.moe_share)
     pp_mb = where(plan.p2p_overlap | (p == 1), 0.0, _unit(units, ("pp",), "microbatch"))
     first_n, middle_n, last_n = stage_layer_counts(model.layers, plan)
-    # one microbatch on a stage: its layers' compute and exposed comm, and the ends it holds
-    layer_t = cost.layer + sum(per_layer["exposed"].values())
+    # one microbatch on a stage: its layers' compute, exposed comm and offload copies, and the ends it holds
+    offload = offload_exposed_seconds(model, plan, cluster, perf, acts, cost)
+    layer_t = cost.layer + sum(per_layer["exposed"].values()) + offload
     ends = {scope: sum(_unit(units, (d,), scope) for d in ("tp", "sp")) for scope in ("first", "last")}
     first_t, last_t = cost.embedding + ends["first"], cost.head + ends["last"]
     kinds = [(first_n, True, False), (middle_n, False, False), (last_n, False, True), (first_n, True, True)]
@@ -357,6 +378,7 @@ def _pipeline(
         "compute": m * compute,
         "bubble": pipe - m * t_max,
         "step_comm": sum(step_comm.values()),
+        "offload": m * crit["layers"] * offload,
         "fwd_mb": crit["layers"] * cost.fwd,
         "bwd_mb": crit["layers"] * cost.bwd,
         **{f"exposed_{d}": m * exposed[d] + step_comm.get(d, 0.0) for d in DIMS},

@@ -34,6 +34,17 @@ RECOMPUTE = ("none", "selective", "full")
 # modules (gdn_norm_out, gdp_in_proj, gdp_qkv, mhc) belong to layers the plan model does not have.
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 DEFAULT_RECOMPUTE_MODULES = "core_attn"
+# The submodules whose saved activations fine-grained activation offloading copies to host memory in
+# forward and back before backward (Megatron-core's --fine-grained-activation-offloading
+# --offload-modules, TransformerConfig.offload_modules; megatron/core/pipeline_parallel/
+# fine_grained_activation_offload.py offloads what each module's region saves for backward):
+# attn_norm / mlp_norm = the input and pre-MLP norms' inputs (where a norm is a module of its own),
+# qkv_linear = the QKV projection's (MLA: the down and up projections'), core_attn = the attention
+# core's, attn_proj = the out-projection's input, expert_fc1 / moe_act = the routed experts' fc1
+# input and activation input. parallel.core.memory counts each, parallel.core.perf its copy time.
+# (fused_group_mlp needs Transformer Engine's op fuser; gdp_qkv belongs to GatedDeltaProduct layers.)
+OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+NO_OFFLOAD = "none"
 SCHEDULES = ("1f1b", "gpipe")
 # Gradient dtype of the accumulation buffer that is reduced and fed to the optimizer (Megatron-LM:
 # fp32 unless --grad-reduce-in-bf16 / --main-grads-dtype bf16; torchtitan: mixed_precision_reduce).
@@ -83,20 +94,19 @@ def _t_recompute(p: Any) -> str:
     return f"rc-{p.recompute}" + (f"{p.recompute_layers}" if p.recompute_layers else "") + modules
 
 
-def parse_recompute_modules(text: str) -> str:
-    """The one spelling of a set of recompute modules: names separated by '+', ',' or spaces (Megatron-LM
-    writes `--recompute-modules core_attn moe_act`) -> their RECOMPUTE_MODULES order joined by '+'.
-    SpecError naming an unknown module or an empty set."""
+def parse_modules(text: str, known: tuple[str, ...] = RECOMPUTE_MODULES, *, what: str = "recompute") -> str:
+    """The one spelling of a set of modules: names separated by '+', ',' or spaces (Megatron-LM writes
+    `--recompute-modules core_attn moe_act`) -> their order in `known` joined by '+'. SpecError naming
+    an unknown module, or an empty set of recompute modules (no offloaded ones: 'none', or '')."""
     names = [n for n in re.split(r"[\s+,]+", text.strip()) if n]
-    unknown = [n for n in names if n not in RECOMPUTE_MODULES]
+    if what == "offload" and names in ([], ["none"]):
+        return NO_OFFLOAD
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise SpecError(
-            f"recompute module(s) {', '.join(map(repr, unknown))} unknown; the plan model recomputes "
-            f"{', '.join(RECOMPUTE_MODULES)}"
-        )
-    if not names:
-        raise SpecError(f"recompute modules must name at least one of {', '.join(RECOMPUTE_MODULES)}")
-    return "+".join(m for m in RECOMPUTE_MODULES if m in names)
+        raise SpecError(f"{what} module(s) {', '.join(map(repr, unknown))} unknown; known: {', '.join(known)}")
+    if not names and what == "recompute":
+        raise SpecError(f"recompute modules must name at least one of {', '.join(known)}")
+    return "+".join(m for m in known if m in names)
 
 
 def _t_stages(p: Any) -> str:
@@ -258,6 +268,18 @@ class Plan:
         token=lambda p: "",  # written with the recompute mode: 'rc-selective[moe_act+layernorm]'
         megatron=("--recompute-modules",),
         torchtitan=("(per-op or per-block only)",),
+    )
+    # Fine-grained activation offloading: the modules whose saved activations go to host memory
+    # (OFFLOAD_MODULES, '+'-joined), or none
+    offload_modules: str = knob(
+        NO_OFFLOAD,
+        "text",
+        "offl",
+        "activations offloaded to host memory, '+'-joined (" + ", ".join(OFFLOAD_MODULES) + ") or none",
+        column="offload",
+        token=lambda p: f"offload[{p.offload_modules}]" if p.offload_modules != NO_OFFLOAD else "",
+        megatron=("--fine-grained-activation-offloading", "--offload-modules"),
+        torchtitan=("(none)",),
     )
     # With recompute "full": recompute only this many layers of each virtual stage chunk, keeping the
     # others' activations (Megatron-LM --recompute-method block --recompute-num-layers N; torchtitan's
@@ -578,10 +600,18 @@ class Plan:
         if self.recompute_layers is not None and self.recompute != "full":
             raise SpecError(f"Plan.recompute_layers needs recompute 'full', got {self.recompute!r}")
         try:
-            modules = parse_recompute_modules(self.recompute_modules) if self.recompute == "selective" else None
+            modules = parse_modules(self.recompute_modules) if self.recompute == "selective" else None
         except SpecError as err:
             raise SpecError(f"Plan.recompute_modules {self.recompute_modules!r}: {err}") from None
         object.__setattr__(self, "recompute_modules", modules or DEFAULT_RECOMPUTE_MODULES)
+        try:
+            object.__setattr__(
+                self, "offload_modules", parse_modules(self.offload_modules, OFFLOAD_MODULES, what="offload")
+            )
+        except SpecError as err:
+            raise SpecError(f"Plan.offload_modules {self.offload_modules!r}: {err}") from None
+        if "attn_proj" in self.offload_modules and "core_attn" not in self.offload_modules:  # Megatron-core's check
+            raise SpecError("offload module attn_proj needs core_attn (they share the attention output)")
         if "moe_act" in self.recompute_modules.split("+") and not self.grouped_gemm:  # as Megatron-core checks
             raise SpecError("recompute module moe_act needs grouped_gemm (--moe-grouped-gemm), as in Megatron-core")
         try:
@@ -907,6 +937,11 @@ def recomputes(plan: Plan | PlanColumns, module: str) -> Any:
     if module not in RECOMPUTE_MODULES:
         raise ValueError(f"recompute module must be one of {', '.join(RECOMPUTE_MODULES)}, got {module!r}")
     return (plan.recompute == "selective") & (module in plan.recompute_modules.split("+"))
+
+
+def offloaded_modules(plan: Plan | PlanColumns) -> list[str]:
+    """The modules whose saved activations the plan offloads to host memory (OFFLOAD_MODULES' names)."""
+    return [] if plan.offload_modules == NO_OFFLOAD else plan.offload_modules.split("+")
 
 
 def recomputed_share(layers: int, plan: Plan | PlanColumns) -> Any:

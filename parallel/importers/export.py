@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from parallel.core.plan import DEFAULT_RECOMPUTE_MODULES, PLAN_FIELDS, Plan
+from parallel.core.plan import DEFAULT_RECOMPUTE_MODULES, PLAN_FIELDS, Plan, offloaded_modules
 from parallel.core.specs import MODELS, Model
 from parallel.core.topology import DEFAULT_ORDER
 from parallel.importers.megatron import CP_COMM_TYPES, USED
@@ -129,6 +129,10 @@ def megatron_script(plan: Plan, model: Model, *, gpus_per_node: int = 8) -> tupl
         flags.append(f"{_flag('recompute', 1)} full")
         if p.recompute_layers is not None:
             flags += [f"{_flag('recompute_layers', 0)} block", f"{_flag('recompute_layers', 1)} {p.recompute_layers}"]
+    if offloaded_modules(p) and p.attention == "fa2":  # written as the local implementation (below)
+        notes.append(f"offloaded activations ({p.offload_modules}): Megatron-LM offloads under Transformer Engine only")
+    elif offloaded_modules(p):
+        flags += [_flag("offload_modules", 0), f"{_flag('offload_modules', 1)} {p.offload_modules.replace('+', ' ')}"]
     if p.order == TP_PP_DP_ORDER:
         flags.append(_flag("order"))
     elif p.order != DEFAULT_ORDER:
@@ -296,6 +300,8 @@ def torchtitan_toml(plan: Plan, model: Model) -> tuple[str, list[str]]:
             notes.append(f"{p.recompute_layers} of {chunk} layers recomputed: torchtitan checkpoints every k-th block")
     else:
         put(mode_key, "full" if p.recompute == "full" else "none")
+    if offloaded_modules(p):
+        notes.append(f"offloaded activations ({p.offload_modules}): torchtitan has no fine-grained offloading")
     put(torchtitan_keys("main_grads")[0], "bfloat16" if p.main_grads == "bf16" else "float32")
     if p.fp8 != "none":
         sections["model"]["converters"] = ["float8"]

@@ -31,7 +31,8 @@ the plan, read as Megatron-LM's `arguments.py` reads them:
   pipeline_layout: vpp and the first / last rank's layers; uneven middle ranks refused);
   `--recompute-method block --recompute-num-layers N` -> recompute_layers.
 * `--recompute-granularity selective --recompute-modules M ...` (and the deprecated
-  `--moe-layer-recompute`: + moe) -> recompute_modules, checked as TransformerConfig checks them.
+  `--moe-layer-recompute`: + moe) -> recompute_modules; `--fine-grained-activation-offloading
+  --offload-modules M ...` -> offload_modules; both checked as TransformerConfig checks them.
 * `--swiglu` -> the llama architecture (gated MLP; ffn default int(8h/3/64)·64), else gpt.
 * `--cp-comm-type p2p|a2a|allgather|a2a+p2p` (default p2p) -> the plan's cp_kind ring | ulysses |
   allgather | ring (hierarchical, noted).
@@ -48,7 +49,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from parallel.core.plan import CP_KINDS, DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_MODULES, Plan
+from parallel.core.plan import CP_KINDS, DEFAULT_RECOMPUTE_MODULES, NO_OFFLOAD, OFFLOAD_MODULES, RECOMPUTE_MODULES, Plan
 from parallel.core.specs import MODELS, Model, SpecError
 from parallel.importers.base import Imported, failure
 from parallel.importers.moe_pattern import PatternError, moe_layer_flags
@@ -92,6 +93,8 @@ USED = {  # flag -> (type, key)
     "--recompute-num-layers": ("int", "recompute_layers"),
     "--recompute-modules": ("list", "recompute_modules"),
     "--moe-layer-recompute": ("true", "moe_layer_recompute"),
+    "--fine-grained-activation-offloading": ("true", "offloading"),
+    "--offload-modules": ("list", "offload_modules"),
     "--pipeline-model-parallel-layout": ("str", "pp_layout"),
     "--use-distributed-optimizer": ("true", "distributed_optimizer"),
     "--use-torch-fsdp2": ("true", "fsdp2"),
@@ -614,6 +617,7 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         zero=zero,
         recompute=recompute,
         recompute_modules=modules,
+        offload_modules=_offload_modules(r, get, line),
         order="tp-cp-ep-pp-dp" if get.get("tp_pp_dp") else "tp-cp-ep-dp-pp",
         main_grads="bf16" if get.get("grad_bf16") or get.get("main_grads") in ("bf16", "bfloat16") else "fp32",
         fp8="none",
@@ -709,6 +713,37 @@ def _recompute_modules(r: _Reader, get: dict, line: dict, recompute: str) -> str
     if "mla_up_proj" in names and not get.get("mla"):
         raise r.fail(
             ln, "--recompute-modules mla_up_proj needs --multi-latent-attention (Megatron-core refuses it without)"
+        )
+    return "+".join(names)
+
+
+def _offload_modules(r: _Reader, get: dict, line: dict) -> str:
+    """Plan.offload_modules from --fine-grained-activation-offloading --offload-modules M ..., checked as
+    TransformerConfig checks them: at least one module, each known, attn_proj only with core_attn,
+    Transformer Engine only (arguments.py). The modules alone, without the switch, offload nothing."""
+    names = list(get.get("offload_modules") or [])
+    if not get.get("offloading"):
+        if names:
+            r.notes.append(
+                f"line {line['offload_modules']}: --offload-modules without --fine-grained-activation-offloading: "
+                "nothing offloaded, as Megatron-core does"
+            )
+        return NO_OFFLOAD
+    ln = line["offloading"]
+    if not names:
+        raise r.fail(ln, "--fine-grained-activation-offloading needs --offload-modules (Megatron-core asserts it)")
+    if get.get("transformer_impl") == "local":
+        raise r.fail(ln, "--fine-grained-activation-offloading needs --transformer-impl transformer_engine")
+    foreign = {"fused_group_mlp": "needs Transformer Engine's op fuser", "gdp_qkv": "belongs to GatedDeltaProduct"}
+    unknown = [n for n in names if n not in OFFLOAD_MODULES]
+    if unknown:
+        why = ", ".join(f"{n} {foreign[n]}, not modelled" if n in foreign else f"{n} unknown" for n in unknown)
+        raise r.fail(
+            line["offload_modules"], f"--offload-modules: {why}; the plan model offloads {', '.join(OFFLOAD_MODULES)}"
+        )
+    if "attn_proj" in names and "core_attn" not in names:
+        raise r.fail(
+            line["offload_modules"], "--offload-modules attn_proj needs core_attn (Megatron-core refuses it alone)"
         )
     return "+".join(names)
 
