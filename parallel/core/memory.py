@@ -34,6 +34,10 @@ activations wider than 2 bytes, no dropout, and context parallelism by all-gathe
 side keeps s/cp tokens, K and V are gathered to all s; Dubey et al. 2024, "The Llama 3 Herd of
 Models", Sec. 3.3.2).
 
+Selective recomputation by module (Plan.recompute_modules, Megatron-core's) drops what each module
+saves (activation_components_bytes); fine-grained activation offloading (Plan.offload_modules) moves
+what each module saves to host memory for all in-flight layers but one (offloaded_bytes_per_layer).
+
 Every formula takes one Plan or a PlanColumns (the search evaluates the same functions over all
 its candidates at once).
 

@@ -90,7 +90,8 @@ def _t_cp(p: Any) -> str:
 def _t_recompute(p: Any) -> str:
     if p.recompute == "none":
         return ""
-    modules = f"[{p.recompute_modules}]" if p.recompute_modules != DEFAULT_RECOMPUTE_MODULES else ""
+    selective = p.recompute == "selective" and p.recompute_modules != DEFAULT_RECOMPUTE_MODULES
+    modules = f"[{p.recompute_modules}]" if selective else ""
     return f"rc-{p.recompute}" + (f"{p.recompute_layers}" if p.recompute_layers else "") + modules
 
 
@@ -257,8 +258,8 @@ class Plan:
         megatron=("--recompute-activations", "--recompute-granularity"),
         torchtitan=("activation_checkpoint.mode",),
     )
-    # With recompute "selective": which submodules (RECOMPUTE_MODULES, '+'-joined); another recompute
-    # mode leaves it at the default (one spelling of the plan)
+    # With recompute "selective": which submodules (RECOMPUTE_MODULES, '+'-joined); kept but without
+    # effect under another mode, so a search's base plan carries them to the rows it makes selective
     recompute_modules: str = knob(
         DEFAULT_RECOMPUTE_MODULES,
         "text",
@@ -599,11 +600,10 @@ class Plan:
             object.__setattr__(self, "cp_kind", CP_KINDS[0])
         if self.recompute_layers is not None and self.recompute != "full":
             raise SpecError(f"Plan.recompute_layers needs recompute 'full', got {self.recompute!r}")
-        try:
-            modules = parse_modules(self.recompute_modules) if self.recompute == "selective" else None
+        try:  # kept whatever the mode (a search's base plan carries them to its selective rows)
+            object.__setattr__(self, "recompute_modules", parse_modules(self.recompute_modules))
         except SpecError as err:
             raise SpecError(f"Plan.recompute_modules {self.recompute_modules!r}: {err}") from None
-        object.__setattr__(self, "recompute_modules", modules or DEFAULT_RECOMPUTE_MODULES)
         try:
             object.__setattr__(
                 self, "offload_modules", parse_modules(self.offload_modules, OFFLOAD_MODULES, what="offload")

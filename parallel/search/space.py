@@ -255,6 +255,8 @@ def shared_text(base: Plan) -> str:
     return (
         f"rank order {base.order}, {base.schedule}, {base.main_grads} grads, FP8 {base.fp8}, attention "
         f"{base.attention}, dropout {dropout}, overlaps: {', '.join(overlaps) or 'none'}"
+        + (f", selective recompute of {base.recompute_modules}" if base.recompute_modules != "core_attn" else "")
+        + (f", offloaded: {base.offload_modules}" if base.offload_modules != "none" else "")
     )
 
 

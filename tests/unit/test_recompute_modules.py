@@ -19,6 +19,7 @@ from parallel.core.plan import RECOMPUTE_MODULES, Plan, plan_from_values
 from parallel.core.specs import CLUSTERS, MODELS, SpecError
 from parallel.importers import ImportFailed, import_text
 from parallel.importers.export import megatron_script, torchtitan_toml
+from parallel.search.space import Constraints, result_json, search
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_moe_models import V3_LAUNCH  # noqa: E402
@@ -60,7 +61,19 @@ def test_modules_have_one_spelling(text, canonical):
 
 def test_modules_count_only_under_selective_recompute():
     for recompute in ("none", "full"):
-        assert Plan(recompute=recompute, recompute_modules="moe").recompute_modules == "core_attn"
+        plan = dataclasses.replace(V3_PLAN, recompute=recompute)
+        kept = dataclasses.replace(plan, recompute_modules="moe+mla_up_proj")
+        assert kept.recompute_modules == "mla_up_proj+moe" and kept.label() == plan.label()
+        assert memory_per_gpu_bytes(V3, kept) == memory_per_gpu_bytes(V3, plan)
+        assert step_time(V3, kept, H100.with_nodes(8)) == step_time(V3, plan, H100.with_nodes(8))
+
+
+def test_a_search_carries_the_base_plans_modules_to_its_selective_rows():
+    base = Plan(recompute_modules="mlp+layernorm")
+    c = Constraints(recompute=("selective",), base=base, max_pp=1, zero=(1,))
+    rows = result_json(search(LLAMA, H100.with_nodes(1), 16, c))
+    assert rows and all(Plan.from_dict(r["plan"]).recompute_modules == "layernorm+mlp" for r in rows)
+    assert all("rc-selective[layernorm+mlp]" in r["label"] for r in rows)
 
 
 @pytest.mark.parametrize(
