@@ -173,8 +173,10 @@ def _field_widget(where, key: str) -> None:
         )
     elif spec.kind == "choice":
         where.selectbox(knob.column, list(knob.choices), key=k, help=knob.help)
-    elif spec.kind == "text":  # the rank order: the listed ones
+    elif spec.name == "order":  # the rank order: the listed ones
         where.selectbox(knob.column, list(ORDERS), key=k, help=knob.help, format_func=lambda o: f"{o} — {ORDERS[o]}")
+    elif spec.kind == "text":  # module lists (recompute, offload): the plan checks the names
+        where.text_input(knob.column, key=k, help=knob.help)
     elif spec.kind == "opt_float":
         where.number_input(knob.column, min_value=0.0, step=0.05, key=k, help=knob.help, placeholder="default")
     else:
