@@ -265,8 +265,10 @@ def _column(spec):
         return st.column_config.SelectboxColumn(k.column, options=list(k.choices), required=True, help=k.help)
     if spec.kind == "opt_bool":
         return st.column_config.SelectboxColumn(k.column, options=[True, False], help=k.help + " (empty: the default)")
-    if spec.kind == "text":
+    if spec.name == "order":  # the rank order: the listed ones
         return st.column_config.SelectboxColumn(k.column, options=list(ORDERS), required=True, help=k.help)
+    if spec.kind == "text":  # module lists (recompute, offload): the plan checks the names
+        return st.column_config.TextColumn(k.column, required=True, help=k.help)
     if spec.kind == "opt_float":
         return st.column_config.NumberColumn(k.column, min_value=0.0, step=0.05, help=k.help + " (empty: the default)")
     return st.column_config.NumberColumn(
