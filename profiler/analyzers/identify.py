@@ -41,6 +41,8 @@ from profiler.traces.model import Traces, node_of_ranks
 RECOMMENDER_OP = re.compile(r"fbgemm::.*embedding|embedding_bag|split_embedding", re.IGNORECASE)
 ATTENTION_NAME = re.compile(r"attention|flash|fmha|sdpa|scaled_dot_product", re.IGNORECASE)
 PYTHON_NAME = re.compile(r"^<built-in|\.py\(\d+\)")  # python_function events (with_stack) are no operators
+# backward work by name: autograd's CPU operators (MmBackward0, evaluate_function) and backward kernels
+BACKWARD_NAME = re.compile(r"Backward|autograd::engine|_bwd|bprop|dgrad|wgrad")
 MODEL_FIELDS = ("layers", "hidden", "heads", "vocab", "seq_len")  # a Model needs these ...
 OPTIONAL_FIELDS = ("kv_heads", "ffn_hidden", "arch")  # ... and takes these when known
 TP_SCALED = ("heads", "kv_heads", "ffn_hidden", "vocab")  # a rank's shard × tp
@@ -56,7 +58,7 @@ class Identified:
     model: Model | None
     device: dict  # {name, memory_bytes, ranks} or {name: "cpu"}
     cluster: dict  # {preset, nodes, gpus_per_node, hosts}
-    kind: Fact  # "transformer" | "not a transformer" | "unknown"
+    kind: Fact  # "transformer" | "not a transformer" | "not training" | "unknown"
     facts: dict[str, Fact] = field(default_factory=dict)  # every fact: plan, model, device, nodes, ...
     inferred: dict[str, Fact] = field(default_factory=dict)  # what the recorded shapes show
     missing: dict[str, str] = field(default_factory=dict)  # fact -> why it could not be told
@@ -126,6 +128,14 @@ def _kind(traces: Traces, inferred: dict[str, Fact], missing: dict[str, str]) ->
             "operators",
             f"a recommendation model's table-batched embedding lookups ({rec[0]}, {len(rec)} such operators): "
             "not a transformer job, no transformer plan or model to identify",
+        )
+    ops = sum(1 for n in names if n.startswith("aten::"))
+    if ops and not any(BACKWARD_NAME.search(n) for n in names):  # operators recorded, and none of a backward
+        return Fact(
+            "not training",
+            "operators",
+            f"{ops} aten operators recorded and no backward pass (no autograd or backward operator or kernel): "
+            "an inference or evaluation job; re-planning prices training steps",
         )
     if "head_dim" in inferred:
         return Fact("transformer", "shapes", f"attention of head dim {inferred['head_dim'].value} beside the GEMMs")

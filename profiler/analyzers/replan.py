@@ -180,6 +180,8 @@ def replan(
     if job.kind.value == "not a transformer":
         ev = job.kind.evidence
         raise ReplanError(ev if "not a transformer" in ev else f"not a transformer job: {ev}")
+    if job.kind.value == "not training":
+        raise ReplanError(f"not a training job: {job.kind.evidence}")
     if job.plan is None:
         raise ReplanError(f"the job's plan is not known ({job.missing.get('plan')}): give --launch or --plan")
     if job.model is None:

@@ -6,7 +6,7 @@ Each rank's trace holds, per step and per microbatch, the forward operators of i
 PyTorch records them -- aten::embedding on the first stage, per layer the fused QKV nn.Linear, the
 attention (SDPA's (B, heads, T, d); FlashAttention's (B, T, heads, d); or eager q·kᵀ and p·v), the
 out-projection, the MLP's GEMMs (one of h → f/tp for GPT, gate and up for Llama) and its last, and
-the output layer on the last stage -- with TP's shard sizes, plus each process group of the plan
+the output layer on the last stage -- with TP's shard sizes, then autograd's backward operator, plus each process group of the plan
 in distributedInfo.pg_config, named as a DeviceMesh names them (mesh_tp, ...) (the layout inference's evidence). Times are made up; shapes are exact.
 """
 
@@ -70,6 +70,8 @@ def rank_events(model: Model, plan: Plan, rank: int, *, steps: int, attention: s
                 ev.append(_linear(ts, (B, T), f // t, h, bias))
             if stage == plan.pp - 1:
                 ev.append(_linear(ts, (B, T), h, model.vocab // t, False))
+            # the backward pass, as autograd records it (its shapes are not what the inference reads)
+            ev.append(cpu("autograd::engine::evaluate_function: MmBackward0", ts, 5))
             for e in ev:
                 e["ts"] = ts
                 ts += 10

@@ -11,6 +11,7 @@ from parallel.core.plan import Plan
 from parallel.core.specs import Model
 from profiler.analyzers.front import TraceAnalysis
 from profiler.analyzers.identify import IdentifyError, identify
+from profiler.analyzers.replan import ReplanError, replan
 from profiler.analyzers.split import COMPONENTS
 from profiler.traces.loader import load_traces
 from tests.support.shape_traces import write_job
@@ -136,3 +137,17 @@ def test_a_real_gpu_trace_names_its_device(shared_traces):
     assert job.facts["device"].source == "deviceProperties"
     assert job.cluster["preset"] is not None
     assert job.model is None and job.kind.value == "unknown"  # no shapes recorded, no attention by name
+
+
+def test_an_inference_trace_is_not_a_training_job(shared_traces, tmp_path):
+    """Operators recorded and not one of a backward pass: an inference or evaluation job (vLLM on a
+    B200), said plainly; the same job with autograd's backward operators is a transformer job."""
+    folder = shared_traces / "tracelens_b200_vllm"
+    if not folder.is_dir():
+        pytest.skip("tracelens_b200_vllm is not present")
+    job = identify(load_traces(folder, cache=False))
+    assert job.kind.value == "not training" and "no backward pass" in job.kind.evidence
+    with pytest.raises(ReplanError, match="not a training job"):
+        replan(TraceAnalysis(load_traces(folder, cache=False)), plan=Plan(dp=8).to_dict(), model="llama3-8b")
+    trained = identify(load_traces(write_job(tmp_path, GPT, Plan(tp=2, global_batch=1)), cache=False))
+    assert trained.kind.value == "transformer"
