@@ -27,8 +27,8 @@ from pathlib import Path, PurePosixPath
 
 from parallel.core.plan import Plan
 from parallel.core.specs import Model
+from runfiles.lines import rank_span
 from runfiles.rundir import now_iso
-from ui.text import rank_span
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 TRACE_SUFFIXES = (".json", ".json.gz", ".zip", ".tar.gz", ".tgz", ".tar")

@@ -292,21 +292,6 @@ def test_node_overview_names_a_one_gpu_node_by_its_rank():
     assert list(two["ranks"]) == ["0–1", "2–3"]
 
 
-@pytest.mark.parametrize(
-    "ranks, text",
-    [
-        ([3], "rank 3"),  # was "ranks 3–3"
-        ([0, 1, 2, 3], "ranks 0–3"),
-        ([0, 2, 5], "ranks 0, 2, 5"),
-        (list(range(0, 2048, 2)), "ranks 0 … 2,046 (1,024)"),
-    ],
-)
-def test_rank_span(ranks, text):
-    from ui.text import rank_span
-
-    assert rank_span(ranks) == text
-
-
 def test_layer_bars_stack_only_what_is_on_the_critical_path():
     pred = tp_scaling(GPT175, H100)
     chart = scaling_charts.layer_time_chart(pred, 8)
