@@ -52,7 +52,7 @@ HEAVY = [  # plans that stress a page beyond the default
 def run_cases() -> list[tuple[str, str, dict]]:
     """The run pages on the 64-rank set, in a fresh runs folder (PARASCOPE_RUNS)."""
     from bench.ingest import ensure_ours
-    from ui import trace_sets
+    from profiler.collect import trace_sets
 
     runs = Path(tempfile.mkdtemp(prefix="parascope-bench-runs-"))
     shutil.copytree(ensure_ours("ours64"), runs / "ours64")

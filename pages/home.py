@@ -6,12 +6,12 @@ import streamlit as st
 
 from parallel.core.specs import CLUSTERS, MODELS
 from profiler.analyzers.aggregates import metrics_summary
-from profiler.collect import jobs
+from profiler.collect import jobs, trace_sets
+from profiler.collect.trace_sets import TraceSet
 from runfiles.rundir import flight_dir
-from ui import calibration_data, calibration_views, demo, run_loaders, run_status, selection, trace_sets
+from ui import calibration_data, calibration_views, demo, run_loaders, run_status, selection
 from ui.routing import ensure_navigation
 from ui.text import md
-from ui.trace_sets import TraceSet
 
 PICK = "home_pick"
 

@@ -43,7 +43,8 @@ from parallel.review.urls import (
 )
 from parallel.search.explain import explain
 from parallel.search.space import EQUIVALENCE_RULE, Constraints, SearchEmpty, search, shared_text
-from ui import calibration_data, calibration_views, run_loaders, trace_sets
+from profiler.collect import trace_sets
+from ui import calibration_data, calibration_views, run_loaders
 from ui import review_charts as rc
 from ui.routing import ensure_navigation
 from ui.text import md

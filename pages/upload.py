@@ -9,7 +9,8 @@ import streamlit as st
 
 from parallel.core.specs import MODELS, SpecError
 from parallel.core.topology import DEFAULT_ORDER, ORDERS
-from ui import selection, trace_sets, uploads
+from profiler.collect import trace_sets
+from ui import selection, uploads
 from ui.routing import ensure_navigation
 from ui.text import md
 

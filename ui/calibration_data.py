@@ -24,8 +24,8 @@ import pandas as pd
 from parallel.core.calibrated import Calibration, CalibrationError, predict, read_calibration
 from parallel.core.plan import Plan
 from parallel.core.specs import MODELS, Cluster, Model, SpecError
+from profiler.collect.trace_sets import TraceSet, runs_dir
 from runfiles.rundir import read_json
-from ui.trace_sets import TraceSet, runs_dir
 
 CALIBRATION_FILE = "calibration.json"
 PHASES = {

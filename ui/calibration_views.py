@@ -8,9 +8,9 @@ import os
 import streamlit as st
 
 from parallel.core.calibrated import CalibrationError, contention_line
+from profiler.collect.trace_sets import TraceSet
 from ui import calibration_data, whatif_charts
 from ui.text import md
-from ui.trace_sets import TraceSet
 
 HOW = (
     "Fit one from runs here (below), or `python -m profiler calibrate RUN RUN --out "

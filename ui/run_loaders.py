@@ -28,12 +28,12 @@ import streamlit as st
 
 from profiler.analyzers import aggregates
 from profiler.analyzers.front import TraceAnalysis
+from profiler.collect.trace_sets import TraceSet
 from profiler.traces.model import node_of_ranks
 from runfiles.rundir import METRICS_JSON, read_json
 from ui import run_tables
 from ui import whatif_tables as whatif_data
 from ui.text import md
-from ui.trace_sets import TraceSet
 
 MAX_GANTT_RANKS = 64  # ranks drawn at once; larger sets pick a range
 OVERVIEW_RECTS = 2500  # rectangles in the overview, over all ranks shown

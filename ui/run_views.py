@@ -25,12 +25,13 @@ from parallel.core.rank_grid import with_rank_values
 from parallel.core.specs import CLUSTERS, MODELS, GiB
 from profiler.analyzers import aggregates
 from profiler.analyzers.aggregates import metrics_summary
-from ui import memory_charts, run_loaders, topology_charts, trace_sets
+from profiler.collect import trace_sets
+from profiler.collect.trace_sets import TraceSet
+from ui import memory_charts, run_loaders, topology_charts
 from ui.plan_form import PlanChoice
 from ui.run_tables import RANK_VALUES
 from ui.selection import KEY, PAGES
 from ui.text import bytes_text, md
-from ui.trace_sets import TraceSet
 
 
 def _named_set() -> TraceSet | None:

@@ -1,5 +1,5 @@
 """profiler.collect.jobs with real processes: start in a process group of its own, exit codes recorded, cancel kills
-the whole group, two jobs at once; and how ui.trace_sets reads a job's state next to its run.json.
+the whole group, two jobs at once; and how profiler.collect.trace_sets reads a job's state next to its run.json.
 The "profiler" here is a small Python script that writes run.json as `python -m profiler run` does;
 the Run-a-job page is driven through AppTest with that script in place of the real command.
 """
@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from profiler.collect import jobs
+from profiler.collect import jobs, trace_sets
 from tests.support.apptest import page_test
-from ui import trace_sets
 
 FAKE = textwrap.dedent("""
     # A stand-in for `python -m profiler run ... --out DIR`: run.json as the job advances.

@@ -22,9 +22,8 @@ import pandas as pd
 import pytest
 
 from parallel.core.specs import CLUSTERS
-from profiler.collect import jobs
+from profiler.collect import jobs, trace_sets
 from tests.support.apptest import ROOT, page_test, vega_charts
-from ui import trace_sets
 
 SAMPLE = ROOT / ".cache" / "test-runs" / "profiler-dp2-tp2-sp-v3"  # v3: metrics.json with model_state_bytes
 SAMPLE_PLAN = {
@@ -658,7 +657,7 @@ def test_timeline_counts_each_collective_once_across_its_ranks(runs):
 
 
 def test_home_says_a_running_job_started_not_ran(runs):
-    from ui.trace_sets import TraceSet
+    from profiler.collect.trace_sets import TraceSet
 
     run = TraceSet(id="r", kind="run", name="r", path=runs, status="running", started_at="2026-01-02T07:53:06")
     assert run.when == "started 2026-01-02 07:53:06, still running"

@@ -268,7 +268,7 @@ def test_timeline_chart_specs():
 def test_run_modules_import_neither_streamlit_nor_torch():
     pure = [
         "profiler.collect.jobs",
-        "ui.trace_sets",
+        "profiler.collect.trace_sets",
         "ui.uploads",
         "profiler.analyzers.aggregates",
         "ui.run_tables",
@@ -298,10 +298,10 @@ def test_an_archive_upload_counts_the_ranks_it_holds_not_its_files(tmp_path):
     import json
     import zipfile
 
+    from profiler.collect.trace_sets import read_upload
     from tests.support import trace_samples as ts
     from ui import uploads
     from ui.selection import rank_count_text
-    from ui.trace_sets import read_upload
 
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:

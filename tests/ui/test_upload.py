@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from parallel.core.plan import Plan
+from profiler.collect import trace_sets
 from tests.support.apptest import page_test, vega_charts
 from tests.ui.test_pages_runs import sample_run
-from ui import trace_sets, uploads
+from ui import uploads
 
 
 @pytest.fixture(scope="module")

@@ -134,10 +134,10 @@ def test_a_runs_json_files_are_read_bounded_and_must_be_objects(tmp_path):
     manifest) goes through one bounded reader: a file past the bound, a non-object or broken JSON is a
     one-line ValueError (or None where a poll reads it again), never a whole-file read or a crash."""
     from profiler.collect import jobs
+    from profiler.collect.trace_sets import read_upload
     from profiler.lab import sweep_views as sweep_data
     from runfiles.metrics import load_metrics
     from runfiles.rundir import MAX_RUN_JSON_BYTES, load_json_object, read_json
-    from ui.trace_sets import read_upload
 
     path = tmp_path / "metrics.json"
     path.write_text(json.dumps({"step_time_s": [0.1, 0.2]}))
