@@ -9,8 +9,8 @@ import streamlit as st
 
 from parallel.core.specs import MODELS, SpecError
 from parallel.core.topology import DEFAULT_ORDER, ORDERS
-from profiler.collect import trace_sets
-from ui import selection, uploads
+from profiler.collect import trace_sets, uploads
+from ui import selection
 from ui.routing import ensure_navigation
 from ui.text import md
 

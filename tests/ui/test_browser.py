@@ -377,8 +377,8 @@ def _upload(uploads: Path, name: str, world: int, **plan) -> str:
     """A set stored as the Upload page stores one: `world` gloo ranks of a plain data-parallel job
     whose traces name no group (one all-reduce over every rank); with `plan`, its plan attached."""
     from parallel.core.plan import Plan
+    from profiler.collect import uploads as uploads_mod
     from tests.support import trace_samples as ts
-    from ui import uploads as uploads_mod
 
     files = [(f"rank{r}_trace.json", json.dumps(ts.gloo_cpu(r, world)).encode()) for r in range(world)]
     checked = uploads_mod.check_files(files)

@@ -506,7 +506,7 @@ def test_home_fits_a_calibration_and_shows_predicted_beside_measured(runs):
 
 def _upload(name: str, files: list[tuple[str, bytes]], plan, model) -> Path:
     """An uploaded set, stored as the Upload page stores one."""
-    from ui import uploads
+    from profiler.collect import uploads
 
     checked = uploads.check_files(files)
     return uploads.store(name, checked.accepted, uploads=trace_sets.uploads_dir(), plan=plan, model=model)

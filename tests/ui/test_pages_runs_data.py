@@ -269,7 +269,7 @@ def test_run_modules_import_neither_streamlit_nor_torch():
     pure = [
         "profiler.collect.jobs",
         "profiler.collect.trace_sets",
-        "ui.uploads",
+        "profiler.collect.uploads",
         "profiler.analyzers.aggregates",
         "ui.run_tables",
         "ui.timeline_charts",
@@ -298,9 +298,9 @@ def test_an_archive_upload_counts_the_ranks_it_holds_not_its_files(tmp_path):
     import json
     import zipfile
 
+    from profiler.collect import uploads
     from profiler.collect.trace_sets import read_upload
     from tests.support import trace_samples as ts
-    from ui import uploads
     from ui.selection import rank_count_text
 
     buf = io.BytesIO()

@@ -1,4 +1,4 @@
-"""Uploads (ui.uploads and the Upload page): each bad file rejected with the trace loader's message
+"""Uploads (profiler.collect.uploads and the Upload page): each bad file rejected with the trace loader's message
 while the good ones are kept; sets stored whole, under a name, never overwriting another; a plan
 attached for dimension labels; a stored set opens from Home and in the Collective timeline.
 The good files are the real traces of tests/ui/test_pages_runs.py's sample run.
@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 
 from parallel.core.plan import Plan
-from profiler.collect import trace_sets
+from profiler.collect import trace_sets, uploads
 from tests.support.apptest import page_test, vega_charts
 from tests.ui.test_pages_runs import sample_run
-from ui import uploads
 
 
 @pytest.fixture(scope="module")

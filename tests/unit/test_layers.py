@@ -229,7 +229,6 @@ def test_parallel_imports_nothing_from_profiler():
 # (what a page computes about a trace set or a plan lives in profiler.analyzers or parallel.core)
 UI_PLUMBING = {
     "ui": "the package",
-    "ui.uploads": "checking and storing an upload (the loader checks each file)",
     "ui.calibration_data": "the calibration file of the runs folder and which sets it uses",
     "ui.text": "Markdown escaping",
     "ui.demo": "starting the demo run",
