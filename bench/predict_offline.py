@@ -71,7 +71,7 @@ def repetitions(out: Path, name: str) -> list[int]:
 def score(out: Path, names: list[str], plan: str | None) -> float:
     from parallel.core.calibrated import predict
     from profiler.analyzers.calibrate import fit
-    from profiler.cli.calibrate import measured_run
+    from profiler.analyzers.run_inputs import measured_run
 
     reps = {n: repetitions(out, n) for n in names}
     if not all(reps.values()):

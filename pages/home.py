@@ -6,10 +6,10 @@ import streamlit as st
 
 from parallel.core.specs import CLUSTERS, MODELS
 from profiler.analyzers.aggregates import metrics_summary
-from profiler.collect import jobs, trace_sets
+from profiler.collect import jobs, runs_calibration, trace_sets
 from profiler.collect.trace_sets import TraceSet
 from runfiles.rundir import flight_dir
-from ui import calibration_data, calibration_views, demo, run_loaders, run_status, selection
+from ui import calibration_views, demo, run_loaders, run_status, selection
 from ui.routing import ensure_navigation
 from ui.text import md
 
@@ -208,7 +208,7 @@ def home_page() -> None:
     _details(next(s for s in sets if s.id == current))
     st.subheader("All runs and uploads")
     sets_table(sets)
-    calibration_views.calibrate_form(calibration_data.calibration_candidates(sets))
+    calibration_views.calibrate_form(runs_calibration.calibration_candidates(sets))
 
 
 ensure_navigation()

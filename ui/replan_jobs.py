@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
-from ui.calibration_data import calibration_path
+from profiler.collect.runs_calibration import calibration_path
 from ui.text import md
 
 POLL_S = 0.25

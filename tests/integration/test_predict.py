@@ -113,7 +113,7 @@ def _work_stretch_is_wall_over_cpu(path):
     without CPU clocks (another framework's run, an older metrics.json) none."""
 
     from profiler.analyzers.calibrate import _overhead
-    from profiler.cli.calibrate import measured_run
+    from profiler.analyzers.run_inputs import measured_run
 
     run = measured_run(str(path))
     m = run.metrics
@@ -135,7 +135,7 @@ def _unprofiled_launches_set_the_level(tmp_path, flags):
     contention) scales by the run's own step over it. A launch of another plan is refused."""
 
     from profiler.analyzers.calibrate import _overhead, fit
-    from profiler.cli.calibrate import measured_run
+    from profiler.analyzers.run_inputs import measured_run
 
     launch = tmp_path / "launch-pp2"
     _cli("parallel", "train", "--model=tiny", *flags, "--steps=6", f"--out={launch}")
@@ -173,7 +173,7 @@ def _contention_terms_of_a_shared_run(path):
 
     from parallel.core.calibrated import predict
     from profiler.analyzers.calibrate import EFFICIENCY_FLOOR, _overhead, fit
-    from profiler.cli.calibrate import measured_run
+    from profiler.analyzers.run_inputs import measured_run
 
     run = measured_run(str(path))
     o = _overhead(run)

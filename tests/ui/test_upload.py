@@ -144,9 +144,9 @@ def test_upload_page_keeps_good_files_rejects_bad_ones_and_stores_the_set(dirs, 
     assert at.query_params["run"] == "upload:mine"
     s = trace_sets.find_set("upload:mine")
     assert s is not None and s.plan_label == "DP2 TP2+SP" and s.model == "tiny"
-    from ui import calibration_data
+    from profiler.collect import runs_calibration
 
-    assert calibration_data.calibration_candidates([s]) == [s]
+    assert runs_calibration.calibration_candidates([s]) == [s]
     # the stored set opens in the timeline, its collectives labelled by the plan
     tl = page_test("pages/timeline.py", {"run": "upload:mine"})
     assert not tl.exception

@@ -15,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ("runfiles", "parallel", "profiler", "ui", "pages", "parascope")
 PURE_BANS = ("torch", "streamlit", "sqlalchemy", "altair")
+NO_TORCH_NO_UI = PURE_BANS  # not pure (it runs or reads jobs), but loads neither torch nor a UI library
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,10 @@ RULES = {
     "parallel.engine": Rule(3, ("streamlit", "altair", "sqlalchemy")),  # torch
     "parallel.cli": Rule(4, ("streamlit", "altair")),
     "profiler.collect": Rule(5, ("streamlit", "altair", "sqlalchemy")),
+    # what the dashboard reads of collected sets loads no torch either: trace sets, uploads, their calibration
+    "profiler.collect.trace_sets": Rule(5, NO_TORCH_NO_UI),
+    "profiler.collect.uploads": Rule(5, NO_TORCH_NO_UI),
+    "profiler.collect.runs_calibration": Rule(5, NO_TORCH_NO_UI),
     "profiler.lab": Rule(5, ("streamlit", "altair", "sqlalchemy")),
     "profiler.commbench": Rule(6, ("streamlit", "altair", "sqlalchemy")),
     "profiler.cli": Rule(7, ("streamlit", "altair", "sqlalchemy")),
@@ -229,7 +234,6 @@ def test_parallel_imports_nothing_from_profiler():
 # (what a page computes about a trace set or a plan lives in profiler.analyzers or parallel.core)
 UI_PLUMBING = {
     "ui": "the package",
-    "ui.calibration_data": "the calibration file of the runs folder and which sets it uses",
     "ui.text": "Markdown escaping",
     "ui.demo": "starting the demo run",
     "ui.run_tables": "the analyzers' frames as the run pages' table headers and chart marks (ms, labels)",
