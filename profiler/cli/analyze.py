@@ -33,7 +33,10 @@ import sys
 import orjson
 
 from parallel.cli.dispatch import prog_name
+from profiler.analyzers.front import TraceAnalysis
 from profiler.analyzers.run_inputs import plan_file
+from profiler.traces.errors import RankError, TraceError
+from profiler.traces.loader import default_workers, load_traces, shared_workers
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -106,8 +109,6 @@ class _Bar:
 
 
 def _ranks(items: list[str]) -> dict | None:
-    from profiler.traces.errors import RankError
-
     out = {}
     for item in items:
         name, sep, value = item.rpartition("=")
@@ -158,10 +159,6 @@ def main(argv=None) -> int:
     if args.workers is not None and args.workers < 1:
         print(f"error: --workers {args.workers}: expected 1 or more processes", file=sys.stderr)
         return 2
-    from profiler.analyzers.front import TraceAnalysis
-    from profiler.traces.errors import TraceError
-    from profiler.traces.loader import default_workers, load_traces, shared_workers
-
     live = sys.stderr.isatty()
     bar = _Bar(sys.stderr, live) if (args.progress if args.progress is not None else live) else None
     workers = args.workers or default_workers()

@@ -30,14 +30,25 @@ Pure: no torch.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import statistics
 import sys
 from pathlib import Path
 
 import orjson
 
+from parallel.cli.args import links_from_commbench
 from parallel.cli.dispatch import prog_name
+from parallel.core.calibrated import CalibrationError, contention_line
+from parallel.core.devices import DEVICES, device_for_name
+from parallel.core.memory import ActivationOptions
+from parallel.core.plan import Plan
+from parallel.core.specs import CLUSTERS, Model, SpecError
+from profiler.analyzers.calibrate import _unprofiled, fit, traced_device
+from profiler.analyzers.device_fit import DeviceFitError, fit_device
 from profiler.analyzers.run_inputs import measured_run, read_run_json
+from profiler.traces.errors import NoTracesError, PlanMismatchError, TraceError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,14 +95,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def fit_kernels(args) -> int:
     """--kernels: the device fit of one trace folder or run directory, written to --out."""
-    import dataclasses
-
-    from parallel.core.devices import DEVICES, device_for_name
-    from parallel.core.memory import ActivationOptions
-    from parallel.core.specs import CLUSTERS
-    from profiler.analyzers.device_fit import fit_device
-    from profiler.traces.errors import PlanMismatchError
-
     if len(args.path) != 1:
         raise PlanMismatchError("--kernels fits one job's traces: give one folder")
     run = measured_run(args.path[0], args.plan, args.model)
@@ -127,14 +130,6 @@ def fit_kernels(args) -> int:
 def _with_launches(runs: list, dirs: list[str]) -> list:
     """The runs with each unprofiled launch's steady step (median after the first) attached to the
     run of its plan and model; a launch that matches none, or has no steady steps, is refused."""
-    import dataclasses
-    import statistics
-
-    from parallel.core.plan import Plan
-    from parallel.core.specs import Model
-    from profiler.analyzers.calibrate import _unprofiled
-    from profiler.traces.errors import NoTracesError, PlanMismatchError
-
     steps: dict[int, list[float]] = {i: [] for i in range(len(runs))}
     for d in dirs:
         path = Path(d) / "metrics.json"
@@ -164,12 +159,6 @@ def _with_launches(runs: list, dirs: list[str]) -> list:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    from parallel.cli.args import links_from_commbench
-    from parallel.core.calibrated import CalibrationError, contention_line
-    from parallel.core.specs import SpecError
-    from profiler.analyzers.calibrate import fit, traced_device
-    from profiler.traces.errors import TraceError
-
     if args.cores < 1:
         print(f"error: --cores {args.cores}: expected 1 or more", file=sys.stderr)
         return 2
@@ -179,8 +168,6 @@ def main(argv=None) -> int:
         print(f"error: --out {args.out} {where}: give a file path in an existing folder", file=sys.stderr)
         return 2
     if args.kernels:
-        from profiler.analyzers.device_fit import DeviceFitError
-
         try:
             return fit_kernels(args)
         except (TraceError, DeviceFitError, SpecError, KeyError, orjson.JSONDecodeError) as err:
