@@ -7,6 +7,7 @@ import streamlit as st
 from parallel.core.specs import CLUSTERS, MODELS
 from profiler.analyzers.aggregates import metrics_summary
 from profiler.collect import jobs, runs_calibration, trace_sets
+from profiler.collect.demo import DemoStartError
 from profiler.collect.trace_sets import TraceSet
 from runfiles.rundir import flight_dir
 from ui import calibration_views, demo, run_loaders, run_status, selection
@@ -164,8 +165,6 @@ def home_page() -> None:
             "No runs or uploaded traces yet, so ParaScope is profiling a small real job to start with: a tiny "
             "GPT trained DP2 × TP2 + SP × PP2 on 8 CPU processes (gloo), every rank traced (well under a minute)."
         )
-        from profiler.collect.demo import DemoStartError
-
         try:
             _start_demo()
         except OSError as err:
