@@ -284,8 +284,9 @@ def imports_inside_functions(path: Path) -> list[tuple[int, str]]:
 
 def test_imports_inside_functions_say_why():
     """Imports sit at module top; one inside a function says why on its line or just above its block
-    (`# lazy: torch is 2 s and only a rank needs it`): the shipped packages, the benches and scripts."""
-    files = [*MODULES.values(), *(ROOT / "bench").rglob("*.py"), *(ROOT / "scripts").rglob("*.py")]
+    (`# lazy: torch is 2 s and only a rank needs it`): the shipped packages, the benches, scripts and tests."""
+    files = list(MODULES.values())
+    files += [p for top in ("bench", "scripts", "tests") for p in (ROOT / top).rglob("*.py")]
     problems = [
         f"{path.relative_to(ROOT)}:{line}: an import inside a function without a '{LAZY} <reason>' comment"
         for path in files
