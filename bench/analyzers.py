@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.ingest import ensure_ours
 from profiler import TraceAnalysis, load_traces
 
 OVERVIEW_RECTS, DETAIL_RECTS = 2500, 6000  # ui.run_loaders' budgets over all ranks shown
@@ -113,8 +114,6 @@ def main() -> None:
     if Path(args.set).exists():
         path = Path(args.set)
     else:
-        from bench.ingest import ensure_ours
-
         path = ensure_ours(args.set)
     out = bench(path, windows=args.windows, repeat=args.repeat)
     if args.json:

@@ -31,14 +31,17 @@ import zipfile
 from pathlib import Path
 
 import psutil
+from playwright.sync_api import sync_playwright
+
+from bench.scale import base_run, make_set
+from tests.support import trace_samples as ts
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 
 
 def tiny_set(folder: Path, ranks: int) -> Path:
-    from tests.support import trace_samples as ts
-
     (folder / "traces").mkdir(parents=True)
     with zipfile.ZipFile(folder / "traces" / "set.zip", "w", zipfile.ZIP_DEFLATED) as zf:
         for r in range(ranks):
@@ -47,8 +50,6 @@ def tiny_set(folder: Path, ranks: int) -> Path:
 
 
 def real_set(folder: Path, ranks: int, work: Path) -> Path:
-    from bench.scale import base_run, make_set
-
     made = make_set(work, base_run(work), ranks)
     shutil.copytree(made, folder / "traces")
     return folder
@@ -87,10 +88,6 @@ class _Probe(threading.Thread):
 
 def open_cold(name: str, folder: Path, ranks: int) -> dict:
     """Serve `folder` as the only run on a fresh server (fresh cache) and open its timeline."""
-    from playwright.sync_api import sync_playwright
-
-    from tests.support.ports import free_port
-
     runs = Path(tempfile.mkdtemp(prefix="parascope-cold-"))
     (runs / "uploads").mkdir()
     shutil.move(str(folder), runs / "uploads" / name)

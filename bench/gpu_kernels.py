@@ -119,6 +119,7 @@ def measure_gemms(torch, shapes, *, fp8: bool = False) -> list[dict]:
 
 
 def measure_attention(torch) -> list[dict]:
+    # lazy: torch (2 s) only when measuring on a GPU; the offline comparison (--measured) runs without it
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -150,7 +151,7 @@ def measure_attention(torch) -> list[dict]:
 
 
 def measure_elementwise(torch) -> list[dict]:
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # lazy: torch, only when measuring on a GPU (see measure)
 
     run = _timer(torch)
     n = 1 << 27  # 128 Mi bf16 elements, 256 MiB a tensor: far past the L2
@@ -171,7 +172,7 @@ def measure_elementwise(torch) -> list[dict]:
 
 
 def _layer_module(torch, model: Model, tp: int, device: str = "cuda"):
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # lazy: torch, only when measuring on a GPU (see measure)
 
     h, d = model.hidden, model.head_dim
     heads, kv = model.heads // tp, max(model.kv_heads // tp, 1)
@@ -220,7 +221,7 @@ def measure_layers(torch) -> list[dict]:
 
 def measure(out_path: Path) -> dict | None:
     try:
-        import torch
+        import torch  # lazy: 2 s, only when measuring on a GPU; the offline comparison (--measured) runs without it
     except ImportError:
         print("bench.gpu_kernels: torch is not installed; nothing to measure (re-print with --measured FILE)")
         return None

@@ -121,6 +121,7 @@ def bare_orjson(files: list[Path]) -> None:
 
 
 def hta_load(trace_dir: Path) -> float | None:
+    # lazy: HTA is this comparison's own install, not a dependency; bench.analyzers and bench.pages import us without it
     from hta.trace_analysis import TraceAnalysis
 
     sink = io.StringIO()
@@ -213,7 +214,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     logging.disable(logging.WARNING)
-    import hta.trace_analysis  # noqa: F401 -- imported before any timing
+    # lazy: HTA is this comparison's own install (see hta_load); imported here before any timing
+    import hta.trace_analysis  # noqa: F401
 
     rows = [measure(name, path, args.repeat, args.memory) for name, path in sets(args.sets.split(",")).items()]
     if args.json:

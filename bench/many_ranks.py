@@ -29,14 +29,14 @@ import time
 import zipfile
 from pathlib import Path
 
+from tests.support import trace_samples as ts
+
 ROOT = Path(__file__).resolve().parents[1]
 STEP_US = 1000  # gloo_cpu's step is [0, 1000) us
 
 
 def tiny_ranks_zip(path: Path, ranks: int, steps: int = 2) -> Path:
     """A zip of `ranks` tiny gloo rank traces of `steps` ProfilerSteps each (see the module docstring)."""
-    from tests.support import trace_samples as ts
-
     path.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for r in range(ranks):

@@ -22,7 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from streamlit.testing.v1 import AppTest
+
+from bench.ingest import ensure_ours
 from parallel.review.urls import DEFAULT_PARAMS
+from profiler.collect import trace_sets
 from tests.support.apptest import APP, registered_pages
 
 HEAVY = [  # plans that stress a page beyond the default
@@ -51,9 +55,6 @@ HEAVY = [  # plans that stress a page beyond the default
 
 def run_cases() -> list[tuple[str, str, dict]]:
     """The run pages on the 64-rank set, in a fresh runs folder (PARASCOPE_RUNS)."""
-    from bench.ingest import ensure_ours
-    from ui import trace_sets
-
     runs = Path(tempfile.mkdtemp(prefix="parascope-bench-runs-"))
     shutil.copytree(ensure_ours("ours64"), runs / "ours64")
     os.environ["PARASCOPE_RUNS"] = str(runs)
@@ -82,8 +83,6 @@ def chart_bytes(at) -> tuple[int, int, int]:
 
 
 def bench_page(path: str, query: dict, reruns: int) -> dict:
-    from streamlit.testing.v1 import AppTest
-
     at = AppTest.from_file(str(APP), default_timeout=120)
     for k, v in query.items():
         at.query_params[k] = v

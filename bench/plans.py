@@ -3,13 +3,13 @@ and how a plan's flags read: `parallel train`'s own parsing, so a bench plan mea
 
 from __future__ import annotations
 
+from parallel.cli import args as cli_args
+from parallel.cli.train import parser, plan_of_args
+
 MODEL = ["--model", "tiny"]
 
 
 def plan_model(flags: list[str]):
     """(Model, Plan) of `parallel train` MODEL + flags."""
-    from parallel.cli import args as cli_args
-    from parallel.cli.train import parser, plan_of_args
-
     a = parser().parse_args([*MODEL, *flags])
     return cli_args.model_from_args(a), plan_of_args(a)

@@ -50,6 +50,7 @@ from pathlib import Path
 from bench import predict_lab
 from bench._subprocess import run_module
 from bench.plans import MODEL
+from runfiles.metrics import load_metrics
 
 CALIBRATION_PLANS = {
     "pp2": ["--pp", "2", "--global-batch", "4"],  # 2 ranks, a core each: the layers, the head, p2p
@@ -141,8 +142,6 @@ def measure(flags: list[str], steps: int, out: Path) -> list[float]:
 
 def steady_steps(run: Path) -> list[float]:
     """A run's steps after its first (its metrics.json, read bounded)."""
-    from runfiles.metrics import load_metrics
-
     return load_metrics(run)["step_time_s"][1:]
 
 

@@ -14,10 +14,14 @@ missing.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from bench._subprocess import run_module
 from bench.plans import MODEL, plan_model
+from profiler.analyzers.calibrate import _unprofiled
+from profiler.lab import settings as lab
+from runfiles.metrics import load_metrics
 
 # world / 2 ranks a node: TP inside a node, the outer dimension across the link
 LAB_HELD_BACK = {
@@ -38,10 +42,6 @@ COMMBENCH = [  # the lab's links over the sizes the tiny model's collectives mov
 
 def lab_error(prefix: str) -> str | None:
     """Why the lab plans cannot run here (not root, no lab up), or None."""
-    import os
-
-    from profiler.lab import settings as lab
-
     if os.geteuid() != 0:
         return "the two-node lab needs root (network namespaces)"
     try:
@@ -70,9 +70,6 @@ def commbench(out: Path, prefix: str) -> Path:
 
 def measure(flags: list[str], steps: int, out: Path, prefix: str) -> list[float]:
     """The untraced steady steps (after the first) of one `profiler run --lab` of the plan."""
-    from profiler.analyzers.calibrate import _unprofiled
-    from runfiles.metrics import load_metrics
-
     run_module(
         "profiler", "run", *MODEL, *flags, "--lab", f"--lab-prefix={prefix}", f"--steps={steps + 3}",
         f"--wait={steps + 1}", "--warmup=1", "--active=1", f"--out={out}",

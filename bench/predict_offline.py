@@ -37,6 +37,9 @@ from bench.predict import (
     steady_steps,
     step_s,
 )
+from parallel.core.calibrated import predict
+from profiler.analyzers.calibrate import fit
+from profiler.analyzers.run_inputs import measured_run
 
 TRACED_S = 1.5  # a calibration run's traced window
 SIDE_S = 5.0  # ... and its unprofiled steps on each side
@@ -69,10 +72,6 @@ def repetitions(out: Path, name: str) -> list[int]:
 
 
 def score(out: Path, names: list[str], plan: str | None) -> float:
-    from parallel.core.calibrated import predict
-    from profiler.analyzers.calibrate import fit
-    from profiler.cli.calibrate import measured_run
-
     reps = {n: repetitions(out, n) for n in names}
     if not all(reps.values()):
         raise SystemExit(f"{out}: no calibration runs of {', '.join(n for n in names if not reps[n])} (collect first)")

@@ -34,9 +34,11 @@ from pathlib import Path
 from parallel.core.memory import ActivationOptions
 from parallel.core.perf import PerfOptions, flops_per_step, step_time
 from parallel.core.plan import Plan
+from parallel.core.report import Options
 from parallel.core.specs import CLUSTERS, MODELS, Cluster, Model, SpecError
 from parallel.core.validate import check
 from parallel.importers.pipeline_layout import parse_layout
+from parallel.search.space import Constraints, SearchEmpty, search
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUNS = ROOT.parent / "shared" / "published_runs.json"
@@ -498,9 +500,6 @@ GAIN_TO_INVESTIGATE = 0.15  # a top plan predicted this much faster than the run
 def rank_of(case: Case) -> dict:
     """The search's answer for the run's model, GPUs and global batch (the run's precision, overlaps
     and attention): the published plan's rank among the plans that fit, and the top plan."""
-    from parallel.core.report import Options
-    from parallel.search.space import Constraints, SearchEmpty, search
-
     p = case.plan
     c = Constraints(base=p)
     try:

@@ -34,6 +34,12 @@ from pathlib import Path
 
 from bench._subprocess import run_module
 from bench.predict import CALIBRATION_PLANS
+from parallel.core.calibrated import read_calibration
+from parallel.engine.api import engine_errors
+from profiler.analyzers.front import TraceAnalysis
+from profiler.analyzers.replan import replan
+from profiler.cli.run import plan_file_flags
+from runfiles.metrics import load_metrics
 
 STARTS = {  # name -> (model, flags): each a poor way to run 4 ranks
     "gpt-pp4": ("tiny", ["--pp", "4", "--global-batch", "4"]),  # one microbatch per stage: mostly bubble
@@ -62,8 +68,6 @@ def calibrate(runs: list[Path], out: Path) -> Path:
 
 def plan_flags(plan: dict) -> list[str]:
     """`parallel train`'s flags of a plan object (profiler run --plan's own conversion)."""
-    from profiler.cli.run import plan_file_flags
-
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(plan, f)
     try:
@@ -74,25 +78,17 @@ def plan_flags(plan: dict) -> list[str]:
 
 def train_step_s(model: str, flags: list[str], steps: int, out: Path) -> float:
     """The median step after the first of one unprofiled `parallel train` launch."""
-    from runfiles.metrics import load_metrics
-
     run_module("parallel", "train", "--model", model, *flags, f"--steps={steps}", f"--out={out}")
     return statistics.median(load_metrics(out)["step_time_s"][1:])
 
 
 def runnable(plan, model) -> bool:
     """What this engine trains (parallel.engine.api.engine_errors; torch is imported for it)."""
-    from parallel.engine.api import engine_errors
-
     return not engine_errors(model, plan)
 
 
 def loop(name: str, model: str, flags: list[str], cal_runs: list[Path], tmp: Path, *, launches: int, seconds: float):
     """One start's row: profile, calibrate, re-plan, run both plans, predicted vs measured gain."""
-    from parallel.core.calibrated import read_calibration
-    from profiler import TraceAnalysis
-    from profiler.analyzers.replan import replan
-
     start = profile(model, flags, tmp / f"start-{name}")
     calib = calibrate([*cal_runs, start], tmp / f"calib-{name}.json")
     r = replan(

@@ -209,7 +209,7 @@ def main(argv=None) -> int:
         for workers in counts:
             print(row(f"{n:,} ranks", folder, workers, bare), flush=True)
         if n == max(args.ranks) and not args.no_dask:
-            from distributed import LocalCluster
+            from distributed import LocalCluster  # lazy: the optional 'cluster' extra, only for the Dask row
 
             with LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=None) as cl:
                 print(row(f"{n:,} ranks", folder, 2, bare, scheduler=cl.scheduler_address), flush=True)

@@ -20,8 +20,9 @@ import pandas as pd
 import streamlit as st
 
 from profiler.analyzers.hang_dumps import read_run_json
+from profiler.collect import trace_sets
 from runfiles.rundir import flight_dir, log_path
-from ui import hang_charts, trace_sets
+from ui import hang_charts
 from ui.routing import ensure_navigation
 from ui.text import md
 

@@ -6,12 +6,13 @@ import streamlit as st
 
 from parallel.core.specs import CLUSTERS, MODELS
 from profiler.analyzers.aggregates import metrics_summary
-from profiler.collect import jobs
+from profiler.collect import jobs, runs_calibration, trace_sets
+from profiler.collect.demo import DemoStartError
+from profiler.collect.trace_sets import TraceSet
 from runfiles.rundir import flight_dir
-from ui import calibration_data, calibration_views, demo, run_loaders, run_status, selection, trace_sets
+from ui import calibration_views, demo, run_loaders, run_status, selection
 from ui.routing import ensure_navigation
 from ui.text import md
-from ui.trace_sets import TraceSet
 
 PICK = "home_pick"
 
@@ -164,8 +165,6 @@ def home_page() -> None:
             "No runs or uploaded traces yet, so ParaScope is profiling a small real job to start with: a tiny "
             "GPT trained DP2 × TP2 + SP × PP2 on 8 CPU processes (gloo), every rank traced (well under a minute)."
         )
-        from profiler.collect.demo import DemoStartError
-
         try:
             _start_demo()
         except OSError as err:
@@ -208,7 +207,7 @@ def home_page() -> None:
     _details(next(s for s in sets if s.id == current))
     st.subheader("All runs and uploads")
     sets_table(sets)
-    calibration_views.calibrate_form(calibration_data.calibration_candidates(sets))
+    calibration_views.calibrate_form(runs_calibration.calibration_candidates(sets))
 
 
 ensure_navigation()

@@ -6,7 +6,8 @@ import streamlit as st
 
 from parallel.core.long_context import CP_DEGREES, SP_VS_CP
 from parallel.core.specs import GiB
-from ui import loaders, long_context_charts, trace_sets
+from profiler.collect import trace_sets
+from ui import loaders, long_context_charts
 from ui.plan_form import PlanChoice, plan_form
 from ui.routing import ensure_navigation
 from ui.text import md

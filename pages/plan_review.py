@@ -43,7 +43,8 @@ from parallel.review.urls import (
 )
 from parallel.search.explain import explain, runner_up
 from parallel.search.space import EQUIVALENCE_RULE, Constraints, SearchEmpty, search, shared_text
-from ui import calibration_data, calibration_views, run_loaders, trace_sets
+from profiler.collect import runs_calibration, trace_sets
+from ui import calibration_views, run_loaders
 from ui import review_charts as rc
 from ui.routing import ensure_navigation
 from ui.text import md
@@ -339,14 +340,14 @@ def explain_panel(s: ReviewState) -> None:
 
 def predicted_vs_measured(s: ReviewState, cmp) -> None:
     """The calibrated model's step beside the analytic one, and a run's measured step where a run
-    here ran the very plan (ui.calibration_data.review_predictions)."""
+    here ran the very plan (profiler.collect.runs_calibration.review_predictions)."""
     st.subheader("Predicted vs measured")
     cal, problem = calibration_views.calibration()
     if problem:
         st.warning(f"The calibration cannot be used: {md(problem)}")
     steps = plan_rows(cmp).set_index("name")["step_time_s"].to_dict()
     plans = [(p.name, p.model_or(s.model), p.plan, steps.get(p.name)) for p in s.plans]
-    view = calibration_data.review_predictions(
+    view = runs_calibration.review_predictions(
         plans, s.cluster_spec, cal, trace_sets.list_sets(), run_loaders.run_metrics
     )
     if set(view["chart"]["source"]) > {"analytic"}:  # the analytic step alone is the chart above
@@ -366,7 +367,7 @@ def predicted_vs_measured(s: ReviewState, cmp) -> None:
             f"No calibrated prediction ({md(view['note'])}). {calibration_views.HOW} For GPU clusters, "
             "calibrate from your own job's traces: upload them on the Upload page with the job's launch script "
             "(or plan and model) and fit on Home, or `python -m profiler calibrate TRACES --plan pretrain_gpt.sh "
-            f"--out $PARASCOPE_RUNS/{calibration_data.CALIBRATION_FILE}`."
+            f"--out $PARASCOPE_RUNS/{runs_calibration.CALIBRATION_FILE}`."
         )
 
 

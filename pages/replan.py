@@ -3,14 +3,13 @@ plan model's, and the plans that would run it faster, with their gain, why, and 
 
 import streamlit as st
 
+from profiler.traces.errors import TraceError
 from ui import replan_jobs, replan_views, run_loaders, selection
 from ui.routing import ensure_navigation
 from ui.text import md
 
 
 def replan_page(s) -> None:
-    from profiler import TraceError
-
     key = run_loaders.set_key(s)
     try:
         a = run_loaders.open_analysis(key)

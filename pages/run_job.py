@@ -4,8 +4,8 @@ it can be cancelled, and the finished run appears on Home. Several jobs may run 
 
 import streamlit as st
 
-from profiler.collect import jobs
-from ui import run_status, selection, trace_sets
+from profiler.collect import jobs, trace_sets
+from ui import run_status, selection
 from ui.job_form import check, job_form
 from ui.routing import ensure_navigation
 from ui.text import md

@@ -6,11 +6,12 @@ import streamlit as st
 
 from profiler.analyzers.aggregates import ALL
 from profiler.analyzers.steps import STEP_DEFINITION, STEPS_DEFINITION, measured_step_s
+from profiler.collect.trace_sets import TraceSet
+from profiler.traces.errors import TraceError
 from ui import run_loaders, run_status, selection, timeline_charts, whatif_views
 from ui.routing import ensure_navigation
 from ui.run_tables import HEAT_VALUES, slowest_ranks
 from ui.text import md, plural
-from ui.trace_sets import TraceSet
 
 BRUSH_KEY, WINDOW = "tl_brush", "win"  # the overview chart's selection; the window's query parameter
 INST_KEY, INSTANCE = "tl_inst", "inst"  # the highlighted instance: picker key, query parameter
@@ -66,8 +67,6 @@ def _all_ranks(key: tuple, n_ranks: int) -> None:
 def timeline_page(s: TraceSet) -> None:
     """The page in its sections: the pickers, the headline numbers, the overview and detail Gantts,
     where each rank's time goes, the critical path and what-if, and the downloads."""
-    from profiler import TraceError
-
     key = run_loaders.set_key(s)
     try:
         a = run_loaders.open_analysis(key, preview=_preview)

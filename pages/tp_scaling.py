@@ -6,8 +6,9 @@ from pathlib import Path
 
 import streamlit as st
 
+from profiler.collect import trace_sets
 from profiler.lab import sweep_views as sweep_data
-from ui import loaders, run_views, scaling_charts, trace_sets
+from ui import loaders, run_views, scaling_charts
 from ui.plan_form import PlanChoice, plan_form
 from ui.routing import ensure_navigation
 from ui.text import md

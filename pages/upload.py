@@ -7,9 +7,11 @@ from datetime import datetime
 
 import streamlit as st
 
+from parallel.core.plan import Plan
 from parallel.core.specs import MODELS, SpecError
 from parallel.core.topology import DEFAULT_ORDER, ORDERS
-from ui import selection, trace_sets, uploads
+from profiler.collect import trace_sets, uploads
+from ui import selection
 from ui.routing import ensure_navigation
 from ui.text import md
 
@@ -55,8 +57,6 @@ def _plan(checked: uploads.Checked):
             st.error(f"The plan file cannot be used: {md(err)}")
             return None, None
     if how == PLAN_DEGREES:
-        from parallel.core.plan import Plan
-
         cols = st.columns(6)
         values = {
             d: cols[i].number_input(

@@ -10,6 +10,8 @@ nor pyarrow, and nothing here ever imports torch.
 
 from __future__ import annotations
 
+import importlib
+
 _LAZY = {
     "load_traces": "profiler.traces.loader",
     "Traces": "profiler.traces.model",
@@ -23,8 +25,6 @@ __all__ = list(_LAZY)
 
 def __getattr__(name: str):
     if name in _LAZY:
-        import importlib
-
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value

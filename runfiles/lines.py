@@ -1,10 +1,13 @@
-"""The one-line rule for every error a user reads: a message is one printable line, whatever the
-names inside it (file names, archive members, pasted sources) contain.
+"""Text a user reads, whichever layer writes it: the one-line rule for every error (a message is one
+printable line, whatever the names inside it -- file names, archive members, pasted sources --
+contain), and a set of ranks in words.
 
 Pure: stdlib only.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 
 def one_line(text: str) -> str:
@@ -14,3 +17,17 @@ def one_line(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def rank_span(ranks: Iterable[int]) -> str:
+    """'rank 3', 'ranks 0–7' (a contiguous run), 'ranks 0, 2, 5' (a few), 'ranks 0 … 1,023 (96)'."""
+    ranks = sorted(set(int(r) for r in ranks))
+    if not ranks:
+        return "no ranks"
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if ranks[-1] - ranks[0] == len(ranks) - 1:
+        return f"ranks {ranks[0]:,}–{ranks[-1]:,}"
+    if len(ranks) <= 8:
+        return "ranks " + ", ".join(f"{r:,}" for r in ranks)
+    return f"ranks {ranks[0]:,} … {ranks[-1]:,} ({len(ranks):,})"

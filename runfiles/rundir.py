@@ -33,6 +33,7 @@ import re
 import shutil
 import socket
 import tempfile
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -87,8 +88,6 @@ FLIGHT_TRIGGER = ".dump"  # created in fr/: every live rank dumps its Flight Rec
 
 def request_flight_dumps(folder: Path, world_size: int, wait_s: float = 5.0) -> int:
     """Create the trigger in `folder` and wait up to `wait_s` for `world_size` dumps; returns how many."""
-    import time
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     asked = time.time_ns()

@@ -20,6 +20,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from playwright.sync_api import sync_playwright
+
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 SHOTS = {  # file name: (page path and query, what to wait for)
@@ -74,8 +76,6 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(CHROMIUM).exists():
         print(f"error: {CHROMIUM} is not installed (apt-get install chromium)", file=sys.stderr)
         return 2
-    from playwright.sync_api import sync_playwright
-
     with tempfile.TemporaryDirectory() as tmp:
         runs = args.runs or Path(tmp) / "runs"
         runs.mkdir(parents=True, exist_ok=True)

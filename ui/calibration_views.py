@@ -1,5 +1,5 @@
 """Predicted beside measured on Home (and the form that fits a calibration from chosen runs): thin
-Streamlit views over ui.calibration_data."""
+Streamlit views over profiler.collect.runs_calibration."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ import os
 import streamlit as st
 
 from parallel.core.calibrated import CalibrationError, contention_line
-from ui import calibration_data, whatif_charts
+from profiler.collect import runs_calibration
+from profiler.collect.trace_sets import TraceSet
+from ui import whatif_charts
 from ui.text import md
-from ui.trace_sets import TraceSet
 
 HOW = (
     "Fit one from runs here (below), or `python -m profiler calibrate RUN RUN --out "
-    f"$PARASCOPE_RUNS/{calibration_data.CALIBRATION_FILE}` — profile with `--wait 3` so the fit can take the "
+    f"$PARASCOPE_RUNS/{runs_calibration.CALIBRATION_FILE}` — profile with `--wait 3` so the fit can take the "
     "tracing overhead out."
 )
 
@@ -22,7 +23,7 @@ HOW = (
 def calibration():
     """(the calibration in use or None, the problem reading it or None)."""
     try:
-        return calibration_data.load_calibration(calibration_data.calibration_path()), None
+        return runs_calibration.load_calibration(runs_calibration.calibration_path()), None
     except CalibrationError as err:
         return None, str(err)
 
@@ -36,7 +37,7 @@ def run_prediction(s: TraceSet, metrics: dict | None) -> None:
     if cal is None:
         st.caption("No calibrated step-time model yet, so no prediction beside the measured step. " + HOW)
         return
-    row = calibration_data.run_prediction(s, metrics, cal)
+    row = runs_calibration.run_prediction(s, metrics, cal)
     if row is None:
         return
     c1, c2 = st.columns([1, 2])
@@ -102,10 +103,10 @@ def calibrate_form(candidates: list[TraceSet]) -> None:
             chosen = [s for s in candidates if s.id in picked]
             with st.spinner("fitting the step-time model to the runs' traces"):
                 try:
-                    new = calibration_data.calibrate_runs(chosen, cores=os.cpu_count() or 1)
+                    new = runs_calibration.calibrate_runs(chosen, cores=os.cpu_count() or 1)
                 except Exception as err:  # a bad trace or a run the fit cannot use: say which, keep the old one
                     st.error(f"Cannot calibrate from these sets: {md(err)}")
                     return
-            calibration_data.save_calibration(new, calibration_data.calibration_path())
-            st.success(f"Saved {calibration_data.CALIBRATION_FILE}: every run now shows its prediction.")
+            runs_calibration.save_calibration(new, runs_calibration.calibration_path())
+            st.success(f"Saved {runs_calibration.CALIBRATION_FILE}: every run now shows its prediction.")
             st.rerun()

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from profiler.collect import demo
+
 
 def start_demo(runs_dir: Path) -> str:
-    from profiler.collect.demo import ensure_demo_run
-
-    return Path(ensure_demo_run(runs_dir)).name
+    return Path(demo.ensure_demo_run(runs_dir)).name

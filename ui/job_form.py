@@ -15,6 +15,7 @@ from parallel.core.plan import CP_KINDS, RECOMPUTE, SCHEDULES
 from parallel.core.specs import MODELS
 from parallel.core.topology import DEFAULT_ORDER, ORDERS
 from profiler.collect.jobs import flags_of
+from profiler.collect.spec import parse_run
 
 K = "job."
 DEFAULTS = {
@@ -166,8 +167,6 @@ def job_form() -> tuple[list[str], str] | None:
 def check(flags: list[str]) -> tuple[list[str], list[str]]:
     """`python -m profiler run`'s own validation of the flags (plan, model, schedule, launcher; no torch
     import): (errors, warnings)."""
-    from profiler.collect.spec import parse_run
-
     try:
         _, errors, warnings = parse_run(flags)
     except SystemExit:  # argparse: a value it refused (and printed)

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
-from ui.calibration_data import calibration_path
+from parallel.core.calibrated import CalibrationError, read_calibration
+from profiler.analyzers.replan import replan
+from profiler.collect.runs_calibration import calibration_path
 from ui.text import md
 
 POLL_S = 0.25
@@ -43,8 +45,6 @@ _LOCK = threading.Lock()
 
 def _calibration():
     """This machine's calibration (Home writes it), for a CPU set; None: fit one to the set itself."""
-    from parallel.core.calibrated import CalibrationError, read_calibration
-
     path = calibration_path()
     try:
         return read_calibration(path) if path.is_file() else None
@@ -53,8 +53,6 @@ def _calibration():
 
 
 def _work(job: Job, front, gpus: int | None) -> None:
-    from profiler.analyzers.replan import replan
-
     def progress(text: str, fraction: float) -> None:
         if job.cancel.is_set():
             raise Cancelled

@@ -142,7 +142,7 @@ SOURCE_COLORS = {"analytic": "#adb5bd", "calibrated": "#4c6ef5", "measured": "#2
 
 
 def predicted_measured_chart(chart: pd.DataFrame) -> alt.Chart:
-    """Step seconds per plan (ui.calibration_data.review_predictions' chart frame): the analytic model,
+    """Step seconds per plan (profiler.collect.runs_calibration.review_predictions' chart frame): the analytic model,
     the calibrated one and a run's measured step side by side, on a log scale (the analytic model can be
     100x off on a machine it was not calibrated for)."""
     plans = list(dict.fromkeys(chart["plan"]))

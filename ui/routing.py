@@ -11,6 +11,7 @@ URL path to the same page.
 from __future__ import annotations
 
 import streamlit as st
+from streamlit.runtime.pages_manager import PagesManager
 
 ROUTED_KEY = "_routed_by_app"
 
@@ -25,8 +26,6 @@ def ensure_navigation() -> None:
 
     Only a session app.py never routed can be in that mode, so a routed session (and AppTest, whose
     runs always start at app.py) never pays for the rerun, and a button's one-run click survives."""
-    from streamlit.runtime.pages_manager import PagesManager
-
     if PagesManager.uses_pages_directory and not st.session_state.get(ROUTED_KEY):
         PagesManager.uses_pages_directory = False  # what st.navigation itself does on its first call
         st.rerun()

@@ -25,15 +25,24 @@ from pathlib import Path
 
 import pandas as pd
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from profiler.analyzers import aggregates
 from profiler.analyzers.front import TraceAnalysis
+from profiler.analyzers.layout import infer_layout
+from profiler.analyzers.prepare import Preparation, State, budget_from_env
+from profiler.analyzers.replay import critical_path as path_of
+from profiler.analyzers.replay import replay
+from profiler.analyzers.whatif import whatif as whatif_of
+from profiler.collect.trace_sets import TraceSet
+from profiler.traces.errors import TraceError
+from profiler.traces.loader import default_workers
 from profiler.traces.model import node_of_ranks
+from profiler.traces.sources import resolve
 from runfiles.rundir import METRICS_JSON, read_json
 from ui import run_tables
 from ui import whatif_tables as whatif_data
 from ui.text import md
-from ui.trace_sets import TraceSet
 
 MAX_GANTT_RANKS = 64  # ranks drawn at once; larger sets pick a range
 OVERVIEW_RECTS = 2500  # rectangles in the overview, over all ranks shown
@@ -94,15 +103,11 @@ def _source(key: tuple):
     """What `key` loads: the set's path, or for a preview key the part of it holding its first ranks."""
     if key[3:] != PREVIEW:
         return key[0]
-    from profiler.traces.sources import resolve
-
     return resolve(key[0]).first_ranks(PREVIEW[1])
 
 
 def _load_options() -> dict:
     """Files parsed by one process per core, or on the Dask cluster of $PARASCOPE_DASK_SCHEDULER."""
-    from profiler.traces.loader import default_workers
-
     return {"workers": default_workers(), "scheduler": os.environ.get("PARASCOPE_DASK_SCHEDULER") or None}
 
 
@@ -149,8 +154,6 @@ def open_analysis(key: tuple, preview: Callable[[tuple], None] | None = None) ->
             return None
         if state.status == "failed":
             if state.trace_error:
-                from profiler import TraceError
-
                 raise TraceError(state.message)
             if not _drawn("prepare_again"):
                 st.error(f"These traces could not be analysed: {md(state.message)}")
@@ -163,8 +166,6 @@ def open_analysis(key: tuple, preview: Callable[[tuple], None] | None = None) ->
 
 def _drawn(widget_key: str) -> bool:
     """Whether this script run has already drawn the widget `widget_key`."""
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
     return widget_key in (getattr(get_script_run_ctx(), "widget_user_keys_this_run", None) or ())
 
 
@@ -196,8 +197,6 @@ def _wait(key: tuple, preview: Callable[[tuple], None] | None):
 
 
 def _draw_preview(where, key: tuple, preview: Callable[[tuple], None]) -> None:
-    from profiler import TraceError
-
     with where.container():
         try:
             preview(preview_key(key))
@@ -208,8 +207,6 @@ def _draw_preview(where, key: tuple, preview: Callable[[tuple], None]) -> None:
 def _prepared(key: tuple):
     """The state of `key`'s preparation, started when there is none (or the last was cancelled by
     another session); None while MAX_PREPARING others run."""
-    from profiler.analyzers.prepare import Preparation, State, budget_from_env
-
     with _PREPARING_LOCK:
         if key in _READY:
             return State("done")
@@ -328,8 +325,6 @@ def rank_values(key: tuple) -> pd.DataFrame:
 @st.cache_data(show_spinner=False, max_entries=16)
 def layout(key: tuple):
     """The layout of a set without a plan, from its process groups (profiler.analyzers.layout)."""
-    from profiler.analyzers.layout import infer_layout
-
     b = analysis(key)
     return infer_layout(b.traces, b.table)
 
@@ -377,9 +372,6 @@ def run_metrics(s) -> dict | None:
 def critical_path(key: tuple, step: int) -> dict:
     """The cross-rank critical path of `step` (every step for ALL), measured: frame (whatif_data.path_frame,
     ms from the step's aligned start, as the overview draws), links (rank hops), categories."""
-    from profiler.analyzers.replay import critical_path as path_of
-    from profiler.analyzers.replay import replay
-
     b = analysis(key)
     g = b.front.graph
     t0, t1 = run_tables.step_span(b.bd, b.offsets, step)
@@ -408,8 +400,6 @@ def whatif(
 ) -> dict:
     """profiler.analyzers.whatif's object for the form's scenario at `step` (None: every step; plain
     values: the cache key)."""
-    from profiler.analyzers.whatif import whatif as run
-
     b = analysis(key)
     scenario = whatif_data.scenario_of(rank=rank, speed=speed, link=link, link_factor=link_factor, overlap=overlap)
-    return run(b.front.graph, scenario, plan=b.front.layout_plan, microbatches=microbatches, step=step)
+    return whatif_of(b.front.graph, scenario, plan=b.front.layout_plan, microbatches=microbatches, step=step)

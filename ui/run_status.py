@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from profiler.collect import jobs
-from ui import trace_sets
+from profiler.collect import jobs, trace_sets
+from profiler.collect.trace_sets import TraceSet
 from ui.text import md
-from ui.trace_sets import TraceSet
 
 POLL_S = 2.0
 ACTIVE = ("starting", "running")

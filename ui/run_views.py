@@ -25,12 +25,14 @@ from parallel.core.rank_grid import with_rank_values
 from parallel.core.specs import CLUSTERS, MODELS, GiB
 from profiler.analyzers import aggregates
 from profiler.analyzers.aggregates import metrics_summary
-from ui import memory_charts, run_loaders, topology_charts, trace_sets
+from profiler.collect import trace_sets
+from profiler.collect.trace_sets import TraceSet
+from profiler.traces.errors import TraceError
+from ui import memory_charts, run_loaders, topology_charts
 from ui.plan_form import PlanChoice
 from ui.run_tables import RANK_VALUES
 from ui.selection import KEY, PAGES
 from ui.text import bytes_text, md
-from ui.trace_sets import TraceSet
 
 
 def _named_set() -> TraceSet | None:
@@ -60,8 +62,6 @@ def adopt_run_plan() -> None:
         return
     device = guess = note = None
     if s.has_traces and (s.plan_obj is None or s.cluster not in CLUSTERS):
-        from profiler import TraceError
-
         try:
             if run_loaders.open_analysis(run_loaders.set_key(s)) is None:
                 return
@@ -175,8 +175,6 @@ def topology_measured(choice: PlanChoice, cells: pd.DataFrame) -> None:
         return
     if not _same_size(s, choice):
         return
-    from profiler import TraceError
-
     try:
         if run_loaders.open_analysis(run_loaders.set_key(s)) is None:  # a first load, cancelled
             return
@@ -293,8 +291,6 @@ def tp_measured(choice: PlanChoice) -> pd.DataFrame | None:
     )
     with st.expander(title, expanded=s is not None):
         if s is not None and s.has_traces:
-            from profiler import TraceError
-
             try:
                 ours = (
                     run_loaders.tp_measured(run_loaders.set_key(s))

@@ -1,4 +1,4 @@
-"""Which trace set the run pages show: the URL's `run` query parameter (a ui.trace_sets id), kept in the
+"""Which trace set the run pages show: the URL's `run` query parameter (a trace_sets id), kept in the
 session too so that switching pages in the sidebar -- which drops the query string -- keeps it.
 
     s = current_set()          # TraceSet or None
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import trace_sets
+from profiler.collect import trace_sets
+from profiler.collect.trace_sets import TraceSet
 from ui.text import md
-from ui.trace_sets import TraceSet
 
 KEY = "run"  # the query parameter
 _REMEMBERED = "_selected_run"

@@ -31,20 +31,6 @@ def md(value: object) -> str:
     return _LINE_START.sub(lambda m: m.group(1) + m.group(2) + "\\" + m.group(3), text)
 
 
-def rank_span(ranks) -> str:
-    """'rank 3', 'ranks 0–7' (a contiguous run), 'ranks 0, 2, 5' (a few), 'ranks 0 … 1,023 (96)'."""
-    ranks = sorted(set(int(r) for r in ranks))
-    if not ranks:
-        return "no ranks"
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    if ranks[-1] - ranks[0] == len(ranks) - 1:
-        return f"ranks {ranks[0]:,}–{ranks[-1]:,}"
-    if len(ranks) <= 8:
-        return "ranks " + ", ".join(f"{r:,}" for r in ranks)
-    return f"ranks {ranks[0]:,} … {ranks[-1]:,} ({len(ranks):,})"
-
-
 def bytes_text(n: float) -> str:
     """12.5 MiB, 3.1 GiB, 96 KiB: a metric's value in the unit that keeps it readable (a tiny model's
     layer is a few hundred KiB, which '0 MiB' hid)."""

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from parallel.core.plan import PLAN_FIELDS, Plan, plan_from_values
 from parallel.core.specs import CLUSTERS, GB, MODELS, Cluster, GiB, Link, Model, SpecError, cluster_preset, model_preset
+from runfiles.rundir import load_json_object
 
 MODEL_SHAPE = {  # flag -> Model field
     "layers": "layers",
@@ -122,8 +123,6 @@ def links_from_commbench(path: Path, unmeasured: list[str] | None = None) -> dic
     A link whose bandwidth the run could not fit (null: its times showed no size dependence, as a
     loopback run on shared cores can) is left out -- its name appended to `unmeasured` -- so the
     cluster's own link stays."""
-    from runfiles.rundir import load_json_object
-
     try:
         links = load_json_object(path, MAX_COMMBENCH_BYTES)["links"]
         out = {}

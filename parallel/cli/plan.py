@@ -24,14 +24,16 @@ from parallel.cli.args import (
     plan_from_args,
 )
 from parallel.cli.dispatch import prog_name
+from parallel.core.calibrated import CalibrationError, predict, read_calibration
 from parallel.core.comm import CommOptions
 from parallel.core.compute import JOB_EFFICIENCY
-from parallel.core.devices import MIN_EFFICIENCY
+from parallel.core.devices import MIN_EFFICIENCY, read_device_fit
 from parallel.core.memory import SWIGLU, ActivationOptions
 from parallel.core.perf import PerfOptions
 from parallel.core.plan import plan_from_values, plan_values
 from parallel.core.report import Options, plan_report
 from parallel.core.specs import GiB, Model, SpecError
+from parallel.importers import import_plan, place
 
 
 def add_option_args(parser: argparse.ArgumentParser) -> None:
@@ -73,8 +75,6 @@ def add_option_args(parser: argparse.ArgumentParser) -> None:
 
 def _device_fit(path: str):
     """The fitted Device of a `profiler calibrate --kernels` JSON; SpecError naming the file."""
-    from parallel.core.devices import read_device_fit
-
     try:
         return read_device_fit(path)
     except SpecError as err:
@@ -129,8 +129,6 @@ def _calibrated(rep: dict, model, plan, path: str, cluster) -> None:
     that span its nodes take the inter-node link's terms); keep the analytic one as
     `analytic_step_time`, and name the calibration's sources and assumptions. ValueError when the
     calibration was measured on another kind of device than the cluster's: it says nothing there."""
-    from parallel.core.calibrated import CalibrationError, predict, read_calibration
-
     try:
         cal = read_calibration(path)
     except CalibrationError as err:
@@ -272,8 +270,6 @@ def _fail(message: str, as_json: bool) -> int:
 def _from_import(args: argparse.Namespace, argv: list[str]):
     """The model and plan from a Megatron-LM script, torchtitan TOML or plan JSON; the world size
     from --nodes when given, else from the file (torchrun --nnodes x --nproc_per_node, ...)."""
-    from parallel.importers import import_plan, place
-
     imported = import_plan(args.import_file)
     model = imported.model or model_from_args(args)  # a bare plan JSON names no model
     if imported.gpus_per_node and args.gpus_per_node is None and imported.cluster is None:

@@ -32,6 +32,7 @@ from parallel.core.plan import Plan
 from parallel.core.specs import SpecError
 from parallel.core.validate import VOCAB_PADDED, check
 from parallel.engine.api import TrainConfig, engine_errors, memory_errors, run_rank, torchrun_env
+from parallel.engine.launch import RankFailure, run_local, run_torchrun
 
 
 def parser() -> argparse.ArgumentParser:
@@ -198,6 +199,7 @@ def main(argv=None) -> int:
                 f"dp×tp×pp×cp = {cfg.plan.world_size}, but torchrun started {env['world_size']} ranks", file=sys.stderr
             )
             return 2
+        # lazy: torch, on a torchrun rank only; the parser's importers (profiler.collect.spec, tpsweep) load none
         from torch.distributed.elastic.multiprocessing.errors import record  # torchrun reports the traceback
 
         cfg = dataclasses.replace(cfg, launcher="torchrun")
@@ -216,15 +218,14 @@ def main(argv=None) -> int:
     except OSError as err:
         print(f"invalid plan:\n  error: --out {cfg.out}: {err.strerror or err}", file=sys.stderr)
         return 2
-    if cfg.launcher == "torchrun":
-        from parallel.engine.launch import run_torchrun  # the ranks see torchrun's environment and ignore --launcher
-
+    if cfg.launcher == "torchrun":  # the ranks see torchrun's environment and ignore --launcher
         return run_torchrun(argv, nproc=cfg.plan.world_size)
-    from parallel.engine import job as engine  # noqa: F401 - import torch and the engine once, before forking the ranks
+    # lazy: torch and the engine (2 s), loaded once here before forking the ranks, never by the parser's importers
+    from parallel.engine import job as engine  # noqa: F401
 
     if cfg.plan.pp > 1:  # autograd.backward(grad_tensors=...) imports this and sympy on first use: once, here
+        # lazy: sympy, which only a pipeline's backward needs
         import torch.fx.experimental.symbolic_shapes  # noqa: F401
-    from parallel.engine.launch import RankFailure, run_local
 
     try:
         run_local(functools.partial(_local_rank, cfg), world_size=cfg.plan.world_size)

@@ -34,10 +34,12 @@ Pure: stdlib only.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
-from parallel.core.specs import GB, Cluster, SpecError, _from_dict
+from parallel.core.specs import CLUSTERS, GB, Cluster, SpecError, _from_dict
 
 # the least fraction of peak any efficiency may claim: 0.1%, below any kernel measured; a smaller one
 # (5e-324 passes "> 0") turns step times into inf and their comparisons into nan
@@ -297,8 +299,6 @@ def device_for_name(name: str | None) -> str | None:
 
 def cluster_for_device(name: str | None) -> str | None:
     """The cluster preset built of the GPU PyTorch names ('NVIDIA H100 80GB HBM3' -> dgx-h100), or None."""
-    from parallel.core.specs import CLUSTERS
-
     key = device_for_name(name)
     return next((c.name for c in CLUSTERS.values() if key and c.gpu == key), None)
 
@@ -343,9 +343,6 @@ MAX_DEVICE_FIT_BYTES = 1 << 20  # a device fit is a few hundred bytes
 def read_device_fit(path: str) -> Device:
     """The fitted Device in the JSON file at `path`, read bounded from a regular file only (a FIFO
     would block); SpecError saying what is wrong."""
-    import json
-    from pathlib import Path
-
     p = Path(path)
     if not p.is_file():
         raise SpecError("not a regular file" if p.exists() else "no such file")

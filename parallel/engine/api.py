@@ -124,7 +124,7 @@ def run_rank(
     on_step=None,
 ) -> dict | None:
     """Train `cfg` as rank `rank`; returns the job's metrics on rank 0 (written to cfg.out), else None."""
-    from parallel.engine.job import train_rank  # torch, only when a rank trains
+    from parallel.engine.job import train_rank  # lazy: torch, only when a rank trains (api.py loads none)
 
     return train_rank(
         cfg,

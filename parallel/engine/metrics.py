@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
+from parallel.engine.tensor_parallel import unshard_tensor
+
 
 def build_metrics(cfg, results: list[dict], *, backend: str) -> dict:
     """The metrics.json object from every rank's result (index = rank)."""
-    import torch
-
     by_rank = {str(r["rank"]): r for r in results}
     loss = next(r["loss"] for r in results if r["loss"] is not None)
     n_steps = len(results[0]["step_time_s"])
@@ -56,8 +58,6 @@ def build_metrics(cfg, results: list[dict], *, backend: str) -> dict:
 
 def load_shards(run_dir) -> dict[int, dict]:
     """Every rank's saved parameter shards ({rank: {coords, tp, params, tp_shard}}), from --save-params."""
-    import torch
-
     files = sorted((Path(run_dir) / "params").glob("rank*.pt"))
     return {int(f.stem[4:]): torch.load(f, weights_only=False) for f in files}
 
@@ -66,8 +66,6 @@ def full_state_dict(run_dir, *, key: str = "params") -> dict:
     """The serial model's parameters (full shapes, serial names) from a run's shards: TP shards
     concatenated (tensor_parallel.unshard_tensor), stages merged, the dp = cp = 0 replica.
     key="grads": the first step's reduced gradients instead (runs without ZeRO)."""
-    from parallel.engine.tensor_parallel import unshard_tensor
-
     shards = load_shards(run_dir)
     out = {}
     replicas = [s for s in shards.values() if s["coords"]["dp"] == 0 and s["coords"]["cp"] == 0]

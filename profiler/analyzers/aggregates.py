@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from parallel.core.memory_sweeps import MetricsError, measured_vs_predicted, model_state_vs_predicted
 from profiler.traces.model import link_tier
 
 ALL = -2  # the "all steps" choice of a step selector
@@ -123,8 +124,6 @@ def metrics_summary(metrics: dict | None) -> dict:
     loss = [float(x) for x in metrics.get("loss") or [] if isinstance(x, (int, float))]
     if loss:
         out["loss_first"], out["loss_last"] = loss[0], loss[-1]
-    from parallel.core.memory_sweeps import MetricsError, measured_vs_predicted, model_state_vs_predicted
-
     for key, frame in (("act_error_pct", measured_vs_predicted), ("state_error_pct", model_state_vs_predicted)):
         try:
             err = frame(metrics)["error_pct"].dropna()

@@ -88,6 +88,8 @@ from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, Link, Model
 from profiler.analyzers.labels import P2P_OPS
 from profiler.analyzers.replay import phases
+from profiler.traces import intervals as iv
+from profiler.traces.model import link_tier, node_of_ranks
 
 
 def nnls(A: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, float]:
@@ -288,8 +290,6 @@ def _rank_split(
     kernels (GPU); element-wise work the other leaf ops or compute kernels inside forward/backward, less
     the collectives; forward/backward work is the engine's ps.phase fwd/bwd ranges less the collectives
     inside them; the optimizer its optim range."""
-    from profiler.traces import intervals as iv
-
     ev = run.analysis.traces.rank_events(rank)
     names = ev["name"].astype(str)
     ts, end = ev["ts_ns"].to_numpy(), (ev["ts_ns"] + ev["dur_ns"]).to_numpy()
@@ -401,8 +401,6 @@ def op_cost_ns(per: pd.DataFrame) -> pd.Series:
 def _link_rows(run: Measured) -> pd.DataFrame:
     """Mean cost per (op, group size, bytes, tier) of the run's ops seen on two or more ranks (seconds,
     as traced: fit divides them by the run's overhead and contention each round)."""
-    from profiler.traces.model import link_tier, node_of_ranks
-
     per = run.analysis.per_rank_wait
     per = per[per["n_ranks"] >= 2]
     if per.empty:

@@ -35,6 +35,7 @@ from profiler.analyzers.breakdown import breakdowns
 from profiler.analyzers.collectives import collectives
 from profiler.analyzers.export import export_collectives, export_perfetto
 from profiler.analyzers.labels import plan_of
+from profiler.analyzers.layout import infer_layout
 from profiler.analyzers.matching import clock_offsets, instances, per_rank_wait, stragglers
 from profiler.analyzers.replay import Graph, build_graph
 from profiler.analyzers.split import StepSplit, compute_classes, step_split
@@ -148,8 +149,6 @@ class TraceAnalysis:
         imply (analyzers.layout; DP over the world when nothing is known)."""
         plan = plan_of(self.plan, self.traces)
         if plan is None:
-            from profiler.analyzers.layout import infer_layout
-
             plan = infer_layout(self.traces, self.collectives).plan
         return plan
 
@@ -212,8 +211,6 @@ class TraceAnalysis:
         ms, exposed ms, arrival lateness), skew (per dim and op over all steps: count, median / p95 / max
         arrival skew ms) and tp_measured (TP-group collectives by group size, SP and link: the TP-scaling
         overlay's measured cost)."""
-        from profiler.traces.model import node_of_ranks
-
         steps = aggregates.instance_steps(self.collectives)
         heat = aggregates.rank_step_heat(self.breakdown, self.per_rank_wait, steps)
         skew = aggregates.skew_table(self.instances, steps, aggregates.ALL)

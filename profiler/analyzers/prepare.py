@@ -31,6 +31,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from profiler.analyzers.front import TraceAnalysis
+from profiler.traces.errors import TraceError
+from profiler.traces.loader import shared_workers
+from profiler.traces.sources import resolve
+
 # the tables a page reads, in the order they depend on each other
 TABLES = ("collectives", "offsets", "per_rank_wait", "instances", "comm_by_dim")
 STAGES = {
@@ -78,10 +83,6 @@ def prepare(
     total, name)` after each file and each table. With `preview` > 0, the set's first `preview` ranks
     (TraceSet.first_ranks) are prepared first, on their own, and stage 'preview' reported: a page
     can draw them while the whole set loads. Raises TraceError as load_traces does."""
-    from profiler.analyzers.front import TraceAnalysis
-    from profiler.traces.loader import shared_workers
-    from profiler.traces.sources import resolve
-
     report = report or (lambda *a: None)
     found = resolve(source)
     part = found.first_ranks(preview) if preview > 0 else None
@@ -108,7 +109,6 @@ def prepare(
 def _main(argv: list[str]) -> int:
     """Prepare the set of the JSON spec argv[0] ({source, plan, workers, scheduler}); progress and the
     outcome as JSON lines on stdout. SIGTERM unwinds (the loader removes its half-written folder)."""
-    from profiler.traces.errors import TraceError
 
     def stop(*_) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second one would cut the cleanup short
@@ -283,7 +283,7 @@ class Preparation:
         return lines[-1][:300] if lines else "no log"
 
     def _watch(self) -> None:
-        import psutil
+        import psutil  # lazy: not a declared dependency (distributed brings it); only the budget watcher needs it
 
         try:
             root = psutil.Process(self._proc.pid)
@@ -313,7 +313,7 @@ class Preparation:
 
 
 def _tree_rss_mb(root) -> float:
-    import psutil
+    import psutil  # lazy: not a declared dependency (distributed brings it); only the budget watcher needs it
 
     total = 0
     try:

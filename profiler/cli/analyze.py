@@ -29,12 +29,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
-from typing import Any
 
 import orjson
 
 from parallel.cli.dispatch import prog_name
+from profiler.analyzers.front import TraceAnalysis
+from profiler.analyzers.run_inputs import plan_file
+from profiler.traces.errors import RankError, TraceError
+from profiler.traces.loader import default_workers, load_traces, shared_workers
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -107,8 +109,6 @@ class _Bar:
 
 
 def _ranks(items: list[str]) -> dict | None:
-    from profiler.traces.errors import RankError
-
     out = {}
     for item in items:
         name, sep, value = item.rpartition("=")
@@ -121,59 +121,6 @@ def _ranks(items: list[str]) -> dict | None:
 def _plan(path: str | None, world_size: int | None = None):
     """The plan dict in --plan (plan_file), or None without one."""
     return None if path is None else plan_file(path, world_size)[0]
-
-
-def plan_file(path: str, world_size: int | None = None) -> tuple[dict, Any]:
-    """(the plan dict, the model the file names or None) in a --plan file, read bounded
-    (MAX_RUN_JSON_BYTES): a plan JSON (bare, or a run's / report's / uploaded set's {"plan": ...,
-    "model": ...}), or a Megatron-LM launch script or torchtitan TOML (imported_plan: its DP follows
-    `world_size`, the traces'); PlanMismatchError in one line when it cannot be used."""
-    from profiler.traces.errors import PlanMismatchError
-    from runfiles.rundir import MAX_RUN_JSON_BYTES
-
-    if Path(path).exists() and not Path(path).is_file():  # a FIFO or a device would block the read
-        raise PlanMismatchError(f"--plan {path}: not a regular file")
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_RUN_JSON_BYTES + 1)
-    except OSError as err:
-        raise PlanMismatchError(f"--plan {path}: cannot read it ({err.strerror or err})") from None
-    if len(raw) > MAX_RUN_JSON_BYTES:
-        raise PlanMismatchError(f"--plan {path}: larger than {MAX_RUN_JSON_BYTES >> 20} MiB: not a plan file")
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as err:
-        if str(path).lower().endswith(".json"):
-            raise PlanMismatchError(f"--plan {path}: not valid JSON ({err})") from None
-        imported = imported_plan(path, world_size, raw)
-        return imported.plan.to_dict(), imported.model
-    model = data.get("model") if isinstance(data, dict) else None
-    if isinstance(data, dict) and isinstance(data.get("plan"), dict):
-        data = data["plan"]
-    if not isinstance(data, dict):
-        raise PlanMismatchError(f"--plan {path}: expected a JSON object with dp, tp, pp, cp")
-    return data, model
-
-
-def imported_plan(path, world_size: int | None, raw: bytes):
-    """The Megatron-LM launch script or torchtitan TOML `raw` read from `path`, imported
-    (parallel.importers.Imported; files it sources are read beside it), its data-parallel size following
-    `world_size` (the ranks the job ran on, whatever its launcher line says; as Upload does);
-    PlanMismatchError with the importer's one line when it cannot be imported."""
-    from parallel.importers import ImportFailed, beside, import_text
-    from profiler.traces.errors import PlanMismatchError
-
-    try:
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ImportFailed(f"{Path(path).name}: neither JSON nor a text file") from None
-        imported = import_text(text, Path(path).name, read=beside(Path(path).parent))
-        if world_size and imported.plan.world_size != world_size:
-            imported = imported.with_world_size(world_size, "the traces' world size")
-    except ImportFailed as err:
-        raise PlanMismatchError(f"--plan {path}: {err}") from None
-    return imported
 
 
 def _text(traces, summary: dict, not_collectives: dict) -> str:
@@ -212,10 +159,6 @@ def main(argv=None) -> int:
     if args.workers is not None and args.workers < 1:
         print(f"error: --workers {args.workers}: expected 1 or more processes", file=sys.stderr)
         return 2
-    from profiler.analyzers.front import TraceAnalysis
-    from profiler.traces.errors import TraceError
-    from profiler.traces.loader import default_workers, load_traces, shared_workers
-
     live = sys.stderr.isatty()
     bar = _Bar(sys.stderr, live) if (args.progress if args.progress is not None else live) else None
     workers = args.workers or default_workers()

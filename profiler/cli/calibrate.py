@@ -30,14 +30,25 @@ Pure: no torch.
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import os
+import statistics
 import sys
 from pathlib import Path
 
 import orjson
 
+from parallel.cli.args import links_from_commbench
 from parallel.cli.dispatch import prog_name
+from parallel.core.calibrated import CalibrationError, contention_line
+from parallel.core.devices import DEVICES, device_for_name
+from parallel.core.memory import ActivationOptions
+from parallel.core.plan import Plan
+from parallel.core.specs import CLUSTERS, Model, SpecError
+from profiler.analyzers.calibrate import _unprofiled, fit, traced_device
+from profiler.analyzers.device_fit import DeviceFitError, fit_device
+from profiler.analyzers.run_inputs import measured_run, read_run_json
+from profiler.traces.errors import NoTracesError, PlanMismatchError, TraceError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,14 +95,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def fit_kernels(args) -> int:
     """--kernels: the device fit of one trace folder or run directory, written to --out."""
-    import dataclasses
-
-    from parallel.core.devices import DEVICES, device_for_name
-    from parallel.core.memory import ActivationOptions
-    from parallel.core.specs import CLUSTERS
-    from profiler.analyzers.device_fit import fit_device
-    from profiler.traces.errors import PlanMismatchError
-
     if len(args.path) != 1:
         raise PlanMismatchError("--kernels fits one job's traces: give one folder")
     run = measured_run(args.path[0], args.plan, args.model)
@@ -124,35 +127,15 @@ def fit_kernels(args) -> int:
     return 0
 
 
-def _read_run_json(path: Path) -> dict:
-    """A run's metrics.json or run.json, read bounded (rundir.load_json_object); one line naming it when
-    it is too large, not JSON or not an object."""
-    from profiler.traces.errors import PlanMismatchError
-    from runfiles.rundir import load_json_object
-
-    try:
-        return load_json_object(path)
-    except ValueError as err:
-        raise PlanMismatchError(f"{path}: not a run's {path.name} ({err})") from None
-
-
 def _with_launches(runs: list, dirs: list[str]) -> list:
     """The runs with each unprofiled launch's steady step (median after the first) attached to the
     run of its plan and model; a launch that matches none, or has no steady steps, is refused."""
-    import dataclasses
-    import statistics
-
-    from parallel.core.plan import Plan
-    from parallel.core.specs import Model
-    from profiler.analyzers.calibrate import _unprofiled
-    from profiler.traces.errors import NoTracesError, PlanMismatchError
-
     steps: dict[int, list[float]] = {i: [] for i in range(len(runs))}
     for d in dirs:
         path = Path(d) / "metrics.json"
         if not path.is_file():
             raise NoTracesError(f"--unprofiled {d}: no metrics.json (give a `parallel train` run directory)")
-        m = _read_run_json(path)
+        m = read_run_json(path)
         try:
             plan, model = Plan.from_dict(m["plan"]), Model.from_dict(m["model"])
         except (KeyError, TypeError, ValueError) as err:
@@ -174,120 +157,8 @@ def _with_launches(runs: list, dirs: list[str]) -> list:
     return [dataclasses.replace(r, launches_s=tuple(steps[i])) if steps[i] else r for i, r in enumerate(runs)]
 
 
-def measured_run(path: str, plan_file: str | None = None, model_name: str | None = None):
-    """A run directory (or a trace folder: folder_plan_model) as profiler.analyzers.calibrate.Measured."""
-    from parallel.core.plan import Plan
-    from parallel.core.specs import Model
-    from profiler.analyzers.calibrate import Measured
-    from profiler.analyzers.front import TraceAnalysis
-    from profiler.traces.errors import NoTracesError
-    from profiler.traces.loader import load_traces
-
-    folder = Path(path)
-    if not folder.exists():
-        raise NoTracesError(f"{path}: no such file or directory")
-    run = folder / "run.json"
-    metrics = {}
-    if (folder / "metrics.json").is_file():
-        metrics = _read_run_json(folder / "metrics.json")
-    traces = load_traces(folder)  # once: a trace folder's imported plan takes its world size from them
-    if run.is_file():
-        data = _read_run_json(run)
-        plan, model = Plan.from_dict(data["plan"]), Model.from_dict(data["model"])
-    else:
-        plan, model = folder_plan_model(folder, plan_file, model_name, traces.world_size)
-    analysis = TraceAnalysis(traces, plan.to_dict())
-    return Measured(
-        analysis=analysis, metrics=metrics, plan=plan, model=model, path=str(folder), cluster=run_cluster(folder, plan)
-    )
-
-
-def folder_plan_model(folder: Path, plan_file: str | None, model_arg: str | None, world_size: int | None):
-    """(Plan, Model) of a trace folder without a run.json. The plan: --plan FILE
-    (profiler.cli.analyze.plan_file: a plan JSON, bare or {"plan": ..., "model": ...} as a run's, a
-    report's or an uploaded set's plan.json; a Megatron-LM launch script or a torchtitan TOML, which
-    name the model too, its DP following `world_size`, the traces') -- else the folder's own plan.json
-    (an uploaded set's). The model: --model, a preset name or a model JSON file, else the plan
-    file's. PlanMismatchError naming what is missing or wrong."""
-    from parallel.core.plan import Plan
-    from parallel.core.specs import SpecError
-    from profiler.cli.analyze import plan_file as read_plan_file
-    from profiler.traces.errors import PlanMismatchError
-
-    source = Path(plan_file) if plan_file else folder / "plan.json"
-    if not plan_file and not source.is_file():
-        raise PlanMismatchError(
-            f"{folder}: no run.json or plan.json; give --plan (a plan JSON, a Megatron-LM launch script or a "
-            "torchtitan TOML) and --model (a preset or a model JSON) for a trace folder"
-        )
-    plan_data, model_data = read_plan_file(str(source), world_size)
-    try:
-        plan = Plan.from_dict(plan_data)
-    except (SpecError, TypeError, ValueError, KeyError) as err:
-        raise PlanMismatchError(f"--plan {source}: not a plan ({err})") from None
-    model = _model(model_arg) if model_arg else _model(model_data, source) if model_data is not None else None
-    if model is None:
-        raise PlanMismatchError(f"{source} names no model: give --model (a preset or a model JSON)")
-    return plan, model
-
-
-def _model(value, source: Path | None = None):
-    """A Model from a preset name, a model JSON file's path (its object, or its "model"), a Model, or
-    a model's dict."""
-    from parallel.core.specs import MODELS, Model, SpecError
-    from profiler.traces.errors import PlanMismatchError
-    from runfiles.rundir import load_json_object
-
-    where = f"the model in {source}" if source else "--model"
-    if isinstance(value, Model):
-        return value
-    if isinstance(value, str):
-        if value in MODELS:
-            return MODELS[value]
-        path = Path(value)
-        if source is not None or not path.is_file():
-            raise PlanMismatchError(
-                f"{where} {value!r}: not a preset ({', '.join(sorted(MODELS))}) or a model JSON file"
-            )
-        try:
-            doc = load_json_object(path)
-        except OSError as err:
-            raise PlanMismatchError(f"--model {value}: cannot read it ({err.strerror or err})") from None
-        except json.JSONDecodeError:
-            raise PlanMismatchError(f"--model {value}: not JSON (a model JSON file, or a preset name)") from None
-        except ValueError as err:  # too large, or JSON but not an object
-            raise PlanMismatchError(f"--model {value}: {err}") from None
-        value, where = (doc["model"] if isinstance(doc.get("model"), dict) else doc), f"--model {value}"
-    try:
-        return Model.from_dict(value)
-    except (SpecError, TypeError, ValueError, KeyError) as err:
-        raise PlanMismatchError(f"{where}: not a model ({err})") from None
-
-
-def run_cluster(folder: Path, plan):
-    """The nodes a run directory's job ran on, as a Cluster (None for one node or no run.json)."""
-    import dataclasses
-
-    from parallel.core.specs import CLUSTERS
-    from runfiles.rundir import load_json_object
-
-    try:
-        nodes = int(load_json_object(folder / "run.json").get("nodes") or 1)
-    except (OSError, ValueError, TypeError):
-        return None
-    if nodes <= 1 or plan.world_size % nodes:
-        return None
-    return dataclasses.replace(CLUSTERS["local-cpu"], nodes=nodes, gpus_per_node=plan.world_size // nodes)
-
-
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    from parallel.cli.args import links_from_commbench
-    from parallel.core.calibrated import CalibrationError, contention_line
-    from parallel.core.specs import SpecError
-    from profiler.analyzers.calibrate import fit, traced_device
-    from profiler.traces.errors import TraceError
-
     if args.cores < 1:
         print(f"error: --cores {args.cores}: expected 1 or more", file=sys.stderr)
         return 2
@@ -297,8 +168,6 @@ def main(argv=None) -> int:
         print(f"error: --out {args.out} {where}: give a file path in an existing folder", file=sys.stderr)
         return 2
     if args.kernels:
-        from profiler.analyzers.device_fit import DeviceFitError
-
         try:
             return fit_kernels(args)
         except (TraceError, DeviceFitError, SpecError, KeyError, orjson.JSONDecodeError) as err:

@@ -30,6 +30,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -45,7 +46,7 @@ from profiler.collect.launchers import (
     torchrun_root_cause,
 )
 from profiler.commbench.spec import CommbenchSpec, parse_commbench
-from profiler.lab.settings import for_lab_flag
+from profiler.lab.settings import LabError, for_lab_flag
 from runfiles.rundir import write_json_atomic
 
 
@@ -53,8 +54,6 @@ def make_launcher(spec: CommbenchSpec, tmp: Path, run_id: str, lab=None) -> Agen
     env = {RUN_MARKER: run_id}
     log = tmp / "launcher.log"
     if lab is not None:  # one agent per lab node, each in its namespace
-        from profiler.lab.settings import LabError
-
         try:
             port = lab.free_port(0)
         except LabError as err:
@@ -89,8 +88,6 @@ def make_launcher(spec: CommbenchSpec, tmp: Path, run_id: str, lab=None) -> Agen
 def run(spec: CommbenchSpec, lab=None) -> Outcome:
     """Run the benchmark's ranks (on `lab`, a profiler.lab.settings.LabSettings, when given); the result file
     is written by rank 0."""
-    import time
-
     run_id = uuid.uuid4().hex
     deadline = time.monotonic() + spec.job_timeout_s if spec.job_timeout_s else None
 

@@ -23,6 +23,11 @@ import sys
 import orjson
 
 from parallel.cli.dispatch import prog_name
+from parallel.core.plan import Plan
+from parallel.core.specs import SpecError
+from profiler.analyzers.hang import diagnose, load_dumps
+from profiler.cli.analyze import _plan
+from profiler.traces.errors import TraceError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -38,12 +43,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    from parallel.core.plan import Plan
-    from parallel.core.specs import SpecError
-    from profiler.analyzers.hang import diagnose, load_dumps
-    from profiler.cli.analyze import _plan
-    from profiler.traces.errors import TraceError
-
     if args.gpus_per_node < 1:
         print(f"error: --gpus-per-node {args.gpus_per_node}: expected 1 or more", file=sys.stderr)
         return 2

@@ -29,6 +29,13 @@ from pathlib import Path
 import orjson
 
 from parallel.cli.dispatch import prog_name
+from parallel.core.calibrated import CalibrationError, read_calibration
+from parallel.core.specs import SpecError
+from profiler.analyzers.front import TraceAnalysis
+from profiler.analyzers.identify import IdentifyError
+from profiler.analyzers.replan import ReplanError, gap_lines, replan
+from profiler.analyzers.split import COMPONENTS
+from profiler.traces.errors import TraceError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,9 +57,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _text(r) -> str:
-    from profiler.analyzers.replan import gap_lines
-    from profiler.analyzers.split import COMPONENTS
-
     job = r.job
     lines = [
         f"job: {job.model.name} under {job.plan.label() or 'DP1'} on {job.plan.world_size} × {job.device['name']}",
@@ -88,13 +92,6 @@ def main(argv=None) -> int:
         if value is not None and value < 1:
             print(f"error: {flag} {value}: expected 1 or more", file=sys.stderr)
             return 2
-    from parallel.core.calibrated import CalibrationError, read_calibration
-    from parallel.core.specs import SpecError
-    from profiler.analyzers.front import TraceAnalysis
-    from profiler.analyzers.identify import IdentifyError
-    from profiler.analyzers.replan import ReplanError, replan
-    from profiler.traces.errors import TraceError
-
     try:
         cal = None
         if args.calibration:

@@ -51,7 +51,7 @@ from profiler.collect.launchers import (
 )
 from profiler.collect.spec import RunSpec, local_ranks_error, parse_run
 from profiler.collect.supervisor import Supervisor, initial_record
-from profiler.lab.settings import for_lab_flag
+from profiler.lab.settings import LabError, for_lab_flag
 from runfiles import rundir
 
 
@@ -85,8 +85,6 @@ def make_launcher(spec: RunSpec, run_dir: Path, run_id: str, lab=None) -> AgentL
     env = {RUN_MARKER: process_marker(spec, run_id)}
     log = run_dir / "logs" / f"launcher-node{spec.node_rank}.log"
     if lab is not None:
-        from profiler.lab.settings import LabError
-
         try:
             port = lab.free_port(0)
         except LabError as err:  # the lab went down since main() checked it

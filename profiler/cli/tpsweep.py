@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -54,7 +55,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from parallel.cli.args import model_from_args
 from parallel.cli.dispatch import prog_name
+from parallel.cli.train import parser as train_parser
+from parallel.core.specs import Model, SpecError
+from parallel.core.validate import _shape_errors
+from profiler.lab import settings as lab_mod
+from profiler.lab.sweep_model import (
+    COMPARE_COLUMNS,
+    calibrate_sweep,
+    compare,
+    measure_run,
+    sweep_plan,
+    with_predictions,
+)
 from runfiles import rundir
 
 ROOT = Path(__file__).resolve().parents[2]  # the project: profiler/cli/ is two below it
@@ -217,10 +231,6 @@ def parse(argv) -> tuple[SweepSpec | None, list[str]]:
     if not errors and not spec.points():
         errors.append("nothing to run: --tps 1 with --sp on")
     if not errors:
-        from parallel.core.specs import SpecError
-        from parallel.core.validate import _shape_errors
-        from profiler.lab.sweep_model import sweep_plan
-
         try:
             model = sweep_model_of(spec)
             errors += sorted(
@@ -237,9 +247,6 @@ def _shape_flags(shape: dict) -> list[str]:
 
 def sweep_model_of(spec: SweepSpec):
     """The Model every run of the sweep trains: `profiler run`'s own reading of the shape flags."""
-    from parallel.cli.args import model_from_args
-    from parallel.cli.train import parser as train_parser
-
     return model_from_args(train_parser().parse_args(_shape_flags(spec.shape)))
 
 
@@ -256,8 +263,6 @@ def claim_out(spec: SweepSpec) -> Path:
             f"--out {out}: not empty; choose a new directory"
             + (", or --force to replace the sweep in it" if (out / "sweep.json").exists() else "")
         )
-    import shutil
-
     for e in entries:  # --force on a previous sweep: its own files only (checked above)
         shutil.rmtree(e) if e.is_dir() and not e.is_symlink() else e.unlink()
     out.mkdir(parents=True, exist_ok=True)
@@ -317,9 +322,6 @@ def run_commbench(spec: SweepSpec, out: Path) -> dict:
 
 def run_point(spec: SweepSpec, out: Path, tp: int, sp: bool) -> dict:
     """One profiled run at (tp, sp): inside lab node 0, or across both nodes; measured from its traces."""
-    from profiler.lab import settings as lab_mod
-    from profiler.lab.sweep_model import measure_run, sweep_plan
-
     name = f"tp{tp}{'-sp' if sp else ''}"
     nodes = spec.nodes(tp)
     sched = spec.schedule()
@@ -360,8 +362,6 @@ def run_point(spec: SweepSpec, out: Path, tp: int, sp: bool) -> dict:
     if code or run.get("status") != "completed":
         err = (run.get("error") or {}).get("message") or rundir.log_tail(out / f"{name}.log", 3)
         return {**point, "error": f"profiler run exited {code}: {err}"}
-    from parallel.core.specs import Model
-
     model = Model.from_dict(run["model"])
     try:
         measured = measure_run(run_dir, model, sweep_plan(tp, sp, spec.micro_batch))
@@ -372,8 +372,6 @@ def run_point(spec: SweepSpec, out: Path, tp: int, sp: bool) -> dict:
 
 def write(out: Path, sweep: dict) -> None:
     """sweep.json (atomically) and, once points have predictions, sweep.csv."""
-    from profiler.lab.sweep_model import COMPARE_COLUMNS, compare  # sweep.csv: the compare table's columns
-
     rundir.write_json_atomic(out / "sweep.json", sweep)
     if sweep.get("points"):
         frame = compare(sweep)
@@ -402,8 +400,6 @@ def commbench_lines(links: dict) -> list[str]:
 
 def table(sweep: dict) -> str:
     """The sweep as lines a person reads."""
-    from profiler.lab.sweep_model import compare
-
     frame = compare(sweep)
     ms, gb = 1e3, 1e9
     lines = [
@@ -436,9 +432,6 @@ def main(argv=None) -> int:
     if errors:
         print("\n".join(f"error: {e}" for e in errors), file=sys.stderr)
         return 2
-    from profiler.lab import settings as lab_mod
-    from profiler.lab.sweep_model import with_predictions
-
     try:
         lab = lab_mod.for_job(spec.lab_prefix)
         out = claim_out(spec)
@@ -488,8 +481,6 @@ def main(argv=None) -> int:
         sweep["error"] = "interrupted"
     sweep = with_predictions(sweep) if sweep["points"] else sweep
     if sweep["points"]:
-        from profiler.lab.sweep_model import calibrate_sweep
-
         sweep["calibrated"] = calibrate_sweep(sweep, out)
     sweep.update(status="completed" if ok else "failed", finished_at=rundir.now_iso())
     write(out, sweep)

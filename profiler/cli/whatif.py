@@ -26,8 +26,12 @@ import orjson
 
 from parallel.cli.dispatch import prog_name
 from parallel.core.comm import DIMS
+from profiler.analyzers.front import TraceAnalysis
 from profiler.analyzers.replay import Scenario
+from profiler.analyzers.whatif import StepNotTraced, whatif
 from profiler.cli.analyze import _plan, _ranks
+from profiler.traces.errors import TraceError
+from profiler.traces.loader import load_traces
 
 
 class ScenarioError(ValueError):
@@ -146,11 +150,6 @@ def _text(out: dict) -> str:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    from profiler.analyzers.front import TraceAnalysis
-    from profiler.analyzers.whatif import StepNotTraced, whatif
-    from profiler.traces.errors import TraceError
-    from profiler.traces.loader import load_traces
-
     try:
         _plan(args.plan)  # a bad plan file fails before the traces are parsed
         source = args.path if len(args.path) > 1 else args.path[0]

@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from runfiles.rundir import runs_root
@@ -111,8 +112,6 @@ def _wait_for_claim(path: Path, proc: subprocess.Popen, log: Path, offset: int, 
     """Hold the lock until the new run has written its run.json (a fraction of a second: the plan is
     checked and the directory claimed before torch is imported), so the next caller sees it running;
     DemoStartError with the log's tail when the process ends first (it cannot even start)."""
-    import time
-
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         info = read_run(path)

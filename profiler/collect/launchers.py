@@ -41,6 +41,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runfiles.rundir import read_json
+
 RUN_MARKER = "PARASCOPE_RUN_ID"  # in the environment of every process a run starts
 
 
@@ -112,8 +114,6 @@ def local_outcome(path: Path):
     """Outcome reader for a local agent: its outcome file."""
 
     def read(log_text: str, codes: list[int]) -> Outcome | None:
-        from runfiles.rundir import read_json
-
         data = read_json(path)
         if data is None:
             return None

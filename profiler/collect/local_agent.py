@@ -24,6 +24,9 @@ import signal
 import sys
 from pathlib import Path
 
+from parallel.engine.launch import RankFailure, run_local
+from runfiles.rundir import write_json_atomic
+
 
 def _rank(module, ctx, *, rank: int, world_size: int, init_method: str) -> None:
     module.rank(
@@ -54,9 +57,6 @@ def main(argv=None) -> int:
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
     module = importlib.import_module(a.module)
     ctx = module.prepare(args)
-
-    from parallel.engine.launch import RankFailure, run_local
-    from runfiles.rundir import write_json_atomic
 
     _stop_on_sigterm()
     sys.stdout.flush()

@@ -36,6 +36,7 @@ import traceback
 from pathlib import Path
 
 import torch
+from torch.distributed.elastic.multiprocessing.errors import record  # torchrun reports the traceback
 
 from parallel.engine import flight
 from parallel.engine.api import run_rank, torchrun_env
@@ -214,9 +215,11 @@ def prepare(argv) -> RunSpec:
         raise SystemExit("profiler.collect.worker: " + ("; ".join(errors) or "--out is required"))
     # The profiler's first prepare_trace asks hasattr(torch, "_inductor"), which imports torch._inductor
     # (~2.5 s of CPU here, in every rank): once, before forking. It starts no thread.
+    # lazy: loaded by the agent before it forks, not by every importer of this module (2.5 s)
     import torch._inductor.config  # noqa: F401
 
     if spec.plan.pp > 1:  # autograd.backward(grad_tensors=...) imports sympy on first use: once, here
+        # lazy: sympy, which only a pipeline's backward needs
         import torch.fx.experimental.symbolic_shapes  # noqa: F401
     return spec
 
@@ -235,8 +238,6 @@ def main(argv=None) -> int:
         print("profiler.collect.worker: " + ("; ".join(errors) or "start it with torchrun and --out"), file=sys.stderr)
         return 2
     redirect_output(rundir.log_path(spec.out, env["rank"]))
-    from torch.distributed.elastic.multiprocessing.errors import record  # torchrun reports the traceback
-
     spec = dataclasses.replace(spec, cfg=dataclasses.replace(spec.cfg, launcher="torchrun"))
     try:  # record: torchrun's error file (its "Root Cause" names this rank and the error)
         record(profile_rank)(

@@ -24,6 +24,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
 from parallel.engine.api import torchrun_env
 from profiler.collect.launchers import worker_args
@@ -216,8 +217,6 @@ def main(argv=None) -> int:
     if env is None:
         print("profiler.commbench.worker: start it with torchrun (or `python -m profiler commbench`)", file=sys.stderr)
         return 2
-    from torch.distributed.elastic.multiprocessing.errors import record
-
     record(rank)(
         spec,
         rank=env["rank"],

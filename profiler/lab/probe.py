@@ -174,6 +174,7 @@ def _ping(args) -> None:
 
 
 def _allreduce(args) -> None:
+    # lazy: torch (2 s) in the allreduce mode only; the socket modes and the root-side drivers run without it
     import torch
     import torch.distributed as dist
 

@@ -34,17 +34,22 @@ Pure: pandas, numpy, parallel/ and profiler's analyzers (no torch).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from parallel.core.comm import bus_factor, comm_per_step
+from parallel.core.calibrated import CalibrationError, collective_s, predict
+from parallel.core.comm import bus_factor, comm_per_step, crosses_nodes
 from parallel.core.perf import flops_per_step
 from parallel.core.plan import Plan
 from parallel.core.scaling import tp_scaling
-from parallel.core.specs import Cluster, Link, Model
+from parallel.core.specs import CLUSTERS, Cluster, Link, Model
+from profiler.analyzers.calibrate import Measured, _overhead, fit, measured_step, op_cost_ns
+from profiler.analyzers.front import TraceAnalysis
+from profiler.traces.errors import TraceError
 from runfiles.metrics import load_metrics
 
 TP_DIMS = ("tp", "sp")
@@ -115,9 +120,6 @@ def _none(x):
 def measure_run(run_dir: Path, model: Model, plan: Plan) -> dict:
     """A completed run's measured numbers (the module docstring's keys) and `calls`, per op:
     {calls_per_step (per rank), bytes, transfer_s, with_wait_s, busbw_bytes_per_s}."""
-    from profiler.analyzers.calibrate import Measured, _overhead, measured_step, op_cost_ns
-    from profiler.analyzers.front import TraceAnalysis
-
     run_dir = Path(run_dir)
     metrics = load_metrics(run_dir)
     # the model predicts an unprofiled step: the run's untraced steps when it has them (tpsweep
@@ -234,8 +236,6 @@ def lab_cluster(sweep: dict, flops_per_s: float | None = None) -> Cluster:
     inter_default = Link(
         float(lab.get("bandwidth_bytes_per_s") or 125e6), float(lab.get("latency_s") or 0.0), "lab veth (as shaped)"
     )
-    from parallel.core.specs import CLUSTERS
-
     intra = link("intra", CLUSTERS["local-cpu"].intra)
     return Cluster(
         name=f"lab {lab.get('prefix', '')}".strip(),
@@ -358,15 +358,6 @@ def calibrate_sweep(sweep: dict, out: Path) -> dict | None:
     lab's shared ranks waited for a core (the engine's CPU clocks), and the measured step is those
     untraced steps: both sides are of an unprofiled step. Without them (--unprofiled-steps 0) the
     overhead stays in on both sides."""
-    import dataclasses
-
-    from parallel.core.calibrated import CalibrationError, collective_s, predict
-    from parallel.core.comm import crosses_nodes
-    from parallel.core.specs import CLUSTERS
-    from profiler.analyzers.calibrate import Measured, fit
-    from profiler.analyzers.front import TraceAnalysis
-    from profiler.traces.errors import TraceError
-
     model = sweep_model(sweep)
     done = [p for p in _points(sweep) if p.get("status") == "completed" and p.get("run_dir")]
     # the intra-node link's terms need TP collectives inside a node: TP 1 has none

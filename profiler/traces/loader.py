@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import gc
 import hashlib
+import multiprocessing as mp
 import os
 import shutil
 import tempfile
@@ -38,6 +39,7 @@ import threading
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -374,9 +376,6 @@ def _pool(n: int, preload: str):
 def process_pool(n: int, preload: str = __name__) -> Any:
     """A ProcessPoolExecutor of `n` workers started by a forkserver (never forked from a process with
     threads, such as the dashboard's) that imports `preload` once -- not the caller's script."""
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
     ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
     if ctx.get_start_method() == "forkserver":
         ctx.set_forkserver_preload([preload])
@@ -385,8 +384,6 @@ def process_pool(n: int, preload: str = __name__) -> Any:
 
 def _on_processes(n: int, batches, limits: Limits, folder: str | None, finished) -> None:
     """A pool of `n` worker processes, at most 2n batches queued (bounded memory for archive members)."""
-    from concurrent.futures import FIRST_COMPLETED, wait
-
     with _pool(n, __name__) as pool:
         pending: set = set()
         try:
@@ -486,7 +483,7 @@ def dask_client(address: str) -> Any:  # a distributed.Client (imported only whe
     """A dask.distributed Client of the scheduler at `address` (tcp://HOST:PORT); TraceError when
     distributed is missing or the scheduler cannot be reached."""
     try:
-        from distributed import Client
+        from distributed import Client  # lazy: the optional 'cluster' extra (0.5 s), only with --scheduler
     except ImportError:  # pragma: no cover - distributed is pinned in requirements.txt
         raise TraceError("--scheduler needs dask.distributed: pip install 'distributed'") from None
     try:
@@ -497,7 +494,7 @@ def dask_client(address: str) -> Any:  # a distributed.Client (imported only whe
 
 def _on_dask(address: str, batches, limits: Limits, folder: str | None, finished) -> None:
     """The same tasks on a Dask distributed cluster: `address` is its scheduler (tcp://HOST:PORT)."""
-    from distributed import as_completed
+    from distributed import as_completed  # lazy: the optional 'cluster' extra (0.5 s), only with --scheduler
 
     with dask_client(address) as client:
         n = max(1, len(client.scheduler_info().get("workers", {})))

@@ -17,6 +17,7 @@ from profiler.analyzers.breakdown import breakdown, comm_by_dim
 from profiler.analyzers.export import export_perfetto
 from profiler.analyzers.matching import clock_offsets, instances
 from profiler.cli.analyze import main
+from tests.support.tracegen import generate
 
 pytestmark = pytest.mark.slow
 LATE_RANK = 3
@@ -29,8 +30,6 @@ LATE_S = 0.25
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     pytest.importorskip("torch")
-    from tests.support.tracegen import generate
-
     return generate(
         tmp_path_factory.mktemp("run"),
         dp=2,

@@ -17,7 +17,11 @@ import pytest
 from parallel.cli.args import MAX_COMMBENCH_BYTES, links_from_commbench
 from parallel.core.comm import collective_seconds
 from parallel.core.specs import Link, SpecError
+from profiler.cli.tpsweep import commbench_lines
 from profiler.commbench import fit
+from profiler.commbench.spec import parse_commbench
+from profiler.commbench.worker import groups_to_measure
+from profiler.lab.sweep_model import lab_cluster
 from tests.conftest import ROOT
 
 OPS = fit.OPS
@@ -86,8 +90,6 @@ def test_an_out_that_cannot_take_the_result_exits_2_before_any_rank_starts(tmp_p
 
 @pytest.mark.parametrize("flag", ["--timeout=0", "--timeout=-1", "--job-timeout=0"])
 def test_a_timeout_that_is_not_positive_is_a_flag_error(flag):
-    from profiler.commbench.spec import parse_commbench
-
     spec, errors = parse_commbench(["--nproc=2", flag])
     assert spec is None and any("must be > 0" in e for e in errors)
 
@@ -149,9 +151,6 @@ def test_a_link_without_a_fitted_bandwidth_keeps_the_clusters_link(tmp_path):
 def test_the_tp_sweep_reads_a_link_without_a_fitted_bandwidth():
     """The TP sweep's commbench may fit no bandwidth for a link too: its printed table says so instead of
     failing on the null, and its lab cluster keeps the shaped link for it (a fitted one is used)."""
-    from profiler.cli.tpsweep import commbench_lines
-    from profiler.lab.sweep_model import lab_cluster
-
     links = {
         "intra": {"latency_s": 2e-4, "bandwidth_bytes_per_s": None, "rel_rmse": 0.4},
         "inter": {"latency_s": 5e-4, "bandwidth_bytes_per_s": 1.25e8, "rel_rmse": 0.1},
@@ -177,8 +176,6 @@ def test_a_fit_never_goes_negative():
 
 def test_groups_within_and_across_nodes():
     pytest.importorskip("torch")
-    from profiler.commbench.worker import groups_to_measure
-
     assert groups_to_measure(4, 4, [2, 3, 4]) == [("intra", (0, 1)), ("intra", (0, 1, 2)), ("intra", (0, 1, 2, 3))]
     two_nodes = groups_to_measure(8, 4, [2, 4, 8])
     assert two_nodes[:2] == [("intra", (0, 1)), ("intra", (0, 1, 2, 3))]

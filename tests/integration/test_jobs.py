@@ -1,5 +1,5 @@
 """profiler.collect.jobs with real processes: start in a process group of its own, exit codes recorded, cancel kills
-the whole group, two jobs at once; and how ui.trace_sets reads a job's state next to its run.json.
+the whole group, two jobs at once; and how profiler.collect.trace_sets reads a job's state next to its run.json.
 The "profiler" here is a small Python script that writes run.json as `python -m profiler run` does;
 the Run-a-job page is driven through AppTest with that script in place of the real command.
 """
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from profiler.collect import jobs
-from tests.support.apptest import page_test
-from ui import trace_sets
+from profiler.collect import jobs, trace_sets
+from tests.support.apptest import page_test, vega_charts
+from ui.job_form import check
 
 FAKE = textwrap.dedent("""
     # A stand-in for `python -m profiler run ... --out DIR`: run.json as the job advances.
@@ -268,8 +268,6 @@ def test_a_real_profile_run_from_the_dashboard_fills_the_timeline(tmp_path, monk
         and s.plan_label == "DP2 TP2+SP attn-unfused no-dropout"
     )
     assert seen & {"starting", "running"}
-    from tests.support.apptest import vega_charts
-
     at = page_test("pages/timeline.py", {"run": name})
     assert not at.exception, [e.value for e in at.exception]
     detail = vega_charts(at)[1].frame()
@@ -308,8 +306,6 @@ def test_cancelling_a_real_profile_run_leaves_no_process(tmp_path):
     ],
 )
 def test_the_form_is_checked_by_the_profilers_own_validation(flags, message):
-    from ui.job_form import check
-
     errors, _ = check(flags)
     assert any(message in e for e in errors) if message else errors == []
 
@@ -317,8 +313,6 @@ def test_the_form_is_checked_by_the_profilers_own_validation(flags, message):
 def test_the_vocabulary_is_either_refused_or_padded_never_both():
     """TP 3 on tiny (vocab 512) showed the engine's "does not pad the vocabulary" error
     beside the plan model's "the embedding is padded" warning."""
-    from ui.job_form import check
-
     errors, warnings = check(["--model", "tiny", "--heads", "3", "--hidden", "63", "--tp", "3"])
     assert any("does not pad the vocabulary" in e for e in errors), errors
     assert not any("the embedding is padded" in w for w in warnings), warnings

@@ -17,9 +17,15 @@ import sys
 import numpy as np
 import pytest
 
+from parallel.core.specs import model_preset
+from profiler import load_traces
+from profiler.analyzers import collectives, per_rank_wait
+from profiler.cli import tpsweep
 from profiler.collect.spec import parse_run
 from profiler.commbench.spec import parse_commbench
 from profiler.lab import settings as lab
+from profiler.lab import sweep_views as sweep_data
+from profiler.lab.sweep_model import compare, predict_point
 from tests.integration.test_lab import (
     ROOT,
     holding_lab_lock,
@@ -28,6 +34,7 @@ from tests.integration.test_lab import (
     needs_root,
     without_caps,
 )
+from tests.support.apptest import page_test, vega_charts
 
 RATE = 6.25e6  # bytes/s = 50 Mbit/s: crossing stays far slower than loopback even when 2 cores run 4+ ranks
 SMALL = ["--model=tiny", "--hidden=128", "--seq-len=256", "--layers=1", "--vocab=256"]  # TP: 128 KiB per call
@@ -102,8 +109,6 @@ def test_lab_job_without_root_says_so():
 def test_quick_sweeps_commbench_sizes_are_transfer_bound_across_the_link():
     """The quick sweep fits the inter link from sizes whose transfer at the tests' rate dominates the
     few ms of scheduling on two busy cores (commbench's own quick sizes start at 1 KiB)."""
-    from profiler.cli import tpsweep
-
     spec, errors = tpsweep.parse(["--lab", "--quick", "--lab-prefix=pslx-"])
     assert not errors
     cb, errors = parse_commbench(["--lab", "--nproc=2", *spec.commbench_args])
@@ -143,9 +148,6 @@ def lab_prefix():
 def test_run_on_the_lab_crosses_the_link(lab_prefix, tmp_path):
     """DP2 × TP2 on 2 nodes × 2 ranks: TP groups stay inside a node, DP groups cross the link. The
     DP all-reduce's bus bandwidth in the run's own traces is far below the TP all-reduce's."""
-    from profiler import load_traces
-    from profiler.analyzers import collectives, per_rank_wait
-
     out = tmp_path / "run"
     done = profiler(
         "run", *SMALL, "--dp=2", "--tp=2", "--steps=3", "--lab", f"--lab-prefix={lab_prefix}", f"--out={out}"
@@ -253,8 +255,6 @@ def test_tpsweep_quick_writes_its_json_and_the_page_shows_it(lab_prefix, tmp_pat
     run4 = json.loads((out / "tp4" / "run.json").read_text())
     assert run4["lab"]["prefix"] == lab_prefix and {h["lab_node"] for h in run4["hosts"].values()} == {0, 1}
 
-    from tests.support.apptest import page_test, vega_charts
-
     monkeypatch.setenv("PARASCOPE_RUNS", str(runs))
     at = page_test("pages/tp_scaling.py")
     assert not at.exception, [e.value for e in at.exception]
@@ -294,8 +294,6 @@ def test_tpsweep_quick_writes_its_json_and_the_page_shows_it(lab_prefix, tmp_pat
 
 
 def test_tp_scaling_page_without_a_sweep_says_how_to_make_one(tmp_path, monkeypatch):
-    from tests.support.apptest import page_test
-
     monkeypatch.setenv("PARASCOPE_RUNS", str(tmp_path / "none"))
     at = page_test("pages/tp_scaling.py")
     assert not at.exception
@@ -306,8 +304,6 @@ def test_tp_scaling_page_without_a_sweep_says_how_to_make_one(tmp_path, monkeypa
 
 
 def _sweep(points) -> dict:
-    from parallel.core.specs import model_preset
-
     model = {**model_preset("tiny").to_dict(), "hidden": 128, "seq_len": 256, "ffn_hidden": 512}
     links = {
         "intra": {"latency_s": 5e-4, "bandwidth_bytes_per_s": 4e8},
@@ -328,9 +324,6 @@ def _sweep(points) -> dict:
 
 
 def test_sweep_view_compares_and_names_failed_runs(tmp_path):
-    from profiler.lab import sweep_views as sweep_data
-    from profiler.lab.sweep_model import compare, predict_point
-
     done = {
         "tp": 2,
         "sp": False,

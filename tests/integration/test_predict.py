@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import statistics
 import subprocess
 import sys
 
 import pytest
 
+from bench.plans import plan_model
+from parallel.core.calibrated import collective_s, comm_calls, predict, read_calibration
+from profiler.analyzers.calibrate import EFFICIENCY_FLOOR, _overhead, _unprofiled, fit, rank_series
+from profiler.analyzers.run_inputs import measured_run
+from profiler.cli import calibrate
 from tests.conftest import ROOT
+from tests.support import trace_samples as ts
+from tests.ui.test_pages_runs import sample_run
 
 pytestmark = pytest.mark.slow
 
@@ -78,9 +86,6 @@ def test_a_ring_cp_runs_shifts_calibrate_as_exchanges_and_price_its_plan(tmp_pat
     """Ring CP's sends and receives (every rank sends and receives at once) are fitted as an op of their
     own, not as a pipeline's p2p; the plan that measured them is then priced by them: a send and a
     receive per shift on a CPU. Without such a run a shift is one ring all-gather step (test_calibrated)."""
-    from bench.plans import plan_model
-    from parallel.core.calibrated import collective_s, comm_calls, read_calibration
-
     flags = ["--cp=2", "--cp-kind=ring", "--global-batch=2"]
     run = tmp_path / "ring"
     _cli("profiler", "run", "--model=tiny", *flags, "--steps=6", "--wait=2", "--warmup=1", f"--out={run}")
@@ -112,9 +117,6 @@ def _work_stretch_is_wall_over_cpu(path):
     """A run whose work took twice its CPU time (half of it waiting for a core) has a stretch of 2;
     without CPU clocks (another framework's run, an older metrics.json) none."""
 
-    from profiler.analyzers.calibrate import _overhead
-    from profiler.cli.calibrate import measured_run
-
     run = measured_run(str(path))
     m = run.metrics
     for r, steps in m["step_time_s_per_rank"].items():
@@ -133,9 +135,6 @@ def _unprofiled_launches_set_the_level(tmp_path, flags):
     """A real unprofiled launch of pp2's plan joins its profiled run's level: the fit's unprofiled step
     is the median of the two, and every constant fitted from the run (a 2-rank run on 2 cores: no
     contention) scales by the run's own step over it. A launch of another plan is refused."""
-
-    from profiler.analyzers.calibrate import _overhead, fit
-    from profiler.cli.calibrate import measured_run
 
     launch = tmp_path / "launch-pp2"
     _cli("parallel", "train", "--model=tiny", *flags, "--steps=6", f"--out={launch}")
@@ -160,8 +159,6 @@ def _unprofiled_launches_set_the_level(tmp_path, flags):
 
 def _overhead_series(run, key, rank):
     """The median of a rank's unprofiled steps of one metrics.json series."""
-    from profiler.analyzers.calibrate import _unprofiled, rank_series
-
     return statistics.median(_unprofiled(rank_series(run.metrics, key, int(rank)), run.analysis.traces.steps))
 
 
@@ -170,10 +167,6 @@ def _contention_terms_of_a_shared_run(path):
     seconds over the communication the model gives it, and eta (the share of the core kept busy) then
     makes the model give the run its unprofiled step -- or stays 1 where the model is slower already.
     Without CPU clocks eta stays 1 and gamma is what gives the step."""
-
-    from parallel.core.calibrated import predict
-    from profiler.analyzers.calibrate import EFFICIENCY_FLOOR, _overhead, fit
-    from profiler.cli.calibrate import measured_run
 
     run = measured_run(str(path))
     o = _overhead(run)
@@ -193,12 +186,6 @@ def test_calibrate_reads_a_trace_folders_plan_and_model_from_what_users_have(tmp
     """A folder of traces without a run.json: its plan and model from a Megatron-LM launch script (the
     world size from the traces), from an uploaded set's plan.json, or from --plan JSON + --model as a
     model JSON file -- each the same calibration as the run directory's own."""
-    import json
-    import shutil
-
-    from profiler.cli import calibrate
-    from tests.ui.test_pages_runs import sample_run
-
     run = json.loads((sample_run() / "run.json").read_text())
     bare = tmp_path / "bare"
     shutil.copytree(sample_run() / "traces", bare)
@@ -233,12 +220,6 @@ def test_calibrate_reads_a_trace_folders_plan_and_model_from_what_users_have(tmp
 
 
 def test_calibrate_takes_the_device_from_the_traces_and_refuses_a_mix(tmp_path, capsys):
-    import json
-
-    from profiler.cli import calibrate
-    from tests.support import trace_samples as ts
-    from tests.ui.test_pages_runs import sample_run
-
     gpu = tmp_path / "gpu"  # two GPU ranks with a TP all-reduce kernel each
     gpu.mkdir()
     for rank, t in enumerate(ts.gpu_pair()):
@@ -256,9 +237,6 @@ def test_calibrate_takes_the_device_from_the_traces_and_refuses_a_mix(tmp_path, 
 
 
 def test_calibrate_names_the_group_size_an_older_profilers_collectives_lack(tmp_path, capsys):
-    from profiler.cli import calibrate
-    from tests.support import trace_samples as ts
-
     old = tmp_path / "old"  # two ranks of four as older profilers wrote them: no group size, no process group
     old.mkdir()
     for rank, t in enumerate(ts.gpu_pair()):
@@ -276,10 +254,6 @@ def test_calibrate_names_the_group_size_an_older_profilers_collectives_lack(tmp_
 
 
 def test_calibrate_refuses_bad_input_with_one_line(tmp_path):
-    import shutil
-
-    from tests.ui.test_pages_runs import sample_run
-
     bare = tmp_path / "bare"
     shutil.copytree(sample_run() / "traces", bare)  # traces without their run.json
     listed = tmp_path / "listed"  # a metrics.json that is not an object

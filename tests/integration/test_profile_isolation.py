@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -109,8 +110,6 @@ def test_force_replaces_only_a_previous_runs_entries(tmp_path):
 
 
 def test_force_refuses_while_that_run_is_still_going(tmp_path):
-    import socket
-
     _old_run(tmp_path, status="running", supervisor={"pid": os.getppid(), "hostname": socket.gethostname()})
     with pytest.raises(rundir.RunDirError, match="still going"):
         rundir.claim(tmp_path, {"status": "running"}, force=True)

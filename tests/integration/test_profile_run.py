@@ -18,6 +18,9 @@ import pytest
 
 from parallel.core.engine_plan import engine_plan
 from parallel.core.plan import Plan
+from profiler import load_traces
+from profiler.analyzers import collectives
+from profiler.analyzers.matching import instances
 from profiler.traces import intervals as iv
 from runfiles.annotations import parse_comm, parse_phase
 from tests.conftest import ROOT
@@ -239,10 +242,6 @@ def test_the_analyzer_matches_every_instance_labels_dims_and_finds_steps(run_dir
             if m and e.get("ph") == "X":
                 raw_counts[(m.group(2), m.group(1))] += 1
     assert {(c["op"], c["dim"]): c["count"] for c in out["collectives"]} == dict(raw_counts)
-
-    from profiler import load_traces
-    from profiler.analyzers import collectives
-    from profiler.analyzers.matching import instances
 
     traces = load_traces(run_dir, cache=False)
     table = collectives(traces)

@@ -13,7 +13,7 @@ import pytest
 
 from profiler import TraceAnalysis, TraceError
 from profiler.collect.demo import DEMO_FLAGS
-from tests.conftest import run_module
+from tests.conftest import SHARED_TRACES, run_module
 from ui import run_tables
 
 
@@ -25,8 +25,6 @@ def demo_run(tmp_path_factory):
 
 
 def _sets(demo_run):
-    from tests.conftest import SHARED_TRACES
-
     shared = sorted(p for p in SHARED_TRACES.iterdir() if p.is_dir()) if SHARED_TRACES.is_dir() else []
     return [demo_run, *shared]
 

@@ -16,6 +16,7 @@ import pytest
 
 from profiler import TraceAnalysis, TraceError
 from profiler.traces import intervals as iv
+from tests.conftest import SHARED_TRACES
 from tests.support import tracegen
 
 
@@ -25,8 +26,6 @@ def engine_run(tmp_path_factory):
 
 
 def _sets(engine_run):
-    from tests.conftest import SHARED_TRACES
-
     shared = sorted(p for p in SHARED_TRACES.iterdir() if p.is_dir()) if SHARED_TRACES.is_dir() else []
     return [engine_run, *shared]
 

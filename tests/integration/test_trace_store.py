@@ -4,6 +4,7 @@ real local Dask cluster; a cancelled or failed load leaves nothing a later load 
 
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import os
@@ -18,8 +19,8 @@ import pytest
 
 from profiler import TraceAnalysis, load_traces
 from profiler.traces.errors import NotJSONError, TraceError
-from profiler.traces.loader import Cancelled
-from tests.conftest import ROOT
+from profiler.traces.loader import Cancelled, shared_workers
+from tests.conftest import ROOT, SHARED_TRACES
 from tests.support import trace_samples as ts
 from tests.support import tracegen
 from tests.support.ports import free_port
@@ -58,8 +59,6 @@ def _sets(shared, run):
 
 @pytest.fixture
 def shared_or_none():
-    from tests.conftest import SHARED_TRACES
-
     return SHARED_TRACES if SHARED_TRACES.is_dir() else None
 
 
@@ -101,8 +100,6 @@ def test_the_temporary_store_goes_with_its_traces(run):
     folder = traces.store.folder
     assert folder is not None and folder.is_dir()
     del traces
-    import gc
-
     gc.collect()
     assert not folder.exists()
 
@@ -131,8 +128,6 @@ def _left(cache: Path) -> list[Path]:
 def test_one_shared_pool_serves_parse_and_analyses_and_survives_a_cancelled_load(run, tmp_path):
     """shared_workers: the parse and the per-rank analyses reuse one pool; a load cancelled inside the
     block keeps nothing and the next load in the same block (same pool) gives the one-worker results."""
-    from profiler.analyzers.front import TraceAnalysis
-    from profiler.traces.loader import shared_workers
 
     def stop(done, total, name):
         if done == 2:
@@ -187,7 +182,7 @@ def test_cli_workers_give_the_same_json(run, tmp_path):
 
 
 def _wait_for_workers(address: str, n: int, timeout: float = 90) -> None:
-    from distributed import Client
+    from distributed import Client  # lazy: the optional 'cluster' extra, for the Dask tests only
 
     with Client(address, timeout=30, set_as_default=False) as client:
         client.wait_for_workers(n, timeout=timeout)

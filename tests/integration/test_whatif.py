@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
+from tests.ui.test_pages_runs import sample_run
 
 pytestmark = pytest.mark.slow
 KEYS = {
@@ -101,8 +102,6 @@ def test_pipeline_bubble_near_theory_and_a_slow_stage_is_p2p_wait(tmp_path):
     ],
 )
 def test_bad_scenarios_exit_2_with_one_line(flags, error):
-    from tests.ui.test_pages_runs import sample_run
-
     done = _cli("whatif", str(sample_run()), *flags)
     assert done.returncode == 2 and error in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 

@@ -36,7 +36,7 @@ class PostgresServer:
         if os.geteuid() == 0 and not shutil.which("runuser"):
             return "runuser (util-linux) is needed to run PostgreSQL as its own user"
         try:
-            import psycopg  # noqa: F401
+            import psycopg  # noqa: F401  # lazy: the optional 'postgres' extra; its absence is a skip reason
         except ImportError:
             return "psycopg is not installed"
         return None
@@ -78,7 +78,7 @@ class PostgresServer:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
 
     def create_database(self, name: str) -> str:
-        import psycopg
+        import psycopg  # lazy: the optional 'postgres' extra (see missing)
 
         with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')

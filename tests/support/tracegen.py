@@ -22,18 +22,18 @@ import sys
 import time
 from pathlib import Path
 
+from parallel.core.topology import Topology
+from runfiles.annotations import comm_name, phase_name
 from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _worker(rank: int, cfg: dict) -> None:
+    # lazy: torch (2 s) in the spawned ranks only; trace_samples imports this module for every unit test
     import torch
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
-
-    from parallel.core.topology import Topology
-    from runfiles.annotations import comm_name, phase_name
 
     torch.set_num_threads(1)
     world = cfg["dp"] * cfg["tp"] * cfg["pp"]
@@ -152,7 +152,7 @@ def generate(
     gpus_per_node=8,
 ) -> Path:
     """Write a run directory with one trace per rank; returns its path."""
-    import torch.multiprocessing as mp
+    import torch.multiprocessing as mp  # lazy: torch (2 s), only when a run is generated (see _worker)
 
     out = Path(out)
     (out / "traces").mkdir(parents=True, exist_ok=True)

@@ -20,14 +20,21 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import pytest
 
+from parallel.core.plan import Plan
+from profiler.cli import calibrate
+from profiler.collect import uploads as uploads_mod
+from tests.support import trace_samples as ts
 from tests.support.apptest import ROOT, registered_pages
 from tests.support.ports import free_port
+from tests.ui.test_pages_runs import install_run
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
@@ -103,8 +110,6 @@ def _streamlit(tmp_path_factory, env: dict | None = None):
 def dashboard_data(tmp_path_factory) -> dict:
     """Runs and uploads folders for the server: the sample run, a failed copy with its rank's log, and a
     calibration fitted from the sample run."""
-    from tests.ui.test_pages_runs import install_run
-
     root = tmp_path_factory.mktemp("dashboard")
     runs = root / "runs"
     runs.mkdir()
@@ -116,8 +121,6 @@ def dashboard_data(tmp_path_factory) -> dict:
     (broken / "logs" / "rank1.log").write_text("step 1 ok\nRuntimeError: injected at step 2\n")
     # a calibration fitted from the sample run, as Home's form or `profiler calibrate` writes it: the run
     # pages then show the calibrated prediction beside the measured step
-    from profiler.cli import calibrate
-
     assert calibrate.main([str(runs / "sample"), f"--out={runs / 'calibration.json'}"]) == 0
     return {"PARASCOPE_RUNS": str(runs), "PARASCOPE_UPLOADS": str(root / "uploads")}
 
@@ -385,10 +388,6 @@ def test_enter_in_a_run_a_job_field_starts_nothing(server, browser, dashboard_da
 def _upload(uploads: Path, name: str, world: int, **plan) -> str:
     """A set stored as the Upload page stores one: `world` gloo ranks of a plain data-parallel job
     whose traces name no group (one all-reduce over every rank); with `plan`, its plan attached."""
-    from parallel.core.plan import Plan
-    from tests.support import trace_samples as ts
-    from ui import uploads as uploads_mod
-
     files = [(f"rank{r}_trace.json", json.dumps(ts.gloo_cpu(r, world)).encode()) for r in range(world)]
     checked = uploads_mod.check_files(files)
     assert not checked.rejected, checked.rejected
@@ -434,11 +433,6 @@ def test_a_ten_thousand_rank_upload_loads_with_progress_while_the_server_answers
     """10,000 ranks (one zip, a few events each, stored as the Upload page stores a set) opened cold:
     the page shows a progress bar, then the first ranks while the rest loads, then every rank; the
     health endpoint answers throughout (the analysis runs in a process of its own)."""
-    import threading
-    import zipfile
-
-    from tests.support import trace_samples as ts
-
     world, name = 10_000, "ranks-10k"
     folder = Path(dashboard_data["PARASCOPE_UPLOADS"]) / name
     (folder / "traces").mkdir(parents=True)

@@ -12,12 +12,16 @@ The browser pass (test_browser.py) checks the same pages for console warnings an
 from __future__ import annotations
 
 import re
+import shutil
 
+import altair as alt
 import numpy as np
 import pandas as pd
 import pytest
 
-from tests.support.apptest import page_test, registered_pages, vega_charts
+from profiler import TraceAnalysis
+from tests.conftest import SHARED_TRACES
+from tests.support.apptest import VegaChart, page_test, registered_pages, vega_charts
 from tests.ui.test_pages_runs import SAMPLE_PLAN, install_run
 
 POSITIONAL = ("x", "y", "x2", "y2")
@@ -111,9 +115,6 @@ def test_every_chart_holds_data_its_axes_can_show(page, with_run, monkeypatch):
 
 def test_the_checker_finds_what_it_looks_for():
     """It would have caught an axis that hides its data, Infinity, and a layer filtered to nothing."""
-    import altair as alt
-
-    from tests.support.apptest import VegaChart
 
     def chart(frame, *, domain=None, filter_to=None):
         base = alt.Chart(frame).mark_point()
@@ -136,10 +137,6 @@ def test_the_checker_finds_what_it_looks_for():
 
 def _shared_set(runs, name: str):
     """A real set of ../shared/traces copied in as a traces-only set (as an upload lands), or None."""
-    import shutil
-
-    from tests.conftest import SHARED_TRACES
-
     src = SHARED_TRACES / name
     if not src.is_dir():
         return None
@@ -158,8 +155,6 @@ def test_timeline_charts_show_the_analyzers_tables(source, with_run, monkeypatch
     bar sums to the breakdown's window, the overview's busy time per rank and class matches the
     analyzer's unmerged events, and every chart holds finite data inside its axes -- on our run and on
     real uploaded GPU traces."""
-    from profiler import TraceAnalysis
-
     monkeypatch.setenv("PARASCOPE_RUNS", str(with_run))
     monkeypatch.setenv("PARASCOPE_UPLOADS", str(with_run.parent / "uploads"))
     set_id = source if source == "sample" else _shared_set(with_run, source)

@@ -21,10 +21,21 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from parallel.core.specs import CLUSTERS
-from profiler.collect import jobs
+import profiler.collect.demo
+import profiler.collect.demo as demo_mod
+from bench.scale import replicate
+from parallel.core.calibrated import Calibration, predict
+from parallel.core.plan import Plan
+from parallel.core.specs import CLUSTERS, MODELS, Model, cluster_preset
+from parallel.review.document import NamedPlan
+from parallel.review.urls import ReviewState, review_to_params
+from profiler import TraceAnalysis, load_traces
+from profiler.analyzers.steps import step_time_s
+from profiler.cli import calibrate
+from profiler.collect import jobs, trace_sets, uploads
+from profiler.collect.trace_sets import TraceSet
+from tests.support import trace_samples as ts
 from tests.support.apptest import ROOT, page_test, vega_charts
-from ui import trace_sets
 
 SAMPLE = ROOT / ".cache" / "test-runs" / "profiler-dp2-tp2-sp-v3"  # v3: metrics.json with model_state_bytes
 SAMPLE_PLAN = {
@@ -120,8 +131,6 @@ def _text(at) -> str:
 
 def test_home_on_a_fresh_install_starts_the_demo_run(runs, monkeypatch):
     """profiler.collect.demo starts the demo in the background; here a stand-in writes its first run.json."""
-    import profiler.collect.demo
-
     calls = []
 
     def fake_demo(runs_dir):
@@ -278,8 +287,6 @@ def test_timeline_draws_every_rank_by_dimension(runs):
 
 
 def test_timeline_of_a_set_too_big_for_one_gantt_shows_all_ranks_first(runs):
-    from bench.scale import replicate
-
     replicate(sample_run() / "traces", runs / "big" / "traces", 20)  # 80 ranks: 20 shifted copies
     at = _ok(page_test("pages/timeline.py", {"run": "big"}))
     assert at.subheader[0].value == "All 80 ranks"
@@ -296,8 +303,6 @@ def test_timeline_of_a_set_too_big_for_one_gantt_shows_all_ranks_first(runs):
 def test_timeline_says_when_no_evidence_names_the_dimension(runs):
     """A plain DDP job's whole-world all-reduce, no plan: 'world', and the page says what would label it
     (one collective, counted once across its two ranks)."""
-    from tests.support import trace_samples as ts
-
     for rank in (0, 1):
         t = ts.gloo_cpu(rank, 2)
         t["traceEvents"].append(ts.cpu("autograd::engine::evaluate_function: MmBackward0", 700, 50))
@@ -398,8 +403,6 @@ def test_topology_of_a_set_without_a_plan_starts_from_its_inferred_layout(runs):
     assert not any("ran on 4 ranks" in i.value for i in at.info)  # the plan fits the set: no size mismatch
     assert len(vega_charts(at)) == 2  # the plan's grid and the measured one
     # a plain 2-rank job whose groups say nothing (only the world): a guess, said to be one
-    from tests.support import trace_samples as ts
-
     for rank in (0, 1):
         (runs / "ddp" / "traces").mkdir(parents=True, exist_ok=True)
         ts.write(runs / "ddp" / "traces" / f"rank{rank}_trace.json.gz", ts.gloo_cpu(rank, 2))
@@ -507,8 +510,6 @@ def test_home_fits_a_calibration_and_shows_predicted_beside_measured(runs):
 
 def _upload(name: str, files: list[tuple[str, bytes]], plan, model) -> Path:
     """An uploaded set, stored as the Upload page stores one."""
-    from ui import uploads
-
     checked = uploads.check_files(files)
     return uploads.store(name, checked.accepted, uploads=trace_sets.uploads_dir(), plan=plan, model=model)
 
@@ -517,11 +518,6 @@ def test_home_fits_a_calibration_from_uploaded_sets_for_their_device(runs):
     """In the dashboard: an uploaded set with a plan and a model is something to fit from; a
     CPU job's traces give a CPU calibration equal to the CLI's from the same folder, a GPU job's a GPU one
     (a device per rank), and sets of both kinds are refused in one fit."""
-    from parallel.core.plan import Plan
-    from parallel.core.specs import MODELS
-    from profiler.cli import calibrate
-    from tests.support import trace_samples as ts
-
     run = json.loads((sample_run() / "run.json").read_text())
     cpu_files = [(p.name, p.read_bytes()) for p in sorted((sample_run() / "traces").glob("rank*_trace.json.gz"))]
     cpu = _upload("cpu-job", cpu_files, Plan.from_dict(run["plan"]), MODELS["tiny"])
@@ -567,12 +563,6 @@ def test_home_says_when_the_calibration_is_unusable(runs):
 def test_plan_review_shows_calibrated_and_measured_beside_the_analytic_step(runs):
     """A plan that a run here ran gets its measured step; the calibrated model's step sits
     beside the analytic one -- only when the calibration was measured on the cluster's kind of device."""
-    from parallel.core.calibrated import Calibration, predict
-    from parallel.core.plan import Plan
-    from parallel.core.specs import Model, cluster_preset
-    from parallel.review.document import NamedPlan
-    from parallel.review.urls import ReviewState, review_to_params
-
     run = json.loads((install_run(runs, "alpha") / "run.json").read_text())
     metrics = json.loads((runs / "alpha" / "metrics.json").read_text())
     model, plan = Model.from_dict(run["model"]), Plan.from_dict(run["plan"])
@@ -621,8 +611,6 @@ def test_plan_review_shows_calibrated_and_measured_beside_the_analytic_step(runs
 def test_plan_pages_take_the_gpu_from_the_traces(runs, gpu, memory, cluster, gpumem):
     """An upload names no cluster: the plan pages take the GPU and its memory from the traces'
     deviceProperties, say so, and never check the job against a preset's 80 GiB."""
-    from tests.support import trace_samples as ts
-
     (runs / "gpujob" / "traces").mkdir(parents=True)
     for rank, data in enumerate(ts.gpu_pair()):
         data["deviceProperties"] = [{"id": 0, "name": gpu, "totalGlobalMem": memory}]
@@ -643,8 +631,6 @@ def test_plan_pages_take_the_gpu_from_the_traces(runs, gpu, memory, cluster, gpu
 def test_timeline_counts_each_collective_once_across_its_ranks(runs):
     """The headline's Collectives and the per-dimension table count a collective once, however many
     ranks took part (an instance), not its calls times its ranks."""
-    from profiler import TraceAnalysis
-
     install_run(runs, "alpha")
     table = TraceAnalysis.load(runs / "alpha", cache=False).collectives
     at = _ok(page_test("pages/timeline.py", {"run": "alpha", "tl_step": "2"}))
@@ -658,8 +644,6 @@ def test_timeline_counts_each_collective_once_across_its_ranks(runs):
 
 
 def test_home_says_a_running_job_started_not_ran(runs):
-    from ui.trace_sets import TraceSet
-
     run = TraceSet(id="r", kind="run", name="r", path=runs, status="running", started_at="2026-01-02T07:53:06")
     assert run.when == "started 2026-01-02 07:53:06, still running"
     done = TraceSet(
@@ -681,9 +665,6 @@ def test_home_says_a_running_job_started_not_ran(runs):
 def test_timeline_measures_the_step_it_shows(runs):
     """One measured step on the page: the picked step's mean rank window, in the headline and in the
     what-if alike; a link to a step the set lacks says so instead of showing another."""
-    from profiler import load_traces
-    from profiler.analyzers.steps import step_time_s
-
     install_run(runs, "alpha")
     windows = load_traces(runs / "alpha" / "traces", cache=False).step_windows
     for step in ("2", "3"):
@@ -708,8 +689,6 @@ def test_timeline_measures_the_step_it_shows(runs):
 
 def test_timeline_of_one_rank_of_a_larger_job_counts_it_once(runs):
     """Rank 3 of an 8-rank job: '1 of 8' ranks, never 'All 1 ranks' or the job's 8 as if traced."""
-    from tests.support import trace_samples as ts
-
     (runs / "one" / "traces").mkdir(parents=True)
     ts.write(runs / "one" / "traces" / "rank3_trace.json.gz", ts.gloo_cpu(3, 8))
     at = _ok(page_test("pages/timeline.py", {"run": "one"}))
@@ -722,8 +701,6 @@ def test_timeline_of_one_rank_of_a_larger_job_counts_it_once(runs):
 def test_home_shows_why_the_demo_job_cannot_start(runs, monkeypatch):
     """A demo job whose process exits before it claims its directory (here: a plan it refuses) shows
     its error and its log's tail on Home within seconds, instead of spinning."""
-    import profiler.collect.demo as demo_mod
-
     real = demo_mod.ensure_demo_run
     monkeypatch.setattr(demo_mod, "ensure_demo_run", lambda runs_dir: real(runs_dir, flags=("--dp", "0")))
     started = time.monotonic()

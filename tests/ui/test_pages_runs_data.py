@@ -3,16 +3,23 @@ numbers), ui.timeline_charts specs via chart.to_dict(), and the purity of the ru
 
 from __future__ import annotations
 
+import io
+import json
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from profiler.analyzers import aggregates
+from profiler.collect import uploads
+from profiler.collect.trace_sets import read_upload
+from tests.support import trace_samples as ts
 from tests.support.apptest import ROOT
 from ui import run_tables, timeline_charts
+from ui.selection import rank_count_text
 
 MS = 1_000_000
 
@@ -268,8 +275,8 @@ def test_timeline_chart_specs():
 def test_run_modules_import_neither_streamlit_nor_torch():
     pure = [
         "profiler.collect.jobs",
-        "ui.trace_sets",
-        "ui.uploads",
+        "profiler.collect.trace_sets",
+        "profiler.collect.uploads",
         "profiler.analyzers.aggregates",
         "ui.run_tables",
         "ui.timeline_charts",
@@ -285,8 +292,6 @@ def test_run_modules_import_neither_streamlit_nor_torch():
 
 
 def test_rank_counts_say_how_many_of_the_jobs_ranks_were_traced():
-    from ui.selection import rank_count_text
-
     assert rank_count_text(8, 1) == "1 of 8 ranks traced"
     assert rank_count_text(8, 8) == "8 ranks" and rank_count_text(1, 1) == "1 rank"
     assert rank_count_text(None, 3) == "3 ranks traced" and rank_count_text(None, 0) == "ranks unknown"
@@ -294,15 +299,6 @@ def test_rank_counts_say_how_many_of_the_jobs_ranks_were_traced():
 
 def test_an_archive_upload_counts_the_ranks_it_holds_not_its_files(tmp_path):
     """One zip of 12 rank files, stored by the Upload page's store: 12 ranks traced, not 1."""
-    import io
-    import json
-    import zipfile
-
-    from tests.support import trace_samples as ts
-    from ui import uploads
-    from ui.selection import rank_count_text
-    from ui.trace_sets import read_upload
-
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         for r in range(12):

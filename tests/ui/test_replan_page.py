@@ -9,8 +9,11 @@ from urllib.parse import parse_qs, urlparse
 
 from parallel.core.plan import Plan
 from parallel.review.urls import review_from_params
+from profiler import TraceAnalysis
 from tests.support.apptest import page_test, vega_charts
-from tests.ui.test_pages_runs import _ok, _text, install_run, runs  # noqa: F401 -- the runs fixture
+from tests.ui.test_pages_runs import _ok, _text, _upload, install_run, runs  # noqa: F401 -- the runs fixture
+from tests.unit.test_device_fit import MODEL, PLAN, SLOWER, gpu_job
+from ui import replan_jobs
 
 
 def test_replan_shows_the_job_the_gap_and_better_plans(runs):  # noqa: F811
@@ -46,9 +49,6 @@ def test_replan_without_a_set_says_what_to_do(runs):  # noqa: F811
 
 
 def test_replan_of_an_uploaded_gpu_job(runs, tmp_path):  # noqa: F811
-    from tests.ui.test_pages_runs import _upload
-    from tests.unit.test_device_fit import MODEL, PLAN, SLOWER, gpu_job
-
     folder = gpu_job(tmp_path / "job", SLOWER)
     files = [(p.name, p.read_bytes()) for p in sorted(folder.glob("rank*_trace.json"))]
     _upload("llama", files, PLAN, MODEL.name)
@@ -65,10 +65,6 @@ def test_replan_of_an_uploaded_gpu_job(runs, tmp_path):  # noqa: F811
 
 
 def test_a_cancelled_replan_stops_at_its_next_phase(tmp_path):
-    from profiler import TraceAnalysis
-    from tests.unit.test_device_fit import SLOWER, gpu_job
-    from ui import replan_jobs
-
     front = TraceAnalysis.load(gpu_job(tmp_path / "job", SLOWER), cache=False)
     job = replan_jobs.Job()
     job.cancel.set()  # the Cancel button, before the thread reached its first phase

@@ -2,6 +2,7 @@
 reproduces the view. No browser: app.py in-process, switched to the page (tests.support.apptest)."""
 
 import re
+from urllib.parse import parse_qsl
 
 import pytest
 
@@ -202,8 +203,6 @@ def test_custom_model_rides_in_the_url_and_disables_the_links():
 
 
 def test_a_link_opens_the_plan_in_the_topology_page():
-    from urllib.parse import parse_qsl
-
     at = ok(page_test(PAGE, SMALL))
     topo = [link.proto for link in at.get("page_link") if link.proto.label == "Topology"][1]  # plan B
     other = ok(page_test("pages/topology.py", dict(parse_qsl(topo.query_string))))

@@ -15,6 +15,7 @@ from parallel.core import memory_sweeps as memory_data
 from parallel.core import rank_grid as topology_data
 from parallel.core.memory import ActivationOptions, activation_bytes_per_stage
 from parallel.core.plan import Plan
+from parallel.core.rank_grid import node_overview
 from parallel.core.scaling import tp_scaling
 from parallel.core.specs import CLUSTERS, MODELS
 from parallel.core.topology import Topology
@@ -284,27 +285,10 @@ def test_pure_modules_import_neither_streamlit_nor_torch():
 
 def test_node_overview_names_a_one_gpu_node_by_its_rank():
     """a node of one GPU read "ranks 3–3"."""
-    from parallel.core.rank_grid import node_overview
-
     one = node_overview(Topology(dp=4, pp=1, cp=1, tp=1, gpus_per_node=1), "dp")
     assert list(one["ranks"]) == ["0", "1", "2", "3"]
     two = node_overview(Topology(dp=4, pp=1, cp=1, tp=1, gpus_per_node=2), "dp")
     assert list(two["ranks"]) == ["0–1", "2–3"]
-
-
-@pytest.mark.parametrize(
-    "ranks, text",
-    [
-        ([3], "rank 3"),  # was "ranks 3–3"
-        ([0, 1, 2, 3], "ranks 0–3"),
-        ([0, 2, 5], "ranks 0, 2, 5"),
-        (list(range(0, 2048, 2)), "ranks 0 … 2,046 (1,024)"),
-    ],
-)
-def test_rank_span(ranks, text):
-    from ui.text import rank_span
-
-    assert rank_span(ranks) == text
 
 
 def test_layer_bars_stack_only_what_is_on_the_critical_path():

@@ -4,7 +4,8 @@ import pytest
 
 from parallel.core.plan import Plan
 from parallel.core.specs import SpecError
-from parallel.review.urls import DEFAULT_PARAMS, KEYS, plan_from_params, plan_to_params
+from parallel.core.validate import check
+from parallel.review.urls import DEFAULT_PARAMS, KEYS, plan_from_params, plan_to_params, usable_params
 
 
 @pytest.mark.parametrize(
@@ -69,18 +70,12 @@ def test_bad_values_raise_spec_error(params, message):
 
 
 def test_usable_params_keeps_the_good_keys():
-    from parallel.review.urls import usable_params
-
     good, errors = usable_params({"model": "gpt3-22b", "tp": "x", "sp": "2", "dp": "4", "other": "y"})
     assert good == {"model": "gpt3-22b", "dp": "4"}
     assert len(errors) == 2 and "tp='x'" in errors[0] and "sp='2'" in errors[1]
 
 
 def test_gpus_per_node_rides_in_the_url_so_small_runs_fit_their_cluster():
-    from parallel.core.plan import Plan
-    from parallel.core.validate import check
-    from parallel.review.urls import plan_from_params, plan_to_params
-
     params = plan_to_params("tiny", "local-cpu", 1, Plan(dp=2, tp=2, global_batch=8), gpus_per_node=4)
     assert params["gpn"] == "4"
     model, cluster, plan = plan_from_params(params)

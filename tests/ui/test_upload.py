@@ -1,4 +1,4 @@
-"""Uploads (ui.uploads and the Upload page): each bad file rejected with the trace loader's message
+"""Uploads (profiler.collect.uploads and the Upload page): each bad file rejected with the trace loader's message
 while the good ones are kept; sets stored whole, under a name, never overwriting another; a plan
 attached for dimension labels; a stored set opens from Home and in the Collective timeline.
 The good files are the real traces of tests/ui/test_pages_runs.py's sample run.
@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from parallel.core.plan import Plan
+from profiler import load_traces
+from profiler.collect import runs_calibration, trace_sets, uploads
 from tests.support.apptest import page_test, vega_charts
+from tests.support.fr_dumps import job_dumps
 from tests.ui.test_pages_runs import sample_run
-from ui import trace_sets, uploads
 
 
 @pytest.fixture(scope="module")
@@ -144,9 +146,7 @@ def test_upload_page_keeps_good_files_rejects_bad_ones_and_stores_the_set(dirs, 
     assert at.query_params["run"] == "upload:mine"
     s = trace_sets.find_set("upload:mine")
     assert s is not None and s.plan_label == "DP2 TP2+SP" and s.model == "tiny"
-    from ui import calibration_data
-
-    assert calibration_data.calibration_candidates([s]) == [s]
+    assert runs_calibration.calibration_candidates([s]) == [s]
     # the stored set opens in the timeline, its collectives labelled by the plan
     tl = page_test("pages/timeline.py", {"run": "upload:mine"})
     assert not tl.exception
@@ -179,8 +179,6 @@ def test_upload_page_with_nothing_readable(dirs):
 
 
 def test_flight_recorder_dumps_are_sent_to_the_hang_page(good):
-    from tests.support.fr_dumps import job_dumps
-
     dump = json.dumps(job_dumps(world=2, tp=2, steps=1)[0]).encode()
     checked = uploads.check_files([good[0], ("rank0.json", dump)])
     assert [a.name for a in checked.accepted] == [good[0][0]]
@@ -190,8 +188,6 @@ def test_flight_recorder_dumps_are_sent_to_the_hang_page(good):
 def test_a_good_upload_is_decoded_once(good, tmp_path, monkeypatch):
     """Two plain rank files and a zip of the other two: the check loads them as one set into the parse
     cache, and the stored set's views open that parse (no second decode)."""
-    from profiler import load_traces
-
     monkeypatch.setenv("PARASCOPE_CACHE", str(tmp_path / "cache"))
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:

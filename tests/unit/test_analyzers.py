@@ -15,11 +15,17 @@ from profiler import load_traces
 from profiler.analyzers import collectives
 from profiler.analyzers.breakdown import breakdown, comm_by_dim
 from profiler.analyzers.export import export_collectives, export_perfetto
+from profiler.analyzers.front import TraceAnalysis
 from profiler.analyzers.matching import clock_offsets, instances, per_rank_wait, stragglers
+from profiler.analyzers.replay import Scenario
 from profiler.analyzers.timeline import timeline
+from profiler.analyzers.whatif import whatif
 from profiler.traces.errors import PlanMismatchError
+from profiler.traces.intervals import running_max
 from tests.conftest import ROOT
 from tests.support import trace_samples as ts
+from ui import run_tables as sm
+from ui.whatif_tables import op_label
 
 US = 1000  # ns
 
@@ -204,8 +210,6 @@ def test_timeline_cpu_compute_is_the_outermost_operators_per_thread(tmp_path):
     ],
 )
 def test_running_max_restarts_per_segment(x, new, want):
-    from profiler.traces.intervals import running_max
-
     assert running_max(np.array(x, dtype=np.int64), np.array(new, dtype=bool)).tolist() == want
 
 
@@ -338,8 +342,6 @@ def test_whole_world_collectives_without_evidence_are_world_not_a_dimension(tmp_
 def test_analyze_json_carries_what_the_run_pages_show(pair):
     """The per-rank-per-step heat, the skew table and the measured TP cost are the front's, not the UI's:
     `profiler analyze --json` holds them as records."""
-    from profiler.analyzers.front import TraceAnalysis
-
     summary = TraceAnalysis(pair).summary()
     heat = summary["rank_step_heat"]
     assert {(h["rank"], h["step"]) for h in heat} == {(0, 1), (1, 1)}  # every rank x step
@@ -356,11 +358,6 @@ def test_analyze_json_carries_what_the_run_pages_show(pair):
 def test_a_collective_without_a_group_is_named_by_its_op(tmp_path):
     """A gloo all-reduce whose trace names no group: its instance is 'all_reduce#0' on both ranks (no
     placeholder), its group reads 'unknown' in the Gantt, the picker and the critical path."""
-    from profiler.analyzers.front import TraceAnalysis
-    from tests.support import trace_samples as ts
-    from ui import run_tables as sm
-    from ui.whatif_tables import op_label
-
     for rank in (0, 1):
         ts.write(tmp_path / f"rank{rank}_trace.json", ts.gloo_cpu(rank, 2))
     a = TraceAnalysis.load(tmp_path, cache=False)
@@ -404,10 +401,6 @@ def _keys(value, seen: set, *, skip: tuple[str, ...] = ()) -> set:
 def test_profiler_json_keys_are_snake_case_and_documented(pair):
     """`profiler analyze --json` and `profiler whatif --json`: one key style, every key listed in
     docs/json-output.md's profiler section."""
-    from profiler.analyzers.front import TraceAnalysis
-    from profiler.analyzers.replay import Scenario
-    from profiler.analyzers.whatif import whatif
-
     a = TraceAnalysis(pair)
     keys = _keys(a.summary(), set())
     keys |= _keys(

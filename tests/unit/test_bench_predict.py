@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.predict import _median_prediction
+from bench.predict import _median_prediction, _spread, _spread_pct, repeatability
 from bench.predict_offline import repetitions
 
 
@@ -30,16 +30,12 @@ def test_a_rows_prediction_is_the_passes_median_with_its_own_phases():
 
 
 def test_pass_spread_is_slowest_over_fastest():
-    from bench.predict import _spread, _spread_pct
-
     assert _spread_pct([0.010, 0.0125, 0.011]) == pytest.approx(25.0)
     assert _spread_pct([0.02]) == 0.0 and _spread_pct([]) == 0.0
     assert _spread([0.010, 0.0125]) == "10.0–12.5" and _spread([0.01]) == "one"
 
 
 def test_repeatability_floor_takes_each_pass_as_the_prediction_of_the_others():
-    from bench.predict import repeatability
-
     steady = [[0.010, 0.010], [0.010], [0.010, 0.010, 0.010]]  # every pass 10 ms: no error from any pass
     # pass 2 ran 30% slow: it misses the others (13 vs 10 ms: +30%); each of the others misses the median
     # of its others' steps {10, 13, 13} = 13 ms by -23.1%

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from parallel.core.calibrated import (
@@ -23,8 +24,18 @@ from parallel.core.calibrated import (
     read_calibration,
 )
 from parallel.core.plan import Plan
-from parallel.core.specs import MODELS
-from profiler.analyzers.calibrate import Overhead, _leveled, nnls, unprofiled_step_s
+from parallel.core.specs import CLUSTERS, MODELS
+from profiler.analyzers.calibrate import (
+    Overhead,
+    _fit_links,
+    _fit_work,
+    _leveled,
+    call_weights,
+    nnls,
+    op_cost_ns,
+    rank_series,
+    unprofiled_step_s,
+)
 from tests.conftest import ROOT
 from tests.support.work_samples import work_sample
 
@@ -128,10 +139,6 @@ def test_a_calibration_file_is_read_bounded_with_a_reason(tmp_path):
 def test_each_collective_gets_its_measured_cost_over_the_shared_fit():
     """A backend whose reduce-scatter costs twice the ring model's (gloo runs it as an all-reduce):
     the shared call/alpha/beta come from the other ops, op_scale carries the 2x, predictions follow."""
-    import pandas as pd
-
-    from profiler.analyzers.calibrate import _fit_links
-
     true = Calibration(0, 0, 0, 0, alpha_s=50e-6, beta_s_per_byte=2e-9, call_s=20e-6)
     rows = []
     for op, factor in (("all_reduce", 1.0), ("all_gather", 1.0), ("send", 1.0), ("reduce_scatter", 2.0)):
@@ -156,10 +163,6 @@ def test_latency_is_alpha_per_ring_step_unless_one_op_was_seen_at_two_group_size
     """Only 2-rank groups measured: a per-call cost and alpha x hops cannot be told apart (each op has
     one hop count; op_scale absorbs the ops' differences), so alpha carries the latency and a 4-rank
     all-reduce costs its 6 ring steps to the 2-rank one's 2."""
-    import pandas as pd
-
-    from profiler.analyzers.calibrate import _fit_links
-
     true = Calibration(0, 0, 0, 0, alpha_s=0.5e-3, beta_s_per_byte=2e-9)
     rows = [
         {"op": op, "n": 2, "bytes": b, "tier": "intra", "transfer_s": collective_s(op, 2, b, true), "count": 8}
@@ -179,8 +182,6 @@ def test_extras_no_run_tells_apart_are_split_by_the_calls_each_dimension_adds():
     """A run without TP/SP/CP gives the per-layer cost; the one run with all three on gives their sum,
     which is split by the blocking calls per layer each adds (call_weights: TP 4 all-reduces, SP 6
     calls beyond them, all-gather CP 4)."""
-    from profiler.analyzers.calibrate import _fit_work, call_weights
-
     a, lump = 1e-3, 0.7e-3
     plain = Plan(pp=2, global_batch=4)
     everything = Plan(tp=2, sp=True, cp=2, global_batch=4)
@@ -209,8 +210,6 @@ def test_work_outside_forward_backward_is_the_optimizer_per_step_and_the_rest_pe
     """With the engine's optim ranges, w0 is the optimizer's time and the rest of the work outside
     forward/backward goes per microbatch (a 1-microbatch step pays it once, an 8-microbatch one 8 times);
     without them (another framework's traces) all of it stays once per step."""
-    from profiler.analyzers.calibrate import _fit_work
-
     optim, glue, a = 1.5e-3, 0.8e-3, 1e-3
 
     def sample(m: int, with_optim: bool) -> dict:
@@ -281,8 +280,6 @@ def test_unprofiled_steps_bracket_the_traced_ones():
     ],
 )
 def test_a_rank_series_of_the_wrong_shape_reads_as_none(metrics, series):
-    from profiler.analyzers.calibrate import rank_series
-
     assert rank_series(metrics, "comm_time_s_per_rank", 0) == series
 
 
@@ -329,8 +326,6 @@ def test_the_plan_cli_takes_the_inter_link_across_the_clusters_nodes(tmp_path):
 
 
 def test_groups_across_nodes_take_the_inter_link():
-    from parallel.core.specs import CLUSTERS
-
     cal = Calibration(**{**CAL.to_dict(), "inter_alpha_s": 1e-2, "assumptions": CAL.assumptions})
     plan = Plan(dp=2, tp=2, global_batch=2)
     two_nodes = dataclasses.replace(CLUSTERS["local-cpu"], nodes=2, gpus_per_node=2)  # TP inside, DP across
@@ -373,10 +368,6 @@ def test_an_eager_send_costs_its_issue_and_a_late_peer_is_no_link_time():
     """per_rank_wait rows (ns) of two p2p pairs, a collective one rank always reaches early (a pipeline's
     drain before the gradients' all-reduce: the schedule's wait, not the link's) and one the ranks
     reach in turn (lock-step jitter: paid every call): the link cost of each."""
-    import pandas as pd
-
-    from profiler.analyzers.calibrate import op_cost_ns
-
     rows = [  # instance, op, group, rank, start, end, wait (min(last start - start, dur))
         ("a", "send", "pp", 0, 0, 300, 300),  # ended before its peer came at 1000: an eager issue, 300 of host time
         ("a", "recv", "pp", 1, 1000, 1100, 0),  # came last: all transfer

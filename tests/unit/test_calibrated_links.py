@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from bench.predict_lab import LAB_HELD_BACK, cluster_flags, lab_error, world
 from parallel.core.specs import Link
 from profiler.analyzers.calibrate import _inter_from_commbench
 
@@ -28,8 +29,6 @@ def test_without_a_fitted_intra_link_all_of_commbenchs_inter_link_is_added():
 
 
 def test_lab_plans_are_predicted_on_two_nodes_of_half_their_ranks():
-    from bench.predict_lab import LAB_HELD_BACK, cluster_flags, lab_error, world
-
     assert {n: world(f) for n, f in LAB_HELD_BACK.items()} == {
         "lab dp2": 2,
         "lab pp2": 2,

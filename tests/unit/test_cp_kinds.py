@@ -12,6 +12,7 @@ from parallel.core.plan import CP_KINDS, Plan, PlanColumns
 from parallel.core.specs import CLUSTERS, MODELS
 from parallel.core.validate import check
 from parallel.importers import import_text
+from parallel.review.document import NamedPlan
 from parallel.review.urls import parse_plan_code, plan_code, plan_from_params, plan_to_params
 from parallel.search import space as S
 
@@ -246,7 +247,5 @@ def test_urls_and_plan_codes_carry_the_cp_kind_only_when_not_the_default():
     assert params["ck"] == "ring"
     assert plan_from_params(params)[2] == plan
     assert "ck" not in plan_to_params("llama3-70b", "dgx-h100", 4, dataclasses.replace(plan, cp_kind="allgather"))
-    from parallel.review.document import NamedPlan
-
     code = plan_code(NamedPlan("r", plan))
     assert "ck=ring" in code and parse_plan_code(code).plan == plan

@@ -14,13 +14,15 @@ import pytest
 
 from parallel.cli import plan as plan_cli
 from parallel.core.compute import KERNEL_CLASSES
-from parallel.core.devices import DEVICES, device_for_name, device_from_fit
+from parallel.core.devices import DEVICES, cluster_for_device, device_for_name, device_from_fit
 from parallel.core.memory import ActivationOptions
 from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, MODELS, SpecError
+from profiler.analyzers.aggregates import job_device
 from profiler.analyzers.device_fit import DeviceFitError, fit_device, kernel_classes, modelled_seconds
 from profiler.cli import calibrate as calibrate_cli
 from profiler.traces.loader import load_traces
+from tests.support import trace_samples as ts
 from tests.support.trace_samples import annotation, kernel, trace, write
 
 MODEL = MODELS["llama3-8b"]
@@ -148,8 +150,6 @@ def test_real_a100_trace_kernels_fall_in_classes():
 
 
 def test_cluster_of_a_reported_gpu():
-    from parallel.core.devices import cluster_for_device
-
     assert cluster_for_device("NVIDIA H100 80GB HBM3") == "dgx-h100"
     assert cluster_for_device("NVIDIA A100-SXM4-40GB") == "dgx-a100-40gb"
     assert cluster_for_device("NVIDIA B200") == "dgx-b200"
@@ -159,10 +159,6 @@ def test_cluster_of_a_reported_gpu():
 def test_job_device_from_device_properties(tmp_path):
     """ranks.device_memory is the totalGlobalMem of the GPU each rank's kernels ran on; job_device
     names the set's GPU, its memory and the other GPUs seen."""
-    from profiler import load_traces
-    from profiler.analyzers.aggregates import job_device
-    from tests.support import trace_samples as ts
-
     for rank, data in enumerate(ts.gpu_pair()):
         name = "Tesla V100-SXM2-32GB" if rank == 0 else "Tesla V100-SXM2-16GB"
         data["deviceProperties"] = [{"id": 0, "name": name, "totalGlobalMem": (32 if rank == 0 else 16) << 30}]

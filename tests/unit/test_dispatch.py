@@ -2,7 +2,9 @@
 
 import pytest
 
+from parallel.__main__ import main as parallel_main
 from parascope import cli as parascope_cli
+from profiler.__main__ import main as profiler_main
 
 
 @pytest.mark.parametrize("command", ["search", "plan", "analyze", "hang", "calibrate", "whatif", "run"])
@@ -10,9 +12,6 @@ def test_usage_names_the_program_typed(command, capsys):
     with pytest.raises(SystemExit):
         parascope_cli.main([command, "--help"])
     assert capsys.readouterr().out.startswith(f"usage: parascope {command} ")
-    from parallel.__main__ import main as parallel_main
-    from profiler.__main__ import main as profiler_main
-
     run = parallel_main if command in ("search", "plan") else profiler_main
     with pytest.raises(SystemExit):
         run([command, "--help"])

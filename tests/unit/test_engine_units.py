@@ -12,16 +12,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from parallel.cli.train import config_from_args
+from parallel.core import memory
 from parallel.core.plan import Plan
 from parallel.core.specs import MODELS
 from parallel.engine import data
 from parallel.engine.actmem import ActivationMeter, predicted_breakdown
 from parallel.engine.api import engine_errors
+from parallel.engine.collectives import BlockedClock, Group
 from parallel.engine.context_parallel import causal_bias, sp_ranges, token_ranges
-from parallel.engine.dist import local_context
+from parallel.engine.dist import ParallelContext, local_context
 from parallel.engine.gpt import GPTStage, LayerNorm, full_shapes, init_tensor
 from parallel.engine.optim import AdamW
 from parallel.engine.tensor_parallel import shard_tensor, unshard_tensor, vocab_parallel_cross_entropy
+from profiler.collect.spec import parse_run
 from tests.conftest import ROOT
 
 TINY = MODELS["tiny"]
@@ -213,8 +217,6 @@ def test_cli_rejects_a_bad_plan_with_exit_2(flags, needle, tmp_path):
     start = time.monotonic()
     args = ["--out", str(tmp_path / "run"), "--steps", "1"]
     if needle is None:  # only check that the plan model does not object; do not train
-        from parallel.cli.train import config_from_args
-
         _, errors, _ = config_from_args(flags + args)
         assert errors == []
         return
@@ -259,9 +261,6 @@ def test_an_out_that_cannot_hold_the_run_exits_2_before_any_rank_starts(out, nee
 def _stage_context(plan: Plan, *, stage: int, tp_index: int = 0):
     """One rank's ParallelContext of `plan` without torch.distributed: groups sized as the plan's (no
     collective is issued while a stage is built)."""
-    from parallel.engine.collectives import Group
-    from parallel.engine.dist import ParallelContext
-
     topo = plan.topology(plan.world_size)
     rank = topo.rank_of(pp=stage, tp=tp_index)
     groups = {}
@@ -293,8 +292,6 @@ def _stage_context(plan: Plan, *, stage: int, tp_index: int = 0):
 def test_params_per_stage_counts_the_engines_parameters(model, plan):
     """memory.params_per_stage is what a stage of the engine holds, including a shared K/V head per
     rank when tp > kv_heads."""
-    from parallel.core import memory
-
     for stage in range(plan.pp):
         built = GPTStage(model=model, ctx=_stage_context(plan, stage=stage))
         assert sum(p.numel() for p in built.parameters()) == memory.params_per_stage(model, plan, stage)
@@ -304,9 +301,6 @@ def test_a_launch_is_validated_on_the_machines_it_runs_on(monkeypatch):
     """12 local ranks with TP 3 were checked against local-cpu's 8-rank nodes, and warned
     that TP crossed 'nodes' of one machine. The local launcher is one node; torchrun's nodes are
     world / LOCAL_WORLD_SIZE; --gpus-per-node still wins."""
-    from parallel.cli.train import config_from_args
-    from profiler.collect.spec import parse_run
-
     flags = "--tp 3 --heads 6 --hidden 96 --vocab 513 --dp 4".split()
     _, errors, warnings = config_from_args(flags)
     assert errors == [] and not any("cross nodes" in w for w in warnings)
@@ -324,8 +318,6 @@ def test_the_blocked_clock_counts_open_ranges_once():
     """collectives.BlockedClock: the union of the communication ranges open at once (an exchange's
     send and receive labels), and `take` returns the seconds since the last take; `take_cpu` the
     process's CPU seconds inside them."""
-    from parallel.engine.collectives import BlockedClock
-
     clock = BlockedClock()
     clock.enter()
     time.sleep(0.02)

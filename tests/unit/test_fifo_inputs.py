@@ -6,7 +6,8 @@ import os
 import pytest
 
 from parallel.cli import plan as plan_cli
-from profiler.cli import analyze as analyze_cli
+from profiler.analyzers.run_inputs import plan_file
+from profiler.traces.errors import PlanMismatchError
 
 
 @pytest.fixture
@@ -31,7 +32,5 @@ def test_plan_cli_refuses_a_fifo(fifo, argv, capsys):
 
 
 def test_analyze_plan_file_refuses_a_fifo(fifo, tmp_path, capsys):
-    from profiler.traces.errors import PlanMismatchError
-
     with pytest.raises(PlanMismatchError, match="not a regular file"):
-        analyze_cli.plan_file(str(fifo))
+        plan_file(str(fifo))

@@ -147,6 +147,7 @@ def reference_finding(folder: Path, tmp: Path) -> tuple[str, int, set[int]]:
 
 
 def _run_reference(folder: Path, tmp: Path) -> list[tuple[str, int, set[int]]]:
+    # lazy: torch (2 s), for the one comparison with PyTorch's own analyzer; the other tests need none
     from torch.distributed.flight_recorder.components.builder import build_db
     from torch.distributed.flight_recorder.components.config_manager import JobConfig
     from torch.distributed.flight_recorder.components.loader import read_dir

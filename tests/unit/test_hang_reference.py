@@ -6,6 +6,9 @@ import json
 import logging
 
 import pytest
+from torch.distributed.flight_recorder.components.builder import build_db  # torch: only for the reference
+from torch.distributed.flight_recorder.components.config_manager import JobConfig
+from torch.distributed.flight_recorder.components.types import COLLECTIVES
 
 from profiler.analyzers.hang import diagnose, load_dumps
 from tests.support.fr_reference_cases import CASES, COLLECTIVE_NAMES, write_case
@@ -13,9 +16,6 @@ from tests.support.fr_reference_cases import CASES, COLLECTIVE_NAMES, write_case
 
 def _pytorch_passes(folder) -> bool:
     """True when torch.distributed.flight_recorder's build_db finds every collective matched."""
-    from torch.distributed.flight_recorder.components.builder import build_db  # torch: only for the reference
-    from torch.distributed.flight_recorder.components.config_manager import JobConfig
-
     details = {}
     for path in sorted(folder.glob("rank*.json")):
         dump = json.loads(path.read_text())
@@ -30,8 +30,6 @@ def _pytorch_passes(folder) -> bool:
 
 
 def test_the_collectives_are_pytorchs():
-    from torch.distributed.flight_recorder.components.types import COLLECTIVES
-
     assert set(COLLECTIVE_NAMES) == set(COLLECTIVES)
 
 

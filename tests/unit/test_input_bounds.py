@@ -7,15 +7,23 @@ without collectives analyses to an empty table, and user text shown in Markdown 
 from __future__ import annotations
 
 import json
+import json as _json
 import re
 
 import pytest
 
+from parallel.cli import plan as plan_cli
 from parallel.core.plan import MAX_WORLD_SIZE, Plan
 from parallel.core.report import LISTED, plan_report
-from parallel.core.specs import CLUSTERS, MODELS, SpecError
+from parallel.core.specs import CLUSTERS, MODELS, Model, SpecError
+from parallel.engine.api import memory_errors
 from parallel.search.space import Constraints, divisors, search
 from profiler import TraceAnalysis, TraceError, load_traces
+from profiler.collect import jobs
+from profiler.collect.trace_sets import read_upload
+from profiler.lab import sweep_views as sweep_data
+from runfiles.metrics import load_metrics
+from runfiles.rundir import MAX_RUN_JSON_BYTES, load_json_object, read_json
 from ui.text import md
 
 EVENTS = [
@@ -121,8 +129,6 @@ def test_user_text_in_markdown_is_shown_as_itself(text):
 
 
 def test_a_global_batch_that_cannot_fit_this_machine_is_refused_before_any_rank_starts():
-    from parallel.engine.api import memory_errors
-
     tiny = MODELS["tiny"]
     (err,) = memory_errors(tiny, Plan(dp=2, global_batch=2**30), ranks_here=2, available=24 << 30)
     assert "--global-batch 1,073,741,824" in err and "2 ranks" in err and "GB is available" in err
@@ -133,12 +139,6 @@ def test_a_runs_json_files_are_read_bounded_and_must_be_objects(tmp_path):
     """Every reader of a run's JSON files (run.json, metrics.json, a job record, a sweep, an upload's
     manifest) goes through one bounded reader: a file past the bound, a non-object or broken JSON is a
     one-line ValueError (or None where a poll reads it again), never a whole-file read or a crash."""
-    from profiler.collect import jobs
-    from profiler.lab import sweep_views as sweep_data
-    from runfiles.metrics import load_metrics
-    from runfiles.rundir import MAX_RUN_JSON_BYTES, load_json_object, read_json
-    from ui.trace_sets import read_upload
-
     path = tmp_path / "metrics.json"
     path.write_text(json.dumps({"step_time_s": [0.1, 0.2]}))
     assert load_metrics(tmp_path) == {"step_time_s": [0.1, 0.2]} == read_json(path)
@@ -166,11 +166,6 @@ def test_a_runs_json_files_are_read_bounded_and_must_be_objects(tmp_path):
 
 
 def test_a_model_shape_past_any_model_names_the_field_the_value_and_the_bound(tmp_path, capsys):
-    import json as _json
-
-    from parallel.cli import plan as plan_cli
-    from parallel.core.specs import Model, SpecError
-
     with pytest.raises(SpecError, match=r"Model.hidden 1,000,000,000,000 is past any model: at most 1,048,576"):
         Model(name="x", layers=2, hidden=10**12, heads=8, vocab=100, seq_len=128)
     path = tmp_path / "plan.json"

@@ -1,7 +1,8 @@
 """The folder says the layer: every import of every shipped module (top-level and inside functions) is
 read from its syntax tree and checked against one rule per folder -- which project folders it may
 import (only those of a lower rank: no upward import) and which libraries it may not (pure folders
-never import torch, streamlit or sqlalchemy) -- and the module graph has no cycle."""
+never import torch, streamlit or sqlalchemy) -- and the module graph has no cycle. Imports sit at
+module top: one inside a function carries a `# lazy: <reason>` comment."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ("runfiles", "parallel", "profiler", "ui", "pages", "parascope")
 PURE_BANS = ("torch", "streamlit", "sqlalchemy", "altair")
+NO_TORCH_NO_UI = PURE_BANS  # not pure (it runs or reads jobs), but loads neither torch nor a UI library
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,10 @@ RULES = {
     "parallel.engine": Rule(3, ("streamlit", "altair", "sqlalchemy")),  # torch
     "parallel.cli": Rule(4, ("streamlit", "altair")),
     "profiler.collect": Rule(5, ("streamlit", "altair", "sqlalchemy")),
+    # what the dashboard reads of collected sets loads no torch either: trace sets, uploads, their calibration
+    "profiler.collect.trace_sets": Rule(5, NO_TORCH_NO_UI),
+    "profiler.collect.uploads": Rule(5, NO_TORCH_NO_UI),
+    "profiler.collect.runs_calibration": Rule(5, NO_TORCH_NO_UI),
     "profiler.lab": Rule(5, ("streamlit", "altair", "sqlalchemy")),
     "profiler.commbench": Rule(6, ("streamlit", "altair", "sqlalchemy")),
     "profiler.cli": Rule(7, ("streamlit", "altair", "sqlalchemy")),
@@ -229,9 +235,6 @@ def test_parallel_imports_nothing_from_profiler():
 # (what a page computes about a trace set or a plan lives in profiler.analyzers or parallel.core)
 UI_PLUMBING = {
     "ui": "the package",
-    "ui.trace_sets": "the runs and uploaded sets on disk, by id",
-    "ui.uploads": "checking and storing an upload (the loader checks each file)",
-    "ui.calibration_data": "the calibration file of the runs folder and which sets it uses",
     "ui.text": "Markdown escaping",
     "ui.demo": "starting the demo run",
     "ui.run_tables": "the analyzers' frames as the run pages' table headers and chart marks (ms, labels)",
@@ -247,3 +250,59 @@ def test_ui_modules_without_streamlit_or_altair_are_plumbing_only():
     assert pure_ui <= set(UI_PLUMBING), (
         f"analysis belongs in profiler.analyzers or parallel.core: {pure_ui - set(UI_PLUMBING)}"
     )
+
+
+LAZY = "# lazy:"  # a reason must follow: what the import costs or needs, and who must not pay it
+
+
+def _lazy_reason(lines: list[str], node: ast.stmt) -> str:
+    """The `# lazy:` reason of an import inside a function: on its own line, or on the comment line just
+    above the block of consecutive imports it belongs to; '' when there is none."""
+    k = node.lineno - 2
+    while k >= 0 and lines[k].strip().startswith(("import ", "from ")):
+        k -= 1
+    for line in (lines[node.lineno - 1], lines[k] if k >= 0 else ""):
+        if LAZY in line and (reason := line.split(LAZY, 1)[1].strip()):
+            return reason
+    return ""
+
+
+def imports_inside_functions(path: Path) -> list[tuple[int, str]]:
+    """(line, reason) of every import statement inside a function of the file."""
+    text = path.read_text()
+    lines, out = text.splitlines(), []
+
+    def walk(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
+                out.append((child.lineno, _lazy_reason(lines, child)))
+            walk(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    walk(ast.parse(text, str(path)), False)
+    return out
+
+
+def test_imports_inside_functions_say_why():
+    """Imports sit at module top; one inside a function says why on its line or just above its block
+    (`# lazy: torch is 2 s and only a rank needs it`): the shipped packages, the benches, scripts and tests."""
+    files = list(MODULES.values())
+    files += [p for top in ("bench", "scripts", "tests") for p in (ROOT / top).rglob("*.py")]
+    problems = [
+        f"{path.relative_to(ROOT)}:{line}: an import inside a function without a '{LAZY} <reason>' comment"
+        for path in files
+        for line, reason in imports_inside_functions(path)
+        if not reason
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_lazy_rule_itself_flags_an_unexplained_import(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(
+        "def a():\n    import json\n\n\n"  # no reason: flagged
+        "def b():\n    # lazy: torch is 2 s and only b needs it\n    import os\n    import sys\n\n\n"  # a block's reason
+        "def c():\n    import re  # lazy:\n\n\n"  # an empty reason: flagged
+        "def d():\n    import csv  # lazy: the optional extra\n"
+    )
+    assert [line for line, reason in imports_inside_functions(path) if not reason] == [2, 12]
+    assert len(imports_inside_functions(path)) == 5

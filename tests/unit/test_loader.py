@@ -18,8 +18,12 @@ import pandas as pd
 import pytest
 
 from profiler import load_traces
+from profiler.traces import sources
 from profiler.traces.errors import RankError
+from profiler.traces.kineto import DUPLICATE
+from profiler.traces.sources import resolve
 from tests.support import trace_samples as ts
+from tests.support.trace_samples import gpu_pair, write
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -136,8 +140,6 @@ def test_cache_round_trip_and_key(tmp_path, cache):
 
 
 def test_digest_memo_skips_unchanged_files_and_sees_every_write(tmp_path, monkeypatch):
-    from profiler.traces import sources
-
     monkeypatch.setattr(sources, "MEMO_SETTLE_NS", 0)  # files written just now may be memoized
     folder = _pair(tmp_path / "p")
     found = sources.resolve(folder)
@@ -159,8 +161,6 @@ def test_digest_memo_skips_unchanged_files_and_sees_every_write(tmp_path, monkey
 
 
 def test_digest_memo_is_kept_in_the_cache_and_a_bad_one_is_ignored(tmp_path, cache, monkeypatch):
-    from profiler.traces import sources
-
     folder = _pair(tmp_path / "p")
     assert load_traces(folder).key and not (cache / "digests.json").exists()  # files just written: not memoized
     monkeypatch.setattr(sources, "MEMO_SETTLE_NS", 0)
@@ -206,9 +206,6 @@ def test_run_json_is_read_fresh_on_a_cache_hit(tmp_path, cache):
 
 
 def test_exact_duplicate_events_count_once_and_are_reported(tmp_path):
-    from profiler.traces.kineto import DUPLICATE
-    from tests.support.trace_samples import gpu_pair, write
-
     plain, doubled = tmp_path / "plain", tmp_path / "doubled"
     for folder, repeat in ((plain, False), (doubled, True)):
         folder.mkdir()
@@ -224,8 +221,6 @@ def test_exact_duplicate_events_count_once_and_are_reported(tmp_path):
 
 
 def test_first_ranks_is_a_part_of_the_set_with_its_own_cache_key(tmp_path, cache):
-    from profiler.traces.sources import resolve
-
     folder = tmp_path / "files"
     folder.mkdir()
     for r in (11, 2, 0, 7, 1, 10, 3, 5, 4, 9, 8, 6):  # file order says nothing about rank order

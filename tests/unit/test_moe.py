@@ -1,13 +1,24 @@
 """Mixture of experts: the presets against their published sizes, expert parallelism's
 share of the weights and of ZeRO, the plan's checks, and Megatron-LM's MoE flags."""
 
+from pathlib import Path
+
 import pytest
 
-from parallel.core.memory import expert_params_per_stage, model_state_bytes, params_per_stage
+from parallel.core.memory import (
+    ActivationOptions,
+    activation_components_bytes,
+    expert_params_per_stage,
+    model_state_bytes,
+    params_per_stage,
+)
 from parallel.core.plan import Plan
-from parallel.core.specs import MODELS, Model
+from parallel.core.report import plan_report
+from parallel.core.specs import CLUSTERS, MODELS, Model
 from parallel.core.validate import check
-from parallel.importers import import_text
+from parallel.importers import ImportFailed, import_plan, import_text, place
+from parallel.importers.torchtitan import FLAVOUR_SHAPES, FLAVOURS
+from tests.unit.test_plan_model import megatron_oracle
 
 
 @pytest.mark.parametrize(
@@ -52,8 +63,6 @@ def test_expert_parallelism_splits_the_experts_and_their_zero_group():
 
 
 def test_the_plan_checks_expert_parallelism():
-    from parallel.core.specs import CLUSTERS
-
     h100 = CLUSTERS["dgx-h100"].with_nodes(8)
     errors = lambda model, plan: " ".join(check(plan, model, h100).errors)  # noqa: E731
     assert "needs a mixture-of-experts model" in errors(MODELS["llama3-70b"], Plan(dp=8, tp=8, ep=8, global_batch=8))
@@ -96,8 +105,6 @@ def test_megatron_mixtral_flags_import_as_moe_with_ep():
 def test_expert_groups_match_megatron_expert_rank_generator(order, sizes, ep):
     """Megatron-LM lays the experts out as RankGenerator(tp=etp, cp=1, ep, dp=world/(etp·ep·pp), pp)
     with the same order; restated by the same independent oracle as the dense groups."""
-    from tests.unit.test_plan_model import megatron_oracle
-
     plan = Plan(**sizes, ep=ep, order=order, global_batch=sizes["dp"])
     topo = plan.topology(gpus_per_node=8)
     world = topo.world_size
@@ -115,9 +122,6 @@ def test_expert_groups_match_megatron_expert_rank_generator(order, sizes, ep):
 
 
 def test_plan_report_lists_ep_groups_and_the_all_to_all():
-    from parallel.core.report import plan_report
-    from parallel.core.specs import CLUSTERS
-
     m = MODELS["mixtral-8x7b"]
     rep = plan_report(Plan(dp=8, pp=4, ep=8, zero=1, global_batch=256), m, CLUSTERS["dgx-h100"].with_nodes(4))
     assert rep["plan"]["ep"] == 8 and rep["group_counts"]["ep"] == 4
@@ -130,8 +134,6 @@ def test_plan_report_lists_ep_groups_and_the_all_to_all():
 
 
 def test_moe_activations_are_those_of_the_routed_tokens():
-    from parallel.core.memory import ActivationOptions, activation_components_bytes
-
     dense = Model(name="d", layers=4, hidden=64, heads=4, vocab=100, seq_len=32, arch="llama", ffn_hidden=96)
     one = Model(**{**dense.to_dict(), "name": "e", "experts": 4, "top_k": 1})  # top-1 of experts as wide as f
     two = Model(**{**dense.to_dict(), "name": "e2", "experts": 4, "top_k": 2, "shared_expert_ffn": 96})
@@ -145,8 +147,6 @@ def test_moe_activations_are_those_of_the_routed_tokens():
 
 
 def test_a_head_width_of_its_own_widens_q_and_the_attention_output():
-    from parallel.core.memory import ActivationOptions, activation_components_bytes
-
     q3 = MODELS["qwen3-32b"]
     assert (q3.head_dim, q3.q_hidden, q3.kv_hidden) == (128, 8192, 1024)
     plain = Model(**{**q3.to_dict(), "name": "same, hidden/heads heads", "attention_head_dim": None})
@@ -166,21 +166,12 @@ def test_a_head_width_of_its_own_widens_q_and_the_attention_output():
     ],
 )
 def test_torchtitan_moe_and_qwen3_train_configs_import(fixture, preset):
-    from pathlib import Path
-
-    from parallel.importers import import_plan
-
     imp = import_plan(Path(__file__).resolve().parents[1] / "data" / "imports" / fixture)
     assert imp.model.name.startswith(preset) and imp.unknown == ()
     assert imp.plan.ep == 1  # as the files ship
 
 
 def test_torchtitan_expert_parallel_degree_becomes_the_plans_ep():
-    from pathlib import Path
-
-    from parallel.core.specs import CLUSTERS
-    from parallel.importers import ImportFailed, import_text, place
-
     text = (Path(__file__).resolve().parents[1] / "data" / "imports" / "torchtitan_llama4_17bx16e.toml").read_text()
     imp = import_text(text.replace("expert_parallel_degree = 1", "expert_parallel_degree = 8"), "scout.toml")
     placed, _ = place(imp, CLUSTERS["dgx-h100"], nodes=8)
@@ -198,9 +189,6 @@ def _toml(name: str, flavor: str) -> str:
 
 
 def test_every_torchtitan_flavour_of_llama3_llama4_qwen3_deepseek_v3_imports():
-    from parallel.importers import import_text
-    from parallel.importers.torchtitan import FLAVOUR_SHAPES, FLAVOURS
-
     flavours = [(n, f) for n, fs in FLAVOURS.items() for f in fs] + list(FLAVOUR_SHAPES)
     assert {n for n, _ in flavours} == {"llama3", "llama4", "qwen3", "deepseek_v3"}
     for name, flavor in flavours:
@@ -216,8 +204,6 @@ def test_every_torchtitan_flavour_of_llama3_llama4_qwen3_deepseek_v3_imports():
     + [("30B-A3B", 30.5, 3.3)],  # the Qwen3 report's Tables 1-2 (the small ones tie their embeddings)
 )
 def test_torchtitan_qwen3_flavours_have_the_published_sizes(flavor, total, active):
-    from parallel.importers import import_text
-
     m = import_text(_toml("qwen3", flavor), "q.toml").model
     assert m.params_total() / 1e9 == pytest.approx(total, rel=0.03)
     assert m.active_params_total() / 1e9 == pytest.approx(active, rel=0.03)
@@ -226,8 +212,6 @@ def test_torchtitan_qwen3_flavours_have_the_published_sizes(flavor, total, activ
 @pytest.mark.parametrize("order", ["tp-cp-ep-dp-pp", "tp-cp-pp-dp"])
 @pytest.mark.parametrize("sizes,ep,etp", [(dict(dp=2, pp=2, cp=1, tp=4), 8, 1), (dict(dp=4, pp=1, cp=2, tp=2), 4, 1)])
 def test_expert_tensor_parallelism_changes_the_expert_layout(order, sizes, ep, etp):
-    from tests.unit.test_plan_model import megatron_oracle
-
     plan = Plan(**sizes, ep=ep, etp=etp, order=order, global_batch=sizes["dp"])
     topo = plan.topology(gpus_per_node=8)
     world = topo.world_size
@@ -262,6 +246,4 @@ def test_etp_splits_the_experts_and_sets_their_zero_group():
 
 
 def _h100(nodes):
-    from parallel.core.specs import CLUSTERS
-
     return CLUSTERS["dgx-h100"].with_nodes(nodes)

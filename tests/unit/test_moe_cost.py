@@ -4,21 +4,30 @@ node-limited routing (DeepSeek-V3 report Sec. 3.2.2), the EP overlap's schedule
 (model_chunk_schedule_plan.py) and its asserts (transformer_config.py), grouped GEMMs; the MoE
 plan fields through every entry point; and the importers' reading of each MoE flag."""
 
+import argparse
 import dataclasses
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import parallel.search.space as S
+from parallel.cli.args import add_plan_args, plan_from_args
+from parallel.cli.plan import main
 from parallel.core.comm import comm_per_step, flex_inter_share
 from parallel.core.compute import expert_gemms, gemm_efficiency, layer_cost
 from parallel.core.devices import cluster_device
 from parallel.core.memory import memory_per_gpu_bytes, routed_copies, routed_rows
 from parallel.core.perf import step_time
 from parallel.core.plan import Plan, plan_from_values
+from parallel.core.report import plan_report
 from parallel.core.specs import CLUSTERS, MODELS, SpecError
 from parallel.core.validate import check
 from parallel.importers import ImportFailed, import_text
+from parallel.importers.export import megatron_script, torchtitan_toml
+from parallel.search.space import Constraints, expert_layouts, search
 
 V3, MIXTRAL = MODELS["deepseek-v3"], MODELS["mixtral-8x7b"]
 H100 = CLUSTERS["dgx-h100"]
@@ -195,10 +204,6 @@ def test_moe_fields_through_urls_flags_and_json():
             plan_from_values(bad, "url")
     with pytest.raises(SpecError, match="capacity_pad needs a capacity_factor"):
         Plan(capacity_pad=True)
-    import argparse
-
-    from parallel.cli.args import add_plan_args, plan_from_args
-
     parser = argparse.ArgumentParser()
     add_plan_args(parser)
     args = parser.parse_args(["--capacity-factor", "2", "--moe-dispatcher", "allgather", "--no-grouped-gemm"])
@@ -269,8 +274,6 @@ def test_megatron_moe_flags_refused_as_megatron_core_refuses_them(flags, message
 
 
 def test_torchtitan_expert_parallel_comm_backend_names_the_dispatcher():
-    from pathlib import Path
-
     text = (Path(__file__).resolve().parents[1] / "data" / "imports" / "torchtitan_llama4_17bx16e.toml").read_text()
     assert import_text(text, "scout.toml").plan.moe_dispatcher == "alltoall"  # "standard"
     for backend in ("deepep", "hybridep"):
@@ -286,8 +289,6 @@ def test_torchtitan_expert_parallel_comm_backend_names_the_dispatcher():
 
 
 def test_search_tries_flex_where_ep_spans_domains_and_etp_one_from_the_tp_ranks():
-    from parallel.search.space import Constraints, expert_layouts
-
     rows = expert_layouts(V3, 8, 16, Constraints(), domain=8, world=2048)
     by = {(ep, etp): d for ep, etp, d in rows}
     assert by[(2, 8)] == 2 and by[(1, 8)] == 0  # etp 8 x ep 2 spans two nodes: flex; ep 1: nothing moves
@@ -299,10 +300,6 @@ def test_search_tries_flex_where_ep_spans_domains_and_etp_one_from_the_tp_ranks(
 
 
 def test_a_space_past_the_bound_names_the_limits_that_bring_it_under(monkeypatch):
-    import re
-
-    import parallel.search.space as S
-
     cluster = H100.with_nodes(8)
     monkeypatch.setattr(S, "MAX_CANDIDATES", 60_000)
     with pytest.raises(SpecError, match="narrow the search") as err:
@@ -324,9 +321,6 @@ def test_a_space_past_the_bound_names_the_limits_that_bring_it_under(monkeypatch
     ids=["ep-overlap", "capacity-padded-sequential"],
 )
 def test_search_rows_with_the_moe_fields_equal_their_plan_reports(base):
-    from parallel.core.report import plan_report
-    from parallel.search.space import Constraints, search
-
     cluster = H100.with_nodes(4)
     result = search(MIXTRAL, cluster, 256, Constraints(base=base, max_micro_batch=2, max_cp=1))
     table = result.table
@@ -351,8 +345,6 @@ def test_search_rows_with_the_moe_fields_equal_their_plan_reports(base):
     ids=["flex-overlap", "capacity-padded", "allgather-sequential"],
 )
 def test_the_moe_fields_go_out_as_megatron_flags_and_come_back(plan):
-    from parallel.importers.export import megatron_script, torchtitan_toml
-
     text, notes = megatron_script(plan, V3, gpus_per_node=8)
     back = import_text(text, "pretrain.sh")
     assert notes == [] and back.unknown == ()
@@ -367,8 +359,6 @@ def test_the_moe_fields_go_out_as_megatron_flags_and_come_back(plan):
 
 
 def test_parallel_plan_names_the_exposed_ep_time_in_its_step(capsys):
-    from parallel.cli.plan import main
-
     argv = "--model mixtral-8x7b --cluster dgx-h100 --nodes 2 --dp 16 --ep 8 --zero 3 --global-batch 64".split()
     assert main(argv) == 0
     step = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("step time"))

@@ -4,6 +4,7 @@ import dataclasses
 import json
 import math
 
+import numpy as np
 import pytest
 
 from parallel.core.comm import CommOptions, collective_seconds, comm_per_step
@@ -22,7 +23,7 @@ from parallel.core.perf import PerfOptions, bubble_fraction, flops_per_step, ste
 from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, MODELS, Cluster, GiB, Link, Model, SpecError
 from parallel.core.topology import Topology, TopologyError
-from parallel.core.validate import check
+from parallel.core.validate import _shape_errors, check, nearest_computable
 
 GPT3 = ["gpt3-22b", "gpt3-175b", "gpt3-530b", "gpt3-1t"]
 TABLE2 = ActivationOptions.table2()
@@ -201,8 +202,6 @@ def test_issue_example_16_gpus_tp2_dp2_pp4():
 
 def test_picotron_layout_is_arange_view_dp_pp_cp_tp():
     t = Topology(dp=2, pp=2, cp=2, tp=2, gpus_per_node=8, order="tp-cp-pp-dp")
-    import numpy as np
-
     assert (t.grid == np.arange(16).reshape(2, 2, 2, 2)).all()
 
 
@@ -452,8 +451,6 @@ def test_most_loaded_gpu_is_the_max_over_stages():
 
 
 def test_nearest_computable_changes_one_field_keeping_the_gpus_first():
-    from parallel.core.validate import _shape_errors, nearest_computable
-
     l405 = MODELS["llama3-405b"]
     fixes = nearest_computable(Plan(dp=8, tp=8, pp=8, sp=True, global_batch=1536), l405)
     assert [(n, v) for n, v, _ in fixes] == [("pp", 9), ("pp", 7)]  # 126 layers: the divisors around 8

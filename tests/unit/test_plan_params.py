@@ -18,6 +18,7 @@ from parallel.review.urls import (
     plan_from_params,
     plan_page_params,
     plan_rows_of,
+    plan_to_params,
     plans_from_rows,
     review_from_params,
     review_of,
@@ -187,8 +188,6 @@ def test_review_of_and_back():
 
 
 def test_gpu_memory_of_a_job_round_trips_and_bad_values_name_the_bound():
-    from parallel.review.urls import plan_to_params
-
     v100 = 34_089_730_048  # Tesla V100-SXM2-32GB's totalGlobalMem
     params = plan_to_params("gpt3-175b", "dgx-h100", 2, Plan(dp=16), 8, v100)
     assert params["gpumem"] == "31.75"

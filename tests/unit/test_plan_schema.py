@@ -6,12 +6,14 @@ its step time and memory."""
 import dataclasses
 import json
 import random
+from pathlib import Path
 
 import pytest
 
 from parallel.cli import plan as plan_cli
 from parallel.cli.args import plan_from_args
 from parallel.core.plan import PLAN_DEFAULTS, PLAN_FIELDS, Plan, plan_from_values, plan_values
+from parallel.core.plan_schema import schema_table
 from parallel.core.report import plan_report
 from parallel.core.specs import CLUSTERS, MODELS, SpecError
 from parallel.importers import import_text
@@ -219,9 +221,5 @@ def test_a_field_declared_once_reaches_every_door():
 def test_the_schema_document_is_the_declarations():
     """docs/plan-schema.md's table is generated from the declarations: a field added, renamed or
     re-defaulted without regenerating it fails here (regenerate: schema_table(PLAN_FIELDS))."""
-    from pathlib import Path
-
-    from parallel.core.plan_schema import schema_table
-
     doc = (Path(__file__).parents[2] / "docs" / "plan-schema.md").read_text()
     assert schema_table(PLAN_FIELDS) in doc

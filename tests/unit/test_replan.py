@@ -5,17 +5,21 @@ the verdict and the exports checked on what they must say."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
+from parallel.cli.train import parser, plan_of_args
 from parallel.core.plan import Plan
+from parallel.core.specs import SpecError
 from parallel.importers import import_text
 from profiler import TraceAnalysis
 from profiler.analyzers import replan_gaps
 from profiler.analyzers.replan import ReplanError, gap_lines, replan, verdict
 from profiler.analyzers.split import COMPONENTS
 from profiler.cli import replan as replan_cli
+from profiler.cli.run import plan_file_flags
 from tests.unit.test_device_fit import MODEL, PLAN, SLOWER, gpu_job
 
 KEYS = {
@@ -135,12 +139,6 @@ def test_a_recommendation_model_is_told_plainly(shared_traces):
 
 
 def test_run_plan_file_becomes_the_plan_flags(tmp_path):
-    import dataclasses
-
-    from parallel.cli.train import parser, plan_of_args
-    from parallel.core.specs import SpecError
-    from profiler.cli.run import plan_file_flags
-
     plan = Plan(dp=2, tp=2, sp=True, micro_batch=2, global_batch=8, zero=1, recompute="selective")
     path = tmp_path / "best.json"
     path.write_text(json.dumps({"plan": plan.to_dict(), "model": "tiny"}))

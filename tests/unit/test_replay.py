@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import pytest
 
+from parallel.core.plan import Plan
 from profiler.analyzers import bubble
 from profiler.analyzers.front import TraceAnalysis
 from profiler.analyzers.replay import Scenario, critical_path, phases, replay, step_windows
-from profiler.analyzers.steps import steady_step_s
-from profiler.analyzers.whatif import whatif
+from profiler.analyzers.steps import measured_step_s, steady_step_s, step_time_s
+from profiler.analyzers.whatif import StepNotTraced, whatif
+from profiler.cli.whatif import main as whatif_cli
 from tests.conftest import SHARED_TRACES
 from tests.support import trace_samples as ts
+from ui.whatif_tables import path_extent, path_frame
 
 
 def _comm(dim, op, ranks, seq, start, dur, nbytes=800, tid=1):
@@ -238,8 +241,6 @@ def test_real_sets_replay_exactly_and_their_paths_add_up(name):
 
 
 def test_more_microbatches_shrink_the_schedules_bubble(tmp_path):
-    from parallel.core.plan import Plan
-
     a = _gpipe_pair(tmp_path, 0)  # windows 940 and 740 us; bubbles 300 and 100 us
     out = whatif(a.graph, plan=Plan(pp=2, global_batch=2), microbatches=4)
     assert out["measured_step_time_s"] == pytest.approx(840e-6)
@@ -253,10 +254,6 @@ def test_more_microbatches_shrink_the_schedules_bubble(tmp_path):
 def test_whatif_of_one_step_measures_that_step(tmp_path):
     """Two steps of different lengths: the what-if of a step measures and replays that step's windows;
     a step the traces lack is refused with their steps."""
-    from profiler.analyzers.steps import step_time_s
-    from profiler.analyzers.whatif import StepNotTraced
-    from ui.whatif_tables import path_extent, path_frame
-
     for rank in (0, 1):
         events = [
             ts.annotation("ProfilerStep#4", 0, 1000 + 200 * rank),
@@ -284,8 +281,6 @@ def test_whatif_of_one_step_measures_that_step(tmp_path):
     assert x["last_rank"] == 1 and x["end_ms"] == pytest.approx(1.2) and x["past_ms"] == 0
     assert x["length_ms"] == pytest.approx(path["dur_ns"].sum() / 1e6)
     # the CLI: --step N, and a clear refusal of a step the traces lack
-    from profiler.cli.whatif import main as whatif_cli
-
     assert whatif_cli([str(tmp_path), "--step", "5", "--no-cache"]) == 0
     assert whatif_cli([str(tmp_path), "--step", "9", "--no-cache"]) == 2
 
@@ -293,8 +288,6 @@ def test_whatif_of_one_step_measures_that_step(tmp_path):
 def test_the_measured_step_is_the_files_profilerstep_range_not_the_kernel_span(tmp_path):
     """GPU ranks whose kernels fill 600 us of a 1,000 us ProfilerStep: the measured step is the files'
     range on the headline and in the what-if alike, and an empty scenario predicts it unchanged."""
-    from profiler.analyzers.steps import measured_step_s
-
     for rank, t in enumerate(ts.gpu_pair()):
         ts.write(tmp_path / f"rank{rank}_trace.json", t)
     a = TraceAnalysis.load(tmp_path, cache=False)

@@ -11,6 +11,7 @@ from parallel.core.plan import Plan
 from parallel.core.report import Options, plan_report
 from parallel.core.specs import CLUSTERS, MODELS, GiB, SpecError
 from parallel.importers import import_text
+from parallel.importers.plan_json import import_plan_json
 from parallel.review.document import NamedPlan, Review, compare, justify, plan_rows, review_markdown
 from tests.conftest import ROOT
 
@@ -136,10 +137,6 @@ def test_issue7_modules_import_neither_torch_nor_streamlit():
 
 def _dense_vs_moe_review():
     """Llama-3 70B (the review's model) beside Mixtral 8x7B with EP 8, on the same 8 nodes."""
-    from parallel.core.plan import Plan
-    from parallel.core.specs import CLUSTERS, MODELS
-    from parallel.review.document import NamedPlan, Review
-
     return Review(
         title="dense vs MoE",
         model=MODELS["llama3-70b"],
@@ -152,9 +149,6 @@ def _dense_vs_moe_review():
 
 
 def test_a_plan_of_another_model_round_trips_through_review_json():
-    from parallel.core.specs import MODELS
-    from parallel.review.document import Review, compare, review_markdown
-
     review = _dense_vs_moe_review()
     back = Review.from_json(review.to_json())
     assert back == review and back.plans[1].model == MODELS["mixtral-8x7b"]
@@ -166,9 +160,6 @@ def test_a_plan_of_another_model_round_trips_through_review_json():
 
 
 def test_importing_a_reviews_moe_plan_takes_its_own_model():
-    from parallel.core.specs import MODELS
-    from parallel.importers.plan_json import import_plan_json
-
     review = _dense_vs_moe_review()
     moe = import_plan_json(review.to_json(), "r.json", plan_name="moe")
     assert moe.model == MODELS["mixtral-8x7b"] and moe.plan.ep == 8

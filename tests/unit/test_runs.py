@@ -16,6 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from profiler.cli import run as run_cli
+from profiler.cli import tpsweep
+from profiler.collect import demo
+from profiler.collect.demo import ensure_demo_run
 from runfiles.runs import list_runs, read_run
 from tests.conftest import ROOT
 
@@ -109,8 +113,6 @@ def test_the_reader_and_the_supervisors_import_no_torch():
 
 @pytest.mark.slow
 def test_the_demo_run_starts_in_the_background_and_completes(tmp_path):
-    from profiler.collect.demo import ensure_demo_run
-
     flags = ("--dp", "2", "--global-batch", "2", "--steps", "3", "--wait", "1", "--warmup", "1")
     t0 = time.monotonic()
     path = ensure_demo_run(tmp_path, flags=flags)
@@ -127,16 +129,11 @@ def test_the_demo_run_starts_in_the_background_and_completes(tmp_path):
 
 
 def test_the_demo_and_tp_sweep_start_jobs_from_the_project_root():
-    from profiler.cli import tpsweep
-    from profiler.collect import demo
-
     for root in (demo.ROOT, tpsweep.ROOT):  # the cwd and PYTHONPATH of `python -m profiler ...`
         assert (root / "profiler" / "__main__.py").is_file() and (root / "parallel").is_dir()
 
 
 def test_a_run_with_more_ranks_than_the_machine_hosts_is_refused_before_any_starts(tmp_path, capsys):
-    from profiler.cli import run as run_cli
-
     out = tmp_path / "run"
     argv = ["--model", "tiny", "--dp", "4096", "--seq-len", "8", "--global-batch", "4096", "--out", str(out)]
     assert run_cli.main(argv) == 2

@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 
 from parallel.cli import search as search_cli
+from parallel.core.comm import comm_per_step
 from parallel.core.perf import PerfOptions
 from parallel.core.plan import PLAN_DEFAULTS, Plan
-from parallel.core.report import Options
+from parallel.core.report import Options, plan_report
 from parallel.core.specs import CLUSTERS, MODELS, GiB, Model
 from parallel.search import space as S
 
@@ -179,8 +180,6 @@ def test_bad_flags_are_one_clear_line(capsys, argv, message):
 
 def test_plan_of_row_round_trips_through_plan_report():
     result = S.search(MODELS["gpt3-22b"], CLUSTERS["dgx-h100"].with_nodes(4), 256)
-    from parallel.core.report import plan_report
-
     row = result.table.iloc[0].to_dict()
     rep = plan_report(S.plan_of(row, Plan(global_batch=256)), MODELS["gpt3-22b"], CLUSTERS["dgx-h100"].with_nodes(4))
     assert rep["valid"] and rep["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-12)
@@ -190,9 +189,6 @@ def test_zero2_and_3_pay_per_microbatch_with_gradient_accumulation():
     """ZeRO-2/3 keep a shard of the gradients, so m microbatches mean m reduce-scatters (and ZeRO-3 2m
     weight all-gathers); ZeRO 0/1 accumulate full gradients and reduce once. So with m > 1, ZeRO-2 no
     longer ties ZeRO-1 for free (it used to top the 175B search, with PP 16 that DeepSpeed forbids for it)."""
-    from parallel.core.comm import comm_per_step
-    from parallel.core.plan import Plan
-
     cluster = CLUSTERS["dgx-h100"].with_nodes(2)
     for zero, rs, ag in ((1, 1, 1), (2, 4, 1), (3, 4, 4)):
         rows = comm_per_step(GPT, Plan(dp=16, global_batch=64, zero=zero), cluster)  # m = 64 / 16 = 4

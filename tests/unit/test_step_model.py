@@ -6,14 +6,20 @@ import dataclasses
 
 import pytest
 
+from parallel.cli import plan as plan_cli
+from parallel.cli import search as search_cli
+from parallel.cli.args import cluster_from_args, model_from_args, plan_from_args
 from parallel.core import compute
 from parallel.core.devices import DEVICES, cluster_device
 from parallel.core.memory import ActivationOptions, activation_components_bytes, memory_per_stage, routed_rows
 from parallel.core.perf import PerfOptions, flops_per_step, step_time
 from parallel.core.plan import Plan, stage_layer_counts
+from parallel.core.report import Options, plan_report
 from parallel.core.specs import CLUSTERS, MODELS, Model
 from parallel.core.validate import check
 from parallel.importers import import_text
+from parallel.search.explain import explain
+from parallel.search.space import MODEL_ERROR, Constraints, search
 
 H100 = CLUSTERS["dgx-h100"]
 FLASH = ActivationOptions()  # flash attention: every plan's default (Plan.attention)
@@ -186,8 +192,6 @@ def test_megatron_refuses_a_non_pp_last_order_whose_expert_dp_differs():
 
 
 def test_the_search_does_not_offer_refused_layouts():
-    from parallel.search.space import Constraints, search
-
     r = search(MODELS["llama3-8b"], H100.with_nodes(2), 64, Constraints(base=Plan(order="tp-cp-pp-dp")))
     t = r.table
     assert not ((t.pp > 1) & (t.cp > 1)).any() and len(t)
@@ -206,17 +210,12 @@ def test_vocabulary_padding_once_for_presets_imports_and_flags():
     )
     imp = import_text(script, "x.sh")
     assert imp.model == m and imp.model.padded_vocab(imp.plan.tp) == 129024  # the same model either way
-    from parallel.cli import plan as plan_cli
-
     args = ["--model", "llama3-8b", "--tp", "8", "--global-batch", "8", "--attention", "fused"]
     assert "V=128256 (padded to 129024 for tp 8)" in plan_cli.render_text(_report(plan_cli, args))
     assert "padded" not in plan_cli.render_text(_report(plan_cli, [*args, "--no-vocab-padding"])).split("\n")[0]
 
 
 def _report(plan_cli, argv):
-    from parallel.cli.args import cluster_from_args, model_from_args, plan_from_args
-    from parallel.core.report import plan_report
-
     a = plan_cli.build_parser().parse_args(argv)
     model, plan = model_from_args(a), plan_from_args(a)
     return plan_report(plan, model, cluster_from_args(a, plan.world_size), plan_cli.options_from_args(a))
@@ -249,10 +248,6 @@ def test_generic_gpu_and_presets_resolve_to_a_device():
 def test_search_ranks_equivalent_plans_by_simplicity_and_explains():
     """GPT-3 175B on 64 DGX-H100 at 2K tokens: the model's favourite is TP8 inside the node, no CP;
     plans within the model's error are ordered simplest first; --explain says why."""
-    from parallel.cli import search as search_cli
-    from parallel.search.explain import explain
-    from parallel.search.space import MODEL_ERROR, Constraints, search
-
     m, c = MODELS["gpt3-175b"], H100.with_nodes(64)
     overlapped = Plan(tp_overlap=True, grad_reduce_overlap=True, param_gather_overlap=True, p2p_overlap=True)
     r = search(m, c, 1536, Constraints(base=overlapped), _options())
@@ -274,6 +269,4 @@ def test_search_ranks_equivalent_plans_by_simplicity_and_explains():
 
 
 def _options():
-    from parallel.core.report import Options
-
     return Options(activations=FLASH)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import tracemalloc
 import zipfile
 import zlib
 from pathlib import Path
@@ -21,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from profiler import load_traces
+from profiler.analyzers.front import TraceAnalysis
 from profiler.traces.errors import (
     CompressionError,
     DuplicateRankError,
@@ -254,8 +256,6 @@ def test_cli_exits_2_with_one_line(tmp_path, case):
 @pytest.mark.parametrize("case", ["gzip_bomb", "tar_bomb"])
 def test_bombs_stop_early_with_bounded_memory(tmp_path, case):
     """Every kind of compressed input streams under the same ratio check (a tar member too)."""
-    import tracemalloc
-
     path, _ = _case(tmp_path, case)
     tracemalloc.start()
     with pytest.raises(TooLargeError):
@@ -275,8 +275,6 @@ json_values = st.recursive(
 
 
 def _load_and_analyse(path: Path):
-    from profiler.analyzers.front import TraceAnalysis
-
     try:
         traces = load_traces(path, cache=False)
     except TraceError:

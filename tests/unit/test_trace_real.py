@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from profiler import load_traces
+from profiler.analyzers import collectives
 from profiler.analyzers.front import TraceAnalysis
 
 SETS = [
@@ -134,8 +135,6 @@ def test_real_trace_set_matches_an_independent_scan(shared_traces, name, tmp_pat
 
 def test_kernel_metadata_reaches_the_table(shared_traces, tmp_path, monkeypatch):
     """nccl_parser_config carries sizes and groups on kernels: bytes = nelems x 4 (Float), group 0,1."""
-    from profiler.analyzers import collectives
-
     monkeypatch.setenv("PARASCOPE_CACHE", str(tmp_path))
     folder = shared_traces / "hta_nccl_parser_config"
     if not folder.is_dir():

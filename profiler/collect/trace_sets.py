@@ -24,7 +24,8 @@ from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, MODELS, SpecError
 from parallel.review.urls import DEFAULT_PARAMS, plan_to_params
 from profiler.collect import jobs as jobs_mod
-from runfiles.rundir import read_json
+from runfiles.rundir import read_json, runs_root
+from runfiles.runs import read_run as read_run_dir
 
 UPLOAD = "upload:"
 STATUSES = (
@@ -39,8 +40,6 @@ STATUSES = (
 
 
 def runs_dir() -> Path:
-    from runfiles.rundir import runs_root
-
     return runs_root()  # $PARASCOPE_RUNS or ./runs, as `python -m profiler run` has it
 
 
@@ -160,8 +159,6 @@ def _job_status(status: str | None, job: jobs_mod.Job | None) -> tuple[str, str 
 def read_run(path: Path, job: jobs_mod.Job | None = None) -> TraceSet | None:
     """A run directory (runfiles.runs.read_run), or a job of ours still starting, as a TraceSet; None
     when it is neither."""
-    from runfiles.runs import read_run as read_run_dir
-
     info = read_run_dir(path)
     if info is None and job is None:
         return None

@@ -13,7 +13,7 @@ name, lets a calibration be fitted from the set). A set is written into a tempor
 folder beside the others and renamed into place, so it is never half-written, and an existing name
 is never overwritten.
 
-Pure: stdlib, parallel/ and profiler/ (no streamlit).
+Pure-ish: stdlib, parallel/, profiler.traces (the loader) and runfiles; no streamlit, no torch.
 """
 
 from __future__ import annotations
@@ -27,8 +27,11 @@ from pathlib import Path, PurePosixPath
 
 from parallel.core.plan import Plan
 from parallel.core.specs import Model
+from parallel.importers import import_text
+from profiler.traces.errors import TraceError
+from profiler.traces.loader import load_traces
+from runfiles.lines import one_line, rank_span
 from runfiles.rundir import now_iso
-from ui.text import rank_span
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 TRACE_SUFFIXES = (".json", ".json.gz", ".zip", ".tar.gz", ".tgz", ".tar")
@@ -88,8 +91,6 @@ class Checked:
 
 
 def _check_one(name: str, data: bytes, folder: Path) -> Accepted:
-    from profiler import load_traces
-
     path = folder / name
     path.write_bytes(data)
     traces = load_traces(path, cache=False)
@@ -107,9 +108,6 @@ def _is_flight_recorder(data: bytes) -> bool:
 def check_files(files: list[tuple[str, bytes]]) -> Checked:
     """Load each file alone (TraceError -> rejected with its message), then reject files that clash
     with the ones kept before them: a rank seen twice, a different world size (another job)."""
-    from profiler import TraceError
-    from runfiles.lines import one_line
-
     out = Checked()
     candidates: dict[str, bytes] = {}
     for raw_name, data in files:
@@ -155,8 +153,6 @@ def _check_together(candidates: dict[str, bytes]) -> list[Accepted] | None:
     bytes, so the views of the stored set open this parse instead of decoding the files again. None
     when the set does not load whole or a file adds no rank of its own: each file is then checked
     alone, to keep the good ones and say what is wrong with each of the others."""
-    from profiler import TraceError, load_traces
-
     with tempfile.TemporaryDirectory(prefix="parascope-upload-") as tmp:
         for name, data in candidates.items():
             (Path(tmp) / name).write_bytes(data)
@@ -267,8 +263,6 @@ def store(
 def plan_from_file(name: str, text: str, world_size: int | None) -> tuple[Plan, Model | None]:
     """A plan (and the model, when the file says it) from a plan file -- ParaScope plan/run/review JSON,
     a Megatron-LM launch script, a torchtitan TOML -- resolved for the traces' world size."""
-    from parallel.importers import import_text
-
     imported = import_text(text, name)
     if world_size and imported.plan.world_size != world_size:
         imported = imported.with_world_size(world_size, "the traces' world size")

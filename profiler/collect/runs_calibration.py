@@ -1,5 +1,6 @@
-"""The calibrated step-time model on the run pages: the calibration in use, a run's prediction beside
-its measured step, and fitting a new calibration from chosen runs (no Streamlit).
+"""The calibrated step-time model over the trace sets here (runs and uploads): the calibration in use,
+a set's prediction beside its measured step, fitting a new calibration from chosen sets, and Plan
+review's analytic, calibrated and measured steps side by side.
 
     path = calibration_path()            # $PARASCOPE_RUNS/calibration.json (written by the dashboard
                                          # or `python -m profiler calibrate ... --out` that path)
@@ -8,7 +9,7 @@ its measured step, and fitting a new calibration from chosen runs (no Streamlit)
     cal = calibrate_runs(sets, cores)    # profiler.analyzers.calibrate over the runs' traces
     save_calibration(cal, path)          # temp file, then rename: never half-written
 
-Pure: stdlib, pandas, parallel/, profiler/ (no streamlit, no torch).
+Pure-ish: stdlib, pandas, parallel.core, profiler.analyzers, trace_sets; no streamlit, no torch.
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ import pandas as pd
 from parallel.core.calibrated import Calibration, CalibrationError, predict, read_calibration
 from parallel.core.plan import Plan
 from parallel.core.specs import MODELS, Cluster, Model, SpecError
+from profiler.analyzers.calibrate import fit, traced_device
+from profiler.analyzers.calibrate import measured_step as step_of
+from profiler.analyzers.run_inputs import measured_run, run_cluster
+from profiler.collect.trace_sets import TraceSet, runs_dir
 from runfiles.rundir import read_json
-from ui.trace_sets import TraceSet, runs_dir
 
 CALIBRATION_FILE = "calibration.json"
 PHASES = {
@@ -78,8 +82,6 @@ def _model_plan(s: TraceSet) -> tuple[Model, Plan] | None:
 def measured_step(s: TraceSet, metrics: dict | None) -> tuple[float, bool] | None:
     """(seconds, unprofiled) of a run's measured step (profiler.analyzers.calibrate.measured_step, its
     traced steps from run.json); None without two step times."""
-    from profiler.analyzers.calibrate import measured_step as step_of
-
     return step_of(metrics or {}, ((s.run.get("profile") or {}).get("profiled_steps")) or [])
 
 
@@ -93,8 +95,6 @@ def run_prediction(s: TraceSet, metrics: dict | None, cal: Calibration) -> dict 
     if mp is None or step is None:
         return None
     model, plan = mp
-    from profiler.cli.calibrate import run_cluster
-
     out = predict(model, plan, cal, cluster=run_cluster(s.path, plan))  # a run over two nodes: inter-node groups
     measured, unprofiled = step
     phases = pd.DataFrame(
@@ -124,12 +124,9 @@ def calibration_candidates(sets: list[TraceSet]) -> list[TraceSet]:
 
 def calibrate_runs(sets: list[TraceSet], *, cores: int) -> Calibration:
     """Fit the model to these runs or uploaded sets (profiler.analyzers.calibrate), each read as `python
-    -m profiler calibrate` reads it (profiler.cli.calibrate.measured_run: its plan, model, metrics and
+    -m profiler calibrate` reads it (profiler.analyzers.run_inputs.measured_run: its plan, model, metrics and
     nodes), for the device their traces ran on (GPU sets: a device per rank, `cores` unused);
     CalibrationError (sets of both kinds, nothing to fit) / TraceError."""
-    from profiler.analyzers.calibrate import fit, traced_device
-    from profiler.cli.calibrate import measured_run
-
     runs = [measured_run(str(s.path)) for s in sets]
     return fit(runs, cores=cores, device=traced_device(runs))
 
