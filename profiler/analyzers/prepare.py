@@ -13,7 +13,7 @@ reads the kept tables and analyses nothing. A preparation past its time or memor
     p.cancel()
     python -m profiler.analyzers.prepare '{"source": "runs/demo", "plan": null}'   # what the process runs
 
-Pure, besides the process it starts: stdlib and psutil (a dependency of dask.distributed).
+Pure, besides the process it starts: stdlib and psutil.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from profiler.analyzers.front import TraceAnalysis
 from profiler.traces.errors import TraceError
@@ -283,8 +285,6 @@ class Preparation:
         return lines[-1][:300] if lines else "no log"
 
     def _watch(self) -> None:
-        import psutil  # lazy: not a declared dependency (distributed brings it); only the budget watcher needs it
-
         try:
             root = psutil.Process(self._proc.pid)
         except psutil.Error:
@@ -313,8 +313,6 @@ class Preparation:
 
 
 def _tree_rss_mb(root) -> float:
-    import psutil  # lazy: not a declared dependency (distributed brings it); only the budget watcher needs it
-
     total = 0
     try:
         procs = [root, *root.children(recursive=True)]
