@@ -103,6 +103,7 @@ def plan_of_params(params: Mapping) -> Plan:
 
 
 _OPTIONAL = {s.knob.url for s in PLAN_FIELDS if s.kind in OPTIONAL_KINDS}  # '' means unset
+_BLANK_OK = {s.knob.url for s in PLAN_FIELDS if s.default == ""}  # text whose default is empty (no layout)
 
 
 def plan_from_params(params: Mapping) -> tuple[Model, Cluster, Plan]:
@@ -475,9 +476,9 @@ def plans_from_rows(rows: Any) -> tuple[tuple, list[str]]:
                     continue
                 cell = row[key]
                 if _empty(cell) or cell == "":
-                    if key not in _OPTIONAL:
+                    if key not in _OPTIONAL | _BLANK_OK:
                         raise SpecError(f"fill the {_BY_URL[key].knob.column!r} column")
-                    cell = None
+                    cell = "" if key in _BLANK_OK else None
                 values[key] = cell
             plan = plan_from_values(values, style="url")
             model = row.get("model")

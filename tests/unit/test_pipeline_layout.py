@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from parallel.core.pipeline_layout import MAX_LAYOUT_CHARS, LayoutError, parse_layout, plan_split, unroll
 from parallel.importers import ImportFailed, import_text
-from parallel.importers.pipeline_layout import MAX_LAYOUT_CHARS, LayoutError, parse_layout, plan_split, unroll
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_moe_models import V3_LAUNCH  # noqa: E402
@@ -65,6 +65,13 @@ def test_deepseek_v3_layouts_give_each_rank_its_hand_counted_layers(text, pp, vp
         ("E(t)*99999999|L", 2, "unrolls past"),
         ("E" + "(t)*60000" * 3 + "|L", 2, "unrolls past"),
         ("Et*60|L", 2, "holds 60 transformer layers \\(t\\), the model 61"),
+        # Megatron-core's MTP rules (validate_layer_layout): one virtual stage, a rank's last chunk
+        ("Et*30|t*31m|mL", 1, "MTP layers \\(m\\) in virtual stages 1, 2"),
+        (
+            "Et*30|t*31m|L|",
+            2,
+            "in virtual stage 1, chunk 0 of rank 1; Megatron-core needs them in a rank's last chunk \\(1\\)",
+        ),
     ],
 )
 def test_bad_layouts_are_refused_with_what_is_wrong(text, pp, message):
@@ -91,7 +98,7 @@ def test_the_unrolled_layout_is_bounded_before_it_is_built():
 )
 def test_a_layout_maps_to_the_plans_first_and_last_stage(text, pp, fields):
     got, _ = plan_split(parse_layout(text, pp))
-    assert got == fields
+    assert got == {**fields, "embedding_in_split": False, "loss_in_split": False}
 
 
 def test_uneven_virtual_stages_and_mtp_are_said_uneven_middle_ranks_refused():
