@@ -465,8 +465,10 @@ def layout_peak_layers(chunk_layers: tuple[int, ...], p: int, inflight: int, mic
     inflight x the chunk. Both indices advance together, so the steady state repeats every p·v steps:
     the walk stops there. DeepSeek-V3's "Et|(tt|)*30mL" at pp 8: rank 0 (chunks of 1, 2, 2, 2) peaks
     at 63 layers over its 39 chunks in flight (the mean, 7/4 a chunk, would say 68.25); rank 7 (2, 2,
-    2, 0) at 50, two more than its first 25 forwards hold, as backwards of its empty chunk free
-    nothing while forwards add."""
+    2, 0) at 50, where its 25 chunks in flight hold 48: its steady state opens with forwards and
+    backwards of the empty chunk, then a forward of chunk 0 runs before the backward of chunk 2 frees.
+    The pipeline bubble (parallel.core.perf) keeps the mean chunk, layers_on_stage / vpp.
+    """
     v, total = len(chunk_layers), max(microbatches, 1) * len(chunk_layers)
     warmup = total if inflight >= total else inflight - 1
     held = peak = 0
