@@ -31,7 +31,9 @@ CP_DEGREES = (2, 4, 8, 16, 32, 64, 128, 256)
 def variants(plan: Plan, cp: int) -> dict[str, Plan]:
     """{label: plan}: the plan's TP alone, with SP, and with SP and `cp`-way CP by each exchange (no
     pipeline or data parallelism: one microbatch of the plan's size on one model replica)."""
-    base = dataclasses.replace(plan, dp=1, pp=1, vpp=1, cp=1, sp=False, global_batch=plan.micro_batch, zero=0)
+    base = dataclasses.replace(
+        plan, dp=1, pp=1, vpp=1, pp_layout="", cp=1, sp=False, global_batch=plan.micro_batch, zero=0
+    )
     tp = f"TP{plan.tp}"
     out = {tp: base}
     if plan.tp > 1:

@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from parallel.core.pipeline_layout import parse_layout
 from parallel.core.plan import (
     RECOMPUTE_MODULES,
     Plan,
@@ -435,6 +436,52 @@ def inflight_chunks(plan: AnyPlan, stage: Any) -> Any:
     return where(v == 1, minimum(p - stage, m), interleaved)
 
 
+def inflight_layers(model: Model, plan: AnyPlan, stage: Any) -> Any:
+    """Transformer layers whose activations stage `stage` holds at its peak, one per layer and
+    microbatch in flight.
+
+    Without a pipeline layout every chunk holds the mean, layers_on_stage / vpp (fractional where the
+    stage's layers do not divide by vpp: Megatron-LM's flag path refuses that, validate says so), and
+    the peak is inflight_chunks of them. With one (Plan.pp_layout), whose chunks may hold any number
+    of layers, the schedule is walked with each chunk's own count (layout_peak_layers)."""
+    if not (isinstance(plan, Plan) and plan.pp_layout):
+        return layers_on_stage(model.layers, plan, stage) / plan.vpp * inflight_chunks(plan, stage)
+    layout = parse_layout(plan.pp_layout, plan.pp)
+
+    def peak(rank: int) -> int:
+        return layout_peak_layers(
+            layout.chunk_layers(rank), plan.pp, int(inflight_chunks(plan, rank)), plan.microbatches
+        )
+
+    return np.array([peak(int(r)) for r in stage], float) if np.ndim(stage) else peak(int(stage))
+
+
+def layout_peak_layers(chunk_layers: tuple[int, ...], p: int, inflight: int, microbatches: int) -> int:
+    """The most layer-microbatches a pipeline rank whose chunks hold `chunk_layers` keeps at once,
+    under Megatron-core's interleaved 1F1B (schedules.py, forward_backward_pipelining_with_interleaving):
+    `inflight` - 1 warm-up forwards (inflight_chunks), then one forward and one backward a step. The
+    k-th forward runs chunk (k // p) mod v and the j-th backward chunk v - 1 - (j // p) mod v
+    (get_model_chunk_id), each backward freeing what its forward kept; with every chunk equal this is
+    inflight x the chunk. Both indices advance together, so the steady state repeats every p·v steps:
+    the walk stops there. DeepSeek-V3's "Et|(tt|)*30mL" at pp 8: rank 0 (chunks of 1, 2, 2, 2) peaks
+    at 63 layers over its 39 chunks in flight (the mean, 7/4 a chunk, would say 68.25); rank 7 (2, 2,
+    2, 0) at 50, where its 25 chunks in flight hold 48: its steady state opens with forwards and
+    backwards of the empty chunk, then a forward of chunk 0 runs before the backward of chunk 2 frees.
+    The pipeline bubble (parallel.core.perf) keeps the mean chunk, layers_on_stage / vpp.
+    """
+    v, total = len(chunk_layers), max(microbatches, 1) * len(chunk_layers)
+    warmup = total if inflight >= total else inflight - 1
+    held = peak = 0
+    for k in range(warmup):
+        held += chunk_layers[(k // p) % v]
+        peak = max(peak, held)
+    for j in range(min(total - warmup, p * v)):
+        held += chunk_layers[((warmup + j) // p) % v]
+        peak = max(peak, held)
+        held -= chunk_layers[v - 1 - (j // p) % v]
+    return peak
+
+
 def embedding_chunks(plan: AnyPlan) -> Any:
     """Microbatches whose embedding-dropout mask the first stage holds at its peak: those in flight
     on its chunk 0 (the only chunk with the embedding). 1F1B and GPipe: inflight_chunks(plan, 0).
@@ -560,9 +607,7 @@ def model_state_bytes(model: Model, plan: AnyPlan, stage: Any, *, mixed_precisio
 def activation_bytes_per_stage(
     model: Model, plan: AnyPlan, stage: Any, opts: ActivationOptions = ActivationOptions()
 ) -> Any:
-    """Peak activation bytes on one GPU of `stage`: layers x in-flight chunks, plus the ends."""
-    layers_per_chunk = layers_on_stage(model.layers, plan, stage) / plan.vpp
-    chunks = inflight_chunks(plan, stage)
+    """Peak activation bytes on one GPU of `stage`: its layers in flight (inflight_layers), plus the ends."""
     per_layer = activation_bytes_per_layer(model, plan, opts)
     offloaded = sum(offloaded_bytes_per_layer(model, plan, opts).values())
     if plan.recompute_layers is not None:  # the layers not recomputed keep everything
@@ -573,7 +618,7 @@ def activation_bytes_per_stage(
         offloaded = share * offloaded + (1 - share) * sum(offloaded_bytes_per_layer(model, unrecomputed, opts).values())
     # offloaded tensors leave the device but for one layer's (the one being copied out or back in:
     # Megatron-core keeps the last groups before backward on the device and reloads a layer ahead)
-    total = (per_layer - offloaded) * layers_per_chunk * chunks + offloaded
+    total = (per_layer - offloaded) * inflight_layers(model, plan, stage) + offloaded
     first = first_stage_extra_bytes(model, plan, opts) * embedding_chunks(plan)
     total = total + where(stage == 0, first, 0.0)
     return total + where(stage == plan.pp - 1, last_stage_extra_bytes(model, plan, opts), 0.0)

@@ -195,7 +195,10 @@ def offload_exposed_seconds(
 
 
 def bubble_fraction(plan: AnyPlan) -> Any:
-    """(p - 1)/(v m): idle time of the pipeline relative to its ideal time (equal stages)."""
+    """(p - 1)/(v m): idle time of the pipeline relative to its ideal time (equal stages). With a
+    pipeline layout (Plan.pp_layout) whose virtual stages differ, v is still its vpp: the bubble is
+    priced with the mean virtual stage (the step's pipeline time: a rank's layers / vpp a chunk), not
+    the largest; activation memory counts each chunk (parallel.core.memory.inflight_layers)."""
     return where(plan.pp == 1, 0.0, (plan.pp - 1) / (plan.vpp * maximum(plan.microbatches, 1)))
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from parallel.core.pipeline_layout import parse_layout, plan_split
 from parallel.core.plan_schema import OPTIONAL_KINDS, FieldSpec, field_specs, knob, value_error
 from parallel.core.specs import SpecError
 from parallel.core.topology import DEFAULT_ORDER, Topology, TopologyError, parse_order
@@ -111,7 +112,7 @@ def parse_modules(text: str, known: tuple[str, ...] = RECOMPUTE_MODULES, *, what
 
 
 def _t_stages(p: Any) -> str:
-    if p.first_stage_layers is None and p.last_stage_layers is None:
+    if (p.first_stage_layers is None and p.last_stage_layers is None) or p.pp_layout:  # the layout says it
         return ""
     side = lambda n: "=" if n is None else str(n)  # noqa: E731
     return f"stages {side(p.first_stage_layers)}/{side(p.last_stage_layers)}"
@@ -551,6 +552,20 @@ class Plan:
         group="stages",
         megatron=("--account-for-loss-in-pipeline-split",),
     )
+    # Megatron-core's pipeline layout (parallel.core.pipeline_layout): every virtual stage's layers
+    # written out. When set it is the truth: vpp, the first / last stage layers and the embedding /
+    # loss placement are its summary, derived from it here (a contradicting one is refused)
+    pp_layout: str = knob(
+        "",
+        "text",
+        "layout",
+        "pipeline layout: each virtual stage's layers, e.g. Et|(tt|)*30mL (E embedding, t layer, m MTP, L loss)",
+        column="pp layout",
+        token=lambda p: f"layout {p.pp_layout}" if p.pp_layout else "",
+        group="stages",
+        megatron=("--pipeline-model-parallel-layout",),
+        torchtitan=("parallelism.module_fqns_per_model_part",),
+    )
     # The attention kernel (parallel.core.compute times each; parallel.core.memory: only "unfused"
     # keeps the s x s scores): fused = cuDNN / Transformer Engine / FlashAttention-3; fa2 =
     # FlashAttention-2 (PyTorch SDPA's flash back end); unfused = scores materialised (Megatron-LM
@@ -618,6 +633,32 @@ class Plan:
             parse_order(self.order)
         except TopologyError as err:
             raise SpecError(str(err)) from None
+        if self.pp_layout:
+            self._take_layout_summary()
+
+    def _take_layout_summary(self) -> None:
+        """Set vpp, the first / last stage layers and the embedding / loss placement from pp_layout
+        (parallel.core.pipeline_layout.plan_split; its layer total is validate's to check against the
+        model). SpecError where the layout is malformed or a field set apart from its default says
+        otherwise: vpp, first_stage_layers and last_stage_layers against the layout's vpp and first /
+        last rank's layers, the embedding / loss in the split (the layout places them itself)."""
+        layout = parse_layout(self.pp_layout, self.pp)
+        summary, _ = plan_split(layout)
+        ranks = layout.rank_layers()
+        said = {
+            "vpp": (self.vpp, layout.vpp, self.vpp != 1),
+            "first_stage_layers": (self.first_stage_layers, ranks[0], self.first_stage_layers is not None),
+            "last_stage_layers": (self.last_stage_layers, ranks[-1], self.last_stage_layers is not None),
+            "embedding_in_split": (self.embedding_in_split, False, self.embedding_in_split),
+            "loss_in_split": (self.loss_in_split, False, self.loss_in_split),
+        }
+        for name, (given, truth, set_apart) in said.items():
+            if set_apart and given != truth:
+                raise SpecError(
+                    f"Plan.{name} {given!r} contradicts pp_layout {self.pp_layout!r}, which gives {truth!r} at pp {self.pp}"
+                )
+        for name, value in summary.items():
+            object.__setattr__(self, name, value)
 
     @property
     def world_size(self) -> int:

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from parallel.core.memory import ActivationOptions, memory_per_gpu_bytes
+from parallel.core.pipeline_layout import LayoutError, parse_layout
 from parallel.core.plan import Plan
 from parallel.core.specs import Cluster, GiB, Model
 from parallel.core.topology import placed
@@ -159,7 +160,16 @@ def _expert_layout_errors(p: Plan) -> list[str]:
 
 
 def _pipeline_split_errors(p: Plan, m: Model) -> list[str]:
-    """How the layers split over the stages, Megatron-LM's rules (get_num_layers_to_build)."""
+    """How the layers split over the stages, Megatron-LM's rules. With a pipeline layout, the layout's
+    own (pipeline_parallel_layer_layout.py, validate_layer_layout: its t's are the model's layers; a
+    virtual stage may hold any number); without, the flags' (get_num_layers_to_build, and
+    TransformerConfig's check that each stage's layers divide by vpp)."""
+    if p.pp_layout:
+        try:
+            parse_layout(p.pp_layout, p.pp, m.layers)
+        except LayoutError as err:
+            return [str(err)]
+        return []
     explicit = p.first_stage_layers is not None or p.last_stage_layers is not None
     if not p.uneven:
         if m.layers % (p.pp * p.vpp):

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 
+from parallel.core.pipeline_layout import parse_layout
 from parallel.core.plan import DEFAULT_RECOMPUTE_MODULES, PLAN_FIELDS, Plan, offloaded_modules
 from parallel.core.specs import MODELS, Model
 from parallel.core.topology import DEFAULT_ORDER
@@ -101,8 +103,14 @@ def megatron_script(plan: Plan, model: Model, *, gpus_per_node: int = 8) -> tupl
     if p.sp and p.tp > 1:
         flags.append(_flag("sp"))
     flags += [f"{_flag('micro_batch')} {p.micro_batch}", f"{_flag('global_batch')} {p.global_batch}"]
+    if p.pp_layout:  # the layout sets the virtual stages and each one's layers; Megatron-LM refuses both
+        layout = parse_layout(p.pp_layout, p.pp)
+        flags.append(f"{_flag('pp_layout')} {shlex.quote(p.pp_layout)}")
+        if layout.mtp_layers:  # Megatron-core refuses a layout's MTP layers without their count
+            flags.append(f"--mtp-num-layers {layout.mtp_layers}")
     if p.vpp > 1:
-        flags.append(f"{_flag('vpp', 1)} {p.vpp}")
+        if not p.pp_layout:
+            flags.append(f"{_flag('vpp', 1)} {p.vpp}")
         if not p.p2p_overlap:
             flags.append("--no" + _flag("p2p_overlap")[1:])
     elif p.p2p_overlap:
@@ -166,7 +174,7 @@ def megatron_script(plan: Plan, model: Model, *, gpus_per_node: int = 8) -> tupl
         if getattr(p, name):
             flags.append(_flag(name))
     for name in ("first_stage_layers", "last_stage_layers"):
-        if getattr(p, name) is not None:
+        if getattr(p, name) is not None and not p.pp_layout:
             flags.append(f"{_flag(name)} {getattr(p, name)}")
     if p.attention == "fa2":  # the flash-attn package: Megatron-LM's local implementation (importers.megatron)
         flags += [f"{_flag('attention', 2)} local", _flag("attention", 1)]
@@ -332,7 +340,12 @@ def torchtitan_toml(plan: Plan, model: Model) -> tuple[str, list[str]]:
         notes.append("FSDP2 and DDP always overlap gradient reduction and (FSDP2) the weight gathers")
     if p.order != DEFAULT_ORDER:
         notes.append(f"rank order {p.order}: torchtitan's device mesh order is fixed")
-    if p.first_stage_layers is not None or p.last_stage_layers is not None:
+    if p.pp_layout:  # torchtitan's module_fqns_per_model_part names its modules per stage (schema)
+        notes.append(
+            f"pipeline layout {p.pp_layout}: torchtitan's {torchtitan_keys('pp_layout')[0]} (module names per "
+            "stage) is not written; torchtitan splits by its own rule"
+        )
+    elif p.first_stage_layers is not None or p.last_stage_layers is not None:
         notes.append("uneven first / last stages: torchtitan splits by its own rule")
     if p.attention != "fa2" or p.dropout:
         notes.append("attention: torchtitan runs SDPA (FlashAttention-2) without dropout")

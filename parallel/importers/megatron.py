@@ -27,8 +27,8 @@ the plan, read as Megatron-LM's `arguments.py` reads them:
 * overlap: `--tp-comm-overlap`, `--overlap-grad-reduce`, `--overlap-param-gather` and the
   interleaved schedule's P2P (on unless `--no-overlap-p2p-communication`) -> the plan's overlap fields.
 * uneven stages: `--decoder-first/last-pipeline-num-layers`, `--account-for-embedding/loss-in-
-  pipeline-split`, or Megatron-core's `--pipeline-model-parallel-layout` (parallel.importers.
-  pipeline_layout: vpp and the first / last rank's layers; uneven middle ranks refused);
+  pipeline-split`, or Megatron-core's `--pipeline-model-parallel-layout` -> pp_layout (parallel.core.
+  pipeline_layout: its t's the model's layers, its m's --mtp-num-layers; uneven middle ranks refused);
   `--recompute-method block --recompute-num-layers N` -> recompute_layers.
 * `--recompute-granularity selective --recompute-modules M ...` (and the deprecated
   `--moe-layer-recompute`: + moe) -> recompute_modules; `--fine-grained-activation-offloading
@@ -49,11 +49,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from parallel.core.pipeline_layout import LayoutError, parse_layout, plan_split
 from parallel.core.plan import CP_KINDS, DEFAULT_RECOMPUTE_MODULES, NO_OFFLOAD, OFFLOAD_MODULES, RECOMPUTE_MODULES, Plan
 from parallel.core.specs import MODELS, Model, SpecError
 from parallel.importers.base import Imported, failure
 from parallel.importers.moe_pattern import PatternError, moe_layer_flags
-from parallel.importers.pipeline_layout import LayoutError, parse_layout, plan_split
 from parallel.importers.shell_eval import UNRESOLVED, Reader, ShellError, Word, run
 
 USED = {  # flag -> (type, key)
@@ -96,6 +96,7 @@ USED = {  # flag -> (type, key)
     "--fine-grained-activation-offloading": ("true", "offloading"),
     "--offload-modules": ("list", "offload_modules"),
     "--pipeline-model-parallel-layout": ("str", "pp_layout"),
+    "--mtp-num-layers": ("int", "mtp_layers"),
     "--use-distributed-optimizer": ("true", "distributed_optimizer"),
     "--use-torch-fsdp2": ("true", "fsdp2"),
     "--data-parallel-sharding-strategy": ("str", "sharding"),
@@ -786,19 +787,26 @@ LAYOUT_EXCLUDES = {
 
 
 def _layout_split(r: _Reader, get: dict, line: dict, layers: int, pp: int) -> dict:
-    """vpp and the first / last stage's layers from --pipeline-model-parallel-layout
-    (parallel.importers.pipeline_layout), refused beside the flags Megatron-LM refuses with it and
-    where the plan cannot express it (uneven middle stages)."""
+    """pp_layout from --pipeline-model-parallel-layout, with its summary (vpp, the first / last stage's
+    layers: parallel.core.pipeline_layout), refused beside the flags Megatron-LM refuses with it,
+    where its MTP layers differ from --mtp-num-layers and where the plan cannot express it (uneven
+    middle stages)."""
     ln = line["pp_layout"]
     clash = [flag for key, flag in LAYOUT_EXCLUDES.items() if get.get(key)]
     if clash:
         raise r.fail(ln, f"--pipeline-model-parallel-layout cannot be set with {', '.join(clash)} (Megatron-LM)")
+    text = get["pp_layout"]
     try:
-        fields, notes = plan_split(parse_layout(get["pp_layout"], pp, layers))
+        layout = parse_layout(text, pp, layers, get.get("mtp_layers"))
+        fields, notes = plan_split(layout)
     except LayoutError as err:
         raise r.fail(ln, str(err)) from None
+    if layout.mtp_layers and "mtp_layers" not in get:
+        notes.append(
+            f"pipeline layout: {layout.mtp_layers} MTP layer(s) but no --mtp-num-layers, which Megatron-core needs"
+        )
     r.notes += [f"line {ln}: {n}" for n in notes]
-    return fields
+    return {"pp_layout": text, **fields}
 
 
 def _vpp_from_layers_per_stage(r: _Reader, get: dict, line: dict, layers: int, pp: int) -> int:

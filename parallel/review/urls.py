@@ -23,6 +23,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote, unquote
 
 from parallel.core.memory import ActivationOptions
 from parallel.core.perf import PerfOptions
@@ -103,6 +104,7 @@ def plan_of_params(params: Mapping) -> Plan:
 
 
 _OPTIONAL = {s.knob.url for s in PLAN_FIELDS if s.kind in OPTIONAL_KINDS}  # '' means unset
+_BLANK_OK = {s.knob.url for s in PLAN_FIELDS if s.default == ""}  # text whose default is empty (no layout)
 
 
 def plan_from_params(params: Mapping) -> tuple[Model, Cluster, Plan]:
@@ -275,12 +277,16 @@ def default_review_state() -> ReviewState:
     return dataclasses.replace(s, title=title_of(s.model, s.cluster_spec))
 
 
+_CODE_SAFE = "+-*()._~/:"  # kept as written in a plan code's values (all but its separators and '%')
+
+
 def plan_code(named: NamedPlan) -> str:
     """'name|dp=8,tp=8,...' for one NamedPlan (the `plan` URL parameter)."""
     values = plan_params_of(named.plan)
     if named.model is not None:  # a preset: the page's own model else
         values["model"] = named.model.name
-    return f"{named.name}|" + ",".join(f"{k}={v}" for k, v in values.items())
+    # a value's own '|', ',', '=' or '%' (a pipeline layout's stage ends) percent-encoded: the code's separators
+    return f"{named.name}|" + ",".join(f"{k}={quote(str(v), safe=_CODE_SAFE)}" for k, v in values.items())
 
 
 def parse_plan_code(text: str, legacy: Mapping[str, str] | None = None) -> NamedPlan:
@@ -289,7 +295,7 @@ def parse_plan_code(text: str, legacy: Mapping[str, str] | None = None) -> Named
     name, sep, body = str(text).rpartition("|")
     if not sep or not name.strip():
         raise SpecError(f"URL parameter plan={text!r} must look like 'name|dp=8,tp=8,pp=8,...'")
-    pairs = dict(item.partition("=")[::2] for item in body.split(",") if item)
+    pairs = {k: unquote(v) for k, v in (item.partition("=")[::2] for item in body.split(",") if item)}
     unknown = sorted(set(pairs) - set(PLAN_KEYS) - {"model"})
     if unknown:
         raise SpecError(f"URL parameter plan={text!r}: unknown key(s) {', '.join(unknown)}")
@@ -475,9 +481,9 @@ def plans_from_rows(rows: Any) -> tuple[tuple, list[str]]:
                     continue
                 cell = row[key]
                 if _empty(cell) or cell == "":
-                    if key not in _OPTIONAL:
+                    if key not in _OPTIONAL | _BLANK_OK:
                         raise SpecError(f"fill the {_BY_URL[key].knob.column!r} column")
-                    cell = None
+                    cell = "" if key in _BLANK_OK else None
                 values[key] = cell
             plan = plan_from_values(values, style="url")
             model = row.get("model")

@@ -65,8 +65,9 @@ PLAN_KEYS = (
     "last_stage_layers",
 )
 # Base fields the search sets itself: a row's stage split is its own (first / last layers, so the
-# embedding and loss are not counted in it); no partial recompute.
-SEARCH_SETS = {"embedding_in_split": False, "loss_in_split": False, "recompute_layers": None}
+# embedding and loss are not counted in it; a base plan's pipeline layout is dropped: it would pin
+# pp and vpp, which the search explores, and layouts are not searched); no partial recompute.
+SEARCH_SETS = {"embedding_in_split": False, "loss_in_split": False, "pp_layout": "", "recompute_layers": None}
 LINKS = ("intra", "inter")
 
 

@@ -11,7 +11,8 @@ import pytest
 from bench import gpu_kernels, published
 from parallel.core import compute
 from parallel.core.devices import DEVICES
-from parallel.importers.pipeline_layout import parse_layout
+from parallel.core.pipeline_layout import parse_layout
+from parallel.core.validate import check
 
 RUNS = Path(__file__).resolve().parents[3] / "shared" / "published_runs.json"
 
@@ -141,8 +142,11 @@ def test_deepseek_v3_is_the_mla_preset_with_its_recipe_pipeline_layout():
     )
     case = published.translate(0, ds)
     assert case.model.mla and case.model.kv_lora_rank == 512 and case.model.moe_pattern[:4] == (0, 0, 0, 1)
-    # Megatron-Bridge's (4, 4) layout: E + 4 | 4 x 14 | 1 + mtp + loss -> ranks of 16, 16, 16, 13 layers
-    assert (case.plan.first_stage_layers, case.plan.last_stage_layers) == (16, 13)
+    # Megatron-Bridge's (4, 4) layout: E + 4 | 4 x 14 | 1 + mtp + loss -> ranks of 16, 16, 16, 13 layers,
+    # the plan's own layout (its summary: the last rank's 13, the rest even), valid though 13 / vpp 4 is not whole
+    assert case.plan.pp_layout == published.SIXTEEN_STAGES
+    assert (case.plan.vpp, case.plan.first_stage_layers, case.plan.last_stage_layers) == (4, None, 13)
+    assert not [e for e in check(case.plan, case.model, case.cluster).errors if not e.startswith("memory per GPU")]
     assert case.cluster.nvlink_domain == 64  # Slurm --segment 16 trays of 4 GPUs
     with pytest.raises(published.Skip, match="no pipeline layout"):
         published.translate(0, run(**{**ds, "parallel": {**ds["parallel"], "pp": 2, "vp": 2}}))

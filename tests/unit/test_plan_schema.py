@@ -17,6 +17,7 @@ from parallel.core.plan_schema import schema_table
 from parallel.core.report import plan_report
 from parallel.core.specs import CLUSTERS, MODELS, SpecError
 from parallel.importers import import_text
+from parallel.importers.export import megatron_script
 from parallel.review.document import NamedPlan
 from parallel.review.urls import (
     parse_plan_code,
@@ -223,3 +224,31 @@ def test_the_schema_document_is_the_declarations():
     re-defaulted without regenerating it fails here (regenerate: schema_table(PLAN_FIELDS))."""
     doc = (Path(__file__).parents[2] / "docs" / "plan-schema.md").read_text()
     assert schema_table(PLAN_FIELDS) in doc
+
+
+# A plan whose pipeline layout holds chunks of 9, 10 and 11 layers: ranks of 19, 20, 20, 21 layers
+LAYOUT_PLAN = dataclasses.replace(PLAN, vpp=1, pp_layout="Et*9|(t*10|)*6t*11L")
+
+
+def via_megatron_script(plan):
+    text, notes = megatron_script(plan, MODELS[MODEL])
+    assert notes == []
+    return import_text(text, "launch.sh").plan
+
+
+@pytest.mark.parametrize("door", [*DOORS, via_megatron_script], ids=lambda f: f.__name__)
+def test_a_pipeline_layout_passes_every_door(door):
+    assert (LAYOUT_PLAN.vpp, LAYOUT_PLAN.first_stage_layers, LAYOUT_PLAN.last_stage_layers) == (2, 19, 21)
+    got = door(LAYOUT_PLAN)
+    assert got == LAYOUT_PLAN
+    model, cluster = MODELS[MODEL], CLUSTERS[CLUSTER].with_nodes(NODES)
+    rep = plan_report(got, model, cluster)
+    assert rep == plan_report(LAYOUT_PLAN, model, cluster)
+    assert not [e for e in rep["errors"] if not e.startswith("memory per GPU")]  # 21 / vpp 2 not whole: fine
+
+
+def test_a_search_row_of_a_layout_plan_drops_the_layout():
+    """The search explores pp, vpp and the end stages itself: a base plan's layout is dropped (its
+    summary kept as the base's fields), every row a plan without one."""
+    row = search_row_plan(LAYOUT_PLAN)
+    assert row.pp_layout == "" and dataclasses.replace(row, first_stage_layers=None, last_stage_layers=None) == PLAN

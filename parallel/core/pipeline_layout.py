@@ -9,13 +9,16 @@ The grammar and checks are megatron/core/transformer/pipeline_parallel_layer_lay
   character before it: "Et|(tt|)*30mL" is "Et|" + "tt|" x 30 + "mL", 32 virtual stages;
 * the stages, in model order, number pp x vpp: virtual stage i lives on pipeline rank i mod pp, as
   its chunk i // pp (Megatron-core's interleaved assignment), so rank r holds stages r, r + pp, ...;
-* E comes first and L last, each exactly once; the t's are the model's layers; m's follow every t.
+* E comes first and L last, each exactly once; the t's are the model's layers; m's follow every t,
+  all in one virtual stage, the last of its rank's (and, given the model's MTP layers, that many).
+  A virtual stage may hold any number of layers, none included: Megatron-core checks no divisibility.
 
-`plan_split` maps a layout onto the plan's fields (vpp, first_stage_layers, last_stage_layers): the
-plan splits a pipeline into its first rank, equal middle ranks and its last rank, each rank's layers
-spread evenly over its virtual stages. A layout whose middle ranks differ is refused (LayoutError
-names them); one whose rank holds unequal virtual stages, or MTP layers, maps with a note saying
-what the plan model evens out or leaves out.
+A plan with a layout (Plan.pp_layout) holds it as the truth; `plan_split` gives its summary in the
+plan's other fields (vpp, first_stage_layers, last_stage_layers; the embedding and loss never
+"in the split": the layout places them): the plan splits a pipeline into its first rank, equal
+middle ranks and its last rank. A layout whose middle ranks differ is refused (LayoutError names
+them); one whose rank holds unequal virtual stages, or MTP layers, maps with a note saying what the
+plan model does with them.
 
 Pure: stdlib only.
 """
@@ -65,6 +68,10 @@ class PipelineLayout:
     def mtp_layers(self) -> int:
         return sum(s.count("m") for s in self.stages)
 
+    def chunk_layers(self, rank: int) -> tuple[int, ...]:
+        """Transformer layers in each virtual stage of pipeline rank `rank`, chunk 0 first."""
+        return tuple(s.count("t") for s in self.rank_stages(rank))
+
 
 def unroll(text: str) -> str:
     """The layout with its cosmetic commas dropped and its repetitions written out (parse_str_to_list's
@@ -88,10 +95,11 @@ def unroll(text: str) -> str:
     return out
 
 
-def parse_layout(text: str, pp: int, layers: int | None = None) -> PipelineLayout:
+def parse_layout(text: str, pp: int, layers: int | None = None, mtp_layers: int | None = None) -> PipelineLayout:
     """The layout `text` over `pp` pipeline ranks, checked as Megatron-core checks it: known characters,
     a stage count divisible by pp, E first and L last once each, MTP layers after every transformer
-    layer and, given `layers`, that many t's. LayoutError naming the first problem."""
+    layer and all in one virtual stage, the last of its rank's; given `layers` (`mtp_layers`), that
+    many t's (m's). LayoutError naming the first problem."""
     if len(text) > MAX_LAYOUT_CHARS:
         raise LayoutError(f"pipeline layout of {len(text):,} characters; at most {MAX_LAYOUT_CHARS:,}")
     stages = tuple(unroll(text).split("|"))
@@ -117,19 +125,40 @@ def parse_layout(text: str, pp: int, layers: int | None = None) -> PipelineLayou
     if "m" in flat and "t" in flat[flat.index("m") :]:
         raise LayoutError(f"pipeline layout {text!r}: transformer layers (t) must all come before MTP layers (m)")
     layout = PipelineLayout(text, pp, stages)
+    with_mtp = [i for i, stage in enumerate(stages) if "m" in stage]
+    if len(with_mtp) > 1:
+        raise LayoutError(
+            f"pipeline layout {text!r}: MTP layers (m) in virtual stages {', '.join(map(str, with_mtp))}; "
+            f"Megatron-core needs them all in one"
+        )
+    if with_mtp and with_mtp[0] // pp != layout.vpp - 1:
+        raise LayoutError(
+            f"pipeline layout {text!r}: the MTP layers (m) are in virtual stage {with_mtp[0]}, chunk "
+            f"{with_mtp[0] // pp} of rank {with_mtp[0] % pp}; Megatron-core needs them in a rank's last "
+            f"chunk ({layout.vpp - 1})"
+        )
     if layers is not None and layout.layers != layers:
         raise LayoutError(f"pipeline layout {text!r} holds {layout.layers} transformer layers (t), the model {layers}")
+    if mtp_layers is not None and layout.mtp_layers != mtp_layers:
+        raise LayoutError(f"pipeline layout {text!r} holds {layout.mtp_layers} MTP layers (m), the model {mtp_layers}")
     return layout
 
 
 def plan_split(layout: PipelineLayout) -> tuple[dict, list[str]]:
-    """(the plan fields the layout sets: vpp, first_stage_layers, last_stage_layers; notes). The first
-    and last rank's layers are given where they differ from the middle ranks' (at pp 2, where either
-    rank differs, both). LayoutError where the middle ranks differ from one another."""
+    """(the plan fields the layout sets: vpp, first_stage_layers, last_stage_layers, embedding_in_split,
+    loss_in_split; notes). The first and last rank's layers are given where they differ from the
+    middle ranks' (at pp 2, where either rank differs, both). LayoutError where the middle ranks
+    differ from one another."""
     ranks = layout.rank_layers()
     pp = layout.pp
     notes = []
-    fields: dict = {"vpp": layout.vpp, "first_stage_layers": None, "last_stage_layers": None}
+    fields: dict = {
+        "vpp": layout.vpp,
+        "first_stage_layers": None,
+        "last_stage_layers": None,
+        "embedding_in_split": False,
+        "loss_in_split": False,
+    }
     middle = set(ranks[1:-1])
     if len(middle) > 1:
         raise LayoutError(
@@ -148,8 +177,8 @@ def plan_split(layout: PipelineLayout) -> tuple[dict, list[str]]:
         counts = [s.count("t") for s in layout.rank_stages(r)]
         if len(set(counts)) > 1:
             notes.append(
-                f"pipeline layout: rank {r}'s virtual stages hold {', '.join(map(str, counts))} layers; the plan "
-                f"model spreads its {sum(counts)} evenly over its {layout.vpp}"
+                f"pipeline layout: rank {r}'s virtual stages hold {', '.join(map(str, counts))} layers: activation "
+                f"memory counts each, the pipeline bubble their mean"
             )
     if layout.mtp_layers:
         rank = next(r for r in range(pp) if any("m" in s for s in layout.rank_stages(r)))
