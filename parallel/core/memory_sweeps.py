@@ -22,6 +22,7 @@ from parallel.core.memory import (
     activation_components_bytes,
     first_stage_extra_bytes,
     inflight_chunks,
+    inflight_layers,
     last_stage_extra_bytes,
     memory_per_stage,
 )
@@ -55,7 +56,7 @@ def _component_rows(model: Model, plan: Plan, opts: ActivationOptions, scope: st
     parts = activation_components_bytes(model, plan, opts)
     if scope == "gpu":
         chunks = inflight_chunks(plan, 0)
-        scale = model.layers / (plan.pp * plan.vpp) * chunks
+        scale = inflight_layers(model, plan, 0)  # its own layers: uneven stages and layouts included
         parts = {c: b * scale for c, b in parts.items()}
         extra = first_stage_extra_bytes(model, plan, opts) * min(chunks, max(plan.microbatches, 1))
         if plan.pp == 1:

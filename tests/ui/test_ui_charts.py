@@ -137,11 +137,22 @@ def test_layer_components_cover_every_recompute_mode_and_sp():
     assert set(no_sp["sp"]) == {"without SP"}  # SP needs TP > 1
 
 
-def test_gpu_scope_adds_up_to_the_first_stage_activations():
+@pytest.mark.parametrize(
+    "plan",
+    [
+        PLAN,
+        Plan(dp=8, tp=8, pp=8, sp=True, first_stage_layers=9, last_stage_layers=15, global_batch=64),
+        Plan(dp=8, tp=8, pp=8, sp=True, pp_layout="E" + "tttt|" * 23 + "ttttL", global_batch=64),
+    ],
+    ids=["even", "uneven", "layout"],
+)
+def test_gpu_scope_adds_up_to_the_first_stage_activations(plan):
+    """The page's per-GPU breakdown holds the first stage's own layers in flight (uneven stages and
+    pipeline layouts included), as the memory model counts them."""
     opts = ActivationOptions()
-    df = memory_data.layer_components(GPT175, PLAN, opts, scope="gpu")
+    df = memory_data.layer_components(GPT175, plan, opts, scope="gpu")
     rows = df[(df["sp"] == "with SP") & (df["recompute"] == "none")]
-    assert rows["bytes"].sum() == pytest.approx(activation_bytes_per_stage(GPT175, PLAN, 0, opts))
+    assert rows["bytes"].sum() == pytest.approx(activation_bytes_per_stage(GPT175, plan, 0, opts))
     assert "embedding/output" in set(rows["group"])
 
 
