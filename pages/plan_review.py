@@ -204,19 +204,25 @@ def machine(s: ReviewState) -> ReviewState:
 
 def _machine_changed() -> None:
     """The model, cluster or nodes widget changed (a callback: before any widget is drawn, so every
-    widget can restart from the new state): the plans re-fitted to the new GPU count, the title
-    following when it was the default one, and what changed said (rv.switch)."""
+    widget can restart from the new state)."""
     ss = st.session_state
     old = ss[STATE]
-    new = dataclasses.replace(
-        old, model=MODELS.get(ss["rv.model"], old.model), cluster=ss["rv.cluster"], nodes=int(ss["rv.nodes"])
-    )
+    set_state(_switched(old, MODELS.get(ss["rv.model"], old.model), ss["rv.cluster"], int(ss["rv.nodes"])))
+
+
+def _switched(old: ReviewState, model, cluster: str, nodes: int) -> ReviewState:
+    """`old` on another model or cluster, by the model / cluster / nodes widgets or an import: the plans
+    re-fitted to the new GPU count, the title following when it was the default one, and what changed
+    said (rv.switch)."""
+    new = dataclasses.replace(old, model=model, cluster=cluster, nodes=nodes)
+    if (new.model, new.cluster, new.nodes) == (old.model, old.cluster, old.nodes):
+        return old
     fits = refit_review(new.plans, new.model, new.cluster_spec)
     title = old.title
     if not title or title == title_of(old.model, old.cluster_spec):
         title = title_of(new.model, new.cluster_spec)
-    ss[SWITCH] = [f for f in fits if f.change or not f.valid]
-    set_state(dataclasses.replace(new, plans=tuple(f.named for f in fits), title=title, search_gb=None))
+    st.session_state[SWITCH] = [f for f in fits if f.change or not f.valid]
+    return dataclasses.replace(new, plans=tuple(f.named for f in fits), title=title, search_gb=None)
 
 
 def switch_notes(s: ReviewState) -> None:
@@ -451,10 +457,14 @@ def compare_section(s: ReviewState) -> ReviewState:
 # ------------------------------------------------------------------ search
 
 
-def _add_plan(named: NamedPlan, **changes) -> None:
+def _add_plan(named: NamedPlan, machine: tuple | None = None) -> None:
+    """`named` into compare (the last plan replaced when full); `machine`: (model, cluster, nodes) an
+    import brings, which the review switches to first (its other plans re-fitted, as a switch by hand)."""
     s = st.session_state[STATE]
+    if machine is not None:
+        s = _switched(s, *machine)
     plans = tuple(p for p in s.plans if p.name != named.name)[: MAX_PLANS - 1] + (named,)
-    set_state(dataclasses.replace(s, plans=plans, view="compare", **changes))
+    set_state(dataclasses.replace(s, plans=plans, view="compare"))
 
 
 def search_section(s: ReviewState) -> ReviewState:
@@ -603,15 +613,15 @@ def import_section(s: ReviewState) -> ReviewState:
     if c3.button("Read it", disabled=not text.strip(), width="stretch"):
         try:
             imported = import_text(text, name, None if kind == "auto" else kind)
-            base = cluster_preset(s.cluster)
-            if imported.gpus_per_node and imported.cluster is None:
-                base = dataclasses.replace(base, gpus_per_node=imported.gpus_per_node)
+            base, cluster_note = _import_base(imported, cluster_preset(s.cluster))
             placed, cluster = place(imported, base, int(nodes) or None)
             st.session_state[IMPORTED] = {
                 "summary": placed.summary(),
                 "plan": placed.plan,
                 "model": placed.model,
                 "nodes": cluster.nodes,
+                "cluster": cluster.name,
+                "cluster_note": cluster_note,
                 "name": name,
             }
         except (ImportFailed, SpecError) as err:
@@ -622,8 +632,11 @@ def import_section(s: ReviewState) -> ReviewState:
         model = got["model"] or s.model
         st.success(
             f"{got['summary']['kind']}: {model.name}, {got['plan'].label()}, global batch "
-            f"{got['plan'].global_batch}, {got['summary']['world_size']} GPUs ({got['summary']['world_from']})"
+            f"{got['plan'].global_batch}, {got['summary']['world_size']} GPUs ({got['summary']['world_from']}) "
+            f"on {got['nodes']} {got['cluster']} nodes"
         )
+        if got["cluster_note"]:
+            st.warning(md(got["cluster_note"]))
         frames = rc.import_frames(got["summary"])
         t1, t2 = st.columns(2)
         t1.dataframe(frames["recognised"], hide_index=True)
@@ -632,10 +645,29 @@ def import_section(s: ReviewState) -> ReviewState:
             st.dataframe(frames["notes"], hide_index=True)
         stem = "imported" if got["name"] == "pasted text" else got["name"].rsplit(".", 1)[0] or "imported"
         named = NamedPlan(stem[:40], got["plan"])
-        changes = {"model": model, "nodes": got["nodes"]}
-        note = "" if model == s.model else f" (the review's model becomes {model.name})"
-        st.button(f"Add to compare as {named.name!r}{note}", on_click=_add_plan, args=(named,), kwargs=changes)
+        machine = (model, got["cluster"], got["nodes"])
+        moved = [f"model becomes {model.name}"] if model != s.model else []
+        moved += [f"cluster becomes {got['cluster']}"] if got["cluster"] != s.cluster else []
+        note = f" (the review's {' and '.join(moved)})" if moved else ""
+        st.button(f"Add to compare as {named.name!r}{note}", on_click=_add_plan, args=(named, machine))
     return s
+
+
+def _import_base(imported, review_cluster) -> tuple:
+    """The cluster an import is placed on, as `python -m parallel plan --import` places it: the file's own
+    cluster when it names a preset (a plan JSON), else the review's, on the file's GPUs per node; and a
+    note when the file's cluster is no preset (a review holds a preset's name, so it keeps its own)."""
+    own = imported.cluster
+    if own is not None:
+        if own.name in CLUSTERS and cluster_preset(own.name).with_nodes(own.nodes) == own:
+            return own, ""
+        return review_cluster, (
+            f"The file's cluster {own.name} is not a preset as it stands: placed on the review's "
+            f"{review_cluster.name} instead (python -m parallel plan --import uses the file's own)."
+        )
+    if imported.gpus_per_node:
+        return dataclasses.replace(review_cluster, gpus_per_node=imported.gpus_per_node), ""
+    return review_cluster, ""
 
 
 # ------------------------------------------------------------------ saved reviews

@@ -1,12 +1,15 @@
 """AppTest of the Plan review page: compare, search, import, saved reviews, and the URL that
 reproduces the view. No browser: app.py in-process, switched to the page (tests.support.apptest)."""
 
+import json
 import re
 from urllib.parse import parse_qsl
 
 import pytest
 
+from parallel.core.report import Options, plan_report
 from parallel.core.specs import GiB
+from parallel.importers import import_text
 from parallel.review.urls import review_from_params, review_to_params
 from tests.support.apptest import page_test, vega_charts
 from tests.unit.test_import import DATA
@@ -156,6 +159,34 @@ def test_import_a_megatron_script_then_add_it():
     ok(at)
     assert at.query_params["model"] == "gpt3-175b" and at.query_params["nodes"] == "64"
     assert url(at)["plan"][-1].startswith("imported|dp=4,tp=8,pp=16")
+
+
+def test_import_of_a_plan_json_takes_its_cluster_as_the_cli_does():
+    """A plan JSON that names its cluster (Qwen3-30B-A3B on 32 GB200 NVL72 trays, TP and EP across trays)
+    imported into a review of GPT-3 22B on 2 DGX H100s: the review moves to the file's model, cluster and
+    nodes (retitled, its plans re-fitted) and the imported card shows `parallel plan --import`'s numbers."""
+    text = json.dumps(
+        {
+            "model": "qwen3-30b-a3b",
+            "cluster": "gb200-nvl72",
+            "nodes": 32,
+            "plan": {"dp": 16, "tp": 8, "sp": True, "ep": 16, "moe_dispatcher": "flex", "global_batch": 512},
+        }
+    )
+    at = ok(page_test(PAGE, {**SMALL, "view": "import", "title": "gpt3-22b on 2 dgx-h100 nodes"}))
+    at.text_area(key="rv.i_text").input(text).run()
+    button(at, "Read it").click().run()
+    ok(at)
+    assert any("on 32 gb200-nvl72 nodes" in s.value for s in at.success)
+    button(at, "Add to compare").click().run()
+    ok(at)
+    assert (at.query_params["cluster"], at.query_params["nodes"]) == ("gb200-nvl72", "32")
+    assert at.title[0].value == "Plan review: qwen3-30b-a3b on 32 gb200-nvl72 nodes"
+    assert "DP 2 → 16 for 128 GPUs" in " ".join(m.value for m in at.markdown)  # plan A re-fitted
+    imported = import_text(text, "plan.json")
+    report = plan_report(imported.plan, imported.model, imported.cluster, Options())
+    card = [m.value for m in at.metric if m.label == "step time"][-1]
+    assert card == f"{report['step_time_s']:,.3f} s"
 
 
 def test_import_bad_input_points_at_the_line():
