@@ -199,6 +199,12 @@ def _pipeline_split_errors(p: Plan, m: Model) -> list[str]:
                 f"layers {m.layers} less the {' and '.join(f'{k} stage’s {v}' for k, v in given.items())} leave "
                 f"{rest} for the other {left} stages: not divisible"
             ]
+        if not left and rest:  # TransformerConfig: with no middle stage the two ends hold every layer
+            return [
+                f"first/last stage layers {' + '.join(map(str, given.values()))} = {m.layers - rest} leave {rest} of "
+                f"the model's {m.layers} layers on no stage: with pp {p.pp} there is no middle stage, so they must "
+                f"add up to {m.layers}"
+            ]
         counts = {**given, **({"middle": rest // left} if left else {})}
     else:
         slots = m.layers + int(p.embedding_in_split) + int(p.loss_in_split)

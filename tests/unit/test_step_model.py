@@ -140,6 +140,10 @@ def test_uneven_stages_as_megatron_builds_them():
     assert any("leave 113 for the other 14 stages: not divisible" in e for e in check(bad, m, H100).errors)
     vpp = dataclasses.replace(ok, vpp=2, global_batch=256)
     assert any("vpp 2" in e and "7 layers" in e for e in check(vpp, m, H100).errors)
+    ends = Plan(dp=2, tp=8, pp=2, sp=True, global_batch=64, first_stage_layers=18, last_stage_layers=18)
+    dsv3 = MODELS["deepseek-v3"]  # 61 layers: two ends of 18 would leave 25 on no stage
+    assert any("leave 25 of the model's 61 layers on no stage" in e for e in check(ends, dsv3, H100).errors)
+    assert check(dataclasses.replace(ends, last_stage_layers=43), dsv3, H100.with_nodes(4)).computable
 
 
 def test_uneven_stages_set_memory_per_stage_and_the_pipeline_pace():
