@@ -365,7 +365,8 @@ class Plan:
         "MoE token dispatcher: alltoall, allgather (over ETP x EP) or flex (DeepEP/HybridEP: once per domain)",
         choices=DISPATCHERS,
         column="dispatcher",
-        token=lambda p: f"disp-{p.moe_dispatcher}" if p.moe_dispatcher != "alltoall" and p.ep > 1 else "",
+        # the dispatcher works over the ETP x EP group (comm._ep_terms): named wherever that is a group
+        token=lambda p: f"disp-{p.moe_dispatcher}" if p.moe_dispatcher != "alltoall" and p.ep * p.expert_tp > 1 else "",
         megatron=("--moe-token-dispatcher-type", "--moe-enable-deepep", "--moe-flex-dispatcher-backend"),
         torchtitan=("parallelism.expert_parallel_comm_backend (standard: alltoall; deepep, hybridep: flex)",),
     )

@@ -194,6 +194,25 @@ def test_ep_overlap_is_refused_where_megatron_core_asserts():
 # ---------------------------------------------------------------- the plan fields
 
 
+@pytest.mark.parametrize(
+    "degrees, shown",
+    [
+        (dict(dp=8, tp=2, pp=4, sp=True), True),  # EP 1, the experts' TP 2: the allgather dispatcher's group
+        (dict(dp=8, tp=2, pp=4, sp=True, ep=8), True),
+        (dict(dp=16, tp=2, pp=2, sp=True, ep=4, etp=1), True),
+        (dict(dp=16, tp=1, pp=4), False),  # no group to dispatch over: the dispatcher changes nothing
+    ],
+)
+def test_the_label_names_the_dispatcher_wherever_it_changes_the_step(degrees, shown):
+    """Two plans whose step times differ never share a label: the dispatcher works over ETP x EP."""
+    cluster = CLUSTERS["dgx-h100"].with_nodes(8)
+    plans = [Plan(**degrees, global_batch=256, moe_dispatcher=d) for d in ("alltoall", "allgather")]
+    steps = [step_time(MIXTRAL, p, cluster)["step_time_s"] for p in plans]
+    assert (steps[0] != pytest.approx(steps[1], rel=1e-9)) == shown
+    assert ("disp-allgather" in plans[1].label()) == shown
+    assert plans[0].label() != plans[1].label() if shown else plans[0].label() == plans[1].label()
+
+
 def test_moe_fields_through_urls_flags_and_json():
     plan = plan_from_values({"ep": "8", "dp": "8", "disp": "flex", "cap": "1.25", "pad": "1", "epo": "1"}, "url")
     assert (plan.moe_dispatcher, plan.capacity_factor, plan.capacity_pad, plan.ep_overlap) == ("flex", 1.25, True, True)
