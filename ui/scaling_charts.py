@@ -225,9 +225,10 @@ def busbw_chart(
 ) -> alt.LayerChart:
     """Predicted bus bandwidth (nccl-tests convention: algbw × 2(n−1)/n) of the layer's TP collective
     by TP size (ring model), coloured by link;
-    measured `busbw_bytes_per_s` drawn as black diamonds."""
+    measured `busbw_bytes_per_s` drawn as black diamonds. One point per TP size: the all-reduce's (SP
+    off), else SP's all-gather / reduce-scatter where only SP can run (a MoE model), the same busbw."""
     data = _valid(pred, names)
-    data = data[(data["tp"] > 1) & ~data["sp"]].assign(source="predicted")
+    data = data[data["tp"] > 1].sort_values("sp", kind="stable").drop_duplicates("tp").assign(source="predicted")
     if measured is not None and "busbw_bytes_per_s" in measured and len(measured):
         extra = [c for c in ("source", "op") if c in measured]  # who measured it, which collective
         data = pd.concat(

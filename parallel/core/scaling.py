@@ -204,6 +204,11 @@ def summary_table(df: pd.DataFrame, link_names: tuple[str, str] = ("NVLink", "In
 
 
 def invalid_notes(df: pd.DataFrame) -> list[str]:
-    """One line per TP degree left out, with the plan model's reason."""
+    """One line per TP degree (and SP variant) left out, with the plan model's reason; 'without SP' where
+    only the SP-off row is left out (a MoE model: TP needs SP), so the note never reads as the degree gone."""
     bad = df[~df["valid"]]
-    return [f"TP {int(r.tp)}{' + SP' if r.sp else ''} left out: {r.reason}" for r in bad.itertuples()]
+    with_sp = set(df.loc[df["valid"] & df["sp"], "tp"])
+    return [
+        f"TP {int(r.tp)}{' + SP' if r.sp else ' without SP' if r.tp in with_sp else ''} left out: {r.reason}"
+        for r in bad.itertuples()
+    ]

@@ -214,6 +214,18 @@ def test_busbw_chart_overlays_measured_busbw():
     assert predicted[8] > 5 * predicted[16]  # NVLink vs InfiniBand
 
 
+def test_busbw_chart_of_a_moe_model_draws_its_tp_collectives():
+    """A MoE model runs TP only with SP (Megatron-core refuses it without): the TP collective's bus
+    bandwidth is drawn from the SP rows (all-gather / reduce-scatter, the same busbw as the all-reduce)."""
+    pred = tp_scaling(MODELS["mixtral-8x7b"], H100, plan=Plan(tp=2, sp=True))
+    assert not pred.loc[pred["sp"] & (pred["tp"] > 1), "valid"].eq(False).any()
+    (data,) = (pd.DataFrame(d) for d in _datasets(scaling_charts.busbw_chart(pred, 8)))
+    predicted = data[data["source"] == "predicted"].set_index("tp")["busbw_gbs"]
+    assert list(predicted.index) == [2, 4, 8, 16, 32] and predicted[8] > 5 * predicted[16]
+    dense = pd.DataFrame(_datasets(scaling_charts.busbw_chart(tp_scaling(GPT175, H100), 8))[0])
+    assert not dense["sp"].any()  # a dense model keeps the all-reduce rows
+
+
 def test_speedup_chart_has_both_metrics():
     pred = tp_scaling(GPT175, H100)
     (data,) = (pd.DataFrame(d) for d in _datasets(scaling_charts.speedup_chart(pred, 8)))

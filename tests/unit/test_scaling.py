@@ -69,6 +69,8 @@ def test_degrees_the_model_cannot_use_are_kept_with_the_reason():
     notes = invalid_notes(df)
     assert len(notes) == len(bad) and notes[0].startswith("TP 8 left out: heads 12")
     assert len(summary_table(df)) == int(df["valid"].sum())
+    moe = invalid_notes(tp_scaling(MODELS["mixtral-8x7b"], H100, plan=Plan(tp=2, sp=True)))
+    assert moe and all(n.startswith(f"TP {t} without SP left out: a MoE model") for n, t in zip(moe, TP_DEGREES[1:]))
 
 
 def test_highlights_name_the_plans_tp_and_both_sides_of_the_boundary():
