@@ -75,7 +75,7 @@ def topology_view(params: dict[str, str], color_dim: str, group_dim: str, compar
         "domains": topology_data.domain_spans(topo, first_node=first, nodes=window),
         "domain_note": topology_data.domain_note(topo),
         "overview": topology_data.node_overview(topo, color_dim) if window < total else None,
-        "summary": topology_data.dim_summary(topo, compare_order),
+        "summary": topology_data.dim_summary(topo, compare_order, link_words(cluster)),
         "crossing": {
             **{d: topo.crossing(d) if topo.sizes[d] > 1 else 0 for d in topology_data.DIMS},
             "ep": topo.crossing("ep") if plan.ep > 1 else 0,  # the MoE layers' expert groups

@@ -232,13 +232,14 @@ def node_overview(topo: Topology, color_dim: str, *, per_row: int = OVERVIEW_PER
     return out
 
 
-def dim_summary(topo: Topology, compare_order: str) -> pd.DataFrame:
-    """Per dimension: size, groups, how many cross NVLink domains (and so use the scale-out link), under
-    the plan's order and under `compare_order`."""
+def dim_summary(topo: Topology, compare_order: str, words: tuple[str, str] = ("NVLink", "InfiniBand")) -> pd.DataFrame:
+    """Per dimension (and the MoE layers' expert groups, when ep > 1): size, groups, how many cross NVLink
+    domains (and so use the scale-out link: `words`, the cluster's (fast, scale-out) link names), under the
+    plan's order and under `compare_order`."""
     other = dataclasses.replace(topo, order=compare_order)
     rows = []
-    for d in ("tp", "cp", "pp", "dp"):
-        size, n = topo.sizes[d], len(topo.group_ranks(d))
+    for d in ("tp", "cp", "ep", "pp", "dp") if topo.ep > 1 else ("tp", "cp", "pp", "dp"):
+        size, n = topo.ep if d == "ep" else topo.sizes[d], len(topo.group_ranks(d))
         crossing, crossing_other = topo.crossing(d), other.crossing(d)
         rows.append(
             {
@@ -246,7 +247,7 @@ def dim_summary(topo: Topology, compare_order: str) -> pd.DataFrame:
                 "size": size,
                 "groups": n,
                 "crossing domains": crossing if size > 1 else 0,
-                "link": "—" if size == 1 else ("InfiniBand" if crossing else "NVLink"),
+                "link": "—" if size == 1 else words[1] if crossing else words[0],
                 f"crossing under {compare_order}": crossing_other if size > 1 else 0,
             }
         )

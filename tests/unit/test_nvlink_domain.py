@@ -174,3 +174,15 @@ def test_a_group_across_hosts_of_one_rack_is_drawn_on_nvlink(cluster, link):
     assert set(cells["group_link"]) == set(paths["link"]) == {link}
     summary = rank_grid.dim_summary(topo, "tp-cp-pp-dp").set_index("dimension")
     assert summary.loc["TP", "crossing domains"] == (0 if link == "intra" else 18)
+
+
+def test_the_groups_table_counts_expert_groups_across_racks():
+    """Qwen3-30B-A3B's EP 16 beside TP 8 on 32 trays (128 GPUs, a rack of 72 and one of 56): every expert
+    group strides over both racks, so all 8 cross a domain; the TP groups of two trays stay in theirs."""
+    topo = placed(Plan(dp=16, tp=8, sp=True, ep=16, global_batch=512), NVL72.with_nodes(32))
+    summary = rank_grid.dim_summary(topo, "tp-cp-pp-dp", ("NVLink", "InfiniBand")).set_index("dimension")
+    assert list(summary.index) == ["TP", "CP", "EP", "PP", "DP"]
+    assert summary.loc["EP", ["size", "groups", "crossing domains", "link"]].tolist() == [16, 8, 8, "InfiniBand"]
+    assert summary.loc["TP", ["crossing domains", "link"]].tolist() == [0, "NVLink"]
+    dense = rank_grid.dim_summary(placed(Plan(dp=16, tp=8, global_batch=16), NVL72.with_nodes(32)), topo.order)
+    assert "EP" not in set(dense["dimension"])
