@@ -7,7 +7,7 @@ from parallel.core.memory_sweeps import SCOPES, SP_LABEL
 from parallel.core.specs import GiB
 from ui import loaders, memory_charts, run_views
 from ui.memory_charts import capacity_drawn
-from ui.plan_form import PlanChoice, plan_form
+from ui.plan_form import SETTINGS_SECTION, PlanChoice, plan_form, saved_text
 from ui.routing import ensure_navigation
 from ui.text import bytes_text
 
@@ -39,7 +39,7 @@ def activation_memory_page(choice: PlanChoice) -> None:
 
     cols = st.columns(3)
     off = view["per_layer"][SP_LABEL[False]]
-    cols[0].metric("Per layer, one microbatch, without SP", bytes_text(off), help=f"recompute: {plan.recompute}")
+    cols[0].metric("Per layer, one microbatch, without SP", bytes_text(off), help=saved_text(plan))
     if SP_LABEL[True] in view["per_layer"]:
         on = view["per_layer"][SP_LABEL[True]]
         change = (on - off) / off if off else 0.0
@@ -55,15 +55,16 @@ def activation_memory_page(choice: PlanChoice) -> None:
     st.subheader("By recompute mode")
     st.caption(
         f"Activations saved for backward {unit_note}, stacked by component (hover a segment); "
-        "Korthikanti et al. 2022, Table 2. Selective recompute drops the s×s attention tensors; "
-        "full recompute keeps only each layer's input."
+        "Korthikanti et al. 2022, Table 2. Selective recompute drops what its modules save (the plan's: "
+        f"{plan.recompute_modules}; core_attn: the s×s attention tensors); full recompute keeps only each "
+        "layer's input."
     )
     st.altair_chart(memory_charts.recompute_chart(view["recompute"], scope=scope))
 
     st.subheader("Per GPU, by pipeline stage")
     st.caption(
         f"Parameters, gradients, optimizer states (ZeRO-{plan.zero}) and activations "
-        f"(recompute: {plan.recompute}, {plan.schedule}, vpp {plan.vpp}) on one GPU of each stage; "
+        f"({saved_text(plan)}, {plan.schedule}, vpp {plan.vpp}) on one GPU of each stage; "
         + (
             "the dashed line is the GPU's memory."
             if capacity_drawn(view["stages"])
@@ -74,10 +75,10 @@ def activation_memory_page(choice: PlanChoice) -> None:
 
     st.subheader("Against sequence length")
     st.caption(
-        f"The plan's micro batch, TP and recompute mode ({plan.recompute}); the model's own length "
+        f"The plan's micro batch, TP and {saved_text(plan)}; the model's own length "
         f"({model.seq_len}) is marked ▼. The s×s attention tensors grow quadratically; flash attention "
-        "removes them (the plan's attention kernel and dropout: the sidebar's Kernels section). Lengths the "
-        "plan cannot split are left out."
+        f"removes them (the plan's attention kernel and dropout: the sidebar's {SETTINGS_SECTION}). Lengths "
+        "the plan cannot split are left out."
     )
     st.altair_chart(memory_charts.sweep_chart(view["seq_len"], axis="seq_len", scope=scope))
 

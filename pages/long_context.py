@@ -8,7 +8,7 @@ from parallel.core.long_context import CP_DEGREES, SP_VS_CP
 from parallel.core.specs import GiB
 from profiler.collect import trace_sets
 from ui import loaders, long_context_charts
-from ui.plan_form import PlanChoice, plan_form
+from ui.plan_form import SETTINGS_SECTION, PlanChoice, plan_form, saved_text
 from ui.routing import ensure_navigation
 from ui.text import md
 
@@ -40,8 +40,8 @@ def long_context_page(choice: PlanChoice) -> None:
     with st.spinner("Evaluating the plan model at 9 lengths …"):
         view = loaders.long_context_view(choice.params, cp, _runs())
     st.caption(
-        f"{model.name} on {cluster.name}: TP {plan.tp} (the plan's), micro batch {plan.micro_batch}, recompute "
-        f"{plan.recompute}, {plan.attention} attention (the sidebar's Kernels section); CP {cp} over "
+        f"{model.name} on {cluster.name}: TP {plan.tp} (the plan's), micro batch {plan.micro_batch}, "
+        f"{saved_text(plan)} (the sidebar's {SETTINGS_SECTION}); CP {cp} over "
         f"{-(-plan.tp * cp // cluster.gpus_per_node)} node(s) of {cluster.gpus_per_node} GPUs. "
         "Lengths a plan cannot split are left out."
     )
@@ -88,7 +88,7 @@ def long_context_page(choice: PlanChoice) -> None:
     )
     st.caption(
         f"One model replica (DP 1): TP ≤ {cluster.gpus_per_node} with SP, CP of any exchange, PP with one "
-        f"microbatch per stage, ZeRO-1 over the CP ranks, recompute {plan.recompute}; weights, gradients, "
+        f"microbatch per stage, ZeRO-1 over the CP ranks, {saved_text(plan)}; weights, gradients, "
         f"optimizer states and activations within the GPU's memory less 10%."
     )
     for row in fits[~fits["fits"]].itertuples():

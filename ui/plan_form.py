@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from parallel.core.plan import PLAN_FIELDS, Plan, parse_value
+from parallel.core.plan import NO_OFFLOAD, PLAN_FIELDS, Plan, parse_value
 from parallel.core.rank_grid import same_order
 from parallel.core.specs import CLUSTERS, MODELS, Cluster, GiB, Model, SpecError
 from parallel.core.topology import ORDERS
@@ -54,6 +54,7 @@ _SECTIONS = {  # the schema's groups (Knob.group) as the form's expanders
     "overlap": "Overlap (communication under compute)",
     "stages": "Uneven pipeline stages",
 }
+SETTINGS_SECTION = _SECTIONS["plan"]  # where the sidebar keeps recompute, offload and the attention kernel
 _UNSET = "default"  # an optional field's "not set" choice in a selectbox
 _ASK = "plan_ask_model"  # the main area's model picker, drawn while the job's model is unknown
 
@@ -75,6 +76,16 @@ class PlanChoice:
         memory = f" of {c.gpu_memory_bytes / GiB:,.1f} GiB" if "gpumem" in self.params else ""
         model = self.model.name if self.model_known else "model unknown"
         return f"{model} on {c.name} {c.nodes}×{c.gpus_per_node} GPUs{memory} · {self.plan.label()}"
+
+
+def saved_text(plan: Plan) -> str:
+    """What the plan keeps for backward, in the words the pages' captions use: its recompute mode with
+    the modules a selective one recomputes, the modules it offloads and its attention kernel, e.g.
+    'recompute selective of core_attn+mlp, attn_norm+mlp_norm offloaded, fa2 attention'."""
+    modules = f" of {plan.recompute_modules}" if plan.recompute == "selective" else ""
+    layers = f" of {plan.recompute_layers} layers a stage" if plan.recompute == "full" and plan.recompute_layers else ""
+    offload = f", {plan.offload_modules} offloaded" if plan.offload_modules != NO_OFFLOAD else ""
+    return f"recompute {plan.recompute}{modules}{layers}{offload}, {plan.attention} attention"
 
 
 def _widget_values(params: dict[str, str]) -> dict[str, object]:

@@ -111,9 +111,19 @@ def comm_curves(model: Model, plan: Plan, cp: int, cluster: Cluster) -> pd.DataF
     return pd.DataFrame(rows, columns=["variant", "seq_len", "link", "tier", "ms", "attention_ms"])
 
 
+# The plan's fields that set what a GPU saves for backward beside its recompute mode: the curves take them
+# from the plan (variants), and so does every candidate of the smallest plan that fits.
+SAVED_FIELDS = ("recompute_modules", "offload_modules", "attention", "dropout")
+
+
+def _saved(plan: Plan) -> dict:
+    return {name: getattr(plan, name) for name in SAVED_FIELDS}
+
+
 def _candidates(model: Model, plan: Plan, cluster: Cluster, kinds: tuple[str, ...]) -> PlanColumns:
     """dp = 1 plans: TP inside a node (with SP), CP in powers of two, PP over the layers with one
-    microbatch per stage, ZeRO-1 over the CP ranks, the plan's micro batch and recompute mode."""
+    microbatch per stage, ZeRO-1 over the CP ranks, the plan's micro batch, recompute mode and what
+    else shapes its saved activations (SAVED_FIELDS)."""
     tps = [t for t in (1, 2, 4, 8, 16) if t <= cluster.gpus_per_node and model.heads % t == 0]
     pps = [p for p in (1, 2, 4, 8, 16, 32, 64) if model.layers % p == 0]
     cps = [1, *CP_DEGREES, 512, 1024]
@@ -139,6 +149,7 @@ def _candidates(model: Model, plan: Plan, cluster: Cluster, kinds: tuple[str, ..
         recompute=np.full(n, plan.recompute),
         global_batch=plan.micro_batch,  # smallest_fits sets m = pp microbatches per pp
         cp_kind=k,
+        **_saved(plan),
     )
 
 
@@ -202,6 +213,7 @@ def _plan_of(sub: PlanColumns, i: int, plan: Plan) -> Plan:
         zero=1,
         recompute=plan.recompute,
         cp_kind=str(sub.cp_kind[i]),  # "allgather" for the cp-1 candidates
+        **_saved(plan),
     )
 
 

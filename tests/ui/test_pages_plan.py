@@ -197,6 +197,18 @@ def test_activation_memory_options_change_the_bars():
     assert "attention.softmax_stats" in set(after["component"])
 
 
+def test_activation_memory_captions_name_the_modules_recomputed_and_offloaded():
+    """Mixtral 8x7B recomputing its norms and expert activations: the captions over the stage and sweep
+    charts say which modules (the numbers under them depend on them), not a bare 'selective'."""
+    query = {"model": "mixtral-8x7b", "cluster": "dgx-h100", "nodes": "8", "dp": "8", "tp": "2", "pp": "4"}
+    query |= {"sp": "1", "gb": "256", "ep": "8", "recompute": "selective", "rcm": "layernorm+moe_act"}
+    at = _ok(page_test("pages/activation_memory.py", {**query, "offl": "expert_fc1"}))
+    captions = [c.value for c in at.caption]
+    words = "recompute selective of moe_act+layernorm, expert_fc1 offloaded, fused attention"
+    assert sum(words in c for c in captions) == 2, captions
+    assert any("the plan's: moe_act+layernorm" in c for c in captions)
+
+
 def test_tp_scaling_covers_tp_1_to_32_with_the_boundary():
     at = _ok(page_test("pages/tp_scaling.py", DEFAULT_PARAMS))
     time, speedup, busbw = vega_charts(at)[:3]  # a lab TP sweep under the runs dir adds a 4th
