@@ -9,7 +9,7 @@ import streamlit as st
 from profiler.collect import trace_sets
 from profiler.lab import sweep_views as sweep_data
 from ui import loaders, run_views, scaling_charts
-from ui.plan_form import PlanChoice, plan_form
+from ui.plan_form import PlanChoice, plan_form, recompute_text
 from ui.routing import ensure_navigation
 from ui.text import md
 from ui.theme import link_names
@@ -33,8 +33,8 @@ def tp_scaling_page(choice: PlanChoice) -> None:
     view = loaders.scaling_view(choice.params)  # compute: the sidebar's Modelling assumptions
     gpn = cluster.gpus_per_node
     st.caption(
-        f"{model.name}: one layer, micro batch {plan.micro_batch} × {model.seq_len} tokens, recompute "
-        f"{plan.recompute}, on {cluster.name} ({gpn} GPUs per node: {cluster.intra.name} "
+        f"{model.name}: one layer, micro batch {plan.micro_batch} × {model.seq_len} tokens, "
+        f"{recompute_text(plan)}, on {cluster.name} ({gpn} GPUs per node: {cluster.intra.name} "
         f"{_gbps(cluster.intra.bandwidth_bytes_per_s)} inside, {cluster.inter.name} "
         f"{_gbps(cluster.inter.bandwidth_bytes_per_s)} across, per GPU per direction). "
         f"TP > {gpn} leaves the node. Compute: {_compute_text(choice.params)} (the sidebar's Modelling assumptions)."

@@ -82,10 +82,15 @@ def saved_text(plan: Plan) -> str:
     """What the plan keeps for backward, in the words the pages' captions use: its recompute mode with
     the modules a selective one recomputes, the modules it offloads and its attention kernel, e.g.
     'recompute selective of core_attn+mlp, attn_norm+mlp_norm offloaded, fa2 attention'."""
+    offload = f", {plan.offload_modules} offloaded" if plan.offload_modules != NO_OFFLOAD else ""
+    return f"{recompute_text(plan)}{offload}, {plan.attention} attention"
+
+
+def recompute_text(plan: Plan) -> str:
+    """'recompute selective of core_attn+mlp', 'recompute full of 8 layers a stage', 'recompute none'."""
     modules = f" of {plan.recompute_modules}" if plan.recompute == "selective" else ""
     layers = f" of {plan.recompute_layers} layers a stage" if plan.recompute == "full" and plan.recompute_layers else ""
-    offload = f", {plan.offload_modules} offloaded" if plan.offload_modules != NO_OFFLOAD else ""
-    return f"recompute {plan.recompute}{modules}{layers}{offload}, {plan.attention} attention"
+    return f"recompute {plan.recompute}{modules}{layers}"
 
 
 def _widget_values(params: dict[str, str]) -> dict[str, object]:

@@ -70,15 +70,16 @@ def tp_busbw(n: int, nbytes: float, cluster: Cluster, link: str) -> float:
 
 
 def one_layer_plan(plan: Plan, tp: int, sp: bool) -> Plan:
-    """`plan`'s per-rank settings (micro batch, recompute, attention, dropout, FP8, TP overlap) on a lone
-    TP group of `tp` ranks, SP on or off: the plan one row of the sweep times (the overlap works on SP's
-    collectives only)."""
+    """`plan`'s per-rank settings (micro batch, recompute and the modules it recomputes, attention,
+    dropout, FP8, TP overlap) on a lone TP group of `tp` ranks, SP on or off: the plan one row of the
+    sweep times (the overlap works on SP's collectives only)."""
     return Plan(
         tp=tp,
         sp=sp,
         micro_batch=plan.micro_batch,
         global_batch=plan.micro_batch,
         recompute=plan.recompute,
+        recompute_modules=plan.recompute_modules,
         attention=plan.attention,
         dropout=plan.dropout,
         fp8=plan.fp8,

@@ -60,6 +60,17 @@ def test_per_operator_compute_loses_efficiency_as_tp_shrinks_the_gemms():
     assert (c.diff().dropna() < 0).all()  # still faster with every doubling
 
 
+def test_the_modules_a_selective_recompute_repeats_are_the_plans():
+    """Recomputing the MLP too repeats its forward: Llama-3 70B's layer on TP 8 computes longer than
+    with the attention core alone, as the plan's own step model has it."""
+    plans = [Plan(tp=8, sp=True, recompute="selective", recompute_modules=m) for m in ("core_attn", "core_attn+mlp")]
+    compute = [
+        tp_scaling(MODELS["llama3-70b"], H100, plan=p).set_index(["tp", "sp"]).loc[(8, True), "compute_s"]
+        for p in plans
+    ]
+    assert compute[1] > 1.1 * compute[0]
+
+
 def test_degrees_the_model_cannot_use_are_kept_with_the_reason():
     odd = Model(name="odd", layers=4, hidden=768, heads=12, vocab=1000, seq_len=1024)
     df = tp_scaling(odd, H100)
