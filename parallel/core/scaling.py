@@ -148,13 +148,16 @@ def highlights(
     *,
     sp: bool = False,
 ) -> list[dict]:
-    """Up to three rows worth a headline, SP as the plan has it (`sp`; TP 1 has no SP): the plan's TP,
-    the largest TP inside a node and the smallest that leaves it — each with label, tp, sp, link,
-    comm_fraction, efficiency, help. `link_names`: what the cluster calls its (intra, inter)-node links."""
-    valid = df[df["valid"] & ((df["sp"] == sp) | ((df["tp"] == 1) & ~df["sp"]))]
+    """Up to three rows worth a headline, SP as the plan has it (`sp`; TP 1 has no SP; where only the other
+    variant runs, that one: a MoE layer takes TP only with SP): the plan's TP, the largest TP inside a node
+    and the smallest that leaves it — each with label, tp, sp, link, comm_fraction, efficiency, help.
+    `link_names`: what the cluster calls its (intra, inter)-node links."""
+    valid = df[df["valid"]]
+    valid = valid.assign(other=valid["sp"] != sp).sort_values(["tp", "other"], kind="stable").drop_duplicates("tp")
     inside = valid[valid["tp"] <= gpus_per_node]["tp"]
     outside = valid[valid["tp"] > gpus_per_node]["tp"]
-    name = lambda tp: f"TP {tp}" + ("+SP" if sp and tp > 1 else "")  # noqa: E731
+    on = set(valid.loc[valid["sp"], "tp"])
+    name = lambda tp: f"TP {tp}" + ("+SP" if tp in on else "")  # noqa: E731
     picks = [(current_tp, f"{name(current_tp)} (the plan's)")]
     if len(inside):
         picks.append((int(inside.max()), f"{name(int(inside.max()))}: largest inside a node"))

@@ -60,6 +60,16 @@ def test_per_operator_compute_loses_efficiency_as_tp_shrinks_the_gemms():
     assert (c.diff().dropna() < 0).all()  # still faster with every doubling
 
 
+def test_a_moe_plan_without_tp_still_gets_the_boundarys_headlines():
+    """Qwen3-30B-A3B at TP 1 (SP off): TP > 1 runs only with SP there, so the headlines beside the plan's
+    are the SP rows, named so."""
+    df = tp_scaling(MODELS["qwen3-30b-a3b"], H100, plan=Plan())
+    rows = highlights(df, 8, 1, sp=False)
+    assert [(r["tp"], r["sp"]) for r in rows] == [(1, False), (8, True), (16, True)]
+    assert [r["label"] for r in rows][1:] == ["TP 8+SP: largest inside a node", "TP 16+SP: first across nodes"]
+    assert [r["tp"] for r in highlights(tp_scaling(GPT175, H100), 8, 4)] == [4, 8, 16]
+
+
 def test_the_modules_a_selective_recompute_repeats_are_the_plans():
     """Recomputing the MLP too repeats its forward: Llama-3 70B's layer on TP 8 computes longer than
     with the attention core alone, as the plan's own step model has it."""
