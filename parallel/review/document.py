@@ -22,13 +22,32 @@ from parallel.core.comm import DIMS as COMM_DIMS
 from parallel.core.comm import CommOptions
 from parallel.core.memory import ActivationOptions, activation_bytes_per_layer, memory_per_gpu_bytes
 from parallel.core.perf import PerfOptions, flops_per_step
-from parallel.core.plan import RECOMPUTE, Plan, stage_layer_counts
+from parallel.core.plan import PLAN_DEFAULTS, PLAN_FIELDS, RECOMPUTE, Plan, stage_layer_counts
 from parallel.core.report import Options, plan_report
 from parallel.core.specs import Cluster, GiB, Model, SpecError
 
 KIND, VERSION = "parascope-review", 1
 MiB = 2**20
 LINK = {"intra": "NVLink", "inter": "InfiniBand"}
+# The plan fields the compare table always shows, first; every other field follows where a compared plan
+# sets it away from its default (compare_plans).
+ALWAYS_SHOWN = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "sp",
+    "vpp",
+    "micro_batch",
+    "global_batch",
+    "zero",
+    "recompute",
+    "order",
+    "main_grads",
+    "fp8",
+    "cp_kind",
+)
 
 
 def now() -> str:
@@ -202,11 +221,8 @@ def _rows(plan: Plan, rep: dict, model: Model) -> list[tuple[str, str, object]]:
         ("model", "parameters (B)", round(model.params_total() / 1e9, 2)),
         ("model", "active parameters (B)", round(model.active_params_total() / 1e9, 2)),
     ]
-    rows += [
-        ("plan", k, getattr(plan, k))
-        for k in ("dp", "tp", "pp", "cp", "ep", "sp", "vpp", "micro_batch", "global_batch", "zero", "recompute")
-    ]
-    rows += [("plan", k, getattr(plan, k)) for k in ("order", "main_grads", "fp8", "cp_kind")]
+    rows += [("plan", k, getattr(plan, k)) for k in ALWAYS_SHOWN]
+    rows += [("plan", spec.name, getattr(plan, spec.name)) for spec in PLAN_FIELDS if spec.name not in ALWAYS_SHOWN]
     rows += [
         ("plan", "microbatches per step", plan.microbatches),
         ("verdict", "valid", rep["valid"]),
@@ -235,8 +251,20 @@ def _rows(plan: Plan, rep: dict, model: Model) -> list[tuple[str, str, object]]:
         for link in ("intra", "inter"):  # every pair, so the rows line up across plans (None: no such traffic)
             rows.append(("communication per step (s)", f"{dim.upper()} on {LINK[link]}", per_dim.get((dim, link))))
     crossing = rep.get("crossing_groups") or {}
-    rows += [("groups crossing NVLink domains", d.upper(), crossing.get(d)) for d in ("tp", "cp", "pp", "dp")]
+    rows += [("groups crossing NVLink domains", d.upper(), crossing.get(d)) for d in ("tp", "cp", "ep", "pp", "dp")]
     return rows
+
+
+def _unset_rows(table: pd.DataFrame, names: list[str]) -> pd.Series:
+    """The plan rows to leave out: a field beyond ALWAYS_SHOWN that every compared plan leaves at its
+    default (so every setting any plan changes is shown, as its label shows it), and the expert groups'
+    crossings where no plan has expert groups."""
+    default = table["metric"].map(lambda m: json.dumps(PLAN_DEFAULTS.get(m, ()), default=str))
+    same = table[names].apply(lambda row: {json.dumps(v, default=str) for v in row}, axis=1)
+    plan_rows = (table["section"] == "plan") & ~table["metric"].isin(ALWAYS_SHOWN)
+    unset = plan_rows & (same.map(len) == 1) & (same.map(lambda v: next(iter(v))) == default)
+    no_ep = (table["section"] == "groups crossing NVLink domains") & (table["metric"] == "EP")
+    return unset | (no_ep & table[names].isna().all(axis=1))
 
 
 def compare_plans(
@@ -254,6 +282,7 @@ def compare_plans(
     table = pd.DataFrame([{"section": s, "metric": m, **{n: columns[n].get((s, m)) for n in names}} for s, m in index])
     comm = table["section"] == "communication per step (s)"
     table = table[~comm | table[names].notna().any(axis=1)].reset_index(drop=True)  # drop traffic no plan has
+    table = table[~_unset_rows(table, names)].reset_index(drop=True)
     values = table[names].astype(object).where(table[names].notna(), None)
     table["differs"] = [len({json.dumps(v, default=str) for v in row}) > 1 for row in values.itertuples(index=False)]
     mem = [

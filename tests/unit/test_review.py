@@ -26,6 +26,36 @@ def review(*plans, **kw) -> Review:
     return Review(title="175B on 64 nodes", model=MODELS["gpt3-175b"], cluster=CLUSTER, plans=plans or (A, B, C), **kw)
 
 
+def test_the_side_by_side_table_shows_every_setting_a_compared_plan_changes():
+    """Two MoE plans that differ in what is recomputed, offloaded, dispatched and the attention kernel:
+    each of those fields is a row flagged as differing (the labels differ by them); a field both leave at
+    its default is not; the expert groups' crossings are a row beside the other dimensions'."""
+    mixtral = MODELS["mixtral-8x7b"]
+    base = Plan(dp=8, tp=2, pp=4, sp=True, ep=8, global_batch=256, recompute="selective")
+    one = NamedPlan("one", base)
+    two = NamedPlan(
+        "two",
+        dataclasses.replace(
+            base,
+            recompute_modules="moe_act+layernorm",
+            offload_modules="attn_norm",
+            moe_dispatcher="allgather",
+            expert_imbalance=1.3,
+            attention="fa2",
+        ),
+    )
+    cmp = compare(Review(title="t", model=mixtral, cluster=CLUSTERS["dgx-h100"].with_nodes(8), plans=(one, two)))
+    t = cmp.table.set_index(["section", "metric"])
+    changed = ["recompute_modules", "offload_modules", "moe_dispatcher", "expert_imbalance", "attention"]
+    assert all(t.loc[("plan", k), "differs"] for k in changed)
+    assert t.loc[("plan", "recompute_modules"), "two"] == "moe_act+layernorm"
+    assert ("plan", "capacity_pad") not in t.index and ("plan", "tp") in t.index  # the degrees always
+    assert (
+        t.loc[("groups crossing NVLink domains", "EP"), "one"]
+        == plan_report(base, mixtral, CLUSTERS["dgx-h100"].with_nodes(8))["crossing_groups"]["ep"]
+    )
+
+
 def test_compare_matches_plan_report_and_flags_differences():
     cmp = compare(review())
     t = cmp.table.set_index(["section", "metric"])
