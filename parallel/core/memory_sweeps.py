@@ -20,13 +20,13 @@ from parallel.core.memory import (
     COMPONENTS,
     ActivationOptions,
     activation_components_bytes,
+    embedding_chunks,
     first_stage_extra_bytes,
-    inflight_chunks,
     inflight_layers,
     last_stage_extra_bytes,
     memory_per_stage,
 )
-from parallel.core.plan import RECOMPUTE, Plan
+from parallel.core.plan import RECOMPUTE, Plan, recomputed_share
 from parallel.core.specs import Model
 from parallel.core.validate import _shape_errors
 
@@ -54,11 +54,16 @@ def _component_rows(model: Model, plan: Plan, opts: ActivationOptions, scope: st
     """Bytes by component for one layer and microbatch, or for the whole first-stage GPU (the
     per-layer bytes x layers per chunk x chunks in flight, plus the embedding/output terms)."""
     parts = activation_components_bytes(model, plan, opts)
-    if scope == "gpu":
-        chunks = inflight_chunks(plan, 0)
+    if scope == "gpu":  # as memory.activation_bytes_per_stage counts stage 0: its own layers, its chunks
+        if plan.recompute_layers is not None:  # the layers a partial recompute leaves keep everything
+            share = recomputed_share(model.layers, plan)
+            kept = activation_components_bytes(
+                model, dataclasses.replace(plan, recompute="none", recompute_layers=None), opts
+            )
+            parts = {c: share * parts.get(c, 0.0) + (1 - share) * kept.get(c, 0.0) for c in {**parts, **kept}}
         scale = inflight_layers(model, plan, 0)  # its own layers: uneven stages and layouts included
         parts = {c: b * scale for c, b in parts.items()}
-        extra = first_stage_extra_bytes(model, plan, opts) * min(chunks, max(plan.microbatches, 1))
+        extra = first_stage_extra_bytes(model, plan, opts) * embedding_chunks(plan)
         if plan.pp == 1:
             extra += last_stage_extra_bytes(model, plan, opts)
         parts[EMBEDDING] = extra
@@ -74,8 +79,10 @@ def layer_components(model: Model, plan: Plan, opts: ActivationOptions, *, scope
     """Every recompute mode, without and with SP: sp, recompute, component, group, order, bytes."""
     rows = []
     for variant in sp_variants(plan):
-        for mode in RECOMPUTE:
-            p = dataclasses.replace(variant, recompute=mode)
+        for mode in RECOMPUTE:  # a partial full recompute's layer count stays with the full mode only
+            p = dataclasses.replace(
+                variant, recompute=mode, recompute_layers=variant.recompute_layers if mode == "full" else None
+            )
             rows += [{"sp": SP_LABEL[p.sp], "recompute": mode, **r} for r in _component_rows(model, p, opts, scope)]
     return pd.DataFrame(rows)
 

@@ -209,6 +209,16 @@ def test_activation_memory_captions_name_the_modules_recomputed_and_offloaded():
     assert any("the plan's: moe_act+layernorm" in c for c in captions)
 
 
+def test_activation_memory_draws_a_partial_full_recompute():
+    """Full recompute of 2 layers a stage: the page draws every mode (the layer count belongs to full)."""
+    query = {"model": "llama3-70b", "cluster": "dgx-h100", "nodes": "16", "dp": "4", "tp": "8", "pp": "4"}
+    at = _ok(
+        page_test("pages/activation_memory.py", {**query, "sp": "1", "gb": "256", "recompute": "full", "rcl": "2"})
+    )
+    bars = vega_charts(at)[0].frame()
+    assert set(bars["recompute"]) == {"none", "selective", "full"}
+
+
 def test_tp_scaling_covers_tp_1_to_32_with_the_boundary():
     at = _ok(page_test("pages/tp_scaling.py", DEFAULT_PARAMS))
     time, speedup, busbw = vega_charts(at)[:3]  # a lab TP sweep under the runs dir adds a 4th

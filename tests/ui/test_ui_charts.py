@@ -137,23 +137,31 @@ def test_layer_components_cover_every_recompute_mode_and_sp():
     assert set(no_sp["sp"]) == {"without SP"}  # SP needs TP > 1
 
 
+L70 = MODELS["llama3-70b"]
+STAGED = dict(dp=4, tp=8, pp=4, sp=True, global_batch=256)
+
+
 @pytest.mark.parametrize(
-    "plan",
+    "model, plan",
     [
-        PLAN,
-        Plan(dp=8, tp=8, pp=8, sp=True, first_stage_layers=9, last_stage_layers=15, global_batch=64),
-        Plan(dp=8, tp=8, pp=8, sp=True, pp_layout="E" + "tttt|" * 23 + "ttttL", global_batch=64),
+        (GPT175, PLAN),
+        (GPT175, Plan(dp=8, tp=8, pp=8, sp=True, first_stage_layers=9, last_stage_layers=15, global_batch=64)),
+        (GPT175, Plan(dp=8, tp=8, pp=8, sp=True, pp_layout="E" + "tttt|" * 23 + "ttttL", global_batch=64)),
+        (GPT175, Plan(dp=8, tp=8, pp=8, vpp=2, sp=True, global_batch=1536)),  # embedding: 2 pp microbatches
+        (L70, Plan(**STAGED, recompute="full", recompute_layers=2)),  # 2 of 20 layers recomputed
+        (L70, Plan(**STAGED, vpp=2, first_stage_layers=18, last_stage_layers=18, recompute="full", recompute_layers=3)),
     ],
-    ids=["even", "uneven", "layout"],
+    ids=["even", "uneven", "layout", "interleaved", "partial-recompute", "uneven-partial"],
 )
-def test_gpu_scope_adds_up_to_the_first_stage_activations(plan):
-    """The page's per-GPU breakdown holds the first stage's own layers in flight (uneven stages and
-    pipeline layouts included), as the memory model counts them."""
+def test_gpu_scope_adds_up_to_the_first_stage_activations(model, plan):
+    """The page's per-GPU breakdown sums to the plan model's first-stage activations (the stage chart's,
+    the headline's): its own layers in flight (uneven stages and pipeline layouts included), its
+    embedding's microbatches, a partial recompute's kept layers."""
     opts = ActivationOptions()
-    df = memory_data.layer_components(GPT175, plan, opts, scope="gpu")
-    rows = df[(df["sp"] == "with SP") & (df["recompute"] == "none")]
-    assert rows["bytes"].sum() == pytest.approx(activation_bytes_per_stage(GPT175, plan, 0, opts))
-    assert "embedding/output" in set(rows["group"])
+    df = memory_data.layer_components(model, plan, opts, scope="gpu")
+    rows = df[(df["sp"] == "with SP") & (df["recompute"] == plan.recompute)]
+    assert rows["bytes"].sum() == pytest.approx(activation_bytes_per_stage(model, plan, 0, opts))
+    assert ("embedding/output" in set(rows["group"])) == (model is GPT175)  # GPT-3's embedding dropout mask
 
 
 def test_sweeps_leave_out_what_the_model_cannot_split():
