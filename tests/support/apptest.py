@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "app.py"
@@ -99,6 +98,9 @@ def registered_pages(app: Path = APP) -> list[dict]:
 def page_test(page: str, query: dict[str, str] | None = None, *, timeout: float = 60):
     """An AppTest of app.py, switched to `page` ('pages/x.py'), with `query` as the URL's query
     parameters, already run."""
+    # lazy: the chart readers and registered_pages serve tests that must not load streamlit (~1 s)
+    from streamlit.testing.v1 import AppTest
+
     at = AppTest.from_file(str(APP), default_timeout=timeout)
     for key, value in (query or {}).items():
         at.query_params[key] = value
