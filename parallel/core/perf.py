@@ -24,8 +24,9 @@ output layer and loss on the last) plus the communication on its critical path:
     EP          the MoE dispatch and combine, exposed; with plan.ep_overlap (Megatron-core's batch-
                 level overlap) each under the window of another microbatch's computation that the
                 schedule pairs it with (ep_exposed_seconds).
-    PP          a microbatch's sends and receives, exposed unless plan.p2p_overlap (the interleaved
-                schedule's overlapped P2P).
+    PP          a microbatch's sends and receives, exposed unless plan.p2p_overlap under the
+                interleaved schedule (vpp > 1): Megatron-LM overlaps P2P only there and turns the
+                flag off without it (megatron/training/arguments.py).
     offload     plan.offload_modules' bytes (parallel.core.memory.offloaded_bytes_per_layer) copied to
                 host memory in forward and back in backward over the device's host link, each way on
                 its own stream (offload_exposed_seconds): only what one layer's compute cannot hide.
@@ -345,7 +346,9 @@ def _pipeline(
     cost = stage_cost(model, plan, cluster, perf, acts)
     units = _comm_units(comm_terms(model, plan, comm, dp=False), plan, cluster)
     per_layer = _layer_comm(plan, cost, units, crosses_nodes(plan, cluster, ("tp",)), model.moe_share)
-    pp_mb = where(plan.p2p_overlap | (p == 1), 0.0, _unit(units, ("pp",), "microbatch"))
+    # Megatron-LM overlaps P2P only under the interleaved schedule (arguments.py turns it off at vpp 1)
+    p2p_hidden = plan.p2p_overlap & (plan.vpp > 1)
+    pp_mb = where(p2p_hidden | (p == 1), 0.0, _unit(units, ("pp",), "microbatch"))
     first_n, middle_n, last_n = stage_layer_counts(model.layers, plan)
     # one microbatch on a stage: its layers' compute, exposed comm and offload copies, and the ends it holds
     offload = offload_exposed_seconds(model, plan, cluster, perf, acts, cost)
@@ -375,7 +378,7 @@ def _pipeline(
     exposed["pp"] = exposed["pp"] + pp_mb
     step_comm = {d: _unit(units, (d,), "step") for d in DIMS if d != "dp"}
     hidden = {d: m * crit["layers"] * per_layer["hidden"][d] for d in DIMS}
-    hidden["pp"] = where(plan.p2p_overlap & (p > 1), m * _unit(units, ("pp",), "microbatch"), 0.0)
+    hidden["pp"] = where(p2p_hidden & (p > 1), m * _unit(units, ("pp",), "microbatch"), 0.0)
     out = {
         "pipe": pipe,
         "compute": m * compute,

@@ -274,3 +274,15 @@ def test_search_ranks_equivalent_plans_by_simplicity_and_explains():
 
 def _options():
     return Options(activations=FLASH)
+
+
+def test_p2p_overlap_hides_pipeline_sends_only_under_the_interleaved_schedule():
+    """Megatron-LM overlaps P2P only with vpp > 1 (arguments.py turns --overlap-p2p-communication off
+    without it), as the label says: at vpp 1 the flag changes nothing; at vpp 2 the sends are hidden."""
+    model, cluster = MODELS["gpt3-175b"], H100.with_nodes(64)
+    for vpp, moved in ((1, False), (2, True)):
+        plain = Plan(dp=8, tp=8, pp=8, sp=True, vpp=vpp, global_batch=1536)
+        over = dataclasses.replace(plain, p2p_overlap=True)
+        a, b = step_time(model, plain, cluster), step_time(model, over, cluster)
+        assert bool(b["exposed_pp_s"] < a["exposed_pp_s"]) is moved and bool(b["hidden_pp_s"] > 0) is moved
+        assert bool(b["step_time_s"] < a["step_time_s"]) is moved and (over.label() != plain.label()) is moved
