@@ -367,8 +367,8 @@ def dispatcher_flags(plan: AnyPlan) -> tuple[Any, Any, Any]:
 
 def _ep_terms(model: Model, p: AnyPlan, per_layer: Any, fwd_passes: Any) -> list[CommTerm]:
     """A MoE layer's token dispatch and combine, forward (again under full recompute or a recomputed MoE
-    block) and their
-    conjugates backward, per microbatch, as Megatron-core's dispatchers (token_dispatcher.py) run them:
+    block) and their conjugates backward, per microbatch, as Megatron-core's dispatchers
+    (token_dispatcher.py) run them:
 
     alltoall / flex  the rank's routed copies (routed_copies: b s_q / t tokens x top_k, or the padded
                      capacity) all-to-all over the EP group; with etp > 1 the received copies are then
@@ -382,41 +382,24 @@ def _ep_terms(model: Model, p: AnyPlan, per_layer: Any, fwd_passes: Any) -> list
     act, h, share = model.dtype_bytes, model.hidden, model.moe_share
     etp = p.expert_tp
     copies_bytes = routed_copies(model, p) * h * act
-    # the busiest rank receives expert_load x its share: the exchange ends when its link has
+    # the busiest rank receives expert_load x its share: the exchange ends when its link has taken them
     received_bytes = copies_bytes * expert_load(model, p)
     tokens_bytes = p.micro_batch * (model.seq_len // p.cp) / p.tp * h * act
     exchange = 2 * fwd_passes + 2  # dispatch + combine forward, both conjugates backward
     sends = ~np.asarray(gathered) if is_array(gathered) else not gathered
     fanout = (flex, model.top_k, model.router_groups, model.router_group_topk)
+
+    def gathered_and_scattered(calls: Any, nbytes: Any, group: tuple[str, ...], n: Any, **kw: Any) -> list[CommTerm]:
+        """An all-gather before the experts and its reduce-scatter after, each `calls` times."""
+        return [per_layer("ep", c, calls, nbytes, group, n, **kw) for c in ("all_gather", "reduce_scatter")]
+
     return [
         per_layer("ep", "all_to_all", where(sends, exchange, 0) * share, received_bytes, ("ep",), p.ep, fanout=fanout),
-        per_layer(
-            "ep", "all_gather", where(sends, fwd_passes + 1, 0) * share, received_bytes * etp, ("tp",), etp, what="ETP"
+        *gathered_and_scattered(
+            where(sends, fwd_passes + 1, 0) * share, received_bytes * etp, ("tp",), etp, what="ETP"
         ),
-        per_layer(
-            "ep",
-            "reduce_scatter",
-            where(sends, fwd_passes + 1, 0) * share,
-            received_bytes * etp,
-            ("tp",),
-            etp,
-            what="ETP",
-        ),
-        per_layer(
-            "ep",
-            "all_gather",
-            where(gathered, fwd_passes + 1, 0) * share,
-            tokens_bytes * p.ep * etp,
-            ("ep", "tp"),
-            p.ep * etp,
-        ),
-        per_layer(
-            "ep",
-            "reduce_scatter",
-            where(gathered, fwd_passes + 1, 0) * share,
-            tokens_bytes * p.ep * etp,
-            ("ep", "tp"),
-            p.ep * etp,
+        *gathered_and_scattered(
+            where(gathered, fwd_passes + 1, 0) * share, tokens_bytes * p.ep * etp, ("ep", "tp"), p.ep * etp
         ),
     ]
 
