@@ -405,7 +405,9 @@ def candidates(
         per_row = n_cat // 2 if model.experts and tp > 1 else n_cat  # MoE with TP needs SP (Megatron-core)
         key = (pp, first, last)
         if key not in vpp_of:  # every stage's layers divide by vpp
-            per_stage = model.layers // pp if first < 0 else math.gcd(first, last, model.layers - first - last)
+            # uneven: the first, the last and each middle stage's own layers (validate's rule)
+            middle = (model.layers - first - last) // (pp - 2) if pp > 2 else 0
+            per_stage = model.layers // pp if first < 0 else math.gcd(first, last, middle)
             vpp_of[key] = divisors(per_stage)
         for mb in mb_of[dp]:
             if c.max_micro_batch is not None and mb > c.max_micro_batch:

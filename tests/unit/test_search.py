@@ -14,6 +14,7 @@ from parallel.core.perf import PerfOptions
 from parallel.core.plan import PLAN_DEFAULTS, Plan
 from parallel.core.report import Options, plan_report
 from parallel.core.specs import CLUSTERS, MODELS, GiB, Model
+from parallel.core.validate import check
 from parallel.search import space as S
 
 GQA = Model(
@@ -213,6 +214,19 @@ def test_a_heavy_output_layer_gets_a_lighter_last_stage():
     fast = S.search(VOCAB, SMALL, 4, S.Constraints(headroom=0.0))
     assert ((fast.table["pp"] == 2) & (fast.table["last_stage_layers"] == 2)).any()
     assert_same_plans(fast.table, S.search_naive(VOCAB, SMALL, 4, S.Constraints(headroom=0.0)))
+
+
+def test_interleaving_of_uneven_stages_divides_every_stage_not_their_sum():
+    """Llama 3 70B's 80 layers at pp 8 split 4/10 leave 11 on each middle stage: vpp 2 divides the
+    first, the last and the middle stages' 66 together, but not one middle stage (validate refuses)."""
+    model, cluster = MODELS["llama3-70b"], CLUSTERS["dgx-h100"].with_nodes(8)
+    c = S.Constraints(max_pp=8, zero=(1,), recompute=("full",), cp_kinds=("ring",))
+    table = S.search(model, cluster, 512, c).table
+    uneven = table[(table["pp"] == 8) & (table["first_stage_layers"] >= 0)]
+    assert len(uneven) and set(uneven["vpp"]) == {1}
+    for row in table.drop_duplicates(["pp", "vpp", "first_stage_layers", "last_stage_layers"]).to_dict("records"):
+        plan = S.plan_of(row, dataclasses.replace(c.base, global_batch=512))
+        assert not check(plan, model, cluster).errors, plan.label()
 
 
 def test_repeated_list_values_count_once_and_a_huge_space_is_refused_before_it_is_built(monkeypatch):
