@@ -56,6 +56,8 @@ first stage's terms count only when there is one stage; the calibrated model sum
                 allgather  an all-gather of K and one of V (b*s*k_t elements each, gathered) forward,
                            a reduce-scatter of each of their gradients backward (Dubey et al. 2024,
                            Sec. 3.3.2; two calls, as TransformerEngine's AttnFuncWithCPAndKVAllGather);
+                           a flash kernel keeps only the local K/V and gathers them again in
+                           backward (two more all-gathers: parallel.core.memory);
                 ring       cp-1 sends of the rank's K/V block (2*b*s_q*k_t) forward; backward the
                            blocks go round again (cp-1) and their dK/dV partial sums travel with
                            them back to their owners (cp sends) -- Liu et al. 2023, Ring Attention;
@@ -319,7 +321,9 @@ def comm_terms(
     a2a_q = p.micro_batch * s_q * (model.q_hidden + model.o_hidden) / 2 / p.tp * act
     a2a_k = p.micro_batch * s_q * (model.k_hidden + model.v_hidden) / 2 / p.tp * act
     terms += [  # all-gather CP: K and V in a call each, their gradients likewise
-        per_layer("cp", "all_gather", where(gathered, 2 * fwd_passes, 0), kv_bytes / 2, ("cp",), p.cp),
+        per_layer(
+            "cp", "all_gather", where(gathered, 2 * fwd_passes + where(p.flash, 2, 0), 0), kv_bytes / 2, ("cp",), p.cp
+        ),
         per_layer("cp", "reduce_scatter", where(gathered, 2, 0), kv_bytes / 2, ("cp",), p.cp),
         per_layer(
             "cp",

@@ -279,7 +279,8 @@ SP_VS_CP = (
     "turning each all-reduce into a reduce-scatter plus an all-gather of the same volume; the attention "
     "itself still sees every token of the sequence on each rank. Context parallelism splits the whole "
     "sequence, attention included, over any number of ranks and nodes; each rank then needs the keys "
-    "and values of the other ranks' tokens: all-gathered (memory for all s tokens' K/V), passed round a "
+    "and values of the other ranks' tokens: all-gathered (a flash kernel keeps only its own and gathers "
+    "again in backward; materialised attention keeps all s tokens' K/V), passed round a "
     "ring one block at a time (only its own block kept, transfers hidden behind attention), or "
     "exchanged for whole heads by all-to-all (Ulysses: cp·tp must divide the K/V heads)."
 )

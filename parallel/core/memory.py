@@ -32,7 +32,7 @@ Variants the paper does not cover are explicit `ActivationOptions` (each writes 
 SwiGLU MLP, flash attention (no s x s tensors; an fp32 log-sum-exp per query row instead),
 activations wider than 2 bytes, no dropout, and context parallelism by all-gathered K/V (the query
 side keeps s/cp tokens, K and V are gathered to all s; Dubey et al. 2024, "The Llama 3 Herd of
-Models", Sec. 3.3.2).
+Models", Sec. 3.3.2), by ring attention and by Ulysses all-to-all.
 
 Selective recomputation by module (Plan.recompute_modules, Megatron-core's) drops what each module
 saves (activation_components_bytes); fine-grained activation offloading (Plan.offload_modules) moves
@@ -183,8 +183,13 @@ def activation_components_bytes(
     by the attention kernel for its backward, 1 byte by the out-projection), so proj_input = (1 + A).
 
     Context parallelism (plan.cp > 1), by plan.cp_kind:
-      allgather  K and V of all s tokens are gathered and kept (s_k = s), the scores are s_q x s
-                 (Dubey et al. 2024, Sec. 3.3.2);
+      allgather  K and V of all s tokens are gathered (Dubey et al. 2024, Sec. 3.3.2). A flash
+                 kernel keeps only the rank's own s_q tokens of them (s_k = s_q) and its output and
+                 log-sum-exp, and gathers them again in backward: Transformer Engine's
+                 AttnFuncWithCPAndKVAllGather saves the local k and v and re-runs
+                 gather_along_first_dim in its backward, as PyTorch's ring flash-attention op does
+                 with its all-gather rotater. Materialised attention keeps the gathered K/V
+                 (s_k = s) and s_q x s scores;
       ring       each rank keeps its own s_q tokens of Q, K, V (s_k = s_q), the attention output and
                  the fp32 log-sum-exp; blocks of K/V arrive one at a time and the s_q x s_q block
                  scores are recomputed in backward (Liu et al. 2023, Ring Attention: flash-style), so
@@ -232,7 +237,9 @@ def activation_components_bytes(
     """
     act, s_q, s_kv = _sizes(model, plan, opts)
     gathered, ring, _ = cp_kind_flags(plan)
-    kv_tokens = where(gathered, model.seq_len, s_q)  # K/V tokens kept: all s only when all-gathered
+    # K/V tokens kept: all s only when all-gathered into a materialised attention (a flash kernel
+    # re-gathers them in backward)
+    kv_tokens = where(gathered & np.logical_not(plan.flash), model.seq_len, s_q)
     b, h, f, a, t = plan.micro_batch, model.hidden, model.ffn_hidden, model.heads, plan.tp
     q = model.q_hidden  # = h unless the model sets its head width (Qwen3) or uses MLA
     k_local = _kv_hidden_per_tp_rank(model, t)  # = k/t unless GQA replicates K/V heads (tp > kv_heads)

@@ -184,7 +184,7 @@ def test_extras_no_run_tells_apart_are_split_by_the_calls_each_dimension_adds():
     calls beyond them, all-gather CP 4)."""
     a, lump = 1e-3, 0.7e-3
     plain = Plan(pp=2, global_batch=4)
-    everything = Plan(tp=2, sp=True, cp=2, global_batch=4)
+    everything = Plan(tp=2, sp=True, cp=2, global_batch=4, attention="unfused")  # the engine's attention
     assert call_weights(TINY, everything) == (4.0, 6.0, 4.0)
     assert call_weights(TINY, Plan(cp=2, cp_kind="ring", global_batch=2)) == (0.0, 0.0, 8.0)  # send + recv
     samples = []

@@ -33,9 +33,14 @@ def test_memory_per_kind_follows_what_each_exchange_keeps():
     ring = comps(L70, tp=t, cp=cp, sp=True, cp_kind="ring")
     uly = comps(L70, tp=t, cp=cp, sp=True, cp_kind="ulysses")
     k_t = k / min(t, L70.kv_heads)
-    # all-gather keeps K/V of all s tokens and s_q x s scores
+    # all-gather into a materialised attention keeps K/V of all s tokens and s_q x s scores
     assert gathered["attention.v"] == A * b * s * k_t
     assert gathered["attention.scores"] == A * a * b * s_q * s / t
+    # a flash kernel keeps its own K/V, output and log-sum-exp and gathers K/V again in backward
+    flash = comps(L70, tp=t, cp=cp, sp=True, cp_kind="allgather", attention="fused")
+    ring_flash = comps(L70, tp=t, cp=cp, sp=True, cp_kind="ring", attention="fused")
+    assert flash["attention.v"] == A * b * s_q * k_t and flash["attention.scores"] == 0
+    assert flash == ring_flash
     # ring: only its own block of K/V, no s x s tensor, an fp32 log-sum-exp per query row
     assert ring["attention.v"] == A * b * s_q * k_t
     assert ring["attention.qk"] == A * b * s_q * (q / t + k_t)
@@ -96,12 +101,18 @@ def test_comm_per_kind_volumes_and_calls():
     s_q = m.seq_len // cp
     k_t = m.kv_hidden / t
     base = dict(tp=t, cp=cp, sp=True, global_batch=gb)
-    gathered = cp_rows(m, Plan(**base, cp_kind="allgather"), cluster)
+    gathered = cp_rows(m, Plan(**base, cp_kind="allgather", attention="unfused"), cluster)
     assert {(r["collective"], r["calls"]) for r in gathered} == {  # K and V in a call each
         ("all_gather", 2 * layers * mbs),
         ("reduce_scatter", 2 * layers * mbs),
     }
     assert all(r["bytes_per_call"] == m.seq_len * k_t * 4 for r in gathered)
+    # a flash kernel kept only its own K/V: backward gathers them again (Transformer Engine's all-gather CP)
+    flash = cp_rows(m, Plan(**base, cp_kind="allgather", attention="fused"), cluster)
+    assert {(r["collective"], r["calls"]) for r in flash} == {
+        ("all_gather", 4 * layers * mbs),
+        ("reduce_scatter", 2 * layers * mbs),
+    }
     (ring,) = cp_rows(m, Plan(**base, cp_kind="ring"), cluster)
     # forward cp-1 K/V blocks, backward cp-1 again and cp dK/dV blocks
     assert (ring["collective"], ring["calls"]) == ("send_recv", (3 * cp - 2) * layers * mbs)
