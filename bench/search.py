@@ -6,11 +6,12 @@ reports itself, and what the plain loop over `parallel.core.report` would cost f
 
 Each size is searched with the command's own argument parsing (parallel.cli.search.search_inputs:
 every constraint and option at the command's defaults), so the bench and the command evaluate the
-same plans. Prints one line per size: the best of `--repeat` of the search's `seconds` (candidates,
-the vectorised plan model, ranking) and of its CPU time (what a machine shared with other jobs
-cannot stretch), the plans evaluated and kept, and the estimated naive time
-(`plan_report` timed on a sample of the same candidates, times their count). Exit 1 if 4096 GPUs
-take longer than the goal. Pure CPU; no GPU needed.
+same plans. Prints one line per size: the search's `seconds` (candidates, the vectorised plan model,
+ranking) on its first call, with the layouts it caches cleared (what one `parallel search` command
+reports), and the best of `--repeat` calls, each with its CPU time (what a machine shared with other
+jobs cannot stretch); the plans evaluated and kept, and the estimated naive time (`plan_report` timed
+on a sample of the same candidates, times their count). Exit 1 if the first call at 4096 GPUs takes
+longer than the goal. Pure CPU; no GPU needed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 import time
 
 from parallel.cli.search import build_parser, search_inputs
+from parallel.core import comm
 from parallel.core.report import plan_report
 from parallel.search.space import candidates, plan_of, search
 
@@ -51,20 +53,21 @@ def main() -> int:
         command = build_parser().parse_args([*argv, "--global-batch", str(args.global_batch)])
         model, cluster, constraints, options = search_inputs(command)
         times, cpu, result = [], [], None
+        comm.clear_layout_caches()  # the first call lays out every group, as a fresh command does
         for _ in range(args.repeat):
             t0 = time.process_time()
             result = search(model, cluster, args.global_batch, constraints, options)
             times.append(result.seconds)
             cpu.append(time.process_time() - t0)
         naive = naive_seconds_per_plan(model, cluster, args.global_batch, constraints, options) * result.evaluated
-        best = min(times)
-        slow |= gpus >= 4096 and best > GOAL_S
+        first, best = times[0], min(times)
+        slow |= gpus >= 4096 and first > GOAL_S
         print(
-            f"{model.name} on {gpus:>5} GPUs, global batch {args.global_batch}: search {best:.2f} s "
-            f"({min(cpu):.2f} s of CPU; best of {args.repeat}; {result.evaluated:,} plans evaluated, "
-            f"{len(result.table):,} fit); "
+            f"{model.name} on {gpus:>5} GPUs, global batch {args.global_batch}: search {first:.2f} s first "
+            f"({cpu[0]:.2f} s of CPU), {best:.2f} s best of {args.repeat} ({min(cpu):.2f} s of CPU); "
+            f"{result.evaluated:,} plans evaluated, {len(result.table):,} fit; "
             f"plain loop over plan_report ≈ {naive:,.0f} s; goal ≤ {GOAL_S:.0f} s at 4096: "
-            f"{'n/a' if gpus < 4096 else 'OK' if best <= GOAL_S else 'MISSED'}"
+            f"{'n/a' if gpus < 4096 else 'OK' if first <= GOAL_S else 'MISSED'}"
         )
     return 1 if slow else 0
 

@@ -165,13 +165,20 @@ def _layout_of(plan: Plan, cluster: Cluster, dims: tuple[str, ...]) -> tuple[boo
     return _layout_cached(p.dp, p.tp, p.pp, p.cp, p.ep, p.expert_tp, p.order, cluster.domain_gpus, dims)
 
 
+@functools.lru_cache(maxsize=1024)
+def _topology_cached(dp: int, tp: int, pp: int, cp: int, ep: int, etp: int, order: str, domain: int):
+    """(the Plan of these degrees, its Topology with NVLink domains of `domain` GPUs): built once for the
+    several groups _layout_cached asks about (a Plan validates its 38 fields on construction)."""
+    plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, order=order)
+    return plan, replace(plan.topology(domain), nvlink_domain=domain)  # only the domains matter here
+
+
 @functools.lru_cache(maxsize=4096)
 def _layout_cached(
     dp: int, tp: int, pp: int, cp: int, ep: int, etp: int, order: str, domain: int, dims: tuple[str, ...]
 ) -> tuple[bool, int]:
     """_layout_of's answer, laid out once per degrees, order and domain size (searches ask again and again)."""
-    plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, order=order)
-    topo = replace(plan.topology(domain), nvlink_domain=domain)  # only the domains matter here
+    plan, topo = _topology_cached(dp, tp, pp, cp, ep, etp, order, domain)
     if dims in (("ep",), ("ep", "tp")):  # the MoE layers' own layout: EP groups, or ETP x EP groups
         n = plan.ep * (plan.expert_tp if dims == ("ep", "tp") else 1)
         laid_out = n > 1 and plan.world_size % (plan.expert_tp * plan.ep * plan.pp) == 0
@@ -187,12 +194,19 @@ def _layout_cached(
         axes = [("dp", "pp", "cp", "tp").index(d) for d in dims]
         rest = [i for i in range(4) if i not in axes]
         groups = grid.transpose(rest + axes).reshape(-1, math.prod(grid.shape[i] for i in axes))
-    domains = np.sort(topo.domain_of(groups), axis=1)
-    spans = 1 + (np.diff(domains, axis=1) != 0).sum(axis=1)
-    crossing = spans > 1
-    if not crossing.any():
+    domains = topo.domain_of(groups)
+    crossing = domains.max(axis=1) != domains.min(axis=1)
+    if not crossing.any():  # most groups of a search stay inside a domain: no sort needed
         return False, groups.shape[1]
-    return True, int((groups.shape[1] // spans[crossing]).min())
+    spanning = np.sort(domains[crossing], axis=1)
+    spans = 1 + (np.diff(spanning, axis=1) != 0).sum(axis=1)
+    return True, int((groups.shape[1] // spans).min())
+
+
+def clear_layout_caches() -> None:
+    """Forget every laid-out group (a benchmark's first call then costs what a fresh process's does)."""
+    _layout_cached.cache_clear()
+    _topology_cached.cache_clear()
 
 
 def _layouts(plan: AnyPlan, cluster: Cluster, dims: tuple[str, ...]) -> tuple[Any, Any]:

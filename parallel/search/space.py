@@ -492,7 +492,7 @@ def candidates(
         funnel.append({"constraint": "SP required whenever tp > 1", "remaining": len(rows["dp"])})
     if model.experts and (c.base.ep_overlap or c.base.capacity_pad):
         rows = _moe_rules(rows, c.base, funnel)
-    return pd.DataFrame(rows), funnel
+    return pd.DataFrame(rows, copy=False), funnel
 
 
 def _moe_rules(rows: dict, base: Plan, funnel: list[dict]) -> dict:
@@ -646,7 +646,9 @@ def evaluate(
             "dp_link": pd.Categorical.from_codes(crosses_nodes(plans, cluster, ("dp", "cp")).astype(np.int8), LINKS),
         }
     )
-    return pd.DataFrame({k: np.broadcast_to(v, len(plans)) if np.ndim(v) == 0 else v for k, v in out.items()})
+    return pd.DataFrame(
+        {k: np.broadcast_to(v, len(plans)) if np.ndim(v) == 0 else v for k, v in out.items()}, copy=False
+    )
 
 
 # ---------------------------------------------------------------- the search
