@@ -59,12 +59,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from parallel.core.comm import ENGINE_BUCKET_BYTES, RING_STEPS, CommOptions, bus_factor, comm_terms, crosses_nodes
 from parallel.core.engine_plan import engine_plan
+from parallel.core.files import NotARegularFile, TooLarge, read_bounded
 from parallel.core.memory import activation_components_bytes, has_dropout
 from parallel.core.perf import layer_forward_flops
 from parallel.core.plan import Plan
@@ -105,17 +105,16 @@ def read_calibration(path: Any) -> Calibration:
     """The calibration in the JSON file at `path` (`python -m profiler calibrate ... --out`), read
     bounded (MAX_CALIBRATION_BYTES); CalibrationError saying what is wrong: unreadable, too large,
     not JSON, a field out of range."""
-    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO or a device would block the read
-        raise CalibrationError("not a regular file")
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_CALIBRATION_BYTES + 1)
+        data = read_bounded(path, MAX_CALIBRATION_BYTES)
+    except NotARegularFile:
+        raise CalibrationError("not a regular file") from None
     except OSError as err:
         raise CalibrationError(f"cannot read it ({err.strerror or err})") from None
-    if len(data) > MAX_CALIBRATION_BYTES:
+    except TooLarge:
         raise CalibrationError(
             f"larger than {MAX_CALIBRATION_BYTES >> 20} MiB: not a calibration (those are a few KiB)"
-        )
+        ) from None
     try:
         doc = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:

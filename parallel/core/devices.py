@@ -37,8 +37,8 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
+from parallel.core.files import NotARegularFile, TooLarge, read_bounded
 from parallel.core.specs import CLUSTERS, GB, Cluster, SpecError, _from_dict
 
 # the least fraction of peak any efficiency may claim: 0.1%, below any kernel measured; a smaller one
@@ -343,13 +343,14 @@ MAX_DEVICE_FIT_BYTES = 1 << 20  # a device fit is a few hundred bytes
 def read_device_fit(path: str) -> Device:
     """The fitted Device in the JSON file at `path`, read bounded from a regular file only (a FIFO
     would block); SpecError saying what is wrong."""
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError("not a regular file" if p.exists() else "no such file")
-    with open(p, "rb") as f:
-        data = f.read(MAX_DEVICE_FIT_BYTES + 1)
-    if len(data) > MAX_DEVICE_FIT_BYTES:
-        raise SpecError(f"larger than {MAX_DEVICE_FIT_BYTES >> 10} KiB: not a device fit")
+    try:
+        data = read_bounded(path, MAX_DEVICE_FIT_BYTES)
+    except NotARegularFile:
+        raise SpecError("not a regular file") from None
+    except FileNotFoundError:
+        raise SpecError("no such file") from None
+    except TooLarge:
+        raise SpecError(f"larger than {MAX_DEVICE_FIT_BYTES >> 10} KiB: not a device fit") from None
     try:
         doc = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:

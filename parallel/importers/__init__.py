@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from parallel.core.files import NotARegularFile, TooLarge, read_bounded
 from parallel.core.specs import Cluster
 from parallel.importers.base import Imported, ImportFailed
 from parallel.importers.limits import MAX_INPUT_CHARS, input_error
@@ -66,16 +67,14 @@ def import_text(text: str, name: str = "pasted text", kind: str | None = None, r
 
 
 def _read_text(path: Path) -> str:
-    if path.exists() and not path.is_file():  # a FIFO or a device would block the read
-        raise ImportFailed(f"{path}: not a regular file")
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_INPUT_CHARS * 4 + 1)  # UTF-8: at most 4 bytes a character
-        if len(data) > MAX_INPUT_CHARS * 4:
-            raise ImportFailed(
-                f"{path}: over {MAX_INPUT_CHARS * 4:,} bytes; an import is at most {MAX_INPUT_CHARS:,} characters"
-            )
-        return data.decode("utf-8")
+        return read_bounded(path, MAX_INPUT_CHARS * 4).decode("utf-8")  # UTF-8: at most 4 bytes a character
+    except NotARegularFile:
+        raise ImportFailed(f"{path}: not a regular file") from None
+    except TooLarge:
+        raise ImportFailed(
+            f"{path}: over {MAX_INPUT_CHARS * 4:,} bytes; an import is at most {MAX_INPUT_CHARS:,} characters"
+        ) from None
     except OSError as err:
         raise ImportFailed(f"{path}: cannot read it ({err.strerror or err})") from None
     except UnicodeDecodeError:

@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from parallel.core.files import NotARegularFile, TooLarge, read_bounded
 from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, MODELS, Cluster, Model, SpecError
 from parallel.importers import Imported, ImportFailed, beside, import_text
@@ -39,15 +40,14 @@ def plan_file(path: str, world_size: int | None = None) -> tuple[dict, Any]:
     (MAX_RUN_JSON_BYTES): a plan JSON (bare, or a run's / report's / uploaded set's {"plan": ...,
     "model": ...}), or a Megatron-LM launch script or torchtitan TOML (imported_plan: its DP follows
     `world_size`, the traces'); PlanMismatchError in one line when it cannot be used."""
-    if Path(path).exists() and not Path(path).is_file():  # a FIFO or a device would block the read
-        raise PlanMismatchError(f"--plan {path}: not a regular file")
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_RUN_JSON_BYTES + 1)
+        raw = read_bounded(path, MAX_RUN_JSON_BYTES)
+    except NotARegularFile:
+        raise PlanMismatchError(f"--plan {path}: not a regular file") from None
     except OSError as err:
         raise PlanMismatchError(f"--plan {path}: cannot read it ({err.strerror or err})") from None
-    if len(raw) > MAX_RUN_JSON_BYTES:
-        raise PlanMismatchError(f"--plan {path}: larger than {MAX_RUN_JSON_BYTES >> 20} MiB: not a plan file")
+    except TooLarge:
+        raise PlanMismatchError(f"--plan {path}: larger than {MAX_RUN_JSON_BYTES >> 20} MiB: not a plan file") from None
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as err:
