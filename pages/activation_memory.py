@@ -4,6 +4,7 @@ and per GPU, by recompute mode, against sequence length and against TP; model st
 import streamlit as st
 
 from parallel.core.memory_sweeps import SCOPES, SP_LABEL
+from parallel.core.plan import NO_OFFLOAD
 from parallel.core.specs import GiB
 from ui import loaders, memory_charts, run_views
 from ui.memory_charts import capacity_drawn
@@ -58,6 +59,11 @@ def activation_memory_page(choice: PlanChoice) -> None:
         "Korthikanti et al. 2022, Table 2. Selective recompute drops what its modules save (the plan's: "
         f"{plan.recompute_modules}; core_attn: the s×s attention tensors); full recompute keeps only each "
         "layer's input."
+        + (
+            f" Offloaded ({plan.offload_modules}): on the GPU for one layer, in host memory for the rest."
+            if scope == "gpu" and plan.offload_modules != NO_OFFLOAD
+            else ""
+        )
     )
     st.altair_chart(memory_charts.recompute_chart(view["recompute"], scope=scope))
 

@@ -329,6 +329,21 @@ def offloaded_bytes_per_layer(model: Model, plan: AnyPlan, opts: ActivationOptio
       expert_fc1  the routed copies, A' R h, on the MoE layers (0 when the MoE block is recomputed)
       moe_act     the experts' activation input, g A R f_e / etp, likewise
     Tensors under Megatron-core's min_offloaded_tensor_size (1M elements) are not skipped here."""
+    return {m: sum(by_component.values()) for m, by_component in _offloaded_parts(model, plan, opts).items()}
+
+
+def offloaded_components_bytes(model: Model, plan: AnyPlan, opts: ActivationOptions = ActivationOptions()) -> dict:
+    """offloaded_bytes_per_layer by activation_components_bytes' component instead of by module (what
+    the per-GPU breakdown takes off each component for every in-flight layer but one)."""
+    out: dict[str, Any] = {}
+    for by_component in _offloaded_parts(model, plan, opts).values():
+        for c, b in by_component.items():
+            out[c] = out.get(c, 0.0) + b
+    return out
+
+
+def _offloaded_parts(model: Model, plan: AnyPlan, opts: ActivationOptions) -> dict[str, dict[str, Any]]:
+    """{module of plan.offload_modules: {component: bytes it offloads of it}} (offloaded_bytes_per_layer)."""
     modules = offloaded_modules(plan)
     if not modules:
         return {}
@@ -344,13 +359,16 @@ def offloaded_bytes_per_layer(model: Model, plan: AnyPlan, opts: ActivationOptio
     gate = 2 if model.gated_mlp else 1
     core = ("qk", "v", "scores", "dropout_mask", "dropout_output", "softmax_stats")
     out = {
-        "attn_norm": norm_in if model.mla else 0.0,
-        "qkv_linear": parts.get("attention.qkv_input", 0.0) + (0.0 if model.mla else norm_in),
-        "core_attn": sum(parts.get(f"attention.{k}", 0.0) for k in core),
-        "attn_proj": parts.get("attention.proj_input", 0.0),
-        "mlp_norm": norm_in * share,
-        "expert_fc1": experts * gemm_in * routed * model.hidden,
-        "moe_act": experts * gate * act * routed * model.expert_width / plan.expert_tp,
+        "attn_norm": {"layernorm": norm_in if model.mla else 0.0},
+        "qkv_linear": {
+            "attention.qkv_input": parts.get("attention.qkv_input", 0.0),
+            "layernorm": 0.0 if model.mla else norm_in,
+        },
+        "core_attn": {f"attention.{k}": parts.get(f"attention.{k}", 0.0) for k in core},
+        "attn_proj": {"attention.proj_input": parts.get("attention.proj_input", 0.0)},
+        "mlp_norm": {"layernorm": norm_in * share},
+        "expert_fc1": {"mlp.fc1_input": experts * gemm_in * routed * model.hidden},
+        "moe_act": {"mlp.act_input": experts * gate * act * routed * model.expert_width / plan.expert_tp},
     }
     return {m: out[m] for m in modules}
 

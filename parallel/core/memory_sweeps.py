@@ -25,6 +25,7 @@ from parallel.core.memory import (
     inflight_layers,
     last_stage_extra_bytes,
     memory_per_stage,
+    offloaded_components_bytes,
 )
 from parallel.core.plan import RECOMPUTE, Plan, recomputed_share
 from parallel.core.specs import Model
@@ -55,14 +56,17 @@ def _component_rows(model: Model, plan: Plan, opts: ActivationOptions, scope: st
     per-layer bytes x layers per chunk x chunks in flight, plus the embedding/output terms)."""
     parts = activation_components_bytes(model, plan, opts)
     if scope == "gpu":  # as memory.activation_bytes_per_stage counts stage 0: its own layers, its chunks
+        off = offloaded_components_bytes(model, plan, opts)
         if plan.recompute_layers is not None:  # the layers a partial recompute leaves keep everything
             share = recomputed_share(model.layers, plan)
-            kept = activation_components_bytes(
-                model, dataclasses.replace(plan, recompute="none", recompute_layers=None), opts
-            )
+            unrecomputed = dataclasses.replace(plan, recompute="none", recompute_layers=None)
+            kept = activation_components_bytes(model, unrecomputed, opts)
             parts = {c: share * parts.get(c, 0.0) + (1 - share) * kept.get(c, 0.0) for c in {**parts, **kept}}
+            kept_off = offloaded_components_bytes(model, unrecomputed, opts)
+            off = {c: share * off.get(c, 0.0) + (1 - share) * kept_off.get(c, 0.0) for c in {**off, **kept_off}}
         scale = inflight_layers(model, plan, 0)  # its own layers: uneven stages and layouts included
-        parts = {c: b * scale for c, b in parts.items()}
+        # offloaded tensors stay on the device for one layer only (memory.activation_bytes_per_stage)
+        parts = {c: b * scale - off.get(c, 0.0) * (scale - 1) for c, b in parts.items()}
         extra = first_stage_extra_bytes(model, plan, opts) * embedding_chunks(plan)
         if plan.pp == 1:
             extra += last_stage_extra_bytes(model, plan, opts)

@@ -138,6 +138,7 @@ def test_layer_components_cover_every_recompute_mode_and_sp():
 
 
 L70 = MODELS["llama3-70b"]
+MIXTRAL = MODELS["mixtral-8x7b"]
 STAGED = dict(dp=4, tp=8, pp=4, sp=True, global_batch=256)
 
 
@@ -150,13 +151,15 @@ STAGED = dict(dp=4, tp=8, pp=4, sp=True, global_batch=256)
         (GPT175, Plan(dp=8, tp=8, pp=8, vpp=2, sp=True, global_batch=1536)),  # embedding: 2 pp microbatches
         (L70, Plan(**STAGED, recompute="full", recompute_layers=2)),  # 2 of 20 layers recomputed
         (L70, Plan(**STAGED, vpp=2, first_stage_layers=18, last_stage_layers=18, recompute="full", recompute_layers=3)),
+        (L70, Plan(**STAGED, offload_modules="qkv_linear+core_attn+attn_proj", recompute="full", recompute_layers=2)),
+        (MIXTRAL, Plan(dp=4, tp=2, pp=4, ep=4, sp=True, global_batch=256, offload_modules="expert_fc1+mlp_norm")),
     ],
-    ids=["even", "uneven", "layout", "interleaved", "partial-recompute", "uneven-partial"],
+    ids=["even", "uneven", "layout", "interleaved", "partial-recompute", "uneven-partial", "offload", "moe-offload"],
 )
 def test_gpu_scope_adds_up_to_the_first_stage_activations(model, plan):
     """The page's per-GPU breakdown sums to the plan model's first-stage activations (the stage chart's,
     the headline's): its own layers in flight (uneven stages and pipeline layouts included), its
-    embedding's microbatches, a partial recompute's kept layers."""
+    embedding's microbatches, a partial recompute's kept layers, offloaded modules kept for one layer."""
     opts = ActivationOptions()
     df = memory_data.layer_components(model, plan, opts, scope="gpu")
     rows = df[(df["sp"] == "with SP") & (df["recompute"] == plan.recompute)]
