@@ -12,6 +12,13 @@ from ui.plan_form import SETTINGS_SECTION, PlanChoice, plan_form, saved_text
 from ui.routing import ensure_navigation
 from ui.text import bytes_text
 
+ACT_BYTES = (0, 2, 4)  # the Activation bytes choices: 0 = the model's dtype
+
+
+def _act_label(b: int) -> str:
+    """A choice's label, which is also what the URL holds for it (Streamlit binds a selectbox by label)."""
+    return "model dtype" if b == 0 else f"{b} B"
+
 
 def activation_memory_page(choice: PlanChoice) -> None:
     model, plan = choice.model, choice.plan
@@ -30,10 +37,10 @@ def activation_memory_page(choice: PlanChoice) -> None:
     )
     act_bytes = c4.selectbox(
         "Activation bytes",
-        [0, 2, 4],
+        list(ACT_BYTES),
         key="mem_act",
         **url,
-        format_func=lambda b: "model dtype" if b == 0 else f"{b} B",
+        format_func=_act_label,
         help=f"bytes per saved activation; the model's dtype is {model.dtype_bytes} B",
     )
     view = loaders.memory_view(choice.params, act_bytes, scope)
@@ -106,14 +113,12 @@ def _tp_values(sweep) -> str:
 
 def _toggled() -> dict:
     """The page's bytes per activation as it stands before it is drawn (its session state, or on a first
-    visit the URL it is bound to), so the plan form's memory check uses the same assumption as every
-    number below it."""
-    ss, url = st.session_state, st.query_params
-    try:
-        act = int(ss.get("mem_act", url.get("mem_act", 0)))
-    except ValueError:
-        act = 0
-    return {"act_bytes": act}
+    visit the URL it is bound to, by label: '4 B'), so the plan form's memory check uses the same assumption
+    as every number below it."""
+    if "mem_act" in st.session_state:
+        return {"act_bytes": st.session_state["mem_act"]}
+    by_label = {_act_label(b): b for b in ACT_BYTES}
+    return {"act_bytes": by_label.get(st.query_params.get("mem_act"), 0)}  # an unknown label: the widget drops it
 
 
 ensure_navigation()

@@ -4,7 +4,7 @@ smallest plan that fits at each length, and this project's measured runs on the 
 
 import streamlit as st
 
-from parallel.core.long_context import CP_DEGREES, SP_VS_CP
+from parallel.core.long_context import CP_DEGREES, SP_VS_CP, coinciding
 from parallel.core.specs import GiB
 from profiler.collect import trace_sets
 from ui import loaders, long_context_charts
@@ -61,6 +61,13 @@ def long_context_page(choice: PlanChoice) -> None:
         "No run of this project matches the plan (same model, TP, micro batch, recompute, pp 1): run one on "
         "Run a job (e.g. tiny-llama with --cp-kind ring) to see measured points here."
     )
+    hidden = coinciding(view["memory"])
+    if hidden:  # a legend entry with no line of its own reads as a missing curve
+        st.caption(
+            "Drawn on top of each other (the same bytes at every length): "
+            + "; ".join(f"{md(later)} over {md(earlier)}" for later, earlier in hidden.items())
+            + "."
+        )
     st.markdown(SP_VS_CP)
 
     st.subheader("Communication per layer, by the link it crosses")

@@ -73,6 +73,22 @@ def memory_curves(
     return pd.DataFrame(rows, columns=["variant", "cp_kind", "seq_len", "bytes", "GiB"])
 
 
+def coinciding(curves: pd.DataFrame) -> dict[str, str]:
+    """{variant: the earlier variant it lies on}: memory curves (memory_curves' frame) with the same bytes
+    at every length both are drawn at, so one line hides the other (all-gather and ring CP under a flash
+    kernel: each keeps only its own K/V)."""
+    out: dict[str, str] = {}
+    by_variant = {v: g.set_index("seq_len")["bytes"] for v, g in curves.groupby("variant", sort=False)}
+    names = list(by_variant)
+    for i, later in enumerate(names):
+        for earlier in names[:i]:
+            a, b = by_variant[earlier], by_variant[later]
+            if earlier not in out and a.index.equals(b.index) and np.allclose(a, b, rtol=1e-9, atol=0):
+                out[later] = earlier
+                break
+    return out
+
+
 def link_name(cluster: Cluster, link: str) -> str:
     """The cluster's own name for a link tier ('intra' / 'inter'), e.g. NVLink / InfiniBand, loopback."""
     chosen = cluster.intra if link == "intra" else cluster.inter

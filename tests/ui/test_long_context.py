@@ -116,3 +116,21 @@ def test_nothing_fits_says_which_term_and_what_would_make_room():
     # eight decades of GiB: the plot keeps the chart's height (its legend on the right, not below)
     spec = vega_charts(at)[0].spec
     assert spec["height"] >= 400 and spec["layer"][0]["encoding"]["color"]["legend"]["orient"] == "right"
+
+
+@pytest.mark.parametrize(
+    "attention, hidden", [("fused", {"TP8+SP+CP8 ring": "TP8+SP+CP8 all-gather"}), ("unfused", {})]
+)
+def test_the_page_says_which_memory_curves_lie_on_each_other(attention, hidden):
+    """Under a flash kernel all-gather CP keeps only its own K/V, as ring does: their curves are one line,
+    and the page says so rather than leave a legend entry with no line of its own; with the scores kept
+    (unfused) all-gather needs more and both lines show."""
+    query = {**L70, "nodes": "1", "sp": "1", "lc_cp": "8", "attn": attention}
+    at = _ok(page_test("pages/long_context.py", query))
+    curves = _frame(vega_charts(at)[0], "cp_kind").set_index(["variant", "seq_len"])["GiB"]
+    ring, gather = curves["TP8+SP+CP8 ring"], curves["TP8+SP+CP8 all-gather"]
+    assert (ring[131072] == gather[131072]) == (attention == "fused")  # 43.0 GiB both; 2,607 GiB unfused
+    notes = [c.value for c in at.caption if c.value.startswith("Drawn on top of each other")]
+    assert notes == (
+        [f"Drawn on top of each other (the same bytes at every length): {k} over {v}." for k, v in hidden.items()]
+    )

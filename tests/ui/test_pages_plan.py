@@ -372,3 +372,19 @@ def test_topology_overview_of_512_nodes_keeps_its_rows_and_tells_64_stages_apart
     assert '"scheme": "viridis"' in grid.text()  # the GPU grid uses the same scale
     small = _ok(page_test("pages/topology.py", {**query, "pp": "8", "dp": "64", "gb": "1536"}))
     assert '"viridis"' not in vega_charts(small)[0].text()  # 8 stages: distinct categorical colours
+
+
+def test_a_shared_links_activation_bytes_reach_the_memory_banner():
+    """The Activation bytes choice is bound to the URL as its label ('4 B'): a link that carries it checks
+    the plan's memory with 4 B per activation on its first run, as the same choice made by hand does
+    (Llama 3 8B, micro batch 4: 70 GiB fits at the model's 2 B, 106 GiB at 4 B does not)."""
+    query = {"model": "llama3-8b", "cluster": "dgx-h100", "nodes": "1", "dp": "2", "tp": "4", "pp": "1"}
+    query |= {"sp": "1", "mb": "4", "gb": "8"}
+    by_hand = _ok(page_test("pages/activation_memory.py", query))
+    assert not [e for e in _errors(by_hand) if e.startswith("memory per GPU")]
+    by_hand.selectbox(key="mem_act").set_value(4).run()
+    (banner,) = [e for e in _errors(_ok(by_hand)) if e.startswith("memory per GPU")]
+    assert "activations 72.2 GiB" in banner
+    linked = _ok(page_test("pages/activation_memory.py", {**query, "mem_act": "4 B"}))
+    assert linked.selectbox(key="mem_act").value == 4
+    assert [e for e in _errors(linked) if e.startswith("memory per GPU")] == [banner]
