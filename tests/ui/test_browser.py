@@ -213,7 +213,7 @@ EXTRA_VIEWS = [
     (
         "long_context-llama3-70b",
         "pages/long_context.py",
-        "long_context?model=llama3-70b&nodes=8&dp=1&tp=8&pp=1&gb=1&recompute=selective&lc_cp=16",
+        "long_context?model=llama3-70b&nodes=8&dp=4&tp=8&pp=2&sp=1&zero=1&gb=8&recompute=selective&lc_cp=16",
     ),
 ]
 # Run-dependent views, with the sample run (or its failed copy) named in the URL.
