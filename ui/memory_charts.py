@@ -60,10 +60,12 @@ def _stack(data: pd.DataFrame, x: alt.X, scope: str, x_tooltip: alt.Tooltip) -> 
 
 def recompute_chart(df: pd.DataFrame, *, scope: str = "layer") -> alt.FacetChart:
     """Bytes by component for each recompute mode (frame of memory_data.layer_components)."""
-    data = with_units(df, _y_title(scope)[0], "bytes")
+    unit = _y_title(scope)[0]
+    data = with_units(df, unit, "bytes")
     x = alt.X("recompute:N", sort=list(RECOMPUTE), title="activation recompute", axis=alt.Axis(labelAngle=0))
     bars = _stack(data, x, scope, alt.Tooltip("recompute:N", title="recompute"))
-    return alt.layer(bars, data=data, width=220, height=280).facet(column=_sp_column())
+    labels = _total_labels(data, unit, x, by="recompute", marked=False)
+    return alt.layer(bars, *labels, data=data, width=220, height=280).facet(column=_sp_column())
 
 
 def sweep_chart(df: pd.DataFrame, *, axis: str, scope: str = "layer") -> alt.FacetChart:
@@ -74,25 +76,35 @@ def sweep_chart(df: pd.DataFrame, *, axis: str, scope: str = "layer") -> alt.Fac
     name = {"seq_len": "sequence length (tokens)", "tp": "tensor-parallel size (TP)"}[axis]
     x = alt.X("x:O", title=name, axis=alt.Axis(labelAngle=0))
     bars = _stack(data, x, scope, alt.Tooltip("x:O", title=name.split(" (")[0]))
-    small = len(data) and data.groupby(["sp", "x"])[f"bytes_{unit}"].sum().max() < 10  # tiny: 0.24 MiB, not 0
-    fmt = ",.2f" if small else ",.0f" if unit == "MiB" else ",.1f"
-    totals = alt.Chart().transform_aggregate(total=f"sum(bytes_{unit})", groupby=["sp", "x", "current"])
-    labels = [
-        totals.transform_filter(("" if current else "!") + "datum.current")
-        .transform_calculate(label=("'▼ ' + " if current else "") + f"format(datum.total, '{fmt}')")
-        .mark_text(
-            baseline="bottom",
-            dy=-3,
-            fontSize=11 if current else 10,
-            fontWeight="bold" if current else "normal",
-            color="#212529" if current else "#868e96",
-        )
-        .encode(x=x, y=alt.Y("total:Q"), text=alt.Text("label:N"))
-        for current in (False, True)
-    ]
+    labels = _total_labels(data, unit, x, by="x", marked=True)
     chart = alt.layer(bars, *labels, data=data, width=300, height=260).facet(column=_sp_column())
     # SP needs TP > 1: a shared TP axis would leave the with-SP panel an empty TP = 1 column
     return chart.resolve_scale(x="independent") if axis == "tp" else chart
+
+
+def _total_labels(data: pd.DataFrame, unit: str, x: alt.X, *, by: str, marked: bool) -> list[alt.Chart]:
+    """Each stacked bar's total above it (two decimals when every bar is under 10 units: 0.24 MiB, not
+    0); with `marked`, the plan's own bar (the frame's `current`) labelled in bold with a ▼."""
+    small = len(data) and data.groupby(["sp", by])[f"bytes_{unit}"].sum().max() < 10
+    fmt = ",.2f" if small else ",.0f" if unit == "MiB" else ",.1f"
+    totals = alt.Chart().transform_aggregate(
+        total=f"sum(bytes_{unit})", groupby=["sp", by, *(["current"] if marked else [])]
+    )
+    out = []
+    for current in (False, True) if marked else (False,):
+        chart = totals.transform_filter(("" if current else "!") + "datum.current") if marked else totals
+        out.append(
+            chart.transform_calculate(label=("'▼ ' + " if current else "") + f"format(datum.total, '{fmt}')")
+            .mark_text(
+                baseline="bottom",
+                dy=-3,
+                fontSize=11 if current else 10,
+                fontWeight="bold" if current else "normal",
+                color="#212529" if current else "#868e96",
+            )
+            .encode(x=x, y=alt.Y("total:Q"), text=alt.Text("label:N"))
+        )
+    return out
 
 
 def stage_chart(df: pd.DataFrame) -> alt.FacetChart:

@@ -120,6 +120,11 @@ def test_a_tiny_model_stage_chart_is_in_mib_without_the_capacity_line():
     # SP needs TP > 1: each panel has its own TP axis, so the with-SP one has no empty TP = 1 column
     assert 1 in set(sweep[sweep["sp"] == "without SP"]["x"]) and 1 not in set(sweep[sweep["sp"] == "with SP"]["x"])
     assert tp_chart["resolve"]["scale"]["x"] == "independent"
+    by_mode = memory_charts.recompute_chart(
+        memory_data.layer_components(MODELS["tiny"], Plan(tp=2, global_batch=1), ActivationOptions())
+    )
+    totals = by_mode.to_dict()["spec"]["layer"][1]["transform"]  # each mode's bar labelled with its total
+    assert {"aggregate": [{"op": "sum", "field": "bytes_MiB", "as": "total"}], "groupby": ["sp", "recompute"]} in totals
     big = memory_charts.stage_chart(memory_data.stage_memory(GPT175, PLAN, ActivationOptions(), H100.gpu_memory_bytes))
     assert len(big.to_dict()["spec"]["layer"]) == 2  # the dashed GPU memory line
 
