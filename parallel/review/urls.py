@@ -32,6 +32,7 @@ from parallel.core.plan_schema import OPTIONAL_KINDS, value_error
 from parallel.core.report import Options
 from parallel.core.specs import MODELS, Cluster, GiB, Model, SpecError, cluster_preset, model_preset
 from parallel.review.document import NamedPlan, Review
+from parallel.review.refit import refit_plan
 
 PLAN_KEYS = tuple(spec.knob.url for spec in PLAN_FIELDS)  # the plan's URL keys, in declaration order
 PLACE_KEYS = ("model", "cluster", "nodes", "gpn", "nvl")  # where the plan runs
@@ -410,6 +411,9 @@ def review_from_params(params: Mapping) -> ReviewState:
     )
     if nodes < 1:
         raise SpecError(f"URL parameter nodes={nodes} must be at least 1")
+    spec = cluster_preset(cluster).with_nodes(nodes)
+    if not codes:  # the opening plans, carried to the link's GPUs as switching the place by hand carries them
+        plans = tuple(dataclasses.replace(p, plan=refit_plan(p.plan, spec.gpus)) for p in plans)
     chosen = get("chosen") or None
     if chosen is not None and chosen not in names:
         chosen = None
@@ -426,7 +430,7 @@ def review_from_params(params: Mapping) -> ReviewState:
         cluster=cluster,
         nodes=nodes,
         plans=plans,
-        title=get("title") or ("" if codes else d.title),
+        title=get("title") or ("" if codes else title_of(model, spec)),
         chosen=chosen,
         verdict=get("verdict") or "",
         view=view,

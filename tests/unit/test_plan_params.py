@@ -140,6 +140,16 @@ def test_review_state_url_round_trip(state):
     assert review_from_params({k: v if isinstance(v, list) else [v] for k, v in params.items()}) == state
 
 
+def test_a_link_naming_only_a_place_carries_the_opening_plans_there():
+    """review?model=llama3-70b&nodes=8 (no plan): the opening plans re-fitted to its 64 GPUs, as a switch by
+    hand re-fits them, and the title says the link's model and nodes, not GPT-3 175B's 64."""
+    state = review_from_params({"model": "llama3-70b", "nodes": "8"})
+    assert state.title == "llama3-70b on 8 dgx-h100 nodes"
+    assert [p.plan.world_size for p in state.plans] == [64, 64] == [state.cluster_spec.gpus] * 2
+    opening = default_review_state().plans
+    assert [(p.plan.tp, p.plan.pp) for p in state.plans] == [(p.plan.tp, p.plan.pp) for p in opening]
+
+
 def test_review_state_defaults_and_bad_urls():
     assert review_from_params({}) == default_review_state()
     d = default_review_state()
