@@ -47,6 +47,7 @@ Pure: stdlib and numpy.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -633,20 +634,28 @@ def activation_bytes_per_stage(
     model: Model, plan: AnyPlan, stage: Any, opts: ActivationOptions = ActivationOptions()
 ) -> Any:
     """Peak activation bytes on one GPU of `stage`: its layers in flight (inflight_layers), plus the ends."""
-    per_layer = activation_bytes_per_layer(model, plan, opts)
-    offloaded = sum(offloaded_bytes_per_layer(model, plan, opts).values())
-    if plan.recompute_layers is not None:  # the layers not recomputed keep everything
-        share = recomputed_share(model.layers, plan)
-        unrecomputed = _without_recompute(plan)
-        kept = activation_bytes_per_layer(model, unrecomputed, opts)
-        per_layer = share * per_layer + (1 - share) * kept
-        offloaded = share * offloaded + (1 - share) * sum(offloaded_bytes_per_layer(model, unrecomputed, opts).values())
+    per_layer = mixed_over_recompute(model, plan, lambda p: activation_bytes_per_layer(model, p, opts))
+    offloaded = mixed_over_recompute(model, plan, lambda p: sum(offloaded_bytes_per_layer(model, p, opts).values()))
     # offloaded tensors leave the device but for one layer's (the one being copied out or back in:
     # Megatron-core keeps the last groups before backward on the device and reloads a layer ahead)
     total = (per_layer - offloaded) * inflight_layers(model, plan, stage) + offloaded
     first = first_stage_extra_bytes(model, plan, opts) * embedding_chunks(plan)
     total = total + where(stage == 0, first, 0.0)
     return total + where(stage == plan.pp - 1, last_stage_extra_bytes(model, plan, opts), 0.0)
+
+
+def mixed_over_recompute(model: Model, plan: AnyPlan, measure: Callable[[AnyPlan], Any]) -> Any:
+    """measure(plan) for the mean layer of a stage: under a partial full recompute (recompute_layers) the
+    recomputed layers' share of it and the rest's, which recompute nothing and keep everything. `measure`
+    returns bytes (a number or an array) or a dict of them by component."""
+    value = measure(plan)
+    if plan.recompute_layers is None:
+        return value
+    share = recomputed_share(model.layers, plan)
+    kept = measure(_without_recompute(plan))
+    if isinstance(value, dict):
+        return {c: share * value.get(c, 0.0) + (1 - share) * kept.get(c, 0.0) for c in {**value, **kept}}
+    return share * value + (1 - share) * kept
 
 
 def _without_recompute(plan: AnyPlan) -> AnyPlan:

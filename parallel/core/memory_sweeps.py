@@ -25,9 +25,10 @@ from parallel.core.memory import (
     inflight_layers,
     last_stage_extra_bytes,
     memory_per_stage,
+    mixed_over_recompute,
     offloaded_components_bytes,
 )
-from parallel.core.plan import RECOMPUTE, Plan, recomputed_share
+from parallel.core.plan import RECOMPUTE, Plan
 from parallel.core.specs import Model
 from parallel.core.validate import _shape_errors
 
@@ -54,16 +55,11 @@ def sp_variants(plan: Plan) -> list[Plan]:
 def _component_rows(model: Model, plan: Plan, opts: ActivationOptions, scope: str) -> list[dict]:
     """Bytes by component for one layer and microbatch, or for the whole first-stage GPU (the
     per-layer bytes x layers per chunk x chunks in flight, plus the embedding/output terms)."""
-    parts = activation_components_bytes(model, plan, opts)
-    if scope == "gpu":  # as memory.activation_bytes_per_stage counts stage 0: its own layers, its chunks
-        off = offloaded_components_bytes(model, plan, opts)
-        if plan.recompute_layers is not None:  # the layers a partial recompute leaves keep everything
-            share = recomputed_share(model.layers, plan)
-            unrecomputed = dataclasses.replace(plan, recompute="none", recompute_layers=None)
-            kept = activation_components_bytes(model, unrecomputed, opts)
-            parts = {c: share * parts.get(c, 0.0) + (1 - share) * kept.get(c, 0.0) for c in {**parts, **kept}}
-            kept_off = offloaded_components_bytes(model, unrecomputed, opts)
-            off = {c: share * off.get(c, 0.0) + (1 - share) * kept_off.get(c, 0.0) for c in {**off, **kept_off}}
+    if scope != "gpu":
+        parts = activation_components_bytes(model, plan, opts)
+    else:  # as memory.activation_bytes_per_stage counts stage 0: its own layers, its chunks
+        parts = mixed_over_recompute(model, plan, lambda p: activation_components_bytes(model, p, opts))
+        off = mixed_over_recompute(model, plan, lambda p: offloaded_components_bytes(model, p, opts))
         scale = inflight_layers(model, plan, 0)  # its own layers: uneven stages and layouts included
         # offloaded tensors stay on the device for one layer only (memory.activation_bytes_per_stage)
         parts = {c: b * scale - off.get(c, 0.0) * (scale - 1) for c, b in parts.items()}
