@@ -33,7 +33,12 @@ the plan, read as Megatron-LM's `arguments.py` reads them:
 * `--recompute-granularity selective --recompute-modules M ...` (and the deprecated
   `--moe-layer-recompute`: + moe) -> recompute_modules; `--fine-grained-activation-offloading
   --offload-modules M ...` -> offload_modules; both checked as TransformerConfig checks them.
-* `--swiglu` -> the llama architecture (gated MLP; ffn default int(8h/3/64)·64), else gpt.
+* `--swiglu` or `--quick-geglu` (both a gated linear unit in Megatron-LM's argument_utils) -> the
+  llama architecture (gated MLP; ffn default int(8h/3/64)·64), else gpt.
+* `--padded-vocab-size` -> the vocabulary as given, unpadded (Megatron-LM then skips its padding).
+* A launch held in a variable and not run by the script (`CMD="... pretrain_gpt.py ..."` started from
+  an sbatch heredoc), or a file of arguments alone (`MODEL_ARGS="--num-layers ..."`), is read from
+  that variable when no command the script runs carries Megatron-LM flags.
 * `--cp-comm-type p2p|a2a|allgather|a2a+p2p` (default p2p) -> the plan's cp_kind ring | ulysses |
   allgather | ring (hierarchical, noted).
 * `--transformer-impl`, `--attention-backend` and `--use-flash-attn` -> the attention kernel
@@ -54,7 +59,7 @@ from parallel.core.plan import CP_KINDS, DEFAULT_RECOMPUTE_MODULES, NO_OFFLOAD, 
 from parallel.core.specs import MODELS, Model, SpecError
 from parallel.importers.base import Imported, failure
 from parallel.importers.moe_pattern import PatternError, moe_layer_flags
-from parallel.importers.shell_eval import UNRESOLVED, Reader, ShellError, Word, run
+from parallel.importers.shell_eval import UNRESOLVED, Reader, ShellError, Word, commands_in_values, run
 
 USED = {  # flag -> (type, key)
     "--tensor-model-parallel-size": ("int", "tp"),
@@ -78,8 +83,10 @@ USED = {  # flag -> (type, key)
     "--max-position-embeddings": ("int", "max_pos"),
     "--vocab-size": ("int", "vocab"),
     "--make-vocab-size-divisible-by": ("int", "vocab_divisor"),
+    "--padded-vocab-size": ("int", "padded_vocab"),
     "--kv-channels": ("int", "kv_channels"),
     "--swiglu": ("true", "swiglu"),
+    "--quick-geglu": ("true", "quick_geglu"),
     "--untie-embeddings-and-output-weights": ("true", "untied"),
     "--disable-bias-linear": ("true", "no_bias"),
     "--normalization": ("str", "norm"),
@@ -285,20 +292,31 @@ class _Reader:
         return out
 
 
+def _flag_count(cmd: list[Word]) -> int:
+    return sum(1 for w in cmd if w.text.partition("=")[0] in USED)
+
+
 def _launch(commands: list[list[Word]]) -> tuple[list[Word], list[Word]]:
     """(launcher words, Megatron words) of the command carrying the most Megatron flags."""
-
-    def score(cmd):
-        return sum(1 for w in cmd if w.text.partition("=")[0] in USED)
-
-    best = max(commands, key=score, default=None)
-    if best is None or score(best) == 0:
+    best = max(commands, key=_flag_count, default=None)
+    if best is None or _flag_count(best) == 0:
         return [], []
     script = next((i for i, w in enumerate(best) if w.text.endswith(".py")), None)
     if script is None:
         first = next(i for i, w in enumerate(best) if _is_flag(w.text))
         return best[:first], best[first:]
     return best[:script], best[script + 1 :]
+
+
+def _launch_in_values(result) -> tuple[list[Word], list[Word], Word | None]:
+    """_launch over the commands the script's variables hold (shell_eval.commands_in_values), and the
+    variable it came from (a Word of its name at its line)."""
+    held = [(name, value, cmd) for name, value, cmds in commands_in_values(result) for cmd in cmds]
+    best = max(held, key=lambda x: _flag_count(x[2]), default=None)
+    if best is None or not _flag_count(best[2]):
+        return [], [], None
+    name, value, cmd = best
+    return *_launch([cmd]), Word(name, value.line)
 
 
 def _world(r: _Reader, launcher: list[Word], sbatch: dict[str, str]) -> tuple[int | None, int | None, int | None, str]:
@@ -348,6 +366,13 @@ def _no_dropout(get: dict) -> bool:
 
 def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
     get = {k: v for k, (v, _) in f.items()}
+    hybrid = next((u for u in r.unknown if u.startswith(("--hybrid-", "--mamba-", "--is-hybrid"))), None)
+    if hybrid:  # pretrain_mamba.py's models: their state-space layers have no formula here
+        raise r.fail(
+            r.where(hybrid, launch_line),
+            f"{hybrid}: a hybrid Mamba-Transformer model; the plan model prices attention, MLP and MoE "
+            "layers only, not Mamba's state-space layers",
+        )
     missing = [
         flag
         for flag, key in (("--num-layers", "layers"), ("--hidden-size", "hidden"), ("--num-attention-heads", "heads"))
@@ -369,7 +394,9 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
             f"line {f['kv_heads'][1]}: --num-query-groups without --group-query-attention "
             f"is ignored by Megatron-LM: plain multi-head attention"
         )
-    llama = bool(get.get("swiglu"))
+    llama = bool(get.get("swiglu") or get.get("quick_geglu"))
+    if get.get("quick_geglu"):
+        r.notes.append("--quick-geglu: a gated MLP (three matrices) as --swiglu, its activation priced as SwiGLU's")
     ffn = get.get("ffn_hidden") or (int(4 * h * 2 / 3 / 64) * 64 if llama else 4 * h)
     if llama and not get.get("untied"):
         r.notes.append("--swiglu with tied embeddings: modelled as the llama architecture (untied output layer)")
@@ -428,9 +455,11 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
         ),
         None,
     )
-    vocab = get.get("vocab")
+    vocab = get.get("padded_vocab") or get.get("vocab")
     tokenizer = get.get("tokenizer")
-    if vocab is None and tokenizer in TOKENIZER_VOCAB:
+    if get.get("padded_vocab"):
+        r.notes.append(f"--padded-vocab-size {vocab}: the vocabulary as given, not padded further")
+    elif vocab is None and tokenizer in TOKENIZER_VOCAB:
         vocab = TOKENIZER_VOCAB[tokenizer]
         r.notes.append(f"--tokenizer-type {tokenizer}: vocabulary {vocab}")
     elif vocab is None and (tokenizer is None and ("vocab_file" in get or "merge_file" in get)):
@@ -446,7 +475,7 @@ def _model(r: _Reader, f: dict, tp: int, launch_line: int) -> Model:
         vocab = 51200
         r.notes.append("no --vocab-size and an unknown tokenizer: vocabulary 51200 assumed")
     shape["vocab"] = vocab
-    shape["vocab_divisor"] = get.get("vocab_divisor", 128)
+    shape["vocab_divisor"] = 1 if get.get("padded_vocab") else get.get("vocab_divisor", 128)
     multiple = shape["vocab_divisor"] * tp
     padded = -(-vocab // multiple) * multiple
     if padded != vocab:
@@ -866,6 +895,12 @@ def import_megatron(text: str, source: str = "pasted text", *, read: Reader | No
         raise r.fail(err.line, str(err)) from None
     r.unset = result.unset
     launcher, words = _launch(result.commands)
+    if not words:  # no command run carries the flags: a variable holding the launch or the arguments
+        launcher, words, held = _launch_in_values(result)
+        if words:
+            r.notes.append(
+                f"line {held.line}: the launch read from the variable ${held.text} (not run by the script here)"
+            )
     if not words:
         raise r.fail(
             None,

@@ -33,7 +33,7 @@ from parallel.importers.shell import NAME, If, Parser, ShellError, Simple, Skip,
 
 Reader = Callable[[str], "str | None"]  # a sourced file's name -> its text, or None when it cannot be read
 UNRESOLVED = "\x00"  # prefix of text that came from a command this reader does not run
-__all__ = ["Reader", "Result", "ShellError", "UNRESOLVED", "Word", "run"]
+__all__ = ["Reader", "Result", "ShellError", "UNRESOLVED", "Word", "commands_in_values", "run"]
 
 
 @dataclass(frozen=True)
@@ -190,18 +190,11 @@ class Shell:
         if not argv:
             return
         head = argv[0].text
-        shell_c = next(
-            (
-                i
-                for i in range(len(argv) - 2)
-                if argv[i].text.rsplit("/", 1)[-1] in ("sh", "bash") and argv[i + 1].text == "-c"
-            ),
-            None,
-        )
+        shell_c = _shell_c(argv)
         if head == "eval":
             self.nested(" ".join(w.text for w in argv[1:]), node.line)
         elif shell_c is not None:  # sh -c "...", also behind srun / docker exec
-            self.nested(argv[shell_c + 2].text, node.line)
+            self.nested(argv[shell_c].text, node.line)
         elif head in (".", "source"):
             name = argv[1].text if len(argv) > 1 else ""
             text = self.read(name) if self.read is not None and name and UNRESOLVED not in name else None
@@ -404,6 +397,21 @@ class Shell:
 QUIET = ("echo", "printf", "exit", "return", "mkdir", "rm", "cd", "touch", "sleep", "set", "unset", "export")
 
 
+def _shell_c(argv: list[Word]) -> int | None:
+    """The index of the command string of `sh -c "..."` / `bash -x -c "..."` / `bash -lc "..."` in
+    argv (also behind srun / docker exec), or None."""
+    for i, w in enumerate(argv):
+        if w.text.rsplit("/", 1)[-1] not in ("sh", "bash"):
+            continue
+        for j in range(i + 1, len(argv) - 1):
+            opt = argv[j].text
+            if not opt.startswith("-"):
+                break
+            if not opt.startswith("--") and "c" in opt[1:]:  # -c, or short options run together with it
+                return j + 1
+    return None
+
+
 def _sets_something(body: list) -> bool:
     """Whether skipping `body` could change the launch: it assigns, or runs more than bookkeeping."""
     for node in body:
@@ -463,3 +471,27 @@ def run(text: str, env: dict[str, str] | None = None, read: Reader | None = None
     shell.r.comments = comments
     shell.run(nodes)
     return shell.r
+
+
+def commands_in_values(result: Result) -> list[tuple[str, Word, list[list[Word]]]]:
+    """(name, its value, the commands it would run) for each one-word variable whose value holds `--`
+    flags, read as `bash -c "$NAME"` would run it, or where that is not valid shell (`--moe-layer-freq
+    ([0]*3+[1]*58)`) split into words as an unquoted `$NAME` on a command line is. Launch scripts build
+    the training command in a variable (`CMD="... python pretrain_gpt.py ${ARGS[@]}"`) and start it
+    from an sbatch heredoc or an srun this reader does not follow; model files keep the arguments
+    alone (`MODEL_ARGS="--num-layers 94 ..."`)."""
+    found = []
+    for name, words in result.env.items():
+        if len(words) != 1 or " --" not in f" {words[0].text}":
+            continue
+        value = words[0]
+        shell = Shell()
+        shell.r.env = dict(result.env)
+        try:
+            shell.nested(value.text, value.line)
+            commands = shell.r.commands
+        except ShellError:
+            commands = [[Word(text, value.line) for text in value.text.split()]]
+        if commands:
+            found.append((name, value, commands))
+    return found

@@ -1,0 +1,103 @@
+"""Megatron-LM launches the script does not run itself: a command built in a variable and started
+from an sbatch heredoc, or a file of model arguments alone; and the flags such files use."""
+
+import pytest
+
+from parallel.importers import ImportFailed, import_text
+
+# a command built in a string and submitted through a heredoc, as Megatron-LM's Megatron-FSDP examples do
+HEREDOC = """#!/bin/bash
+TP=2
+ARGS=(
+    --tensor-model-parallel-size ${TP}
+    --num-layers 24 --hidden-size 2048 --num-attention-heads 16
+    --seq-length 4096 --max-position-embeddings 4096
+    --micro-batch-size 1 --global-batch-size 64 --bf16 --vocab-size 32000
+)
+TRAINING_CMD="
+cd /workspace/megatron;
+export PYTHONPATH=/workspace/megatron:${PYTHONPATH};
+python /workspace/megatron/pretrain_gpt.py ${ARGS[@]}"
+sbatch <<EOF
+#!/bin/bash
+srun --mpi=pmix bash -x -c "${TRAINING_CMD}"
+EOF
+"""
+
+# model arguments alone, in one string, with a list-valued flag that is not valid shell when re-parsed
+MODEL_ARGS = """#!/bin/bash
+MODEL_ARGS=" \\
+    --num-layers 27 --hidden-size 2048 --num-attention-heads 16 \\
+    --ffn-hidden-size 10944 --swiglu --untie-embeddings-and-output-weights \\
+    --num-experts 64 --moe-ffn-hidden-size 1408 --moe-router-topk 6 \\
+    --moe-layer-freq ([0]+[1]*26) \\
+    --seq-length 4096 --bf16 --padded-vocab-size 102400 \\
+"
+"""
+
+
+def test_bash_with_options_before_c_runs_its_string():
+    imp = import_text(HEREDOC, "job.sh")
+    assert (imp.model.layers, imp.model.hidden, imp.model.heads) == (24, 2048, 16)
+    assert (imp.plan.tp, imp.plan.global_batch) == (2, 64)
+
+
+def test_launch_built_in_a_variable_and_not_run_is_read_from_it():
+    text = HEREDOC.split("sbatch <<EOF")[0] + 'sbatch --nodes 2 --wrap "$TRAINING_CMD"\n'
+    imp = import_text(text, "job.sh")
+    assert (imp.model.layers, imp.plan.tp) == (24, 2)
+    assert any("line 9: the launch read from the variable $TRAINING_CMD" in n for n in imp.notes)
+
+
+def test_a_file_of_model_arguments_alone():
+    imp = import_text(MODEL_ARGS, "model.sh")
+    m = imp.model
+    assert (m.layers, m.experts, m.top_k) == (27, 64, 6)
+    assert m.moe_pattern is not None and not m.moe_pattern[0] and all(m.moe_pattern[1:])  # first layer dense
+    assert imp.world_size is None  # no launcher: the world comes from the user (--nodes / --gpus)
+
+
+def test_a_run_command_wins_over_a_variable_holding_flags():
+    text = MODEL_ARGS + (
+        "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 --hidden-size 256 "
+        "--num-attention-heads 4 --seq-length 128 --micro-batch-size 1 --vocab-size 1000\n"
+    )
+    assert import_text(text, "job.sh").model.layers == 2
+
+
+def test_padded_vocab_size_is_taken_as_given():
+    imp = import_text(MODEL_ARGS, "model.sh")
+    assert imp.model.vocab == 102400 and imp.model.padded_vocab(imp.plan.tp) == 102400
+    assert any("--padded-vocab-size 102400" in n for n in imp.notes)
+
+
+def test_quick_geglu_is_a_gated_mlp():
+    base = (
+        "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 "
+        "--ffn-hidden-size 4096 --seq-length 1024 --micro-batch-size 1 --vocab-size 32000 "
+        "--untie-embeddings-and-output-weights {act}\n"
+    )
+    geglu = import_text(base.format(act="--quick-geglu"), "a.sh").model
+    swiglu = import_text(base.format(act="--swiglu"), "b.sh").model
+    gelu = import_text(base.format(act=""), "c.sh").model
+    assert geglu.arch == swiglu.arch == "llama" and gelu.arch == "gpt"
+    assert geglu.param_counts(1) == swiglu.param_counts(1)
+
+
+def test_hybrid_mamba_models_are_refused_by_name():
+    text = MODEL_ARGS.replace("--num-layers 27", "--num-layers 27 --hybrid-layer-pattern MEM*EME --mamba-num-heads 64")
+    with pytest.raises(ImportFailed, match="--hybrid-layer-pattern: a hybrid Mamba-Transformer model"):
+        import_text(text, "nemotron_h.sh")
+
+
+def test_gpt_oss_120b_arguments_count_as_its_model_card():
+    # gpt-oss-120b's shape (its config.json) as Megatron-LM arguments: a gated MLP by --quick-geglu and
+    # the tokenizer's vocabulary by --padded-vocab-size; OpenAI's model card: 116.83B parameters
+    text = (
+        'MODEL_ARGS="--num-layers 36 --hidden-size 2880 --ffn-hidden-size 2880 --num-attention-heads 64 '
+        "--group-query-attention --num-query-groups 8 --kv-channels 64 --num-experts 128 "
+        "--moe-ffn-hidden-size 2880 --moe-router-topk 4 --untie-embeddings-and-output-weights "
+        '--quick-geglu --padded-vocab-size 201088 --seq-length 4096 --bf16"\n'
+    )
+    total = import_text(text, "gpt-oss-120b.sh").model.param_counts(1)["total"]
+    assert total == pytest.approx(116.83e9, rel=0.005)
