@@ -663,9 +663,14 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         p2p_overlap=vpp > 1 and not get.get("no_overlap_p2p"),
         first_stage_layers=get.get("first_stage_layers"),
         last_stage_layers=get.get("last_stage_layers"),
-        embedding_in_split=bool(get.get("embedding_in_split")),
-        loss_in_split=bool(get.get("loss_in_split")),
+        # at pp 1 Megatron-core counts them and takes them off the one stage again: no effect
+        embedding_in_split=bool(get.get("embedding_in_split")) and pp > 1,
+        loss_in_split=bool(get.get("loss_in_split")) and pp > 1,
     )
+    if pp == 1 and (get.get("embedding_in_split") or get.get("loss_in_split")):
+        r.notes.append(
+            "--account-for-embedding/loss-in-pipeline-split at pp 1: no effect (one stage holds every layer)"
+        )
     plan.update(split)
     if get.get("fp8"):
         plan["fp8"] = "weights" if get.get("fp8_params") else "gemm"

@@ -101,3 +101,15 @@ def test_gpt_oss_120b_arguments_count_as_its_model_card():
     )
     total = import_text(text, "gpt-oss-120b.sh").model.param_counts(1)["total"]
     assert total == pytest.approx(116.83e9, rel=0.005)
+
+
+def test_embedding_and_loss_in_split_have_no_effect_at_pp_1():
+    # Megatron-core adds them to the layers to split, then builds every layer on the one stage
+    text = (
+        "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 "
+        "--micro-batch-size 1 --vocab-size 32000 --account-for-embedding-in-pipeline-split "
+        "--account-for-loss-in-pipeline-split\n"
+    )
+    imp = import_text(text, "job.sh")
+    assert imp.plan.pp == 1 and not imp.plan.embedding_in_split and not imp.plan.loss_in_split
+    assert any("at pp 1: no effect" in n for n in imp.notes)
