@@ -345,7 +345,9 @@ def _pipeline(
     m, p = maximum(plan.microbatches, 1), plan.pp
     cost = stage_cost(model, plan, cluster, perf, acts)
     units = _comm_units(comm_terms(model, plan, comm, dp=False), plan, cluster)
-    per_layer = _layer_comm(plan, cost, units, crosses_nodes(plan, cluster, ("tp",)), model.moe_share)
+    per_layer = _layer_comm(
+        plan, cost, units, crosses_nodes(plan, cluster, ("tp",)), model.moe_share, device_of(cluster, perf)
+    )
     # Megatron-LM overlaps P2P only under the interleaved schedule (arguments.py turns it off at vpp 1)
     p2p_hidden = plan.p2p_overlap & (plan.vpp > 1)
     pp_mb = where(p2p_hidden | (p == 1), 0.0, _unit(units, ("pp",), "microbatch"))
@@ -407,13 +409,15 @@ def layer_tp_seconds(
     model counts them (with plan.tp_overlap, under the GEMMs they feed)."""
     cost = stage_cost(model, plan, cluster, perf, acts or ActivationOptions())
     units = _comm_units(comm_terms(model, plan, comm, dp=False), plan, cluster)
-    layer = _layer_comm(plan, cost, units, crosses_nodes(plan, cluster, ("tp",)), model.moe_share)
+    layer = _layer_comm(
+        plan, cost, units, crosses_nodes(plan, cluster, ("tp",)), model.moe_share, device_of(cluster, perf)
+    )
     exposed = layer["exposed"]["tp"] + layer["exposed"]["sp"]
     return float(exposed), float(layer["hidden"]["tp"] + layer["hidden"]["sp"])
 
 
 def _layer_comm(
-    plan: AnyPlan, cost: LayerCost, units: dict, tp_inter: Any, moe_share: float
+    plan: AnyPlan, cost: LayerCost, units: dict, tp_inter: Any, moe_share: float, device: Device
 ) -> dict[str, dict[str, Any]]:
     """Per layer and microbatch, each dim's exposed and hidden seconds: TP/SP under the GEMMs with
     tp_overlap, ring CP beside the attention core, EP under another microbatch with ep_overlap
@@ -432,7 +436,7 @@ def _layer_comm(
         tp=_unit(units, ("tp",), "layer") * share,
         sp=_unit(units, ("sp",), "layer") * share,
         cp=_unit(units, ("cp",), "layer") + ring_exposed,
-        ep=ep_exposed_seconds(plan, cost, _unit(units, ("ep",), "layer"), moe_share),
+        ep=ep_exposed_seconds(plan, cost, _unit(units, ("ep",), "layer"), moe_share, device),
     )
     hidden = {d: _unit(units, (d,), "layer", "overlapped") for d in DIMS}
     hidden["tp"] = hidden["tp"] + _unit(units, ("tp",), "layer") - exposed["tp"]
@@ -442,7 +446,13 @@ def _layer_comm(
     return {"exposed": exposed, "hidden": hidden}
 
 
-def ep_exposed_seconds(plan: AnyPlan, cost: LayerCost, ep_layer: Any, moe_share: float) -> Any:
+# SMs the flex dispatcher's kernels hold while they move tokens: DeepEP's Buffer default, which
+# Megatron-core keeps (TransformerConfig.moe_deepep_num_sms, "historical default 20"; HybridEP takes
+# DeepEP's default unless --moe-hybridep-num-sms says otherwise)
+FLEX_DISPATCH_SMS = 20
+
+
+def ep_exposed_seconds(plan: AnyPlan, cost: LayerCost, ep_layer: Any, moe_share: float, device: Device) -> Any:
     """The exposed part of a layer's `ep_layer` seconds of dispatch and combine per microbatch.
 
     Without plan.ep_overlap all of it. With it (Megatron-core --overlap-moe-expert-parallel-comm;
@@ -456,15 +466,18 @@ def ep_exposed_seconds(plan: AnyPlan, cost: LayerCost, ep_layer: Any, moe_share:
     so each of the four transfers (a quarter of a MoE layer's) is exposed for what its window
     (LayerCost.moe_*) cannot cover: the pre-dispatch forward, the MLP's input gradients (and weight
     gradients, unless --delay-wgrad-compute moves them after the backward dispatch, whose window they
-    then join with the MLP forward), the pre-dispatch backward. Only the 1F1B steady state pairs
+    then join with the MLP forward), the pre-dispatch backward. A flex dispatch runs on SMs of its own
+    (FLEX_DISPATCH_SMS of the device's): while it moves tokens the window's kernels run on the rest,
+    so a transfer C under a window W costs max(C - W, C x its SM share), never less. Only the 1F1B steady state pairs
     microbatches: of the last stage's m x v chunk passes, the warm-up's max(1, (v - 1) pp) run
     alone (schedules.py: (pp - rank - 1) 2 + (v - 1) pp warm-up chunks; without a pipeline the first
     forward and the last backward)."""
-    _, gathered, _ = dispatcher_flags(plan)
+    _, gathered, flex = dispatcher_flags(plan)
     on = plan.ep_overlap & (plan.ep > 1) & np.logical_not(gathered)
     if not np.any(on) or not moe_share:
         return ep_layer
     quarter = ep_layer / moe_share / 4
+    held = quarter * where(flex, FLEX_DISPATCH_SMS / device.sms, 0.0)  # the window's SMs it takes
     delay = plan.delay_wgrad
     windows = (
         cost.moe_pre_fwd,
@@ -472,7 +485,7 @@ def ep_exposed_seconds(plan: AnyPlan, cost: LayerCost, ep_layer: Any, moe_share:
         (cost.moe_mlp_wgrad if delay else 0.0) + cost.moe_mlp_fwd,
         cost.moe_pre_bwd,
     )
-    paired = moe_share * sum(maximum(quarter - w, 0.0) for w in windows)
+    paired = moe_share * sum(maximum(quarter - w, held) for w in windows)
     chunks = maximum(plan.microbatches, 1) * plan.vpp
     steady = np.clip((chunks - maximum(1, (plan.vpp - 1) * plan.pp)) / chunks, 0.0, 1.0)
     return where(on, steady * paired + (1 - steady) * ep_layer, ep_layer)

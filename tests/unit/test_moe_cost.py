@@ -20,7 +20,7 @@ from parallel.core.comm import comm_per_step, flex_inter_share
 from parallel.core.compute import expert_gemms, gemm_efficiency, layer_cost
 from parallel.core.devices import cluster_device
 from parallel.core.memory import memory_per_gpu_bytes, routed_copies, routed_rows
-from parallel.core.perf import step_time
+from parallel.core.perf import FLEX_DISPATCH_SMS, step_time
 from parallel.core.plan import Plan, plan_from_values
 from parallel.core.report import plan_report
 from parallel.core.specs import CLUSTERS, MODELS, SpecError
@@ -168,6 +168,18 @@ def test_ep_overlap_pairs_all_but_the_first_forward_and_last_backward_without_a_
     total = ep_split(MIXTRAL, plan, cluster)[0]
     exposed, hidden = ep_split(MIXTRAL, dataclasses.replace(plan, ep_overlap=True), cluster)
     assert exposed == pytest.approx(total / m) and hidden == pytest.approx(total - total / m)
+
+
+def test_an_overlapped_flex_dispatch_still_costs_the_sms_it_holds():
+    # every transfer fits its window, but DeepEP's 20 SMs are the window's for as long as it runs
+    cluster = H100.with_nodes(1)
+    plan = Plan(dp=8, ep=8, micro_batch=4, global_batch=128, moe_dispatcher="flex")
+    total = ep_split(MIXTRAL, plan, cluster)[0]
+    exposed, hidden = ep_split(MIXTRAL, dataclasses.replace(plan, ep_overlap=True), cluster)
+    paired = total * 3 / 4  # of 4 microbatches the first forward and last backward run alone
+    share = FLEX_DISPATCH_SMS / cluster_device(cluster).sms
+    assert share == pytest.approx(20 / 132)
+    assert exposed == pytest.approx(total / 4 + paired * share) and hidden == pytest.approx(paired * (1 - share))
 
 
 def test_ep_overlap_is_refused_where_megatron_core_asserts():
