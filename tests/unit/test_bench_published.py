@@ -237,3 +237,33 @@ def test_the_b200_long_sequence_rows_read_as_nemo_2504_under_its_whole_s2_count(
     assert len(rows) == 8 and {r["family"] for r in rows} == {"long context", "Blackwell"}
     errors = [abs(r["error"]) for r in rows]
     assert sum(errors) / len(errors) <= published.GOAL_MEAN and max(errors) <= published.GOAL_WORST
+
+
+def test_a_run_given_as_its_launch_command_is_read_by_the_importer():
+    """The Megatron-MoE-ModelZoo rows (bench/data): each is its authors' training command, imported as
+    `parallel plan --import` reads it; every one is predicted, with the importer's notes beside it."""
+    path = Path(published.__file__).parent / "data" / "megatron_moe_modelzoo_h100.json"
+    cases = [published.translate(i, r) for i, r in enumerate(json.loads(path.read_text())["runs"])]
+    assert len(cases) == 5 and {c.source for c in cases} == {"Megatron-MoE-ModelZoo"}
+    first = cases[0]
+    assert first.model.name.startswith("qwen3-235b-a22b") and first.cluster.gpus == 256
+    p = first.plan
+    assert (p.dp, p.tp, p.pp, p.vpp, p.ep, p.expert_tp, p.moe_dispatcher) == (16, 2, 8, 4, 32, 1, "flex")
+    assert p.embedding_in_split and p.loss_in_split and set(p.recompute_modules.split("+")) == {"layernorm", "moe_act"}
+    assert cases[1].plan.ep_overlap and cases[1].plan.delay_wgrad
+    assert cases[2].plan.zero == 3 and cases[2].plan.recompute == "full"
+    assert all(published.predict(c)["family"] == "MoE" for c in cases)
+
+
+def test_a_launch_the_importer_cannot_read_is_left_out_with_its_reason():
+    bad = {
+        "source": {"row": "x"},
+        "cluster": "dgx-h100",
+        "nodes": 1,
+        "launch": "echo hi",
+        "result": {"iteration_time_s": 1.0},
+    }
+    with pytest.raises(published.Skip, match="launch not importable: .*no Megatron-LM launch found"):
+        published.translate(0, bad)
+    with pytest.raises(published.Skip, match="no iteration time"):
+        published.translate(0, {**bad, "result": {}})
