@@ -158,6 +158,7 @@ def source_of(run: dict) -> str:
         (r"user-guide/24\.12", "NeMo 24.12"),
         (r"NeMo|nemo-framework", "NeMo 24.07"),
         (r"Megatron-LM examples", "Megatron-LM examples/llama"),
+        (r"Megatron-LM README", "Megatron-LM weak scaling (r0.8.0)"),
         (r"Smith et al", "MT-NLG 530B (Smith 2022)"),
         (r"bigscience", "BLOOM 176B"),
         (r"Megatron-MoE-ModelZoo", "Megatron-MoE-ModelZoo"),
@@ -242,7 +243,7 @@ def _cluster(run: dict, world: int, source: str, notes: list[str]) -> Cluster:
 
 
 def _framework(source: str) -> str:
-    if source.startswith(("NeMo", "Megatron-Bridge", "Megatron-LM examples")):
+    if source.startswith(("NeMo", "Megatron-Bridge", "Megatron-LM")):
         return "megatron-core"
     if source.startswith("torchtitan"):
         return "torchtitan"
@@ -473,6 +474,9 @@ def _measured(run: dict, model: Model, plan: Plan, source: str) -> tuple[float, 
         # (August 2025), after the 25.04 B200 table (May 2025)
         flops = flops_per_step(model, plan, causal=False)["model_flops"]
         return flops / (world * tflops * 1e12), "TFLOP/s/GPU (NeMo's whole-s² model count)"
+    if tflops and "whole s x s" in kind:  # Megatron-LM's model FLOPs before causal halving (2025)
+        flops = flops_per_step(model, plan, causal=False)["model_flops"]
+        return flops / (world * tflops * 1e12), "TFLOP/s/GPU (Megatron-LM's whole-s² model count)"
     if tflops and "hardware" in kind:
         return flops_per_step(model, plan, causal=False)["hardware_flops"] / (world * tflops * 1e12), "hardware TFLOP/s"
     del par

@@ -267,3 +267,17 @@ def test_a_launch_the_importer_cannot_read_is_left_out_with_its_reason():
         published.translate(0, bad)
     with pytest.raises(published.Skip, match="no iteration time"):
         published.translate(0, {**bad, "result": {}})
+
+
+def test_megatron_lm_weak_scaling_reads_under_its_whole_s2_count():
+    """Megatron-LM's H100 weak-scaling table (bench/data): per-GPU TFLOP/s under core_r0.8.0's
+    num_floating_point_operations (the whole s x s), so a row's step is its whole-s² FLOPs over them."""
+    path = Path(published.__file__).parent / "data" / "megatron_lm_weak_scaling_h100.json"
+    runs = json.loads(path.read_text())["runs"]
+    cases = [published.translate(i, r) for i, r in enumerate(runs)]
+    assert len(cases) == 9 and {c.source for c in cases} == {"Megatron-LM weak scaling (r0.8.0)"}
+    for c, r in zip(cases, runs):
+        assert "whole-s²" in c.measured_from and c.plan.main_grads == "fp32"  # bf16 runs reduce fp32 grads
+        whole = published.flops_per_step(c.model, c.plan, causal=False)["model_flops"]
+        assert whole / (c.measured_step_s * c.plan.world_size) == pytest.approx(r["result"]["tflops_per_gpu"] * 1e12)
+    assert cases[-1].plan.pp == 16 and cases[-1].cluster.gpus == 6144
