@@ -16,7 +16,7 @@ import streamlit as st
 from parallel.core.plan import PLAN_FIELDS, RECOMPUTE, Plan
 from parallel.core.specs import CLUSTERS, MODELS, SpecError, cluster_preset
 from parallel.core.topology import ORDERS
-from parallel.importers import KINDS, ImportFailed, import_text, place
+from parallel.importers import KINDS, SUFFIXES, ImportFailed, import_text, place
 from parallel.review.document import (
     NamedPlan,
     Review,
@@ -47,7 +47,7 @@ from profiler.collect import runs_calibration, trace_sets
 from ui import calibration_views, run_loaders
 from ui import review_charts as rc
 from ui.routing import ensure_navigation
-from ui.text import md
+from ui.text import error_md, md
 from ui.theme import link_names
 
 STATE, WRITTEN, VERSION, BASE, IMPORTED = "rv.state", "rv.url", "rv.version", "rv.editor_base", "rv.imported"
@@ -599,7 +599,7 @@ def import_section(s: ReviewState) -> ReviewState:
             "pasted text",
         )
     else:
-        up = st.file_uploader("File", type=["sh", "bash", "slurm", "txt", "toml", "json"], key="rv.i_file")
+        up = st.file_uploader("File", type=[*(x.lstrip(".") for x in SUFFIXES), "txt"], key="rv.i_file")
         text, name = (up.getvalue().decode("utf-8", "replace"), up.name) if up else ("", "")
     c1, c2, c3 = st.columns([2, 1, 1])
     kind = c1.selectbox("Kind", ["auto", *KINDS], key="rv.i_kind")
@@ -611,38 +611,35 @@ def import_section(s: ReviewState) -> ReviewState:
         help=f"nodes of {cluster_preset(s.cluster).gpus_per_node} GPUs of the review's cluster",
     )
     if c3.button("Read it", disabled=not text.strip(), width="stretch"):
+        st.session_state.pop(IMPORTED, None)
         try:
-            imported = import_text(text, name, None if kind == "auto" else kind)
-            base, cluster_note = _import_base(imported, cluster_preset(s.cluster))
-            placed, cluster = place(imported, base, int(nodes) or None)
-            st.session_state[IMPORTED] = {
-                "summary": placed.summary(),
-                "plan": placed.plan,
-                "model": placed.model,
-                "nodes": cluster.nodes,
-                "cluster": cluster.name,
-                "cluster_note": cluster_note,
-                "name": name,
-            }
+            st.session_state[IMPORTED] = _read_import(text, name, kind, int(nodes), cluster_preset(s.cluster))
         except (ImportFailed, SpecError) as err:
-            st.session_state.pop(IMPORTED, None)
-            st.error(md(err))
+            st.error(error_md(err))
     got = st.session_state.get(IMPORTED)
     if got:
         model = got["model"] or s.model
-        st.success(
-            f"{got['summary']['kind']}: {model.name}, {got['plan'].label()}, global batch "
-            f"{got['plan'].global_batch}, {got['summary']['world_size']} GPUs ({got['summary']['world_from']}) "
-            f"on {got['nodes']} {got['cluster']} nodes"
-        )
+        if got["plan"] is None:  # read, but neither the file nor the Nodes field says how many GPUs
+            st.warning(
+                f"{md(got['name'])}: read as {md(model.name)}, but {md(got['summary']['world_from'])}. Set "
+                f"**Nodes** to the nodes of {got['gpus_per_node']} GPUs it runs on, then **Read it** again."
+            )
+        else:
+            st.success(
+                f"{got['summary']['kind']}: {md(model.name)}, {got['plan'].label()}, global batch "
+                f"{got['plan'].global_batch}, {got['summary']['world_size']} GPUs ({md(got['summary']['world_from'])}) "
+                f"on {got['nodes']} {got['cluster']} nodes"
+            )
         if got["cluster_note"]:
             st.warning(md(got["cluster_note"]))
         frames = rc.import_frames(got["summary"])
         t1, t2 = st.columns(2)
         t1.dataframe(frames["recognised"], hide_index=True)
         t2.dataframe(frames["unknown"], hide_index=True)
-        if len(frames["notes"]):
-            st.dataframe(frames["notes"], hide_index=True)
+        if notes := rc.import_notes_markdown(got["summary"]):
+            st.markdown(notes)
+        if got["plan"] is None:
+            return s
         stem = "imported" if got["name"] == "pasted text" else got["name"].rsplit(".", 1)[0] or "imported"
         named = NamedPlan(stem[:40], got["plan"])
         machine = (model, got["cluster"], got["nodes"])
@@ -651,6 +648,18 @@ def import_section(s: ReviewState) -> ReviewState:
         note = f" (the review's {' and '.join(moved)})" if moved else ""
         st.button(f"Add to compare as {named.name!r}{note}", on_click=_add_plan, args=(named, machine))
     return s
+
+
+def _read_import(text: str, name: str, kind: str, nodes: int, review_cluster) -> dict:
+    """What Read it shows: the import placed as `python -m parallel plan --import` places it, or, when
+    neither the file nor the Nodes field says how many GPUs, what was read without a plan (plan None)."""
+    imported = import_text(text, name, None if kind == "auto" else kind)
+    base, cluster_note = _import_base(imported, review_cluster)
+    got = {"model": imported.model, "cluster_note": cluster_note, "name": name, "gpus_per_node": base.gpus_per_node}
+    if imported.world_size is None and not nodes:
+        return {**got, "summary": imported.summary(), "plan": None, "nodes": None, "cluster": base.name}
+    placed, cluster = place(imported, base, nodes or None)
+    return {**got, "summary": placed.summary(), "plan": placed.plan, "nodes": cluster.nodes, "cluster": cluster.name}
 
 
 def _import_base(imported, review_cluster) -> tuple:

@@ -20,6 +20,7 @@ import pandas as pd
 from parallel.core.plan import Plan
 from parallel.core.specs import GiB
 from parallel.search.space import plan_of
+from ui.text import md
 from ui.theme import MEMORY_COLORS, link_colors, link_names, named_links, palette, scale
 
 COMPONENTS = ("params", "grads", "optimizer", "activations")
@@ -317,14 +318,22 @@ def funnel_frame(funnel: list[dict]) -> pd.DataFrame:
 
 
 def import_frames(summary: dict) -> dict[str, pd.DataFrame]:
-    """An import's summary as small tables: recognised flags/keys, unknown ones, notes."""
+    """An import's summary as small tables: recognised flags/keys and unknown ones (its notes are
+    sentences, some 180 characters long, that a table cell would cut: import_notes_markdown)."""
     return {
         "recognised": pd.DataFrame(
             [{"flag or key": r["option"], "value": str(r["value"])} for r in summary["recognised"]]
         ),
         "unknown": pd.DataFrame({"not understood (ignored)": summary["unknown"]}),
-        "notes": pd.DataFrame({"note": summary["notes"]}),
     }
+
+
+def import_notes_markdown(summary: dict) -> str:
+    """An import's notes (what it assumed or approximated) as a Markdown list that wraps, each note
+    shown as the text it is; "" when there are none."""
+    if not summary["notes"]:
+        return ""
+    return "**Notes** (assumptions and approximations)\n\n" + "\n".join(f"- {md(note)}" for note in summary["notes"])
 
 
 def saved_frame(saved: list) -> pd.DataFrame:

@@ -31,6 +31,17 @@ def md(value: object) -> str:
     return _LINE_START.sub(lambda m: m.group(1) + m.group(2) + "\\" + m.group(3), text)
 
 
+def error_md(value: object) -> str:
+    """An error message as Markdown: its first line as text (md), the lines it quotes below it (an
+    importer's `   33 | --mamba-num-heads 64`) as a code block, so the quoted line is not run into
+    the sentence and shows exactly as it stands in the file."""
+    head, _, quoted = str(value).partition("\n")
+    if not quoted.strip():
+        return md(head)
+    fence = "`" * max([3, *(len(run) + 1 for run in re.findall(r"`+", quoted))])  # longer than any run inside
+    return f"{md(head)}\n\n{fence}\n{quoted.strip(chr(10))}\n{fence}"
+
+
 def bytes_text(n: float) -> str:
     """12.5 MiB, 3.1 GiB, 96 KiB: a metric's value in the unit that keeps it readable (a tiny model's
     layer is a few hundred KiB, which '0 MiB' hid)."""

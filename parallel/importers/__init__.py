@@ -24,18 +24,19 @@ from parallel.importers.shell_eval import Reader
 from parallel.importers.torchtitan import import_torchtitan
 
 KINDS = ("megatron", "torchtitan", "plan-json")
-__all__ = ["KINDS", "ImportFailed", "Imported", "detect", "import_plan", "import_text", "place"]
+# a file name's suffix -> the kind it holds; any other name (a .txt, a pasted command) is sniffed from the text
+SUFFIXES = {
+    **dict.fromkeys((".sh", ".bash", ".slurm", ".sbatch"), "megatron"),
+    ".toml": "torchtitan",
+    ".json": "plan-json",
+}
+__all__ = ["KINDS", "SUFFIXES", "ImportFailed", "Imported", "detect", "import_plan", "import_text", "place"]
 
 
 def detect(text: str, name: str = "") -> str:
     """megatron | torchtitan | plan-json, from the file name's suffix or else the text."""
-    suffix = Path(name).suffix.lower()
-    if suffix == ".toml":
-        return "torchtitan"
-    if suffix == ".json":
-        return "plan-json"
-    if suffix in (".sh", ".bash", ".slurm", ".sbatch"):
-        return "megatron"
+    if kind := SUFFIXES.get(Path(name).suffix.lower()):
+        return kind
     stripped = text.lstrip()
     if stripped.startswith("{"):
         return "plan-json"

@@ -356,6 +356,8 @@ def _world(r: _Reader, launcher: list[Word], sbatch: dict[str, str]) -> tuple[in
         line = found["gpus"][1] or found["nodes"][1]
         where = f"line {line}: " if line else "#SBATCH: " if not (found["gpus"][1] and found["nodes"][1]) else ""
         return nodes * gpus, nodes, gpus, f"{where}{nodes} nodes × {gpus} GPUs per node"
+    if not launcher and not sbatch:  # Megatron-LM's arguments alone (a model file, a pasted flag list)
+        return None, nodes, gpus, "the arguments come with no launch command to say how many GPUs they run on"
     return None, nodes, gpus, "the launch command does not say how many GPUs it runs on"
 
 
@@ -903,9 +905,8 @@ def import_megatron(text: str, source: str = "pasted text", *, read: Reader | No
     if not words:  # no command run carries the flags: a variable holding the launch or the arguments
         launcher, words, held = _launch_in_values(result)
         if words:
-            r.notes.append(
-                f"line {held.line}: the launch read from the variable ${held.text} (not run by the script here)"
-            )
+            what, why = ("launch", "not run by the script here") if launcher else ("arguments", "no launch command")
+            r.notes.append(f"line {held.line}: the {what} read from the variable ${held.text} ({why})")
     if not words:
         raise r.fail(
             None,

@@ -13,6 +13,7 @@ from parallel.importers import import_text
 from parallel.review.urls import review_from_params, review_to_params
 from tests.support.apptest import page_test, vega_charts
 from tests.unit.test_import import DATA
+from tests.unit.test_input_bounds import shown
 
 PAGE = "pages/plan_review.py"
 SMALL = {
@@ -197,6 +198,71 @@ def test_import_bad_input_points_at_the_line():
     button(at, "Read it").click().run()
     ok(at)
     assert any("line 2: unterminated double quote" in e.value for e in at.error)
+
+
+# Megatron-LM's arguments alone, as its examples/post_training/modelopt/conf/*.sh keep a model's shape
+MODEL_ARGS = """#!/bin/bash
+MODEL_ARGS=" \\
+    --num-layers 24 --hidden-size 2048 --num-attention-heads 16 \\
+    --num-experts 64 --moe-ffn-hidden-size 1408 --moe-router-topk 6 \\
+    --untie-embeddings-and-output-weights --quick-geglu \\
+    --seq-length 4096 --bf16 --padded-vocab-size 102400 \\
+"
+"""
+
+
+def test_import_of_arguments_alone_asks_for_the_nodes_and_shows_what_it_read():
+    at = ok(page_test(PAGE, {**SMALL, "view": "import"}))
+    at.text_area(key="rv.i_text").input(MODEL_ARGS).run()
+    button(at, "Read it").click().run()
+    ok(at)
+    assert not at.error and not at.success
+    (ask,) = [shown(w.value) for w in at.warning]
+    assert ask == (
+        "pasted text: read as megatron L24 h2048 a16, but the arguments come with no launch command to say how "
+        "many GPUs they run on. Set **Nodes** to the nodes of 8 GPUs it runs on, then **Read it** again."
+    )
+    notes = [shown(m.value) for m in at.markdown if m.value.startswith("**Notes**")]
+    assert notes and "- line 2: the arguments read from the variable $MODEL_ARGS (no launch command)" in notes[0]
+    assert "- --padded-vocab-size 102400: the vocabulary as given, not padded further" in notes[0]
+    assert not any(b.label.startswith("Add to compare") for b in at.button)  # no plan until the GPUs are known
+    at.number_input(key="rv.i_nodes").set_value(2).run()
+    button(at, "Read it").click().run()
+    ok(at)
+    assert not at.warning
+    (got,) = [shown(m.value) for m in at.success]
+    assert got.startswith("megatron: megatron L24 h2048 a16, DP16 ")
+    assert got.endswith("16 GPUs (--nodes 2 × 8 GPUs per node) on 2 dgx-h100 nodes")
+    button(at, "Add to compare").click().run()
+    assert url(ok(at))["plan"][-1].startswith("imported|dp=16,tp=1,pp=1")
+
+
+def test_import_of_a_hybrid_mamba_model_is_one_error_and_the_page_goes_on():
+    at = ok(page_test(PAGE, {**SMALL, "view": "import", "nodes": "2"}))
+    hybrid = MODEL_ARGS.replace("--num-layers 24", "--num-layers 24 --mamba-num-heads 64")
+    at.text_area(key="rv.i_text").input(hybrid).run()
+    button(at, "Read it").click().run()
+    ok(at)
+    (err,) = [e.value for e in at.error]
+    head, _, block = err.partition("\n\n")
+    assert shown(head) == (
+        "pasted text line 3: --mamba-num-heads: a hybrid Mamba-Transformer model; the plan model prices "
+        "attention, MLP and MoE layers only, not Mamba's state-space layers"
+    )
+    assert block == "```\n       3 |     --num-layers 24 --mamba-num-heads 64 --hidden-size 2048 " + (
+        "--num-attention-heads 16 \\\n```"
+    )
+    at.text_area(key="rv.i_text").input(MODEL_ARGS).run()
+    at.number_input(key="rv.i_nodes").set_value(2).run()
+    button(at, "Read it").click().run()
+    assert not ok(at).error and [s.value.split(", ")[1] for s in at.success] == ["DP16 seq-experts"]
+
+
+def test_the_uploader_takes_every_file_the_importers_name_by_suffix():
+    at = ok(page_test(PAGE, {**SMALL, "view": "import"}))
+    at.radio(key="rv.i_how").set_value("Upload").run()
+    (uploader,) = ok(at).get("file_uploader")
+    assert {".sh", ".bash", ".slurm", ".sbatch", ".toml", ".json", ".txt"} == set(uploader.proto.type)
 
 
 def test_save_list_reopen_and_notes():

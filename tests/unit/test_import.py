@@ -9,7 +9,7 @@ import pytest
 
 from parallel.cli import plan as plan_cli
 from parallel.core.specs import CLUSTERS, MODELS
-from parallel.importers import ImportFailed, detect, import_plan, import_text, place
+from parallel.importers import SUFFIXES, ImportFailed, detect, import_plan, import_text, place
 
 DATA = Path(__file__).parents[1] / "data" / "imports"
 H100 = CLUSTERS["dgx-h100"]
@@ -310,6 +310,15 @@ def test_cli_reports_bad_files_in_one_line(tmp_path, capsys):
     assert "bad.sh line 1: unterminated double quote" in err and "Traceback" not in err
     assert plan_cli.main(["--import", str(tmp_path / "missing.sh")]) == 2
     assert "cannot read it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "suffix,kind",
+    [(s, "megatron") for s in (".sh", ".bash", ".slurm", ".sbatch")]
+    + [(".toml", "torchtitan"), (".json", "plan-json")],
+)
+def test_every_suffix_names_its_kind(suffix, kind):
+    assert SUFFIXES[suffix] == kind and detect("", f"job{suffix.upper()}") == kind
 
 
 @pytest.mark.parametrize("name,kind", [("a.sh", "megatron"), ("a.toml", "torchtitan"), ("a.json", "plan-json")])

@@ -3,7 +3,8 @@ from an sbatch heredoc, or a file of model arguments alone; and the flags such f
 
 import pytest
 
-from parallel.importers import ImportFailed, import_text
+from parallel.core.specs import CLUSTERS
+from parallel.importers import ImportFailed, import_text, place
 
 # a command built in a string and submitted through a heredoc, as Megatron-LM's Megatron-FSDP examples do
 HEREDOC = """#!/bin/bash
@@ -113,3 +114,18 @@ def test_embedding_and_loss_in_split_have_no_effect_at_pp_1():
     imp = import_text(text, "job.sh")
     assert imp.plan.pp == 1 and not imp.plan.embedding_in_split and not imp.plan.loss_in_split
     assert any("at pp 1: no effect" in n for n in imp.notes)
+
+
+def test_arguments_alone_ask_for_the_gpus_and_say_there_is_no_launch():
+    imp = import_text(MODEL_ARGS, "model.sh")
+    assert imp.world_from == "the arguments come with no launch command to say how many GPUs they run on"
+    assert "line 2: the arguments read from the variable $MODEL_ARGS (no launch command)" in imp.notes
+    with pytest.raises(ImportFailed, match="model.sh: the arguments come with no launch command .*give --nodes N"):
+        place(imp, CLUSTERS["dgx-h100"])
+    placed, cluster = place(imp, CLUSTERS["dgx-h100"], 2)
+    assert (placed.world_size, placed.plan.dp, cluster.nodes) == (16, 16, 2)
+    # a launcher that leaves the GPU count out is still "the launch command"
+    launched = import_text(
+        "python pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128\n", "job.sh"
+    )
+    assert launched.world_from == "the launch command does not say how many GPUs it runs on"

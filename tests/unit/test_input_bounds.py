@@ -17,6 +17,7 @@ from parallel.core.plan import MAX_WORLD_SIZE, Plan
 from parallel.core.report import LISTED, plan_report
 from parallel.core.specs import CLUSTERS, MODELS, Model, SpecError
 from parallel.engine.api import memory_errors
+from parallel.importers import ImportFailed, import_text
 from parallel.search.space import Constraints, divisors, search
 from profiler import TraceAnalysis, TraceError, load_traces
 from profiler.collect import jobs
@@ -24,7 +25,7 @@ from profiler.collect.trace_sets import read_upload
 from profiler.lab import sweep_views as sweep_data
 from runfiles.metrics import load_metrics
 from runfiles.rundir import MAX_RUN_JSON_BYTES, load_json_object, read_json
-from ui.text import md
+from ui.text import error_md, md
 
 EVENTS = [
     {"ph": "X", "name": "ProfilerStep#1", "cat": "user_annotation", "ts": 0, "dur": 100, "pid": 1, "tid": 1},
@@ -126,6 +127,21 @@ def test_user_text_in_markdown_is_shown_as_itself(text):
     assert not re.search(r"(?<!\\)[\[\]<>`*_$|~!]", out)  # every construct-starting mark escaped
     assert "://" not in out and "www." not in out and not re.search(r":[a-z]", out)  # no autolink, no :shortcode
     assert not re.search(r"(?m)^\s*([#>+\-=]|\d+[.)]\s)", out)  # no heading, quote, list or rule
+
+
+def test_an_import_error_shows_its_file_line_apart_and_as_written():
+    """The line an importer quotes below its message is a code block (Markdown joins a bare newline into
+    the sentence: "state-space layers 33 | --mamba-num-heads"), its backticks unable to close it."""
+    text = "MODEL_ARGS='--num-layers 4 --hybrid-layer-pattern M*M*`````x --hidden-size 64'\n"
+    with pytest.raises(ImportFailed) as err:
+        import_text(text, "h_[x].sh")
+    out = error_md(err.value)
+    head, _, block = out.partition("\n\n")
+    assert shown(head) == str(err.value).splitlines()[0] and "--hybrid-layer-pattern" in head
+    assert "\\[x\\]" in head  # the sentence is escaped as md escapes it
+    fence, *body, close = block.split("\n")
+    assert fence == close == "``````" and body == [f"       1 | {text.rstrip()}"]  # longer than the 5 inside
+    assert error_md("one line") == md("one line") and error_md("x\n") == "x"
 
 
 def test_a_global_batch_that_cannot_fit_this_machine_is_refused_before_any_rank_starts():
