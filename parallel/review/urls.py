@@ -213,7 +213,8 @@ def _check_place(key: str, value: str, good: Mapping, params: Mapping) -> None:
 # Besides the keys above (model, cluster, nodes: the review's machine), the review page keeps
 #   plan       repeated, one per compared plan: "name|dp=8,tp=8,pp=8,sp=1,gb=1536" (the plan's URL keys:
 #              plan_params_of's), and `model=NAME` when it trains another preset than the review's
-#   shape      a model that is no preset (model=custom): "L=32,h=3840,a=32,kv=32,f=15360,s=2048,V=50432,d=2,arch=gpt"
+#   shape      a model that is no preset (model=custom): "L=32,h=3840,a=32,kv=32,f=15360,s=2048,V=50432,d=2,arch=gpt",
+#              then every other Model field that differs from its default (model_code: experts=128,top_k=8,...)
 #   title chosen verdict view review   the review's words, the open section, the saved review's id
 #   s_gb s_headroom s_max_tp s_sp s_zero s_recompute s_top   the search constraints
 #   mfu dp_overlap                     the modelling assumptions
@@ -305,19 +306,58 @@ def parse_plan_code(text: str, legacy: Mapping[str, str] | None = None) -> Named
     return NamedPlan(name.strip(), plan, model_preset(model) if model else None)
 
 
+_SHORT = {name: short for short, name in _SHAPE.items()}
+_MODEL_FIELDS = {f.name: f for f in dataclasses.fields(Model) if f.name != "name"}
+
+
+def _model_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, tuple):  # a per-layer 0/1 pattern (moe_pattern): one digit a layer
+        return "".join(str(int(v)) for v in value)
+    return str(value)
+
+
 def model_code(model: Model) -> str:
-    return ",".join(f"{short}={getattr(model, name)}" for short, name in _SHAPE.items())
+    """The `shape` URL parameter: every field of the model but its name, the nine of a dense shape
+    always (short keys), any other where it differs from Model's default (its field name), so a link
+    carries a mixture-of-experts or multi-latent-attention model whole."""
+    out = []
+    for name, f in _MODEL_FIELDS.items():
+        value = getattr(model, name)
+        if name in _SHORT or value != f.default:
+            out.append(f"{_SHORT.get(name, name)}={_model_value(value)}")
+    return ",".join(out)
+
+
+def _parse_model_value(name: str, text: str) -> Any:
+    kind = str(_MODEL_FIELDS[name].type)
+    if "tuple" in kind:
+        if not text or set(text) - {"0", "1"}:
+            raise ValueError(name)
+        return tuple(int(c) for c in text)
+    if "bool" in kind:
+        if text not in ("0", "1"):
+            raise ValueError(name)
+        return text == "1"
+    return text if kind == "str" else int(text)
 
 
 def model_from_code(text: str, name: str = "custom") -> Model:
     pairs = dict(item.partition("=")[::2] for item in str(text).split(",") if item)
     try:
-        fields = {_SHAPE[k]: (v if k == "arch" else int(v)) for k, v in pairs.items()}
+        fields = {}
+        for key, value in pairs.items():
+            field_name = _SHAPE.get(key, key)
+            if field_name not in _MODEL_FIELDS:
+                raise KeyError(key)
+            fields[field_name] = _parse_model_value(field_name, value)
     except (KeyError, ValueError):
         raise SpecError(
             f"URL parameter shape={text!r} must look like '{model_code(model_preset('gpt3-22b'))}'"
+            " (and any other model field as name=value)"
         ) from None
-    return Model(name=name, **fields)
+    return Model.from_dict({"name": name, **fields})
 
 
 def _float(key: str, text: str, lo: float, hi: float) -> float:

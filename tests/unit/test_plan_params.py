@@ -96,6 +96,26 @@ def test_custom_model_shape_round_trip():
     assert model_from_code(model_code(m), m.name) == m
     with pytest.raises(SpecError, match="shape="):
         model_from_code("L=3,zz=1")
+    # an older link's nine keys still read
+    old = model_from_code("L=32,h=3840,a=32,kv=32,f=15360,s=2048,V=50432,d=2,arch=gpt", m.name)
+    assert old == m
+
+
+@pytest.mark.parametrize("preset", ["deepseek-v3", "gpt-oss-120b", "llama4-maverick", "qwen3-30b-a3b"])
+def test_a_link_carries_a_mixture_of_experts_model_whole(preset):
+    # an imported variant of a preset (e.g. another sequence length) travels as its shape: experts, top-k,
+    # the expert width, MLA's ranks and the MoE layer pattern with it, so its parameters survive the link
+    m = dataclasses.replace(MODELS[preset], name=f"{preset} variant", seq_len=8192, dropout=True)
+    back = model_from_code(model_code(m), m.name)
+    assert back == m and back.param_counts(1) == m.param_counts(1)
+    state = dataclasses.replace(default_review_state(), model=m)
+    assert review_from_params(review_to_params(state)).model == m
+
+
+@pytest.mark.parametrize("bad", ["L=2,experts=x", "L=2,moe_pattern=012", "L=2,dropout=yes", "L=2,name=x"])
+def test_a_malformed_model_field_in_a_link_is_named(bad):
+    with pytest.raises(SpecError, match="shape="):
+        model_from_code(bad)
 
 
 STATES = [
