@@ -13,7 +13,7 @@ from parallel.core.topology import DEFAULT_ORDER, ORDERS
 from profiler.collect import trace_sets, uploads
 from ui import selection
 from ui.routing import ensure_navigation
-from ui.text import md
+from ui.text import error_md, md
 
 NO_PLAN, PLAN_FILE, PLAN_DEGREES = "none", "plan file", "degrees"
 
@@ -54,7 +54,7 @@ def _plan(checked: uploads.Checked):
         try:
             return uploads.plan_from_file(f.name, f.getvalue().decode("utf-8", errors="replace"), world)
         except SpecError as err:
-            st.error(f"The plan file cannot be used: {md(err)}")
+            st.error(f"The plan file cannot be used: {error_md(err)}")
             return None, None
     if how == PLAN_DEGREES:
         cols = st.columns(6)
