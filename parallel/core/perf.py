@@ -446,9 +446,9 @@ def _layer_comm(
     return {"exposed": exposed, "hidden": hidden}
 
 
-# SMs the flex dispatcher's kernels hold while they move tokens: DeepEP's Buffer default, which
-# Megatron-core keeps (TransformerConfig.moe_deepep_num_sms, "historical default 20"; HybridEP takes
-# DeepEP's default unless --moe-hybridep-num-sms says otherwise)
+# SMs the flex dispatcher's kernels hold while they move tokens, where the plan does not say
+# (Plan.dispatch_sms): DeepEP's Buffer default, which Megatron-core keeps (TransformerConfig.
+# moe_deepep_num_sms, "historical default 20"; HybridEP takes DeepEP's default)
 FLEX_DISPATCH_SMS = 20
 
 
@@ -477,7 +477,8 @@ def ep_exposed_seconds(plan: AnyPlan, cost: LayerCost, ep_layer: Any, moe_share:
     if not np.any(on) or not moe_share:
         return ep_layer
     quarter = ep_layer / moe_share / 4
-    held = quarter * where(flex, FLEX_DISPATCH_SMS / device.sms, 0.0)  # the window's SMs it takes
+    sms = FLEX_DISPATCH_SMS if plan.dispatch_sms is None else plan.dispatch_sms
+    held = quarter * where(flex, minimum(np.asarray(sms) / device.sms, 1.0), 0.0)  # the window's SMs it takes
     delay = plan.delay_wgrad
     windows = (
         cost.moe_pre_fwd,

@@ -371,6 +371,20 @@ class Plan:
         megatron=("--moe-token-dispatcher-type", "--moe-enable-deepep", "--moe-flex-dispatcher-backend"),
         torchtitan=("parallelism.expert_parallel_comm_backend (standard: alltoall; deepep, hybridep: flex)",),
     )
+    # SMs the flex dispatcher's kernels (DeepEP, HybridEP) hold while they move tokens; None = DeepEP's
+    # default of 20, which Megatron-core keeps (TransformerConfig.moe_flex_dispatcher_num_sms)
+    dispatch_sms: int | None = knob(
+        None,
+        "opt_int",
+        "dsms",
+        "SMs the flex dispatcher's kernels hold (default: DeepEP's 20)",
+        lo=1,
+        hi=1024,
+        column="dispatch SMs",
+        token=lambda p: f"sms{p.dispatch_sms}" if p.dispatch_sms is not None and p.moe_dispatcher == "flex" else "",
+        megatron=("--moe-flex-dispatcher-num-sms",),
+        torchtitan=(),
+    )
     # Expert capacity (Lepikhin et al. 2021, GShard; Megatron-core moe_utils.get_capacity): each expert
     # takes at most ceil(capacity_factor x tokens x top_k / experts) copies and drops the rest; None =
     # dropless (Megatron-LM's default). With capacity_pad every expert's input is padded to it.

@@ -162,6 +162,8 @@ def megatron_script(plan: Plan, model: Model, *, gpus_per_node: int = 8) -> tupl
         ]
         if p.capacity_factor is not None:
             flags.append(f"{_flag('capacity_factor')} {p.capacity_factor:g}")
+        if p.dispatch_sms is not None:
+            flags.append(f"{_flag('dispatch_sms')} {p.dispatch_sms}")
         if p.expert_imbalance is not None:
             notes.append(ROUTING_NOTE.format(p.expert_imbalance))
     else:
@@ -199,6 +201,7 @@ def megatron_script(plan: Plan, model: Model, *, gpus_per_node: int = 8) -> tupl
 
 MOE_FIELDS = (
     "moe_dispatcher",
+    "dispatch_sms",
     "capacity_factor",
     "capacity_pad",
     "grouped_gemm",

@@ -16,6 +16,7 @@ the plan, read as Megatron-LM's `arguments.py` reads them:
   allgather) with `--moe-enable-deepep` / `--moe-flex-dispatcher-backend` -> moe_dispatcher;
   `--overlap-moe-expert-parallel-comm`, `--delay-wgrad-compute` -> ep_overlap, delay_wgrad;
   `--moe-expert-capacity-factor`, `--moe-pad-expert-input-to-capacity` -> capacity_factor / _pad;
+  `--moe-flex-dispatcher-num-sms` (or the deprecated `--moe-deepep/hybridep-num-sms`) -> dispatch_sms;
   `--moe-grouped-gemm` -> grouped_gemm (without it: one GEMM per expert); `--moe-router-num-groups`,
   `--moe-router-group-topk` -> the Model's router groups. Checked as TransformerConfig checks them.
 * `--nproc_per_node` is the processes per host; the NVLink domain is the cluster's (Cluster.nvlink_domain).
@@ -132,6 +133,9 @@ USED = {  # flag -> (type, key)
     "--moe-token-dispatcher-type": ("str", "dispatcher"),
     "--moe-enable-deepep": ("true", "deepep"),
     "--moe-flex-dispatcher-backend": ("str", "flex_backend"),
+    "--moe-flex-dispatcher-num-sms": ("int", "dispatch_sms"),
+    "--moe-deepep-num-sms": ("int", "deepep_sms"),
+    "--moe-hybridep-num-sms": ("int", "hybridep_sms"),
     "--moe-router-num-groups": ("int", "router_groups"),
     "--moe-router-group-topk": ("int", "router_group_topk"),
     "--overlap-moe-expert-parallel-comm": ("true", "ep_overlap"),
@@ -555,6 +559,21 @@ DISPATCHER_TYPES = ("allgather", "alltoall", "flex")
 FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
 
 
+def _dispatch_sms(r: _Reader, get: dict, line: dict) -> int | None:
+    """--moe-flex-dispatcher-num-sms, else the deprecated per-backend counts it unifies, routed as
+    Megatron-core's TransformerConfig routes them (two different ones refused)."""
+    if "dispatch_sms" in get:
+        return get["dispatch_sms"]
+    old = {get[k] for k in ("deepep_sms", "hybridep_sms") if k in get}
+    if len(old) > 1:
+        raise r.fail(
+            line["hybridep_sms"],
+            "--moe-deepep-num-sms and --moe-hybridep-num-sms differ; Megatron-core refuses the conflict: "
+            "give one --moe-flex-dispatcher-num-sms",
+        )
+    return old.pop() if old else None
+
+
 def _moe_plan(r: _Reader, get: dict, line: dict) -> dict:
     """The plan's MoE fields from Megatron-core's flags, checked as its TransformerConfig checks them."""
     kind = get.get("dispatcher", "allgather")
@@ -577,6 +596,7 @@ def _moe_plan(r: _Reader, get: dict, line: dict) -> dict:
         r.notes.append(f"flex dispatcher ({backend}): a token crosses to another NVLink domain once per domain")
     out = dict(
         moe_dispatcher=kind,
+        dispatch_sms=_dispatch_sms(r, get, line),
         grouped_gemm=bool(get.get("grouped_gemm")),
         ep_overlap=bool(get.get("ep_overlap")),
         delay_wgrad=bool(get.get("delay_wgrad")),

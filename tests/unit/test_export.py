@@ -65,6 +65,8 @@ MEGATRON = [
             recompute="selective",
             recompute_modules="moe_act+layernorm+mla_up_proj",
             last_stage_layers=13,
+            moe_dispatcher="flex",
+            dispatch_sms=32,
         ),
     ),
 ]

@@ -129,3 +129,31 @@ def test_arguments_alone_ask_for_the_gpus_and_say_there_is_no_launch():
         "python pretrain_gpt.py --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128\n", "job.sh"
     )
     assert launched.world_from == "the launch command does not say how many GPUs it runs on"
+
+
+@pytest.mark.parametrize(
+    "flags,sms",
+    [
+        ("--moe-flex-dispatcher-num-sms 32", 32),
+        ("--moe-hybridep-num-sms 24", 24),  # deprecated, routed as Megatron-core routes it
+        ("--moe-deepep-num-sms 16 --moe-flex-dispatcher-num-sms 40", 40),  # the unified flag wins
+        ("", None),
+    ],
+)
+def test_the_flex_dispatchers_sm_count_is_read(flags, sms):
+    text = (
+        "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 "
+        "--seq-length 1024 --micro-batch-size 1 --vocab-size 32000 --num-experts 8 --moe-router-topk 2 "
+        f"--expert-model-parallel-size 8 --moe-token-dispatcher-type flex {flags}\n"
+    )
+    assert import_text(text, "job.sh").plan.dispatch_sms == sms
+
+
+def test_conflicting_deprecated_sm_counts_are_refused():
+    text = (
+        "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 "
+        "--micro-batch-size 1 --vocab-size 32000 --num-experts 8 --moe-token-dispatcher-type flex "
+        "--moe-deepep-num-sms 16 --moe-hybridep-num-sms 24\n"
+    )
+    with pytest.raises(ImportFailed, match="differ; Megatron-core refuses"):
+        import_text(text, "job.sh")

@@ -426,3 +426,15 @@ def test_routing_skew_paces_the_layer_by_the_busiest_ep_rank():
     assert Plan(ep=4, expert_imbalance=1.0).expert_imbalance is None  # balanced: one spelling
     with pytest.raises(SpecError, match="at least 1"):
         Plan(expert_imbalance=0.8)
+
+
+def test_the_plans_dispatch_sms_set_what_an_overlapped_flex_dispatch_holds():
+    cluster = H100.with_nodes(1)
+    plan = Plan(dp=8, ep=8, micro_batch=4, global_batch=128, moe_dispatcher="flex", ep_overlap=True)
+    default = ep_split(MIXTRAL, plan, cluster)
+    twenty = ep_split(MIXTRAL, dataclasses.replace(plan, dispatch_sms=FLEX_DISPATCH_SMS), cluster)
+    forty = ep_split(MIXTRAL, dataclasses.replace(plan, dispatch_sms=2 * FLEX_DISPATCH_SMS), cluster)
+    assert twenty == pytest.approx(default)  # unset is DeepEP's default
+    paired = default[1] / (1 - 20 / 132)  # the paired transfers' seconds
+    assert forty[0] - default[0] == pytest.approx(paired * 20 / 132)  # 20 more SMs held, as long again
+    assert ep_split(MIXTRAL, dataclasses.replace(plan, dispatch_sms=1000), cluster)[1] == pytest.approx(0)
