@@ -100,6 +100,10 @@ def lex(s: str, first_line: int = 1) -> tuple[list[tuple], list[tuple[int, str]]
             end = n if end < 0 else end
             comments.append((line, s[i:end]))
             i = end
+        elif c == "(" and (expr := _flag_list_value(s, i, tokens)):
+            # bash would need it quoted; Megatron-LM's docs print `--moe-layer-freq ([0]*3+[1]*58)` bare
+            tokens.append(("word", [("lit", expr, True)], line))
+            i += len(expr)
         elif any(s.startswith(op, i) for op in OPS):
             op = next(op for op in OPS if s.startswith(op, i))
             if in_test and op in ("&&", "||", "<", ">", "(", ")"):
@@ -157,6 +161,29 @@ def lex(s: str, first_line: int = 1) -> tuple[list[tuple], list[tuple[int, str]]
             if parts == [("lit", "[[", False)] or parts == [("lit", "]]", False)]:
                 in_test = parts[0][1] == "[["
     return tokens, comments
+
+
+LIST_EXPRESSION = re.compile(r"\([\[\]\d*+, ()]*\)")
+
+
+def _flag_list_value(s: str, i: int, tokens: list) -> str | None:
+    """The Python list expression at s[i] -- `([0]*3+[1]*58)`, balanced, on one line -- when it is the
+    value of the long flag just before it (`--moe-layer-freq`), else None: a bare `(` there is a shell
+    syntax error, so reading it as the flag's value changes no script bash can run."""
+    prev = tokens[-1] if tokens else None
+    if not (prev and prev[0] == "word" and all(k == "lit" for k, *_ in prev[1])):
+        return None
+    if not "".join(t for _, t, _ in prev[1]).startswith("--"):
+        return None
+    m = LIST_EXPRESSION.match(s, i)
+    if not m:
+        return None
+    depth = 0
+    for j, ch in enumerate(m.group()):  # the first balanced prefix: `(...)` and no more
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0:
+            return m.group()[: j + 1]
+    return None
 
 
 def _double(s: str, i: int, line: int, parts: list) -> tuple[int, int]:

@@ -157,3 +157,27 @@ def test_conflicting_deprecated_sm_counts_are_refused():
     )
     with pytest.raises(ImportFailed, match="differ; Megatron-core refuses"):
         import_text(text, "job.sh")
+
+
+def test_a_bare_list_expression_after_a_flag_is_its_value():
+    # Megatron-LM's own docs print the training command with the list unquoted
+    text = (
+        "python pretrain_gpt.py --num-layers 8 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 \\\n"
+        "  --micro-batch-size 1 --vocab-size 32000 --num-experts 8 --moe-router-topk 2 \\\n"
+        "  --moe-layer-freq ([0]*2+[1]*6) \\\n"
+        "  --bf16\n"
+    )
+    m = import_text(text, "job.sh").model
+    assert m.moe_pattern == (0, 0, 1, 1, 1, 1, 1, 1) and m.dtype_bytes == 2  # the flag after it still read
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "python pretrain_gpt.py --num-layers 8 (echo x)\n",  # not a list expression
+        "python pretrain_gpt.py x ([0]*2)\n",  # not after a flag
+    ],
+)
+def test_other_bare_parentheses_stay_a_shell_error(text):
+    with pytest.raises(ImportFailed, match="unexpected"):
+        import_text(text, "job.sh")
