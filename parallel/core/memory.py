@@ -55,6 +55,7 @@ import numpy as np
 
 from parallel.core.pipeline_layout import parse_layout
 from parallel.core.plan import (
+    MOMENT_BYTES,
     RECOMPUTE_MODULES,
     Plan,
     PlanColumns,
@@ -594,7 +595,9 @@ def model_state_bytes(model: Model, plan: AnyPlan, stage: Any, *, mixed_precisio
       grads      the gradient buffer that is reduced and stepped: 4 bytes with fp32 main grads
                  (Megatron-LM's default, --main-grads-dtype fp32), 2 with bf16 (--grad-reduce-in-bf16)
       optimizer  Adam: fp32 master weights, momentum and variance, K = 12 for 2-byte training
-                 (8 for fp32: the weights are their own master copy)
+                 (8 for fp32: the weights are their own master copy); Megatron-LM's precision-aware
+                 optimizer keeps the moments in Plan.exp_avg_dtype / exp_avg_sq_dtype (bf16 both:
+                 K = 4 + 2 + 2 = 8)
     ZeRO (N_d = dp * cp: Megatron-LM's distributed optimizer shards over the data-parallel group
     *with* context parallelism, whose ranks hold the same weights): stage 1 divides the optimizer
     by N_d (the distributed optimizer keeps the whole gradient buffer: 2 + 4 + 12/N_d bytes, as
@@ -609,7 +612,8 @@ def model_state_bytes(model: Model, plan: AnyPlan, stage: Any, *, mixed_precisio
     # ZeRO groups: data x context, and the expert-data-parallel ranks world / (etp x ep x pp)
     nd, ne = plan.dp * plan.cp, plan.dp * plan.cp * plan.tp / (plan.expert_tp * plan.ep)
     w = model.dtype_bytes
-    k = 12 if w == 2 else 8
+    moments = MOMENT_BYTES[plan.exp_avg_dtype] + MOMENT_BYTES[plan.exp_avg_sq_dtype]
+    k = moments + (4 if w == 2 else 0)  # + the fp32 master copy of 2-byte weights
     g = 4 if w == 4 or plan.main_grads == "fp32" else 2
     if not mixed_precision:
         k, g = 2 * w, w

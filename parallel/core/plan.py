@@ -51,6 +51,10 @@ SCHEDULES = ("1f1b", "gpipe")
 # Gradient dtype of the accumulation buffer that is reduced and fed to the optimizer (Megatron-LM:
 # fp32 unless --grad-reduce-in-bf16 / --main-grads-dtype bf16; torchtitan: mixed_precision_reduce).
 MAIN_GRADS = ("fp32", "bf16")
+# Adam's moments under Megatron-LM's precision-aware optimizer (--exp-avg-dtype / --exp-avg-sq-dtype):
+# bytes a parameter
+MOMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+MOMENT_DTYPES = tuple(MOMENT_BYTES)
 # FP8 training (Micikevicius et al. 2022, "FP8 Formats for Deep Learning"; Transformer Engine):
 # none; gemm = FP8 GEMMs, bf16 weights with an FP8 copy of each GEMM weight (Megatron --fp8-format,
 # torchtitan float8); weights = FP8 primary GEMM weights, fp32 master copy in the optimizer
@@ -320,6 +324,28 @@ class Plan:
         token=lambda p: f"grads-{p.main_grads}" if p.main_grads != "fp32" else "",
         megatron=("--grad-reduce-in-bf16", "--main-grads-dtype"),
         torchtitan=("training.mixed_precision_reduce",),
+    )
+    exp_avg_dtype: str = knob(
+        "fp32",
+        "choice",
+        "m1",
+        "Adam's first moment's dtype (Megatron-LM's precision-aware optimizer)",
+        choices=MOMENT_DTYPES,
+        column="exp_avg",
+        token=lambda p: f"m1-{p.exp_avg_dtype}" if p.exp_avg_dtype != "fp32" else "",
+        megatron=("--use-precision-aware-optimizer", "--exp-avg-dtype"),
+        torchtitan=(),
+    )
+    exp_avg_sq_dtype: str = knob(
+        "fp32",
+        "choice",
+        "m2",
+        "Adam's second moment's dtype (Megatron-LM's precision-aware optimizer)",
+        choices=MOMENT_DTYPES,
+        column="exp_avg_sq",
+        token=lambda p: f"m2-{p.exp_avg_sq_dtype}" if p.exp_avg_sq_dtype != "fp32" else "",
+        megatron=("--use-precision-aware-optimizer", "--exp-avg-sq-dtype"),
+        torchtitan=(),
     )
     fp8: str = knob(
         "none",

@@ -147,6 +147,12 @@ def megatron_script(plan: Plan, model: Model, *, gpus_per_node: int = 8) -> tupl
         notes.append(f"rank order {p.order}: Megatron-LM builds {DEFAULT_ORDER} or {TP_PP_DP_ORDER} only")
     if p.main_grads == "bf16":
         flags.append(_flag("main_grads", 0))
+    if (p.exp_avg_dtype, p.exp_avg_sq_dtype) != ("fp32", "fp32"):
+        flags += [
+            _flag("exp_avg_dtype", 0),
+            f"{_flag('exp_avg_dtype', 1)} {p.exp_avg_dtype}",
+            f"{_flag('exp_avg_sq_dtype', 1)} {p.exp_avg_sq_dtype}",
+        ]
     if p.fp8 != "none":
         flags.append(f"{_flag('fp8', 0)} hybrid")
         if p.fp8 == "weights":
@@ -314,6 +320,10 @@ def torchtitan_toml(plan: Plan, model: Model) -> tuple[str, list[str]]:
     if offloaded_modules(p):
         notes.append(f"offloaded activations ({p.offload_modules}): torchtitan has no fine-grained offloading")
     put(torchtitan_keys("main_grads")[0], "bfloat16" if p.main_grads == "bf16" else "float32")
+    if (p.exp_avg_dtype, p.exp_avg_sq_dtype) != ("fp32", "fp32"):
+        notes.append(
+            f"Adam's moments in {p.exp_avg_dtype} / {p.exp_avg_sq_dtype}: torchtitan's optimizer keeps them in fp32"
+        )
     if p.fp8 != "none":
         sections["model"]["converters"] = ["float8"]
         notes.append(f"fp8 {p.fp8}: torchtitan's float8 converter; the plan read back has no FP8")

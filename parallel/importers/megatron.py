@@ -17,6 +17,7 @@ the plan, read as Megatron-LM's `arguments.py` reads them:
   `--overlap-moe-expert-parallel-comm`, `--delay-wgrad-compute` -> ep_overlap, delay_wgrad;
   `--moe-expert-capacity-factor`, `--moe-pad-expert-input-to-capacity` -> capacity_factor / _pad;
   `--moe-flex-dispatcher-num-sms` (or the deprecated `--moe-deepep/hybridep-num-sms`) -> dispatch_sms;
+  `--exp-avg-dtype` / `--exp-avg-sq-dtype` under `--use-precision-aware-optimizer` -> Adam's moments;
   `--moe-grouped-gemm` -> grouped_gemm (without it: one GEMM per expert); `--moe-router-num-groups`,
   `--moe-router-group-topk` -> the Model's router groups. Checked as TransformerConfig checks them.
 * `--nproc_per_node` is the processes per host; the NVLink domain is the cluster's (Cluster.nvlink_domain).
@@ -56,7 +57,15 @@ import dataclasses
 import re
 
 from parallel.core.pipeline_layout import LayoutError, parse_layout, plan_split
-from parallel.core.plan import CP_KINDS, DEFAULT_RECOMPUTE_MODULES, NO_OFFLOAD, OFFLOAD_MODULES, RECOMPUTE_MODULES, Plan
+from parallel.core.plan import (
+    CP_KINDS,
+    DEFAULT_RECOMPUTE_MODULES,
+    MOMENT_DTYPES,
+    NO_OFFLOAD,
+    OFFLOAD_MODULES,
+    RECOMPUTE_MODULES,
+    Plan,
+)
 from parallel.core.specs import MODELS, Model, SpecError
 from parallel.importers.base import Imported, failure
 from parallel.importers.moe_pattern import PatternError, moe_layer_flags
@@ -151,6 +160,9 @@ USED = {  # flag -> (type, key)
     "--fp8-param-gather": ("true", "fp8_params"),
     "--grad-reduce-in-bf16": ("true", "grad_bf16"),
     "--main-grads-dtype": ("str", "main_grads"),
+    "--use-precision-aware-optimizer": ("true", "precision_aware"),
+    "--exp-avg-dtype": ("str", "exp_avg"),
+    "--exp-avg-sq-dtype": ("str", "exp_avg_sq"),
     "--no-bias-swiglu-fusion": ("true", "no_swiglu_fusion"),
     "--decoder-first-pipeline-num-layers": ("int", "first_stage_layers"),
     "--decoder-last-pipeline-num-layers": ("int", "last_stage_layers"),
@@ -559,6 +571,24 @@ DISPATCHER_TYPES = ("allgather", "alltoall", "flex")
 FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
 
 
+def _moment_dtypes(r: _Reader, get: dict, line: dict) -> dict[str, str]:
+    """Adam's moment dtypes: --exp-avg-dtype / --exp-avg-sq-dtype, which Megatron-LM's optimizer uses
+    only under --use-precision-aware-optimizer (fp32 otherwise, noted)."""
+    out = {}
+    for key, field, flag in (
+        ("exp_avg", "exp_avg_dtype", "--exp-avg-dtype"),
+        ("exp_avg_sq", "exp_avg_sq_dtype", "--exp-avg-sq-dtype"),
+    ):
+        value = get.get(key, "fp32")
+        if value not in MOMENT_DTYPES:
+            raise r.fail(line[key], f"{flag} must be one of {', '.join(MOMENT_DTYPES)}, got {value!r}")
+        if value != "fp32" and not get.get("precision_aware"):
+            r.notes.append(f"{flag} {value} without --use-precision-aware-optimizer: fp32, as Megatron-LM keeps it")
+            value = "fp32"
+        out[field] = value
+    return out
+
+
 def _dispatch_sms(r: _Reader, get: dict, line: dict) -> int | None:
     """--moe-flex-dispatcher-num-sms, else the deprecated per-backend counts it unifies, routed as
     Megatron-core's TransformerConfig routes them (two different ones refused)."""
@@ -672,6 +702,7 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         offload_modules=_offload_modules(r, get, line),
         order="tp-cp-ep-pp-dp" if get.get("tp_pp_dp") else "tp-cp-ep-dp-pp",
         main_grads="bf16" if get.get("grad_bf16") or get.get("main_grads") in ("bf16", "bfloat16") else "fp32",
+        **_moment_dtypes(r, get, line),
         fp8="none",
         ep=get.get("ep", 1),
         etp=get.get("etp"),

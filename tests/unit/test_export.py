@@ -51,7 +51,21 @@ MEGATRON = [
         "llama3-70b",
         Plan(dp=2, tp=8, pp=4, sp=True, vpp=5, p2p_overlap=True, tp_overlap=True, global_batch=64, fp8="gemm"),
     ),
-    ("mixtral-8x7b", Plan(dp=8, tp=2, ep=4, etp=1, global_batch=64, param_gather_overlap=True, zero=1, cp=1)),
+    (
+        "mixtral-8x7b",
+        Plan(
+            dp=8,
+            tp=2,
+            ep=4,
+            etp=1,
+            global_batch=64,
+            param_gather_overlap=True,
+            zero=1,
+            cp=1,
+            exp_avg_dtype="bf16",
+            exp_avg_sq_dtype="fp8",
+        ),
+    ),
     (
         "deepseek-v3",
         Plan(

@@ -181,3 +181,16 @@ def test_a_bare_list_expression_after_a_flag_is_its_value():
 def test_other_bare_parentheses_stay_a_shell_error(text):
     with pytest.raises(ImportFailed, match="unexpected"):
         import_text(text, "job.sh")
+
+
+def test_adam_moments_under_the_precision_aware_optimizer():
+    base = (
+        "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 "
+        "--seq-length 1024 --micro-batch-size 1 --vocab-size 32000 --bf16 --use-distributed-optimizer {}\n"
+    )
+    on = import_text(base.format("--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype fp8"), "a.sh")
+    assert (on.plan.exp_avg_dtype, on.plan.exp_avg_sq_dtype) == ("bf16", "fp8")
+    off = import_text(base.format("--exp-avg-dtype bf16"), "b.sh")  # Megatron-LM uses them only when asked
+    assert off.plan.exp_avg_dtype == "fp32" and any("without --use-precision-aware-optimizer" in n for n in off.notes)
+    with pytest.raises(ImportFailed, match="--exp-avg-dtype must be one of"):
+        import_text(base.format("--use-precision-aware-optimizer --exp-avg-dtype int4"), "c.sh")

@@ -133,6 +133,16 @@ def test_zero_stages_split_model_states(zero, expect):
     assert (states["params"] / n, states["grads"] / n, states["optimizer"] / n) == pytest.approx(expect)
 
 
+@pytest.mark.parametrize("m1,m2,k", [("bf16", "bf16", 8), ("fp8", "fp8", 6), ("bf16", "fp32", 10), ("fp16", "fp8", 7)])
+def test_the_precision_aware_optimizer_keeps_adams_moments_in_their_dtypes(m1, m2, k):
+    """fp32 master weights (4 bytes) plus each moment in its dtype (Megatron-LM's --exp-avg-dtype /
+    --exp-avg-sq-dtype under --use-precision-aware-optimizer)."""
+    m = MODELS["gpt3-22b"]
+    plan = Plan(dp=8, zero=1, global_batch=8, exp_avg_dtype=m1, exp_avg_sq_dtype=m2)
+    states = model_state_bytes(m, plan, 0)
+    assert states["optimizer"] / params_per_stage(m, plan, 0) == pytest.approx(k / 8)
+
+
 def test_params_per_stage_sum_to_the_model():
     for name in ("gpt3-175b", "llama3-70b"):
         m = MODELS[name]
