@@ -161,6 +161,8 @@ USED = {  # flag -> (type, key)
     "--grad-reduce-in-bf16": ("true", "grad_bf16"),
     "--main-grads-dtype": ("str", "main_grads"),
     "--use-precision-aware-optimizer": ("true", "precision_aware"),
+    "--optimizer-cpu-offload": ("true", "optimizer_offload"),
+    "--optimizer-offload-fraction": ("float", "optimizer_offload_fraction"),
     "--exp-avg-dtype": ("str", "exp_avg"),
     "--exp-avg-sq-dtype": ("str", "exp_avg_sq"),
     "--no-bias-swiglu-fusion": ("true", "no_swiglu_fusion"),
@@ -720,6 +722,12 @@ def _plan(r: _Reader, f: dict, layers: int) -> tuple[dict, dict]:
         embedding_in_split=bool(get.get("embedding_in_split")) and pp > 1,
         loss_in_split=bool(get.get("loss_in_split")) and pp > 1,
     )
+    if get.get("optimizer_offload"):
+        share = get.get("optimizer_offload_fraction", 1.0)
+        r.notes.append(
+            f"--optimizer-cpu-offload ({share:.0%} of the optimizer on the CPU) is not modelled: the memory "
+            "shown keeps the whole optimizer on the GPU, and the step has no host optimizer or copies"
+        )
     if pp == 1 and (get.get("embedding_in_split") or get.get("loss_in_split")):
         r.notes.append(
             "--account-for-embedding/loss-in-pipeline-split at pp 1: no effect (one stage holds every layer)"

@@ -194,3 +194,13 @@ def test_adam_moments_under_the_precision_aware_optimizer():
     assert off.plan.exp_avg_dtype == "fp32" and any("without --use-precision-aware-optimizer" in n for n in off.notes)
     with pytest.raises(ImportFailed, match="--exp-avg-dtype must be one of"):
         import_text(base.format("--use-precision-aware-optimizer --exp-avg-dtype int4"), "c.sh")
+
+
+def test_an_offloaded_optimizer_is_said_to_be_unmodelled():
+    text = (
+        "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 "
+        "--micro-batch-size 1 --vocab-size 32000 --use-precision-aware-optimizer --optimizer-cpu-offload "
+        "--optimizer-offload-fraction 0.5 --overlap-cpu-optimizer-d2h-h2d\n"
+    )
+    imp = import_text(text, "job.sh")
+    assert any("--optimizer-cpu-offload (50% of the optimizer on the CPU) is not modelled" in n for n in imp.notes)
