@@ -162,6 +162,7 @@ USED = {  # flag -> (type, key)
     "--main-grads-dtype": ("str", "main_grads"),
     "--use-precision-aware-optimizer": ("true", "precision_aware"),
     "--optimizer-cpu-offload": ("true", "optimizer_offload"),
+    "--moe-shared-expert-overlap": ("true", "shared_expert_overlap"),
     "--optimizer-offload-fraction": ("float", "optimizer_offload_fraction"),
     "--exp-avg-dtype": ("str", "exp_avg"),
     "--exp-avg-sq-dtype": ("str", "exp_avg_sq"),
@@ -645,6 +646,11 @@ def _moe_plan(r: _Reader, get: dict, line: dict) -> dict:
         )
     if not out["grouped_gemm"]:
         r.notes.append("no --moe-grouped-gemm: each local expert's GEMMs run one after another (SequentialMLP)")
+    if get.get("shared_expert_overlap"):
+        r.notes.append(
+            "--moe-shared-expert-overlap is not modelled: the dispatch is priced without the shared experts' "
+            "compute under it"
+        )
     return out
 
 

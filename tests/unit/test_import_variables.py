@@ -204,3 +204,12 @@ def test_an_offloaded_optimizer_is_said_to_be_unmodelled():
     )
     imp = import_text(text, "job.sh")
     assert any("--optimizer-cpu-offload (50% of the optimizer on the CPU) is not modelled" in n for n in imp.notes)
+
+
+def test_shared_expert_overlap_is_said_to_be_unmodelled():
+    text = (
+        "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 "
+        "--micro-batch-size 1 --vocab-size 32000 --num-experts 8 --moe-shared-expert-intermediate-size 512 "
+        "--moe-token-dispatcher-type alltoall --moe-shared-expert-overlap\n"
+    )
+    assert any("--moe-shared-expert-overlap is not modelled" in n for n in import_text(text, "job.sh").notes)
