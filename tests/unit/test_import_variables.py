@@ -37,6 +37,16 @@ MODEL_ARGS=" \\
 """
 
 
+# a small dense model's arguments, for the tests of one flag each
+TINY = "--num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 --micro-batch-size 1 --vocab-size 32000"
+
+
+def launch(flags: str, per_node: int | None = None) -> str:
+    """A torchrun launch of TINY with `flags` (and --nproc_per_node when given)."""
+    torchrun = f"torchrun --nproc_per_node {per_node}" if per_node else "torchrun"
+    return f"{torchrun} pretrain_gpt.py {TINY} {flags}\n"
+
+
 def test_bash_with_options_before_c_runs_its_string():
     imp = import_text(HEREDOC, "job.sh")
     assert (imp.model.layers, imp.model.hidden, imp.model.heads) == (24, 2048, 16)
@@ -73,14 +83,10 @@ def test_padded_vocab_size_is_taken_as_given():
 
 
 def test_quick_geglu_is_a_gated_mlp():
-    base = (
-        "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 "
-        "--ffn-hidden-size 4096 --seq-length 1024 --micro-batch-size 1 --vocab-size 32000 "
-        "--untie-embeddings-and-output-weights {act}\n"
-    )
-    geglu = import_text(base.format(act="--quick-geglu"), "a.sh").model
-    swiglu = import_text(base.format(act="--swiglu"), "b.sh").model
-    gelu = import_text(base.format(act=""), "c.sh").model
+    base = "--ffn-hidden-size 4096 --untie-embeddings-and-output-weights"
+    geglu = import_text(launch(f"{base} --quick-geglu"), "a.sh").model
+    swiglu = import_text(launch(f"{base} --swiglu"), "b.sh").model
+    gelu = import_text(launch(base), "c.sh").model
     assert geglu.arch == swiglu.arch == "llama" and gelu.arch == "gpt"
     assert geglu.param_counts(1) == swiglu.param_counts(1)
 
@@ -106,12 +112,9 @@ def test_gpt_oss_120b_arguments_count_as_its_model_card():
 
 def test_embedding_and_loss_in_split_have_no_effect_at_pp_1():
     # Megatron-core adds them to the layers to split, then builds every layer on the one stage
-    text = (
-        "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 "
-        "--micro-batch-size 1 --vocab-size 32000 --account-for-embedding-in-pipeline-split "
-        "--account-for-loss-in-pipeline-split\n"
+    imp = import_text(
+        launch("--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split"), "job.sh"
     )
-    imp = import_text(text, "job.sh")
     assert imp.plan.pp == 1 and not imp.plan.embedding_in_split and not imp.plan.loss_in_split
     assert any("at pp 1: no effect" in n for n in imp.notes)
 
@@ -141,20 +144,12 @@ def test_arguments_alone_ask_for_the_gpus_and_say_there_is_no_launch():
     ],
 )
 def test_the_flex_dispatchers_sm_count_is_read(flags, sms):
-    text = (
-        "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 "
-        "--seq-length 1024 --micro-batch-size 1 --vocab-size 32000 --num-experts 8 --moe-router-topk 2 "
-        f"--expert-model-parallel-size 8 --moe-token-dispatcher-type flex {flags}\n"
-    )
-    assert import_text(text, "job.sh").plan.dispatch_sms == sms
+    moe = f"--num-experts 8 --moe-router-topk 2 --expert-model-parallel-size 8 --moe-token-dispatcher-type flex {flags}"
+    assert import_text(launch(moe, per_node=8), "job.sh").plan.dispatch_sms == sms
 
 
 def test_conflicting_deprecated_sm_counts_are_refused():
-    text = (
-        "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 "
-        "--micro-batch-size 1 --vocab-size 32000 --num-experts 8 --moe-token-dispatcher-type flex "
-        "--moe-deepep-num-sms 16 --moe-hybridep-num-sms 24\n"
-    )
+    text = launch("--num-experts 8 --moe-token-dispatcher-type flex --moe-deepep-num-sms 16 --moe-hybridep-num-sms 24")
     with pytest.raises(ImportFailed, match="differ; Megatron-core refuses"):
         import_text(text, "job.sh")
 
@@ -184,32 +179,24 @@ def test_other_bare_parentheses_stay_a_shell_error(text):
 
 
 def test_adam_moments_under_the_precision_aware_optimizer():
-    base = (
-        "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 "
-        "--seq-length 1024 --micro-batch-size 1 --vocab-size 32000 --bf16 --use-distributed-optimizer {}\n"
-    )
-    on = import_text(base.format("--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype fp8"), "a.sh")
+    def imported(flags):
+        return import_text(launch(f"--bf16 --use-distributed-optimizer {flags}", per_node=8), "job.sh")
+
+    on = imported("--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype fp8")
     assert (on.plan.exp_avg_dtype, on.plan.exp_avg_sq_dtype) == ("bf16", "fp8")
-    off = import_text(base.format("--exp-avg-dtype bf16"), "b.sh")  # Megatron-LM uses them only when asked
+    off = imported("--exp-avg-dtype bf16")  # Megatron-LM uses them only when asked
     assert off.plan.exp_avg_dtype == "fp32" and any("without --use-precision-aware-optimizer" in n for n in off.notes)
     with pytest.raises(ImportFailed, match="--exp-avg-dtype must be one of"):
-        import_text(base.format("--use-precision-aware-optimizer --exp-avg-dtype int4"), "c.sh")
+        imported("--use-precision-aware-optimizer --exp-avg-dtype int4")
 
 
 def test_an_offloaded_optimizer_is_said_to_be_unmodelled():
-    text = (
-        "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 "
-        "--micro-batch-size 1 --vocab-size 32000 --use-precision-aware-optimizer --optimizer-cpu-offload "
-        "--optimizer-offload-fraction 0.5 --overlap-cpu-optimizer-d2h-h2d\n"
-    )
-    imp = import_text(text, "job.sh")
+    offload = "--optimizer-cpu-offload --optimizer-offload-fraction 0.5 --overlap-cpu-optimizer-d2h-h2d"
+    imp = import_text(launch(f"--use-precision-aware-optimizer {offload}"), "job.sh")
     assert any("--optimizer-cpu-offload (50% of the optimizer on the CPU) is not modelled" in n for n in imp.notes)
 
 
 def test_shared_expert_overlap_is_said_to_be_unmodelled():
-    text = (
-        "torchrun pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 8 --seq-length 1024 "
-        "--micro-batch-size 1 --vocab-size 32000 --num-experts 8 --moe-shared-expert-intermediate-size 512 "
-        "--moe-token-dispatcher-type alltoall --moe-shared-expert-overlap\n"
-    )
-    assert any("--moe-shared-expert-overlap is not modelled" in n for n in import_text(text, "job.sh").notes)
+    moe = "--num-experts 8 --moe-shared-expert-intermediate-size 512 --moe-token-dispatcher-type alltoall"
+    notes = import_text(launch(f"{moe} --moe-shared-expert-overlap"), "job.sh").notes
+    assert any("--moe-shared-expert-overlap is not modelled" in n for n in notes)
