@@ -30,7 +30,7 @@ from parallel.core.perf import PerfOptions
 from parallel.core.plan import PLAN_FIELDS, Plan, parse_value, plan_from_values, plan_values
 from parallel.core.plan_schema import OPTIONAL_KINDS, value_error
 from parallel.core.report import Options
-from parallel.core.specs import MODELS, Cluster, GiB, Model, SpecError, cluster_preset, model_preset
+from parallel.core.specs import MODELS, SHAPE_LIMITS, Cluster, GiB, Model, SpecError, cluster_preset, model_preset
 from parallel.review.document import NamedPlan, Review
 from parallel.review.refit import refit_plan
 
@@ -332,8 +332,8 @@ def model_code(model: Model) -> str:
 
 def _parse_model_value(name: str, text: str) -> Any:
     kind = str(_MODEL_FIELDS[name].type)
-    if "tuple" in kind:
-        if not text or set(text) - {"0", "1"}:
+    if "tuple" in kind:  # one digit a layer: no longer than the most layers a model may have
+        if not text or len(text) > SHAPE_LIMITS["layers"] or set(text) - {"0", "1"}:
             raise ValueError(name)
         return tuple(int(c) for c in text)
     if "bool" in kind:

@@ -112,7 +112,9 @@ def test_a_link_carries_a_mixture_of_experts_model_whole(preset):
     assert review_from_params(review_to_params(state)).model == m
 
 
-@pytest.mark.parametrize("bad", ["L=2,experts=x", "L=2,moe_pattern=012", "L=2,dropout=yes", "L=2,name=x"])
+@pytest.mark.parametrize(
+    "bad", ["L=2,experts=x", "L=2,moe_pattern=012", "L=2,dropout=yes", "L=2,name=x", "L=2,moe_pattern=" + "1" * 70000]
+)
 def test_a_malformed_model_field_in_a_link_is_named(bad):
     with pytest.raises(SpecError, match="shape="):
         model_from_code(bad)
