@@ -86,7 +86,6 @@ Pure: stdlib and numpy.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -95,6 +94,7 @@ import numpy as np
 from parallel.core.memory import AnyPlan, cp_kind_flags, expert_load, max_params_per_stage, routed_copies
 from parallel.core.plan import Plan, PlanColumns, layers_on_stage, recomputed_share, recomputes
 from parallel.core.specs import Cluster, Link, Model
+from parallel.core.topology import spanning
 from parallel.core.vector import ceil, is_array, maximum, minimum, where
 
 MiB = 2**20
@@ -178,28 +178,24 @@ def _layout_cached(
     dp: int, tp: int, pp: int, cp: int, ep: int, etp: int, order: str, domain: int, dims: tuple[str, ...]
 ) -> tuple[bool, int]:
     """_layout_of's answer, laid out once per degrees, order and domain size (searches ask again and again)."""
+    if dims not in (("ep",), ("ep", "tp")):  # the dense layout's groups: from the strides (topology.spanning)
+        return spanning({"dp": dp, "pp": pp, "cp": cp, "tp": tp}, order, domain, dims)
+    # the MoE layers' own layout: EP groups, or ETP x EP groups
     plan, topo = _topology_cached(dp, tp, pp, cp, ep, etp, order, domain)
-    if dims in (("ep",), ("ep", "tp")):  # the MoE layers' own layout: EP groups, or ETP x EP groups
-        n = plan.ep * (plan.expert_tp if dims == ("ep", "tp") else 1)
-        laid_out = n > 1 and plan.world_size % (plan.expert_tp * plan.ep * plan.pp) == 0
-        if not laid_out:
-            return False, 1
-        groups = topo.group_ranks("ep")
-        if dims == ("ep", "tp"):  # the expert layout's tp is its fastest axis: each EP rank's etp neighbours
-            etp = plan.expert_tp
-            groups = groups[groups[:, 0] % etp == 0]
-            groups = (groups[:, :, None] + np.arange(etp)[None, None, :]).reshape(len(groups), -1)
-    else:
-        grid = topo.grid  # [dp, pp, cp, tp]
-        axes = [("dp", "pp", "cp", "tp").index(d) for d in dims]
-        rest = [i for i in range(4) if i not in axes]
-        groups = grid.transpose(rest + axes).reshape(-1, math.prod(grid.shape[i] for i in axes))
+    n = plan.ep * (plan.expert_tp if dims == ("ep", "tp") else 1)
+    laid_out = n > 1 and plan.world_size % (plan.expert_tp * plan.ep * plan.pp) == 0
+    if not laid_out:
+        return False, 1
+    groups = topo.group_ranks("ep")
+    if dims == ("ep", "tp"):  # the expert layout's tp is its fastest axis: each EP rank's etp neighbours
+        etp = plan.expert_tp
+        groups = groups[groups[:, 0] % etp == 0]
+        groups = (groups[:, :, None] + np.arange(etp)[None, None, :]).reshape(len(groups), -1)
     domains = topo.domain_of(groups)
     crossing = domains.max(axis=1) != domains.min(axis=1)
     if not crossing.any():  # most groups of a search stay inside a domain: no sort needed
         return False, groups.shape[1]
-    spanning = np.sort(domains[crossing], axis=1)
-    spans = 1 + (np.diff(spanning, axis=1) != 0).sum(axis=1)
+    spans = 1 + (np.diff(np.sort(domains[crossing], axis=1), axis=1) != 0).sum(axis=1)
     return True, int((groups.shape[1] // spans).min())
 
 

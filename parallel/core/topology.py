@@ -138,7 +138,7 @@ class Topology:
     def domain_of(self, ranks: Any) -> Any:
         """The NVLink domain of each rank (an int, or an array of them): the one function that says
         which ranks share the fast link."""
-        return ranks // self.nvlink_domain
+        return domain_index(ranks, self.nvlink_domain)
 
     def _expert_groups(self) -> np.ndarray:
         """The EP groups of Megatron-LM's expert layout (module docstring), first rank first."""
@@ -219,6 +219,41 @@ class Topology:
     def link(self, dim: str) -> str:
         """The slowest link any group of `dim` uses: 'inter' if one crosses domains, else 'intra'."""
         return "inter" if self.crossing(dim) else "intra"
+
+
+def domain_index(ranks: Any, domain: int) -> Any:
+    """The NVLink domain of each rank when `domain` consecutive ranks share one (Topology.domain_of)."""
+    return ranks // domain
+
+
+def spanning(sizes: dict[str, int], order: str, domain: int, dims: tuple[str, ...]) -> tuple[bool, int]:
+    """(whether any group over `dims` -- ranks that differ only in those coordinates of the dense
+    layout `sizes` {dp, pp, cp, tp} in `order` -- spans NVLink domains of `domain` ranks, the fewest
+    ranks a spanning group has in one domain: its group size over the domains it spans, or the group
+    size when none spans).
+
+    The answer of laying every group out and taking domain_of (Topology.crossing), from the strides
+    alone: a group is its first rank b plus the offsets of `dims`' coordinates, so it spans domains
+    exactly when b and b + its largest offset do; only spanning groups are laid out to count their
+    domains. A search asks this for every distinct plan shape (parallel.core.comm)."""
+    stride, step = {}, 1
+    for axis in parse_order(order):  # fastest first
+        stride[axis], step = step, step * sizes[axis]
+
+    def points(names) -> np.ndarray:  # every sum of coordinate x stride over `names`, ascending
+        out = np.zeros(1, dtype=np.int64)
+        for axis in sorted(names, key=stride.get):
+            out = (np.arange(sizes[axis], dtype=np.int64)[:, None] * stride[axis] + out[None, :]).ravel()
+        return out
+
+    offsets = points(dims)  # ascending: each axis's stride is at least the span of the faster ones
+    firsts = points([a for a in DIMS if a not in dims])
+    spans = domain_index(firsts, domain) != domain_index(firsts + offsets[-1], domain)
+    if not spans.any():
+        return False, len(offsets)
+    domains = domain_index(firsts[spans][:, None] + offsets[None, :], domain)  # ascending along each row
+    count = 1 + (np.diff(domains, axis=1) != 0).sum(axis=1)
+    return True, int((len(offsets) // count).min())
 
 
 def placed(plan: Any, cluster: Any) -> Topology:

@@ -22,7 +22,7 @@ from parallel.core.memory import (
 from parallel.core.perf import PerfOptions, bubble_fraction, flops_per_step, step_time
 from parallel.core.plan import Plan
 from parallel.core.specs import CLUSTERS, MODELS, Cluster, GiB, Link, Model, SpecError
-from parallel.core.topology import Topology, TopologyError
+from parallel.core.topology import DIMS, Topology, TopologyError, spanning
 from parallel.core.validate import _shape_errors, check, nearest_computable
 
 GPT3 = ["gpt3-22b", "gpt3-175b", "gpt3-530b", "gpt3-1t"]
@@ -199,6 +199,29 @@ def test_groups_match_megatron_rank_generator(order, sizes, gpn, dim):
     # every rank's coordinates round-trip
     for r in range(topo.world_size):
         assert topo.rank_of(**topo.coords_of(r)) == r
+
+
+def _laid_out(topo: Topology, dims: tuple[str, ...]) -> tuple[bool, int]:
+    """Whether a group over `dims` spans NVLink domains and the fewest ranks a spanning one has in a
+    domain, by laying out every group of the grid and taking each rank's domain."""
+    axes = [DIMS.index(d) for d in dims]
+    rest = [i for i in range(4) if i not in axes]
+    groups = topo.grid.transpose(rest + axes).reshape(-1, int(np.prod([topo.grid.shape[i] for i in axes])))
+    per_group = [set(topo.domain_of(g).tolist()) for g in groups]
+    spanning_groups = [len(d) for d in per_group if len(d) > 1]
+    n = groups.shape[1]
+    return (True, min(n // k for k in spanning_groups)) if spanning_groups else (False, n)
+
+
+@pytest.mark.parametrize("order", ["tp-cp-ep-dp-pp", "tp-cp-pp-dp", "tp-dp-cp-pp", "tp-pp-dp-cp"])
+@pytest.mark.parametrize("domain", [1, 3, 4, 8, 12, 72])
+def test_spanning_from_strides_matches_every_group_laid_out(order, domain):
+    rng = np.random.default_rng(domain)
+    for _ in range(12):
+        sizes = dict(zip(DIMS, (int(x) for x in rng.choice([1, 2, 3, 4, 6, 8, 16], size=4))))
+        topo = Topology(gpus_per_node=8, order=order, nvlink_domain=domain, **sizes)
+        for dims in (("tp",), ("pp",), ("cp",), ("dp",), ("dp", "cp"), ("tp", "cp"), ("dp", "pp", "cp", "tp")):
+            assert spanning(sizes, order, domain, dims) == _laid_out(topo, dims), (sizes, dims)
 
 
 def test_issue_example_16_gpus_tp2_dp2_pp4():
