@@ -16,7 +16,7 @@ import streamlit as st
 from parallel.core.plan import PLAN_FIELDS, RECOMPUTE, Plan
 from parallel.core.specs import CLUSTERS, MODELS, SpecError, cluster_preset
 from parallel.core.topology import ORDERS
-from parallel.importers import KINDS, SUFFIXES, ImportFailed, import_text, place
+from parallel.importers import KINDS, SUFFIXES, ImportFailed, config_names, detect, import_text, place
 from parallel.review.document import (
     NamedPlan,
     Review,
@@ -589,8 +589,8 @@ def explain_top(s: ReviewState, result) -> None:
 
 def import_section(s: ReviewState) -> ReviewState:
     st.caption(
-        "A Megatron-LM launch script or command line, a torchtitan TOML, or a ParaScope plan/review JSON. "
-        "Flags it does not know are listed, never fatal."
+        "A Megatron-LM launch script or command line, a torchtitan TOML or config registry (.py, read "
+        "without running it), or a ParaScope plan/review JSON. Flags it does not know are listed, never fatal."
     )
     how = st.radio("Source", ["Paste", "Upload"], horizontal=True, key="rv.i_how")
     if how == "Paste":
@@ -603,6 +603,10 @@ def import_section(s: ReviewState) -> ReviewState:
         text, name = (up.getvalue().decode("utf-8", "replace"), up.name) if up else ("", "")
     c1, c2, c3 = st.columns([2, 1, 1])
     kind = c1.selectbox("Kind", ["auto", *KINDS], key="rv.i_kind")
+    configs = config_names(text) if (kind if kind != "auto" else detect(text, name)) == "torchtitan" else []
+    config = (
+        c1.selectbox("Config", configs, key="rv.i_config", help="the registry's config function") if configs else None
+    )
     nodes = c2.number_input(
         "Nodes (0: from the file)",
         min_value=0,
@@ -613,7 +617,7 @@ def import_section(s: ReviewState) -> ReviewState:
     if c3.button("Read it", disabled=not text.strip(), width="stretch"):
         st.session_state.pop(IMPORTED, None)
         try:
-            st.session_state[IMPORTED] = _read_import(text, name, kind, int(nodes), cluster_preset(s.cluster))
+            st.session_state[IMPORTED] = _read_import(text, name, kind, int(nodes), cluster_preset(s.cluster), config)
         except (ImportFailed, SpecError) as err:
             st.error(error_md(err))
     got = st.session_state.get(IMPORTED)
@@ -650,10 +654,11 @@ def import_section(s: ReviewState) -> ReviewState:
     return s
 
 
-def _read_import(text: str, name: str, kind: str, nodes: int, review_cluster) -> dict:
+def _read_import(text: str, name: str, kind: str, nodes: int, review_cluster, config: str | None = None) -> dict:
     """What Read it shows: the import placed as `python -m parallel plan --import` places it, or, when
-    neither the file nor the Nodes field says how many GPUs, what was read without a plan (plan None)."""
-    imported = import_text(text, name, None if kind == "auto" else kind)
+    neither the file nor the Nodes field says how many GPUs, what was read without a plan (plan None).
+    `config`: a torchtitan registry's config function."""
+    imported = import_text(text, name, None if kind == "auto" else kind, config=config)
     base, cluster_note = _import_base(imported, review_cluster)
     got = {"model": imported.model, "cluster_note": cluster_note, "name": name, "gpus_per_node": base.gpus_per_node}
     if imported.world_size is None and not nodes:

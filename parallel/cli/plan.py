@@ -112,7 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
         dest="import_file",
         default=None,
         metavar="FILE",
-        help="take model and plan from a Megatron-LM command line/script, a torchtitan TOML or a plan JSON",
+        help="take model and plan from a Megatron-LM command line/script, a torchtitan TOML or config "
+        "registry (.py), or a plan JSON",
+    )
+    parser.add_argument(
+        "--config",
+        dest="import_config",
+        default=None,
+        metavar="NAME",
+        help="with --import of a torchtitan config registry: the config function to read (e.g. llama3_70b)",
     )
     parser.add_argument(
         "--calibration",
@@ -270,7 +278,7 @@ def _fail(message: str, as_json: bool) -> int:
 def _from_import(args: argparse.Namespace, argv: list[str]):
     """The model and plan from a Megatron-LM script, torchtitan TOML or plan JSON; the world size
     from --nodes when given, else from the file (torchrun --nnodes x --nproc_per_node, ...)."""
-    imported = import_plan(args.import_file)
+    imported = import_plan(args.import_file, config=args.import_config)
     model = imported.model or model_from_args(args)  # a bare plan JSON names no model
     if imported.gpus_per_node and args.gpus_per_node is None and imported.cluster is None:
         args.gpus_per_node = imported.gpus_per_node

@@ -22,15 +22,26 @@ from parallel.importers.megatron import import_megatron
 from parallel.importers.plan_json import import_plan_json
 from parallel.importers.shell_eval import Reader
 from parallel.importers.torchtitan import import_torchtitan
+from parallel.importers.torchtitan_registry import config_names, looks_like_registry
 
 KINDS = ("megatron", "torchtitan", "plan-json")
 # a file name's suffix -> the kind it holds; any other name (a .txt, a pasted command) is sniffed from the text
 SUFFIXES = {
     **dict.fromkeys((".sh", ".bash", ".slurm", ".sbatch"), "megatron"),
-    ".toml": "torchtitan",
+    **dict.fromkeys((".toml", ".py"), "torchtitan"),
     ".json": "plan-json",
 }
-__all__ = ["KINDS", "SUFFIXES", "ImportFailed", "Imported", "detect", "import_plan", "import_text", "place"]
+__all__ = [
+    "KINDS",
+    "SUFFIXES",
+    "ImportFailed",
+    "Imported",
+    "config_names",
+    "detect",
+    "import_plan",
+    "import_text",
+    "place",
+]
 
 
 def detect(text: str, name: str = "") -> str:
@@ -40,6 +51,8 @@ def detect(text: str, name: str = "") -> str:
     stripped = text.lstrip()
     if stripped.startswith("{"):
         return "plan-json"
+    if looks_like_registry(text):
+        return "torchtitan"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
     if (
         lines
@@ -50,9 +63,12 @@ def detect(text: str, name: str = "") -> str:
     return "megatron"
 
 
-def import_text(text: str, name: str = "pasted text", kind: str | None = None, read: Reader | None = None) -> Imported:
+def import_text(
+    text: str, name: str = "pasted text", kind: str | None = None, read: Reader | None = None, config: str | None = None
+) -> Imported:
     """Import `text` (`name` for messages). `read(name)`: the text of a file a launch script sources,
-    or None (import_plan reads files beside the script; pasted text has none)."""
+    or None (import_plan reads files beside the script; pasted text has none). `config`: which config
+    of a torchtitan Python registry (None: its only one)."""
     kind = kind or detect(text, name)
     if kind not in KINDS:
         raise ImportFailed(f"unknown import kind {kind!r}; known: {', '.join(KINDS)}")
@@ -60,9 +76,12 @@ def import_text(text: str, name: str = "pasted text", kind: str | None = None, r
         raise ImportFailed(why)
     if not text.strip():
         raise ImportFailed(f"{name}: empty")
-    importer = {"megatron": import_megatron, "torchtitan": import_torchtitan, "plan-json": import_plan_json}[kind]
     try:
-        return importer(text, name, read=read) if kind == "megatron" else importer(text, name)
+        if kind == "megatron":
+            return import_megatron(text, name, read=read)
+        if kind == "torchtitan":
+            return import_torchtitan(text, name, config)
+        return import_plan_json(text, name)
     except RecursionError:  # a bound the importers missed: still one line, never a traceback
         raise ImportFailed(f"{name}: nested too deeply to import") from None
 
@@ -101,11 +120,11 @@ def beside(folder: Path) -> Reader:
     return read
 
 
-def import_plan(path: str | Path, kind: str | None = None) -> Imported:
+def import_plan(path: str | Path, kind: str | None = None, config: str | None = None) -> Imported:
     """Import the file at `path` (its kind from the suffix, else sniffed); a launch script's sourced
-    config files are read when they sit beside it."""
+    config files are read when they sit beside it. `config`: a torchtitan registry's config to read."""
     path = Path(path)
-    return import_text(_read_text(path), path.name, kind, read=beside(path.parent))
+    return import_text(_read_text(path), path.name, kind, read=beside(path.parent), config=config)
 
 
 def place(imported: Imported, cluster: Cluster, nodes: int | None = None) -> tuple[Imported, Cluster]:
@@ -115,7 +134,7 @@ def place(imported: Imported, cluster: Cluster, nodes: int | None = None) -> tup
     if nodes is not None:
         if nodes < 1:
             raise ImportFailed(f"--nodes must be at least 1, got {nodes}")
-        why = f"--nodes {nodes} × {gpn} GPUs per node"
+        why = f"{nodes} nodes × {gpn} GPUs per node"  # the CLI's --nodes and the page's Nodes alike
         if imported.world_size and imported.world_size != nodes * gpn:
             why += f" (overrides the file's {imported.world_size} GPUs)"
         return imported.with_world_size(nodes * gpn, why), cluster.with_nodes(nodes)

@@ -43,6 +43,7 @@ from parallel.core.plan import Plan
 from parallel.core.specs import MODELS, Model, SpecError
 from parallel.importers.base import Imported, failure
 from parallel.importers.limits import toml_shape_error
+from parallel.importers.torchtitan_registry import RegistryError, looks_like_registry, registry_as_toml
 
 # torchtitan's context_parallel_rotate_method (PyTorch's experimental context_parallel, ring attention
 # over SDPA blocks): "allgather" (the default) all-gathers the K/V shards, "alltoall" rotates them one
@@ -74,6 +75,7 @@ FLAVOURS = {  # torchtitan's model name -> flavour -> our preset
     "llama4": {"17bx16e": "llama4-scout", "17bx128e": "llama4-maverick"},
     "qwen3": {"32B": "qwen3-32b", "235B-A22B": "qwen3-235b-a22b"},
     "deepseek_v3": {"671B": "deepseek-v3"},
+    "gpt_oss": {"120b": "gpt-oss-120b"},
 }
 
 
@@ -148,6 +150,21 @@ FLAVOUR_SHAPES = {
     ("deepseek_v3", "debugmodel"): _deepseek(6, 256, 16, 1024, 256, 8, 2, 3, 1, 2048),
     ("deepseek_v3", "16B"): _deepseek(27, 2048, 16, 10944, 1408, 64, 2, 6, 1, 102400),
     ("deepseek_v3", "236B"): _deepseek(60, 5120, 128, 12288, 1536, 160, 2, 6, 1, 102400),
+    # gpt-oss-20b: the 120b's layer with 32 experts, 24 layers (torchtitan/models/gpt_oss/__init__.py, 2026)
+    ("gpt_oss", "20b"): dict(
+        layers=24,
+        hidden=2880,
+        heads=64,
+        kv_heads=8,
+        ffn_hidden=2880,
+        vocab=201088,
+        seq_len=4096,
+        arch="llama",
+        dropout=False,
+        experts=32,
+        top_k=4,
+        attention_head_dim=64,
+    ),
 }
 
 
@@ -208,6 +225,10 @@ KNOWN = {  # section -> keys read (True) or known and without effect on the plan
         "pipeline_parallel_last_stage_less_layers": False,
         "pipeline_parallel_schedule_csv": False,
         "context_parallel_rotate_method": True,
+        "spmd_backend": False,
+        "enable_fsdp_symm_mem": False,
+        "context_parallel_load_balancer": False,
+        "context_parallel_ptrr_mask_key": False,
     },
     # Sep 2024 layout: pipeline (and CP, async TP) degrees under [experimental]
     "experimental": {
@@ -278,12 +299,32 @@ class _Toml:
         return value
 
 
-def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
-    """A torchtitan TOML as a Plan and Model, in named steps: parse, sort the keys, the model and its
-    precision, the parallel layout (older layouts unified first), activation checkpointing, the plan."""
-    t, data = _parse(text, source)
-    seen, unknown = _sorted_keys(data)
+class _RegistryLines(_Toml):
+    """A Python config registry's lines: where the reader found each setting (torchtitan_registry)."""
+
+    def __init__(self, text: str, source: str, lines: dict[tuple[str, str | None], int]):
+        super().__init__(text, source)
+        self.lines_of = lines
+
+    def line_of(self, section: str, key: str | None = None) -> int | None:
+        return self.lines_of.get((section, key)) or self.lines_of.get((section, None))
+
+
+def is_registry(text: str, source: str) -> bool:
+    """True for torchtitan's Python config registries (a .py file, or Python returning a Trainer.Config)."""
+    return source.lower().endswith(".py") or looks_like_registry(text)
+
+
+def import_torchtitan(text: str, source: str = "pasted text", config: str | None = None) -> Imported:
+    """A torchtitan TOML, or one config of a Python config registry (`config`: its function name; None
+    takes the file's only one), as a Plan and Model, in named steps: parse, sort the keys, the model and
+    its precision, the parallel layout (older layouts unified first), activation checkpointing, the plan."""
     notes: list[str] = []
+    if is_registry(text, source):
+        t, data = _parse_registry(text, source, config, notes)
+    else:
+        t, data = _parse(text, source)
+    seen, unknown = _sorted_keys(data)
     model, dtype, main_grads = _model_and_precision(t, data, notes)
     data, par_section = _unified_layout(data, notes)
     lay = _layout(t, data, model, notes)
@@ -346,6 +387,18 @@ def import_torchtitan(text: str, source: str = "pasted text") -> Imported:
     tp, pp, cp = lay["tp"], lay["pp"], lay["cp"]
     world = replicate * shard * tp * pp * cp
     return imported.with_world_size(world, f"replicate {replicate} × shard {shard} × tp {tp} × pp {pp} × cp {cp}")
+
+
+def _parse_registry(text: str, source: str, config: str | None, notes: list[str]) -> tuple[_Toml, dict]:
+    """A registry's config as the TOML sections torchtitan's older configs held, and where each came from."""
+    models = tuple(dict.fromkeys([*FLAVOURS, *(m for m, _ in FLAVOUR_SHAPES)]))
+    try:
+        name, data, lines, read_notes = registry_as_toml(text, source, config, models)
+    except RegistryError as err:
+        raise failure(source, err.line, str(err), text) from None
+    notes.append(f"torchtitan config {name} (a Python config registry, read without running it)")
+    notes.extend(read_notes)
+    return _RegistryLines(text, source, lines), data
 
 
 def _parse(text: str, source: str) -> tuple[_Toml, dict]:

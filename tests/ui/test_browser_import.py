@@ -76,6 +76,6 @@ def test_upload_a_launch_held_in_a_variable_then_arguments_alone(server, browser
     assert "model.sh: read as megatron L24 h2048 a16, but the arguments come with no launch command" in shown
     assert "Set Nodes to the nodes of 8 GPUs it runs on" in shown and "Add to compare" not in shown
     shown = _read(page, tmp_path / "model.sh", nodes=2)
-    assert "megatron L24 h2048 a16, DP16" in shown and "16 GPUs (--nodes 2 × 8 GPUs per node)" in shown
+    assert "megatron L24 h2048 a16, DP16" in shown and "16 GPUs (2 nodes × 8 GPUs per node)" in shown
     assert "--padded-vocab-size 102400: the vocabulary as given, not padded further" in shown
     assert not errors, errors

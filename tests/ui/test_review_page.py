@@ -162,6 +162,20 @@ def test_import_a_megatron_script_then_add_it():
     assert url(at)["plan"][-1].startswith("imported|dp=4,tp=8,pp=16")
 
 
+def test_import_a_torchtitan_config_registry_picks_its_config():
+    at = ok(page_test(PAGE, {**SMALL, "view": "import"}))
+    at.text_area(key="rv.i_text").input((DATA / "torchtitan_registry_llama3.py").read_text()).run()
+    ok(at)
+    config = at.selectbox(key="rv.i_config")
+    assert config.options == ["llama3_8b", "llama3_8b_mxfp8", "llama3_70b", "llama3_405b"]
+    config.set_value("llama3_70b").run()
+    at.number_input(key="rv.i_nodes").set_value(8).run()
+    button(at, "Read it").click().run()
+    ok(at)
+    assert any("llama3-70b" in s.value and "TP8+SP" in s.value and "64 GPUs" in s.value for s in at.success)
+    assert any("torchtitan config llama3\\_70b" in m.value for m in at.markdown)  # markdown-escaped
+
+
 def test_import_of_a_plan_json_takes_its_cluster_as_the_cli_does():
     """A plan JSON that names its cluster (Qwen3-30B-A3B on 32 GB200 NVL72 trays, TP and EP across trays)
     imported into a review of GPT-3 22B on 2 DGX H100s: the review moves to the file's model, cluster and
@@ -232,7 +246,7 @@ def test_import_of_arguments_alone_asks_for_the_nodes_and_shows_what_it_read():
     assert not at.warning
     (got,) = [shown(m.value) for m in at.success]
     assert got.startswith("megatron: megatron L24 h2048 a16, DP16 ")
-    assert got.endswith("16 GPUs (--nodes 2 × 8 GPUs per node) on 2 dgx-h100 nodes")
+    assert got.endswith("16 GPUs (2 nodes × 8 GPUs per node) on 2 dgx-h100 nodes")
     button(at, "Add to compare").click().run()
     assert url(ok(at))["plan"][-1].startswith("imported|dp=16,tp=1,pp=1")
 
@@ -262,7 +276,7 @@ def test_the_uploader_takes_every_file_the_importers_name_by_suffix():
     at = ok(page_test(PAGE, {**SMALL, "view": "import"}))
     at.radio(key="rv.i_how").set_value("Upload").run()
     (uploader,) = ok(at).get("file_uploader")
-    assert {".sh", ".bash", ".slurm", ".sbatch", ".toml", ".json", ".txt"} == set(uploader.proto.type)
+    assert {".sh", ".bash", ".slurm", ".sbatch", ".toml", ".py", ".json", ".txt"} == set(uploader.proto.type)
 
 
 def test_save_list_reopen_and_notes():

@@ -158,7 +158,7 @@ def test_plan_cli_import_contract(capsys):
     code = plan_cli.main(["--import", str(DATA / "megatron_gpt3_175b.sh"), "--nodes", "64", "--json"])
     rep = json.loads(capsys.readouterr().out)
     assert code == 0 and rep["valid"] and rep["world_size"] == 512 and rep["plan"]["dp"] == 4
-    assert rep["imported"]["kind"] == "megatron" and rep["imported"]["world_from"].startswith("--nodes 64")
+    assert rep["imported"]["kind"] == "megatron" and rep["imported"]["world_from"].startswith("64 nodes × 8")
     # the world size from the file (1 node x 8 GPUs) when --nodes is not given
     code = plan_cli.main(["--import", str(DATA / "megatron_llama3_8b_h100_fp8.sh"), "--json"])
     rep = json.loads(capsys.readouterr().out)

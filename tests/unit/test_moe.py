@@ -188,9 +188,9 @@ def _toml(name: str, flavor: str) -> str:
     )
 
 
-def test_every_torchtitan_flavour_of_llama3_llama4_qwen3_deepseek_v3_imports():
+def test_every_torchtitan_flavour_of_llama3_llama4_qwen3_deepseek_v3_gpt_oss_imports():
     flavours = [(n, f) for n, fs in FLAVOURS.items() for f in fs] + list(FLAVOUR_SHAPES)
-    assert {n for n, _ in flavours} == {"llama3", "llama4", "qwen3", "deepseek_v3"}
+    assert {n for n, _ in flavours} == {"llama3", "llama4", "qwen3", "deepseek_v3", "gpt_oss"}
     for name, flavor in flavours:
         imp = import_text(_toml(name, flavor), f"{name}_{flavor}.toml")
         assert imp.model.params_total() > 0 and imp.model.seq_len == 2048, (name, flavor)
