@@ -61,7 +61,7 @@ import numpy as np
 
 from parallel.core.devices import Device
 from parallel.core.memory import ActivationOptions, AnyPlan, cp_kind_flags, has_dropout, routed_copies, routed_rows
-from parallel.core.plan import RECOMPUTE_MODULES, Plan, PlanColumns, recomputed_share, recomputes
+from parallel.core.plan import RECOMPUTE_MODULES, Plan, PlanColumns, equals, recomputed_share, recomputes
 from parallel.core.specs import Model
 from parallel.core.vector import minimum, where
 
@@ -409,7 +409,7 @@ def _layer_cost(model: Model, plan: AnyPlan, dev: Device, opts: ActivationOption
     bw = dev.hbm_bytes_per_s * dev.memory_efficiency
     ew_fwd = ew_fwd_bytes / bw + cast / 2 / bw
     ew_bwd = 2 * ew_fwd_bytes / bw + cast / 2 / bw
-    selective = plan.recompute == "selective"
+    selective = equals(plan, "recompute", "selective")
     again = sum(selective_recompute_seconds(model, plan, dev, opts, gemms=(dense, moe), attn=attn).values())
     share = recomputed_share(model.layers, plan)  # full: the recomputed layers' share
     recompute = where(selective, again, share * (gemm_f + attn["fwd"] + ew_fwd))
@@ -542,7 +542,7 @@ def kernel_class_seconds(model: Model, plan: Plan, dev: Device, opts: Activation
         "attention": c.attn_fwd + c.attn_bwd,
         "elementwise": c.ew_fwd + c.ew_bwd,
     }
-    if plan.recompute == "selective":
+    if equals(plan, "recompute", "selective"):
         attn = attention_core_seconds_per_layer(dev, model, plan, opts)
         again = selective_recompute_seconds(model, plan, dev, opts, gemms=layer_gemms(model, plan), attn=attn)
         for k in KERNEL_CLASSES:

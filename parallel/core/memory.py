@@ -55,10 +55,12 @@ import numpy as np
 
 from parallel.core.pipeline_layout import parse_layout
 from parallel.core.plan import (
+    CP_KINDS,
     MOMENT_BYTES,
     RECOMPUTE_MODULES,
     Plan,
     PlanColumns,
+    equals,
     layers_on_stage,
     memoized,
     offloaded_modules,
@@ -134,8 +136,7 @@ def _sizes(model: Model, plan: AnyPlan, opts: ActivationOptions) -> tuple[int, A
 def cp_kind_flags(plan: AnyPlan) -> tuple[Any, Any, Any]:
     """(allgather, ring, ulysses): which context-parallel exchange each plan uses, False at cp 1."""
     cp = plan.cp > 1
-    kind = plan.cp_kind
-    return cp & (kind == "allgather"), cp & (kind == "ring"), cp & (kind == "ulysses")
+    return tuple(cp & equals(plan, "cp_kind", k) for k in CP_KINDS)
 
 
 def _kv_hidden_per_tp_rank(model: Model, tp: Any) -> Any:
@@ -251,7 +252,7 @@ def activation_components_bytes(
     r = where(plan.sp, 1 / t, 1.0)
     dropout = has_dropout(model, plan)
     mask = opts.mask_bytes if dropout else 0
-    full = plan.recompute == "full"
+    full = equals(plan, "recompute", "full")
     layer_input = act * b * s_q * h * r
     if not is_array(full) and full:
         return {"layer_input": layer_input}
@@ -352,7 +353,7 @@ def _offloaded_parts(model: Model, plan: AnyPlan, opts: ActivationOptions) -> di
     parts = activation_components_bytes(model, plan, opts)
     act, s_q, _ = _sizes(model, plan, opts)
     r = where(plan.sp, 1 / plan.tp, 1.0)
-    live = where(plan.recompute == "full", 0.0, 1.0)  # full recompute keeps only each layer's input
+    live = where(equals(plan, "recompute", "full"), 0.0, 1.0)  # full recompute keeps only each layer's input
     norm_in = act * plan.micro_batch * s_q * model.hidden * r * live
     share = model.moe_share
     experts = where(recomputes(plan, "moe"), 0.0, share) * live

@@ -72,7 +72,7 @@ from parallel.core.comm import (
 from parallel.core.compute import JOB_EFFICIENCY, LayerCost, layer_cost, optimizer_seconds
 from parallel.core.devices import Device, cluster_device
 from parallel.core.memory import ActivationOptions, AnyPlan, max_params_per_stage, offloaded_bytes_per_layer
-from parallel.core.plan import PlanColumns, offloaded_modules, recomputed_share, recomputes, stage_layer_counts
+from parallel.core.plan import PlanColumns, equals, offloaded_modules, recomputed_share, recomputes, stage_layer_counts
 from parallel.core.specs import Cluster, Model
 from parallel.core.vector import maximum, minimum, where
 
@@ -141,13 +141,13 @@ def flops_per_step(model: Model, plan: AnyPlan, *, causal: bool = True) -> dict[
     logits = 2 * model.hidden * model.padded_vocab(plan.tp)
     model_flops = 3 * tokens * (L * layer_fwd + logits)
     extra = where(
-        plan.recompute == "selective",
+        equals(plan, "recompute", "selective"),
         tokens * L * selective_recompute_flops_per_token(model, plan, core),
         tokens * L * layer_fwd * recomputed_share(L, plan),
     )
     # forward, backward (2x), a recomputed forward (selective: where it recomputes the attention core)
-    again = where(plan.recompute == "selective", where(recomputes(plan, "core_attn"), 1.0, 0.0), 1.0)
-    passes = 3.0 + where(plan.recompute == "none", 0.0, again)
+    again = where(equals(plan, "recompute", "selective"), where(recomputes(plan, "core_attn"), 1.0, 0.0), 1.0)
+    passes = 3.0 + where(equals(plan, "recompute", "none"), 0.0, again)
     return {
         "model_flops": model_flops,
         "hardware_flops": model_flops + extra,
@@ -213,7 +213,7 @@ def flat_cost(model: Model, plan: AnyPlan, cluster: Cluster, mfu: float) -> Laye
     share = recomputed_share(model.layers, plan)
     core = 2 * model.seq_len * model.attention_core_width  # per token, causal (flops_per_step's)
     selective = tokens * selective_recompute_flops_per_token(model, plan, core) / plan.tp / rate
-    recompute = where(plan.recompute == "selective", selective, share * (gemm_f + attn_f))
+    recompute = where(equals(plan, "recompute", "selective"), selective, share * (gemm_f + attn_f))
     return LayerCost(gemm_f, 2 * gemm_f, attn_f, 2 * attn_f, 0.0, 0.0, recompute, head, 0.0)
 
 

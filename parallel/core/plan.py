@@ -75,6 +75,8 @@ ATTENTIONS = ("fused", "fa2", "unfused")
 # (MoEAllGatherTokenDispatcher); flex = DeepEP / HybridEP kernels (MoEFlexTokenDispatcher): a token
 # crosses to another NVLink domain once per domain it has experts in and fans out inside it.
 DISPATCHERS = ("alltoall", "allgather", "flex")
+# the fields that hold one of a few names: a PlanColumns' maker may keep their integer codes beside them
+CODED_FIELDS = {"recompute": RECOMPUTE, "cp_kind": CP_KINDS, "moe_dispatcher": DISPATCHERS}
 
 
 MAX_WORLD_SIZE = 1 << 24  # 16.8 M GPUs: far past any cluster, small enough to lay out in memory
@@ -901,9 +903,7 @@ class _PlanColumnsMethods:
                 if ("codes", name) in self.memo:  # the integer codes its maker kept beside the names
                     values = self.memo[("codes", name)]
                 elif values.dtype.kind not in "iub":  # a name: its index among the known ones (no string sort)
-                    names = {"recompute": RECOMPUTE, "cp_kind": CP_KINDS, "moe_dispatcher": DISPATCHERS}.get(
-                        name
-                    ) or tuple(np.unique(values))
+                    names = CODED_FIELDS.get(name) or tuple(np.unique(values))
                     codes = np.zeros(n, dtype=np.int64)
                     for i, known in enumerate(names):
                         codes[values == known] = i
@@ -960,6 +960,23 @@ from PLAN_FIELDS), so the plan model's formulas (parallel.core.memory / comm / p
 parallel.core.vector) evaluate every candidate of a search in one call. COLUMN_ARRAYS hold one value a
 row; every other field is one value shared by all rows (ep, etp, cp_kind, moe_dispatcher and the
 first / last stage layers may also be arrays; first / last: -1 where a row splits evenly)."""
+
+
+def equals(plan: Plan | PlanColumns, name: str, value: str) -> Any:
+    """plan.<name> == value for a field of CODED_FIELDS: a bool for a Plan, one per row for a
+    PlanColumns -- from the integer codes its maker kept beside the names where it did, once per
+    evaluation (comparing 400,000 strings costs 8 ms, and the formulas ask a dozen times)."""
+    field = getattr(plan, name)
+    if not isinstance(plan, PlanColumns) or np.ndim(field) == 0:  # a Plan, or one name shared by every row
+        return field == value
+
+    def compute():
+        codes = plan.memo.get(("codes", name))
+        if codes is None or value not in CODED_FIELDS[name]:
+            return np.asarray(field) == value
+        return codes == CODED_FIELDS[name].index(value)
+
+    return memoized(plan, ("equals", name, value), compute)
 
 
 def memoized(plan: Plan | PlanColumns, key: Any, compute: Any) -> Any:
@@ -1030,7 +1047,7 @@ def recomputes(plan: Plan | PlanColumns, module: str) -> Any:
     with the module among plan.recompute_modules (one bool per row for a PlanColumns)."""
     if module not in RECOMPUTE_MODULES:
         raise ValueError(f"recompute module must be one of {', '.join(RECOMPUTE_MODULES)}, got {module!r}")
-    return (plan.recompute == "selective") & (module in plan.recompute_modules.split("+"))
+    return equals(plan, "recompute", "selective") & (module in plan.recompute_modules.split("+"))
 
 
 def offloaded_modules(plan: Plan | PlanColumns) -> list[str]:
@@ -1041,7 +1058,7 @@ def offloaded_modules(plan: Plan | PlanColumns) -> list[str]:
 def recomputed_share(layers: int, plan: Plan | PlanColumns) -> Any:
     """The share of layers whose forward is recomputed: 1 under recompute "full" (every layer, or
     recompute_layers of each virtual stage chunk of layers / (pp x vpp)), 0 otherwise."""
-    full = plan.recompute == "full"
+    full = equals(plan, "recompute", "full")
     if plan.recompute_layers is None:
         return np.where(full, 1.0, 0.0) if isinstance(plan, PlanColumns) else float(full)
     chunk = np.maximum(layers / (plan.pp * plan.vpp), 1.0)

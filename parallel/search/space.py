@@ -667,8 +667,20 @@ def _rank_order(table: pd.DataFrame) -> np.ndarray:
         for key, base in zip(reversed(ties), reversed(bases)):
             packed = packed * base + key
         ties = [packed]
-    # np.lexsort: the last key is the primary one
-    return np.lexsort([*ties, table["memory_per_gpu_bytes"].to_numpy(), table["step_time_s"].to_numpy().round(9)])
+    # by step first (one stable argsort), then only the rows of equal steps -- a few in a thousand --
+    # by memory and the tie-breakers: np.lexsort over every row and key costs three times as much
+    step = table["step_time_s"].to_numpy().round(9)
+    order = np.argsort(step, kind="stable")
+    ordered = step[order]
+    equal = ordered[1:] == ordered[:-1]
+    if equal.any():
+        at = np.flatnonzero(np.r_[equal, False] | np.r_[False, equal])  # positions in runs of equal steps
+        run = np.cumsum(np.r_[True, ordered[at][1:] != ordered[at][:-1]])
+        rows = order[at]
+        mem = table["memory_per_gpu_bytes"].to_numpy()
+        # np.lexsort: the last key is the primary one; it is stable, so rows equal on all keep their order
+        order[at] = rows[np.lexsort([*(k[rows] for k in ties), mem[rows], run])]
+    return order
 
 
 def pareto_front(table: pd.DataFrame, order: np.ndarray | None = None) -> np.ndarray:

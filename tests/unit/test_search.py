@@ -265,3 +265,22 @@ def test_a_preset_with_a_published_batch_is_searched_at_it(capsys):
     assert code == 0 and "global batch 1536 (the model's published training batch)" in out
     code, _, err = run(capsys, "--model gpt3-175b --layers 48 --gpus 512 --top 1".split())
     assert code == 2 and "--global-batch is required: " in err and "published training batch" in err
+
+
+@pytest.mark.parametrize("step_digits", [9, 2, 1])  # few ties, many, almost all rows tied
+def test_rank_order_is_the_lexsort_of_step_memory_and_simplicity(step_digits):
+    rng = np.random.default_rng(step_digits)
+    n = 20_000
+    table = pd.DataFrame(
+        {
+            "step_time_s": rng.uniform(1, 2, n).round(step_digits),
+            "memory_per_gpu_bytes": rng.integers(1, 6, n).astype(float) * GiB,
+            **{k: rng.choice([1, 2, 4, 8], n) for k in ("micro_batch", "tp", "pp", "cp", "vpp")},
+            "zero": rng.integers(0, 4, n),
+            "recompute": pd.Categorical(rng.choice(S.RECOMPUTE, n), categories=S.RECOMPUTE),
+        }
+    )
+    rc = table["recompute"].cat.codes.to_numpy()
+    ties = [table[k].to_numpy() for k in ("micro_batch", "tp", "pp", "cp", "vpp", "zero")] + [rc]
+    want = np.lexsort([*ties, table["memory_per_gpu_bytes"].to_numpy(), table["step_time_s"].to_numpy()])
+    assert (S._rank_order(table) == want).all()
