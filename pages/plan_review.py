@@ -10,6 +10,7 @@ a search result, a reopened review).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import streamlit as st
 
@@ -614,13 +615,19 @@ def import_section(s: ReviewState) -> ReviewState:
         key="rv.i_nodes",
         help=f"nodes of {cluster_preset(s.cluster).gpus_per_node} GPUs of the review's cluster",
     )
+    inputs = _import_inputs(text, name, kind, config, int(nodes))
     if c3.button("Read it", disabled=not text.strip(), width="stretch"):
         st.session_state.pop(IMPORTED, None)
         try:
-            st.session_state[IMPORTED] = _read_import(text, name, kind, int(nodes), cluster_preset(s.cluster), config)
+            got = _read_import(text, name, kind, int(nodes), cluster_preset(s.cluster), config)
+            st.session_state[IMPORTED] = {**got, "inputs": inputs}
         except (ImportFailed, SpecError) as err:
             st.error(error_md(err))
     got = st.session_state.get(IMPORTED)
+    if got and got["inputs"] != inputs:  # read from another file, config or nodes: its plan is not this one's
+        if text.strip():
+            st.info("Changed since the last **Read it**: press **Read it** to read this file with these settings.")
+        return s
     if got:
         model = got["model"] or s.model
         if got["plan"] is None:  # read, but neither the file nor the Nodes field says how many GPUs
@@ -652,6 +659,12 @@ def import_section(s: ReviewState) -> ReviewState:
         note = f" (the review's {' and '.join(moved)})" if moved else ""
         st.button(f"Add to compare as {named.name!r}{note}", on_click=_add_plan, args=(named, machine))
     return s
+
+
+def _import_inputs(text: str, name: str, kind: str, config: str | None, nodes: int) -> tuple:
+    """What a read depends on, to tell a shown result from the inputs it was read from (the text by its
+    digest: the session need not hold a second copy of a file of up to a million characters)."""
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest(), name, kind, config, nodes
 
 
 def _read_import(text: str, name: str, kind: str, nodes: int, review_cluster, config: str | None = None) -> dict:

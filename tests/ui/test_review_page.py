@@ -176,6 +176,33 @@ def test_import_a_torchtitan_config_registry_picks_its_config():
     assert any("torchtitan config llama3\\_70b" in m.value for m in at.markdown)  # markdown-escaped
 
 
+def test_an_import_read_from_other_inputs_is_not_shown_as_this_ones():
+    """Read llama3_70b, then pick another config, change the Nodes, or paste another file: the plan read
+    before is not this file's, so neither it nor its Add to compare stays on the page until Read it."""
+    registry = (DATA / "torchtitan_registry_llama3.py").read_text()
+    at = ok(page_test(PAGE, {**SMALL, "view": "import"}))
+    at.text_area(key="rv.i_text").input(registry).run()
+    at.selectbox(key="rv.i_config").set_value("llama3_70b").run()
+    at.number_input(key="rv.i_nodes").set_value(8).run()
+    button(at, "Read it").click().run()
+    assert any("llama3-70b" in s.value for s in ok(at).success)
+    for change in (
+        lambda: at.selectbox(key="rv.i_config").set_value("llama3_405b").run(),
+        lambda: at.number_input(key="rv.i_nodes").set_value(16).run(),
+        lambda: at.text_area(key="rv.i_text").input((DATA / "megatron_gpt3_175b.sh").read_text()).run(),
+    ):
+        button(at, "Read it").click().run()
+        assert ok(at).success
+        change()
+        assert not ok(at).success and not at.warning and not at.dataframe
+        assert not any(b.label.startswith("Add to compare") for b in at.button)
+        assert [shown(i.value) for i in at.info] == [
+            "Changed since the last **Read it**: press **Read it** to read this file with these settings."
+        ]
+    button(at, "Read it").click().run()
+    assert any("gpt3-175b" in s.value for s in ok(at).success) and not at.info
+
+
 def test_import_of_a_plan_json_takes_its_cluster_as_the_cli_does():
     """A plan JSON that names its cluster (Qwen3-30B-A3B on 32 GB200 NVL72 trays, TP and EP across trays)
     imported into a review of GPT-3 22B on 2 DGX H100s: the review moves to the file's model, cluster and
