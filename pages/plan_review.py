@@ -651,7 +651,11 @@ def import_section(s: ReviewState) -> ReviewState:
             st.markdown(notes)
         if got["plan"] is None:
             return s
-        stem = "imported" if got["name"] == "pasted text" else got["name"].rsplit(".", 1)[0] or "imported"
+        # a registry's config by its function's name (llama3_8b and llama3_8b_mxfp8 are two plans, not one
+        # replacing the other), else the file's stem
+        stem = got["config"] or (
+            "imported" if got["name"] == "pasted text" else got["name"].rsplit(".", 1)[0] or "imported"
+        )
         named = NamedPlan(stem[:40], got["plan"])
         machine = (model, got["cluster"], got["nodes"])
         moved = [f"model becomes {model.name}"] if model != s.model else []
@@ -673,7 +677,13 @@ def _read_import(text: str, name: str, kind: str, nodes: int, review_cluster, co
     `config`: a torchtitan registry's config function."""
     imported = import_text(text, name, None if kind == "auto" else kind, config=config)
     base, cluster_note = _import_base(imported, review_cluster)
-    got = {"model": imported.model, "cluster_note": cluster_note, "name": name, "gpus_per_node": base.gpus_per_node}
+    got = {
+        "model": imported.model,
+        "cluster_note": cluster_note,
+        "name": name,
+        "config": config,
+        "gpus_per_node": base.gpus_per_node,
+    }
     if imported.world_size is None and not nodes:
         return {**got, "summary": imported.summary(), "plan": None, "nodes": None, "cluster": base.name}
     placed, cluster = place(imported, base, nodes or None)

@@ -163,7 +163,7 @@ def test_import_a_megatron_script_then_add_it():
 
 
 def test_import_a_torchtitan_config_registry_picks_its_config():
-    at = ok(page_test(PAGE, {**SMALL, "view": "import"}))
+    at = ok(page_test(PAGE, {**SMALL, "plan": SMALL["plan"][:1], "view": "import"}))  # room for two more
     at.text_area(key="rv.i_text").input((DATA / "torchtitan_registry_llama3.py").read_text()).run()
     ok(at)
     config = at.selectbox(key="rv.i_config")
@@ -174,6 +174,15 @@ def test_import_a_torchtitan_config_registry_picks_its_config():
     ok(at)
     assert any("llama3-70b" in s.value and "TP8+SP" in s.value and "64 GPUs" in s.value for s in at.success)
     assert any("torchtitan config llama3\\_70b" in m.value for m in at.markdown)  # markdown-escaped
+    button(at, "Add to compare as 'llama3_70b'").click().run()
+    assert url(ok(at))["plan"][-1].startswith("llama3_70b|dp=8,tp=8")
+    at.segmented_control(key="rv.view").set_value("import").run()  # a second config of the same registry
+    at.text_area(key="rv.i_text").input((DATA / "torchtitan_registry_llama3.py").read_text()).run()
+    at.selectbox(key="rv.i_config").set_value("llama3_8b").run()
+    at.number_input(key="rv.i_nodes").set_value(8).run()
+    button(at, "Read it").click().run()
+    button(at, "Add to compare as 'llama3_8b'").click().run()
+    assert [p.split("|")[0] for p in url(ok(at))["plan"]][-2:] == ["llama3_70b", "llama3_8b"]
 
 
 def test_an_import_read_from_other_inputs_is_not_shown_as_this_ones():
