@@ -588,6 +588,18 @@ def explain_top(s: ReviewState, result) -> None:
 # ------------------------------------------------------------------ import
 
 
+# Import's inputs, kept across sections (not the uploader's file: Streamlit lets no session set it)
+IMPORT_INPUTS = ("rv.i_how", "rv.i_text", "rv.i_kind", "rv.i_config", "rv.i_nodes")
+
+
+def keep_import_inputs() -> None:
+    """Keep what was pasted and picked in Import while another section shows (Streamlit drops a widget's
+    value on a run that does not draw it), so a second config of the same registry is a pick away."""
+    for key in IMPORT_INPUTS:
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
+
+
 def import_section(s: ReviewState) -> ReviewState:
     st.caption(
         "A Megatron-LM launch script or command line, a torchtitan TOML or config registry (.py, read "
@@ -784,6 +796,7 @@ def plan_review_page() -> None:
     kind, message = st.session_state.pop("rv.flash_msg", (None, None))
     if kind:
         (st.success if kind == "success" else st.error)(message)
+    keep_import_inputs()
     state = machine(state)
     switch_notes(state)
     view = st.segmented_control(

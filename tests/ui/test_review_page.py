@@ -13,6 +13,7 @@ from parallel.importers import import_text
 from parallel.review.urls import review_from_params, review_to_params
 from tests.support.apptest import page_test, vega_charts
 from tests.unit.test_import import DATA
+from tests.unit.test_import_torchtitan_registry import REGISTRY
 from tests.unit.test_input_bounds import shown
 
 PAGE = "pages/plan_review.py"
@@ -176,10 +177,10 @@ def test_import_a_torchtitan_config_registry_picks_its_config():
     assert any("torchtitan config llama3\\_70b" in m.value for m in at.markdown)  # markdown-escaped
     button(at, "Add to compare as 'llama3_70b'").click().run()
     assert url(ok(at))["plan"][-1].startswith("llama3_70b|dp=8,tp=8")
-    at.segmented_control(key="rv.view").set_value("import").run()  # a second config of the same registry
-    at.text_area(key="rv.i_text").input((DATA / "torchtitan_registry_llama3.py").read_text()).run()
+    at.segmented_control(key="rv.view").set_value("import").run()  # a second config of the same registry:
+    assert at.text_area(key="rv.i_text").value.startswith("# Test fixture")  # the text and Nodes are kept
+    assert at.number_input(key="rv.i_nodes").value == 8 and at.selectbox(key="rv.i_config").value == "llama3_70b"
     at.selectbox(key="rv.i_config").set_value("llama3_8b").run()
-    at.number_input(key="rv.i_nodes").set_value(8).run()
     button(at, "Read it").click().run()
     button(at, "Add to compare as 'llama3_8b'").click().run()
     assert [p.split("|")[0] for p in url(ok(at))["plan"]][-2:] == ["llama3_70b", "llama3_8b"]
@@ -210,6 +211,12 @@ def test_an_import_read_from_other_inputs_is_not_shown_as_this_ones():
         ]
     button(at, "Read it").click().run()
     assert any("gpt3-175b" in s.value for s in ok(at).success) and not at.info
+    at.text_area(key="rv.i_text").input((DATA / "torchtitan_registry_llama3.py").read_text()).run()
+    at.selectbox(key="rv.i_config").set_value("llama3_405b").run()
+    deepseek = REGISTRY.format(step=-1, pp=1, tp=2)
+    at.text_area(key="rv.i_text").input(deepseek).run()  # another registry: the Config box follows it
+    assert ok(at).selectbox(key="rv.i_config").options == ["deepseek_v3_16b", "deepseek_v3_16b_hybridep"]
+    assert at.selectbox(key="rv.i_config").value == "deepseek_v3_16b"
 
 
 def test_import_of_a_plan_json_takes_its_cluster_as_the_cli_does():
