@@ -186,6 +186,21 @@ def test_import_a_torchtitan_config_registry_picks_its_config():
     assert [p.split("|")[0] for p in url(ok(at))["plan"]][-2:] == ["llama3_70b", "llama3_8b"]
 
 
+def test_import_on_too_few_gpus_for_one_replica_asks_for_nodes_without_cli_flags():
+    """llama3_70b is TP8; one GB200 NVL72 tray has 4 GPUs: the page says to set the nodes (its widget),
+    not the CLI's --nodes."""
+    at = ok(page_test(PAGE, {**SMALL, "cluster": "gb200-nvl72", "nodes": "4", "view": "import"}))
+    at.text_area(key="rv.i_text").input((DATA / "torchtitan_registry_llama3.py").read_text()).run()
+    at.selectbox(key="rv.i_config").set_value("llama3_70b").run()
+    at.number_input(key="rv.i_nodes").set_value(1).run()
+    button(at, "Read it").click().run()
+    (err,) = [shown(e.value) for e in ok(at).error]
+    assert err == (
+        "pasted text: 1 node × 4 GPUs per node gives 4 GPUs, but one model replica needs tp×pp×cp = 8×1×1 = 8, "
+        "which does not divide it; set the nodes so that nodes × GPUs per node is a multiple of 8"
+    )
+
+
 def test_an_import_read_from_other_inputs_is_not_shown_as_this_ones():
     """Read llama3_70b, then pick another config, change the Nodes, or paste another file: the plan read
     before is not this file's, so neither it nor its Add to compare stays on the page until Read it."""
