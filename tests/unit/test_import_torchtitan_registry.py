@@ -136,7 +136,17 @@ def llama3_8b() -> Trainer.Config:
         ("x = 1\n", "no torchtitan config in it"),
         (
             "def mystery_7b() -> Trainer.Config:\n    return Trainer.Config(model_spec=model_registry('7B'))\n",
-            "mystery_7b: names no torchtitan model the reader knows",
+            "mystery_7b: the model is read from the config's name, and it names none of the torchtitan models "
+            "the planner knows",
+        ),
+        ("def llama3_8b() -> Trainer.Config:\n    pass\n", "reg.py line 1: llama3_8b returns nothing the reader"),
+        (
+            "def llama3_8b() -> Trainer.Config:\n    return Trainer.Config()\n",
+            "reg.py line 1: llama3_8b: model_spec is not set; the reader takes the model's flavour from",
+        ),
+        (
+            "def llama3_8b() -> Trainer.Config:\n    return Trainer.Config(model_spec=spec('8B'))\n",
+            r"line 2: llama3_8b: model_spec is spec\(...\), not a model_registry\(flavor, ...\) call",
         ),
         (
             "def llama3_8b() -> Trainer.Config:\n    return Trainer.Config(model_spec=model_registry('8B'),\n"
