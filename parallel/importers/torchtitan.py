@@ -440,9 +440,10 @@ def _model_and_precision(t: _Toml, data: dict, notes: list[str]) -> tuple[Model,
         if name == "deepseek_v3":
             notes.append(f"{name} {flavor}: multi-head latent attention approximated as multi-head attention")
     else:
-        known = "; ".join(
+        models = dict.fromkeys([*FLAVOURS, *(m for m, _ in FLAVOUR_SHAPES)])
+        known = "; ".join(  # a known model's own flavours; every model's for an unknown name
             f"{n}: {', '.join([*FLAVOURS.get(n, {}), *(f for m, f in FLAVOUR_SHAPES if m == n)])}"
-            for n in dict.fromkeys([*FLAVOURS, *(m for m, _ in FLAVOUR_SHAPES)])
+            for n in ([name] if name in models else models)
         )
         raise t.fail(
             "model",

@@ -145,6 +145,10 @@ def llama3_8b() -> Trainer.Config:
             "reg.py line 1: llama3_8b: model_spec is not set; the reader takes the model's flavour from",
         ),
         (
+            "def gpt_oss_debug() -> Trainer.Config:\n    return Trainer.Config(model_spec=model_registry('debug'))\n",
+            r"line 2: no shape for torchtitan model 'gpt_oss' flavour 'debug' \(known: gpt_oss: 120b, 20b\)\n",
+        ),
+        (
             "def llama3_8b() -> Trainer.Config:\n    return Trainer.Config(model_spec=spec('8B'))\n",
             r"line 2: llama3_8b: model_spec is spec\(...\), not a model_registry\(flavor, ...\) call",
         ),
