@@ -608,7 +608,7 @@ def import_section(s: ReviewState) -> ReviewState:
     how = st.radio("Source", ["Paste", "Upload"], horizontal=True, key="rv.i_how")
     if how == "Paste":
         text, name = (
-            st.text_area("Paste the script, command line, TOML or JSON", key="rv.i_text", height=220),
+            st.text_area("Paste the script, command line, TOML, config registry or JSON", key="rv.i_text", height=220),
             "pasted text",
         )
     else:

@@ -165,6 +165,7 @@ def test_import_a_megatron_script_then_add_it():
 
 def test_import_a_torchtitan_config_registry_picks_its_config():
     at = ok(page_test(PAGE, {**SMALL, "plan": SMALL["plan"][:1], "view": "import"}))  # room for two more
+    assert "config registry" in at.text_area(key="rv.i_text").label  # the box says a registry goes in it
     at.text_area(key="rv.i_text").input((DATA / "torchtitan_registry_llama3.py").read_text()).run()
     ok(at)
     config = at.selectbox(key="rv.i_config")
