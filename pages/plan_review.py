@@ -10,6 +10,7 @@ a search result, a reopened review).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import streamlit as st
 
@@ -587,6 +588,18 @@ def explain_top(s: ReviewState, result) -> None:
 # ------------------------------------------------------------------ import
 
 
+# Import's inputs, kept across sections (not the uploader's file: Streamlit lets no session set it)
+IMPORT_INPUTS = ("rv.i_how", "rv.i_text", "rv.i_kind", "rv.i_config", "rv.i_nodes")
+
+
+def keep_import_inputs() -> None:
+    """Keep what was pasted and picked in Import while another section shows (Streamlit drops a widget's
+    value on a run that does not draw it), so a second config of the same registry is a pick away."""
+    for key in IMPORT_INPUTS:
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
+
+
 def import_section(s: ReviewState) -> ReviewState:
     st.caption(
         "A Megatron-LM launch script or command line, a torchtitan TOML or config registry (.py, read "
@@ -595,7 +608,7 @@ def import_section(s: ReviewState) -> ReviewState:
     how = st.radio("Source", ["Paste", "Upload"], horizontal=True, key="rv.i_how")
     if how == "Paste":
         text, name = (
-            st.text_area("Paste the script, command line, TOML or JSON", key="rv.i_text", height=220),
+            st.text_area("Paste the script, command line, TOML, config registry or JSON", key="rv.i_text", height=220),
             "pasted text",
         )
     else:
@@ -614,13 +627,19 @@ def import_section(s: ReviewState) -> ReviewState:
         key="rv.i_nodes",
         help=f"nodes of {cluster_preset(s.cluster).gpus_per_node} GPUs of the review's cluster",
     )
+    inputs = _import_inputs(text, name, kind, config, int(nodes))
     if c3.button("Read it", disabled=not text.strip(), width="stretch"):
         st.session_state.pop(IMPORTED, None)
         try:
-            st.session_state[IMPORTED] = _read_import(text, name, kind, int(nodes), cluster_preset(s.cluster), config)
+            got = _read_import(text, name, kind, int(nodes), cluster_preset(s.cluster), config)
+            st.session_state[IMPORTED] = {**got, "inputs": inputs}
         except (ImportFailed, SpecError) as err:
             st.error(error_md(err))
     got = st.session_state.get(IMPORTED)
+    if got and got["inputs"] != inputs:  # read from another file, config or nodes: its plan is not this one's
+        if text.strip():
+            st.info("Changed since the last **Read it**: press **Read it** to read this file with these settings.")
+        return s
     if got:
         model = got["model"] or s.model
         if got["plan"] is None:  # read, but neither the file nor the Nodes field says how many GPUs
@@ -644,7 +663,11 @@ def import_section(s: ReviewState) -> ReviewState:
             st.markdown(notes)
         if got["plan"] is None:
             return s
-        stem = "imported" if got["name"] == "pasted text" else got["name"].rsplit(".", 1)[0] or "imported"
+        # a registry's config by its function's name (llama3_8b and llama3_8b_mxfp8 are two plans, not one
+        # replacing the other), else the file's stem
+        stem = got["config"] or (
+            "imported" if got["name"] == "pasted text" else got["name"].rsplit(".", 1)[0] or "imported"
+        )
         named = NamedPlan(stem[:40], got["plan"])
         machine = (model, got["cluster"], got["nodes"])
         moved = [f"model becomes {model.name}"] if model != s.model else []
@@ -654,13 +677,25 @@ def import_section(s: ReviewState) -> ReviewState:
     return s
 
 
+def _import_inputs(text: str, name: str, kind: str, config: str | None, nodes: int) -> tuple:
+    """What a read depends on, to tell a shown result from the inputs it was read from (the text by its
+    digest: the session need not hold a second copy of a file of up to a million characters)."""
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest(), name, kind, config, nodes
+
+
 def _read_import(text: str, name: str, kind: str, nodes: int, review_cluster, config: str | None = None) -> dict:
     """What Read it shows: the import placed as `python -m parallel plan --import` places it, or, when
     neither the file nor the Nodes field says how many GPUs, what was read without a plan (plan None).
     `config`: a torchtitan registry's config function."""
     imported = import_text(text, name, None if kind == "auto" else kind, config=config)
     base, cluster_note = _import_base(imported, review_cluster)
-    got = {"model": imported.model, "cluster_note": cluster_note, "name": name, "gpus_per_node": base.gpus_per_node}
+    got = {
+        "model": imported.model,
+        "cluster_note": cluster_note,
+        "name": name,
+        "config": config,
+        "gpus_per_node": base.gpus_per_node,
+    }
     if imported.world_size is None and not nodes:
         return {**got, "summary": imported.summary(), "plan": None, "nodes": None, "cluster": base.name}
     placed, cluster = place(imported, base, nodes or None)
@@ -761,6 +796,7 @@ def plan_review_page() -> None:
     kind, message = st.session_state.pop("rv.flash_msg", (None, None))
     if kind:
         (st.success if kind == "success" else st.error)(message)
+    keep_import_inputs()
     state = machine(state)
     switch_notes(state)
     view = st.segmented_control(

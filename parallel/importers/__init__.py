@@ -134,7 +134,7 @@ def place(imported: Imported, cluster: Cluster, nodes: int | None = None) -> tup
     if nodes is not None:
         if nodes < 1:
             raise ImportFailed(f"--nodes must be at least 1, got {nodes}")
-        why = f"{nodes} nodes × {gpn} GPUs per node"  # the CLI's --nodes and the page's Nodes alike
+        why = f"{nodes} {'node' if nodes == 1 else 'nodes'} × {gpn} GPUs per node"  # the CLI's --nodes and the page's Nodes alike
         if imported.world_size and imported.world_size != nodes * gpn:
             why += f" (overrides the file's {imported.world_size} GPUs)"
         return imported.with_world_size(nodes * gpn, why), cluster.with_nodes(nodes)

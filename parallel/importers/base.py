@@ -54,7 +54,7 @@ class Imported:
             raise ImportFailed(
                 f"{self.source}: {why or 'the world size'} gives {world} GPUs, but one model replica "
                 f"needs tp×pp×cp = {p.tp}×{p.pp}×{p.cp} = {replica}, which does not divide it; "
-                f"give --nodes so that nodes × GPUs per node is a multiple of {replica}"
+                f"set the nodes so that nodes × GPUs per node is a multiple of {replica}"
             )
         dp = world // replica
         gb = self.global_batch or (self.local_batch or p.micro_batch) * dp

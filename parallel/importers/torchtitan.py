@@ -440,9 +440,10 @@ def _model_and_precision(t: _Toml, data: dict, notes: list[str]) -> tuple[Model,
         if name == "deepseek_v3":
             notes.append(f"{name} {flavor}: multi-head latent attention approximated as multi-head attention")
     else:
-        known = "; ".join(
+        models = dict.fromkeys([*FLAVOURS, *(m for m, _ in FLAVOUR_SHAPES)])
+        known = "; ".join(  # a known model's own flavours; every model's for an unknown name
             f"{n}: {', '.join([*FLAVOURS.get(n, {}), *(f for m, f in FLAVOUR_SHAPES if m == n)])}"
-            for n in dict.fromkeys([*FLAVOURS, *(m for m, _ in FLAVOUR_SHAPES)])
+            for n in ([name] if name in models else models)
         )
         raise t.fail(
             "model",
@@ -469,9 +470,9 @@ def _model_and_precision(t: _Toml, data: dict, notes: list[str]) -> tuple[Model,
         model = dataclasses.replace(model, seq_len=seq, dtype_bytes=dtype, name=f"{model.name} ({diff})")
     if model_sec.get("converters") or train.get("enable_fp8_linear"):
         what = f"converters = {model_sec['converters']!r}" if model_sec.get("converters") else "enable_fp8_linear"
-        notes.append(
-            f"{what}: float8/MX GEMMs; torchao's Float8Linear saves "
-            f"its inputs in high precision and casts them in backward, so memory is modelled as bf16"
+        notes.append(  # the plan's FP8 mode is Transformer Engine's: GEMM inputs saved in FP8, which torchao's are not
+            f"{what}: float8/MX GEMMs, not modelled: time and memory priced as bf16 (torchao's Float8Linear saves "
+            "its inputs in high precision and casts them in backward, unlike the plan's FP8 mode)"
         )
     reduce = train.get("mixed_precision_reduce", "float32")
     main_grads = {"float32": "fp32", "bfloat16": "bf16"}.get(reduce)

@@ -247,11 +247,15 @@ def read_config(text: str, source: str, name: str | None) -> tuple[str, Record, 
         raise RegistryError(f"no torchtitan config {name!r} in it; its configs: {', '.join(configs)}")
     ev = _Evaluator(tree)
     result = ev.call_function(configs[name], [], {})
-    if not isinstance(result, Record) or not ("model_spec" in result.kwargs or result.name.endswith("Trainer")):
-        got = f"{result.kind}(...)" if isinstance(result, Record) else repr(result)
+    if result is None:
         raise RegistryError(
-            f"{name} returns {got}, not a Trainer.Config built in this file (the reader follows the "
-            "file's own functions, not ones it imports)",
+            f"{name} returns nothing the reader follows: no `return` at the top level of its body",
+            configs[name].lineno,
+        )
+    if not isinstance(result, Record) or not ("model_spec" in result.kwargs or result.name.endswith("Trainer")):
+        raise RegistryError(
+            f"{name} returns {describe(result)}, not a Trainer.Config built in this file (the reader follows "
+            "the file's own functions, not ones it imports)",
             configs[name].lineno,
         )
     return name, result, ev.notes, configs[name].lineno
@@ -294,12 +298,18 @@ def registry_as_toml(
         None,
     )
     if model is None:
-        raise RegistryError(f"{name}: names no torchtitan model the reader knows ({', '.join(model_names)})", def_line)
+        raise RegistryError(
+            f"{name}: the model is read from the config's name, and it names none of the torchtitan models "
+            f"the planner knows ({', '.join(model_names)})",
+            def_line,
+        )
     put("model", "name", model, def_line)
     spec = cfg.kwargs.get("model_spec")
     if not isinstance(spec, Record) or spec.name != "model_registry" or not spec.args:
+        got = "not set" if spec is None else f"{describe(spec)}, not a model_registry(flavor, ...) call"
         raise RegistryError(
-            f"{name}: model_spec is not a model_registry(flavor, ...) call", cfg.lines.get("model_spec")
+            f"{name}: model_spec is {got}; the reader takes the model's flavour from model_registry(flavor, ...)",
+            cfg.lines.get("model_spec") or def_line,
         )
     put("model", "flavor", spec.args[0], spec.line)
     given = spec.kwargs.get("converters")

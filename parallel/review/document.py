@@ -536,8 +536,12 @@ class _Why:
 
     def recompute(self) -> tuple[str, str]:
         p, m, ao = self.p, self.model, self.options.activations
-        acts = {r: memory_per_gpu_bytes(m, dataclasses.replace(p, recompute=r), ao)["activations"] for r in RECOMPUTE}
-        cost = {r: flops_per_step(m, dataclasses.replace(p, recompute=r)) for r in RECOMPUTE}
+        # a partial full recompute (recompute_layers: torchtitan's selective AC as read) stays partial for
+        # "full"; the other modes recompute no layer count
+        modes = {r: dataclasses.replace(p, recompute=r, recompute_layers=None) for r in RECOMPUTE}
+        modes[p.recompute] = p
+        acts = {r: memory_per_gpu_bytes(m, q, ao)["activations"] for r, q in modes.items()}
+        cost = {r: flops_per_step(m, q) for r, q in modes.items()}
         extra = {r: c["hardware_flops"] / c["model_flops"] - 1 for r, c in cost.items()}
         alts = ", ".join(f"{r} {acts[r] / GiB:.1f} GiB (+{extra[r]:.0%} FLOPs)" for r in RECOMPUTE if r != p.recompute)
         return "recompute", (

@@ -1,7 +1,7 @@
 """Plan review's import in a real browser, by upload: the path a user takes with a Megatron-LM launch file,
 which AppTest cannot drive (it has no file upload). A `.sbatch` whose training command is built in a
 variable and submitted with `sbatch --wrap`, then a file of model arguments alone, which asks for the
-Nodes before it gives a plan.
+Nodes before it gives a plan; a torchtitan config registry (.py), one config picked from it.
 
 Uses tests/ui/test_browser.py's server and Chromium (Debian's, through Playwright's Python API).
 
@@ -14,6 +14,7 @@ import pytest
 
 from tests.ui import test_browser as tb
 from tests.ui.test_review_page import MODEL_ARGS
+from tests.unit.test_import import DATA
 
 pytestmark = pytest.mark.slow
 
@@ -78,4 +79,40 @@ def test_upload_a_launch_held_in_a_variable_then_arguments_alone(server, browser
     shown = _read(page, tmp_path / "model.sh", nodes=2)
     assert "megatron L24 h2048 a16, DP16" in shown and "16 GPUs (2 nodes × 8 GPUs per node)" in shown
     assert "--padded-vocab-size 102400: the vocabulary as given, not padded further" in shown
+    assert not errors, errors
+
+
+def test_upload_a_torchtitan_registry_pick_a_config_and_switch_files(server, browser, tmp_path):
+    """A torchtitan config registry by upload: its configs in the Config box, the Nodes asked for (the
+    registry leaves data_parallel_shard_degree at -1), the plan named after the config; then another file
+    uploaded over it: the plan read from the registry is not shown as the new file's."""
+    (tmp_path / "model.sh").write_text(MODEL_ARGS)
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server}/plan_review?view=import", timeout=tb.PAGE_TIMEOUT_MS)
+    tb._wait_for_script(page)
+    page.locator('[data-testid="stMain"]').get_by_text("Upload", exact=True).click()
+    tb._wait_for_script(page)
+
+    shown = _read(page, DATA / "torchtitan_registry_llama3.py")
+    assert "torchtitan_registry_llama3.py: read as llama3-8b, but data_parallel_shard_degree = -1" in shown
+    assert "Set Nodes to the nodes of 8 GPUs it runs on" in shown and "Add to compare" not in shown
+    config = page.locator('[data-testid="stSelectbox"]').filter(has_text="Config").locator("input")
+    config.click()
+    options = page.get_by_role("option").all_inner_texts()
+    assert options == ["llama3_8b", "llama3_8b_mxfp8", "llama3_70b", "llama3_405b"]
+    page.get_by_role("option", name="llama3_70b", exact=True).click()
+    tb._wait_for_script(page)
+    assert "Changed since the last Read it" in page.locator('[data-testid="stMain"]').inner_text()
+
+    shown = _read(page, DATA / "torchtitan_registry_llama3.py", nodes=8)
+    assert "torchtitan: llama3-70b, DP8 TP8+SP ZeRO-3 rc-full" in shown and "64 GPUs (8 nodes × 8 GPUs" in shown
+    assert "Add to compare as 'llama3_70b'" in shown
+
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(tmp_path / "model.sh"))
+    tb._wait_for_script(page)
+    shown = page.locator('[data-testid="stMain"]').inner_text()
+    assert "llama3-70b" not in shown and "Add to compare" not in shown and "Config" not in shown
+    assert "Changed since the last Read it: press Read it to read this file with these settings." in shown
     assert not errors, errors

@@ -13,6 +13,7 @@ from parallel.importers import import_text
 from parallel.review.urls import review_from_params, review_to_params
 from tests.support.apptest import page_test, vega_charts
 from tests.unit.test_import import DATA
+from tests.unit.test_import_torchtitan_registry import REGISTRY
 from tests.unit.test_input_bounds import shown
 
 PAGE = "pages/plan_review.py"
@@ -163,7 +164,8 @@ def test_import_a_megatron_script_then_add_it():
 
 
 def test_import_a_torchtitan_config_registry_picks_its_config():
-    at = ok(page_test(PAGE, {**SMALL, "view": "import"}))
+    at = ok(page_test(PAGE, {**SMALL, "plan": SMALL["plan"][:1], "view": "import"}))  # room for two more
+    assert "config registry" in at.text_area(key="rv.i_text").label  # the box says a registry goes in it
     at.text_area(key="rv.i_text").input((DATA / "torchtitan_registry_llama3.py").read_text()).run()
     ok(at)
     config = at.selectbox(key="rv.i_config")
@@ -174,6 +176,63 @@ def test_import_a_torchtitan_config_registry_picks_its_config():
     ok(at)
     assert any("llama3-70b" in s.value and "TP8+SP" in s.value and "64 GPUs" in s.value for s in at.success)
     assert any("torchtitan config llama3\\_70b" in m.value for m in at.markdown)  # markdown-escaped
+    button(at, "Add to compare as 'llama3_70b'").click().run()
+    assert url(ok(at))["plan"][-1].startswith("llama3_70b|dp=8,tp=8")
+    at.segmented_control(key="rv.view").set_value("import").run()  # a second config of the same registry:
+    assert at.text_area(key="rv.i_text").value.startswith("# Test fixture")  # the text and Nodes are kept
+    assert at.number_input(key="rv.i_nodes").value == 8 and at.selectbox(key="rv.i_config").value == "llama3_70b"
+    at.selectbox(key="rv.i_config").set_value("llama3_8b").run()
+    button(at, "Read it").click().run()
+    button(at, "Add to compare as 'llama3_8b'").click().run()
+    assert [p.split("|")[0] for p in url(ok(at))["plan"]][-2:] == ["llama3_70b", "llama3_8b"]
+
+
+def test_import_on_too_few_gpus_for_one_replica_asks_for_nodes_without_cli_flags():
+    """llama3_70b is TP8; one GB200 NVL72 tray has 4 GPUs: the page says to set the nodes (its widget),
+    not the CLI's --nodes."""
+    at = ok(page_test(PAGE, {**SMALL, "cluster": "gb200-nvl72", "nodes": "4", "view": "import"}))
+    at.text_area(key="rv.i_text").input((DATA / "torchtitan_registry_llama3.py").read_text()).run()
+    at.selectbox(key="rv.i_config").set_value("llama3_70b").run()
+    at.number_input(key="rv.i_nodes").set_value(1).run()
+    button(at, "Read it").click().run()
+    (err,) = [shown(e.value) for e in ok(at).error]
+    assert err == (
+        "pasted text: 1 node × 4 GPUs per node gives 4 GPUs, but one model replica needs tp×pp×cp = 8×1×1 = 8, "
+        "which does not divide it; set the nodes so that nodes × GPUs per node is a multiple of 8"
+    )
+
+
+def test_an_import_read_from_other_inputs_is_not_shown_as_this_ones():
+    """Read llama3_70b, then pick another config, change the Nodes, or paste another file: the plan read
+    before is not this file's, so neither it nor its Add to compare stays on the page until Read it."""
+    registry = (DATA / "torchtitan_registry_llama3.py").read_text()
+    at = ok(page_test(PAGE, {**SMALL, "view": "import"}))
+    at.text_area(key="rv.i_text").input(registry).run()
+    at.selectbox(key="rv.i_config").set_value("llama3_70b").run()
+    at.number_input(key="rv.i_nodes").set_value(8).run()
+    button(at, "Read it").click().run()
+    assert any("llama3-70b" in s.value for s in ok(at).success)
+    for change in (
+        lambda: at.selectbox(key="rv.i_config").set_value("llama3_405b").run(),
+        lambda: at.number_input(key="rv.i_nodes").set_value(16).run(),
+        lambda: at.text_area(key="rv.i_text").input((DATA / "megatron_gpt3_175b.sh").read_text()).run(),
+    ):
+        button(at, "Read it").click().run()
+        assert ok(at).success
+        change()
+        assert not ok(at).success and not at.warning and not at.dataframe
+        assert not any(b.label.startswith("Add to compare") for b in at.button)
+        assert [shown(i.value) for i in at.info] == [
+            "Changed since the last **Read it**: press **Read it** to read this file with these settings."
+        ]
+    button(at, "Read it").click().run()
+    assert any("gpt3-175b" in s.value for s in ok(at).success) and not at.info
+    at.text_area(key="rv.i_text").input((DATA / "torchtitan_registry_llama3.py").read_text()).run()
+    at.selectbox(key="rv.i_config").set_value("llama3_405b").run()
+    deepseek = REGISTRY.format(step=-1, pp=1, tp=2)
+    at.text_area(key="rv.i_text").input(deepseek).run()  # another registry: the Config box follows it
+    assert ok(at).selectbox(key="rv.i_config").options == ["deepseek_v3_16b", "deepseek_v3_16b_hybridep"]
+    assert at.selectbox(key="rv.i_config").value == "deepseek_v3_16b"
 
 
 def test_import_of_a_plan_json_takes_its_cluster_as_the_cli_does():

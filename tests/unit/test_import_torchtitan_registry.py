@@ -53,7 +53,8 @@ mode = "full"
 def test_async_tp_from_compile_and_float8_from_converters():
     imp = import_plan(LLAMA3, config="llama3_405b")
     assert imp.plan.tp_overlap
-    assert any("Float8LinearConverter" in n for n in imp.notes)
+    (fp8,) = [n for n in imp.notes if "Float8LinearConverter" in n]
+    assert "not modelled: time and memory priced as bf16" in fp8 and imp.plan.fp8 == "none"
 
 
 def test_a_derived_config_reads_its_base_then_its_edits():
@@ -136,7 +137,21 @@ def llama3_8b() -> Trainer.Config:
         ("x = 1\n", "no torchtitan config in it"),
         (
             "def mystery_7b() -> Trainer.Config:\n    return Trainer.Config(model_spec=model_registry('7B'))\n",
-            "mystery_7b: names no torchtitan model the reader knows",
+            "mystery_7b: the model is read from the config's name, and it names none of the torchtitan models "
+            "the planner knows",
+        ),
+        ("def llama3_8b() -> Trainer.Config:\n    pass\n", "reg.py line 1: llama3_8b returns nothing the reader"),
+        (
+            "def llama3_8b() -> Trainer.Config:\n    return Trainer.Config()\n",
+            "reg.py line 1: llama3_8b: model_spec is not set; the reader takes the model's flavour from",
+        ),
+        (
+            "def gpt_oss_debug() -> Trainer.Config:\n    return Trainer.Config(model_spec=model_registry('debug'))\n",
+            r"line 2: no shape for torchtitan model 'gpt_oss' flavour 'debug' \(known: gpt_oss: 120b, 20b\)\n",
+        ),
+        (
+            "def llama3_8b() -> Trainer.Config:\n    return Trainer.Config(model_spec=spec('8B'))\n",
+            r"line 2: llama3_8b: model_spec is spec\(...\), not a model_registry\(flavor, ...\) call",
         ),
         (
             "def llama3_8b() -> Trainer.Config:\n    return Trainer.Config(model_spec=model_registry('8B'),\n"

@@ -105,6 +105,17 @@ def test_justifications_quote_the_numbers():
     )
 
 
+def test_justification_of_a_partial_full_recompute_prices_the_plan_itself():
+    """recompute full of 48 of 96 layers (as torchtitan's selective AC is read): its activations are the
+    report's, and the alternatives are whole modes (none, selective) that carry no layer count."""
+    plan = dataclasses.replace(A.plan, recompute="full", recompute_layers=6)
+    rep = plan_report(plan, MODELS["gpt3-175b"], CLUSTER)
+    why = dict(justify(plan, rep, MODELS["gpt3-175b"], CLUSTER))["recompute"]
+    acts = rep["memory_per_gpu_bytes"]["activations"] / GiB
+    assert why.startswith(f"recompute full: activations {acts:.1f} GiB per GPU")
+    assert "the alternatives: none " in why and ", selective " in why
+
+
 def test_markdown_has_tables_verdict_notes_and_bold_differences():
     r = review(verdict="B fits with room to spare", chosen="B", author="ana", created="2026-11-30T10:00:00+00:00")
     r = r.with_note("bo", "why not CP 2?", at="2026-11-30T11:00:00+00:00")
