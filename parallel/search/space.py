@@ -468,17 +468,16 @@ def candidates(
         )
     zero = np.array(c.zero, dtype=np.int64)
     rc = np.array([RECOMPUTE.index(r) for r in c.recompute], dtype=np.int64)
-    n_cat = 2 * len(zero) * len(rc)
-    rows = {k: np.repeat(b[:, i], n_cat) for i, k in enumerate(cols)}
     cat = np.array(list(itertools.product((False, True), zero, rc)), dtype=np.int64).reshape(-1, 3)
-    rows["sp"] = np.tile(cat[:, 0].astype(bool), len(b))
-    rows["zero"] = np.tile(cat[:, 1], len(b))
-    rows["rc"] = np.tile(cat[:, 2], len(b))
-    tp, cp, sp = rows["tp"], rows["cp"], rows["sp"]
+    # each base row x each (sp, zero, recompute), base rows outer; which pairs stand decided on the
+    # (rows, categories) grid, so only those are built
+    tp, cp, sp = b[:, 1:2], b[:, 3:4], cat[:, 0].astype(bool)
     ok = ~sp | ((tp > 1) & ((model.seq_len // cp) % tp == 0))
     if model.experts:  # Megatron-core's MoE layer refuses to train with TP but no SP (moe_layer.py)
         ok &= sp | (tp == 1)
-    rows = {k: v[ok] for k, v in rows.items()}
+    row, pick = np.divmod(np.flatnonzero(ok), len(cat))
+    rows = {k: b[row, i] for i, k in enumerate(cols)}
+    rows["sp"], rows["zero"], rows["rc"] = sp[pick], cat[pick, 1], cat[pick, 2]
     funnel.append(
         {
             "constraint": f"× sp, ZeRO {list(c.zero)}, recompute {list(c.recompute)}; SP needs tp > 1 and "
@@ -593,9 +592,11 @@ def columns_of(cands: Columns, base: Plan) -> PlanColumns:
         **ints,
         **shared,
         sp=np.asarray(cands["sp"], bool),
-        recompute=np.array(RECOMPUTE)[np.asarray(cands["rc"])],
-        cp_kind=np.array(CP_KINDS)[np.asarray(cands["ck"])],
-        moe_dispatcher=np.array(DISPATCHERS)[np.asarray(cands["disp"])],
+        # the names as references to three strings (8 bytes a row, not a 36-byte copy of each); the
+        # formulas compare their integer codes (plan.equals)
+        recompute=np.array(RECOMPUTE, dtype=object)[np.asarray(cands["rc"])],
+        cp_kind=np.array(CP_KINDS, dtype=object)[np.asarray(cands["ck"])],
+        moe_dispatcher=np.array(DISPATCHERS, dtype=object)[np.asarray(cands["disp"])],
     )
     if (np.asarray(cands["fl"]) >= 0).any():  # uneven stages: -1 where a row splits evenly
         plans = dataclasses.replace(
@@ -780,11 +781,16 @@ def search(
             f"search's budget of {MAX_LAYOUT_RANKS:,} rank placements; narrow it (--max-tp, --max-pp, --max-cp) "
             "or search fewer GPUs"
         )
-    table = evaluate(model, cluster, kept, base, options, {k: v[fits] for k, v in memory.items()})
+    evaluated, memory = len(cands), {k: v[fits] for k, v in memory.items()}
+    # every candidate's columns and what was worked out for them go before the fitting ones are timed:
+    # the memory they free is what the timing's own columns then take (a fresh process touches less)
+    del cands, plans, fits
+    table = evaluate(model, cluster, kept, base, options, memory)
+    del kept, memory
     order = _rank_order(table)
     table["pareto"] = pareto_front(table, order)
     ranked = by_simplicity(table, order, model.seq_len)
-    return SearchResult(ranked, funnel, evaluated=len(cands), seconds=time.perf_counter() - t0, base=base)
+    return SearchResult(ranked, funnel, evaluated=evaluated, seconds=time.perf_counter() - t0, base=base)
 
 
 def within_model_error(step_s: Any, fastest_s: Any) -> np.ndarray:
