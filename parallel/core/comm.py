@@ -199,12 +199,6 @@ def _layout_cached(
     return True, int((groups.shape[1] // spans).min())
 
 
-def clear_layout_caches() -> None:
-    """Forget every laid-out group (a benchmark's first call then costs what a fresh process's does)."""
-    _layout_cached.cache_clear()
-    _topology_cached.cache_clear()
-
-
 def _layouts(plan: AnyPlan, cluster: Cluster, dims: tuple[str, ...]) -> tuple[Any, Any]:
     """_layout_of for one plan, or per row of a PlanColumns (each distinct (dp, tp, pp, cp) -- with ep
     for the EP groups -- laid out once)."""
