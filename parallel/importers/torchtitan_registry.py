@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_DEPTH = 8  # config functions calling config functions
+MAX_NUMBER = 1 << 63  # past any degree or token count; a bigger value is left unevaluated (no runaway squaring)
 
 
 class RegistryError(ValueError):
@@ -176,7 +177,7 @@ class _Evaluator:
 
     def value(self, node: ast.expr, env: dict) -> Any:
         if isinstance(node, ast.Constant):
-            return node.value
+            return node.value if not _number(node.value) or abs(node.value) <= MAX_NUMBER else Unknown("a huge number")
         if isinstance(node, (ast.List, ast.Tuple)):
             return [self.value(e, env) for e in node.elts]
         if isinstance(node, ast.Dict):
@@ -201,7 +202,9 @@ class _Evaluator:
         a, b = self.value(node.left, env), self.value(node.right, env)
         ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b, ast.FloorDiv: lambda: a // b}
         if _number(a) and _number(b) and type(node.op) in ops and not (isinstance(node.op, ast.FloorDiv) and b == 0):
-            return ops[type(node.op)]()
+            result = ops[type(node.op)]()
+            if abs(result) <= MAX_NUMBER:  # operands this small keep every product cheap to compute
+                return result
         return Unknown(ast.unparse(node))
 
     def call(self, node: ast.Call, env: dict) -> Any:

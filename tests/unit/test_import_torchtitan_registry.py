@@ -207,3 +207,14 @@ def llama3_8b_tp2() -> Trainer.Config:
     imp = import_text(text, "reg.py", config="llama3_8b_tp2")
     assert (imp.plan.tp, imp.plan.micro_batch, imp.model.seq_len, imp.plan.recompute) == (2, 2, 4096, "full")
     assert imp.plan.recompute_layers is None
+
+
+def test_arithmetic_is_bounded():
+    squares = "\n".join(f"    x{i + 1} = x{i} * x{i}" for i in range(40))
+    text = (
+        "def llama3_8b() -> Trainer.Config:\n    x0 = 99999999\n" + squares + "\n"
+        "    return Trainer.Config(model_spec=model_registry('8B'),\n"
+        "        parallelism=ParallelismConfig(tensor_parallel_degree=x40, data_parallel_shard_degree=2))\n"
+    )
+    imp = import_text(text, "reg.py")  # 2**40-digit numbers would never finish
+    assert imp.plan.tp == 1 and any("tensor_parallel_degree = x39 * x39 is not a value" in n for n in imp.notes)
