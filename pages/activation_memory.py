@@ -20,19 +20,8 @@ def _act_label(b: int) -> str:
     return "model dtype" if b == 0 else f"{b} B"
 
 
-def _url_names_to_labels(key: str, labels: dict) -> None:
-    """A widget bound to the URL keeps its choice's label there ("per GPU", "4 B"); a link written by
-    hand may give the choice itself (`mem_scope=gpu`, `mem_act=4`): read as its label, not dropped."""
-    given = st.query_params.get(key)
-    by_name = {str(k): v for k, v in labels.items()}
-    if given in by_name and given not in labels.values():
-        st.query_params[key] = by_name[given]
-
-
 def activation_memory_page(choice: PlanChoice) -> None:
     model, plan = choice.model, choice.plan
-    _url_names_to_labels("mem_scope", SCOPES)
-    _url_names_to_labels("mem_act", {b: _act_label(b) for b in ACT_BYTES})
     c1, c4 = st.columns([3, 2])
     url = {"bind": "query-params"}  # the view's choices live in the URL beside the plan
     scope = c1.segmented_control(

@@ -337,9 +337,6 @@ def test_view_choices_come_from_the_url_too():
     assert '"field": "dp"' in grid.text() and "moves under tp-cp-pp-dp" in grid.text()
     at = _ok(page_test("pages/activation_memory.py", {**SMALL, "attn": "fa2", "mem_scope": "per GPU"}))
     assert at.selectbox(key="plan.attn").value == "fa2" and at.segmented_control(key="mem_scope").value == "gpu"
-    by_name = _ok(page_test("pages/activation_memory.py", {**SMALL, "mem_scope": "gpu", "mem_act": "4"}))
-    assert by_name.segmented_control(key="mem_scope").value == "gpu" and by_name.selectbox(key="mem_act").value == 4
-    assert by_name.query_params["mem_scope"] == "per GPU"  # written back as the widget keeps it
 
 
 def test_the_memory_banner_follows_the_plans_attention_kernel():
