@@ -79,6 +79,12 @@ FLAVOURS = {  # torchtitan's model name -> flavour -> our preset
 }
 
 
+def _variant(preset: str, **changes) -> dict:
+    """A preset's shape (every field but its name) with `changes`: a flavour that differs from it in a few."""
+    model = MODELS[preset]
+    return {f.name: getattr(model, f.name) for f in dataclasses.fields(model) if f.name != "name"} | changes
+
+
 def _qwen3(layers, dim, heads, kv, ffn, *, vocab=151936, tied=False, **moe):
     return dict(
         layers=layers,
@@ -151,20 +157,7 @@ FLAVOUR_SHAPES = {
     ("deepseek_v3", "16B"): _deepseek(27, 2048, 16, 10944, 1408, 64, 2, 6, 1, 102400),
     ("deepseek_v3", "236B"): _deepseek(60, 5120, 128, 12288, 1536, 160, 2, 6, 1, 102400),
     # gpt-oss-20b: the 120b's layer with 32 experts, 24 layers (torchtitan/models/gpt_oss/__init__.py, 2026)
-    ("gpt_oss", "20b"): dict(
-        layers=24,
-        hidden=2880,
-        heads=64,
-        kv_heads=8,
-        ffn_hidden=2880,
-        vocab=201088,
-        seq_len=4096,
-        arch="llama",
-        dropout=False,
-        experts=32,
-        top_k=4,
-        attention_head_dim=64,
-    ),
+    ("gpt_oss", "20b"): _variant("gpt-oss-120b", layers=24, experts=32),
 }
 
 
