@@ -30,8 +30,11 @@ Pure: stdlib only (ast).
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass, field
 from typing import Any
+
+from parallel.importers.limits import MAX_INPUT_CHARS
 
 MAX_DEPTH = 8  # config functions calling config functions
 MAX_NUMBER = 1 << 63  # past any degree or token count; a bigger value is left unevaluated (no runaway squaring)
@@ -93,12 +96,16 @@ def parse(text: str, source: str) -> ast.Module:
         raise RegistryError(f"not valid Python: {err.msg}", err.lineno) from None
 
 
-def config_names(text: str) -> list[str]:
-    """The train configs of a registry's text, in file order ([] when it is no valid Python)."""
+@functools.lru_cache(maxsize=4)
+def config_names(text: str) -> tuple[str, ...]:
+    """The train configs of a registry's text, in file order (none when it is no valid Python or longer
+    than an import may be). Kept for the last few texts: a page asks again on every rerun."""
+    if len(text) > MAX_INPUT_CHARS:
+        return ()
     try:
-        return list(config_functions(ast.parse(text)))
+        return tuple(config_functions(ast.parse(text)))
     except (SyntaxError, ValueError, RecursionError):
-        return []
+        return ()
 
 
 def looks_like_registry(text: str) -> bool:

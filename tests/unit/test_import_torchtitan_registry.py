@@ -10,7 +10,8 @@ import pytest
 
 from parallel.cli import plan as plan_cli
 from parallel.core.specs import MODELS
-from parallel.importers import SUFFIXES, ImportFailed, detect, import_plan, import_text
+from parallel.importers import SUFFIXES, ImportFailed, config_names, detect, import_plan, import_text
+from parallel.importers.limits import MAX_INPUT_CHARS
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "imports"
 LLAMA3 = DATA / "torchtitan_registry_llama3.py"
@@ -218,3 +219,10 @@ def test_arithmetic_is_bounded():
     )
     imp = import_text(text, "reg.py")  # 2**40-digit numbers would never finish
     assert imp.plan.tp == 1 and any("tensor_parallel_degree = x39 * x39 is not a value" in n for n in imp.notes)
+
+
+def test_config_names_are_listed_only_for_texts_an_import_may_take():
+    text = LLAMA3.read_text()
+    assert config_names(text) == ("llama3_8b", "llama3_8b_mxfp8", "llama3_70b", "llama3_405b")
+    assert config_names(text + "#" * MAX_INPUT_CHARS) == ()  # past the bound: not parsed at all
+    assert config_names("def broken(:\n") == ()
