@@ -43,6 +43,18 @@ def server(tmp_path_factory):
         yield url
 
 
+def _upload_view(server, browser):
+    """(a page on Plan review's Import with Upload chosen, the browser errors it raises)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{server}/plan_review?view=import", timeout=tb.PAGE_TIMEOUT_MS)
+    tb._wait_for_script(page)
+    page.locator('[data-testid="stMain"]').get_by_text("Upload", exact=True).click()
+    tb._wait_for_script(page)
+    return page, errors
+
+
 def _read(page, path, nodes: int | None = None) -> str:
     """Upload `path`, set Nodes when given, press Read it: the page's text once the script has settled."""
     page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(str(path))
@@ -61,13 +73,7 @@ def _read(page, path, nodes: int | None = None) -> str:
 def test_upload_a_launch_held_in_a_variable_then_arguments_alone(server, browser, tmp_path):
     (tmp_path / "pretrain.sbatch").write_text(WRAPPED)
     (tmp_path / "model.sh").write_text(MODEL_ARGS)
-    page = browser.new_page(viewport={"width": 1400, "height": 1200})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{server}/plan_review?view=import", timeout=tb.PAGE_TIMEOUT_MS)
-    tb._wait_for_script(page)
-    page.locator('[data-testid="stMain"]').get_by_text("Upload", exact=True).click()
-    tb._wait_for_script(page)
+    page, errors = _upload_view(server, browser)
 
     shown = _read(page, tmp_path / "pretrain.sbatch")
     assert "megatron L32 h4096 a32, DP2 TP4+SP PP2 gb256, global batch 256, 16 GPUs" in shown
@@ -87,13 +93,7 @@ def test_upload_a_torchtitan_registry_pick_a_config_and_switch_files(server, bro
     registry leaves data_parallel_shard_degree at -1), the plan named after the config; then another file
     uploaded over it: the plan read from the registry is not shown as the new file's."""
     (tmp_path / "model.sh").write_text(MODEL_ARGS)
-    page = browser.new_page(viewport={"width": 1400, "height": 1200})
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{server}/plan_review?view=import", timeout=tb.PAGE_TIMEOUT_MS)
-    tb._wait_for_script(page)
-    page.locator('[data-testid="stMain"]').get_by_text("Upload", exact=True).click()
-    tb._wait_for_script(page)
+    page, errors = _upload_view(server, browser)
 
     shown = _read(page, DATA / "torchtitan_registry_llama3.py")
     assert "torchtitan_registry_llama3.py: read as llama3-8b, but data_parallel_shard_degree = -1" in shown
